@@ -1,0 +1,104 @@
+// The compute interface the model is written against.
+//
+// Model code calls only these ops and never knows which backend runs them (CPU now; CUDA in a
+// later version). Pointers are backend memory: host memory for the CPU backend. Shapes follow
+// llm.c's naming: B batch, T time (sequence), C channels (d_model), N = B*T rows, NH query heads,
+// NKV key/value heads, hs head size, V vocabulary, Vp padded vocabulary.
+//
+// Conventions every implementation keeps:
+//   - Weights are nn.Linear layout (out, in), row-major: y[o] = b[o] + sum_i x[i] * w[o*in + i].
+//   - Backward ops ACCUMULATE into parameter gradients (dweight, dbias, dw, db) so gradient
+//     accumulation over micro-batches is free, and OVERWRITE activation gradients (dinp) unless
+//     the op says otherwise.
+//   - The QKV activation of one token is laid out [q (NH*hs) | k (NKV*hs) | v (NKV*hs)]; query
+//     head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV == NH is plain MHA).
+//   - No op allocates: scratch is passed in.
+// T (the scalar) is float in the trainer and double in the gradient-check tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mpitrain {
+
+template <typename T>
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- memory ------------------------------------------------------------------------------
+  virtual T* alloc(size_t n) = 0;  // zero-filled, 64-byte aligned
+  virtual void free(T* p) = 0;
+  virtual void zero(T* x, size_t n) = 0;
+  virtual void copy(T* dst, const T* src, size_t n) = 0;
+
+  // ---- matmul: out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC); bias may be null ----------
+  virtual void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
+                              int OC) = 0;
+  // dinp(N,IC) = dout @ weight (overwritten; skipped if null); dweight(OC,IC) += dout^T @ inp;
+  // dbias(OC) += column sums of dout (skipped if null).
+  virtual void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                               const T* weight, int N, int IC, int OC) = 0;
+
+  // ---- embeddings: out(B,T,C) = wte[tokens] + wpe[t] (wpe may be null: no learned positions) --
+  virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
+                                 int Tlen, int C) = 0;
+  // dwte[tokens[n]] += dout[n]; dwpe[t] += sum over b of dout[b,t] (dwpe may be null).
+  virtual void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B,
+                                  int Tlen, int C) = 0;
+
+  // ---- norms over the last dim C of N rows -------------------------------------------------
+  // LayerNorm: out = (x - mean) * rstd * w + b; saves mean(N), rstd(N).
+  virtual void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b,
+                                 int N, int C, T eps) = 0;
+  // dinp += (not =) the input gradient, so the residual stream's gradient can flow through.
+  virtual void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                                  const T* mean, const T* rstd, int N, int C) = 0;
+  // RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd(N).
+  virtual void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, T eps) = 0;
+  // dinp += the input gradient (as layernorm_backward).
+  virtual void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
+                                const T* rstd, int N, int C) = 0;
+
+  // ---- pointwise ---------------------------------------------------------------------------
+  // out = a + b (n elements); used for the residual stream.
+  virtual void add(T* out, const T* a, const T* b, size_t n) = 0;
+  // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void gelu_forward(T* out, const T* inp, size_t n) = 0;
+  virtual void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) = 0;  // dinp =
+  // SwiGLU on rows of inp(N, 2F) = [gate (F) | up (F)]: out(N,F) = silu(gate) * up.
+  virtual void swiglu_forward(T* out, const T* inp, int N, int F) = 0;
+  virtual void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) = 0;  // dinp =
+
+  // ---- rotary position embedding, in place on the q and k parts of qkv(B,T,(NH+2NKV)*hs) -----
+  // Pairs (2i, 2i+1) of each head rotate by angle t * theta^(-2i/hs) (the interleaved pairs of
+  // Meta's original Llama code). backward applies the inverse rotation to dqkv in place.
+  virtual void rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
+  virtual void rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
+
+  // ---- causal self-attention ---------------------------------------------------------------
+  // out(B,T,NH*hs) = softmax(q k^T / sqrt(hs), causal) v per head; saves probs(B,NH,T,T).
+  virtual void attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
+                                 int hs) = 0;
+  // dqkv (overwritten) from dout; scratch holds B*NH*T*T elements.
+  virtual void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
+                                  const T* probs, int B, int Tlen, int NH, int NKV, int hs) = 0;
+
+  // ---- fused softmax + cross-entropy over logits(N, Vp); columns >= V are padding ------------
+  // losses[n] = -log softmax(logits[n, :V])[targets[n]]. If dloss != 0, logits is overwritten by
+  // its gradient: dlogits = (softmax - onehot(target)) * dloss (zero in the padding columns).
+  // Returns the sum of losses in double.
+  virtual double crossentropy(T* logits, T* losses, const int32_t* targets, int N, int V, int Vp,
+                              T dloss) = 0;
+
+  // ---- optimizer ---------------------------------------------------------------------------
+  // sum of squares in double (for the global grad norm).
+  virtual double sum_squares(const T* x, size_t n) = 0;
+  virtual void scale(T* x, T s, size_t n) = 0;
+  // AdamW on n parameters (decoupled weight decay): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  // p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p). grad_scale multiplies g first.
+  virtual void adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, int t, float grad_scale) = 0;
+};
+
+}  // namespace mpitrain

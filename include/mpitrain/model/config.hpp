@@ -1,0 +1,38 @@
+// The model's shape: everything needed to lay out parameters and activations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mpitrain {
+
+enum class Arch { Gpt2, Llama };
+
+std::string to_string(Arch arch);
+Arch parse_arch(const std::string& name);  // "gpt2" | "llama"; UsageError otherwise
+
+struct ModelConfig {
+  Arch arch = Arch::Gpt2;
+  int n_layer = 4;
+  int n_head = 4;
+  int n_kv_head = 4;    // == n_head for gpt2; fewer for grouped-query attention (llama)
+  int d_model = 128;
+  int d_ff = 512;       // gpt2: MLP hidden width; llama: SwiGLU hidden width
+  int vocab_size = 256;
+  int max_seq_len = 64; // positions the model supports (gpt2: rows of wpe)
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+
+  int head_size() const { return d_model / n_head; }
+  int qkv_width() const { return (n_head + 2 * n_kv_head) * head_size(); }
+  // The vocabulary rounded up to a multiple of 128 (as llm.c): aligned GEMMs, and rows
+  // vocab_size..padded_vocab-1 of the embedding are zero and never trained.
+  int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+  bool tied_embeddings() const { return arch == Arch::Gpt2; }
+  bool has_biases() const { return arch == Arch::Gpt2; }
+
+  // Throws UsageError naming the first inconsistency (heads not dividing d_model, ...).
+  void validate() const;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,39 @@
+// Errors and the checks that raise them.
+//
+// Two kinds of failure, two exit codes:
+//   UsageError — the user's input is wrong (option, file, layout). Exit code 2, before any work.
+//   Error      — something failed while working (a library call, an I/O error). Exit code 1.
+// Every library call goes through a check macro that throws with file:line and the library's
+// own error text; exceptions stop at main(), which prints one line and exits.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace mpitrain {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// "file.cpp:42: what" — the prefix every check adds.
+std::string where(const char* file, int line, const std::string& what);
+
+// Throws UsageError(message) when cond is false: for validating user input.
+inline void require(bool cond, const std::string& message) {
+  if (!cond) throw UsageError(message);
+}
+
+}  // namespace mpitrain
+
+#define MPITRAIN_THROW(msg) throw ::mpitrain::Error(::mpitrain::where(__FILE__, __LINE__, (msg)))
