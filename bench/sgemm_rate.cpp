@@ -1,0 +1,61 @@
+// sgemm-rate: this machine's OpenBLAS sgemm rate, the peak that CPU MFU is measured against.
+//
+//   sgemm-rate --threads N [--n 2048] [--repeats 5]
+//
+// Prints one line: the GFLOP/s (2 n^3 flops per call, best of `repeats` timed calls after one
+// warm-up call) with N OpenMP/OpenBLAS threads. bench/run.sh passes it to the trainer as
+// --peak-gflops.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "mpitrain/backend/sgemm_rate.hpp"
+
+namespace {
+
+void usage(const char* prog) {
+  std::fprintf(stderr, "usage: %s --threads N [--n 2048] [--repeats 5]\n", prog);
+}
+
+// Parses a positive integer; false if `text` is not one.
+bool parse_positive(const char* text, int* out) {
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value <= 0 || value > 1000000) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 0, n = 2048, repeats = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      usage(argv[0]);
+      return 0;
+    }
+    int* target = arg == "--threads" ? &threads : arg == "--n" ? &n : arg == "--repeats" ? &repeats
+                                                                                         : nullptr;
+    if (target == nullptr || i + 1 >= argc || !parse_positive(argv[i + 1], target)) {
+      std::fprintf(stderr, "sgemm-rate: bad or missing value for '%s'\n", arg.c_str());
+      usage(argv[0]);
+      return 2;
+    }
+    ++i;
+  }
+  if (threads == 0) {
+    std::fprintf(stderr, "sgemm-rate: --threads is required\n");
+    usage(argv[0]);
+    return 2;
+  }
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  std::printf("%.1f\n", mpitrain::measure_sgemm_gflops(n, repeats));
+  return 0;
+}

@@ -1,0 +1,44 @@
+// Token files: a read-only 1-D array of token ids, whatever format holds it.
+//
+//   HDF5     — dataset /tokens, 1-D uint16 or uint32; its attributes (on the dataset, not the
+//              root group) `vocab_size` (integer) and `tokenizer` (string) are optional.
+//   llm.c    — int32[256] header ([0] magic, [1] version, [2] count), then the tokens:
+//              magic 20240520 version 1 = uint16, magic 20240801 version 7 = uint32.
+//   nanoGPT  — raw uint16 tokens, no header (train.bin / val.bin).
+// Files are opened once; read() is cheap (a hyperslab or a copy out of a read-only mapping) and
+// may be called often. HDF5-backed sources must not be used concurrently with other HDF5 calls
+// (this HDF5 build is not thread-safe); the llm.c and nanoGPT sources may.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mpitrain {
+
+enum class TokenFormat { Auto, Hdf5, Llmc, NanoGpt };
+
+// "auto" | "hdf5" | "llmc" | "nanogpt"; anything else is a UsageError.
+TokenFormat parse_token_format(const std::string& name);
+
+class TokenSource {  // a read-only 1-D array of token ids
+ public:
+  virtual ~TokenSource() = default;
+  virtual uint64_t size() const = 0;  // number of tokens
+  // Tokens [offset, offset+count) into out; Error if the range is outside [0, size()).
+  virtual void read(uint64_t offset, uint64_t count, int32_t* out) const = 0;
+  virtual int64_t vocab_size() const = 0;     // declared by the file; -1 if none (llm.c, nanoGPT)
+  virtual std::string tokenizer() const = 0;  // declared tokenizer ("bytes", "gpt2"), "" if none
+  virtual const std::string& path() const = 0;
+};
+
+// Opens a token file. Auto: HDF5 by its signature, llm.c by its magic, else nanoGPT if the name
+// ends in .bin and the size is even. Missing/unreadable file, unknown or malformed content (wrong
+// magic or version, truncated shard, no /tokens, wrong dtype): UsageError naming the file.
+std::unique_ptr<TokenSource> open_tokens(const std::string& path,
+                                         TokenFormat format = TokenFormat::Auto);
+
+// The largest token id in [begin, end) (0 if empty), read in chunks of a few MiB.
+uint32_t max_token(const TokenSource& src, uint64_t begin, uint64_t end);
+
+}  // namespace mpitrain

@@ -1,0 +1,18 @@
+// Text generation from a trained model: the short sample printed at the end of a run.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/runtime/rng.hpp"
+
+namespace mpitrain {
+
+// Appends n tokens to `tokens`, each drawn from softmax(logits / temperature) of the model given
+// the last `window` tokens (temperature 0 = the most likely token). No KV cache: each new token
+// runs the whole window, which is fine for a short sample.
+void generate(Model<float>& model, std::vector<int32_t>& tokens, int n, int window,
+              double temperature, Rng& rng);
+
+}  // namespace mpitrain

@@ -1,0 +1,37 @@
+// What a run reports, on rank 0: one console line and one JSON line (<out_dir>/metrics.jsonl) per
+// step and per evaluation. Losses are written with %.9g so runs can be compared exactly.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace mpitrain {
+
+struct StepRecord {
+  int step;             // 1-based: the number of optimizer steps done
+  int steps;            // of the run
+  double loss;          // mean over the step's global batch
+  double lr;
+  double grad_norm;     // global, before clipping
+  double tokens_per_s;  // all ranks together
+  double step_ms;
+  double mfu;           // fraction of the summed peak of all ranks
+};
+
+class MetricsLog {
+ public:
+  // Only the active rank (rank 0) writes; the file is created or truncated.
+  MetricsLog(const std::string& path, bool active);
+  void step(const StepRecord& r);
+  void eval(int step, double val_loss);
+
+ private:
+  struct Close {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Close> file_;
+  bool active_;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,44 @@
+// Everything about a run that is not the model's shape. Filled from options (app/options.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mpitrain {
+
+struct TrainConfig {
+  std::string out_dir = "runs/default";
+  bool overwrite = false;
+  int steps = 100;
+  int global_batch_size = 8;  // sequences per optimizer step, over all ranks
+  int micro_batch_size = 4;   // sequences per forward/backward on one rank
+  int seq_len = 64;
+
+  double lr = 1e-3;
+  std::string lr_schedule = "cosine";
+  int warmup_steps = 10;
+  double min_lr_ratio = 0.1;  // cosine/linear decay ends at lr * min_lr_ratio
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double grad_clip = 1.0;     // global grad-norm clip, 0 = off
+
+  uint64_t seed = 1337;
+  bool shuffle = true;
+  std::string train_data;
+  std::string val_data;
+  std::string data_format = "auto";
+  std::string init_from;      // llm.c GPT-2 model file, "" = random initialisation
+  std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
+
+  int eval_interval = 50;     // steps; 0 = only at the end
+  int eval_samples = 64;      // validation sequences per evaluation
+  int threads = 0;            // per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node
+  double peak_gflops = 0.0;   // per rank, for MFU; 0 = measure this rank's sgemm rate at start-up
+  int sample_tokens = 128;    // text generated at the end; 0 = none
+  std::string sample_prompt;  // "" = start from a newline
+  double sample_temperature = 0.8;
+};
+
+}  // namespace mpitrain

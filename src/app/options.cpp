@@ -1,0 +1,193 @@
+#include "mpitrain/app/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace mpitrain {
+
+namespace {
+
+const char* const kModelOptions[] = {"arch",  "n-layer",    "n-head",      "n-kv-head",
+                                     "d-model", "d-ff",     "vocab-size",  "max-seq-len",
+                                     "norm-eps", "rope-theta"};
+
+template <typename V>
+po::typed_value<V>* with_default(V* target) {
+  return po::value<V>(target)->default_value(*target);
+}
+
+po::typed_value<bool>* flag(bool* target) {
+  return po::value<bool>(target)->default_value(*target)->implicit_value(true);
+}
+
+void check_positive(int value, const char* name) {
+  require(value > 0, std::string(name) + " must be positive (got " + std::to_string(value) + ")");
+}
+
+void check_nonnegative(double value, const char* name) {
+  require(value >= 0, std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
+}
+
+}  // namespace
+
+Options parse_options(int argc, const char* const* argv) {
+  Options o;
+  ModelConfig& m = o.model;
+  TrainConfig& t = o.train;
+  // Model fields resolved later when left at 0.
+  m.vocab_size = 0;
+  m.d_ff = 0;
+  m.n_kv_head = 0;
+  m.max_seq_len = 0;
+  std::string arch = "gpt2", config_file;
+
+  po::options_description general("General");
+  general.add_options()
+      ("help,h", "print this help and exit")
+      ("config", po::value<std::string>(&config_file), "INI file with options (flags override it)")
+      ("out-dir", with_default(&t.out_dir), "directory for metrics.jsonl and other outputs")
+      ("overwrite", flag(&t.overwrite), "allow writing into an out-dir that already holds a run")
+      ("threads", with_default(&t.threads),
+       "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
+      ("seed", with_default(&t.seed), "seed for initialisation, data order and sampling")
+      ("peak-gflops", with_default(&t.peak_gflops),
+       "peak GFLOP/s of one rank for MFU; 0 = measure this rank's sgemm rate at start-up");
+
+  po::options_description model("Model");
+  model.add_options()
+      ("arch", with_default(&arch), "gpt2 (LayerNorm, GELU, learned positions, biases, tied "
+                                    "embeddings) or llama (RMSNorm, SwiGLU, RoPE, GQA)")
+      ("n-layer", with_default(&m.n_layer), "transformer blocks")
+      ("n-head", with_default(&m.n_head), "attention (query) heads")
+      ("n-kv-head", with_default(&m.n_kv_head), "key/value heads (llama GQA); 0 = n-head")
+      ("d-model", with_default(&m.d_model), "model width")
+      ("d-ff", with_default(&m.d_ff),
+       "MLP hidden width; 0 = 4 d-model (gpt2), 8/3 d-model rounded up to 64 (llama)")
+      ("vocab-size", with_default(&m.vocab_size), "vocabulary; 0 = the training data's vocab_size")
+      ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
+      ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
+      ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)");
+
+  po::options_description train("Training");
+  train.add_options()
+      ("steps", with_default(&t.steps), "optimizer steps; 0 = evaluate (and sample) only")
+      ("global-batch-size", with_default(&t.global_batch_size),
+       "sequences per optimizer step over all ranks")
+      ("micro-batch-size", with_default(&t.micro_batch_size),
+       "sequences per forward/backward on one rank (the rest is gradient accumulation)")
+      ("seq-len", with_default(&t.seq_len), "tokens per training sequence")
+      ("lr", with_default(&t.lr), "peak learning rate")
+      ("lr-schedule", with_default(&t.lr_schedule), "cosine, linear or constant (after warm-up)")
+      ("warmup-steps", with_default(&t.warmup_steps), "linear warm-up steps")
+      ("min-lr-ratio", with_default(&t.min_lr_ratio), "final lr as a fraction of lr")
+      ("weight-decay", with_default(&t.weight_decay), "AdamW decoupled weight decay")
+      ("beta1", with_default(&t.beta1), "AdamW beta1")
+      ("beta2", with_default(&t.beta2), "AdamW beta2")
+      ("adam-eps", with_default(&t.adam_eps), "AdamW epsilon")
+      ("grad-clip", with_default(&t.grad_clip), "clip the global gradient norm to this; 0 = off");
+
+  po::options_description data("Data");
+  data.add_options()
+      ("train-data", with_default(&t.train_data), "training tokens: HDF5 (/tokens), llm.c shard "
+                                                  "or nanoGPT .bin")
+      ("val-data", with_default(&t.val_data), "validation tokens (same formats); '' = none")
+      ("data-format", with_default(&t.data_format), "auto, hdf5, llmc or nanogpt")
+      ("shuffle", flag(&t.shuffle), "a seeded permutation of the samples per epoch")
+      ("eval-interval", with_default(&t.eval_interval),
+       "steps between validation losses; 0 = only at the end")
+      ("eval-samples", with_default(&t.eval_samples), "validation sequences per evaluation")
+      ("init-from", with_default(&t.init_from), "start from an llm.c GPT-2 model file")
+      ("export-llmc", with_default(&t.export_llmc),
+       "at the end, write the gpt2 model in llm.c's format to this file")
+      ("sample-tokens", with_default(&t.sample_tokens), "tokens of text generated at the end")
+      ("sample-prompt", with_default(&t.sample_prompt), "text the sample starts from; '' = a newline")
+      ("sample-temperature", with_default(&t.sample_temperature), "sampling temperature; 0 = greedy");
+
+  po::options_description all("trainer — train a GPT-2 or Llama model with MPI\n\nUsage: mpirun "
+                              "-np N trainer --config FILE [--option value ...]\n");
+  all.add(general).add(model).add(train).add(data);
+
+  po::variables_map vm;
+  try {
+    // A flag given twice: the last one wins (scripts append overrides to a base command).
+    po::parsed_options flags = po::parse_command_line(argc, argv, all);
+    for (size_t i = 0; i < flags.options.size(); ++i)
+      for (size_t j = i + 1; j < flags.options.size(); ++j)
+        if (flags.options[j].string_key == flags.options[i].string_key) {
+          flags.options.erase(flags.options.begin() + i--);
+          break;
+        }
+    po::store(flags, vm);
+    if (vm.count("help")) {
+      o.help = true;
+      std::ostringstream help;
+      help << all;
+      o.help_text = help.str();
+      return o;
+    }
+    if (vm.count("config")) {
+      config_file = vm["config"].as<std::string>();
+      std::ifstream in(config_file);
+      require(static_cast<bool>(in), "cannot read config file '" + config_file + "'");
+      po::store(po::parse_config_file(in, all), vm);  // flags stored first win
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + (config_file.empty() ? "" : " (config " + config_file + ")") +
+                     "; see --help");
+  }
+
+  m.arch = parse_arch(arch);
+  for (const char* name : kModelOptions)
+    if (vm.count(name) && !vm[name].defaulted()) o.model_set.emplace_back(name);
+
+  require(t.steps >= 0, "steps must not be negative");
+  check_positive(t.global_batch_size, "global-batch-size");
+  check_positive(t.micro_batch_size, "micro-batch-size");
+  check_positive(t.seq_len, "seq-len");
+  check_positive(t.eval_samples, "eval-samples");
+  require(t.lr > 0, "lr must be positive");
+  require(t.warmup_steps >= 0, "warmup-steps must not be negative");
+  require(t.eval_interval >= 0, "eval-interval must not be negative");
+  require(t.threads >= 0, "threads must not be negative");
+  require(t.sample_tokens >= 0, "sample-tokens must not be negative");
+  check_nonnegative(t.min_lr_ratio, "min-lr-ratio");
+  check_nonnegative(t.weight_decay, "weight-decay");
+  check_nonnegative(t.grad_clip, "grad-clip");
+  check_nonnegative(t.peak_gflops, "peak-gflops");
+  check_nonnegative(t.sample_temperature, "sample-temperature");
+  require(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "beta1 and beta2 must lie in [0, 1)");
+  require(t.adam_eps > 0, "adam-eps must be positive");
+  require(!t.train_data.empty(), "no training data: set train-data (a file made by prepare-data)");
+  require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
+              t.data_format == "nanogpt",
+          "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
+  for (const char* name : {"n-layer", "n-head", "d-model"})
+    check_positive(vm[name].as<int>(), name);
+  for (const char* name : {"n-kv-head", "d-ff", "vocab-size", "max-seq-len"})
+    require(vm[name].as<int>() >= 0, std::string(name) + " must not be negative");
+
+  std::ostringstream eff;
+  eff.precision(12);
+  for (const auto& [name, value] : vm) {
+    if (name == "help" || name == "config") continue;
+    eff << name << " = ";
+    const boost::any& v = value.value();
+    if (auto* s = boost::any_cast<std::string>(&v)) eff << *s;
+    else if (auto* i = boost::any_cast<int>(&v)) eff << *i;
+    else if (auto* u = boost::any_cast<uint64_t>(&v)) eff << *u;
+    else if (auto* d = boost::any_cast<double>(&v)) eff << *d;
+    else if (auto* f = boost::any_cast<float>(&v)) eff << *f;
+    else if (auto* b = boost::any_cast<bool>(&v)) eff << (*b ? "true" : "false");
+    eff << "\n";
+  }
+  o.effective = eff.str();
+  return o;
+}
+
+}  // namespace mpitrain

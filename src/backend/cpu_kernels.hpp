@@ -1,0 +1,82 @@
+// Private helpers of the CPU backend (src/backend/cpu_*.cpp): the gemm overloads, a vectorisable
+// float exp, and the two loop shapes every reduction uses.
+#pragma once
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace mpitrain::cpu {
+
+// Below this much work (elements touched) a loop runs on the calling thread only.
+inline constexpr size_t kParallelWork = size_t{1} << 15;
+
+// ---- gemm: C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major ------------------------
+inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                 const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, double alpha,
+                 const double* A, int lda, const double* B, int ldb, double beta, double* C,
+                 int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// ---- exp ----------------------------------------------------------------------------------
+// float: Cephes expf, written so that the compiler vectorises it (no libm call, no branch).
+// x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), e^r by a degree-7 polynomial, 2^n
+// put into the exponent bits. Max relative error ~2 ulp on [-87, 88]; inputs are clamped to that
+// range (e^-87 ~ 1.6e-38 stands in for 0, e^88 ~ 1.7e38 for overflow); NaN propagates.
+inline float exp_fast(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  // round to nearest by the 1.5 * 2^23 trick (std::floor does not vectorise without
+  // -fno-trapping-math); |x log2 e| < 128 is far inside its range.
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = std::fma(n, -0.693359375f, x);
+  r = std::fma(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r) + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(bits);
+}
+inline double exp_fast(double x) { return std::exp(x); }  // double is for tests: exact libm
+
+// ---- loop shapes --------------------------------------------------------------------------
+// Sum of f(begin, end) (a double) over fixed chunks of [0, n). The chunking depends only on n
+// and min_chunk, so the result is the same for any thread count.
+template <class F>
+double chunked_sum(size_t n, size_t min_chunk, F&& f) {
+  constexpr size_t kMaxChunks = 64;
+  const size_t chunks = std::clamp<size_t>((n + min_chunk - 1) / min_chunk, 1, kMaxChunks);
+  const size_t per = (n + chunks - 1) / chunks;
+  double partial[kMaxChunks];
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t b = std::min(n, c * per), e = std::min(n, b + per);
+    partial[c] = b < e ? f(b, e) : 0.0;
+  }
+  double s = 0.0;
+  for (size_t c = 0; c < chunks; ++c) s += partial[c];
+  return s;
+}
+
+// f(c0, c1) over blocks of the columns [0, C), in parallel when rows*C is large: the shape of
+// every "sum over rows" (bias, norm-weight, embedding gradients) with no races and no scratch.
+template <class F>
+void for_column_blocks(int C, size_t rows, F&& f) {
+  constexpr int kBlock = 64;
+  const int blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (rows * C > kParallelWork && blocks > 1)
+  for (int blk = 0; blk < blocks; ++blk) f(blk * kBlock, std::min(C, (blk + 1) * kBlock));
+}
+
+}  // namespace mpitrain::cpu

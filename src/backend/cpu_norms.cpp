@@ -1,0 +1,137 @@
+// CPU backend: LayerNorm and RMSNorm over the last dim C of N rows. Forward and the input
+// gradient run in parallel over rows; the weight/bias gradients (sums over rows) in parallel over
+// column blocks, so there are no races and no scratch.
+#include <cmath>
+
+#include "cpu_kernels.hpp"
+#include "mpitrain/backend/cpu_backend.hpp"
+
+namespace mpitrain {
+
+using cpu::kParallelWork;
+
+// ---- LayerNorm ----------------------------------------------------------------------------
+
+// mean = sum x / C; rstd = 1/sqrt(sum (x-mean)^2 / C + eps); out = (x-mean) rstd w + b
+template <typename T>
+void CpuBackend<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w,
+                                      const T* b, int N, int C, T eps) {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<size_t>(n) * C;
+    T* o = out + static_cast<size_t>(n) * C;
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; ++c) s += x[c];
+    const T m = s / C;
+    T v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    const T r = T(1) / std::sqrt(v / C + eps);
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+// norm = (x-mean) rstd; dnorm = dout w
+// dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm))
+// dw += sum_n dout norm;  db += sum_n dout
+template <typename T>
+void CpuBackend<T>::layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp,
+                                       const T* w, const T* mean, const T* rstd, int N, int C) {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<size_t>(n) * C;
+    const T* d = dout + static_cast<size_t>(n) * C;
+    T* di = dinp + static_cast<size_t>(n) * C;
+    const T m = mean[n], r = rstd[n];
+    T dn_mean = 0, dnn_mean = 0;
+#pragma omp simd reduction(+ : dn_mean, dnn_mean)
+    for (int c = 0; c < C; ++c) {
+      const T dn = d[c] * w[c];
+      dn_mean += dn;
+      dnn_mean += dn * (x[c] - m) * r;
+    }
+    dn_mean /= C;
+    dnn_mean /= C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c)
+      di[c] += r * (d[c] * w[c] - dn_mean - (x[c] - m) * r * dnn_mean);
+  }
+  cpu::for_column_blocks(C, N, [&](int c0, int c1) {
+    for (int n = 0; n < N; ++n) {
+      const T* x = inp + static_cast<size_t>(n) * C;
+      const T* d = dout + static_cast<size_t>(n) * C;
+      const T m = mean[n], r = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) {
+        dw[c] += d[c] * (x[c] - m) * r;
+        db[c] += d[c];
+      }
+    }
+  });
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------
+
+// rstd = 1/sqrt(sum x^2 / C + eps); out = x rstd w
+template <typename T>
+void CpuBackend<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C,
+                                    T eps) {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<size_t>(n) * C;
+    T* o = out + static_cast<size_t>(n) * C;
+    T ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const T r = T(1) / std::sqrt(ss / C + eps);
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
+    rstd[n] = r;
+  }
+}
+
+// norm = x rstd; dnorm = dout w; dinp += rstd (dnorm - norm mean(dnorm norm)); dw += sum_n dout norm
+template <typename T>
+void CpuBackend<T>::rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
+                                     const T* rstd, int N, int C) {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<size_t>(n) * C;
+    const T* d = dout + static_cast<size_t>(n) * C;
+    T* di = dinp + static_cast<size_t>(n) * C;
+    const T r = rstd[n];
+    T dnn_mean = 0;
+#pragma omp simd reduction(+ : dnn_mean)
+    for (int c = 0; c < C; ++c) dnn_mean += d[c] * w[c] * x[c] * r;
+    dnn_mean /= C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) di[c] += r * (d[c] * w[c] - x[c] * r * dnn_mean);
+  }
+  cpu::for_column_blocks(C, N, [&](int c0, int c1) {
+    for (int n = 0; n < N; ++n) {
+      const T* x = inp + static_cast<size_t>(n) * C;
+      const T* d = dout + static_cast<size_t>(n) * C;
+      const T r = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) dw[c] += d[c] * x[c] * r;
+    }
+  });
+}
+
+#define MPITRAIN_INSTANTIATE(T)                                                                   \
+  template void CpuBackend<T>::layernorm_forward(T*, T*, T*, const T*, const T*, const T*, int,   \
+                                                 int, T);                                         \
+  template void CpuBackend<T>::layernorm_backward(T*, T*, T*, const T*, const T*, const T*,       \
+                                                  const T*, const T*, int, int);                  \
+  template void CpuBackend<T>::rmsnorm_forward(T*, T*, const T*, const T*, int, int, T);          \
+  template void CpuBackend<T>::rmsnorm_backward(T*, T*, const T*, const T*, const T*, const T*,   \
+                                                int, int);
+MPITRAIN_INSTANTIATE(float)
+MPITRAIN_INSTANTIATE(double)
+#undef MPITRAIN_INSTANTIATE
+
+}  // namespace mpitrain

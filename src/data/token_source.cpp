@@ -1,0 +1,90 @@
+#include "mpitrain/data/token_source.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/runtime/error.hpp"
+#include "token_source_formats.hpp"
+
+namespace mpitrain {
+
+namespace {
+
+// UsageError unless path is an existing regular file we can read.
+void require_readable_file(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  require(std::filesystem::exists(status), "token file '" + path + "' does not exist");
+  require(std::filesystem::is_regular_file(status),
+          "token file '" + path + "' is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), "cannot read token file '" + path + "': " + std::strerror(errno));
+}
+
+// The first int32 of the file (an llm.c magic?), or 0 if the file is shorter than that.
+int32_t first_int32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int32_t magic = 0;
+  if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic)) return 0;
+  return magic;
+}
+
+std::unique_ptr<TokenSource> detect_and_open(const std::string& path) {
+  if (is_hdf5_file(path)) return open_hdf5_tokens(path);
+  const int32_t magic = first_int32(path);
+  if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) return open_llmc_tokens(path);
+  const auto bytes = std::filesystem::file_size(path);
+  if (path.ends_with(".bin") && bytes % 2 == 0) return open_nanogpt_tokens(path);
+  throw UsageError("'" + path + "' is not a token file; tried HDF5 (no HDF5 signature), llm.c " +
+                   "shard (first int32 is " + std::to_string(magic) + ", not " +
+                   std::to_string(kLlmcMagicU16) + " or " + std::to_string(kLlmcMagicU32) +
+                   "), nanoGPT raw uint16 (needs a name ending in .bin and an even size; " +
+                   "this file has " + std::to_string(bytes) + " bytes)");
+}
+
+}  // namespace
+
+TokenFormat parse_token_format(const std::string& name) {
+  if (name == "auto") return TokenFormat::Auto;
+  if (name == "hdf5") return TokenFormat::Hdf5;
+  if (name == "llmc") return TokenFormat::Llmc;
+  if (name == "nanogpt") return TokenFormat::NanoGpt;
+  throw UsageError("unknown token format '" + name + "' (expected auto, hdf5, llmc or nanogpt)");
+}
+
+std::unique_ptr<TokenSource> open_tokens(const std::string& path, TokenFormat format) {
+  require_readable_file(path);
+  switch (format) {
+    case TokenFormat::Hdf5:
+      return open_hdf5_tokens(path);
+    case TokenFormat::Llmc:
+      return open_llmc_tokens(path);
+    case TokenFormat::NanoGpt:
+      return open_nanogpt_tokens(path);
+    case TokenFormat::Auto:
+      break;
+  }
+  return detect_and_open(path);
+}
+
+uint32_t max_token(const TokenSource& src, uint64_t begin, uint64_t end) {
+  if (begin > end || end > src.size())
+    MPITRAIN_THROW("max_token: range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                   ") is outside '" + src.path() + "' (" + std::to_string(src.size()) + " tokens)");
+  constexpr uint64_t kChunk = uint64_t{1} << 20;  // tokens per read: 4 MiB of int32
+  std::vector<int32_t> buf(std::min(kChunk, end - begin));
+  uint32_t best = 0;
+  for (uint64_t pos = begin; pos < end; pos += kChunk) {
+    const uint64_t n = std::min(kChunk, end - pos);
+    src.read(pos, n, buf.data());
+    for (uint64_t i = 0; i < n; ++i) best = std::max(best, static_cast<uint32_t>(buf[i]));
+  }
+  return best;
+}
+
+}  // namespace mpitrain

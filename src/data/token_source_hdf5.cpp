@@ -1,0 +1,75 @@
+// Token files in HDF5: dataset /tokens (1-D uint16 or uint32) with optional attributes
+// `vocab_size` and `tokenizer` on that dataset. Reads are hyperslabs converted to int32.
+#include <utility>
+
+#include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/runtime/error.hpp"
+#include "token_source_formats.hpp"
+
+namespace mpitrain {
+
+namespace {
+
+// "uint16", "int64", "float32", ... for messages about a dataset's type.
+std::string describe_type(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::string bits = std::to_string(8 * H5Tget_size(type));
+  if (cls == H5T_INTEGER) return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + bits;
+  if (cls == H5T_FLOAT) return "float" + bits;
+  if (cls == H5T_STRING) return "string";
+  return "a non-numeric type (HDF5 class " + std::to_string(static_cast<int>(cls)) + ")";
+}
+
+class Hdf5TokenSource final : public TokenSource {
+ public:
+  explicit Hdf5TokenSource(const std::string& path) : path_(path) {
+    require(is_hdf5_file(path), "'" + path + "' is not an HDF5 file (no HDF5 signature)");
+    try {
+      file_ = open_file(path);
+    } catch (const Error& e) {
+      throw UsageError(e.what());  // a damaged file is the user's input
+    }
+    require(has_link(file_.get(), "tokens"),
+            "'" + path + "' has no dataset /tokens (an HDF5 token file holds its tokens in a " +
+                "1-D uint16 or uint32 dataset /tokens)");
+    dset_ = open_dataset(file_.get(), "tokens");
+    H5Handle type(H5_CHECK(H5Dget_type(dset_.get())));
+    const bool unsigned_int = H5Tget_class(type.get()) == H5T_INTEGER &&
+                              H5Tget_sign(type.get()) == H5T_SGN_NONE &&
+                              (H5Tget_size(type.get()) == 2 || H5Tget_size(type.get()) == 4);
+    require(unsigned_int, "'" + path + "': /tokens holds " + describe_type(type.get()) +
+                              "; expected uint16 or uint32 token ids");
+    size_ = dataset_size_1d(dset_.get());
+    if (has_attribute(dset_.get(), "vocab_size")) {
+      vocab_size_ = read_attribute_int(dset_.get(), "vocab_size");
+      require(vocab_size_ > 0, "'" + path + "': /tokens attribute vocab_size is " +
+                                   std::to_string(vocab_size_) + "; expected a positive number");
+    }
+    if (has_attribute(dset_.get(), "tokenizer"))
+      tokenizer_ = read_attribute_string(dset_.get(), "tokenizer");
+  }
+
+  uint64_t size() const override { return size_; }
+  void read(uint64_t offset, uint64_t count, int32_t* out) const override {
+    read_1d(dset_.get(), H5T_NATIVE_INT32, offset, count, out);
+  }
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::string tokenizer() const override { return tokenizer_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  H5Handle file_;
+  H5Handle dset_;  // /tokens, open for the source's lifetime
+  uint64_t size_ = 0;
+  int64_t vocab_size_ = -1;
+  std::string tokenizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> open_hdf5_tokens(const std::string& path) {
+  return std::make_unique<Hdf5TokenSource>(path);
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,30 @@
+#include "mpitrain/train/batch_loader.hpp"
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+BatchLoader::BatchLoader(const SampleWindows& windows, const SampleOrder& order, int global_batch,
+                         int micro_batch, int dp_rank, int dp_size)
+    : windows_(windows),
+      order_(order),
+      global_batch_(global_batch),
+      micro_batch_(micro_batch),
+      dp_rank_(dp_rank),
+      dp_size_(dp_size),
+      micro_batches_(global_batch / (dp_size * micro_batch)) {
+  if (global_batch % (dp_size * micro_batch) != 0)
+    MPITRAIN_THROW("global batch not divisible by dp x micro-batch");
+}
+
+void BatchLoader::load(int64_t step, int micro, int32_t* tokens, int32_t* targets) const {
+  const uint64_t first = static_cast<uint64_t>(step) * global_batch_ +
+                         static_cast<uint64_t>(dp_rank_) * (global_batch_ / dp_size_) +
+                         static_cast<uint64_t>(micro) * micro_batch_;
+  for (int i = 0; i < micro_batch_; ++i) {
+    const size_t row = static_cast<size_t>(i) * windows_.seq_len();
+    windows_.read(order_.at(first + i), tokens + row, targets + row);
+  }
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,465 @@
+// CpuBackend<double>: every op's backward against central finite differences of
+// loss = sum(out * R) for a fixed random R (tolerance: see expect_grad in cpu_test_util.hpp),
+// plus the accumulate-vs-overwrite contract of backend.hpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cpu_test_util.hpp"
+#include "mpitrain/backend/cpu_backend.hpp"
+
+namespace mpitrain {
+namespace {
+
+using testing::dot;
+using testing::expect_grad;
+using testing::random_vec;
+using Vec = std::vector<double>;
+
+// ---- memory ---------------------------------------------------------------------------------
+
+TEST(CpuBackend, AllocIsZeroedAndAligned) {
+  CpuBackend<double> be(1);
+  double* p = be.alloc(37);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(p[i], 0.0);
+  Vec src = random_vec(37, 1);
+  be.copy(p, src.data(), 37);
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(p[i], src[i]);
+  be.zero(p, 37);
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(p[i], 0.0);
+  be.free(p);
+}
+
+// ---- matmul ---------------------------------------------------------------------------------
+
+TEST(CpuMatmul, ForwardMatchesDirectSum) {
+  CpuBackend<double> be(1);
+  const int N = 3, IC = 4, OC = 5;
+  Vec x = random_vec(N * IC, 1), w = random_vec(OC * IC, 2), b = random_vec(OC, 3), out(N * OC);
+  be.matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = b[o];
+      for (int i = 0; i < IC; ++i) s += x[n * IC + i] * w[o * IC + i];
+      EXPECT_NEAR(out[n * OC + o], s, 1e-14);
+    }
+}
+
+TEST(CpuMatmul, GradCheck) {
+  CpuBackend<double> be(1);
+  const int N = 3, IC = 4, OC = 5;
+  Vec x = random_vec(N * IC, 1), w = random_vec(OC * IC, 2), b = random_vec(OC, 3);
+  const Vec R = random_vec(N * OC, 4);
+  Vec out(N * OC), dx(N * IC), dw(OC * IC), db(OC);
+  auto loss = [&] {
+    be.matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
+    return dot(out, R);
+  };
+  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  expect_grad("dinp", x, dx, loss);
+  expect_grad("dweight", w, dw, loss);
+  expect_grad("dbias", b, db, loss);
+}
+
+TEST(CpuMatmul, BackwardAccumulatesParamsOverwritesInput) {
+  CpuBackend<double> be(1);
+  const int N = 3, IC = 4, OC = 5;
+  Vec x = random_vec(N * IC, 1), w = random_vec(OC * IC, 2), R = random_vec(N * OC, 4);
+  Vec dx(N * IC), dw(OC * IC), db(OC);
+  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  const Vec dx1 = dx, dw1 = dw, db1 = db;
+  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_DOUBLE_EQ(dx[i], dx1[i]);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw[i], 2 * dw1[i]);
+  for (size_t i = 0; i < db.size(); ++i) EXPECT_DOUBLE_EQ(db[i], 2 * db1[i]);
+  // null dinp and null dbias are skipped; no bias in forward
+  Vec dw2(OC * IC), out(N * OC);
+  be.matmul_backward(nullptr, dw2.data(), nullptr, R.data(), x.data(), w.data(), N, IC, OC);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw2[i], dw1[i]);
+  be.matmul_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC);
+  EXPECT_NEAR(out[0], x[0] * w[0] + x[1] * w[1] + x[2] * w[2] + x[3] * w[3], 1e-14);
+}
+
+// ---- embeddings -----------------------------------------------------------------------------
+
+TEST(CpuEmbedding, GradCheckWithRepeatedTokens) {
+  CpuBackend<double> be(1);
+  const int B = 2, T = 3, C = 4, V = 5;
+  const std::vector<int32_t> tok = {1, 3, 1, 4, 1, 0};
+  Vec wte = random_vec(V * C, 1), wpe = random_vec(T * C, 2), R = random_vec(B * T * C, 3);
+  Vec out(B * T * C), dwte(V * C), dwpe(T * C);
+  auto loss = [&] {
+    be.embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, R);
+  };
+  be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  expect_grad("dwte", wte, dwte, loss);
+  expect_grad("dwpe", wpe, dwpe, loss);
+  const Vec dwte1 = dwte, dwpe1 = dwpe;  // both accumulate
+  be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  for (size_t i = 0; i < dwte.size(); ++i) EXPECT_DOUBLE_EQ(dwte[i], 2 * dwte1[i]);
+  for (size_t i = 0; i < dwpe.size(); ++i) EXPECT_DOUBLE_EQ(dwpe[i], 2 * dwpe1[i]);
+}
+
+TEST(CpuEmbedding, NoPositionTable) {
+  CpuBackend<double> be(1);
+  const int B = 1, T = 2, C = 3;
+  const std::vector<int32_t> tok = {2, 0};
+  Vec wte = random_vec(3 * C, 1), out(B * T * C), dwte(3 * C), R = random_vec(B * T * C, 2);
+  be.embedding_forward(out.data(), tok.data(), wte.data(), nullptr, B, T, C);
+  for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], wte[2 * C + c]);
+  be.embedding_backward(dwte.data(), nullptr, R.data(), tok.data(), B, T, C);
+  for (int c = 0; c < C; ++c) EXPECT_EQ(dwte[C + c], 0.0);
+  for (int c = 0; c < C; ++c) EXPECT_EQ(dwte[c], R[C + c]);
+}
+
+// ---- norms ----------------------------------------------------------------------------------
+
+TEST(CpuLayerNorm, GradCheckAndAccumulation) {
+  CpuBackend<double> be(1);
+  const int N = 3, C = 6;
+  Vec x = random_vec(N * C, 1), w = random_vec(C, 2, 0.5, 1.5), b = random_vec(C, 3);
+  const Vec R = random_vec(N * C, 4);
+  Vec out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
+  auto loss = [&] {
+    be.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5);
+    return dot(out, R);
+  };
+  loss();
+  for (int n = 0; n < N; ++n) {  // saved statistics
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += x[n * C + c] / C;
+    for (int c = 0; c < C; ++c) v += (x[n * C + c] - m) * (x[n * C + c] - m) / C;
+    EXPECT_NEAR(mean[n], m, 1e-15);
+    EXPECT_NEAR(rstd[n], 1 / std::sqrt(v + 1e-5), 1e-12);
+  }
+  be.layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
+                        rstd.data(), N, C);
+  const Vec dx1 = dx, dw1 = dw, db1 = db;
+  expect_grad("dinp", x, dx1, loss);
+  expect_grad("dw", w, dw1, loss);
+  expect_grad("db", b, db1, loss);
+  loss();  // restore mean, rstd
+  // dinp, dw and db all accumulate (dinp: the residual stream's gradient flows through)
+  be.layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
+                        rstd.data(), N, C);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], 2 * dx1[i], 1e-14);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw[i], 2 * dw1[i], 1e-14);
+  for (size_t i = 0; i < db.size(); ++i) EXPECT_NEAR(db[i], 2 * db1[i], 1e-14);
+}
+
+TEST(CpuRmsNorm, GradCheckAndAccumulation) {
+  CpuBackend<double> be(1);
+  const int N = 3, C = 6;
+  Vec x = random_vec(N * C, 1), w = random_vec(C, 2, 0.5, 1.5);
+  const Vec R = random_vec(N * C, 4);
+  Vec out(N * C), rstd(N), dx(N * C), dw(C);
+  auto loss = [&] {
+    be.rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
+    return dot(out, R);
+  };
+  loss();
+  for (int n = 0; n < N; ++n) {
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += x[n * C + c] * x[n * C + c] / C;
+    EXPECT_NEAR(rstd[n], 1 / std::sqrt(ss + 1e-5), 1e-12);
+    EXPECT_NEAR(out[n * C], x[n * C] * rstd[n] * w[0], 1e-15);
+  }
+  be.rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+  const Vec dx1 = dx, dw1 = dw;
+  expect_grad("dinp", x, dx1, loss);
+  expect_grad("dw", w, dw1, loss);
+  loss();
+  be.rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], 2 * dx1[i], 1e-14);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw[i], 2 * dw1[i], 1e-14);
+}
+
+// ---- pointwise ------------------------------------------------------------------------------
+
+TEST(CpuPointwise, Add) {
+  CpuBackend<double> be(1);
+  Vec a = random_vec(11, 1), b = random_vec(11, 2), out(11);
+  be.add(out.data(), a.data(), b.data(), 11);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(out[i], a[i] + b[i]);
+  be.add(a.data(), a.data(), b.data(), 11);  // in place on the residual stream
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(a[i], out[i]);
+}
+
+TEST(CpuGelu, MatchesTanhFormulaAndGradCheck) {
+  CpuBackend<double> be(1);
+  const int n = 40;
+  Vec x = random_vec(n, 1, -6.0, 6.0), out(n), dx(n, 123.0);
+  const Vec R = random_vec(n, 2);
+  be.gelu_forward(out.data(), x.data(), n);
+  for (int i = 0; i < n; ++i) {
+    const double u = std::sqrt(2 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
+    EXPECT_NEAR(out[i], 0.5 * x[i] * (1 + std::tanh(u)), 1e-14);
+  }
+  auto loss = [&] {
+    be.gelu_forward(out.data(), x.data(), n);
+    return dot(out, R);
+  };
+  be.gelu_backward(dx.data(), x.data(), R.data(), n);  // overwrites the 123s
+  const Vec dx1 = dx;
+  expect_grad("dinp", x, dx1, loss);
+  be.gelu_backward(dx.data(), x.data(), R.data(), n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(dx[i], dx1[i]);
+}
+
+TEST(CpuSwiglu, ForwardGradCheckOverwrite) {
+  CpuBackend<double> be(1);
+  const int N = 3, F = 5;
+  Vec x = random_vec(N * 2 * F, 1, -4.0, 4.0), out(N * F), dx(N * 2 * F, 7.0);
+  const Vec R = random_vec(N * F, 2);
+  be.swiglu_forward(out.data(), x.data(), N, F);
+  for (int n = 0; n < N; ++n)
+    for (int f = 0; f < F; ++f) {
+      const double g = x[n * 2 * F + f], u = x[n * 2 * F + F + f];
+      EXPECT_NEAR(out[n * F + f], g / (1 + std::exp(-g)) * u, 1e-14);
+    }
+  auto loss = [&] {
+    be.swiglu_forward(out.data(), x.data(), N, F);
+    return dot(out, R);
+  };
+  be.swiglu_backward(dx.data(), x.data(), R.data(), N, F);
+  const Vec dx1 = dx;
+  expect_grad("dinp", x, dx1, loss);
+  be.swiglu_backward(dx.data(), x.data(), R.data(), N, F);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_EQ(dx[i], dx1[i]);
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------
+
+TEST(CpuRope, InterleavedPairsRotateByPositionTimesFrequency) {
+  CpuBackend<double> be(1);
+  const int B = 1, T = 3, NH = 2, NKV = 1, hs = 4, QKV = (NH + 2 * NKV) * hs;
+  const double theta = 100.0;
+  Vec qkv = random_vec(B * T * QKV, 1);
+  const Vec x = qkv;
+  be.rope_forward(qkv.data(), B, T, NH, NKV, hs, theta);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NH + 2 * NKV; ++h)
+      for (int i = 0; i < hs / 2; ++i) {
+        const int k = t * QKV + h * hs + 2 * i;
+        const double a = h < NH + NKV ? t * std::pow(theta, -2.0 * i / hs) : 0.0;  // v: no rotation
+        EXPECT_NEAR(qkv[k], x[k] * std::cos(a) - x[k + 1] * std::sin(a), 1e-14);
+        EXPECT_NEAR(qkv[k + 1], x[k] * std::sin(a) + x[k + 1] * std::cos(a), 1e-14);
+      }
+}
+
+TEST(CpuRope, PreservesNormsBackwardIsInverseAndGradCheck) {
+  CpuBackend<double> be(1);
+  const int B = 2, T = 5, NH = 4, NKV = 2, hs = 6, QKV = (NH + 2 * NKV) * hs;
+  const double theta = 10000.0;
+  Vec qkv = random_vec(B * T * QKV, 1);
+  const Vec x = qkv;
+  be.rope_forward(qkv.data(), B, T, NH, NKV, hs, theta);
+  for (int r = 0; r < B * T; ++r)
+    for (int h = 0; h < NH + 2 * NKV; ++h) {
+      double n0 = 0, n1 = 0;
+      for (int i = 0; i < hs; ++i) {
+        n0 += x[r * QKV + h * hs + i] * x[r * QKV + h * hs + i];
+        n1 += qkv[r * QKV + h * hs + i] * qkv[r * QKV + h * hs + i];
+      }
+      EXPECT_NEAR(n1, n0, 1e-13);
+    }
+  be.rope_backward(qkv.data(), B, T, NH, NKV, hs, theta);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(qkv[i], x[i], 1e-14);
+
+  Vec in = x, out(x.size());
+  const Vec R = random_vec(x.size(), 2);
+  auto loss = [&] {
+    out = in;
+    be.rope_forward(out.data(), B, T, NH, NKV, hs, theta);
+    return dot(out, R);
+  };
+  Vec d = R;
+  be.rope_backward(d.data(), B, T, NH, NKV, hs, theta);
+  expect_grad("dqkv", in, d, loss);
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+// Direct double reference: y[b,t,h] = sum_{j<=t} softmax_j(q_t . k_j / sqrt(hs)) v_j, kv head h/G.
+Vec attention_reference(const Vec& qkv, int B, int T, int NH, int NKV, int hs) {
+  const int QKV = (NH + 2 * NKV) * hs, G = NH / NKV;
+  Vec out(static_cast<size_t>(B) * T * NH * hs);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const double* q = &qkv[(b * T + t) * QKV + h * hs];
+        std::vector<double> s(t + 1);
+        double mx = -1e300, z = 0;
+        for (int j = 0; j <= t; ++j) {
+          const double* k = &qkv[(b * T + j) * QKV + (NH + h / G) * hs];
+          double d = 0;
+          for (int i = 0; i < hs; ++i) d += q[i] * k[i];
+          s[j] = d / std::sqrt(hs);
+          mx = std::max(mx, s[j]);
+        }
+        for (int j = 0; j <= t; ++j) z += s[j] = std::exp(s[j] - mx);
+        for (int i = 0; i < hs; ++i) {
+          double y = 0;
+          for (int j = 0; j <= t; ++j) y += s[j] / z * qkv[(b * T + j) * QKV + (NH + NKV + h / G) * hs + i];
+          out[(b * T + t) * NH * hs + h * hs + i] = y;
+        }
+      }
+  return out;
+}
+
+void attention_grad_check(int B, int T, int NH, int NKV, int hs) {
+  CpuBackend<double> be(1);
+  const int QKV = (NH + 2 * NKV) * hs;
+  Vec qkv = random_vec(B * T * QKV, 1, -1.5, 1.5);
+  const Vec R = random_vec(B * T * NH * hs, 2);
+  Vec out(B * T * NH * hs), probs(B * NH * T * T, -1.0), scratch(B * NH * T * T, 99.0);
+  Vec dqkv(qkv.size(), 55.0);
+  auto loss = [&] {
+    be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
+    return dot(out, R);
+  };
+  loss();
+  const Vec ref = attention_reference(qkv, B, T, NH, NKV, hs);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 1e-14);
+  for (int r = 0; r < B * NH * T; ++r) {  // rows of probs: causal and normalised
+    double s = 0;
+    for (int j = 0; j < T; ++j) s += probs[r * T + j];
+    EXPECT_NEAR(s, 1.0, 1e-14);
+    for (int j = r % T + 1; j < T; ++j) EXPECT_EQ(probs[r * T + j], 0.0);
+  }
+  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), probs.data(), B, T, NH,
+                        NKV, hs);
+  const Vec d1 = dqkv;
+  expect_grad("dqkv", qkv, d1, loss);
+  loss();
+  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), probs.data(), B, T, NH,
+                        NKV, hs);
+  for (size_t i = 0; i < dqkv.size(); ++i) EXPECT_EQ(dqkv[i], d1[i]) << "dqkv is overwritten";
+}
+
+TEST(CpuAttention, GradCheckMultiHead) { attention_grad_check(2, 5, 3, 3, 4); }
+TEST(CpuAttention, GradCheckGroupedQuery) { attention_grad_check(2, 5, 4, 2, 4); }
+TEST(CpuAttention, GradCheckMultiQuery) { attention_grad_check(1, 4, 4, 1, 3); }
+
+TEST(CpuAttention, CausalNoGradientToTheFuture) {
+  CpuBackend<double> be(1);
+  const int B = 2, T = 6, NH = 4, NKV = 2, hs = 4, QKV = (NH + 2 * NKV) * hs, t0 = 2;
+  Vec qkv = random_vec(B * T * QKV, 1), out(B * T * NH * hs), probs(B * NH * T * T);
+  Vec scratch(B * NH * T * T), dqkv(qkv.size());
+  Vec R(out.size(), 0.0);  // only outputs at t <= t0 matter
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t <= t0; ++t)
+      for (int i = 0; i < NH * hs; ++i) R[(b * T + t) * NH * hs + i] = std::sin(1.0 + i + t + b);
+  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
+  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), probs.data(), B, T, NH,
+                        NKV, hs);
+  double past = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < QKV; ++i) {
+        const double g = dqkv[(b * T + t) * QKV + i];
+        if (t > t0)
+          EXPECT_EQ(g, 0.0) << "b " << b << " t " << t << " i " << i;
+        else
+          past += std::abs(g);
+      }
+  EXPECT_GT(past, 0.0);
+  // and the outputs at t <= t0 do not move when the future changes
+  const Vec out0 = out;
+  for (int i = 0; i < QKV; ++i) qkv[(T - 1) * QKV + i] += 1.0;
+  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
+  for (int t = 0; t < T - 1; ++t)
+    for (int i = 0; i < NH * hs; ++i) EXPECT_EQ(out[t * NH * hs + i], out0[t * NH * hs + i]);
+}
+
+// ---- cross-entropy --------------------------------------------------------------------------
+
+TEST(CpuCrossEntropy, PaddedVocabLossAndGradCheck) {
+  CpuBackend<double> be(1);
+  const int N = 3, V = 10, Vp = 16;
+  const std::vector<int32_t> targets = {0, 9, 4};
+  Vec logits = random_vec(N * Vp, 1, -3.0, 3.0);
+  for (int n = 0; n < N; ++n)
+    for (int j = V; j < Vp; ++j) logits[n * Vp + j] = 1e3;  // padding must be ignored
+  Vec x = logits, losses(N, -1.0);
+  const double total = be.crossentropy(x.data(), losses.data(), targets.data(), N, V, Vp, 0.0);
+  double expect_total = 0;  // direct double computation over the V real columns
+  for (int n = 0; n < N; ++n) {
+    double z = 0;
+    for (int j = 0; j < V; ++j) z += std::exp(logits[n * Vp + j]);
+    const double l = std::log(z) - logits[n * Vp + targets[n]];
+    EXPECT_NEAR(losses[n], l, 1e-14);
+    expect_total += l;
+  }
+  EXPECT_NEAR(total, expect_total, 1e-13);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], logits[i]) << "dloss == 0: untouched";
+
+  const double dloss = 1.0 / N;
+  Vec grad = logits;
+  const double total2 = be.crossentropy(grad.data(), losses.data(), targets.data(), N, V, Vp, dloss);
+  EXPECT_EQ(total2, total);
+  for (int n = 0; n < N; ++n)
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(grad[n * Vp + j], 0.0) << "padding gradient";
+  Vec in = logits;
+  auto loss = [&] {
+    x = in;
+    return dloss * be.crossentropy(x.data(), losses.data(), targets.data(), N, V, Vp, 0.0);
+  };
+  expect_grad("dlogits", in, grad, loss);
+}
+
+// ---- optimizer ------------------------------------------------------------------------------
+
+TEST(CpuOptimizer, SumSquaresAndScale) {
+  CpuBackend<double> be(1);
+  Vec x = random_vec(100003, 1);
+  double s = 0;
+  for (double v : x) s += v * v;
+  EXPECT_NEAR(be.sum_squares(x.data(), x.size()), s, 1e-12 * s);  // summation order differs
+  EXPECT_EQ(be.sum_squares(x.data(), 0), 0.0);
+  const Vec x0 = x;
+  be.scale(x.data(), 0.25, x.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], 0.25 * x0[i]);
+}
+
+// AdamW against a hand-written double reference; float on the same inputs within 1e-6.
+TEST(CpuOptimizer, AdamWMatchesReference) {
+  const size_t n = 37;  // not a multiple of the SIMD width: exercises the tail
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+  Vec p = random_vec(n, 1), m(n, 0.0), v(n, 0.0);
+  std::vector<Vec> grads = {random_vec(n, 2), random_vec(n, 3), random_vec(n, 4)};
+  Vec rp = p, rm = m, rv = v;
+  CpuBackend<double> be(1);
+  CpuBackend<float> bf(1);
+  std::vector<float> fp = testing::to_float(p), fm(n, 0.f), fv(n, 0.f);
+  for (int t = 1; t <= 3; ++t) {
+    const Vec& g = grads[t - 1];
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = g[i] * double(gs);
+      rm[i] = double(b1) * rm[i] + (1 - double(b1)) * gi;
+      rv[i] = double(b2) * rv[i] + (1 - double(b2)) * gi * gi;
+      const double mh = rm[i] / (1 - std::pow(double(b1), t));
+      const double vh = rv[i] / (1 - std::pow(double(b2), t));
+      rp[i] -= double(lr) * (mh / (std::sqrt(vh) + double(eps)) + double(wd) * rp[i]);
+    }
+    be.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gs);
+    const std::vector<float> fg = testing::to_float(g);
+    bf.adamw(fp.data(), fg.data(), fm.data(), fv.data(), n, lr, b1, b2, eps, wd, t, gs);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(p[i], rp[i], 1e-14);
+    EXPECT_NEAR(m[i], rm[i], 1e-15);
+    EXPECT_NEAR(v[i], rv[i], 1e-15);
+    EXPECT_NEAR(fp[i], rp[i], 1e-6);
+    EXPECT_NEAR(fm[i], rm[i], 1e-6);
+    EXPECT_NEAR(fv[i], rv[i], 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace mpitrain

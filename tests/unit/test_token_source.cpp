@@ -1,0 +1,234 @@
+// Token files: write -> open -> read for HDF5, llm.c and nanoGPT, and the errors users meet.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mpitrain/data/byte_tokenizer.hpp"
+#include "mpitrain/data/token_source.hpp"
+#include "mpitrain/data/token_writer.hpp"
+#include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+using namespace mpitrain;
+
+namespace {
+
+class TokenSourceTest : public ::testing::Test {  // a fresh temporary directory per test
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "mpitrain-tokens-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    for (uint32_t i = 0; i < 1000; ++i) tokens_.push_back((i * 7919) % 50257);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Every token of src, read in pieces of various sizes.
+  static std::vector<uint32_t> read_all(const TokenSource& src) {
+    std::vector<uint32_t> all;
+    std::vector<int32_t> buf(97);
+    for (uint64_t pos = 0; pos < src.size(); pos += 97) {
+      const uint64_t n = std::min<uint64_t>(97, src.size() - pos);
+      src.read(pos, n, buf.data());
+      all.insert(all.end(), buf.begin(), buf.begin() + n);
+    }
+    return all;
+  }
+
+  // The message of the UsageError that opening `file` throws ("" if none).
+  static std::string open_error(const std::string& file, TokenFormat format = TokenFormat::Auto) {
+    try {
+      open_tokens(file, format);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::filesystem::path dir_;
+  std::vector<uint32_t> tokens_;
+};
+
+void write_bytes(const std::string& file, const std::string& bytes) {
+  std::ofstream(file, std::ios::binary) << bytes;
+}
+
+}  // namespace
+
+TEST_F(TokenSourceTest, ParseFormat) {
+  EXPECT_EQ(parse_token_format("auto"), TokenFormat::Auto);
+  EXPECT_EQ(parse_token_format("hdf5"), TokenFormat::Hdf5);
+  EXPECT_EQ(parse_token_format("llmc"), TokenFormat::Llmc);
+  EXPECT_EQ(parse_token_format("nanogpt"), TokenFormat::NanoGpt);
+  EXPECT_THROW(parse_token_format("parquet"), UsageError);
+}
+
+TEST_F(TokenSourceTest, Hdf5Uint16RoundTrip) {
+  write_tokens_hdf5(path("t.h5"), tokens_, 50257, "gpt2");
+  for (auto format : {TokenFormat::Auto, TokenFormat::Hdf5}) {
+    auto src = open_tokens(path("t.h5"), format);
+    EXPECT_EQ(src->size(), tokens_.size());
+    EXPECT_EQ(src->vocab_size(), 50257);
+    EXPECT_EQ(src->tokenizer(), "gpt2");
+    EXPECT_EQ(src->path(), path("t.h5"));
+    EXPECT_EQ(read_all(*src), tokens_);
+    int32_t x = 0;
+    EXPECT_THROW(src->read(1000, 1, &x), Error);
+    src->read(1000, 0, &x);  // empty range at the end is fine
+  }
+  H5Handle file = open_file(path("t.h5"));  // stored as uint16, attributes on /tokens
+  H5Handle dset = open_dataset(file.get(), "tokens");
+  H5Handle type(H5Dget_type(dset.get()));
+  EXPECT_EQ(H5Tget_size(type.get()), 2u);
+  EXPECT_EQ(read_attribute_int(dset.get(), "vocab_size"), 50257);
+}
+
+TEST_F(TokenSourceTest, Hdf5Uint32RoundTrip) {
+  std::vector<uint32_t> big = {0, 65535, 65536, 100000, 128255};
+  write_tokens_hdf5(path("t.h5"), big, 128256, "llama3");
+  auto src = open_tokens(path("t.h5"));
+  EXPECT_EQ(src->vocab_size(), 128256);
+  EXPECT_EQ(read_all(*src), big);
+  EXPECT_EQ(max_token(*src, 0, src->size()), 128255u);
+  EXPECT_THROW(write_tokens_hdf5(path("u.h5"), big, 1000, "x"), Error);  // token >= vocab
+}
+
+TEST_F(TokenSourceTest, LlmcRoundTrip) {
+  write_llmc_shard(path("shard.bin"), tokens_);
+  EXPECT_EQ(std::filesystem::file_size(path("shard.bin")), 1024 + 2 * tokens_.size());
+  for (auto format : {TokenFormat::Auto, TokenFormat::Llmc}) {
+    auto src = open_tokens(path("shard.bin"), format);
+    EXPECT_EQ(src->vocab_size(), -1);
+    EXPECT_EQ(src->tokenizer(), "");
+    EXPECT_EQ(read_all(*src), tokens_);
+    int32_t x = 0;
+    EXPECT_THROW(src->read(999, 2, &x), Error);
+  }
+  EXPECT_THROW(write_llmc_shard(path("bad.bin"), {70000}), Error);
+}
+
+TEST_F(TokenSourceTest, LlmcUint32Shard) {  // the Llama-3 variant, written by hand
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240801;
+  header[1] = 7;
+  header[2] = 3;
+  const std::vector<uint32_t> body = {1, 128000, 70000};
+  std::ofstream out(path("llama.bin"), std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(body.data()), 12);
+  out.close();
+  auto src = open_tokens(path("llama.bin"));
+  EXPECT_EQ(read_all(*src), body);
+}
+
+TEST_F(TokenSourceTest, NanoGptRoundTrip) {
+  write_nanogpt_bin(path("train.bin"), tokens_);
+  EXPECT_EQ(std::filesystem::file_size(path("train.bin")), 2 * tokens_.size());
+  for (auto format : {TokenFormat::Auto, TokenFormat::NanoGpt}) {
+    auto src = open_tokens(path("train.bin"), format);
+    EXPECT_EQ(src->vocab_size(), -1);
+    EXPECT_EQ(read_all(*src), tokens_);
+  }
+}
+
+TEST_F(TokenSourceTest, TruncatedLlmcShardNamesTheFile) {
+  write_llmc_shard(path("shard.bin"), tokens_);
+  std::filesystem::resize_file(path("shard.bin"), 1024 + 2 * 500);
+  const std::string msg = open_error(path("shard.bin"));
+  EXPECT_NE(msg.find(path("shard.bin")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  std::filesystem::resize_file(path("shard.bin"), 100);  // shorter than the header
+  EXPECT_NE(open_error(path("shard.bin"), TokenFormat::Llmc).find("truncated"), std::string::npos);
+}
+
+TEST_F(TokenSourceTest, WrongMagicAndVersion) {
+  write_bytes(path("x.dat"), std::string(2048, 'a'));
+  const std::string msg = open_error(path("x.dat"));  // auto: no format matches
+  EXPECT_NE(msg.find(path("x.dat")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("HDF5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("llm.c"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nanoGPT"), std::string::npos) << msg;
+  EXPECT_NE(open_error(path("x.dat"), TokenFormat::Llmc).find("magic"), std::string::npos);
+  EXPECT_NE(open_error(path("x.dat"), TokenFormat::Hdf5).find("not an HDF5 file"),
+            std::string::npos);
+
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 7;  // uint16 magic with the uint32 version
+  write_bytes(path("v.bin"), std::string(reinterpret_cast<const char*>(header.data()), 1024));
+  EXPECT_NE(open_error(path("v.bin")).find("version"), std::string::npos);
+}
+
+TEST_F(TokenSourceTest, OddSizedNanoGptFile) {
+  write_bytes(path("odd.bin"), "abc");
+  EXPECT_NE(open_error(path("odd.bin"), TokenFormat::NanoGpt).find("odd size"), std::string::npos);
+  EXPECT_NE(open_error(path("odd.bin")).find("not a token file"), std::string::npos);
+}
+
+TEST_F(TokenSourceTest, MissingFile) {
+  for (auto format : {TokenFormat::Auto, TokenFormat::Hdf5, TokenFormat::Llmc}) {
+    const std::string msg = open_error(path("nope.h5"), format);
+    EXPECT_NE(msg.find(path("nope.h5")), std::string::npos) << msg;
+    EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+  }
+  EXPECT_NE(open_error(dir_.string()).find("not a regular file"), std::string::npos);
+}
+
+TEST_F(TokenSourceTest, Hdf5WithoutTokensOrWithWrongType) {
+  { H5Handle file = create_file(path("empty.h5")); }
+  const std::string msg = open_error(path("empty.h5"));
+  EXPECT_NE(msg.find(path("empty.h5")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/tokens"), std::string::npos) << msg;
+  {
+    H5Handle file = create_file(path("i64.h5"));
+    H5Handle dset = create_dataset_1d(file.get(), "tokens", H5T_STD_I64LE, 4);
+  }
+  const std::string type_msg = open_error(path("i64.h5"));
+  EXPECT_NE(type_msg.find("int64"), std::string::npos) << type_msg;
+  EXPECT_NE(type_msg.find("uint16 or uint32"), std::string::npos) << type_msg;
+}
+
+TEST_F(TokenSourceTest, Hdf5WithoutAttributes) {
+  {
+    H5Handle file = create_file(path("plain.h5"));
+    H5Handle dset = create_dataset_1d(file.get(), "tokens", H5T_STD_U16LE, 3);
+    const std::vector<uint16_t> v = {5, 6, 7};
+    write_1d(dset.get(), native_type<uint16_t>(), 0, 3, v.data());
+  }
+  auto src = open_tokens(path("plain.h5"));
+  EXPECT_EQ(src->vocab_size(), -1);
+  EXPECT_EQ(src->tokenizer(), "");
+  EXPECT_EQ(read_all(*src), (std::vector<uint32_t>{5, 6, 7}));
+}
+
+TEST_F(TokenSourceTest, MaxToken) {
+  write_nanogpt_bin(path("a.bin"), tokens_);
+  auto src = open_tokens(path("a.bin"));
+  uint32_t expect_all = 0, expect_part = 0;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    expect_all = std::max(expect_all, tokens_[i]);
+    if (i >= 10 && i < 20) expect_part = std::max(expect_part, tokens_[i]);
+  }
+  EXPECT_EQ(max_token(*src, 0, src->size()), expect_all);
+  EXPECT_EQ(max_token(*src, 10, 20), expect_part);
+  EXPECT_EQ(max_token(*src, 5, 5), 0u);
+  EXPECT_THROW(max_token(*src, 0, src->size() + 1), Error);
+}
+
+TEST(ByteTokenizer, EncodeDecode) {
+  const ByteTokenizer tok;
+  const std::string text("h\xc3\xa9llo\n\0x", 9);  // UTF-8 and a NUL byte
+  const auto ids = tok.encode(text);
+  ASSERT_EQ(ids.size(), 9u);
+  EXPECT_EQ(ids[1], 0xc3u);
+  EXPECT_EQ(ids[7], 0u);
+  const std::vector<int32_t> back(ids.begin(), ids.end());
+  EXPECT_EQ(tok.decode(back.data(), back.size()), text);
+  const std::vector<int32_t> odd = {104, 256, 105, -1};
+  EXPECT_EQ(tok.decode(odd.data(), odd.size()), "h<|256|>i<|-1|>");
+}
