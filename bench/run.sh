@@ -178,5 +178,16 @@ done
     printf "#  info tiny, 1 thread vs llm.c CPU trainer (%d ms/step, reference (not measured here)): %.2fx faster\n",
            llmc, llmc / ms }'
   echo "# Note: PyTorch's OpenBLAS may use both cores even at torch.set_num_threads(1) (measured earlier on this machine type)."
+  busy=$(awk -v a="$load_start" -v b="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { split(a, s, " ");
+    print (s[1] > 1.0 || b > 2.5) ? 1 : 0 }')
+  over=0
+  for key in "${!mfu[@]}"; do
+    if awk -v m="${mfu[$key]}" 'BEGIN { exit !(m > 1.0) }'; then over=1; fi
+  done
+  if [[ $busy == 1 || $over == 1 ]]; then
+    echo "# WARNING: other work was running (load average above) or an MFU exceeds 1 (the sgemm rate"
+    echo "#          and the training run saw different load): multi-thread rows are unreliable; rerun"
+    echo "#          on an idle machine."
+  fi
 } | tee "$results"
 echo "bench: table saved to $results"
