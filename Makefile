@@ -1,10 +1,11 @@
 # mpitrain — the two commands a user needs:
 #   make run    install what is missing, build, prepare the sample data, train a small model
 #   make test   the same set-up, then every test (ctest)
-# Also: make build, make data, make bench, make clean. Variables: BUILD, NP, CONFIG, CMAKE_FLAGS.
+# Also: make build, make data, make bench, make clean. Variables: BUILD, NP, PP, CONFIG, CMAKE_FLAGS.
 
 BUILD       ?= build
 NP          ?= 4
+PP          ?= 2
 CONFIG      ?= input/tiny-gpt2.ini
 CMAKE_FLAGS ?=
 JOBS        ?= $(shell nproc)
@@ -31,7 +32,7 @@ data: build
 	@BUILD_DIR=$(abspath $(BUILD)) bash tools/prepare-sample-data.sh $(DATA)
 
 run: data
-	$(MPIRUN) -np $(NP) $(BUILD)/trainer --config $(CONFIG) \
+	$(MPIRUN) -np $(NP) $(BUILD)/trainer --config $(CONFIG) --pp $(PP) \
 	  --train-data $(DATA)/train.h5 --val-data $(DATA)/val.h5 --out-dir runs/sample --overwrite
 
 test: data

@@ -102,7 +102,7 @@ void run(const Shape& s, int steps, double sgemm_gflops) {
     a = {A(nc), A(N), A(N), A(3 * nc), A(nc), A(att), A(nc), A(nc), A(nc), A(N), A(N),
          A(4 * nc), A(4 * nc), A(nc), A(nc)};
   float *lnf = A(nc), *lnf_mean = A(N), *lnf_rstd = A(N), *logits = A(static_cast<size_t>(N) * Vp),
-        *losses = A(N);
+        *losses = A(N), *row_max = A(N), *ce_stats = A(2 * static_cast<size_t>(N));
   float *dres = A(nc), *dln = A(nc), *dqkv = A(3 * nc), *datty = A(nc), *scratch = A(att),
         *dfch = A(4 * nc), *dfch_act = A(4 * nc);
   std::vector<int32_t> tokens(N), targets(N);
@@ -114,7 +114,7 @@ void run(const Shape& s, int steps, double sgemm_gflops) {
     if (step == 1) tm.total.clear();  // step 0 warms up
     const auto t0 = Clock::now();
     tm("zero", [&] { be.zero(grads, nparams); });
-    tm("embedding", [&] { be.embedding_forward(encoded, tokens.data(), wte, wpe, B, T, C); });
+    tm("embedding", [&] { be.embedding_forward(encoded, tokens.data(), wte, wpe, B, T, C, 0, Vp); });
     const float* x = encoded;
     for (int l = 0; l < L; ++l) {
       LayerActs& a = acts[l];
@@ -134,7 +134,11 @@ void run(const Shape& s, int steps, double sgemm_gflops) {
     tm("layernorm", [&] { be.layernorm_forward(lnf, lnf_mean, lnf_rstd, x, lnfw, lnfb, N, C, 1e-5f); });
     tm("matmul", [&] { be.matmul_forward(logits, lnf, wte, nullptr, N, C, Vp); });
     double loss = 0;
-    tm("crossentropy", [&] { loss = be.crossentropy(logits, losses, targets.data(), N, V, Vp, 1.0f / N); });
+    tm("crossentropy", [&] {  // one rank: the three phases with no all-reduce between them
+      be.ce_row_max(logits, row_max, N, Vp, 0, V);
+      be.ce_stats(logits, row_max, targets.data(), ce_stats, N, Vp, 0, V);
+      loss = be.ce_loss(logits, row_max, ce_stats, targets.data(), losses, N, Vp, 0, V, 1.0f / N);
+    });
     // backward
     tm("matmul", [&] { be.matmul_backward(dln, dwte, nullptr, logits, lnf, wte, N, C, Vp); });
     tm("zero", [&] { be.zero(dres, nc); });
@@ -152,7 +156,7 @@ void run(const Shape& s, int steps, double sgemm_gflops) {
       tm("matmul", [&] { be.matmul_backward(dln, g.qkvw, g.qkvb, dqkv, a.ln1, p.qkvw, N, C, 3 * C); });
       tm("layernorm", [&] { be.layernorm_backward(dres, g.ln1w, g.ln1b, dln, xl, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C); });
     }
-    tm("embedding", [&] { be.embedding_backward(dwte, dwpe, dres, tokens.data(), B, T, C); });
+    tm("embedding", [&] { be.embedding_backward(dwte, dwpe, dres, tokens.data(), B, T, C, 0, Vp); });
     double ss = 0;
     tm("optimizer", [&] { ss = be.sum_squares(grads, nparams); });
     tm("optimizer", [&] { be.adamw(params, grads, m, v, nparams, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 1, 1.0f); });

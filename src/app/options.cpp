@@ -58,6 +58,15 @@ Options parse_options(int argc, const char* const* argv) {
       ("peak-gflops", with_default(&t.peak_gflops),
        "peak GFLOP/s of one rank for MFU; 0 = measure this rank's sgemm rate at start-up");
 
+  po::options_description parallel("Parallelism");
+  parallel.add_options()
+      ("dp", with_default(&t.dp), "data-parallel ranks; 0 = world size / (tp x pp)")
+      ("tp", with_default(&t.tp), "tensor-parallel ranks (Megatron); 0 = derived, else 1")
+      ("pp", with_default(&t.pp), "pipeline stages; 0 = derived, else 1")
+      ("pp-layers", with_default(&t.pp_layers), "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
+      ("pp-schedule", with_default(&t.pp_schedule), "pipeline schedule: gpipe or 1f1b")
+      ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket size (MiB)");
+
   po::options_description model("Model");
   model.add_options()
       ("arch", with_default(&arch), "gpt2 (LayerNorm, GELU, learned positions, biases, tied "
@@ -104,13 +113,15 @@ Options parse_options(int argc, const char* const* argv) {
       ("init-from", with_default(&t.init_from), "start from an llm.c GPT-2 model file")
       ("export-llmc", with_default(&t.export_llmc),
        "at the end, write the gpt2 model in llm.c's format to this file")
+      ("export-params", with_default(&t.export_params),
+       "at the end, write every parameter with its full shape to this HDF5 file")
       ("sample-tokens", with_default(&t.sample_tokens), "tokens of text generated at the end")
       ("sample-prompt", with_default(&t.sample_prompt), "text the sample starts from; '' = a newline")
       ("sample-temperature", with_default(&t.sample_temperature), "sampling temperature; 0 = greedy");
 
   po::options_description all("trainer — train a GPT-2 or Llama model with MPI\n\nUsage: mpirun "
                               "-np N trainer --config FILE [--option value ...]\n");
-  all.add(general).add(model).add(train).add(data);
+  all.add(general).add(parallel).add(model).add(train).add(data);
 
   po::variables_map vm;
   try {
@@ -159,6 +170,8 @@ Options parse_options(int argc, const char* const* argv) {
   check_nonnegative(t.min_lr_ratio, "min-lr-ratio");
   check_nonnegative(t.weight_decay, "weight-decay");
   check_nonnegative(t.grad_clip, "grad-clip");
+  require(t.bucket_mb > 0, "bucket-mb must be positive");
+  require(t.dp >= 0 && t.tp >= 0 && t.pp >= 0, "dp, tp and pp must not be negative");
   check_nonnegative(t.peak_gflops, "peak-gflops");
   check_nonnegative(t.sample_temperature, "sample-temperature");
   require(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "beta1 and beta2 must lie in [0, 1)");

@@ -1,55 +1,100 @@
-// CPU backend: fused softmax + cross-entropy over logits(N, Vp), columns >= V padding.
+// CPU backend: vocabulary-parallel softmax cross-entropy in three phases over this rank's
+// logits(N, Vl) = columns [v0, v0 + Vl) of the padded vocabulary; global columns >= V are padding.
+// Local column j is real iff j < R = clamp(V - v0, 0, Vl), so the real columns are a prefix.
+//
+// Per row n (m, Z, x_t are the global values the caller combined between the phases):
+//   1) m_local = max_{j<R} x_j                    (-inf when R == 0)
+//   2) Z_local = sum_{j<R} e^(x_j - m) (summed in double, stored as T); x_t if t is held, else 0
+//   3) loss = log Z + m - x_t;  if dloss != 0:  x_j = e^(x_j - m) (dloss / Z) - [j == t] dloss
+//      for j < R, 0 for R <= j < Vl.
+// Rows in parallel above a work threshold; every per-row result is computed by one thread in a
+// fixed order and the returned total is summed over fixed row chunks, so all results are bitwise
+// independent of the thread count. Each phase reads the row once (phase 3 only with a gradient),
+// and e^x is the vectorised cpu::exp_fast for float.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cpu_kernels.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 
 namespace mpitrain {
 
-// per row: m = max_{j<V} x_j;  Z = sum_{j<V} e^(x_j - m) (in double);  loss = log Z + m - x_target
-// if dloss != 0: x_j = (e^(x_j - m) / Z - [j == target]) dloss for j < V, 0 for V <= j < Vp.
-// Rows in parallel; the total is summed over fixed row chunks (independent of thread count).
+namespace {
+// The number of real (non-padding) columns among this rank's Vl columns starting at v0.
+inline int real_columns(int Vl, int v0, int V) { return std::clamp(V - v0, 0, Vl); }
+}  // namespace
+
 template <typename T>
-double CpuBackend<T>::crossentropy(T* logits, T* losses, const int32_t* targets, int N, int V,
-                                   int Vp, T dloss) {
+void CpuBackend<T>::ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) {
+  const int R = real_columns(Vl, v0, V);
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * R > cpu::kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const T* x = logits + static_cast<size_t>(n) * Vl;
+    T m = -std::numeric_limits<T>::infinity();
+    // not std::max(m, x[j]): GCC leaves that form scalar. A NaN logit may be dropped here, but
+    // e^(NaN - m) = NaN in phase 2 still makes the row's loss NaN.
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < R; ++j) m = m > x[j] ? m : x[j];
+    row_max[n] = m;
+  }
+}
+
+template <typename T>
+void CpuBackend<T>::ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats,
+                             int N, int Vl, int v0, int V) {
+  const int R = real_columns(Vl, v0, V);
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * R > cpu::kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const T* x = logits + static_cast<size_t>(n) * Vl;
+    const T m = row_max[n];
+    double z = 0.0;
+#pragma omp simd reduction(+ : z)
+    for (int j = 0; j < R; ++j) z += cpu::exp_fast(x[j] - m);
+    stats[n] = static_cast<T>(z);
+    const int t = targets[n] - v0;
+    stats[N + n] = t >= 0 && t < R ? x[t] : T(0);
+  }
+}
+
+template <typename T>
+double CpuBackend<T>::ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets,
+                              T* losses, int N, int Vl, int v0, int V, T dloss) {
+  const int R = real_columns(Vl, v0, V);
   const bool grad = dloss != T(0);
-  const size_t rows_per_chunk = std::max<size_t>(1, cpu::kParallelWork / static_cast<size_t>(Vp));
+  // The chunking depends on Vl only (not on dloss), so the total is the same with or without the
+  // gradient, and the same on every tensor-parallel rank (they all have the same Vl).
+  const size_t rows_per_chunk = std::max<size_t>(1, cpu::kParallelWork / std::max(Vl, 1));
   return cpu::chunked_sum(N, rows_per_chunk, [&](size_t n0, size_t n1) {
     double total = 0.0;
     for (size_t n = n0; n < n1; ++n) {
-      T* x = logits + n * Vp;
-      const int target = targets[n];
-      const T xt = x[target];
-      T m = x[0];
-#pragma omp simd reduction(max : m)
-      for (int j = 0; j < V; ++j) m = std::max(m, x[j]);
-      double z = 0.0;
-      if (grad) {
-#pragma omp simd reduction(+ : z)
-        for (int j = 0; j < V; ++j) {
-          x[j] = cpu::exp_fast(x[j] - m);
-          z += x[j];
-        }
-        const T s = static_cast<T>(1.0 / z) * dloss;
-#pragma omp simd
-        for (int j = 0; j < V; ++j) x[j] *= s;
-        x[target] -= dloss;
-        for (int j = V; j < Vp; ++j) x[j] = T(0);
-      } else {
-#pragma omp simd reduction(+ : z)
-        for (int j = 0; j < V; ++j) z += cpu::exp_fast(x[j] - m);
-      }
-      const double loss = std::log(z) + static_cast<double>(m) - static_cast<double>(xt);
+      const T m = row_max[n];
+      const double z = static_cast<double>(stats[n]);
+      const double loss = std::log(z) + static_cast<double>(m) - static_cast<double>(stats[N + n]);
       losses[n] = static_cast<T>(loss);
       total += loss;
+      if (grad) {
+        T* x = logits + n * Vl;
+        const T s = static_cast<T>(1.0 / z) * dloss;
+#pragma omp simd
+        for (int j = 0; j < R; ++j) x[j] = cpu::exp_fast(x[j] - m) * s;
+        for (int j = R; j < Vl; ++j) x[j] = T(0);
+        const int t = targets[n] - v0;
+        if (t >= 0 && t < R) x[t] -= dloss;
+      }
     }
     return total;
   });
 }
 
-template double CpuBackend<float>::crossentropy(float*, float*, const int32_t*, int, int, int,
-                                                float);
-template double CpuBackend<double>::crossentropy(double*, double*, const int32_t*, int, int, int,
-                                                 double);
+#define MPITRAIN_INSTANTIATE(T)                                                                \
+  template void CpuBackend<T>::ce_row_max(const T*, T*, int, int, int, int);                   \
+  template void CpuBackend<T>::ce_stats(const T*, const T*, const int32_t*, T*, int, int, int, \
+                                        int);                                                  \
+  template double CpuBackend<T>::ce_loss(T*, const T*, const T*, const int32_t*, T*, int, int, \
+                                         int, int, T);
+MPITRAIN_INSTANTIATE(float)
+MPITRAIN_INSTANTIATE(double)
+#undef MPITRAIN_INSTANTIATE
 
 }  // namespace mpitrain

@@ -50,38 +50,53 @@ void CpuBackend<T>::copy(T* dst, const T* src, size_t n) {
 }
 
 // ---- embeddings ---------------------------------------------------------------------------
+// Vocabulary-parallel: this rank holds wte rows [v0, v0 + Vl); a token t is held iff
+// 0 <= t - v0 < Vl (one unsigned comparison).
+namespace {
+inline bool holds(int32_t token, int v0, int Vl) {
+  return static_cast<uint32_t>(token - v0) < static_cast<uint32_t>(Vl);
+}
+}  // namespace
 
-// out(B,T,C) = wte[tokens[b,t]] + wpe[t]
+// out(B,T,C) = (wte[tokens[b,t] - v0] if held, else 0) + (wpe[t] if wpe)
 template <typename T>
 void CpuBackend<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                                      int B, int Tlen, int C) {
+                                      int B, int Tlen, int C, int v0, int Vl) {
   const int N = B * Tlen;
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
   for (int n = 0; n < N; ++n) {
     T* o = out + static_cast<size_t>(n) * C;
-    const T* e = wte + static_cast<size_t>(tokens[n]) * C;
-    if (wpe != nullptr) {
-      const T* p = wpe + static_cast<size_t>(n % Tlen) * C;
+    const T* p = wpe != nullptr ? wpe + static_cast<size_t>(n % Tlen) * C : nullptr;
+    if (holds(tokens[n], v0, Vl)) {
+      const T* e = wte + static_cast<size_t>(tokens[n] - v0) * C;
+      if (p != nullptr) {
 #pragma omp simd
-      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+        for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      } else {
+        std::memcpy(o, e, C * sizeof(T));
+      }
+    } else if (p != nullptr) {
+      std::memcpy(o, p, C * sizeof(T));
     } else {
-      std::memcpy(o, e, C * sizeof(T));
+      std::memset(o, 0, C * sizeof(T));
     }
   }
 }
 
-// dwte[tokens[n]] += dout[n]; dwpe[t] += sum_b dout[b,t]. Parallel over column blocks: repeated
-// tokens never race and the order of the additions is fixed.
+// dwte[tokens[n] - v0] += dout[n] for held tokens; dwpe[t] += sum_b dout[b,t] (all tokens).
+// Parallel over column blocks: repeated tokens never race and the order of the additions is fixed.
 template <typename T>
 void CpuBackend<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens,
-                                       int B, int Tlen, int C) {
+                                       int B, int Tlen, int C, int v0, int Vl) {
   const int N = B * Tlen;
   cpu::for_column_blocks(C, N, [&](int c0, int c1) {
     for (int n = 0; n < N; ++n) {
       const T* d = dout + static_cast<size_t>(n) * C;
-      T* e = dwte + static_cast<size_t>(tokens[n]) * C;
+      if (holds(tokens[n], v0, Vl)) {
+        T* e = dwte + static_cast<size_t>(tokens[n] - v0) * C;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) e[c] += d[c];
+        for (int c = c0; c < c1; ++c) e[c] += d[c];
+      }
       if (dwpe != nullptr) {
         T* p = dwpe + static_cast<size_t>(n % Tlen) * C;
 #pragma omp simd
@@ -174,9 +189,9 @@ void CpuBackend<T>::swiglu_backward(T* dinp, const T* inp, const T* dout, int N,
   template void CpuBackend<T>::zero(T*, size_t);                                                 \
   template void CpuBackend<T>::copy(T*, const T*, size_t);                                       \
   template void CpuBackend<T>::embedding_forward(T*, const int32_t*, const T*, const T*, int, int, \
-                                                 int);                                           \
+                                                 int, int, int);                                 \
   template void CpuBackend<T>::embedding_backward(T*, T*, const T*, const int32_t*, int, int,    \
-                                                  int);                                          \
+                                                  int, int, int);                                \
   template void CpuBackend<T>::add(T*, const T*, const T*, size_t);                              \
   template void CpuBackend<T>::gelu_forward(T*, const T*, size_t);                               \
   template void CpuBackend<T>::gelu_backward(T*, const T*, const T*, size_t);                    \

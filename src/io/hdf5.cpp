@@ -150,11 +150,20 @@ H5Handle open_dataset(hid_t loc, const std::string& name) {
   return H5Handle(H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
 }
 
-H5Handle create_dataset_1d(hid_t loc, const std::string& name, hid_t type, uint64_t size) {
-  const hsize_t dims = size;
-  H5Handle space(H5_CHECK(H5Screate_simple(1, &dims, nullptr)));
+H5Handle create_dataset(hid_t loc, const std::string& name, hid_t type,
+                        const std::vector<uint64_t>& dims) {
+  const std::vector<hsize_t> extent(dims.begin(), dims.end());
+  H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(extent.size()), extent.data(), nullptr)));
   return H5Handle(H5_CHECK(
       H5Dcreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+}
+
+H5Handle create_dataset_1d(hid_t loc, const std::string& name, hid_t type, uint64_t size) {
+  return create_dataset(loc, name, type, {size});
+}
+
+void write_all(hid_t dset, hid_t mem_type, const void* data) {
+  H5_CHECK(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
 uint64_t dataset_size_1d(hid_t dset) {

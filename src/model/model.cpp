@@ -7,43 +7,65 @@
 namespace mpitrain {
 
 template <typename T>
-Model<T>::Model(const ModelConfig& config, Backend<T>& backend, int max_batch, int max_seq)
-    : config_(config), layout_(config), backend_(backend), max_batch_(max_batch), max_seq_(max_seq) {
+Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard& shard,
+                int max_batch, int max_seq, int slots, Communicator* tp)
+    : config_(config),
+      layout_(config, shard),
+      backend_(backend),
+      tp_(shard.tp > 1 ? tp : nullptr),
+      max_batch_(max_batch),
+      max_seq_(max_seq) {
   config_.validate();
+  const ModelShard& s = layout_.shard();
   if (max_seq > config_.max_seq_len)
     throw UsageError("seq-len " + std::to_string(max_seq) + " exceeds the model's " +
                      std::to_string(config_.max_seq_len) + " positions");
+  if (s.tp > 1 && tp == nullptr) MPITRAIN_THROW("tensor parallelism without a tp communicator");
+  n_local_heads_ = config_.n_head / s.tp;
+  n_local_kv_heads_ = config_.n_kv_head / s.tp;
+  local_ff_ = config_.d_ff / s.tp;
+  local_vocab_ = config_.padded_vocab() / s.tp;
+  vocab_start_ = s.tp_rank * local_vocab_;
+
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
-  const size_t C = config_.d_model, F = config_.d_ff, Vp = config_.padded_vocab();
-  const size_t QKV = config_.qkv_width(), A = static_cast<size_t>(config_.n_head) * config_.head_size();
+  const size_t C = config_.d_model, hs = config_.head_size(), F = local_ff_, Vl = local_vocab_;
+  const size_t QKV = (n_local_heads_ + 2 * n_local_kv_heads_) * hs, A = n_local_heads_ * hs;
   const size_t FC = config_.arch == Arch::Llama ? 2 * F : F;
-  const size_t P = static_cast<size_t>(max_batch) * config_.n_head * max_seq * max_seq;
-  const size_t L = config_.n_layer;
+  const size_t P = static_cast<size_t>(max_batch) * n_local_heads_ * max_seq * max_seq;
+  const size_t L = s.layer_end - s.layer_begin;
+  const size_t head = s.last_stage ? N * C + 2 * N + N * Vl : 0;
 
   // One allocation for all activations, carved in the order the header lists them.
   const size_t per_layer = 6 * N * C + 4 * N + N * QKV + N * A + P + N * FC + N * F;
-  const size_t forward_acts = N * C + L * per_layer + N * C + 2 * N + N * Vp + N;
-  const size_t grad_acts = 2 * N * C + N * QKV + N * A + P + N * FC + N * F;
-  const size_t total = forward_acts + grad_acts;
+  const size_t per_slot = N * C + L * per_layer + head;
+  const size_t grad_acts = 2 * N * C + N * QKV + N * A + P + N * FC + N * F + 4 * N;
+  const size_t total = slots * per_slot + grad_acts;
   acts_ = backend_.alloc(total);
   T* cursor = acts_;
   auto take = [&](size_t n) { T* ptr = cursor; cursor += n; return ptr; };
-  encoded_ = take(N * C);
-  layers_.resize(L);
-  for (auto& a : layers_) {
-    a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
-    a.qkv = take(N * QKV);
-    a.atty = take(N * A); a.probs = take(P);
-    a.attproj = take(N * C); a.res2 = take(N * C);
-    a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
-    a.fch = take(N * FC); a.fch_act = take(N * F);
-    a.fcproj = take(N * C); a.res3 = take(N * C);
+  slots_.resize(slots);
+  for (SlotActs& sa : slots_) {
+    sa.encoded = take(N * C);
+    sa.layers.resize(L);
+    for (LayerActs& a : sa.layers) {
+      a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
+      a.qkv = take(N * QKV);
+      a.atty = take(N * A); a.probs = take(P);
+      a.attproj = take(N * C); a.res2 = take(N * C);
+      a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
+      a.fch = take(N * FC); a.fch_act = take(N * F);
+      a.fcproj = take(N * C); a.res3 = take(N * C);
+    }
+    sa.lnf = sa.lnf_mean = sa.lnf_rstd = sa.logits = nullptr;
+    if (s.last_stage) {
+      sa.lnf = take(N * C); sa.lnf_mean = take(N); sa.lnf_rstd = take(N);
+      sa.logits = take(N * Vl);
+    }
   }
-  lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N);
-  logits_ = take(N * Vp); losses_ = take(N);
   grad_.dres = take(N * C); grad_.dln = take(N * C);
   grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take(P);
   grad_.dfch = take(N * FC); grad_.dfch_act = take(N * F);
+  grad_.losses = take(N); grad_.row_max = take(N); grad_.ce_stats = take(2 * N);
   if (cursor != acts_ + total) MPITRAIN_THROW("activation layout does not add up");
 
   params_ = backend_.alloc(layout_.total());
@@ -60,6 +82,11 @@ Model<T>::~Model() {
 template <typename T>
 void Model<T>::zero_grads() {
   backend_.zero(grads_, layout_.total());
+}
+
+template <typename T>
+void Model<T>::tp_sum(T* x, size_t n) {
+  if (tp_) tp_->all_reduce(x, n, ReduceOp::Sum);
 }
 
 template <typename T>
@@ -84,26 +111,52 @@ void Model<T>::norm_backward(T* dinp, const T* dout, const T* inp, const T* mean
     backend_.rmsnorm_backward(dinp, g(w, layer), dout, inp, p(w, layer), rstd, N, C);
 }
 
+// Vocabulary-parallel cross-entropy: the tp ranks agree on each row's max and sums, then each
+// turns its own logit columns into their gradient.
 template <typename T>
-double Model<T>::forward(const int32_t* tokens, const int32_t* targets, int B, int Tlen, T dloss) {
+double Model<T>::loss(SlotActs& a, const int32_t* targets, int N, T dloss) {
+  const int V = config_.vocab_size;
+  backend_.ce_row_max(a.logits, grad_.row_max, N, local_vocab_, vocab_start_, V);
+  if (tp_) tp_->all_reduce(grad_.row_max, N, ReduceOp::Max);
+  backend_.ce_stats(a.logits, grad_.row_max, targets, grad_.ce_stats, N, local_vocab_,
+                    vocab_start_, V);
+  tp_sum(grad_.ce_stats, 2 * static_cast<size_t>(N));
+  return backend_.ce_loss(a.logits, grad_.row_max, grad_.ce_stats, targets, grad_.losses, N,
+                          local_vocab_, vocab_start_, V, dloss);
+}
+
+template <typename T>
+double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
+                         T dloss) {
   if (B > max_batch_ || Tlen > max_seq_) MPITRAIN_THROW("batch larger than the model was sized for");
   const ModelConfig& c = config_;
-  const int N = B * Tlen, C = c.d_model, F = c.d_ff, hs = c.head_size(), NH = c.n_head,
-            NKV = c.n_kv_head, QKV = c.qkv_width(), A = NH * hs, Vp = c.padded_vocab();
+  const ModelShard& s = layout_.shard();
+  const int N = B * Tlen, C = c.d_model, F = local_ff_, hs = c.head_size(), NH = n_local_heads_,
+            NKV = n_local_kv_heads_, QKV = (NH + 2 * NKV) * hs, A = NH * hs;
   const bool llama = c.arch == Arch::Llama;
   const int FC = llama ? 2 * F : F;
+  const size_t NC = static_cast<size_t>(N) * C;
+  SlotActs& sa = slots_[slot];
 
-  backend_.embedding_forward(encoded_, tokens, p(Slot::Wte), maybe_p(Slot::Wpe), B, Tlen, C);
-  const T* x = encoded_;  // (N,C) the residual stream entering each block
-  for (int l = 0; l < c.n_layer; ++l) {
-    LayerActs& a = layers_[l];
+  if (s.first_stage) {
+    const T* wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
+    backend_.embedding_forward(sa.encoded, tokens, p(Slot::Wte), wpe, B, Tlen, C, vocab_start_,
+                               local_vocab_);
+    tp_sum(sa.encoded, NC);
+  }
+  const T* x = sa.encoded;  // (N,C) the residual stream entering each block
+  for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
+    const int l = s.layer_begin + i;
+    LayerActs& a = sa.layers[i];
     // attention half: res2 = x + proj(attn(norm(x)))
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, Slot::Ln1W, Slot::Ln1B, l, N);
     backend_.matmul_forward(a.qkv, a.ln1, p(Slot::QkvW, l), maybe_p(Slot::QkvB, l), N, C, QKV);
     if (llama) backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));
     backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
-    backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), maybe_p(Slot::ProjB, l), N, A, C);
-    backend_.add(a.res2, x, a.attproj, static_cast<size_t>(N) * C);
+    backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), row_parallel_bias(Slot::ProjB, l),
+                            N, A, C);
+    tp_sum(a.attproj, NC);
+    backend_.add(a.res2, x, a.attproj, NC);
     // MLP half: res3 = res2 + proj(act(fc(norm(res2))))
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, Slot::Ln2W, Slot::Ln2B, l, N);
     backend_.matmul_forward(a.fch, a.ln2, p(Slot::FcW, l), maybe_p(Slot::FcB, l), N, C, FC);
@@ -111,35 +164,48 @@ double Model<T>::forward(const int32_t* tokens, const int32_t* targets, int B, i
       backend_.swiglu_forward(a.fch_act, a.fch, N, F);
     else
       backend_.gelu_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F);
-    backend_.matmul_forward(a.fcproj, a.fch_act, p(Slot::FcProjW, l), maybe_p(Slot::FcProjB, l), N,
-                            F, C);
-    backend_.add(a.res3, a.res2, a.fcproj, static_cast<size_t>(N) * C);
+    backend_.matmul_forward(a.fcproj, a.fch_act, p(Slot::FcProjW, l),
+                            row_parallel_bias(Slot::FcProjB, l), N, F, C);
+    tp_sum(a.fcproj, NC);
+    backend_.add(a.res3, a.res2, a.fcproj, NC);
     x = a.res3;
   }
-  norm_forward(lnf_, lnf_mean_, lnf_rstd_, x, Slot::LnfW, Slot::LnfB, -1, N);
-  backend_.matmul_forward(logits_, lnf_, head_weight(), nullptr, N, C, Vp);
-  if (targets == nullptr) return 0.0;
-  return backend_.crossentropy(logits_, losses_, targets, N, c.vocab_size, Vp, dloss);
+  if (!s.last_stage) return 0.0;
+  norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, x, Slot::LnfW, Slot::LnfB, -1, N);
+  backend_.matmul_forward(sa.logits, sa.lnf, p(head_slot()), nullptr, N, C, local_vocab_);
+  return targets ? loss(sa, targets, N, dloss) : 0.0;
 }
 
 template <typename T>
-void Model<T>::backward(const int32_t* tokens, int B, int Tlen) {
+void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
+                        const std::function<void(size_t)>& grads_ready) {
   const ModelConfig& c = config_;
-  const int N = B * Tlen, C = c.d_model, F = c.d_ff, hs = c.head_size(), NH = c.n_head,
-            NKV = c.n_kv_head, QKV = c.qkv_width(), A = NH * hs, Vp = c.padded_vocab();
+  const ModelShard& s = layout_.shard();
+  const int N = B * Tlen, C = c.d_model, F = local_ff_, hs = c.head_size(), NH = n_local_heads_,
+            NKV = n_local_kv_heads_, QKV = (NH + 2 * NKV) * hs, A = NH * hs;
   const bool llama = c.arch == Arch::Llama;
   const int FC = llama ? 2 * F : F;
+  const size_t NC = static_cast<size_t>(N) * C;
+  SlotActs& sa = slots_[slot];
   GradActs& d = grad_;
+  auto ready = [&](size_t offset) {
+    if (grads_ready) grads_ready(offset);
+  };
 
-  // head: logits now hold dlogits (left by forward's crossentropy)
-  backend_.matmul_backward(d.dln, head_grad(), nullptr, logits_, lnf_, head_weight(), N, C, Vp);
-  backend_.zero(d.dres, static_cast<size_t>(N) * C);
-  const T* last = layers_.back().res3;
-  norm_backward(d.dres, d.dln, last, lnf_mean_, lnf_rstd_, Slot::LnfW, Slot::LnfB, -1, N);
-
-  for (int l = c.n_layer - 1; l >= 0; --l) {
-    LayerActs& a = layers_[l];
-    const T* x = l == 0 ? encoded_ : layers_[l - 1].res3;
+  if (s.last_stage) {
+    // head: logits hold dlogits (left by forward's cross-entropy)
+    const T* x = sa.layers.back().res3;
+    backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, sa.lnf, p(head_slot()), N,
+                             C, local_vocab_);
+    tp_sum(d.dln, NC);
+    backend_.zero(d.dres, NC);
+    norm_backward(d.dres, d.dln, x, sa.lnf_mean, sa.lnf_rstd, Slot::LnfW, Slot::LnfB, -1, N);
+    ready(layout_.offset(Slot::LnfW));
+  }
+  for (int i = s.layer_end - s.layer_begin - 1; i >= 0; --i) {
+    const int l = s.layer_begin + i;
+    LayerActs& a = sa.layers[i];
+    const T* x = i == 0 ? sa.encoded : sa.layers[i - 1].res3;
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
     backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l), d.dres,
                              a.fch_act, p(Slot::FcProjW, l), N, F, C);
@@ -149,6 +215,7 @@ void Model<T>::backward(const int32_t* tokens, int B, int Tlen) {
       backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, static_cast<size_t>(N) * F);
     backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch, a.ln2,
                              p(Slot::FcW, l), N, C, FC);
+    tp_sum(d.dln, NC);
     norm_backward(d.dres, d.dln, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, N);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l), d.dres, a.atty,
@@ -158,9 +225,34 @@ void Model<T>::backward(const int32_t* tokens, int B, int Tlen) {
     if (llama) backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));
     backend_.matmul_backward(d.dln, g(Slot::QkvW, l), maybe_g(Slot::QkvB, l), d.dqkv, a.ln1,
                              p(Slot::QkvW, l), N, C, QKV);
+    tp_sum(d.dln, NC);
     norm_backward(d.dres, d.dln, x, a.ln1_mean, a.ln1_rstd, Slot::Ln1W, Slot::Ln1B, l, N);
+    ready(layout_.offset(Slot::Ln1W, l));
   }
-  backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), d.dres, tokens, B, Tlen, C);
+  if (s.first_stage) {
+    backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), d.dres, tokens, B, Tlen, C,
+                                vocab_start_, local_vocab_);
+    ready(0);
+  }
+}
+
+template <typename T>
+void Model<T>::sync_replicated_grads() {
+  if (!tp_) return;
+  const T inv = T(1) / static_cast<T>(tp_->size());
+  for (const ParamTensor& t : layout_.tensors()) {
+    if (t.split_dim >= 0) continue;
+    tp_->all_reduce(grads_ + t.offset, t.numel, ReduceOp::Sum);
+    backend_.scale(grads_ + t.offset, inv, t.numel);
+  }
+}
+
+template <typename T>
+double Model<T>::grad_square_sum() {
+  double sum = 0.0;
+  for (const ParamTensor& t : layout_.tensors())
+    if (t.primary) sum += backend_.sum_squares(grads_ + t.offset, t.numel);
+  return sum;
 }
 
 template class Model<float>;

@@ -1,5 +1,7 @@
 #include "mpitrain/model/params.hpp"
 
+#include <algorithm>
+
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -47,41 +49,75 @@ int ParamLayout::key(Slot slot, int layer) const {
   return s < static_cast<int>(Slot::Ln1W) ? s : s - kBlockSlots + n_layer_ * kBlockSlots;
 }
 
-ParamLayout::ParamLayout(const ModelConfig& cfg) : n_layer_(cfg.n_layer) {
+ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
+    : shard_(shard), n_layer_(cfg.n_layer) {
+  if (shard_.layer_end < 0) shard_.layer_end = cfg.n_layer;
   index_.assign(kSlots - kBlockSlots + n_layer_ * kBlockSlots, -1);
-  const int64_t C = cfg.d_model, F = cfg.d_ff, Vp = cfg.padded_vocab();
-  const int64_t attn = static_cast<int64_t>(cfg.n_head) * cfg.head_size();
-  const bool bias = cfg.has_biases();
-  auto add = [&](Slot slot, int layer, std::vector<int64_t> shape, bool decay, bool matmul) {
+  const int64_t tp = shard_.tp, r = shard_.tp_rank;
+  const int64_t C = cfg.d_model, F = cfg.d_ff, Vp = cfg.padded_vocab(), hs = cfg.head_size();
+  const int64_t NH = cfg.n_head, NKV = cfg.n_kv_head, A = NH * hs;
+  const int64_t qh = NH / tp * hs, kvh = NKV / tp * hs, Fl = F / tp, Vl = Vp / tp;
+  const bool llama = cfg.arch == Arch::Llama, bias = cfg.has_biases();
+
+  // This rank's pieces of each kind of split (see the header).
+  const std::vector<ShardPiece> vocab_rows = {{r * Vl, 0, Vl}};
+  const std::vector<ShardPiece> qkv_rows = {{r * qh, 0, qh},
+                                            {A + r * kvh, qh, kvh},
+                                            {A + NKV * hs + r * kvh, qh + kvh, kvh}};
+  const std::vector<ShardPiece> head_cols = {{r * qh, 0, qh}};
+  const std::vector<ShardPiece> ff_rows = {{r * Fl, 0, Fl}};
+  const std::vector<ShardPiece> gate_up_rows = {{r * Fl, 0, Fl}, {F + r * Fl, Fl, Fl}};
+
+  int global_index = 0;  // counts every tensor of the whole model, held here or not
+  // One tensor of the whole model, in canonical order; kept if this shard holds it.
+  auto add = [&](Slot slot, int layer, std::vector<int64_t> global_shape, bool decay, bool matmul,
+                 bool held, int split_dim, const std::vector<ShardPiece>& pieces) {
+    const int gi = global_index++;
+    size_t global_numel = 1;
+    for (int64_t d : global_shape) global_numel *= static_cast<size_t>(d);
+    if (matmul) matmul_params_ += global_numel;
+    if (!held) return;
+    std::vector<int64_t> shape = global_shape;
+    if (split_dim >= 0) {
+      shape[split_dim] = 0;
+      for (const ShardPiece& p : pieces) shape[split_dim] += p.length;
+    }
     size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<size_t>(d);
+    const bool tied_copy = slot == Slot::Wte && !shard_.first_stage;
+    const bool primary = split_dim >= 0 ? !tied_copy : r == 0;
     std::string name = is_block_slot(slot) ? "h." + std::to_string(layer) + "." + slot_name(slot)
                                            : slot_name(slot);
     index_[key(slot, layer)] = static_cast<int>(tensors_.size());
-    tensors_.push_back({name, slot, layer, std::move(shape), total_, numel, decay});
+    tensors_.push_back({std::move(name), slot, layer, std::move(shape), std::move(global_shape),
+                        split_dim, split_dim >= 0 ? pieces : std::vector<ShardPiece>{}, total_,
+                        numel, decay, gi, primary});
     total_ += numel;
-    if (matmul) matmul_params_ += numel;
   };
+  const std::vector<ShardPiece> none;
 
-  add(Slot::Wte, -1, {Vp, C}, true, cfg.tied_embeddings());  // the tied head is a matmul
-  if (cfg.arch == Arch::Gpt2) add(Slot::Wpe, -1, {cfg.max_seq_len, C}, true, false);
+  const bool first = shard_.first_stage, last = shard_.last_stage;
+  add(Slot::Wte, -1, {Vp, C}, true, cfg.tied_embeddings(), first || (last && cfg.tied_embeddings()),
+      0, vocab_rows);
+  if (!llama) add(Slot::Wpe, -1, {cfg.max_seq_len, C}, true, false, first, -1, none);
   for (int l = 0; l < cfg.n_layer; ++l) {
-    add(Slot::Ln1W, l, {C}, false, true);
-    if (bias) add(Slot::Ln1B, l, {C}, false, true);
-    add(Slot::QkvW, l, {cfg.qkv_width(), C}, true, true);
-    if (bias) add(Slot::QkvB, l, {cfg.qkv_width()}, false, true);
-    add(Slot::ProjW, l, {C, attn}, true, true);
-    if (bias) add(Slot::ProjB, l, {C}, false, true);
-    add(Slot::Ln2W, l, {C}, false, true);
-    if (bias) add(Slot::Ln2B, l, {C}, false, true);
-    add(Slot::FcW, l, {cfg.arch == Arch::Llama ? 2 * F : F, C}, true, true);
-    if (bias) add(Slot::FcB, l, {F}, false, true);
-    add(Slot::FcProjW, l, {C, F}, true, true);
-    if (bias) add(Slot::FcProjB, l, {C}, false, true);
+    const bool held = l >= shard_.layer_begin && l < shard_.layer_end;
+    add(Slot::Ln1W, l, {C}, false, true, held, -1, none);
+    if (bias) add(Slot::Ln1B, l, {C}, false, true, held, -1, none);
+    add(Slot::QkvW, l, {cfg.qkv_width(), C}, true, true, held, 0, qkv_rows);
+    if (bias) add(Slot::QkvB, l, {cfg.qkv_width()}, false, true, held, 0, qkv_rows);
+    add(Slot::ProjW, l, {C, A}, true, true, held, 1, head_cols);
+    if (bias) add(Slot::ProjB, l, {C}, false, true, held, -1, none);
+    add(Slot::Ln2W, l, {C}, false, true, held, -1, none);
+    if (bias) add(Slot::Ln2B, l, {C}, false, true, held, -1, none);
+    add(Slot::FcW, l, {llama ? 2 * F : F, C}, true, true, held, 0, llama ? gate_up_rows : ff_rows);
+    if (bias) add(Slot::FcB, l, {F}, false, true, held, 0, ff_rows);
+    add(Slot::FcProjW, l, {C, F}, true, true, held, 1, ff_rows);
+    if (bias) add(Slot::FcProjB, l, {C}, false, true, held, -1, none);
   }
-  add(Slot::LnfW, -1, {C}, false, true);
-  if (bias) add(Slot::LnfB, -1, {C}, false, true);
-  if (!cfg.tied_embeddings()) add(Slot::LmHead, -1, {Vp, C}, true, true);
+  add(Slot::LnfW, -1, {C}, false, true, last, -1, none);
+  if (bias) add(Slot::LnfB, -1, {C}, false, true, last, -1, none);
+  if (!cfg.tied_embeddings()) add(Slot::LmHead, -1, {Vp, C}, true, true, last, 0, vocab_rows);
 }
 
 bool ParamLayout::has(Slot slot, int layer) const {
@@ -103,5 +139,43 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
 }
 
 size_t ParamLayout::matmul_params() const { return matmul_params_; }
+
+namespace {
+
+// Calls copy(global_index, local_index, count) for every contiguous run of t's local elements.
+template <class Copy>
+void for_each_run(const ParamTensor& t, Copy&& copy) {
+  if (t.split_dim < 0) {
+    copy(size_t{0}, size_t{0}, t.numel);
+    return;
+  }
+  size_t inner = 1;  // elements per index of the split dimension, below it
+  for (size_t d = t.split_dim + 1; d < t.global_shape.size(); ++d) inner *= t.global_shape[d];
+  size_t outer = 1;  // index combinations above the split dimension
+  for (int d = 0; d < t.split_dim; ++d) outer *= t.global_shape[d];
+  const size_t global_span = t.global_shape[t.split_dim] * inner;
+  const size_t local_span = t.shape[t.split_dim] * inner;
+  for (size_t o = 0; o < outer; ++o)
+    for (const ShardPiece& p : t.pieces)
+      copy(o * global_span + p.global_start * inner, o * local_span + p.local_start * inner,
+           p.length * inner);
+}
+
+}  // namespace
+
+template <typename T>
+void take_shard(const ParamTensor& t, const T* global, T* local) {
+  for_each_run(t, [&](size_t g, size_t l, size_t n) { std::copy(global + g, global + g + n, local + l); });
+}
+
+template <typename T>
+void put_shard(const ParamTensor& t, const T* local, T* global) {
+  for_each_run(t, [&](size_t g, size_t l, size_t n) { std::copy(local + l, local + l + n, global + g); });
+}
+
+template void take_shard(const ParamTensor&, const float*, float*);
+template void take_shard(const ParamTensor&, const double*, double*);
+template void put_shard(const ParamTensor&, const float*, float*);
+template void put_shard(const ParamTensor&, const double*, double*);
 
 }  // namespace mpitrain

@@ -59,6 +59,14 @@ MpiComm MpiComm::split(int color, int key) const {
   return MpiComm(out, true);
 }
 
+std::optional<MpiComm> MpiComm::split_optional(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out));
+  if (out == MPI_COMM_NULL) return std::nullopt;
+  MPI_CHECK(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+  return MpiComm(out, true);
+}
+
 MpiComm MpiComm::split_shared() const {
   MPI_Comm out = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));

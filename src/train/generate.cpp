@@ -11,8 +11,8 @@ void generate(Model<float>& model, std::vector<int32_t>& tokens, int n, int wind
   std::vector<double> prob(V);
   for (int i = 0; i < n; ++i) {
     const int len = std::min<int>(window, static_cast<int>(tokens.size()));
-    model.forward(tokens.data() + tokens.size() - len, nullptr, 1, len, 0.0f);
-    const float* logits = model.logits_row(len - 1);
+    model.forward(0, tokens.data() + tokens.size() - len, nullptr, 1, len, 0.0f);
+    const float* logits = model.logits_row(0, len - 1);
     const int best = static_cast<int>(std::max_element(logits, logits + V) - logits);
     int next = best;
     if (temperature > 0) {

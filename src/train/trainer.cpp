@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -24,7 +25,12 @@
 #include "mpitrain/optim/adamw.hpp"
 #include "mpitrain/optim/lr_schedule.hpp"
 #include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/parallel/grad_sync.hpp"
+#include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/train/batch_loader.hpp"
+#include "mpitrain/train/gather.hpp"
+#include "mpitrain/train/pipeline_runner.hpp"
 #include "mpitrain/train/generate.hpp"
 #include "mpitrain/train/metrics.hpp"
 #include "mpitrain/train/model_setup.hpp"
@@ -70,22 +76,68 @@ void prepare_out_dir(const Options& o) {
   require(static_cast<bool>(ini << o.effective), "cannot write " + (dir / "run.ini").string());
 }
 
-// Mean loss per token over the first `samples` validation windows; rank r takes r, r+dp, ...
-double evaluate(Model<float>& model, const SampleWindows& val, int samples, int micro_batch,
-                int seq_len, Communicator& dp, std::vector<int32_t>& tokens,
+// Mean loss per token over the first `samples` validation windows; data-parallel rank r takes
+// r, r+dp, ... and runs them through its pipeline in batches of up to micro_batch.
+double evaluate(PipelineRunner& runner, const SampleWindows& val, int samples, int micro_batch,
+                int seq_len, const Grid& grid, Communicator& world, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& targets) {
+  const int dp = grid.shape().dp;
   const uint64_t total = std::min<uint64_t>(samples, val.count());
   double sums[2] = {0.0, 0.0};  // loss, tokens
-  uint64_t next = dp.rank();
+  uint64_t next = grid.dp_rank();
   while (next < total) {
     int rows = 0;
-    for (; rows < micro_batch && next < total; ++rows, next += dp.size())
+    for (; rows < micro_batch && next < total; ++rows, next += dp)
       val.read(next, tokens.data() + rows * seq_len, targets.data() + rows * seq_len);
-    sums[0] += model.forward(tokens.data(), targets.data(), rows, seq_len, 0.0f);
-    sums[1] += static_cast<double>(rows) * seq_len;
+    const double loss = runner.evaluate(tokens.data(), targets.data(), rows);
+    if (grid.last_stage() && grid.tp_rank() == 0) {
+      sums[0] += loss;
+      sums[1] += static_cast<double>(rows) * seq_len;
+    }
   }
-  dp.all_reduce(sums, 2, ReduceOp::Sum);
+  world.all_reduce(sums, 2, ReduceOp::Sum);
   return sums[0] / sums[1];
+}
+
+// Model dimensions that tensor parallelism splits must divide by tp.
+void check_tensor_parallel(const ModelConfig& m, int tp) {
+  auto divides = [&](int value, const char* name) {
+    require(value % tp == 0, std::string(name) + " (" + std::to_string(value) +
+                                 ") is not divisible by tp (" + std::to_string(tp) + ")");
+  };
+  divides(m.n_head, "n-head");
+  divides(m.n_kv_head, "n-kv-head");
+  divides(m.d_ff, "d-ff");
+  divides(m.padded_vocab(), "the padded vocabulary");
+}
+
+// The text sample at the end, from a single-rank copy of the whole model on rank 0.
+void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vector<float>& params,
+                  const std::string& tokenizer, Backend<float>& backend) {
+  Model<float> model(cfg, backend, ModelShard{}, 1, t.seq_len);
+  std::copy(params.begin(), params.end(), model.params());
+  const bool bytes = tokenizer == ByteTokenizer::kName;
+  std::vector<int32_t> text;
+  if (bytes) {
+    for (uint32_t id : ByteTokenizer().encode(t.sample_prompt.empty() ? "\n" : t.sample_prompt))
+      text.push_back(static_cast<int32_t>(id));
+  } else {
+    text.push_back(0);
+  }
+  const size_t prompt = text.size();
+  Rng rng(t.seed, rng_stream::kSampling);
+  generate(model, text, t.sample_tokens, t.seq_len, t.sample_temperature, rng);
+  std::printf("---- sample (%d tokens, temperature %.2f) ----\n", t.sample_tokens,
+              t.sample_temperature);
+  if (bytes) {
+    std::printf("%s%s\n", t.sample_prompt.c_str(),
+                ByteTokenizer().decode(text.data() + prompt, text.size() - prompt).c_str());
+  } else {
+    for (size_t i = prompt; i < text.size(); ++i) std::printf("%d ", text[i]);
+    std::printf("\n");
+  }
+  std::printf("----\n");
+  std::fflush(stdout);
 }
 
 std::string format_count(double n) {
@@ -101,20 +153,27 @@ std::string format_count(double n) {
 void train(const Options& o, const MpiComm& world) {
   const TrainConfig& t = o.train;
   const bool root = world.rank() == 0;
-  MpiCommunicator dp(MpiComm::world());  // data parallelism over all ranks
 
   // ---- set-up: every check before any work; a failure on any rank stops all alike ----------
+  GridShape shape;
+  std::vector<int> stage_first_layer;
+  PipelineSchedule schedule{};
   std::unique_ptr<TokenSource> train_src, val_src;
   std::unique_ptr<SampleWindows> train_windows, val_windows;
   ModelConfig cfg;
   all_or_none(world, [&] {
+    shape = resolve_grid(world.size(), t.dp, t.tp, t.pp);
+    schedule = parse_pipeline_schedule(t.pp_schedule);
+    parse_lr_decay(t.lr_schedule);
     const TokenFormat format = parse_token_format(t.data_format);
     train_src = open_tokens(t.train_data, format);
     if (!t.val_data.empty()) val_src = open_tokens(t.val_data, format);
     cfg = resolve_model_config(o, *train_src);
-    require(t.global_batch_size % (world.size() * t.micro_batch_size) == 0,
+    check_tensor_parallel(cfg, shape.tp);
+    stage_first_layer = pipeline_layer_split(cfg.n_layer, shape.pp, t.pp_layers);
+    require(t.global_batch_size % (shape.dp * t.micro_batch_size) == 0,
             "global-batch-size " + std::to_string(t.global_batch_size) +
-                " must be divisible by ranks x micro-batch-size = " + std::to_string(world.size()) +
+                " must be divisible by dp x micro-batch-size = " + std::to_string(shape.dp) +
                 " x " + std::to_string(t.micro_batch_size));
     train_windows = std::make_unique<SampleWindows>(*train_src, t.seq_len);
     if (val_src) val_windows = std::make_unique<SampleWindows>(*val_src, t.seq_len);
@@ -130,46 +189,78 @@ void train(const Options& o, const MpiComm& world) {
             (i ? t.val_data : t.train_data) + " holds token id " + std::to_string(max_ids[i]) +
                 ", not below vocab-size " + std::to_string(cfg.vocab_size));
 
+  const Grid grid(world, shape);
+  MpiCommunicator world_comm(world.get()), tp_comm(grid.tp().get()), dp_comm(grid.dp().get()),
+      pp_comm(grid.pp().get()), mp_comm(grid.model_parallel().get());
+  std::optional<MpiCommunicator> emb_comm;
+  if (grid.embedding()) emb_comm.emplace(grid.embedding()->get());
+  Communicator* comms[] = {&world_comm, &tp_comm, &dp_comm, &pp_comm, &mp_comm,
+                           emb_comm ? &*emb_comm : nullptr};
+
+  const int micro_batches = t.global_batch_size / (shape.dp * t.micro_batch_size);
+  const int slots = pipeline_slots(schedule, micro_batches, shape.pp, grid.pp_rank());
   const int threads = resolve_threads(t.threads, world);
   CpuBackend<float> backend(threads);
   std::unique_ptr<Model<float>> model;
   all_or_none(world, [&] {
-    model = std::make_unique<Model<float>>(cfg, backend, t.micro_batch_size, t.seq_len);
-    if (t.init_from.empty())
+    const ModelShard shard = shard_of(shape, stage_first_layer, grid.tp_rank(), grid.pp_rank());
+    model = std::make_unique<Model<float>>(cfg, backend, shard, t.micro_batch_size, t.seq_len,
+                                           slots, &tp_comm);
+    if (t.init_from.empty()) {
       model->init(t.seed);
-    else
-      load_llmc_model(t.init_from, cfg, model->layout(), model->params());
+    } else {
+      std::vector<float> full(ParamLayout(cfg).total());
+      load_llmc_model(t.init_from, cfg, ParamLayout(cfg), full.data());
+      const ParamLayout full_layout(cfg);
+      for (const ParamTensor& p : model->layout().tensors())
+        take_shard(p, full.data() + full_layout.tensors()[p.global_index].offset,
+                   model->params() + p.offset);
+    }
     if (root) prepare_out_dir(o);
   });
 
   AdamW<float> optimizer(backend, model->layout(),
                          {static_cast<float>(t.beta1), static_cast<float>(t.beta2),
                           static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)});
-  const LrSchedule schedule{parse_lr_decay(t.lr_schedule), t.lr, t.lr * t.min_lr_ratio,
-                            t.warmup_steps, t.steps};
+  const LrSchedule lr_schedule{parse_lr_decay(t.lr_schedule), t.lr, t.lr * t.min_lr_ratio,
+                               t.warmup_steps, t.steps};
   const SampleOrder order(train_windows->count(), t.seed, t.shuffle);
-  const BatchLoader loader(*train_windows, order, t.global_batch_size,
-                           t.micro_batch_size, dp.rank(), dp.size());
+  const BatchLoader loader(*train_windows, order, t.global_batch_size, t.micro_batch_size,
+                           grid.dp_rank(), shape.dp);
+  PipelineRunner runner(*model, &pp_comm, schedule, micro_batches, t.micro_batch_size, t.seq_len);
+  GradBuckets buckets(dp_comm, model->grads(), model->num_params(),
+                      static_cast<size_t>(t.bucket_mb * (1 << 20)));
   MetricsLog log((fs::path(t.out_dir) / "metrics.jsonl").string(), root);
 
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   double peak = t.peak_gflops > 0 ? t.peak_gflops : measure_sgemm_gflops(1024, 3);
-  dp.all_reduce(&peak, 1, ReduceOp::Sum);
+  world_comm.all_reduce(&peak, 1, ReduceOp::Sum);
   const double flops_per_token = 6.0 * model->layout().matmul_params() +
                                  12.0 * cfg.n_layer * cfg.d_model * t.seq_len;
   const double tokens_per_step = static_cast<double>(t.global_batch_size) * t.seq_len;
+  // Parameters, gradients and AdamW state held by each rank (the largest).
+  double state_bytes = 4.0 * model->num_params() * 4;
+  world_comm.all_reduce(&state_bytes, 1, ReduceOp::Max);
 
   if (root) {
     std::printf("mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
                 "training data\n",
                 MPITRAIN_VERSION, to_string(cfg.arch).c_str(), cfg.n_layer, cfg.n_head,
                 cfg.n_kv_head, cfg.d_model, cfg.d_ff, cfg.vocab_size, t.seq_len,
-                format_count(static_cast<double>(model->num_params())).c_str(),
+                format_count(static_cast<double>(ParamLayout(cfg).total())).c_str(),
                 static_cast<size_t>(train_src->size()));
-    std::printf("%d ranks x %d threads | global batch %d = %d ranks x %d micro-batches x %d | "
-                "peak %.1f GFLOP/s in all\n",
-                world.size(), threads, t.global_batch_size, world.size(), loader.micro_batches(),
-                t.micro_batch_size, peak);
+    std::printf("%d ranks = dp %d x tp %d x pp %d, %d threads each | global batch %d = dp %d x %d "
+                "micro-batches x %d | peak %.1f GFLOP/s in all\n",
+                world.size(), shape.dp, shape.tp, shape.pp, threads, t.global_batch_size,
+                shape.dp, micro_batches, t.micro_batch_size, peak);
+    std::printf("per rank: %.1f MiB of parameters, gradients and optimizer state (at most)",
+                state_bytes / (1 << 20));
+    if (shape.pp > 1)
+      std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
+                  to_string(schedule).c_str(), shape.pp,
+                  100.0 * pipeline_bubble(micro_batches, shape.pp));
+    if (shape.dp > 1) std::printf(" | %zu gradient buckets", buckets.buckets());
+    std::printf("\n");
     std::fflush(stdout);
   }
 
@@ -177,67 +268,65 @@ void train(const Options& o, const MpiComm& world) {
   std::vector<int32_t> tokens(static_cast<size_t>(t.micro_batch_size) * t.seq_len);
   std::vector<int32_t> targets(tokens.size());
   const float dloss = static_cast<float>(1.0 / tokens_per_step);  // mean over the global batch
-  const size_t n_params = model->num_params();
+  const bool counts_loss = grid.last_stage() && grid.tp_rank() == 0;
+  const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && emb_comm;
+  const ParamTensor* wte = tied_copies ? &model->layout().find("wte") : nullptr;
+  int64_t step_index = 0;
+  const PipelineRunner::Loader load = [&](int micro, int32_t* tok, int32_t* tgt) {
+    loader.load(step_index, micro, tok, tgt);
+  };
+  const std::function<void(size_t)> grads_ready = [&](size_t offset) { buckets.ready_from(offset); };
   for (int step = 0; step < t.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
+    for (Communicator* c : comms)
+      if (c) c->reset_blocked_seconds();
+    step_index = step;
     model->zero_grads();
-    double loss = 0.0;
-    for (int micro = 0; micro < loader.micro_batches(); ++micro) {
-      loader.load(step, micro, tokens.data(), targets.data());
-      loss += model->forward(tokens.data(), targets.data(), t.micro_batch_size, t.seq_len, dloss);
-      model->backward(tokens.data(), t.micro_batch_size, t.seq_len);
-    }
-    if (dp.size() > 1) dp.all_reduce(model->grads(), n_params, ReduceOp::Sum);
-    dp.all_reduce(&loss, 1, ReduceOp::Sum);
+    double loss = runner.train(load, dloss, grads_ready);
+    buckets.finish();                    // data-parallel sum, overlapped with backward
+    model->sync_replicated_grads();      // tensor-parallel replicas
+    if (wte) emb_comm->all_reduce(model->grads() + wte->offset, wte->numel, ReduceOp::Sum);
+    double square_sum = model->grad_square_sum();
+    mp_comm.all_reduce(&square_sum, 1, ReduceOp::Sum);
+    const double norm = std::sqrt(square_sum);
+    const double clip = t.grad_clip > 0 && norm > t.grad_clip ? t.grad_clip / norm : 1.0;
+    const double lr = lr_schedule.at(step);
+    optimizer.step(model->params(), model->grads(), static_cast<float>(lr), static_cast<float>(clip));
+    if (!counts_loss) loss = 0.0;
+    world_comm.all_reduce(&loss, 1, ReduceOp::Sum);
     loss /= tokens_per_step;
 
-    const double norm = std::sqrt(backend.sum_squares(model->grads(), n_params));
-    const double clip = t.grad_clip > 0 && norm > t.grad_clip ? t.grad_clip / norm : 1.0;
-    const double lr = schedule.at(step);
-    optimizer.step(model->params(), model->grads(), static_cast<float>(lr), static_cast<float>(clip));
-
+    double comm_seconds = 0.0;
+    for (Communicator* c : comms)
+      if (c) comm_seconds += c->blocked_seconds();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tokens_per_s = tokens_per_step / seconds;
-    log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds,
+    log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds, 1e3 * comm_seconds,
               flops_per_token * tokens_per_s / (peak * 1e9)});
 
     const bool last = step + 1 == t.steps;
     if (val_windows && ((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || last))
-      log.eval(step + 1, evaluate(*model, *val_windows, t.eval_samples, t.micro_batch_size,
-                                  t.seq_len, dp, tokens, targets));
+      log.eval(step + 1, evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size,
+                                  t.seq_len, grid, world_comm, tokens, targets));
   }
   if (val_windows && t.steps == 0)  // evaluation only
-    log.eval(0, evaluate(*model, *val_windows, t.eval_samples, t.micro_batch_size, t.seq_len, dp,
-                         tokens, targets));
+    log.eval(0, evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size, t.seq_len, grid,
+                         world_comm, tokens, targets));
 
-  // ---- after training --------------------------------------------------------------------------
-  if (root && !t.export_llmc.empty()) {
-    save_llmc_model(t.export_llmc, cfg, model->layout(), model->params(), LlmcDtype::Fp32);
+  // ---- after training: the whole model on rank 0 for export and the text sample ----------------
+  const bool want_full = !t.export_llmc.empty() || !t.export_params.empty() || t.sample_tokens > 0;
+  if (!want_full) return;
+  std::vector<float> full = gather_parameters(*model, grid, stage_first_layer, world);
+  if (!root) return;
+  if (!t.export_llmc.empty()) {
+    save_llmc_model(t.export_llmc, cfg, ParamLayout(cfg), full.data(), LlmcDtype::Fp32);
     std::printf("exported the model to %s (llm.c format, fp32)\n", t.export_llmc.c_str());
   }
-  if (root && t.sample_tokens > 0) {
-    const bool bytes = train_src->tokenizer() == ByteTokenizer::kName;
-    std::vector<int32_t> text;
-    if (bytes) {
-      for (uint32_t id : ByteTokenizer().encode(t.sample_prompt.empty() ? "\n" : t.sample_prompt))
-        text.push_back(static_cast<int32_t>(id));
-    } else {
-      text.push_back(0);
-    }
-    const size_t prompt = text.size();
-    Rng rng(t.seed, rng_stream::kSampling);
-    generate(*model, text, t.sample_tokens, t.seq_len, t.sample_temperature, rng);
-    std::printf("---- sample (%d tokens, temperature %.2f) ----\n", t.sample_tokens, t.sample_temperature);
-    if (bytes) {
-      std::printf("%s%s\n", t.sample_prompt.c_str(), ByteTokenizer().decode(text.data() + prompt, text.size() - prompt).c_str());
-    } else {
-      for (size_t i = prompt; i < text.size(); ++i) std::printf("%d ", text[i]);
-      std::printf("\n");
-    }
-    std::printf("----\n");
-    std::fflush(stdout);
+  if (!t.export_params.empty()) {
+    write_parameters_hdf5(t.export_params, cfg, full);
+    std::printf("wrote the parameters to %s\n", t.export_params.c_str());
   }
-  dp.barrier();
+  if (t.sample_tokens > 0) print_sample(t, cfg, full, train_src->tokenizer(), backend);
 }
 
 }  // namespace mpitrain

@@ -26,13 +26,22 @@ head -c 4096 /dev/urandom > "$SCRATCH/garbage.bin"
 expect_usage_error missing_data "$SCRATCH/nope.h5" "${tiny[@]}" --train-data "$SCRATCH/nope.h5" --out-dir "$SCRATCH/o1"
 expect_usage_error heads "must be a positive multiple of n-head" "${tiny[@]}" --n-head 3 --out-dir "$SCRATCH/o2"
 expect_usage_error gqa_on_gpt2 "n-kv-head must equal n-head" "${tiny[@]}" --n-kv-head 2 --out-dir "$SCRATCH/o3"
-expect_usage_error batch_split "must be divisible by ranks x micro-batch-size" "${tiny[@]}" --global-batch-size 6 --out-dir "$SCRATCH/o4"
+expect_usage_error batch_split "must be divisible by dp x micro-batch-size" "${tiny[@]}" --global-batch-size 6 --out-dir "$SCRATCH/o4"
 expect_usage_error token_range "holds token id" "${tiny[@]}" --train-data "$SCRATCH/shard/train.bin" --val-data "" --vocab-size 64 --out-dir "$SCRATCH/o5"
 expect_usage_error declared_vocab "declares vocab_size 256" "${tiny[@]}" --vocab-size 100 --out-dir "$SCRATCH/o6"
 expect_usage_error too_short "$SCRATCH/short/train.h5" "${tiny[@]}" --train-data "$SCRATCH/short/train.h5" --val-data "" --out-dir "$SCRATCH/o7"
 expect_usage_error bad_init "$SCRATCH/garbage.bin" "${tiny[@]}" --init-from "$SCRATCH/garbage.bin" --out-dir "$SCRATCH/o8"
 expect_usage_error bad_option "unrecognised option '--bogus'" "${tiny[@]}" --bogus 1
 expect_usage_error bad_number "steps" "${tiny[@]}" --steps many
+
+# Layouts that do not fit (3D parallelism).
+expect_usage_error grid_mismatch "dp x tp x pp = 3 x 1 x ? does not fit the 2 ranks" "${tiny[@]}" --dp 3 --out-dir "$SCRATCH/o9"
+expect_usage_error tp_heads "n-head (3) is not divisible by tp (2)" "${tiny[@]}" --tp 2 --n-head 3 --d-model 48 --out-dir "$SCRATCH/o10"
+expect_usage_error tp_kv_heads "n-kv-head (1) is not divisible by tp (2)" "${tiny[@]}" --tp 2 --arch llama --n-kv-head 1 --out-dir "$SCRATCH/o11"
+expect_usage_error pp_layers "fewer than the 2 pipeline stages" "${tiny[@]}" --pp 2 --n-layer 1 --out-dir "$SCRATCH/o12"
+expect_usage_error pp_layer_list "must list 2 stage sizes adding up to n-layer 2" "${tiny[@]}" --pp 2 --pp-layers 2,1 --out-dir "$SCRATCH/o13"
+expect_usage_error pp_schedule "pp-schedule must be 'gpipe' or '1f1b'" "${tiny[@]}" --pp 2 --pp-schedule zigzag --out-dir "$SCRATCH/o14"
+expect_usage_error dp_batch "must be divisible by dp x micro-batch-size = 2 x 4" "${tiny[@]}" --dp 2 --micro-batch-size 4 --global-batch-size 12 --out-dir "$SCRATCH/o15"
 
 # An out-dir that already holds a run is left exactly as it was.
 mkdir -p "$SCRATCH/previous"

@@ -2,6 +2,11 @@
 // The communicator and the set-up error agreement on real MPI ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "mpitrain/comm/communicator.hpp"
@@ -10,7 +15,7 @@
 using namespace mpitrain;
 
 TEST(MpiCommunicator, AllReduceSumMaxMin) {
-  MpiCommunicator comm(MpiComm::world());
+  MpiCommunicator comm(MPI_COMM_WORLD);
   const int r = comm.rank(), n = comm.size();
   std::vector<float> f = {1.0f * r, 2.0f};
   comm.all_reduce(f.data(), f.size(), ReduceOp::Sum);
@@ -25,11 +30,157 @@ TEST(MpiCommunicator, AllReduceSumMaxMin) {
 }
 
 TEST(MpiCommunicator, BroadcastFromAnyRoot) {
-  MpiCommunicator comm(MpiComm::world());
+  MpiCommunicator comm(MPI_COMM_WORLD);
   const int root = comm.size() - 1;
   std::vector<char> buf(5, comm.rank() == root ? 'x' : 'o');
   comm.broadcast(buf.data(), buf.size(), root);
   EXPECT_EQ(std::string(buf.begin(), buf.end()), "xxxxx");
+}
+
+namespace {
+
+// Small integers: every sum is exact, so results compare with ==.
+float value(int rank, size_t i) {
+  return static_cast<float>(static_cast<int>((rank * 7 + i) % 13) - 6);
+}
+
+}  // namespace
+
+// max_count 3 makes every call below go in several MPI pieces; kMaxMpiCount in one.
+class Split : public ::testing::TestWithParam<size_t> {};
+INSTANTIATE_TEST_SUITE_P(MaxCount, Split, ::testing::Values(MpiCommunicator::kMaxMpiCount, 3));
+
+TEST_P(Split, AllGatherOutOfPlaceAndInPlace) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int r = comm.rank(), n = comm.size();
+  for (size_t count : {0, 1, 7}) {
+    std::vector<float> in(count), out(n * count, -99), expect(n * count);
+    for (size_t i = 0; i < count; ++i) in[i] = value(r, i);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; ++i) expect[q * count + i] = value(q, i);
+    comm.all_gather(in.data(), out.data(), count);
+    EXPECT_EQ(out, expect) << "count " << count;
+    std::vector<float> buf(n * count, -99);
+    std::copy(in.begin(), in.end(), buf.begin() + r * count);
+    comm.all_gather(buf.data() + r * count, buf.data(), count);
+    EXPECT_EQ(buf, expect) << "in place, count " << count;
+  }
+}
+
+TEST_P(Split, ReduceScatterOutOfPlaceAndInPlace) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int r = comm.rank(), n = comm.size();
+  for (size_t count : {0, 1, 7}) {
+    std::vector<float> in(n * count), out(count, -99), expect(count, 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; ++i) expect[i] += value(q, r * count + i);
+    const std::vector<float> copy = in;
+    comm.reduce_scatter(in.data(), out.data(), count, ReduceOp::Sum);
+    EXPECT_EQ(out, expect) << "count " << count;
+    EXPECT_EQ(in, copy) << "out of place must leave the input alone";
+    comm.reduce_scatter(in.data(), in.data() + r * count, count, ReduceOp::Sum);
+    EXPECT_EQ(std::vector<float>(in.begin() + r * count, in.begin() + (r + 1) * count), expect)
+        << "in place, count " << count;
+  }
+  std::vector<float> in(n * 2), out(2);
+  for (int q = 0; q < n; ++q) in[q * 2] = in[q * 2 + 1] = static_cast<float>(r + q);
+  comm.reduce_scatter(in.data(), out.data(), 2, ReduceOp::Max);
+  EXPECT_EQ(out, std::vector<float>(2, static_cast<float>(n - 1 + r)));
+}
+
+TEST_P(Split, BlockingAllReduceAndBroadcast) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int r = comm.rank(), n = comm.size();
+  std::vector<double> d(10, r);
+  comm.all_reduce(d.data(), d.size(), ReduceOp::Sum);
+  EXPECT_EQ(d, std::vector<double>(10, n * (n - 1) / 2.0));
+  std::vector<int64_t> i(5, r);
+  comm.all_reduce(i.data(), i.size(), ReduceOp::Max);
+  EXPECT_EQ(i, std::vector<int64_t>(5, n - 1));
+  std::string text = r == 1 ? "from rank one" : "?????????????";
+  comm.broadcast(text.data(), text.size(), 1);
+  EXPECT_EQ(text, "from rank one");
+}
+
+TEST_P(Split, NonBlockingAllReduceAndRing) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int r = comm.rank(), n = comm.size();
+  const size_t count = 11;
+  for (int step = 0; step < 3; ++step) {  // handles are reused across steps
+    std::vector<float> a(count), b(count), sent(count), got(count, -99), sum_a(count, 0);
+    for (size_t i = 0; i < count; ++i) {
+      a[i] = sent[i] = value(r + step, i);
+      b[i] = value(r, i + step);
+      for (int q = 0; q < n; ++q) sum_a[i] += value(q + step, i);
+    }
+    const CommHandle ha = comm.all_reduce_start(a.data(), count, ReduceOp::Sum);
+    const CommHandle hr = comm.recv_start(got.data(), count, (r - 1 + n) % n, 5);
+    const CommHandle hs = comm.send_start(sent.data(), count, (r + 1) % n, 5);
+    const CommHandle hb = comm.all_reduce_start(b.data(), count, ReduceOp::Min);
+    EXPECT_EQ(std::set<int>({ha.id, hr.id, hs.id, hb.id}).size(), 4u);
+    EXPECT_LT(std::max({ha.id, hr.id, hs.id, hb.id}), 4) << "slots are reused, not added";
+    comm.wait(hb);
+    comm.wait(hs);
+    comm.wait(ha);
+    comm.wait(hr);
+    EXPECT_EQ(a, sum_a);
+    for (size_t i = 0; i < count; ++i) {
+      float lowest = value(0, i + step);
+      for (int q = 1; q < n; ++q) lowest = std::min(lowest, value(q, i + step));
+      EXPECT_EQ(b[i], lowest);
+      EXPECT_EQ(got[i], value((r - 1 + n) % n + step, i));
+    }
+  }
+}
+
+TEST(MpiCommunicator, WaitOnAHandleNotPendingThrows) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  EXPECT_THROW(comm.wait(CommHandle{}), Error);
+  float x = 1;
+  const CommHandle h = comm.all_reduce_start(&x, 1, ReduceOp::Sum);
+  comm.wait(h);
+  EXPECT_THROW(comm.wait(h), Error);
+  EXPECT_EQ(x, comm.size());
+}
+
+TEST(MpiCommunicator, BlockedSecondsCountsBlockingCallsAndWaits) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  EXPECT_EQ(comm.blocked_seconds(), 0);
+  // The last rank arrives late: every other rank blocks in the barrier for about that long.
+  if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  comm.barrier();
+  if (comm.rank() != comm.size() - 1) {
+    EXPECT_GT(comm.blocked_seconds(), 0.03);
+  }
+  comm.reset_blocked_seconds();
+  EXPECT_EQ(comm.blocked_seconds(), 0);
+  float x = 1;
+  if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const CommHandle h = comm.all_reduce_start(&x, 1, ReduceOp::Sum);
+  EXPECT_EQ(comm.blocked_seconds(), 0) << "starting does not block";
+  comm.wait(h);
+  if (comm.rank() != 0) {
+    EXPECT_GT(comm.blocked_seconds(), 0.03);
+  }
+  EXPECT_GT(comm.blocked_seconds(), 0);
+}
+
+TEST(MpiCommunicator, ViewsASubCommunicatorWithoutOwningIt) {
+  const MpiComm world = MpiComm::world();
+  const MpiComm half = world.split(world.rank() % 2, world.rank());
+  {
+    MpiCommunicator comm(half.get());
+    EXPECT_EQ(comm.mpi(), half.get());
+    EXPECT_EQ(comm.size(), half.size());
+    EXPECT_EQ(comm.rank(), world.rank() / 2);
+    int64_t color = world.rank() % 2;
+    comm.all_reduce(&color, 1, ReduceOp::Sum);
+    EXPECT_EQ(color, (world.rank() % 2) * half.size());
+  }
+  int size = 0;
+  EXPECT_EQ(MPI_Comm_size(half.get(), &size), MPI_SUCCESS) << "still usable after the view";
+  EXPECT_EQ(size, half.size());
 }
 
 TEST(AllOrNone, OneFailingRankStopsEveryRankWithItsMessage) {

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "mpitrain/backend/backend.hpp"
 
 namespace mpitrain::testing {
 
@@ -65,6 +68,45 @@ double rel_err(const std::vector<A>& a, const std::vector<double>& b) {
 
 inline std::vector<float> to_float(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
+}
+
+// The vocabulary-parallel cross-entropy of backend.hpp on tp simulated tensor-parallel ranks:
+// logits(N, Vp) (Vp divisible by tp) is split into tp column shards of Vp/tp columns, and the
+// all-reduces between the phases are done here (MAX over row_max, SUM over stats, in rank
+// order). Writes every rank's losses (tp x N) and, if dloss != 0, the concatenated gradient back
+// into logits; returns every rank's total (they must agree). tp = 1 is the plain single-rank call.
+template <typename T>
+std::vector<double> ce_tensor_parallel(Backend<T>& be, std::vector<T>& logits,
+                                       const std::vector<int32_t>& targets,
+                                       std::vector<std::vector<T>>& losses, int N, int V, int Vp,
+                                       int tp, T dloss) {
+  const int Vl = Vp / tp;
+  EXPECT_EQ(Vl * tp, Vp) << "Vp must be divisible by tp";
+  std::vector<std::vector<T>> shard(tp, std::vector<T>(static_cast<size_t>(N) * Vl));
+  for (int r = 0; r < tp; ++r)
+    for (int n = 0; n < N; ++n)
+      std::copy_n(logits.begin() + static_cast<size_t>(n) * Vp + r * Vl, Vl,
+                  shard[r].begin() + static_cast<size_t>(n) * Vl);
+  std::vector<std::vector<T>> row_max(tp, std::vector<T>(N)), stats(tp, std::vector<T>(2 * N));
+  for (int r = 0; r < tp; ++r) be.ce_row_max(shard[r].data(), row_max[r].data(), N, Vl, r * Vl, V);
+  std::vector<T> max_all(N, -std::numeric_limits<T>::infinity());
+  for (int r = 0; r < tp; ++r)
+    for (int n = 0; n < N; ++n) max_all[n] = std::max(max_all[n], row_max[r][n]);
+  for (int r = 0; r < tp; ++r)
+    be.ce_stats(shard[r].data(), max_all.data(), targets.data(), stats[r].data(), N, Vl, r * Vl, V);
+  std::vector<T> stats_all(2 * N, T(0));
+  for (int r = 0; r < tp; ++r)
+    for (int i = 0; i < 2 * N; ++i) stats_all[i] += stats[r][i];
+  std::vector<double> totals(tp);
+  losses.assign(tp, std::vector<T>(N));
+  for (int r = 0; r < tp; ++r)
+    totals[r] = be.ce_loss(shard[r].data(), max_all.data(), stats_all.data(), targets.data(),
+                           losses[r].data(), N, Vl, r * Vl, V, dloss);
+  for (int r = 0; r < tp; ++r)
+    for (int n = 0; n < N; ++n)
+      std::copy_n(shard[r].begin() + static_cast<size_t>(n) * Vl, Vl,
+                  logits.begin() + static_cast<size_t>(n) * Vp + r * Vl);
+  return totals;
 }
 
 }  // namespace mpitrain::testing

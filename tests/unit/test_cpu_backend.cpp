@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "cpu_test_util.hpp"
@@ -92,14 +94,14 @@ TEST(CpuEmbedding, GradCheckWithRepeatedTokens) {
   Vec wte = random_vec(V * C, 1), wpe = random_vec(T * C, 2), R = random_vec(B * T * C, 3);
   Vec out(B * T * C), dwte(V * C), dwpe(T * C);
   auto loss = [&] {
-    be.embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    be.embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
     return dot(out, R);
   };
-  be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, 0, V);
   expect_grad("dwte", wte, dwte, loss);
   expect_grad("dwpe", wpe, dwpe, loss);
   const Vec dwte1 = dwte, dwpe1 = dwpe;  // both accumulate
-  be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, 0, V);
   for (size_t i = 0; i < dwte.size(); ++i) EXPECT_DOUBLE_EQ(dwte[i], 2 * dwte1[i]);
   for (size_t i = 0; i < dwpe.size(); ++i) EXPECT_DOUBLE_EQ(dwpe[i], 2 * dwpe1[i]);
 }
@@ -109,11 +111,53 @@ TEST(CpuEmbedding, NoPositionTable) {
   const int B = 1, T = 2, C = 3;
   const std::vector<int32_t> tok = {2, 0};
   Vec wte = random_vec(3 * C, 1), out(B * T * C), dwte(3 * C), R = random_vec(B * T * C, 2);
-  be.embedding_forward(out.data(), tok.data(), wte.data(), nullptr, B, T, C);
+  be.embedding_forward(out.data(), tok.data(), wte.data(), nullptr, B, T, C, 0, 3);
   for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], wte[2 * C + c]);
-  be.embedding_backward(dwte.data(), nullptr, R.data(), tok.data(), B, T, C);
+  be.embedding_backward(dwte.data(), nullptr, R.data(), tok.data(), B, T, C, 0, 3);
   for (int c = 0; c < C; ++c) EXPECT_EQ(dwte[C + c], 0.0);
   for (int c = 0; c < C; ++c) EXPECT_EQ(dwte[c], R[C + c]);
+}
+
+// Vocabulary-parallel: tp shards of wte (rows [r Vl, (r+1) Vl)); tokens of every shard, repeated,
+// and (tp = 4) a shard that holds none of them. The shards' outputs summed, with wpe passed to
+// shard 0 only, equal the unsplit output exactly (each sum has one non-zero wte term); each
+// shard's backward adds to its own rows only, exactly what the unsplit backward adds there, and
+// every shard computes the full dwpe.
+TEST(CpuEmbedding, VocabParallelShards) {
+  CpuBackend<double> be(1);
+  const int B = 2, T = 5, C = 3, V = 12, N = B * T;
+  const std::vector<int32_t> tok = {0, 11, 5, 2, 5, 3, 9, 11, 0, 10};  // none in rows 6..8
+  const Vec wte = random_vec(V * C, 1), wpe = random_vec(T * C, 2), R = random_vec(N * C, 3);
+  const Vec prefill = random_vec(V * C, 4), prefill_pe = random_vec(T * C, 5);
+  for (const double* pe : {wpe.data(), static_cast<const double*>(nullptr)}) {
+    Vec out(N * C), dwte = prefill, dwpe = prefill_pe;
+    be.embedding_forward(out.data(), tok.data(), wte.data(), pe, B, T, C, 0, V);
+    be.embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, 0, V);
+    for (int tp : {2, 3, 4}) {
+      const int Vl = V / tp;
+      Vec sum(N * C, 0.0);
+      for (int r = 0; r < tp; ++r) {
+        const int v0 = r * Vl;
+        Vec o(N * C, -7.0), dw = prefill, dp = prefill_pe;
+        be.embedding_forward(o.data(), tok.data(), wte.data() + v0 * C, r == 0 ? pe : nullptr, B, T,
+                             C, v0, Vl);
+        for (int i = 0; i < N * C; ++i) sum[i] += o[i];
+        for (int n = 0; n < N; ++n) {
+          if (tok[n] >= v0 && tok[n] < v0 + Vl) continue;
+          for (int c = 0; c < C; ++c)
+            EXPECT_EQ(o[n * C + c], r == 0 && pe ? pe[(n % T) * C + c] : 0.0)
+                << "token not held: only the position term";
+        }
+        be.embedding_backward(dw.data() + v0 * C, dp.data(), R.data(), tok.data(), B, T, C, v0, Vl);
+        for (int i = 0; i < V * C; ++i) {
+          const bool held = i >= v0 * C && i < (v0 + Vl) * C;
+          EXPECT_EQ(dw[i], held ? dwte[i] : prefill[i]) << "tp " << tp << " rank " << r << " " << i;
+        }
+        for (int i = 0; i < T * C; ++i) EXPECT_EQ(dp[i], dwpe[i]) << "dwpe on every shard";
+      }
+      for (int i = 0; i < N * C; ++i) EXPECT_EQ(sum[i], out[i]) << "tp " << tp << " " << i;
+    }
+  }
 }
 
 // ---- norms ----------------------------------------------------------------------------------
@@ -379,38 +423,123 @@ TEST(CpuAttention, CausalNoGradientToTheFuture) {
 
 // ---- cross-entropy --------------------------------------------------------------------------
 
-TEST(CpuCrossEntropy, PaddedVocabLossAndGradCheck) {
+// Logits with the padding columns (>= V) at 1e3: any use of them in the max or the sums shows.
+Vec padded_logits(int N, int V, int Vp, uint64_t seed, double lo = -3.0, double hi = 3.0) {
+  Vec x = random_vec(static_cast<size_t>(N) * Vp, seed, lo, hi);
+  for (int n = 0; n < N; ++n)
+    for (int j = V; j < Vp; ++j) x[n * Vp + j] = 1e3;
+  return x;
+}
+
+// One rank (v0 = 0, Vl = Vp): each phase's output, the losses and the gradient against a direct
+// double computation over the V real columns.
+TEST(CpuCrossEntropy, PhasesMatchDirectComputation) {
+  CpuBackend<double> be(1);
+  const int N = 4, V = 10, Vp = 16;
+  const std::vector<int32_t> targets = {0, 9, 4, 9};
+  const Vec logits = padded_logits(N, V, Vp, 1);
+  const double dloss = 1.0 / N;
+  Vec row_max(N), stats(2 * N), losses(N, -1.0), x = logits;
+  be.ce_row_max(x.data(), row_max.data(), N, Vp, 0, V);
+  be.ce_stats(x.data(), row_max.data(), targets.data(), stats.data(), N, Vp, 0, V);
+  const double total = be.ce_loss(x.data(), row_max.data(), stats.data(), targets.data(),
+                                  losses.data(), N, Vp, 0, V, 0.0);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], logits[i]) << "dloss == 0: untouched";
+  Vec grad = logits, losses2(N);
+  const double total2 = be.ce_loss(grad.data(), row_max.data(), stats.data(), targets.data(),
+                                   losses2.data(), N, Vp, 0, V, dloss);
+  EXPECT_EQ(total2, total) << "the total does not depend on dloss";
+  double expect_total = 0;
+  for (int n = 0; n < N; ++n) {
+    const double* l = logits.data() + n * Vp;
+    double m = l[0];
+    for (int j = 1; j < V; ++j) m = std::max(m, l[j]);
+    double z = 0;
+    for (int j = 0; j < V; ++j) z += std::exp(l[j] - m);
+    EXPECT_EQ(row_max[n], m);
+    EXPECT_NEAR(stats[n], z, 1e-14 * z);
+    EXPECT_EQ(stats[N + n], l[targets[n]]);
+    const double loss = std::log(z) + m - l[targets[n]];
+    EXPECT_NEAR(losses[n], loss, 1e-14);
+    EXPECT_EQ(losses2[n], losses[n]);
+    expect_total += loss;
+    for (int j = 0; j < Vp; ++j) {
+      const double g = j < V ? (std::exp(l[j] - m) / z - (j == targets[n])) * dloss : 0.0;
+      if (j < V) {
+        EXPECT_NEAR(grad[n * Vp + j], g, 1e-15) << n << "," << j;
+      } else {
+        EXPECT_EQ(grad[n * Vp + j], 0.0) << "padding gradient";
+      }
+    }
+  }
+  EXPECT_NEAR(total, expect_total, 1e-13);
+}
+
+// Simulated tensor parallelism (testing::ce_tensor_parallel): tp = 2 and 4 column shards of
+// V = 10, Vp = 16, so tp = 2 has a shard of real and padding columns and tp = 4 one of padding
+// only (columns 12..15); the row maxima and targets fall in different shards. Losses, totals and
+// the concatenated gradient equal the unsplit ones up to the summation order of e^x (1e-12).
+TEST(CpuCrossEntropy, SimulatedTensorParallel) {
+  CpuBackend<double> be(1);
+  const int N = 6, V = 10, Vp = 16;
+  const std::vector<int32_t> targets = {0, 9, 4, 8, 3, 7};
+  Vec logits = padded_logits(N, V, Vp, 2, -20.0, 20.0);
+  logits[0 * Vp + 9] = 25.0;  // row 0: max in the last shard with real columns, target in shard 0
+  logits[1 * Vp + 0] = 25.0;  // row 1: max in shard 0, target (9) in a later shard
+  const double dloss = 0.25;
+  std::vector<Vec> losses1;
+  Vec grad1 = logits;
+  const double total1 =
+      testing::ce_tensor_parallel(be, grad1, targets, losses1, N, V, Vp, 1, dloss)[0];
+  for (int tp : {2, 4}) {
+    std::vector<Vec> losses;
+    Vec grad = logits;
+    const std::vector<double> totals =
+        testing::ce_tensor_parallel(be, grad, targets, losses, N, V, Vp, tp, dloss);
+    for (int r = 0; r < tp; ++r) {
+      EXPECT_EQ(totals[r], totals[0]) << "every rank computes the same total";
+      EXPECT_NEAR(totals[r], total1, 1e-12 * std::abs(total1)) << "tp " << tp;
+      for (int n = 0; n < N; ++n) {
+        EXPECT_EQ(losses[r][n], losses[0][n]);
+        EXPECT_NEAR(losses[r][n], losses1[0][n], 1e-12 * std::abs(losses1[0][n]));
+      }
+    }
+    for (size_t i = 0; i < grad.size(); ++i)
+      EXPECT_NEAR(grad[i], grad1[i], 1e-12 * dloss) << "tp " << tp << " " << i;
+  }
+  // The padding-only shard on its own: row_max -inf, zero sums, zero gradient.
+  const int Vl = 4, v0 = 12;
+  Vec shard(N * Vl, 1e3), row_max(N), stats(2 * N, -1.0), losses(N), gmax(N, 0.0),
+      gstats(2 * N, 1.0);
+  be.ce_row_max(shard.data(), row_max.data(), N, Vl, v0, V);
+  be.ce_stats(shard.data(), gmax.data(), targets.data(), stats.data(), N, Vl, v0, V);
+  be.ce_loss(shard.data(), gmax.data(), gstats.data(), targets.data(), losses.data(), N, Vl, v0, V,
+             dloss);
+  for (int n = 0; n < N; ++n) {
+    EXPECT_EQ(row_max[n], -std::numeric_limits<double>::infinity());
+    EXPECT_EQ(stats[n], 0.0);
+    EXPECT_EQ(stats[N + n], 0.0);
+  }
+  for (double g : shard) EXPECT_EQ(g, 0.0);
+}
+
+// Phase 3's gradient against finite differences of the composed loss dloss * sum of losses,
+// on one rank and on tp = 4 simulated ranks.
+TEST(CpuCrossEntropy, GradCheck) {
   CpuBackend<double> be(1);
   const int N = 3, V = 10, Vp = 16;
   const std::vector<int32_t> targets = {0, 9, 4};
-  Vec logits = random_vec(N * Vp, 1, -3.0, 3.0);
-  for (int n = 0; n < N; ++n)
-    for (int j = V; j < Vp; ++j) logits[n * Vp + j] = 1e3;  // padding must be ignored
-  Vec x = logits, losses(N, -1.0);
-  const double total = be.crossentropy(x.data(), losses.data(), targets.data(), N, V, Vp, 0.0);
-  double expect_total = 0;  // direct double computation over the V real columns
-  for (int n = 0; n < N; ++n) {
-    double z = 0;
-    for (int j = 0; j < V; ++j) z += std::exp(logits[n * Vp + j]);
-    const double l = std::log(z) - logits[n * Vp + targets[n]];
-    EXPECT_NEAR(losses[n], l, 1e-14);
-    expect_total += l;
-  }
-  EXPECT_NEAR(total, expect_total, 1e-13);
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], logits[i]) << "dloss == 0: untouched";
-
   const double dloss = 1.0 / N;
-  Vec grad = logits;
-  const double total2 = be.crossentropy(grad.data(), losses.data(), targets.data(), N, V, Vp, dloss);
-  EXPECT_EQ(total2, total);
-  for (int n = 0; n < N; ++n)
-    for (int j = V; j < Vp; ++j) EXPECT_EQ(grad[n * Vp + j], 0.0) << "padding gradient";
-  Vec in = logits;
-  auto loss = [&] {
-    x = in;
-    return dloss * be.crossentropy(x.data(), losses.data(), targets.data(), N, V, Vp, 0.0);
-  };
-  expect_grad("dlogits", in, grad, loss);
+  for (int tp : {1, 4}) {
+    Vec in = padded_logits(N, V, Vp, 3), grad = in, x;
+    std::vector<Vec> losses;
+    testing::ce_tensor_parallel(be, grad, targets, losses, N, V, Vp, tp, dloss);
+    auto loss = [&] {
+      x = in;
+      return dloss * testing::ce_tensor_parallel(be, x, targets, losses, N, V, Vp, tp, 0.0)[0];
+    };
+    expect_grad("dlogits tp " + std::to_string(tp), in, grad, loss);
+  }
 }
 
 // ---- optimizer ------------------------------------------------------------------------------

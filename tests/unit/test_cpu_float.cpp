@@ -76,11 +76,11 @@ TEST(CpuFloat, Embedding) {
   std::vector<int32_t> tok(N);
   for (int n = 0; n < N; ++n) tok[n] = (n * 7) % V;
   Pair wte(V * C, 1), wpe(T * C, 2), out(N * C), dout(N * C, 3), dwte(V * C), dwpe(T * C);
-  be.f.embedding_forward(out.f.data(), tok.data(), wte.f.data(), wpe.f.data(), B, T, C);
-  be.d.embedding_forward(out.d.data(), tok.data(), wte.d.data(), wpe.d.data(), B, T, C);
+  be.f.embedding_forward(out.f.data(), tok.data(), wte.f.data(), wpe.f.data(), B, T, C, 0, V);
+  be.d.embedding_forward(out.d.data(), tok.data(), wte.d.data(), wpe.d.data(), B, T, C, 0, V);
   EXPECT_LT(out.err(), kTol);
-  be.f.embedding_backward(dwte.f.data(), dwpe.f.data(), dout.f.data(), tok.data(), B, T, C);
-  be.d.embedding_backward(dwte.d.data(), dwpe.d.data(), dout.d.data(), tok.data(), B, T, C);
+  be.f.embedding_backward(dwte.f.data(), dwpe.f.data(), dout.f.data(), tok.data(), B, T, C, 0, V);
+  be.d.embedding_backward(dwte.d.data(), dwpe.d.data(), dout.d.data(), tok.data(), B, T, C, 0, V);
   EXPECT_LT(dwte.err(), kTol);
   EXPECT_LT(dwpe.err(), kTol);
 }
@@ -171,19 +171,27 @@ TEST(CpuFloat, RopeAndAttention) {
   EXPECT_LT(dqkv.err(), kTol);
 }
 
+// The three cross-entropy phases, on one rank and on tp = 4 simulated ranks (V = 1000, Vp = 1024:
+// the last shard holds 232 real and 24 padding columns), float against double on one rank.
 TEST(CpuFloat, CrossEntropyAndSumSquares) {
   Backends be;
   const int V = 1000, Vp = 1024;
   std::vector<int32_t> targets(N);
   for (int n = 0; n < N; ++n) targets[n] = (n * 37) % V;
-  Pair logits(N * Vp, 1, -6, 6), losses(N);
-  const double lf = be.f.crossentropy(logits.f.data(), losses.f.data(), targets.data(), N, V, Vp,
-                                      1.0f / N);
-  const double ld = be.d.crossentropy(logits.d.data(), losses.d.data(), targets.data(), N, V, Vp,
-                                      1.0 / N);
-  EXPECT_NEAR(lf, ld, kTol * std::abs(ld));
-  EXPECT_LT(losses.err(), kTol);
-  EXPECT_LT(logits.err(), kTol);
+  const Pair logits(N * Vp, 1, -6, 6);
+  Vec gd = logits.d;
+  std::vector<Vec> ld;
+  const double td = testing::ce_tensor_parallel(be.d, gd, targets, ld, N, V, Vp, 1, 1.0 / N)[0];
+  for (int tp : {1, 4}) {
+    FVec gf = logits.f;
+    std::vector<FVec> lf;
+    const double tf = testing::ce_tensor_parallel(be.f, gf, targets, lf, N, V, Vp, tp, 1.0f / N)[0];
+    EXPECT_NEAR(tf, td, kTol * std::abs(td)) << "tp " << tp;
+    EXPECT_LT(rel_err(lf[0], ld[0]), kTol) << "tp " << tp;
+    EXPECT_LT(rel_err(gf, gd), kTol) << "tp " << tp;
+    for (int n = 0; n < N; ++n)
+      for (int j = V; j < Vp; ++j) EXPECT_EQ(gf[static_cast<size_t>(n) * Vp + j], 0.0f);
+  }
   Pair x(1000003, 2);
   const double sf = be.f.sum_squares(x.f.data(), x.f.size());
   const double sd = be.d.sum_squares(x.d.data(), x.d.size());

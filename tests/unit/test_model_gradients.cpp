@@ -34,7 +34,7 @@ ModelConfig tiny(Arch arch) {
 void check_all_gradients(Arch arch) {
   CpuBackend<double> backend(1);
   const int B = 2, T = 5;
-  Model<double> model(tiny(arch), backend, B, T);
+  Model<double> model(tiny(arch), backend, {}, B, T);
   model.init(7);
   // Move off the initial point so that biases (0) and norm weights (1) get generic gradients.
   Rng rng(11, 0);
@@ -52,11 +52,11 @@ void check_all_gradients(Arch arch) {
   const double dloss = 1.0 / (B * T);  // gradient of the mean loss
 
   model.zero_grads();
-  model.forward(tokens.data(), targets.data(), B, T, dloss);
-  model.backward(tokens.data(), B, T);
+  model.forward(0, tokens.data(), targets.data(), B, T, dloss);
+  model.backward(0, tokens.data(), B, T);
   const std::vector<double> analytic(model.grads(), model.grads() + model.num_params());
 
-  auto loss = [&] { return model.forward(tokens.data(), targets.data(), B, T, 0.0) * dloss; };
+  auto loss = [&] { return model.forward(0, tokens.data(), targets.data(), B, T, 0.0) * dloss; };
   const double h = 1e-5;
   size_t nonzero = 0;
   for (const ParamTensor& t : model.layout().tensors()) {
@@ -86,15 +86,15 @@ TEST(ModelGradients, LlamaAllParametersMatchFiniteDifferences) { check_all_gradi
 
 TEST(ModelGradients, GradientsAccumulateOverMicroBatches) {
   CpuBackend<double> backend(1);
-  Model<double> model(tiny(Arch::Gpt2), backend, 2, 5);
+  Model<double> model(tiny(Arch::Gpt2), backend, {}, 2, 5);
   model.init(3);
   std::vector<int32_t> tokens(10), targets(10);
   for (int i = 0; i < 10; ++i) tokens[i] = i % 20, targets[i] = (3 * i + 1) % 20;
   model.zero_grads();
-  model.forward(tokens.data(), targets.data(), 2, 5, 1.0);
-  model.backward(tokens.data(), 2, 5);
+  model.forward(0, tokens.data(), targets.data(), 2, 5, 1.0);
+  model.backward(0, tokens.data(), 2, 5);
   const std::vector<double> once(model.grads(), model.grads() + model.num_params());
-  model.forward(tokens.data(), targets.data(), 2, 5, 1.0);
-  model.backward(tokens.data(), 2, 5);
+  model.forward(0, tokens.data(), targets.data(), 2, 5, 1.0);
+  model.backward(0, tokens.data(), 2, 5);
   for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(model.grads()[i], 2 * once[i], 1e-12 + 1e-12 * std::abs(once[i]));
 }

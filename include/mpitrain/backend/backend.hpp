@@ -40,12 +40,15 @@ class Backend {
   virtual void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                                const T* weight, int N, int IC, int OC) = 0;
 
-  // ---- embeddings: out(B,T,C) = wte[tokens] + wpe[t] (wpe may be null: no learned positions) --
+  // ---- embeddings, vocabulary-parallel: this rank holds rows [v0, v0 + Vl) of wte --------
+  // out(B,T,C) = wte[tokens - v0] for tokens in that range, else 0; + wpe[t] if wpe is non-null.
+  // Under tensor parallelism the ranks' outputs are summed (all-reduce), so only one passes wpe.
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
-                                 int Tlen, int C) = 0;
-  // dwte[tokens[n]] += dout[n]; dwpe[t] += sum over b of dout[b,t] (dwpe may be null).
+                                 int Tlen, int C, int v0, int Vl) = 0;
+  // dwte[tokens[n] - v0] += dout[n] for tokens in range; dwpe[t] += sum over b of dout[b,t]
+  // (dwpe may be null).
   virtual void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B,
-                                  int Tlen, int C) = 0;
+                                  int Tlen, int C, int v0, int Vl) = 0;
 
   // ---- norms over the last dim C of N rows -------------------------------------------------
   // LayerNorm: out = (x - mean) * rstd * w + b; saves mean(N), rstd(N).
@@ -84,12 +87,21 @@ class Backend {
   virtual void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
                                   const T* probs, int B, int Tlen, int NH, int NKV, int hs) = 0;
 
-  // ---- fused softmax + cross-entropy over logits(N, Vp); columns >= V are padding ------------
-  // losses[n] = -log softmax(logits[n, :V])[targets[n]]. If dloss != 0, logits is overwritten by
-  // its gradient: dlogits = (softmax - onehot(target)) * dloss (zero in the padding columns).
-  // Returns the sum of losses in double.
-  virtual double crossentropy(T* logits, T* losses, const int32_t* targets, int N, int V, int Vp,
-                              T dloss) = 0;
+  // ---- softmax cross-entropy, vocabulary-parallel ------------------------------------------
+  // logits(N, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary; columns >= V are padding.
+  // Three phases; under tensor parallelism the caller all-reduces between them (MAX over row_max,
+  // SUM over stats), so no rank ever holds the full logits. With one rank: no communication.
+  // 1) row_max(N) = max of this rank's real columns (-inf if it holds none)
+  virtual void ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) = 0;
+  // 2) stats(2N) = [sum of exp(logit - row_max) over real columns | the target's logit if this
+  //    rank holds it, else 0]
+  virtual void ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N,
+                        int Vl, int v0, int V) = 0;
+  // 3) losses[n] = log(sumexp) + row_max - target logit. If dloss != 0, logits is overwritten by
+  //    its gradient (softmax - onehot(target)) * dloss, zero in padding columns. Returns the sum
+  //    of the N losses in double.
+  virtual double ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets,
+                         T* losses, int N, int Vl, int v0, int V, T dloss) = 0;
 
   // ---- optimizer ---------------------------------------------------------------------------
   // sum of squares in double (for the global grad norm).

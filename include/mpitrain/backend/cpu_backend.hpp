@@ -28,10 +28,10 @@ class CpuBackend final : public Backend<T> {
   void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                        const T* weight, int N, int IC, int OC) override;
 
-  void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
-                         int Tlen, int C) override;
+  void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tlen,
+                         int C, int v0, int Vl) override;
   void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tlen,
-                          int C) override;
+                          int C, int v0, int Vl) override;
 
   void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
                          int C, T eps) override;
@@ -55,8 +55,11 @@ class CpuBackend final : public Backend<T> {
   void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs, int B,
                           int Tlen, int NH, int NKV, int hs) override;
 
-  double crossentropy(T* logits, T* losses, const int32_t* targets, int N, int V, int Vp,
-                      T dloss) override;
+  void ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) override;
+  void ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
+                int v0, int V) override;
+  double ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
+                 int N, int Vl, int v0, int V, T dloss) override;
 
   double sum_squares(const T* x, size_t n) override;
   void scale(T* x, T s, size_t n) override;

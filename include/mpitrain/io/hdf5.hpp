@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <type_traits>
 
 #include "mpitrain/runtime/error.hpp"
@@ -91,6 +92,10 @@ bool has_link(hid_t loc, const std::string& name);  // does loc/name exist
 H5Handle open_dataset(hid_t loc, const std::string& name);
 // A contiguous 1-D dataset of `size` elements of file type `type` (e.g. H5T_STD_U16LE).
 H5Handle create_dataset_1d(hid_t loc, const std::string& name, hid_t type, uint64_t size);
+// A contiguous dataset of any rank, and a write of its whole extent.
+H5Handle create_dataset(hid_t loc, const std::string& name, hid_t type,
+                        const std::vector<uint64_t>& dims);
+void write_all(hid_t dset, hid_t mem_type, const void* data);
 uint64_t dataset_size_1d(hid_t dset);  // elements; UsageError (names it) if it is not 1-D
 // Elements [offset, offset+count) through a hyperslab; mem_type converts (e.g. u16 -> i32).
 void read_1d(hid_t dset, hid_t mem_type, uint64_t offset, uint64_t count, void* out,

@@ -1,17 +1,27 @@
-// A decoder-only Transformer (GPT-2 or Llama) with explicit forward and backward, as in llm.c.
+// A decoder-only Transformer (GPT-2 or Llama) with explicit forward and backward, as in llm.c,
+// for one shard of a parallel run (params.hpp): one pipeline stage's layers and, under tensor
+// parallelism, this rank's slices, with Megatron's all-reduces over the tp group:
+//   forward:  after the embedding (vocab-parallel), after attn.proj and mlp.proj (row-parallel)
+//             — Megatron's "g"; the loss is the vocab-parallel cross-entropy (max and sums
+//             all-reduced), so no rank holds the full logits;
+//   backward: after each column-parallel layer's input gradient (attn.qkv, mlp.fc, head)
+//             — Megatron's "f".
+// With tp = 1 and one stage it is the plain single-rank model and communicates nothing.
 //
-// The model owns three flat buffers from its backend: parameters, their gradients (same layout,
-// see params.hpp) and activations, all sized at construction for B <= max_batch sequences of
-// Tlen <= max_seq tokens, so no step allocates. forward() keeps what backward() needs.
+// The model owns its parameters, their gradients (same layout) and activations, all allocated at
+// construction for B <= max_batch sequences of Tlen <= max_seq tokens, with `slots` copies of the
+// activations so a pipeline can keep several micro-batches in flight. No step allocates.
 //
-// Shapes: B batch, Tlen sequence, C d_model, NH/NKV heads, hs head size, F d_ff, Vp padded vocab,
-// N = B*Tlen rows.
+// Shapes: B batch, Tlen sequence, C d_model, hs head size; local (this rank's) counts: NHl query
+// heads, NKVl kv heads, Fl = d_ff/tp, Vl = padded vocab/tp; N = B*Tlen rows.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mpitrain/backend/backend.hpp"
+#include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
 
@@ -20,7 +30,9 @@ namespace mpitrain {
 template <typename T>
 class Model {
  public:
-  Model(const ModelConfig& config, Backend<T>& backend, int max_batch, int max_seq);
+  // tp: the tensor-parallel group (null when shard.tp == 1).
+  Model(const ModelConfig& config, Backend<T>& backend, const ModelShard& shard, int max_batch,
+        int max_seq, int slots = 1, Communicator* tp = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -30,40 +42,68 @@ class Model {
   T* params() { return params_; }
   const T* params() const { return params_; }
   T* grads() { return grads_; }
-  size_t num_params() const { return layout_.total(); }
+  size_t num_params() const { return layout_.total(); }  // held by this rank
 
-  // Deterministic initialisation from seed: every tensor from its own RNG stream (seed, tensor
-  // index), so the values do not depend on how the model is later split across ranks.
-  // Matrices and embeddings ~ N(0, 0.02), output projections of each block ~ N(0, 0.02/sqrt(2L))
-  // (GPT-2), norm weights 1, biases 0, padded vocabulary rows 0.
+  // Deterministic initialisation from seed: every tensor of the whole model from its own RNG
+  // stream (seed, global tensor index), then this rank keeps its part — so the values do not
+  // depend on the parallel layout. Matrices and embeddings ~ N(0, 0.02), output projections of
+  // each block ~ N(0, 0.02/sqrt(2L)) (GPT-2), norm weights 1, biases 0, padded vocab rows 0.
   void init(uint64_t seed);
 
-  // tokens, targets: (B, Tlen). Returns the sum of the B*Tlen per-token losses (0 when targets
-  // is null: logits only). With dloss != 0 the loss gradient, scaled by dloss per token, is left
-  // in place for backward().
-  double forward(const int32_t* tokens, const int32_t* targets, int B, int Tlen, T dloss);
-  // Accumulates d(sum of losses * dloss) / d(params) into grads(); needs the forward just done.
-  void backward(const int32_t* tokens, int B, int Tlen);
+  // One micro-batch through this stage, in activation slot `slot`. tokens (B, Tlen) are read on
+  // the first stage, targets on the last; a later stage's input must be in input(slot) first.
+  // Returns the sum of the B*Tlen token losses on the last stage (0 elsewhere, or without
+  // targets). With dloss != 0 the loss gradient (dloss per token) is kept for backward().
+  double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
+                 T dloss);
+  // Accumulates this micro-batch's parameter gradients. Before it, a stage that is not the last
+  // must have the gradient of its output in output_grad(); after it, a stage that is not the
+  // first finds the gradient of its input in input_grad(). If given, grads_ready(offset) is
+  // called whenever every gradient at offsets >= offset is final for this backward.
+  void backward(int slot, const int32_t* tokens, int B, int Tlen,
+                const std::function<void(size_t)>& grads_ready = {});
   void zero_grads();
 
-  // Logits of row n = b*Tlen + t after a forward without targets: Vp values (first V are real).
-  const T* logits_row(int n) const { return logits_ + static_cast<size_t>(n) * config_.padded_vocab(); }
+  // Pipeline stage boundaries, (B, Tlen, C) each.
+  T* input(int slot) { return slots_[slot].encoded; }
+  const T* output(int slot) const { return slots_[slot].layers.back().res3; }
+  T* output_grad() { return grad_.dres; }
+  const T* input_grad() const { return grad_.dres; }
+
+  // Gradients of the tensors replicated over tp, averaged over tp (no-op with tp = 1): keeps
+  // the replicas' updates identical. Call after the step's last backward.
+  void sync_replicated_grads();
+  // Sum of squared gradients of the tensors this rank counts for the global norm (primary).
+  double grad_square_sum();
+
+  // Logits of row n = b*Tlen + t after a forward without targets (single rank): Vp values, the
+  // first V real.
+  const T* logits_row(int slot, int n) const {
+    return slots_[slot].logits + static_cast<size_t>(n) * local_vocab_;
+  }
 
  private:
   struct LayerActs {
     T *ln1, *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
-    T *qkv;                        // (N, (NH+2NKV)hs), after RoPE for llama
-    T *atty, *probs;               // (N, NH hs), (B,NH,T,T)
+    T *qkv;                        // (N, (NHl+2NKVl)hs), after RoPE for llama
+    T *atty, *probs;               // (N, NHl hs), (B,NHl,T,T)
     T *attproj, *res2;             // (N,C), (N,C) = input + attproj
     T *ln2, *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
-    T *fch, *fch_act;              // (N,F or 2F), (N,F)
+    T *fch, *fch_act;              // (N, Fl or 2Fl), (N, Fl)
     T *fcproj, *res3;              // (N,C), (N,C) = res2 + fcproj: the block's output
+  };
+  struct SlotActs {
+    T* encoded;                    // (N,C) the stage's input (embedding output on stage 0)
+    std::vector<LayerActs> layers; // this stage's blocks
+    T *lnf, *lnf_mean, *lnf_rstd;  // (N,C) (N) (N)   last stage only
+    T* logits;                     // (N, Vl)          last stage only; dlogits after forward
   };
   struct GradActs {
     T *dres;                       // (N,C) gradient of the residual stream
     T *dln;                        // (N,C) gradient at a norm's output
-    T *dqkv, *datty, *att_scratch; // (N,QKV), (N,NH hs), (B,NH,T,T)
-    T *dfch, *dfch_act;            // (N,F or 2F), (N,F)
+    T *dqkv, *datty, *att_scratch; // (N,QKVl), (N,NHl hs), (B,NHl,T,T)
+    T *dfch, *dfch_act;            // (N,Fl or 2Fl), (N,Fl)
+    T *losses, *row_max, *ce_stats;// (N), (N), (2N) cross-entropy scratch
   };
 
   const T* p(Slot slot, int layer = -1) const { return params_ + layout_.offset(slot, layer); }
@@ -72,21 +112,27 @@ class Model {
     return layout_.has(slot, layer) ? p(slot, layer) : nullptr;
   }
   T* maybe_g(Slot slot, int layer = -1) { return layout_.has(slot, layer) ? g(slot, layer) : nullptr; }
+  // Biases of row-parallel layers are added once, by tp rank 0, before the all-reduce.
+  const T* row_parallel_bias(Slot slot, int layer) const {
+    return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
+  }
+  Slot head_slot() const { return config_.tied_embeddings() ? Slot::Wte : Slot::LmHead; }
   void norm_forward(T* out, T* mean, T* rstd, const T* inp, Slot w, Slot b, int layer, int N);
   void norm_backward(T* dinp, const T* dout, const T* inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);
-  const T* head_weight() const { return p(config_.tied_embeddings() ? Slot::Wte : Slot::LmHead); }
-  T* head_grad() { return g(config_.tied_embeddings() ? Slot::Wte : Slot::LmHead); }
+  void tp_sum(T* x, size_t n);  // all-reduce over tp (g in forward, f in backward)
+  double loss(SlotActs& a, const int32_t* targets, int N, T dloss);
 
   ModelConfig config_;
   ParamLayout layout_;
   Backend<T>& backend_;
+  Communicator* tp_;
   int max_batch_, max_seq_;
+  int n_local_heads_, n_local_kv_heads_, local_ff_, local_vocab_, vocab_start_;
   T* params_ = nullptr;
   T* grads_ = nullptr;
-  T* acts_ = nullptr;  // one block holding every activation buffer below
-  T *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_;
-  std::vector<LayerActs> layers_;
+  T* acts_ = nullptr;  // one block holding every activation buffer
+  std::vector<SlotActs> slots_;
   GradActs grad_;
 };
 

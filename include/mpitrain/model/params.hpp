@@ -11,6 +11,17 @@
 //            ln2.weight (C), mlp.fc.weight (2F, C) = [gate; up], mlp.proj.weight (C, F)
 //   lnf.weight (C), [lnf.bias (C)], [lm_head.weight (Vp, C) — llama only; gpt2 ties it to wte]
 // Weights are (out, in) row-major. Norm weights and biases get no weight decay.
+//
+// A rank of a parallel run holds a shard (ModelShard): the layers of its pipeline stage (the
+// embedding on the first stage; the final norm and the head on the last, and for gpt2 a copy of
+// wte there too, for the tied head) and, under tensor parallelism, its slice of each tensor:
+//   column-parallel (split along the output rows): attn.qkv (its query heads' rows of q and its
+//     kv heads' rows of k and v), mlp.fc (gpt2: rows of F; llama: rows of gate and of up), and
+//     their biases; the vocabulary tables wte and lm_head (rows Vp/tp);
+//   row-parallel (split along the input columns): attn.proj, mlp.proj;
+//   replicated: norms, wpe, the biases of the row-parallel layers.
+// Each tensor records how its local rows/columns map into the full logical tensor (pieces).
+
 #pragma once
 
 #include <cstddef>
@@ -29,19 +40,39 @@ enum class Slot {
   LnfW, LnfB, LmHead,                               // head
 };
 
+// What one rank holds of the model. The default is the whole model.
+struct ModelShard {
+  int tp = 1, tp_rank = 0;               // tensor-parallel size and this rank's index
+  int layer_begin = 0, layer_end = -1;   // this stage's blocks [begin, end); -1 = all
+  bool first_stage = true, last_stage = true;
+};
+
+// A contiguous run of the split dimension: local [local_start, +length) is global
+// [global_start, +length).
+struct ShardPiece {
+  int64_t global_start, local_start, length;
+};
+
 struct ParamTensor {
-  std::string name;            // "wte", "h.3.attn.qkv.weight", ...
+  std::string name;                   // "wte", "h.3.attn.qkv.weight", ...
   Slot slot;
-  int layer;                   // block index, -1 outside the blocks
-  std::vector<int64_t> shape;  // logical shape
-  size_t offset;               // into the flat buffer
-  size_t numel;
-  bool decay;                  // weight decay applies (matrices and embeddings only)
+  int layer;                          // block index, -1 outside the blocks
+  std::vector<int64_t> shape;         // this rank's (local) shape
+  std::vector<int64_t> global_shape;  // the full logical shape
+  int split_dim;                      // dimension split over tp; -1 = replicated
+  std::vector<ShardPiece> pieces;     // along split_dim (empty when replicated)
+  size_t offset;                      // into the flat buffer
+  size_t numel;                       // local elements
+  bool decay;                         // weight decay applies (matrices and embeddings only)
+  int global_index;                   // position in the whole model's tensor list
+  // This rank's copy is the one that counts once for the global grad norm and for gathering:
+  // false for replicated tensors on tp ranks > 0 and for the tied wte copy on the last stage.
+  bool primary;
 };
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const ModelConfig& config);
+  explicit ParamLayout(const ModelConfig& config, const ModelShard& shard = {});
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t total() const { return total_; }
@@ -49,11 +80,14 @@ class ParamLayout {
   // Offset of a tensor in the flat buffer; Error if the architecture has no such tensor.
   size_t offset(Slot slot, int layer = -1) const;
   const ParamTensor& find(const std::string& name) const;  // Error if absent
-  // Parameters that take part in matrix products (all but the embedding lookups wte/wpe, with
-  // the output head counted whether tied or not): the N of the MFU formula.
+  const ModelShard& shard() const { return shard_; }
+  // Parameters of the WHOLE model (whatever this shard holds) that take part in matrix products
+  // (all but the embedding lookups wte/wpe, with the output head counted whether tied or not):
+  // the N of the MFU formula.
   size_t matmul_params() const;
 
  private:
+  ModelShard shard_;
   std::vector<ParamTensor> tensors_;
   std::vector<int> index_;  // (slot, layer) -> position in tensors_, -1 if absent
   int n_layer_;
@@ -61,5 +95,11 @@ class ParamLayout {
   size_t matmul_params_ = 0;
   int key(Slot slot, int layer) const;
 };
+
+// Moves values between a full logical tensor (global_shape, row-major) and this rank's part.
+template <typename T>
+void take_shard(const ParamTensor& t, const T* global, T* local);  // global -> local
+template <typename T>
+void put_shard(const ParamTensor& t, const T* local, T* global);   // local -> global
 
 }  // namespace mpitrain

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 
 #include "mpitrain/runtime/error.hpp"
@@ -49,7 +50,9 @@ class MpiComm {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  MpiComm split(int color, int key) const;  // MPI_Comm_split
+  MpiComm split(int color, int key) const;  // MPI_Comm_split; color >= 0
+  // As split, but a negative color joins no group (MPI_UNDEFINED) and yields nothing.
+  std::optional<MpiComm> split_optional(int color, int key) const;
   MpiComm split_shared() const;             // ranks on the same node (MPI_Comm_split_type)
 
  private:

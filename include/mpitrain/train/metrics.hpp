@@ -16,6 +16,7 @@ struct StepRecord {
   double grad_norm;     // global, before clipping
   double tokens_per_s;  // all ranks together
   double step_ms;
+  double comm_ms;       // time blocked on communication that was not hidden
   double mfu;           // fraction of the summed peak of all ranks
 };
 

@@ -24,6 +24,11 @@ struct TrainConfig {
   double adam_eps = 1e-8;
   double grad_clip = 1.0;     // global grad-norm clip, 0 = off
 
+  int dp = 0, tp = 0, pp = 0;   // process grid; 0 = derived from the world size
+  std::string pp_layers;        // blocks per stage "3,2,..."; "" = balanced
+  std::string pp_schedule = "1f1b";
+  double bucket_mb = 25.0;      // data-parallel gradient bucket size
+
   uint64_t seed = 1337;
   bool shuffle = true;
   std::string train_data;
@@ -31,6 +36,7 @@ struct TrainConfig {
   std::string data_format = "auto";
   std::string init_from;      // llm.c GPT-2 model file, "" = random initialisation
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
+  std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
 
   int eval_interval = 50;     // steps; 0 = only at the end
   int eval_samples = 64;      // validation sequences per evaluation

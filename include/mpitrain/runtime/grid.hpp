@@ -1,0 +1,70 @@
+// The parallel grid: the one place that knows how world ranks map to (dp, tp, pp) coordinates and
+// which process groups exist.
+//
+// Ranks are ordered tp fastest, then dp, then pp (Megatron's order, so that a tensor-parallel
+// group sits inside one node):   world rank = tp + TP * (dp + DP * pp).
+//
+// Worked example, 16 ranks, TP = 2, PP = 4 (so DP = 2):
+//   tp groups   [0,1] [2,3] [4,5] [6,7] [8,9] [10,11] [12,13] [14,15]
+//   dp groups   [0,2] [1,3] [4,6] [5,7] [8,10] [9,11] [12,14] [13,15]
+//   pp groups   [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15]
+//   model-parallel groups (tp x pp, one per dp rank)   [0,1,4,5,8,9,12,13] [2,3,6,7,10,11,14,15]
+//   embedding groups (first and last stage of each pp group)   [0,12] [1,13] [2,14] [3,15]
+// Middle stages (pp 1 and 2 above) belong to no embedding group.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "mpitrain/runtime/mpi.hpp"
+
+namespace mpitrain {
+
+struct GridShape {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int size() const { return dp * tp * pp; }
+};
+
+// Completes a shape whose entries may be 0 ("derive from the world size"). One entry 0: it is
+// world / (product of the others). Several: tp defaults to 1, then pp (unless dp is given, in
+// which case pp is derived), and the one left is derived. UsageError if the ranks do not fit.
+GridShape resolve_grid(int world_size, int dp, int tp, int pp);
+
+enum class Group { Tp, Dp, Pp, ModelParallel, Embedding };
+
+class Grid {
+ public:
+  Grid(const MpiComm& world, GridShape shape);
+
+  const GridShape& shape() const { return shape_; }
+  int dp_rank() const { return dp_rank_; }
+  int tp_rank() const { return tp_rank_; }
+  int pp_rank() const { return pp_rank_; }
+  bool first_stage() const { return pp_rank_ == 0; }
+  bool last_stage() const { return pp_rank_ == shape_.pp - 1; }
+  int local_rank() const { return local_rank_; }  // rank within the node, for device choice
+
+  const MpiComm& tp() const { return tp_; }
+  const MpiComm& dp() const { return dp_; }
+  const MpiComm& pp() const { return pp_; }
+  const MpiComm& model_parallel() const { return mp_; }
+  // First and last stage of this rank's pipeline; empty on middle stages.
+  const std::optional<MpiComm>& embedding() const { return embedding_; }
+
+  // World ranks of the group `g` that world rank `rank` belongs to, in group rank order (empty:
+  // no such group, i.e. the embedding group of a middle stage). Pure arithmetic.
+  static std::vector<int> members(const GridShape& shape, Group g, int rank);
+  static int world_rank(const GridShape& shape, int dp, int tp, int pp) {
+    return tp + shape.tp * (dp + shape.dp * pp);
+  }
+
+ private:
+  GridShape shape_;
+  int dp_rank_, tp_rank_, pp_rank_, local_rank_;
+  MpiComm tp_, dp_, pp_, mp_;
+  std::optional<MpiComm> embedding_;
+};
+
+}  // namespace mpitrain

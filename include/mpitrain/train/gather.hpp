@@ -1,0 +1,28 @@
+// The whole model in one place: for export, the text sample and comparisons across layouts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/runtime/grid.hpp"
+
+namespace mpitrain {
+
+// What (tp rank, stage) of a grid holds, with stage_first_layer from pipeline_layer_split.
+ModelShard shard_of(const GridShape& shape, const std::vector<int>& stage_first_layer, int tp_rank,
+                    int stage);
+
+// All parameters on world rank 0, in the single-rank layout ParamLayout(config), collected from
+// the shards of data-parallel replica 0 (each tensor from its primary holders). Empty elsewhere.
+// Collective over the world.
+std::vector<float> gather_parameters(const Model<float>& model, const Grid& grid,
+                                     const std::vector<int>& stage_first_layer,
+                                     const MpiComm& world);
+
+// Writes full parameters (single-rank layout) to an HDF5 file: one dataset per tensor, named as
+// in params.hpp, with its logical shape.
+void write_parameters_hdf5(const std::string& path, const ModelConfig& config,
+                           const std::vector<float>& params);
+
+}  // namespace mpitrain

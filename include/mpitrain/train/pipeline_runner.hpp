@@ -1,0 +1,55 @@
+// One step's micro-batches through this rank's pipeline stage.
+//
+// Runs the schedule's F and B passes (parallel/pipeline_schedule.hpp) on the model, receiving
+// each micro-batch's input activations from the previous stage and its output gradient from the
+// next, and sending the other way, point-to-point over the pp group with non-blocking MPI:
+//   forward  of micro i:  recv input (tag 2i) <- stage-1;  ...;  send output (tag 2i) -> stage+1
+//   backward of micro i:  recv d output (tag 2i+1) <- stage+1;  ...;  send d input -> stage-1
+// A send's buffer belongs to the micro-batch's activation slot and is waited for only before
+// the slot is used again, so sends overlap the next passes. With pp = 1 nothing is sent.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/parallel/pipeline_schedule.hpp"
+
+namespace mpitrain {
+
+class PipelineRunner {
+ public:
+  // Loads micro-batch `micro` of the current step: tokens and targets, (B, T) each.
+  using Loader = std::function<void(int micro, int32_t* tokens, int32_t* targets)>;
+
+  // pp: the pipeline group (rank = stage), null with one stage.
+  PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
+                 int micro_batches, int batch, int seq_len);
+
+  int slots() const { return slots_; }  // activation slots the model must have
+  // Forward and backward of every micro-batch; the parameter gradients accumulate in the model.
+  // grads_ready is passed to the step's last backward (data-parallel bucket hook). Returns the
+  // summed token loss on the last stage, 0 elsewhere.
+  double train(const Loader& load, float dloss, const std::function<void(size_t)>& grads_ready);
+  // Forward only of `rows` <= batch sequences (evaluation). Returns the summed loss on the last
+  // stage, 0 elsewhere.
+  double evaluate(const int32_t* tokens, const int32_t* targets, int rows);
+
+ private:
+  void forward(int micro, int rows, float dloss);
+  void backward(int micro, const std::function<void(size_t)>& grads_ready);
+  void wait_send(CommHandle& h);
+
+  Model<float>& model_;
+  Communicator* pp_;
+  PipelineSchedule schedule_;
+  int micro_batches_, batch_, seq_len_, stage_, stages_, slots_;
+  std::vector<int32_t> tokens_, targets_;     // (m, B, T) each: kept until the micro's backward
+  std::vector<float> dinput_;                 // (slots, B, T, C): input gradients being sent
+  std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
+  double loss_ = 0.0;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,70 @@
+#include "mpitrain/runtime/grid.hpp"
+
+#include <string>
+
+namespace mpitrain {
+
+GridShape resolve_grid(int world_size, int dp, int tp, int pp) {
+  require(dp >= 0 && tp >= 0 && pp >= 0, "dp, tp and pp must not be negative");
+  if ((dp == 0) + (tp == 0) + (pp == 0) > 1) {  // several left open: tp, pp default to 1
+    if (tp == 0) tp = 1;
+    if (pp == 0 && dp == 0) pp = 1;
+  }
+  auto shown = [](int v) { return v ? std::to_string(v) : std::string("?"); };
+  const std::string given = "dp x tp x pp = " + shown(dp) + " x " + shown(tp) + " x " + shown(pp);
+  const int known = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
+  const bool open = dp == 0 || tp == 0 || pp == 0;
+  require(world_size % known == 0 && (open || known == world_size),
+          given + " does not fit the " + std::to_string(world_size) + " ranks of this job");
+  if (dp == 0) dp = world_size / known;
+  if (tp == 0) tp = world_size / known;
+  if (pp == 0) pp = world_size / known;
+  return GridShape{dp, tp, pp};
+}
+
+std::vector<int> Grid::members(const GridShape& s, Group g, int rank) {
+  const int t = rank % s.tp, d = rank / s.tp % s.dp, p = rank / (s.tp * s.dp);
+  std::vector<int> out;
+  switch (g) {
+    case Group::Tp:
+      for (int i = 0; i < s.tp; ++i) out.push_back(world_rank(s, d, i, p));
+      break;
+    case Group::Dp:
+      for (int i = 0; i < s.dp; ++i) out.push_back(world_rank(s, i, t, p));
+      break;
+    case Group::Pp:
+      for (int i = 0; i < s.pp; ++i) out.push_back(world_rank(s, d, t, i));
+      break;
+    case Group::ModelParallel:
+      for (int i = 0; i < s.pp; ++i)
+        for (int j = 0; j < s.tp; ++j) out.push_back(world_rank(s, d, j, i));
+      break;
+    case Group::Embedding:
+      if (p == 0 || p == s.pp - 1) {
+        out.push_back(world_rank(s, d, t, 0));
+        if (s.pp > 1) out.push_back(world_rank(s, d, t, s.pp - 1));
+      }
+      break;
+  }
+  return out;
+}
+
+// Each group is one MPI_Comm_split: the color names the group (its first member), the key
+// orders ranks as members() does.
+Grid::Grid(const MpiComm& world, GridShape shape)
+    : shape_(shape),
+      dp_rank_(world.rank() / shape.tp % shape.dp),
+      tp_rank_(world.rank() % shape.tp),
+      pp_rank_(world.rank() / (shape.tp * shape.dp)),
+      local_rank_(world.split_shared().rank()),
+      tp_(world.split(members(shape, Group::Tp, world.rank())[0], tp_rank_)),
+      dp_(world.split(members(shape, Group::Dp, world.rank())[0], dp_rank_)),
+      pp_(world.split(members(shape, Group::Pp, world.rank())[0], pp_rank_)),
+      mp_(world.split(members(shape, Group::ModelParallel, world.rank())[0], world.rank())) {
+  if (shape.size() != world.size()) MPITRAIN_THROW("grid does not match the world size");
+  const std::vector<int> emb = members(shape, Group::Embedding, world.rank());
+  std::optional<MpiComm> split = world.split_optional(emb.empty() ? -1 : emb[0], pp_rank_);
+  embedding_ = std::move(split);
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,88 @@
+#include "mpitrain/train/pipeline_runner.hpp"
+
+#include <algorithm>
+
+namespace mpitrain {
+
+PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
+                               int micro_batches, int batch, int seq_len)
+    : model_(model),
+      pp_(pp && pp->size() > 1 ? pp : nullptr),
+      schedule_(schedule),
+      micro_batches_(micro_batches),
+      batch_(batch),
+      seq_len_(seq_len),
+      stage_(pp_ ? pp_->rank() : 0),
+      stages_(pp_ ? pp_->size() : 1),
+      slots_(pipeline_slots(schedule, micro_batches, stages_, stage_)) {
+  const size_t rows = static_cast<size_t>(batch) * seq_len;
+  tokens_.resize(micro_batches * rows);
+  targets_.resize(micro_batches * rows);
+  if (pp_) dinput_.resize(slots_ * rows * model.config().d_model);
+  out_sends_.resize(slots_);
+  grad_sends_.resize(slots_);
+}
+
+void PipelineRunner::wait_send(CommHandle& h) {
+  if (h.id >= 0) pp_->wait(h);
+  h = CommHandle{};
+}
+
+void PipelineRunner::forward(int micro, int rows, float dloss) {
+  const int slot = micro % slots_;
+  const size_t n = static_cast<size_t>(rows) * seq_len_ * model_.config().d_model;
+  const int32_t* tokens = tokens_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  const int32_t* targets = targets_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  if (pp_) {
+    wait_send(out_sends_[slot]);  // the slot's previous output has left
+    if (stage_ > 0) pp_->wait(pp_->recv_start(model_.input(slot), n, stage_ - 1, 2 * micro));
+  }
+  loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss);
+  if (pp_ && stage_ < stages_ - 1)
+    out_sends_[slot] = pp_->send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
+}
+
+void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grads_ready) {
+  const int slot = micro % slots_;
+  const size_t n = static_cast<size_t>(batch_) * seq_len_ * model_.config().d_model;
+  const int32_t* tokens = tokens_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  if (pp_ && stage_ < stages_ - 1)
+    pp_->wait(pp_->recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1));
+  model_.backward(slot, tokens, batch_, seq_len_, grads_ready);
+  if (pp_ && stage_ > 0) {
+    wait_send(grad_sends_[slot]);
+    float* buf = dinput_.data() + slot * n;
+    std::copy(model_.input_grad(), model_.input_grad() + n, buf);
+    grad_sends_[slot] = pp_->send_start(buf, n, stage_ - 1, 2 * micro + 1);
+  }
+}
+
+double PipelineRunner::train(const Loader& load, float dloss,
+                             const std::function<void(size_t)>& grads_ready) {
+  loss_ = 0.0;
+  const size_t rows = static_cast<size_t>(batch_) * seq_len_;
+  for (int i = 0; i < micro_batches_; ++i)
+    load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
+  static const std::function<void(size_t)> none;
+  for (const PipeOp& op : pipeline_ops(schedule_, micro_batches_, stages_, stage_)) {
+    if (op.forward)
+      forward(op.micro, batch_, dloss);
+    else
+      backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : none);
+  }
+  if (pp_)
+    for (int s = 0; s < slots_; ++s) wait_send(out_sends_[s]), wait_send(grad_sends_[s]);
+  return loss_;
+}
+
+double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, int rows) {
+  loss_ = 0.0;
+  const size_t n = static_cast<size_t>(rows) * seq_len_;
+  std::copy(tokens, tokens + n, tokens_.begin());
+  std::copy(targets, targets + n, targets_.begin());
+  forward(0, rows, 0.0f);
+  if (pp_) wait_send(out_sends_[0]);
+  return loss_;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,169 @@
+// ranks: 2 4 8
+// The parallel grid: group membership arithmetic, the real communicators built from it, and how
+// a shape with unknowns is completed.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mpitrain/runtime/grid.hpp"
+
+using namespace mpitrain;
+
+namespace {
+
+using Ranks = std::vector<int>;
+
+// World ranks of comm's members in its rank order.
+Ranks world_ranks_of(const MpiComm& comm) {
+  MPI_Group world_group, group;
+  EXPECT_EQ(MPI_Comm_group(MPI_COMM_WORLD, &world_group), MPI_SUCCESS);
+  EXPECT_EQ(MPI_Comm_group(comm.get(), &group), MPI_SUCCESS);
+  Ranks local(comm.size()), world(comm.size());
+  for (int i = 0; i < comm.size(); ++i) local[i] = i;
+  EXPECT_EQ(MPI_Group_translate_ranks(group, comm.size(), local.data(), world_group, world.data()),
+            MPI_SUCCESS);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return world;
+}
+
+// Every (dp, tp, pp) whose product is world.
+std::vector<GridShape> shapes_of(int world) {
+  std::vector<GridShape> out;
+  for (int tp = 1; tp <= world; ++tp)
+    for (int pp = 1; pp <= world; ++pp)
+      if (world % (tp * pp) == 0) out.push_back(GridShape{world / (tp * pp), tp, pp});
+  return out;
+}
+
+std::string name(const GridShape& s) {
+  return "dp" + std::to_string(s.dp) + " tp" + std::to_string(s.tp) + " pp" + std::to_string(s.pp);
+}
+
+}  // namespace
+
+// The worked example in grid.hpp, group by group, from several ranks' points of view.
+TEST(GridMembers, SixteenRanksTp2Pp4AsDocumented) {
+  const GridShape s{2, 2, 4};
+  const std::vector<Ranks> tp = {{0, 1}, {2, 3},   {4, 5},   {6, 7},
+                                 {8, 9}, {10, 11}, {12, 13}, {14, 15}};
+  const std::vector<Ranks> dp = {{0, 2},  {1, 3},  {4, 6},   {5, 7},
+                                 {8, 10}, {9, 11}, {12, 14}, {13, 15}};
+  const std::vector<Ranks> pp = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}};
+  const std::vector<Ranks> mp = {{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}};
+  const std::vector<Ranks> emb = {{0, 12}, {1, 13}, {2, 14}, {3, 15}};
+  auto check = [&](Group g, const std::vector<Ranks>& groups) {
+    for (const Ranks& group : groups)
+      for (int rank : group) EXPECT_EQ(Grid::members(s, g, rank), group) << "rank " << rank;
+  };
+  check(Group::Tp, tp);
+  check(Group::Dp, dp);
+  check(Group::Pp, pp);
+  check(Group::ModelParallel, mp);
+  check(Group::Embedding, emb);
+  for (int middle : {4, 5, 6, 7, 8, 9, 10, 11})
+    EXPECT_TRUE(Grid::members(s, Group::Embedding, middle).empty()) << "rank " << middle;
+  EXPECT_EQ(Grid::world_rank(s, 1, 1, 3), 15);
+  EXPECT_EQ(Grid::world_rank(s, 1, 0, 2), 10);
+}
+
+TEST(GridMembers, OtherShapes) {
+  const GridShape cube{2, 2, 2};  // 8 ranks
+  EXPECT_EQ(Grid::members(cube, Group::Tp, 5), (Ranks{4, 5}));
+  EXPECT_EQ(Grid::members(cube, Group::Dp, 5), (Ranks{5, 7}));
+  EXPECT_EQ(Grid::members(cube, Group::Pp, 5), (Ranks{1, 5}));
+  EXPECT_EQ(Grid::members(cube, Group::ModelParallel, 5), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(Grid::members(cube, Group::ModelParallel, 6), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(Grid::members(cube, Group::Embedding, 2), (Ranks{2, 6}));
+
+  const GridShape dp4{4, 1, 1};
+  EXPECT_EQ(Grid::members(dp4, Group::Dp, 2), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(Grid::members(dp4, Group::Tp, 2), (Ranks{2}));
+  EXPECT_EQ(Grid::members(dp4, Group::Pp, 2), (Ranks{2}));
+  EXPECT_EQ(Grid::members(dp4, Group::ModelParallel, 2), (Ranks{2}));
+  EXPECT_EQ(Grid::members(dp4, Group::Embedding, 2), (Ranks{2}));  // one stage: first and last
+
+  const GridShape pp4{1, 1, 4};
+  EXPECT_EQ(Grid::members(pp4, Group::Pp, 1), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(Grid::members(pp4, Group::Dp, 1), (Ranks{1}));
+  EXPECT_EQ(Grid::members(pp4, Group::ModelParallel, 1), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(Grid::members(pp4, Group::Embedding, 3), (Ranks{0, 3}));
+  EXPECT_TRUE(Grid::members(pp4, Group::Embedding, 1).empty());
+
+  const GridShape tp4{1, 4, 1};
+  EXPECT_EQ(Grid::members(tp4, Group::Tp, 3), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(Grid::members(tp4, Group::Dp, 3), (Ranks{3}));
+  EXPECT_EQ(Grid::members(tp4, Group::Pp, 3), (Ranks{3}));
+  EXPECT_EQ(Grid::members(tp4, Group::ModelParallel, 3), (Ranks{0, 1, 2, 3}));
+}
+
+// On the real ranks, every shape of this world size: each communicator holds exactly the ranks
+// members() names, in that order, and this rank's coordinates agree with them.
+TEST(Grid, CommunicatorsMatchMembersForEveryShape) {
+  const MpiComm world = MpiComm::world();
+  const int me = world.rank();
+  for (const GridShape& s : shapes_of(world.size())) {
+    SCOPED_TRACE(name(s));
+    const Grid grid(world, s);
+    EXPECT_EQ(world_ranks_of(grid.tp()), Grid::members(s, Group::Tp, me));
+    EXPECT_EQ(world_ranks_of(grid.dp()), Grid::members(s, Group::Dp, me));
+    EXPECT_EQ(world_ranks_of(grid.pp()), Grid::members(s, Group::Pp, me));
+    EXPECT_EQ(world_ranks_of(grid.model_parallel()), Grid::members(s, Group::ModelParallel, me));
+    const Ranks emb = Grid::members(s, Group::Embedding, me);
+    ASSERT_EQ(grid.embedding().has_value(), !emb.empty());
+    if (grid.embedding()) {
+      EXPECT_EQ(world_ranks_of(*grid.embedding()), emb);
+    }
+
+    EXPECT_EQ(Grid::world_rank(s, grid.dp_rank(), grid.tp_rank(), grid.pp_rank()), me);
+    EXPECT_EQ(grid.tp().rank(), grid.tp_rank());
+    EXPECT_EQ(grid.dp().rank(), grid.dp_rank());
+    EXPECT_EQ(grid.pp().rank(), grid.pp_rank());
+    EXPECT_EQ(grid.tp().size(), s.tp);
+    EXPECT_EQ(grid.dp().size(), s.dp);
+    EXPECT_EQ(grid.pp().size(), s.pp);
+    EXPECT_EQ(grid.model_parallel().size(), s.tp * s.pp);
+    EXPECT_EQ(grid.first_stage(), grid.pp_rank() == 0);
+    EXPECT_EQ(grid.last_stage(), grid.pp_rank() == s.pp - 1);
+    EXPECT_EQ(grid.shape().size(), world.size());
+  }
+}
+
+TEST(ResolveGrid, OneUnknownIsDerived) {
+  auto same = [](GridShape a, GridShape b) { return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp; };
+  EXPECT_TRUE(same(resolve_grid(8, 0, 2, 2), {2, 2, 2}));
+  EXPECT_TRUE(same(resolve_grid(8, 2, 0, 2), {2, 2, 2}));
+  EXPECT_TRUE(same(resolve_grid(16, 2, 2, 0), {2, 2, 4}));
+  EXPECT_TRUE(same(resolve_grid(8, 0, 8, 1), {1, 8, 1}));
+  EXPECT_TRUE(same(resolve_grid(6, 3, 1, 2), {3, 1, 2}));  // nothing unknown
+}
+
+TEST(ResolveGrid, SeveralUnknownsLeaveTpAndPpAtOne) {
+  auto same = [](GridShape a, GridShape b) { return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp; };
+  EXPECT_TRUE(same(resolve_grid(8, 0, 0, 0), {8, 1, 1}));
+  EXPECT_TRUE(same(resolve_grid(8, 0, 2, 0), {4, 2, 1}));
+  EXPECT_TRUE(same(resolve_grid(8, 0, 0, 4), {2, 1, 4}));
+  EXPECT_TRUE(same(resolve_grid(1, 0, 0, 0), {1, 1, 1}));
+  EXPECT_TRUE(same(resolve_grid(8, 2, 0, 0), {2, 1, 4}));  // dp given: tp = 1, pp derived
+}
+
+TEST(ResolveGrid, MismatchIsAUsageErrorNamingBoth) {
+  auto message = [](int world, int dp, int tp, int pp) -> std::string {
+    try {
+      resolve_grid(world, dp, tp, pp);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "no UsageError";
+  };
+  const std::string given = message(4, 3, 1, 1);
+  EXPECT_NE(given.find("dp x tp x pp = 3 x 1 x 1"), std::string::npos) << given;
+  EXPECT_NE(given.find("the 4 ranks of this job"), std::string::npos) << given;
+  const std::string open = message(4, 3, 0, 0);
+  EXPECT_NE(open.find("dp x tp x pp = 3 x 1 x "), std::string::npos) << open;
+  EXPECT_NE(open.find("the 4 ranks of this job"), std::string::npos) << open;
+  EXPECT_THROW(resolve_grid(8, 0, 3, 0), UsageError);  // 3 does not divide 8
+  EXPECT_THROW(resolve_grid(8, 2, 2, 3), UsageError);
+  EXPECT_THROW(resolve_grid(8, -2, 0, 0), UsageError);
+}
