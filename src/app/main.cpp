@@ -1,5 +1,6 @@
 // trainer: options -> training run. Exit codes: 0 done, 1 failure while working, 2 bad input
-// (reported once by rank 0, before any work).
+// (reported once by rank 0, before any work), 85 stopped by a signal or the time limit after
+// saving a checkpoint (requeue and resume).
 #include <cstdio>
 #include <exception>
 
@@ -21,8 +22,7 @@ int run(int argc, char** argv) {
       if (world.rank() == 0) std::printf("%s", options.help_text.c_str());
       return kExitOk;
     }
-    train(options, world);
-    return kExitOk;
+    return train(options, world);
   } catch (const UsageError& e) {
     // Set-up errors are agreed on by every rank (all_or_none): all exit 2, rank 0 says why.
     if (world.rank() == 0) std::fprintf(stderr, "trainer: error: %s\n", e.what());

@@ -67,6 +67,19 @@ Options parse_options(int argc, const char* const* argv) {
       ("pp-schedule", with_default(&t.pp_schedule), "pipeline schedule: gpipe or 1f1b")
       ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket size (MiB)");
 
+  po::options_description ckpt("Checkpoints and restart");
+  ckpt.add_options()
+      ("save-interval", with_default(&t.save_interval),
+       "steps between checkpoints under <out-dir>/checkpoints, plus one at the end; 0 = none")
+      ("keep-last", with_default(&t.keep_last), "step checkpoints kept (older ones deleted); 0 = all")
+      ("resume", with_default(&t.resume),
+       "'auto' = continue from the newest valid checkpoint if there is one; or a checkpoint dir")
+      ("save-best", flag(&t.save_best), "keep the checkpoint with the lowest validation loss as best/")
+      ("exit-after-minutes", with_default(&t.exit_after_minutes),
+       "save and exit with code 85 before this many minutes of wall time; 0 = off")
+      ("exit-at-step", with_default(&t.exit_at_step),
+       "save and exit with code 85 after this step (a run in pieces, restart tests); 0 = off");
+
   po::options_description model("Model");
   model.add_options()
       ("arch", with_default(&arch), "gpt2 (LayerNorm, GELU, learned positions, biases, tied "
@@ -121,7 +134,7 @@ Options parse_options(int argc, const char* const* argv) {
 
   po::options_description all("trainer — train a GPT-2 or Llama model with MPI\n\nUsage: mpirun "
                               "-np N trainer --config FILE [--option value ...]\n");
-  all.add(general).add(parallel).add(model).add(train).add(data);
+  all.add(general).add(parallel).add(ckpt).add(model).add(train).add(data);
 
   po::variables_map vm;
   try {
@@ -171,6 +184,10 @@ Options parse_options(int argc, const char* const* argv) {
   check_nonnegative(t.weight_decay, "weight-decay");
   check_nonnegative(t.grad_clip, "grad-clip");
   require(t.bucket_mb > 0, "bucket-mb must be positive");
+  require(t.save_interval >= 0, "save-interval must not be negative");
+  require(t.keep_last >= 0, "keep-last must not be negative");
+  require(t.exit_at_step >= 0, "exit-at-step must not be negative");
+  check_nonnegative(t.exit_after_minutes, "exit-after-minutes");
   require(t.dp >= 0 && t.tp >= 0 && t.pp >= 0, "dp, tp and pp must not be negative");
   check_nonnegative(t.peak_gflops, "peak-gflops");
   check_nonnegative(t.sample_temperature, "sample-temperature");

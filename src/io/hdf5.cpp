@@ -151,11 +151,11 @@ H5Handle open_dataset(hid_t loc, const std::string& name) {
 }
 
 H5Handle create_dataset(hid_t loc, const std::string& name, hid_t type,
-                        const std::vector<uint64_t>& dims) {
+                        const std::vector<uint64_t>& dims, hid_t dcpl) {
   const std::vector<hsize_t> extent(dims.begin(), dims.end());
   H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(extent.size()), extent.data(), nullptr)));
   return H5Handle(H5_CHECK(
-      H5Dcreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+      H5Dcreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl, H5P_DEFAULT)));
 }
 
 H5Handle create_dataset_1d(hid_t loc, const std::string& name, hid_t type, uint64_t size) {
@@ -187,6 +187,39 @@ void write_1d(hid_t dset, hid_t mem_type, uint64_t offset, uint64_t count, const
   H5_CHECK(H5Dwrite(dset, mem_type, mem_space.get(), file_space.get(), dxpl, data));
 }
 
+std::vector<uint64_t> dataset_dims(hid_t dset) {
+  H5Handle space(H5_CHECK(H5Dget_space(dset)));
+  std::vector<hsize_t> dims(H5_CHECK(H5Sget_simple_extent_ndims(space.get())));
+  H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+  return {dims.begin(), dims.end()};
+}
+
+// ---- parallel I/O ---------------------------------------------------------------------------
+
+H5Handle mpio_file_access(MPI_Comm comm) {
+  H5Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  H5_CHECK(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
+  return fapl;
+}
+
+H5Handle collective_transfer() {
+  H5Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  return dxpl;
+}
+
+H5Handle no_fill_creation() {
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
+  return dcpl;
+}
+
+void select_block(hid_t space, const std::vector<uint64_t>& start,
+                  const std::vector<uint64_t>& count) {
+  const std::vector<hsize_t> s(start.begin(), start.end()), c(count.begin(), count.end());
+  H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_OR, s.data(), nullptr, c.data(), nullptr));
+}
+
 // ---- scalar attributes ----------------------------------------------------------------------
 
 bool has_attribute(hid_t obj, const std::string& name) {
@@ -210,6 +243,16 @@ void write_attribute_int(hid_t obj, const std::string& name, int64_t value) {
   H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value));
 }
 
+void write_attribute_uint64(hid_t obj, const std::string& name, uint64_t value) {
+  H5Handle attr = create_scalar_attribute(obj, name, H5T_STD_U64LE);
+  H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_UINT64, &value));
+}
+
+void write_attribute_double(hid_t obj, const std::string& name, double value) {
+  H5Handle attr = create_scalar_attribute(obj, name, H5T_IEEE_F64LE);
+  H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value));
+}
+
 void write_attribute_string(hid_t obj, const std::string& name, const std::string& value) {
   H5Handle type(H5_CHECK(H5Tcopy(H5T_C_S1)));
   H5_CHECK(H5Tset_size(type.get(), value.size() + 1));  // fixed length, NUL-terminated
@@ -227,6 +270,31 @@ int64_t read_attribute_int(hid_t obj, const std::string& name) {
   require_scalar(attr.get(), what);
   int64_t value = 0;
   H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &value));
+  return value;
+}
+
+uint64_t read_attribute_uint64(hid_t obj, const std::string& name) {
+  const std::string what = object_name(obj) + ": attribute '" + name + "'";
+  H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
+  H5Handle type(H5_CHECK(H5Aget_type(attr.get())));
+  require(H5_CHECK(H5Tget_class(type.get())) == H5T_INTEGER &&
+              H5_CHECK(H5Tget_sign(type.get())) == H5T_SGN_NONE,
+          what + " is not an unsigned integer");
+  require_scalar(attr.get(), what);
+  uint64_t value = 0;
+  H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_UINT64, &value));
+  return value;
+}
+
+double read_attribute_double(hid_t obj, const std::string& name) {
+  const std::string what = object_name(obj) + ": attribute '" + name + "'";
+  H5Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
+  H5Handle type(H5_CHECK(H5Aget_type(attr.get())));
+  require(H5_CHECK(H5Tget_class(type.get())) == H5T_FLOAT,
+          what + " is not a floating-point number");
+  require_scalar(attr.get(), what);
+  double value = 0;
+  H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value));
   return value;
 }
 

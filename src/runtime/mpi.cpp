@@ -1,5 +1,6 @@
 #include "mpitrain/runtime/mpi.hpp"
 
+#include <cstdlib>
 #include <utility>
 
 namespace mpitrain {
@@ -12,6 +13,11 @@ std::string mpi_error_string(int code) {
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // Open MPI's non-blocking all-reduce (libnbc) picks, by default, an algorithm that runs large
+  // buffers at half the speed of the blocking MPI_Allreduce; the ring algorithm matches it. The
+  // data-parallel gradient buckets are non-blocking all-reduces, so default to the ring unless
+  // the user chose otherwise (bench/parallel.sh measures the effect). Other MPIs ignore this.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

@@ -17,8 +17,8 @@ BatchLoader::BatchLoader(const SampleWindows& windows, const SampleOrder& order,
     MPITRAIN_THROW("global batch not divisible by dp x micro-batch");
 }
 
-void BatchLoader::load(int64_t step, int micro, int32_t* tokens, int32_t* targets) const {
-  const uint64_t first = static_cast<uint64_t>(step) * global_batch_ +
+void BatchLoader::load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets) const {
+  const uint64_t first = consumed +
                          static_cast<uint64_t>(dp_rank_) * (global_batch_ / dp_size_) +
                          static_cast<uint64_t>(micro) * micro_batch_;
   for (int i = 0; i < micro_batch_; ++i) {

@@ -2,15 +2,29 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <vector>
 
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
-MetricsLog::MetricsLog(const std::string& path, bool active) : active_(active) {
+MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_step)
+    : active_(active) {
   if (!active_) return;
+  std::vector<std::string> kept;
+  if (resumed_step >= 0) {
+    std::ifstream old(path);
+    for (std::string line; std::getline(old, line);) {
+      const size_t at = line.find("\"step\": ");
+      if (at != std::string::npos && std::stoll(line.substr(at + 8)) <= resumed_step)
+        kept.push_back(line);
+    }
+  }
   file_.reset(std::fopen(path.c_str(), "w"));
   if (!file_) MPITRAIN_THROW("cannot write " + path + ": " + std::strerror(errno));
+  for (const std::string& line : kept) std::fprintf(file_.get(), "%s\n", line.c_str());
+  std::fflush(file_.get());
 }
 
 void MetricsLog::step(const StepRecord& r) {

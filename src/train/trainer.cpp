@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/data/byte_tokenizer.hpp"
 #include "mpitrain/data/samples.hpp"
@@ -25,6 +27,8 @@
 #include "mpitrain/optim/adamw.hpp"
 #include "mpitrain/optim/lr_schedule.hpp"
 #include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/fault.hpp"
+#include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
 #include "mpitrain/runtime/grid.hpp"
@@ -58,20 +62,25 @@ uint32_t local_max_token(const TokenSource* src, const MpiComm& world) {
 }
 
 // Refuses to write into a directory that holds anything, or over an existing export file,
-// unless --overwrite; then creates the directory and records the options used.
+// unless --overwrite (or --resume, which continues the run that is there); then creates the
+// directory and records the options used. A fresh run with --overwrite drops the old run's
+// checkpoints, so that a later --resume auto cannot pick them up.
 void prepare_out_dir(const Options& o) {
   const TrainConfig& t = o.train;
+  const bool resuming = !t.resume.empty();
   const fs::path dir(t.out_dir);
   std::error_code ec;
-  if (fs::exists(dir, ec) && !t.overwrite) {
+  if (fs::exists(dir, ec) && !t.overwrite && !resuming) {
     require(fs::is_directory(dir, ec), "out-dir " + t.out_dir + " exists and is not a directory");
     require(fs::is_empty(dir, ec), "out-dir " + t.out_dir +
                                        " already holds files; pass --overwrite or choose another");
   }
-  require(t.export_llmc.empty() || !fs::exists(t.export_llmc, ec) || t.overwrite,
-          "export-llmc file " + t.export_llmc + " exists; pass --overwrite or choose another");
+  for (const std::string& file : {t.export_llmc, t.export_params})
+    require(file.empty() || !fs::exists(file, ec) || t.overwrite || resuming,
+            file + " exists; pass --overwrite or choose another export file");
   fs::create_directories(dir, ec);
   require(!ec, "cannot create out-dir " + t.out_dir + ": " + ec.message());
+  if (t.overwrite && !resuming) fs::remove_all(dir / "checkpoints", ec);
   std::ofstream ini(dir / "run.ini");
   require(static_cast<bool>(ini << o.effective), "cannot write " + (dir / "run.ini").string());
 }
@@ -150,7 +159,7 @@ std::string format_count(double n) {
 
 }  // namespace
 
-void train(const Options& o, const MpiComm& world) {
+int train(const Options& o, const MpiComm& world) {
   const TrainConfig& t = o.train;
   const bool root = world.rank() == 0;
 
@@ -218,6 +227,8 @@ void train(const Options& o, const MpiComm& world) {
     }
     if (root) prepare_out_dir(o);
   });
+  FaultPlan faults;
+  all_or_none(world, [&] { faults = FaultPlan::from_env(); });
 
   AdamW<float> optimizer(backend, model->layout(),
                          {static_cast<float>(t.beta1), static_cast<float>(t.beta2),
@@ -230,7 +241,49 @@ void train(const Options& o, const MpiComm& world) {
   PipelineRunner runner(*model, &pp_comm, schedule, micro_batches, t.micro_batch_size, t.seq_len);
   GradBuckets buckets(dp_comm, model->grads(), model->num_params(),
                       static_cast<size_t>(t.bucket_mb * (1 << 20)));
-  MetricsLog log((fs::path(t.out_dir) / "metrics.jsonl").string(), root);
+
+  // ---- resume -----------------------------------------------------------------------------------
+  CheckpointStore store((fs::path(t.out_dir) / "checkpoints").string(), world, t.keep_last, faults);
+  const CheckpointState state{cfg, model->layout(), model->params(), optimizer.m(), optimizer.v(),
+                              grid.dp_rank() == 0};
+  int start_step = 0;
+  uint64_t consumed = 0;                                      // samples of the global order used
+  double best_val = std::numeric_limits<double>::quiet_NaN();  // for --save-best
+  if (!t.resume.empty()) {
+    std::optional<CheckpointManifest> m;
+    all_or_none(world, [&] {
+      // The store refuses a checkpoint of another model (UsageError naming the difference).
+      m = t.resume == "auto" ? store.load_latest(state) : store.load(t.resume, state);
+    });
+    if (m) {
+      start_step = static_cast<int>(m->step);
+      consumed = m->consumed_samples;
+      best_val = m->val_loss;
+      optimizer.set_steps_taken(static_cast<int>(m->adam_steps));
+      if (root) std::printf("resumed from step %d (%llu samples consumed, written by %s at %s)\n",
+                            start_step, static_cast<unsigned long long>(consumed),
+                            m->build_id.c_str(), m->wall_time.c_str());
+    } else if (root) {
+      std::printf("no checkpoint to resume from: starting fresh\n");
+    }
+  }
+  auto manifest = [&](int step) {
+    CheckpointManifest m;
+    m.step = step;
+    m.consumed_samples = consumed;
+    m.seed = t.seed;
+    m.adam_steps = optimizer.steps_taken();
+    m.val_loss = best_val;
+    m.model = cfg;
+    m.layout = shape;
+    m.pp_layers = t.pp_layers;
+    m.global_batch_size = t.global_batch_size;
+    m.micro_batch_size = t.micro_batch_size;
+    m.seq_len = t.seq_len;
+    return m;
+  };
+  MetricsLog log((fs::path(t.out_dir) / "metrics.jsonl").string(), root,
+                 t.resume.empty() ? -1 : start_step);
 
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   double peak = t.peak_gflops > 0 ? t.peak_gflops : measure_sgemm_gflops(1024, 3);
@@ -271,16 +324,23 @@ void train(const Options& o, const MpiComm& world) {
   const bool counts_loss = grid.last_stage() && grid.tp_rank() == 0;
   const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && emb_comm;
   const ParamTensor* wte = tied_copies ? &model->layout().find("wte") : nullptr;
-  int64_t step_index = 0;
   const PipelineRunner::Loader load = [&](int micro, int32_t* tok, int32_t* tgt) {
-    loader.load(step_index, micro, tok, tgt);
+    loader.load(consumed, micro, tok, tgt);
   };
   const std::function<void(size_t)> grads_ready = [&](size_t offset) { buckets.ready_from(offset); };
-  for (int step = 0; step < t.steps; ++step) {
+  StopSignals signals;
+  const auto run_start = std::chrono::steady_clock::now();
+  double slowest_step = 0.0, last_save = 0.0;  // seconds, for --exit-after-minutes
+  auto save = [&](int step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    store.save(manifest(step), state);
+    last_save = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (root) std::printf("saved checkpoint step %d in %.2f s\n", step, last_save), std::fflush(stdout);
+  };
+  for (int step = start_step; step < t.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     for (Communicator* c : comms)
       if (c) c->reset_blocked_seconds();
-    step_index = step;
     model->zero_grads();
     double loss = runner.train(load, dloss, grads_ready);
     buckets.finish();                    // data-parallel sum, overlapped with backward
@@ -295,6 +355,7 @@ void train(const Options& o, const MpiComm& world) {
     if (!counts_loss) loss = 0.0;
     world_comm.all_reduce(&loss, 1, ReduceOp::Sum);
     loss /= tokens_per_step;
+    consumed += t.global_batch_size;
 
     double comm_seconds = 0.0;
     for (Communicator* c : comms)
@@ -304,10 +365,32 @@ void train(const Options& o, const MpiComm& world) {
     log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds, 1e3 * comm_seconds,
               flops_per_token * tokens_per_s / (peak * 1e9)});
 
+    slowest_step = std::max(slowest_step, seconds);
+
     const bool last = step + 1 == t.steps;
-    if (val_windows && ((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || last))
-      log.eval(step + 1, evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size,
-                                  t.seq_len, grid, world_comm, tokens, targets));
+    if (val_windows && ((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || last)) {
+      const double val = evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size,
+                                  t.seq_len, grid, world_comm, tokens, targets);
+      log.eval(step + 1, val);
+      if (t.save_best && !(val >= best_val)) {  // also when best_val is NaN (none yet)
+        best_val = val;
+        store.save_as("best", manifest(step + 1), state);
+      }
+    }
+    // Stop requests (signals on any rank, or the time limit) are agreed on here, between steps.
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const bool time_up = t.exit_after_minutes > 0 &&
+                         elapsed + 2 * slowest_step + 2 * last_save >= 60 * t.exit_after_minutes;
+    const bool planned = t.exit_at_step > 0 && step + 1 == t.exit_at_step;
+    int64_t stop = signals.requested() || time_up || planned;
+    world_comm.all_reduce(&stop, 1, ReduceOp::Max);
+    if ((t.save_interval > 0 && ((step + 1) % t.save_interval == 0 || last)) || stop) save(step + 1);
+    if (stop && !last) {
+      if (root) std::printf("stopping after step %d (%s): checkpoint saved; exit %d = requeue me\n",
+                            step + 1, planned ? "exit-at-step" : time_up ? "time limit" : "signal",
+                            kExitRequeue);
+      return kExitRequeue;
+    }
   }
   if (val_windows && t.steps == 0)  // evaluation only
     log.eval(0, evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size, t.seq_len, grid,
@@ -315,9 +398,9 @@ void train(const Options& o, const MpiComm& world) {
 
   // ---- after training: the whole model on rank 0 for export and the text sample ----------------
   const bool want_full = !t.export_llmc.empty() || !t.export_params.empty() || t.sample_tokens > 0;
-  if (!want_full) return;
+  if (!want_full) return kExitOk;
   std::vector<float> full = gather_parameters(*model, grid, stage_first_layer, world);
-  if (!root) return;
+  if (!root) return kExitOk;
   if (!t.export_llmc.empty()) {
     save_llmc_model(t.export_llmc, cfg, ParamLayout(cfg), full.data(), LlmcDtype::Fp32);
     std::printf("exported the model to %s (llm.c format, fp32)\n", t.export_llmc.c_str());
@@ -327,6 +410,7 @@ void train(const Options& o, const MpiComm& world) {
     std::printf("wrote the parameters to %s\n", t.export_params.c_str());
   }
   if (t.sample_tokens > 0) print_sample(t, cfg, full, train_src->tokenizer(), backend);
+  return kExitOk;
 }
 
 }  // namespace mpitrain

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <string>
@@ -92,9 +93,10 @@ bool has_link(hid_t loc, const std::string& name);  // does loc/name exist
 H5Handle open_dataset(hid_t loc, const std::string& name);
 // A contiguous 1-D dataset of `size` elements of file type `type` (e.g. H5T_STD_U16LE).
 H5Handle create_dataset_1d(hid_t loc, const std::string& name, hid_t type, uint64_t size);
-// A contiguous dataset of any rank, and a write of its whole extent.
+// A contiguous dataset of any rank (dcpl: creation properties, e.g. no_fill_creation()), and a
+// write of its whole extent.
 H5Handle create_dataset(hid_t loc, const std::string& name, hid_t type,
-                        const std::vector<uint64_t>& dims);
+                        const std::vector<uint64_t>& dims, hid_t dcpl = H5P_DEFAULT);
 void write_all(hid_t dset, hid_t mem_type, const void* data);
 uint64_t dataset_size_1d(hid_t dset);  // elements; UsageError (names it) if it is not 1-D
 // Elements [offset, offset+count) through a hyperslab; mem_type converts (e.g. u16 -> i32).
@@ -103,13 +105,32 @@ void read_1d(hid_t dset, hid_t mem_type, uint64_t offset, uint64_t count, void* 
 void write_1d(hid_t dset, hid_t mem_type, uint64_t offset, uint64_t count, const void* data,
               hid_t dxpl = H5P_DEFAULT);
 
+std::vector<uint64_t> dataset_dims(hid_t dset);  // its extent, any rank
+
+// ---- parallel I/O ---------------------------------------------------------------------------
+// A file-access property list for the MPI-IO driver over comm: a file opened or created with it
+// is shared by comm's ranks, and opening, creating, closing and creating objects are collective.
+H5Handle mpio_file_access(MPI_Comm comm);
+// A transfer property list for collective MPI-IO: every rank calls each read/write, a rank with
+// nothing to move with empty selections.
+H5Handle collective_transfer();
+// Dataset creation properties for data that will be written in full: no fill values.
+H5Handle no_fill_creation();
+// Adds the block [start, start+count) (one entry per dimension) to space's selection.
+void select_block(hid_t space, const std::vector<uint64_t>& start,
+                  const std::vector<uint64_t>& count);
+
 // ---- scalar attributes ----------------------------------------------------------------------
 bool has_attribute(hid_t obj, const std::string& name);
 void write_attribute_int(hid_t obj, const std::string& name, int64_t value);  // int64
+void write_attribute_uint64(hid_t obj, const std::string& name, uint64_t value);
+void write_attribute_double(hid_t obj, const std::string& name, double value);  // float64
 void write_attribute_string(hid_t obj, const std::string& name, const std::string& value);
 // Read any integer attribute / any fixed- or variable-length string attribute. An attribute of
 // another type is bad file content: UsageError naming the file and the attribute.
 int64_t read_attribute_int(hid_t obj, const std::string& name);
+uint64_t read_attribute_uint64(hid_t obj, const std::string& name);  // any unsigned integer
+double read_attribute_double(hid_t obj, const std::string& name);    // any float
 std::string read_attribute_string(hid_t obj, const std::string& name);
 
 }  // namespace mpitrain

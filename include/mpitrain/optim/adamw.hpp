@@ -27,6 +27,9 @@ class AdamW {
   // One update: params -= lr * (adam direction(grad_scale * grads) + wd * params).
   void step(T* params, const T* grads, float lr, float grad_scale);
   int steps_taken() const { return t_; }
+  T* m() { return m_; }  // state in the parameters' layout, for checkpoints
+  T* v() { return v_; }
+  void set_steps_taken(int t) { t_ = t; }  // after loading m and v
 
  private:
   Backend<T>& backend_;

@@ -1,6 +1,6 @@
 // Errors and the checks that raise them.
 //
-// Two kinds of failure, two exit codes:
+// Exit codes: 0 done, 85 stopped early after a checkpoint (requeue), and two kinds of failure:
 //   UsageError — the user's input is wrong (option, file, layout). Exit code 2, before any work.
 //   Error      — something failed while working (a library call, an I/O error). Exit code 1.
 // Every library call goes through a check macro that throws with file:line and the library's
@@ -15,6 +15,7 @@ namespace mpitrain {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitRequeue = 85;  // stopped by a signal or time limit after saving: requeue me
 
 class Error : public std::runtime_error {
  public:

@@ -1,9 +1,10 @@
 // Which samples each rank trains on: the global order cut by step, rank and micro-batch.
 //
-// Step s consumes global samples k = s*G .. s*G+G-1 of the one global order (data/samples.hpp).
-// Data-parallel rank r takes the contiguous share k = s*G + r*G/dp + i, i < G/dp, and micro-batch
-// m of it the rows i = m*mb .. m*mb+mb-1. The sequence of samples is therefore the same for any
-// number of ranks, and a step's samples are known from the step number alone (resume).
+// A step that starts after c consumed samples takes global samples k = c .. c+G-1 of the one
+// global order (data/samples.hpp). Data-parallel rank r takes the contiguous share
+// k = c + r*G/dp + i, i < G/dp, and micro-batch m of it the rows i = m*mb .. m*mb+mb-1. The
+// sequence of samples is therefore the same for any number of ranks, and a resumed run (even at
+// another layout or batch size) continues it from the consumed count in the checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ class BatchLoader {
 
   int micro_batches() const { return micro_batches_; }  // per rank per step
   // tokens, targets: (micro_batch, seq_len) each.
-  void load(int64_t step, int micro, int32_t* tokens, int32_t* targets) const;
+  void load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets) const;
 
  private:
   const SampleWindows& windows_;

@@ -2,6 +2,7 @@
 // step and per evaluation. Losses are written with %.9g so runs can be compared exactly.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,8 +23,10 @@ struct StepRecord {
 
 class MetricsLog {
  public:
-  // Only the active rank (rank 0) writes; the file is created or truncated.
-  MetricsLog(const std::string& path, bool active);
+  // Only the active rank (rank 0) writes. A fresh run (resumed_step < 0) starts the file anew; a
+  // resumed run keeps the records of steps <= resumed_step and appends after them, so the file
+  // reads as one run even when steps after the checkpoint had been logged before a crash.
+  MetricsLog(const std::string& path, bool active, int64_t resumed_step = -1);
   void step(const StepRecord& r);
   void eval(int step, double val_loss);
 

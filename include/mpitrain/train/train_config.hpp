@@ -38,6 +38,13 @@ struct TrainConfig {
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
   std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
 
+  int save_interval = 0;      // steps between checkpoints (and one at the end); 0 = none
+  int keep_last = 3;          // committed step checkpoints kept; 0 = all
+  std::string resume;         // "" = start fresh, "auto" = latest valid if any, else a directory
+  bool save_best = false;     // keep the checkpoint with the lowest validation loss as best/
+  double exit_after_minutes = 0.0;  // save and exit 85 before this much wall time; 0 = off
+  int exit_at_step = 0;       // save and exit 85 after this step; 0 = off
+
   int eval_interval = 50;     // steps; 0 = only at the end
   int eval_samples = 64;      // validation sequences per evaluation
   int threads = 0;            // per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node

@@ -8,7 +8,9 @@
 
 namespace mpitrain {
 
-// Throws UsageError (on every rank alike) for bad input found during set-up.
-void train(const Options& options, const MpiComm& world);
+// Returns the exit code: kExitOk, or kExitRequeue when a signal or the time limit stopped the
+// run after saving a checkpoint. Throws UsageError (on every rank alike) for bad input found
+// during set-up.
+int train(const Options& options, const MpiComm& world);
 
 }  // namespace mpitrain

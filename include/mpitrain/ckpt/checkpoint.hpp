@@ -1,0 +1,120 @@
+// Parallel HDF5 checkpoints that load under any dp x tp x pp layout and survive kill -9.
+//
+// Directory <out_dir>/checkpoints (a CheckpointStore):
+//   step-00000010/checkpoint.h5   one committed checkpoint per saved step (N = optimizer steps
+//   step-00000020/checkpoint.h5   done, 8 digits when written, any number of digits when read)
+//   latest                        the newest committed directory's name, one line
+//   best/checkpoint.h5            save_as("best"): same protocol, any name
+//   step-00000030.tmp/            a save in progress or cut short: never loaded, removed later
+//
+// checkpoint.h5 (format version 1; `h5dump -A` shows the manifest):
+//   /manifest                     attributes: the fields of CheckpointManifest, same names
+//   /params/<tensor>              float32, the tensor's FULL logical shape (names as in
+//   /adam_m/<tensor>              model/params.hpp), whatever layout wrote it; each with a
+//   /adam_v/<tensor>              uint64 attribute `checksum` (format.hpp: layout-independent)
+// Written with the MPI-IO driver and collective I/O: every rank of the world creates every
+// dataset; data-parallel replica 0 writes, each rank its primary pieces (hyperslabs); the others
+// take part with empty selections. On load every rank reads its own pieces, so any layout of the
+// same model can resume from any other.
+//
+// Commit protocol of save / save_as. Rank 0 does the file-system work, each such step only once
+// every rank has reached it (barrier) and agreed on by all:
+//   1. remove a stale <name>.tmp/, create it
+//   2. all ranks write <name>.tmp/checkpoint.h5 (checksums all-reduced)
+//        fault phase "write": the data and attributes are written, the file is not closed
+//   3. collective close
+//        fault phase "close": the file is closed, not yet fsynced nor renamed
+//   4. rank 0 fsyncs the file and <name>.tmp/; barrier; rank 0 renames <name>.tmp -> <name> (an
+//      existing <name> first to <name>.old, removed after) and fsyncs the store directory
+//        fault phase "rename": <name> is committed, `latest` still names the previous one
+//   5. save only: `latest` := <name> (write latest.tmp, fsync, rename, fsync directory); then
+//      step directories beyond keep_last and stale step-*.tmp are removed.
+// At a fault phase every rank calls FaultPlan::at(phase, world rank, m.step); a kill there on
+// any rank stops the job before rank 0's next file-system step. A kill anywhere leaves the
+// previous checkpoint loadable: a crash between the two renames of step 4 leaves only
+// <name>.old, which load() and load_latest() use in place of <name>.
+//
+// Loading verifies the manifest (format version; step = the number in a step-N directory name),
+// every dataset's presence, shape and checksum. Every decision is agreed by all ranks; problems
+// are reported on rank 0's stderr as "checkpoint: <file>: <what>" (e.g. "dataset /params/wte:
+// checksum mismatch (stored 0x..., computed 0x...)"). The model config must be the run's
+// (arch and every size): a different one is a UsageError, also from load_latest.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "mpitrain/model/config.hpp"
+#include "mpitrain/model/params.hpp"
+#include "mpitrain/runtime/fault.hpp"
+#include "mpitrain/runtime/grid.hpp"
+
+namespace mpitrain {
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+// Everything a checkpoint says besides the tensors. Every rank passes the same values to save.
+struct CheckpointManifest {
+  int64_t format_version = kCheckpointFormatVersion;  // set by save
+  int64_t step = 0;                                   // optimizer steps done
+  uint64_t consumed_samples = 0;                      // samples of the global order used so far
+  // The whole RNG state: every random stream is derived from (seed, stream number) alone
+  // (runtime/rng.hpp), so the seed and the step/sample counters reproduce all of them.
+  uint64_t seed = 0;
+  int64_t adam_steps = 0;   // AdamW's step count (bias correction)
+  double loss_scale = 1.0;  // 1.0 for fp32 training
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // last validation loss; NaN: none
+  ModelConfig model;
+  // The writer's layout (for information: any layout can load it).
+  GridShape layout;
+  std::string pp_layers;  // blocks per stage as given ("" = balanced)
+  int64_t global_batch_size = 0, micro_batch_size = 0, seq_len = 0;
+  std::string build_id;   // set by save: MPITRAIN_BUILD_ID
+  std::string wall_time;  // set by save: rank 0's clock, ISO 8601 UTC
+};
+
+// The buffers one rank saves or loads, each in `layout`'s flat order (layout.total() floats).
+struct CheckpointState {
+  const ModelConfig& config;
+  const ParamLayout& layout;  // this rank's shard
+  float* params;
+  float* adam_m;
+  float* adam_v;
+  bool dp_writer;  // data-parallel rank 0: writes, and counts once in checksums
+};
+
+class CheckpointStore {
+ public:
+  // dir: the checkpoints directory (created on first save). world: every rank of the run, all of
+  // which take part in every call. keep_last: step checkpoints kept, 0 = all.
+  CheckpointStore(std::string dir, const MpiComm& world, int keep_last = 0, FaultPlan faults = {});
+
+  const std::string& dir() const { return dir_; }
+
+  // Commits step-<m.step>/, points `latest` at it, prunes. Returns the committed directory.
+  std::string save(const CheckpointManifest& m, const CheckpointState& s);
+  // Commits <dir>/<name>/ (e.g. "best"), replacing an existing one; `latest` is not touched.
+  std::string save_as(const std::string& name, const CheckpointManifest& m,
+                      const CheckpointState& s);
+
+  // The newest valid checkpoint into s: the one `latest` names, else step-* newest first (damaged
+  // ones reported on rank 0 and skipped; *.tmp never looked at). nullopt when there is none.
+  // Both loads may have overwritten s's buffers when they fail or return nullopt.
+  std::optional<CheckpointManifest> load_latest(const CheckpointState& s);
+  // The checkpoint in directory `path` (or `path`.old, see above); UsageError "cannot resume
+  // from <path>: <file>: <what>" if it is missing or damaged.
+  CheckpointManifest load(const std::string& path, const CheckpointState& s);
+
+ private:
+  std::string commit(const std::string& name, const CheckpointManifest& m,
+                     const CheckpointState& s);
+
+  std::string dir_;
+  const MpiComm& world_;
+  int keep_last_;
+  FaultPlan faults_;
+};
+
+}  // namespace mpitrain

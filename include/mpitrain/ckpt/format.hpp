@@ -1,0 +1,53 @@
+// The checkpoint file format (layout in checkpoint.hpp): names, the manifest's attributes, the
+// layout-independent checksum, and the serial inspector behind tools/ckpt_inspect.
+//
+// Checksum of a dataset = sum over its elements of splitmix64((i << 32) | bits(x_i)) mod 2^64,
+// i = the element's row-major index in the full logical tensor, bits = the float32's bit
+// pattern. A sum of per-element terms does not depend on who held which element, so each writer
+// sums its own pieces and one all-reduce gives the dataset's checksum under any layout.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpitrain/ckpt/checkpoint.hpp"
+
+namespace mpitrain {
+
+inline constexpr const char* kCheckpointFile = "checkpoint.h5";
+inline constexpr const char* kManifestGroup = "manifest";
+inline constexpr const char* kStateGroups[3] = {"params", "adam_m", "adam_v"};
+inline constexpr const char* kChecksumAttribute = "checksum";
+
+std::string dataset_path(const char* group, const std::string& tensor);  // "/params/wte"
+std::string step_dir_name(int64_t step);                                 // "step-00000010"
+std::optional<int64_t> parse_step_dir(const std::string& name);          // "step-<digits>" -> N
+
+// The checksum of n contiguous elements whose first has full-tensor index first_index.
+uint64_t checksum(const float* data, uint64_t first_index, uint64_t n);
+// The checksum of this rank's part of tensor t (local: its data in the rank's layout).
+uint64_t shard_checksum(const ParamTensor& t, const float* local);
+
+// The manifest as attributes of /manifest. read_manifest: Error naming what is missing or bad.
+void write_manifest(hid_t file, const CheckpointManifest& m);
+CheckpointManifest read_manifest(hid_t file);
+// Every field as (attribute name, text), in file order: for printing.
+std::vector<std::pair<std::string, std::string>> manifest_fields(const CheckpointManifest& m);
+// "" when a and b describe the same model (arch and every size), else the differences:
+// "n_layer 4 vs 2, d_model 64 vs 32".
+std::string model_differences(const ModelConfig& a, const ModelConfig& b);
+
+// ckpt-inspect: path = a checkpoint directory, its checkpoint.h5, or a checkpoints directory
+// (then the one `latest` names). Prints the manifest and one row per dataset (name, shape,
+// stored checksum; with verify also the recomputed one and OK/MISMATCH/MISSING) to out.
+// Returns 0 (all well), 1 (a mismatch, missing dataset or bad manifest) or 2 (no readable
+// file at path; the reason on err). Serial HDF5: no MPI job needed.
+int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, std::ostream& err);
+
+}  // namespace mpitrain

@@ -1,0 +1,58 @@
+// Internals shared by the checkpoint sources: tensor pieces as runs and hyperslabs, the parallel
+// file's writer and reader, and the durable file-system steps of the commit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mpitrain/ckpt/checkpoint.hpp"
+#include "mpitrain/io/hdf5.hpp"
+
+namespace mpitrain {
+
+// Calls copy(full-tensor index, local index, count) for each contiguous run of t's local data.
+void for_each_run(const ParamTensor& t,
+                  const std::function<void(uint64_t, uint64_t, uint64_t)>& copy);
+
+// For each tensor of the whole model (by global_index), this rank's copy of it or nullptr.
+std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const ParamLayout& local);
+
+// The file and memory selections that move t's local pieces of the full tensor `whole` (t ==
+// nullptr: nothing, for a rank that only takes part in a collective call). Local work only, so
+// it is done and agreed on for all tensors before the first collective transfer.
+struct Selection {
+  H5Handle file, memory;
+};
+Selection select_pieces(const ParamTensor& whole, const ParamTensor* t);
+
+// Runs step on every rank; if it failed on any, every rank throws Error("<what>: <message of
+// the lowest failing rank>") — never UsageError: a bad file is damage, not bad input.
+void agree_on(const MpiComm& world, const std::string& what, const std::function<void()>& step);
+
+// Collective: creates path and writes the manifest, every dataset and its checksum; calls
+// faults.at("write") after the data are written and closes the file (collective) after it.
+void write_checkpoint_file(const std::string& path, const MpiComm& world,
+                           const CheckpointManifest& m, const CheckpointState& s,
+                           const FaultPlan& faults);
+// Collective: reads and verifies <dir>/checkpoint.h5 into s. Error (agreed) if it is damaged,
+// UsageError (on every rank) if it holds another model.
+CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
+                                   const CheckpointState& s);
+
+// Text for messages and tables: "768x64", "0x00c0ffee00c0ffee".
+std::string shape_text(const std::vector<uint64_t>& dims);
+std::string hex_text(uint64_t x);
+
+// ---- durable file-system steps (one rank) ----------------------------------------------------
+void fsync_path(const std::string& path);  // a file or a directory
+// Writes content to path.tmp, fsyncs it, renames it over path, fsyncs the directory.
+void write_file_durably(const std::string& path, const std::string& content);
+// Renames tmp to final (an existing final first to final.old, removed once final is in place)
+// and fsyncs their directory.
+void replace_dir(const std::string& tmp, const std::string& final);
+// path if it is a directory, else path.old if that is (a replace cut short), else "".
+std::string resolve_dir(const std::string& path);
+
+}  // namespace mpitrain

@@ -1,0 +1,81 @@
+// The commit's file-system steps, each made durable with fsync before the next depends on it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "ckpt_io.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpitrain {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path) {
+  MPITRAIN_THROW(what + " '" + path + "': " + std::strerror(errno));
+}
+
+class Fd {  // an open file descriptor, closed on destruction
+ public:
+  Fd(const std::string& path, int flags, mode_t mode = 0) : fd_(::open(path.c_str(), flags, mode)) {
+    if (fd_ < 0) fail("cannot open", path);
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string parent_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  const Fd fd(path, O_RDONLY | O_CLOEXEC);
+  if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+}
+
+void write_file_durably(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    const Fd fd(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    for (size_t done = 0; done < content.size();) {
+      const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+      if (n < 0 && errno != EINTR) fail("cannot write", tmp);
+      if (n > 0) done += static_cast<size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) fail("cannot fsync", tmp);
+  }
+  fs::rename(tmp, path);
+  fsync_path(parent_of(path));
+}
+
+void replace_dir(const std::string& tmp, const std::string& final) {
+  const std::string old = final + ".old";
+  if (fs::exists(final)) {
+    fs::remove_all(old);
+    fs::rename(final, old);  // from here until the next rename, old is the one to load
+  }
+  fs::rename(tmp, final);
+  fsync_path(parent_of(final));
+  fs::remove_all(old);  // also a stale one from an earlier replace cut short
+}
+
+std::string resolve_dir(const std::string& path) {
+  if (fs::is_directory(path)) return path;
+  if (fs::is_directory(path + ".old")) return path + ".old";
+  return "";
+}
+
+}  // namespace mpitrain
