@@ -55,6 +55,7 @@
 #include "mpitrain/parallel/pipeline_schedule.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/runtime/mpi.hpp"
+#include "mpitrain/runtime/program.hpp"
 #include "mpitrain/train/gather.hpp"
 
 namespace po = boost::program_options;
@@ -362,18 +363,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    MpiRuntime mpi(&argc, &argv);
-    try {
-      return run(argc, argv);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ckpt-bench: rank %d: %s\n", MpiComm::world().rank(), e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, kExitFailure);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ckpt-bench: %s\n", e.what());
-  }
-  return kExitFailure;
-}
+int main(int argc, char** argv) { return mpitrain::mpi_program("ckpt-bench", argc, argv, run); }

@@ -34,6 +34,7 @@
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/runtime/mpi.hpp"
+#include "mpitrain/runtime/program.hpp"
 
 namespace po = boost::program_options;
 using namespace mpitrain;
@@ -228,18 +229,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    MpiRuntime mpi(&argc, &argv);
-    try {
-      return run(argc, argv);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "grad-sync-bench: rank %d: %s\n", MpiComm::world().rank(), e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, kExitFailure);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "grad-sync-bench: %s\n", e.what());
-  }
-  return kExitFailure;
-}
+int main(int argc, char** argv) { return mpitrain::mpi_program("grad-sync-bench", argc, argv, run); }

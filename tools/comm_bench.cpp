@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/runtime/program.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/grid.hpp"
@@ -418,18 +419,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    MpiRuntime mpi(&argc, &argv);
-    try {
-      return run(argc, argv);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "comm-bench: rank %d: %s\n", MpiComm::world().rank(), e.what());
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, kExitFailure);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "comm-bench: %s\n", e.what());
-  }
-  return kExitFailure;
-}
+int main(int argc, char** argv) { return mpitrain::mpi_program("comm-bench", argc, argv, run); }

@@ -12,10 +12,6 @@
 
 namespace mpitrain {
 
-// Calls copy(full-tensor index, local index, count) for each contiguous run of t's local data.
-void for_each_run(const ParamTensor& t,
-                  const std::function<void(uint64_t, uint64_t, uint64_t)>& copy);
-
 // For each tensor of the whole model (by global_index), this rank's copy of it or nullptr.
 std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const ParamLayout& local);
 

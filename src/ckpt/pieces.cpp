@@ -4,35 +4,6 @@
 
 namespace mpitrain {
 
-namespace {
-
-// Elements per index of t's split dimension (the dimensions after it), and index combinations
-// before it.
-uint64_t inner_size(const ParamTensor& t) {
-  uint64_t n = 1;
-  for (size_t d = t.split_dim + 1; d < t.global_shape.size(); ++d) n *= t.global_shape[d];
-  return n;
-}
-uint64_t outer_size(const ParamTensor& t) {
-  uint64_t n = 1;
-  for (int d = 0; d < t.split_dim; ++d) n *= t.global_shape[d];
-  return n;
-}
-
-}  // namespace
-
-void for_each_run(const ParamTensor& t,
-                  const std::function<void(uint64_t, uint64_t, uint64_t)>& copy) {
-  if (t.split_dim < 0) return copy(0, 0, t.numel);
-  const uint64_t inner = inner_size(t), outer = outer_size(t);
-  const uint64_t global_span = t.global_shape[t.split_dim] * inner;
-  const uint64_t local_span = t.shape[t.split_dim] * inner;
-  for (uint64_t o = 0; o < outer; ++o)
-    for (const ShardPiece& p : t.pieces)
-      copy(o * global_span + p.global_start * inner, o * local_span + p.local_start * inner,
-           p.length * inner);
-}
-
 std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const ParamLayout& local) {
   std::vector<const ParamTensor*> held(full.tensors().size(), nullptr);
   for (const ParamTensor& t : local.tensors()) {

@@ -140,37 +140,33 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
 
 size_t ParamLayout::matmul_params() const { return matmul_params_; }
 
-namespace {
-
-// Calls copy(global_index, local_index, count) for every contiguous run of t's local elements.
-template <class Copy>
-void for_each_run(const ParamTensor& t, Copy&& copy) {
-  if (t.split_dim < 0) {
-    copy(size_t{0}, size_t{0}, t.numel);
-    return;
-  }
-  size_t inner = 1;  // elements per index of the split dimension, below it
+void for_each_run(const ParamTensor& t,
+                  const std::function<void(uint64_t, uint64_t, uint64_t)>& run) {
+  if (t.split_dim < 0) return run(0, 0, t.numel);
+  uint64_t inner = 1;  // elements per index of the split dimension (the dimensions after it)
   for (size_t d = t.split_dim + 1; d < t.global_shape.size(); ++d) inner *= t.global_shape[d];
-  size_t outer = 1;  // index combinations above the split dimension
+  uint64_t outer = 1;  // index combinations of the dimensions before it
   for (int d = 0; d < t.split_dim; ++d) outer *= t.global_shape[d];
-  const size_t global_span = t.global_shape[t.split_dim] * inner;
-  const size_t local_span = t.shape[t.split_dim] * inner;
-  for (size_t o = 0; o < outer; ++o)
+  const uint64_t global_span = t.global_shape[t.split_dim] * inner;
+  const uint64_t local_span = t.shape[t.split_dim] * inner;
+  for (uint64_t o = 0; o < outer; ++o)
     for (const ShardPiece& p : t.pieces)
-      copy(o * global_span + p.global_start * inner, o * local_span + p.local_start * inner,
-           p.length * inner);
+      run(o * global_span + p.global_start * inner, o * local_span + p.local_start * inner,
+          p.length * inner);
 }
-
-}  // namespace
 
 template <typename T>
 void take_shard(const ParamTensor& t, const T* global, T* local) {
-  for_each_run(t, [&](size_t g, size_t l, size_t n) { std::copy(global + g, global + g + n, local + l); });
+  for_each_run(t, [&](uint64_t g, uint64_t l, uint64_t n) {
+    std::copy(global + g, global + g + n, local + l);
+  });
 }
 
 template <typename T>
 void put_shard(const ParamTensor& t, const T* local, T* global) {
-  for_each_run(t, [&](size_t g, size_t l, size_t n) { std::copy(local + l, local + l + n, global + g); });
+  for_each_run(t, [&](uint64_t g, uint64_t l, uint64_t n) {
+    std::copy(local + l, local + l + n, global + g);
+  });
 }
 
 template void take_shard(const ParamTensor&, const float*, float*);

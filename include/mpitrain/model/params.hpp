@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,11 @@ class ParamLayout {
   size_t matmul_params_ = 0;
   int key(Slot slot, int layer) const;
 };
+
+// Calls run(full-tensor index, local index, count) for each contiguous run of t's local data
+// within the full logical tensor (global_shape, row-major).
+void for_each_run(const ParamTensor& t,
+                  const std::function<void(uint64_t, uint64_t, uint64_t)>& run);
 
 // Moves values between a full logical tensor (global_shape, row-major) and this rank's part.
 template <typename T>

@@ -1,0 +1,14 @@
+// The main() of every MPI program of the project: MPI up, run, and one way to fail.
+//   UsageError from run (agreed on by every rank, e.g. through all_or_none): rank 0 prints
+//     "<name>: error: <what>" and every rank exits 2.
+//   Any other exception: each rank prints "<name>: rank <r>: <what>", then MPI_Abort with 1.
+#pragma once
+
+#include <functional>
+
+namespace mpitrain {
+
+int mpi_program(const char* name, int argc, char** argv,
+                const std::function<int(int argc, char** argv)>& run);
+
+}  // namespace mpitrain
