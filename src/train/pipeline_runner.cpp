@@ -63,12 +63,11 @@ double PipelineRunner::train(const Loader& load, float dloss,
   const size_t rows = static_cast<size_t>(batch_) * seq_len_;
   for (int i = 0; i < micro_batches_; ++i)
     load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
-  static const std::function<void(size_t)> none;
   for (const PipeOp& op : pipeline_ops(schedule_, micro_batches_, stages_, stage_)) {
     if (op.forward)
       forward(op.micro, batch_, dloss);
     else
-      backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : none);
+      backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : no_hook_);
   }
   if (pp_)
     for (int s = 0; s < slots_; ++s) wait_send(out_sends_[s]), wait_send(grad_sends_[s]);

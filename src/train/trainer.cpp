@@ -1,89 +1,44 @@
 #include "mpitrain/train/trainer.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/comm/communicator.hpp"
-#include "mpitrain/data/byte_tokenizer.hpp"
 #include "mpitrain/data/samples.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/optim/adamw.hpp"
 #include "mpitrain/optim/lr_schedule.hpp"
-#include "mpitrain/runtime/agree.hpp"
-#include "mpitrain/runtime/fault.hpp"
-#include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/runtime/grid.hpp"
+#include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/train/batch_loader.hpp"
 #include "mpitrain/train/gather.hpp"
-#include "mpitrain/train/pipeline_runner.hpp"
 #include "mpitrain/train/generate.hpp"
 #include "mpitrain/train/metrics.hpp"
 #include "mpitrain/train/model_setup.hpp"
+#include "mpitrain/train/pipeline_runner.hpp"
+#include "mpitrain/train/run_setup.hpp"
 
 namespace fs = std::filesystem;
 
 namespace mpitrain {
 
 namespace {
-
-// Threads per rank: the option, else OMP_NUM_THREADS, else this node's cores shared evenly.
-int resolve_threads(int requested, const MpiComm& world) {
-  if (requested > 0) return requested;
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) return std::atoi(env);
-  MpiComm node = world.split_shared();
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / node.size());
-}
-
-// Largest token id in this rank's share of the file.
-uint32_t local_max_token(const TokenSource* src, const MpiComm& world) {
-  if (src == nullptr || src->size() == 0) return 0;
-  const uint64_t n = src->size(), per = (n + world.size() - 1) / world.size();
-  const uint64_t begin = std::min(n, per * world.rank()), end = std::min(n, begin + per);
-  return begin < end ? max_token(*src, begin, end) : 0;
-}
-
-// Refuses to write into a directory that holds anything, or over an existing export file,
-// unless --overwrite (or --resume, which continues the run that is there); then creates the
-// directory and records the options used. A fresh run with --overwrite drops the old run's
-// checkpoints, so that a later --resume auto cannot pick them up.
-void prepare_out_dir(const Options& o) {
-  const TrainConfig& t = o.train;
-  const bool resuming = !t.resume.empty();
-  const fs::path dir(t.out_dir);
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !t.overwrite && !resuming) {
-    require(fs::is_directory(dir, ec), "out-dir " + t.out_dir + " exists and is not a directory");
-    require(fs::is_empty(dir, ec), "out-dir " + t.out_dir +
-                                       " already holds files; pass --overwrite or choose another");
-  }
-  for (const std::string& file : {t.export_llmc, t.export_params})
-    require(file.empty() || !fs::exists(file, ec) || t.overwrite || resuming,
-            file + " exists; pass --overwrite or choose another export file");
-  fs::create_directories(dir, ec);
-  require(!ec, "cannot create out-dir " + t.out_dir + ": " + ec.message());
-  if (t.overwrite && !resuming) fs::remove_all(dir / "checkpoints", ec);
-  std::ofstream ini(dir / "run.ini");
-  require(static_cast<bool>(ini << o.effective), "cannot write " + (dir / "run.ini").string());
-}
 
 // Mean loss per token over the first `samples` validation windows; data-parallel rank r takes
 // r, r+dp, ... and runs them through its pipeline in batches of up to micro_batch.
@@ -106,47 +61,6 @@ double evaluate(PipelineRunner& runner, const SampleWindows& val, int samples, i
   }
   world.all_reduce(sums, 2, ReduceOp::Sum);
   return sums[0] / sums[1];
-}
-
-// Model dimensions that tensor parallelism splits must divide by tp.
-void check_tensor_parallel(const ModelConfig& m, int tp) {
-  auto divides = [&](int value, const char* name) {
-    require(value % tp == 0, std::string(name) + " (" + std::to_string(value) +
-                                 ") is not divisible by tp (" + std::to_string(tp) + ")");
-  };
-  divides(m.n_head, "n-head");
-  divides(m.n_kv_head, "n-kv-head");
-  divides(m.d_ff, "d-ff");
-  divides(m.padded_vocab(), "the padded vocabulary");
-}
-
-// The text sample at the end, from a single-rank copy of the whole model on rank 0.
-void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vector<float>& params,
-                  const std::string& tokenizer, Backend<float>& backend) {
-  Model<float> model(cfg, backend, ModelShard{}, 1, t.seq_len);
-  std::copy(params.begin(), params.end(), model.params());
-  const bool bytes = tokenizer == ByteTokenizer::kName;
-  std::vector<int32_t> text;
-  if (bytes) {
-    for (uint32_t id : ByteTokenizer().encode(t.sample_prompt.empty() ? "\n" : t.sample_prompt))
-      text.push_back(static_cast<int32_t>(id));
-  } else {
-    text.push_back(0);
-  }
-  const size_t prompt = text.size();
-  Rng rng(t.seed, rng_stream::kSampling);
-  generate(model, text, t.sample_tokens, t.seq_len, t.sample_temperature, rng);
-  std::printf("---- sample (%d tokens, temperature %.2f) ----\n", t.sample_tokens,
-              t.sample_temperature);
-  if (bytes) {
-    std::printf("%s%s\n", t.sample_prompt.c_str(),
-                ByteTokenizer().decode(text.data() + prompt, text.size() - prompt).c_str());
-  } else {
-    for (size_t i = prompt; i < text.size(); ++i) std::printf("%d ", text[i]);
-    std::printf("\n");
-  }
-  std::printf("----\n");
-  std::fflush(stdout);
 }
 
 std::string format_count(double n) {

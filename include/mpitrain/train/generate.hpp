@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/runtime/rng.hpp"
+#include "mpitrain/train/train_config.hpp"
 
 namespace mpitrain {
 
@@ -14,5 +16,11 @@ namespace mpitrain {
 // runs the whole window, which is fine for a short sample.
 void generate(Model<float>& model, std::vector<int32_t>& tokens, int n, int window,
               double temperature, Rng& rng);
+
+// The text sample printed at the end of a run: a single-rank copy of the whole model (params in
+// the single-rank layout) continues the prompt (a newline if empty); byte tokens are printed as
+// text, other tokenizers' ids as numbers.
+void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vector<float>& params,
+                  const std::string& tokenizer, Backend<float>& backend);
 
 }  // namespace mpitrain

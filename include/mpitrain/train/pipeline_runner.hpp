@@ -50,6 +50,7 @@ class PipelineRunner {
   std::vector<float> dinput_;                 // (slots, B, T, C): input gradients being sent
   std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
   double loss_ = 0.0;
+  const std::function<void(size_t)> no_hook_;  // for the backwards before the step's last
 };
 
 }  // namespace mpitrain
