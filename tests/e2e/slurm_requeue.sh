@@ -34,10 +34,16 @@ job_field() {  # job_field NAME: JobState, Restarts, ExitCode, Reason ... of the
 }
 
 t0=$SECONDS
+# The job script is what tools/mkjob makes for this one-node "cluster": its header, then the body
+# of jobs/train.slurm.
+printf 'scheduler = slurm\nnodes = 1\ncores_per_node = 2\nranks_per_node = 2\ntime_limit = 00:10:00\nsignal_seconds = 60\n' \
+  > "$SCRATCH/cluster.ini"
+"$SOURCE_DIR/tools/mkjob" --cluster "$SCRATCH/cluster.ini" --config "$CONFIG" > "$SCRATCH/job.slurm" \
+  || die "tools/mkjob failed"
 jobid=$(sbatch --parsable --job-name=mpitrain-test --nodes=1 --ntasks=2 --cpus-per-task=1 \
   --time=10:00 --output="$LOG" --chdir="$SCRATCH" \
   --export="ALL,OMP_NUM_THREADS=1,MPITRAIN_BUILD=$BUILD_DIR,MPITRAIN_CONFIG=$CONFIG,MPITRAIN_DATA=$DATA_DIR,MPITRAIN_OUT=$OUT,MPITRAIN_ARGS=$*" \
-  "$SOURCE_DIR/jobs/train.slurm") || die "sbatch failed"
+  "$SCRATCH/job.slurm") || die "sbatch failed"
 jobid=${jobid%%;*}
 echo "submitted job $jobid"
 
