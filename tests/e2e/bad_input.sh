@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Bad input: one clear message from rank 0, exit code 2, before any work; nothing the user had is
 # overwritten.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"

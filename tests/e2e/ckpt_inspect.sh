@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # ckpt-inspect on a trainer's checkpoints: the manifest and every dataset, --verify OK (exit 0);
 # a truncated file or a missing path exit 2; bad arguments exit 2. (A flipped data byte, exit 1,
 # is tested in tests/mpi/test_checkpoint.cpp, where the dataset's offset is known.)

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # comm-bench: nccl-tests-style tables over the trainer's communicator, on the world and on grid
 # groups; every result verified; bad options exit 2 with one message.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"

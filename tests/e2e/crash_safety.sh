@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # The promise: a kill -9 at any moment of a save never loses the last good checkpoint.
 # For each phase of the commit (write, close, rename), at 2 and 4 ranks, one rank SIGKILLs itself
 # while the step-4 checkpoint is saved; afterwards --resume auto finds a valid checkpoint and the

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Data parallelism: -np 1, 2 and 4 with the same global batch see the same samples and give the
 # same per-step losses up to fp32 summation order (relative difference < 1e-5), for both
 # architectures.

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # shellcheck shell=bash
 # The job scripts without a batch system: all of jobs/ parse (bash -n); jobs/run-until-done.sh
 # reruns a command while it exits 85 (a fake command, then the real trainer stopping on its time

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # llm.c / nanoGPT interoperability through the trainer:
 # - a gpt2 model exported in llm.c's format and loaded back with init-from evaluates to exactly
 #   the same validation loss (fp32 export is lossless);

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # A tiny model learns the sample corpus: the loss falls from ln(256) = 5.55 (uniform over bytes)
 # in 80 steps to a mean below 3.6 over the last 10 steps, the validation loss below 3.4 (measured
 # here: ~3.4 and ~3.2), and a text sample is printed.

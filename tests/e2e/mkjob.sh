@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # tools/mkjob: job scripts from a cluster description (input/cluster-example.ini). The SLURM
 # test submits one to a real SLURM; here: the headers for both schedulers, the body shared with
 # jobs/, settings that the environment can still override, and bad input.

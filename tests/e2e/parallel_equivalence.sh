@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # 3D parallelism: for both architectures, every layout with dp, tp, pp in {1, 2} (and both
 # pipeline schedules where pp = 2) trains 5 steps from the same seed and data with per-step
 # losses within 1e-5 relative of the single-rank run, and final parameters within 1e-4 absolute

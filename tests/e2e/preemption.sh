@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Preemption: SIGTERM to every rank during a run (what SLURM and PBS send) -> the step finishes,
 # a checkpoint is written, exit code 85; resuming completes with the same final loss as an
 # uninterrupted run. Also --save-best keeps best/ and --exit-after-minutes stops in time.

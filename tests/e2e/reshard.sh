@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Resharding: a checkpoint written at dp 1 x tp 2 x pp 2 loads at three other layouts (and other
 # rank counts); the run continues with the same global sample sequence, and every later loss
 # equals the uninterrupted single-rank run's within fp32 tolerance (relative 1e-5).

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Bit-exact resume: 10 steps uninterrupted and 5 steps + save + exit 85 + resume + 5 steps give
 # identical losses to the last bit (the %.9g values of metrics.jsonl), for both architectures
 # and for a layout with dp, tp and pp > 1.

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # shellcheck shell=bash
 # jobs/train.slurm on a real (single-node, localhost) SLURM: the job is preempted with SIGUSR2
 # to its tasks, the trainer saves and exits 85, the script requeues the job, the requeued job

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Two "hosts" on one machine: network namespaces h1 and h2 on a bridge, Open MPI's TCP transport
 # between them (tests/support/two_hosts.sh). 4 ranks as --dp 2 --pp 2 put pipeline stage 0
 # (ranks 0, 1) on h1 and stage 1 (ranks 2, 3) on h2, so every activation and its gradient

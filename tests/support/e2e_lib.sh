@@ -26,7 +26,9 @@ max_rel_diff() {  # max_rel_diff FILE_A FILE_B
   paste "$1" "$2" | awk '{d=$1-$2; if(d<0)d=-d; m=($1<0?-$1:$1); if(m>0)d/=m; if(d>x)x=d} END{printf "%.3g\n", x+0}'
 }
 
-# Runs the trainer; the exit code is kept in $rc instead of stopping the script.
+# Runs the trainer; the exit code is kept in $rc (read by the caller) instead of stopping the
+# script.
+# shellcheck disable=SC2034
 run_trainer() {  # run_trainer NP LOG ARGS...
   local np=$1 log=$2; shift 2
   set +e
