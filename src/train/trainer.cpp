@@ -295,13 +295,15 @@ int train(const Options& o, const MpiComm& world) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     const bool time_up = t.exit_after_minutes > 0 &&
                          elapsed + 2 * slowest_step + 2 * last_save >= 60 * t.exit_after_minutes;
-    const bool planned = t.exit_at_step > 0 && step + 1 == t.exit_at_step;
-    int64_t stop = signals.requested() || time_up || planned;
-    world_comm.all_reduce(&stop, 1, ReduceOp::Max);
+    // Each reason separately, so every rank (and the message) knows all of them.
+    int64_t reasons[3] = {t.exit_at_step > 0 && step + 1 == t.exit_at_step, time_up,
+                          signals.requested()};
+    world_comm.all_reduce(reasons, 3, ReduceOp::Max);
+    const bool stop = reasons[0] || reasons[1] || reasons[2];
     if ((t.save_interval > 0 && ((step + 1) % t.save_interval == 0 || last)) || stop) save(step + 1);
     if (stop && !last) {
       if (root) std::printf("stopping after step %d (%s): checkpoint saved; exit %d = requeue me\n",
-                            step + 1, planned ? "exit-at-step" : time_up ? "time limit" : "signal",
+                            step + 1, reasons[0] ? "exit-at-step" : reasons[1] ? "time limit" : "signal",
                             kExitRequeue);
       return kExitRequeue;
     }

@@ -67,10 +67,16 @@ while :; do
   case $state in
     COMPLETED) break ;;
     FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE) die "job ended $state" ;;
-    PENDING)  # a requeued job waits for its BeginTime; let it start now
+    PENDING)  # a requeued job waits for its BeginTime; let it start sooner, but not within
+      # 3 s of the requeue: slurmd refuses a launch whose credential is not newer (1 s clock)
+      # than the revocation of the killed run ("Job credential revoked").
       if [ "$(job_field Reason)" = BeginTime ]; then
-        echo "requeued job waits for its BeginTime: scontrol update StartTime=now"
-        timeout 5 scontrol update JobId="$jobid" StartTime=now > /dev/null 2>&1 || true
+        pending_since=${pending_since:-$SECONDS}
+        if [ $((SECONDS - pending_since)) -ge 3 ] && [ -z "${started_early:-}" ]; then
+          echo "requeued job waits for its BeginTime: scontrol update StartTime=now"
+          timeout 5 scontrol update JobId="$jobid" StartTime=now > /dev/null 2>&1 || true
+          started_early=1
+        fi
       fi ;;
   esac
   [ "$SECONDS" -lt "$deadline" ] || die "job not COMPLETED 150 s after the signal (state $state)"
