@@ -85,6 +85,14 @@ void Model<T>::zero_grads() {
 }
 
 template <typename T>
+typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
+  const int N = B * Tlen, C = config_.d_model, F = local_ff_, hs = config_.head_size();
+  const int NH = n_local_heads_, NKV = n_local_kv_heads_;
+  const int FC = config_.arch == Arch::Llama ? 2 * F : F;
+  return {N, C, F, hs, NH, NKV, (NH + 2 * NKV) * hs, NH * hs, FC, static_cast<size_t>(N) * C};
+}
+
+template <typename T>
 void Model<T>::tp_sum(T* x, size_t n) {
   if (tp_) tp_->all_reduce(x, n, ReduceOp::Sum);
 }
@@ -131,11 +139,8 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (B > max_batch_ || Tlen > max_seq_) MPITRAIN_THROW("batch larger than the model was sized for");
   const ModelConfig& c = config_;
   const ModelShard& s = layout_.shard();
-  const int N = B * Tlen, C = c.d_model, F = local_ff_, hs = c.head_size(), NH = n_local_heads_,
-            NKV = n_local_kv_heads_, QKV = (NH + 2 * NKV) * hs, A = NH * hs;
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const bool llama = c.arch == Arch::Llama;
-  const int FC = llama ? 2 * F : F;
-  const size_t NC = static_cast<size_t>(N) * C;
   SlotActs& sa = slots_[slot];
 
   if (s.first_stage) {
@@ -181,11 +186,8 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
                         const std::function<void(size_t)>& grads_ready) {
   const ModelConfig& c = config_;
   const ModelShard& s = layout_.shard();
-  const int N = B * Tlen, C = c.d_model, F = local_ff_, hs = c.head_size(), NH = n_local_heads_,
-            NKV = n_local_kv_heads_, QKV = (NH + 2 * NKV) * hs, A = NH * hs;
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const bool llama = c.arch == Arch::Llama;
-  const int FC = llama ? 2 * F : F;
-  const size_t NC = static_cast<size_t>(N) * C;
   SlotActs& sa = slots_[slot];
   GradActs& d = grad_;
   auto ready = [&](size_t offset) {

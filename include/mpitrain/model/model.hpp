@@ -106,6 +106,13 @@ class Model {
     T *losses, *row_max, *ce_stats;// (N), (N), (2N) cross-entropy scratch
   };
 
+  // This rank's sizes for a (B, Tlen) batch: rows, width, local MLP width, head size, local
+  // query / kv heads, qkv width, attention width, MLP hidden width (2F for SwiGLU), N*C.
+  struct Dims {
+    int N, C, F, hs, NH, NKV, QKV, A, FC;
+    size_t NC;
+  };
+  Dims dims(int B, int Tlen) const;
   const T* p(Slot slot, int layer = -1) const { return params_ + layout_.offset(slot, layer); }
   T* g(Slot slot, int layer = -1) { return grads_ + layout_.offset(slot, layer); }
   const T* maybe_p(Slot slot, int layer = -1) const {
