@@ -56,12 +56,14 @@ Grid::Grid(const MpiComm& world, GridShape shape)
       dp_rank_(world.rank() / shape.tp % shape.dp),
       tp_rank_(world.rank() % shape.tp),
       pp_rank_(world.rank() / (shape.tp * shape.dp)),
-      local_rank_(world.split_shared().rank()),
       tp_(world.split(members(shape, Group::Tp, world.rank())[0], tp_rank_)),
       dp_(world.split(members(shape, Group::Dp, world.rank())[0], dp_rank_)),
       pp_(world.split(members(shape, Group::Pp, world.rank())[0], pp_rank_)),
       mp_(world.split(members(shape, Group::ModelParallel, world.rank())[0], world.rank())) {
   if (shape.size() != world.size()) MPITRAIN_THROW("grid does not match the world size");
+  const MpiComm node = world.split_shared();
+  local_rank_ = node.rank();
+  local_size_ = node.size();
   const std::vector<int> emb = members(shape, Group::Embedding, world.rank());
   std::optional<MpiComm> split = world.split_optional(emb.empty() ? -1 : emb[0], pp_rank_);
   embedding_ = std::move(split);

@@ -13,11 +13,10 @@ namespace fs = std::filesystem;
 
 namespace mpitrain {
 
-int resolve_threads(int requested, const MpiComm& world) {
+int resolve_threads(int requested, int ranks_on_node) {
   if (requested > 0) return requested;
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) return std::atoi(env);
-  MpiComm node = world.split_shared();
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / node.size());
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_on_node);
 }
 
 uint32_t local_max_token(const TokenSource* src, const MpiComm& world) {

@@ -113,6 +113,7 @@ int train(const Options& o, const MpiComm& world) {
                 ", not below vocab-size " + std::to_string(cfg.vocab_size));
 
   const Grid grid(world, shape);
+  const ParamLayout full_layout(cfg);  // the whole model, as one rank would hold it
   MpiCommunicator world_comm(world.get()), tp_comm(grid.tp().get()), dp_comm(grid.dp().get()),
       pp_comm(grid.pp().get()), mp_comm(grid.model_parallel().get());
   std::optional<MpiCommunicator> emb_comm;
@@ -122,7 +123,7 @@ int train(const Options& o, const MpiComm& world) {
 
   const int micro_batches = t.global_batch_size / (shape.dp * t.micro_batch_size);
   const int slots = pipeline_slots(schedule, micro_batches, shape.pp, grid.pp_rank());
-  const int threads = resolve_threads(t.threads, world);
+  const int threads = resolve_threads(t.threads, grid.local_size());
   CpuBackend<float> backend(threads);
   std::unique_ptr<Model<float>> model;
   all_or_none(world, [&] {
@@ -132,9 +133,8 @@ int train(const Options& o, const MpiComm& world) {
     if (t.init_from.empty()) {
       model->init(t.seed);
     } else {
-      std::vector<float> full(ParamLayout(cfg).total());
-      load_llmc_model(t.init_from, cfg, ParamLayout(cfg), full.data());
-      const ParamLayout full_layout(cfg);
+      std::vector<float> full(full_layout.total());
+      load_llmc_model(t.init_from, cfg, full_layout, full.data());
       for (const ParamTensor& p : model->layout().tensors())
         take_shard(p, full.data() + full_layout.tensors()[p.global_index].offset,
                    model->params() + p.offset);
@@ -202,7 +202,7 @@ int train(const Options& o, const MpiComm& world) {
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   double peak = t.peak_gflops > 0 ? t.peak_gflops : measure_sgemm_gflops(1024, 3);
   world_comm.all_reduce(&peak, 1, ReduceOp::Sum);
-  const double flops_per_token = 6.0 * model->layout().matmul_params() +
+  const double flops_per_token = 6.0 * full_layout.matmul_params() +
                                  12.0 * cfg.n_layer * cfg.d_model * t.seq_len;
   const double tokens_per_step = static_cast<double>(t.global_batch_size) * t.seq_len;
   // Parameters, gradients and AdamW state held by each rank (the largest).
@@ -214,7 +214,7 @@ int train(const Options& o, const MpiComm& world) {
                 "training data\n",
                 MPITRAIN_VERSION, to_string(cfg.arch).c_str(), cfg.n_layer, cfg.n_head,
                 cfg.n_kv_head, cfg.d_model, cfg.d_ff, cfg.vocab_size, t.seq_len,
-                format_count(static_cast<double>(ParamLayout(cfg).total())).c_str(),
+                format_count(static_cast<double>(full_layout.total())).c_str(),
                 static_cast<size_t>(train_src->size()));
     std::printf("%d ranks = dp %d x tp %d x pp %d, %d threads each | global batch %d = dp %d x %d "
                 "micro-batches x %d | peak %.1f GFLOP/s in all\n",
@@ -318,7 +318,7 @@ int train(const Options& o, const MpiComm& world) {
   std::vector<float> full = gather_parameters(*model, grid, stage_first_layer, world);
   if (!root) return kExitOk;
   if (!t.export_llmc.empty()) {
-    save_llmc_model(t.export_llmc, cfg, ParamLayout(cfg), full.data(), LlmcDtype::Fp32);
+    save_llmc_model(t.export_llmc, cfg, full_layout, full.data(), LlmcDtype::Fp32);
     std::printf("exported the model to %s (llm.c format, fp32)\n", t.export_llmc.c_str());
   }
   if (!t.export_params.empty()) {

@@ -45,6 +45,7 @@ class Grid {
   bool first_stage() const { return pp_rank_ == 0; }
   bool last_stage() const { return pp_rank_ == shape_.pp - 1; }
   int local_rank() const { return local_rank_; }  // rank within the node, for device choice
+  int local_size() const { return local_size_; }  // ranks on this node
 
   const MpiComm& tp() const { return tp_; }
   const MpiComm& dp() const { return dp_; }
@@ -62,7 +63,7 @@ class Grid {
 
  private:
   GridShape shape_;
-  int dp_rank_, tp_rank_, pp_rank_, local_rank_;
+  int dp_rank_, tp_rank_, pp_rank_, local_rank_, local_size_;
   MpiComm tp_, dp_, pp_, mp_;
   std::optional<MpiComm> embedding_;
 };

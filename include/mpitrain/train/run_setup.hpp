@@ -11,8 +11,9 @@
 
 namespace mpitrain {
 
-// Threads per rank: the option, else OMP_NUM_THREADS, else this node's cores shared evenly.
-int resolve_threads(int requested, const MpiComm& world);
+// Threads per rank: the option, else OMP_NUM_THREADS, else this node's cores shared evenly by
+// its ranks_on_node ranks.
+int resolve_threads(int requested, int ranks_on_node);
 // Largest token id in this rank's share of the file (0 for no file).
 uint32_t local_max_token(const TokenSource* src, const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).
