@@ -49,6 +49,15 @@ void CpuBackend<T>::copy(T* dst, const T* src, size_t n) {
     std::memcpy(dst + i, src + i, std::min(kParallelWork, n - i) * sizeof(T));
 }
 
+// x = round_to(x, p) elementwise (through float for T = double)
+template <typename T>
+void CpuBackend<T>::round_to(T* x, size_t n, Precision p) {
+  if (p == Precision::Fp32) return;
+#pragma omp parallel for simd schedule(static) if (n > kParallelWork)
+  for (size_t i = 0; i < n; ++i)
+    x[i] = static_cast<T>(mpitrain::round_to(static_cast<float>(x[i]), p));
+}
+
 // ---- embeddings ---------------------------------------------------------------------------
 // Vocabulary-parallel: this rank holds wte rows [v0, v0 + Vl); a token t is held iff
 // 0 <= t - v0 < Vl (one unsigned comparison).
@@ -188,6 +197,7 @@ void CpuBackend<T>::swiglu_backward(T* dinp, const T* inp, const T* dout, int N,
   template void CpuBackend<T>::free(T*);                                                         \
   template void CpuBackend<T>::zero(T*, size_t);                                                 \
   template void CpuBackend<T>::copy(T*, const T*, size_t);                                       \
+  template void CpuBackend<T>::round_to(T*, size_t, Precision);                                  \
   template void CpuBackend<T>::embedding_forward(T*, const int32_t*, const T*, const T*, int, int, \
                                                  int, int, int);                                 \
   template void CpuBackend<T>::embedding_backward(T*, T*, const T*, const int32_t*, int, int,    \

@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mpitrain/backend/precision.hpp"
+
 namespace mpitrain {
 
 template <typename T>
@@ -31,6 +33,9 @@ class Backend {
   virtual void free(T* p) = 0;
   virtual void zero(T* x, size_t n) = 0;
   virtual void copy(T* dst, const T* src, size_t n) = 0;
+  // x = the nearest value of precision p (round to nearest even; fp16 overflows to inf): how a
+  // tensor stored in bf16/fp16 is kept in T containers (backend/precision.hpp). fp32: no-op.
+  virtual void round_to(T* x, size_t n, Precision p) = 0;
 
   // ---- matmul: out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC); bias may be null ----------
   virtual void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,

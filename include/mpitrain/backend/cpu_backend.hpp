@@ -22,6 +22,7 @@ class CpuBackend final : public Backend<T> {
   void free(T* p) override;
   void zero(T* x, size_t n) override;
   void copy(T* dst, const T* src, size_t n) override;
+  void round_to(T* x, size_t n, Precision p) override;
 
   void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
                       int OC) override;
