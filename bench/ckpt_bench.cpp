@@ -235,8 +235,10 @@ int run(int argc, char** argv) {
   std::vector<float> params(layout.total()), adam_m(layout.total()), adam_v(layout.total());
   float* const buffers[3] = {params.data(), adam_m.data(), adam_v.data()};
   fill_or_check(cfg, layout, buffers, false);
-  const CheckpointState state{cfg, layout, params.data(), adam_m.data(), adam_v.data(),
-                              grid.dp_rank() == 0};
+  // AdamW's state over the whole buffer, no ZeRO, fp32 (the master is params).
+  const CheckpointState state{cfg, layout, params.data(), 0, layout.total(), params.data(),
+                              OptimizerKind::AdamW, {adam_m.data(), adam_v.data()},
+                              Precision::Fp32, grid.dp_rank() == 0};
 
   const fs::path dir = fs::absolute(o.dir);
   const std::string store_dir = (dir / "checkpoints").string();

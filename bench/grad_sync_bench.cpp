@@ -20,9 +20,20 @@
 // iterations (warm-up included) and all three operations. Exit code: 0 all correct, 1 a wrong
 // value or a failure, 2 bad options. The goal line (trainer busbw >= goal x MPI busbw) is
 // informational.
+//
+// With --modes none,zero,bf16,fp16,int8,topk (any of them) it prints instead, per size and mode,
+// the GradBuckets sync in that mode (zero: finish() then gather_params() of the same buffer, the
+// full ZeRO round trip; int8 and topk with error feedback, --topk-ratio): bytes handed to MPI per
+// step and rank (Communicator::bytes_sent, measured) and their ratio to fp32, the median time of
+// the slowest rank and busbw = (bytes of fp32 gradients / t) x 2(n-1)/n: the all-reduce
+// bandwidth that would sync the same gradients as fast. none, zero, bf16 and fp16 must be exact
+// on this data (small integers); #wrong counts their wrong elements. int8 and topk are not exact:
+// "max err" is the largest |result - sum| over max|sum| in the first iteration (no residual yet;
+// later ones deliver what earlier ones held back); topk's 1 means some sums were held back whole.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -32,6 +43,7 @@
 #include <vector>
 
 #include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/parallel/compression.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/program.hpp"
@@ -48,6 +60,8 @@ struct Options {
   double bucket_mb = 25;
   int iters = 7, warmup = 1;
   double goal = 0.9;
+  std::vector<std::string> modes;  // --modes: the per-mode table instead
+  double topk_ratio = 0.01;
 };
 
 // "4M", "256M", "1G", "4096" (powers of 1024).
@@ -72,7 +86,7 @@ size_t parse_bytes(const std::string& text) {
 
 // Returns false after printing help or an error (on rank 0); code says which.
 bool parse(int argc, char** argv, bool root, Options& o, int& code) {
-  std::string sizes = "4M,16M,64M,256M";
+  std::string sizes = "4M,16M,64M,256M", modes;
   po::options_description desc(
       "grad-sync-bench — GradBuckets vs MPI_Allreduce bus bandwidth\n\nUsage: mpirun -np N "
       "grad-sync-bench [options]\n\nOptions");
@@ -81,7 +95,10 @@ bool parse(int argc, char** argv, bool root, Options& o, int& code) {
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb), "GradBuckets bucket MiB")(
       "iters", po::value(&o.iters)->default_value(o.iters), "timed iterations per size")(
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed iterations first")(
-      "goal", po::value(&o.goal)->default_value(o.goal), "goal: trainer busbw / MPI busbw");
+      "goal", po::value(&o.goal)->default_value(o.goal), "goal: trainer busbw / MPI busbw")(
+      "modes", po::value(&modes),
+      "per-mode table of none,zero,bf16,fp16,int8,topk (any, comma-separated) instead")(
+      "topk-ratio", po::value(&o.topk_ratio)->default_value(o.topk_ratio), "topk: kept fraction");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -97,6 +114,14 @@ bool parse(int argc, char** argv, bool root, Options& o, int& code) {
     if (o.sizes.empty()) throw std::invalid_argument("--sizes is empty");
     if (o.iters < 1 || o.warmup < 0) throw std::invalid_argument("--iters >= 1, --warmup >= 0");
     if (o.bucket_mb <= 0) throw std::invalid_argument("--bucket-mb must be > 0");
+    std::stringstream list(modes);
+    for (std::string item; std::getline(list, item, ',');) {
+      if (item.empty()) continue;
+      if (item != "zero") parse_grad_compress(item);  // UsageError names the choices
+      o.modes.push_back(item);
+    }
+    if (o.topk_ratio <= 0 || o.topk_ratio > 1)
+      throw std::invalid_argument("--topk-ratio must lie in (0, 1]");
   } catch (const std::exception& e) {
     if (root) std::fprintf(stderr, "grad-sync-bench: %s\n", e.what());
     code = kExitUsage;
@@ -137,6 +162,94 @@ std::string format_bytes(size_t bytes) {
   return text;
 }
 
+// The --modes table (see the top of the file).
+int run_modes(MpiCommunicator& comm, const Options& o) {
+  const int rank = comm.rank(), size = comm.size();
+  const bool root = rank == 0;
+  const double factor = 2.0 * (size - 1) / size;
+  if (root) {
+    std::printf(
+        "# grad-sync-bench: %d ranks, GradBuckets %.4g MiB buckets per mode, topk-ratio %g, %d "
+        "iterations + %d warm-up, median of the slowest rank\n",
+        size, o.bucket_mb, o.topk_ratio, o.iters, o.warmup);
+    std::printf(
+        "# busbw = (fp32 gradient bytes / time) x %.3f (GB/s, 1e9); sent = bytes this rank "
+        "handed to MPI per step\n",
+        factor);
+    std::printf("# %10s %6s %8s | %12s %8s | %12s %9s | %7s %9s\n", "bytes", "mode", "buckets",
+                "sent B/step", "/fp32", "time us", "busbw", "#wrong", "max err");
+  }
+  int64_t total_wrong = 0;
+  for (size_t bytes : o.sizes) {
+    std::vector<float> grads(bytes / sizeof(float));
+    const float expect_max = static_cast<float>(size * (size + 1) / 2 + size * 7);
+    uint64_t fp32_sent = 0;
+    for (const std::string& mode : o.modes) {
+      GradSyncOptions options;
+      options.zero = mode == "zero";
+      if (!options.zero) options.compress = parse_grad_compress(mode);
+      options.topk_ratio = o.topk_ratio;
+      GradBuckets buckets(comm, grads.data(), grads.size(),
+                          static_cast<size_t>(o.bucket_mb * (1 << 20)), options);
+      const bool exact =
+          options.compress != GradCompress::Int8 && options.compress != GradCompress::TopK;
+      std::vector<double> times;
+      int64_t wrong = 0;
+      uint64_t sent = 0;
+      double err = 0;
+      for (int it = 0; it < o.warmup + o.iters; ++it) {
+        fill(grads, rank);
+        comm.reset_bytes_sent();
+        MPI_CHECK(MPI_Barrier(comm.mpi()));
+        const auto start = std::chrono::steady_clock::now();
+        buckets.ready_from(0);
+        buckets.finish();
+        buckets.gather_params(grads.data());  // zero: the owned sums to every rank
+        double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        sent = comm.bytes_sent();
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm.mpi()));
+        if (it >= o.warmup) times.push_back(seconds);
+        if (exact) {
+          wrong += count_wrong(grads, size);
+        } else if (it == 0) {
+          for (size_t i = 0; i < grads.size(); ++i) {
+            const float want = static_cast<float>(size * (size + 1) / 2) +
+                               static_cast<float>(size) * static_cast<float>(i & 7);
+            err = std::max(err, static_cast<double>(std::fabs(grads[i] - want)));
+          }
+          err /= expect_max;
+          MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &err, 1, MPI_DOUBLE, MPI_MAX, comm.mpi()));
+        }
+      }
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, comm.mpi()));
+      total_wrong += wrong;
+      if (mode == "none") fp32_sent = sent;
+      const double t = median(times);
+      if (root) {
+        char ratio[16] = "-", wrong_text[24] = "-", err_text[24] = "-";
+        if (fp32_sent > 0)
+          std::snprintf(ratio, sizeof ratio, "%.4f",
+                        static_cast<double>(sent) / static_cast<double>(fp32_sent));
+        if (exact)
+          std::snprintf(wrong_text, sizeof wrong_text, "%lld", static_cast<long long>(wrong));
+        else
+          std::snprintf(err_text, sizeof err_text, "%.2e", err);
+        std::printf("  %10zu %6s %8zu | %12llu %8s | %12.0f %9.3f | %7s %9s\n", bytes, mode.c_str(),
+                    buckets.buckets(), static_cast<unsigned long long>(sent), ratio, t * 1e6,
+                    static_cast<double>(bytes) / t * factor / 1e9, wrong_text, err_text);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (root) {
+    std::printf("# wrong elements in all (exact modes): %lld%s\n",
+                static_cast<long long>(total_wrong), total_wrong ? "  <-- ERROR" : "");
+    std::fflush(stdout);
+  }
+  return total_wrong ? kExitWrong : 0;
+}
+
 int run(int argc, char** argv) {
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 1;
@@ -148,6 +261,7 @@ int run(int argc, char** argv) {
   if (!parse(argc, argv, root, o, code)) return code;
 
   MpiCommunicator comm(world);
+  if (!o.modes.empty()) return run_modes(comm, o);
   const double factor = 2.0 * (size - 1) / size;
   if (root) {
     std::printf(
@@ -229,4 +343,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return mpitrain::mpi_program("grad-sync-bench", argc, argv, run); }
+int main(int argc, char** argv) {
+  return mpitrain::mpi_program("grad-sync-bench", argc, argv, run);
+}

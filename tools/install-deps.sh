@@ -7,13 +7,13 @@
 # Environment:
 #   CXX                           the C++ compiler to check (default: g++, then clang++)
 #   HDF5_ROOT, OPENBLAS_ROOT,     install prefixes searched besides the system paths
-#   BOOST_ROOT, GTEST_ROOT, CMAKE_PREFIX_PATH
+#   DNNL_ROOT, BOOST_ROOT, GTEST_ROOT, CMAKE_PREFIX_PATH
 #   MPITRAIN_DEPS_NO_INSTALL=1    never install, only report
 #   MPITRAIN_DEPS_ASSUME_MISSING  comma/space-separated dependency names treated as missing, to
 #                                 test the report (e.g. "hdf5,gtest"); never installs anything
 set -euo pipefail
 
-readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas fortunes)
+readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl fortunes matplotlib)
 
 # Per dependency: what it is, its Debian packages, a typical module name, a Spack spec.
 declare -A WHAT=(
@@ -25,7 +25,9 @@ declare -A WHAT=(
   [boost]="Boost.Program_options"
   [gtest]="GoogleTest"
   [openblas]="OpenBLAS, OpenMP build"
+  [dnnl]="oneDNN (bf16 GEMMs on the CPU)"
   [fortunes]="fortunes text (the sample data)"
+  [matplotlib]="matplotlib for Python 3 (tools/plot)"
 )
 declare -A APT=(
   [compiler]="g++"
@@ -36,7 +38,9 @@ declare -A APT=(
   [boost]="libboost-program-options-dev"
   [gtest]="libgtest-dev"
   [openblas]="libopenblas-openmp-dev"
+  [dnnl]="libdnnl-dev"
   [fortunes]="fortunes"
+  [matplotlib]="python3-matplotlib"
 )
 declare -A MODULE=(
   [compiler]="gcc"
@@ -47,7 +51,9 @@ declare -A MODULE=(
   [boost]="boost"
   [gtest]="googletest"
   [openblas]="openblas"
+  [dnnl]="onednn"
   [fortunes]="-"
+  [matplotlib]="python"
 )
 declare -A SPACK=(
   [compiler]="gcc@12"
@@ -58,7 +64,9 @@ declare -A SPACK=(
   [boost]="boost+program_options"
   [gtest]="googletest"
   [openblas]="openblas threads=openmp"
+  [dnnl]="onednn"
   [fortunes]="-"
+  [matplotlib]="py-matplotlib"
 )
 FOUND_CXX=""    # "g++ 12.2.0", for the all-present line
 FOUND_CMAKE=""  # "3.25.1"
@@ -186,8 +194,28 @@ check_openblas() {
   first_existing "${candidates[@]}" >/dev/null
 }
 
+check_dnnl() {
+  local prefix
+  local -a dirs
+  mapfile -t dirs < <(prefixes "${DNNL_ROOT:-}")
+  for prefix in "${dirs[@]}"; do
+    [[ -f $prefix/include/oneapi/dnnl/dnnl.hpp ]] || continue
+    first_existing "$prefix"/lib{,64,/"$MULTIARCH"}/libdnnl.so >/dev/null && return 0
+  done
+  return 1
+}
+
 check_fortunes() {
   [[ -f $FORTUNES_FILE ]]
+}
+
+# tools/plot runs on python3 from PATH, or on /usr/bin/python3 (Debian's python3-matplotlib).
+check_matplotlib() {
+  local py find='import importlib.util, sys; sys.exit(importlib.util.find_spec("matplotlib") is None)'
+  for py in python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 && "$py" -c "$find" 2>/dev/null && return 0
+  done
+  return 1
 }
 
 assumed_missing() {
@@ -269,6 +297,7 @@ print_report() {
   echo "  apt-get install $(packages_for "${MISSING[@]}")"
   echo "Point CMake at installs outside the system paths:"
   echo "  export HDF5_ROOT=<parallel hdf5 prefix> OPENBLAS_ROOT=<openblas prefix>"
+  echo "  export DNNL_ROOT=<onednn prefix>"
   echo "  export CMAKE_PREFIX_PATH=<boost prefix>:<googletest prefix>:\$CMAKE_PREFIX_PATH"
   echo "  export CXX=<C++20 compiler>   # if the default one is too old"
 }
@@ -277,7 +306,7 @@ main() {
   check_all
   if [[ ${#MISSING[@]} -eq 0 ]]; then
     echo "install-deps: all present ($FOUND_CXX, cmake $FOUND_CMAKE, Open MPI, parallel HDF5," \
-      "Boost.Program_options, GoogleTest, OpenBLAS, fortunes)"
+      "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, fortunes, matplotlib)"
     return 0
   fi
 

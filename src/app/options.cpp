@@ -4,7 +4,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "mpitrain/backend/precision.hpp"
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/optim/optimizer.hpp"
+#include "mpitrain/parallel/compression.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/numeric_guard.hpp"
 
 namespace po = boost::program_options;
 
@@ -52,6 +57,10 @@ Options parse_options(int argc, const char* const* argv) {
       ("config", po::value<std::string>(&config_file), "INI file with options (flags override it)")
       ("out-dir", with_default(&t.out_dir), "directory for metrics.jsonl and other outputs")
       ("overwrite", flag(&t.overwrite), "allow writing into an out-dir that already holds a run")
+      ("trace", with_default(&t.trace),
+       "write a Chrome-trace / Perfetto timeline per rank to <dir>/trace-rank<R>.json; '' = off")
+      ("tensorboard", with_default(&t.tensorboard),
+       "write TensorBoard scalar events (loss, lr, throughput, time breakdown) to <dir>; '' = off")
       ("threads", with_default(&t.threads),
        "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
       ("seed", with_default(&t.seed), "seed for initialisation, data order and sampling")
@@ -65,7 +74,15 @@ Options parse_options(int argc, const char* const* argv) {
       ("pp", with_default(&t.pp), "pipeline stages; 0 = derived, else 1")
       ("pp-layers", with_default(&t.pp_layers), "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
       ("pp-schedule", with_default(&t.pp_schedule), "pipeline schedule: gpipe or 1f1b")
-      ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket size (MiB)");
+      ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket size (MiB)")
+      ("zero", with_default(&t.zero),
+       "1 = ZeRO-1: optimizer state and master weights sharded over dp (reduce-scatter the "
+       "gradients, update the own shard, all-gather the parameters); 0 = replicated")
+      ("grad-compress", with_default(&t.grad_compress),
+       "data-parallel gradient compression: none, bf16, fp16 (2 bytes a value), int8 (1 byte + a "
+       "scale per chunk) or topk (the largest --topk-ratio of each bucket); int8 and topk keep "
+       "error feedback. Sums are taken in fp32. Not with --zero 1")
+      ("topk-ratio", with_default(&t.topk_ratio), "topk: fraction of each bucket's values sent");
 
   po::options_description ckpt("Checkpoints and restart");
   ckpt.add_options()
@@ -107,11 +124,27 @@ Options parse_options(int argc, const char* const* argv) {
       ("lr-schedule", with_default(&t.lr_schedule), "cosine, linear or constant (after warm-up)")
       ("warmup-steps", with_default(&t.warmup_steps), "linear warm-up steps")
       ("min-lr-ratio", with_default(&t.min_lr_ratio), "final lr as a fraction of lr")
-      ("weight-decay", with_default(&t.weight_decay), "AdamW decoupled weight decay")
-      ("beta1", with_default(&t.beta1), "AdamW beta1")
-      ("beta2", with_default(&t.beta2), "AdamW beta2")
-      ("adam-eps", with_default(&t.adam_eps), "AdamW epsilon")
+      ("optimizer", with_default(&t.optimizer),
+       "adamw, sgd (momentum, PyTorch's buffer) or lamb (AdamW with per-tensor trust ratios)")
+      ("momentum", with_default(&t.momentum), "sgd momentum")
+      ("weight-decay", with_default(&t.weight_decay),
+       "decoupled weight decay (all optimizers; none on norms and biases)")
+      ("beta1", with_default(&t.beta1), "AdamW / LAMB beta1")
+      ("beta2", with_default(&t.beta2), "AdamW / LAMB beta2")
+      ("adam-eps", with_default(&t.adam_eps), "AdamW / LAMB epsilon")
       ("grad-clip", with_default(&t.grad_clip), "clip the global gradient norm to this; 0 = off");
+
+  po::options_description memory("Precision and memory");
+  memory.add_options()
+      ("precision", with_default(&t.precision),
+       "fp32, or bf16 / fp16: activations and compute weights in that precision (round to nearest "
+       "even), fp32 master weights, optimizer state, reductions and loss")
+      ("recompute", with_default(&t.recompute),
+       "activation recomputation: none, selective (attention probabilities) or full (each block)")
+      ("initial-loss-scale", with_default(&t.initial_loss_scale), "fp16: the first loss scale")
+      ("loss-scale-window", with_default(&t.loss_scale_window),
+       "fp16: steps without overflow before the loss scale doubles")
+      ("min-loss-scale", with_default(&t.min_loss_scale), "fp16: the loss scale never goes below this");
 
   po::options_description data("Data");
   data.add_options()
@@ -132,9 +165,24 @@ Options parse_options(int argc, const char* const* argv) {
       ("sample-prompt", with_default(&t.sample_prompt), "text the sample starts from; '' = a newline")
       ("sample-temperature", with_default(&t.sample_temperature), "sampling temperature; 0 = greedy");
 
+  po::options_description guards("Failure detection");
+  guards.add_options()
+      ("comm-timeout", with_default(&t.comm_timeout),
+       "seconds a communication call may block once the first step has finished; then every rank "
+       "that sees it reports the call and which ranks did not arrive, and the job exits 3; 0 = no "
+       "limit")
+      ("comm-timeout-startup", with_default(&t.comm_timeout_startup),
+       "the same limit until the first step has finished; 0 = no limit")
+      ("on-nan", with_default(&t.on_nan),
+       "a non-finite loss or gradient: stop (write <out-dir>/nonfinite-step-<S>.json, exit 1) or "
+       "skip (no update that step, counted); fp16 runs skip and lower the loss scale instead")
+      ("check-replicas", with_default(&t.check_replicas),
+       "every N steps compare a checksum of the data-parallel replicas' parameters; a difference "
+       "stops the run (exit 1); 0 = off");
+
   po::options_description all("trainer — train a GPT-2 or Llama model with MPI\n\nUsage: mpirun "
                               "-np N trainer --config FILE [--option value ...]\n");
-  all.add(general).add(parallel).add(ckpt).add(model).add(train).add(data);
+  all.add(general).add(parallel).add(ckpt).add(model).add(train).add(memory).add(data).add(guards);
 
   po::variables_map vm;
   try {
@@ -184,15 +232,33 @@ Options parse_options(int argc, const char* const* argv) {
   check_nonnegative(t.weight_decay, "weight-decay");
   check_nonnegative(t.grad_clip, "grad-clip");
   require(t.bucket_mb > 0, "bucket-mb must be positive");
+  require(t.zero == 0 || t.zero == 1,
+          "zero must be 0 or 1 (ZeRO-1), not " + std::to_string(t.zero));
+  require(t.topk_ratio > 0 && t.topk_ratio <= 1, "topk-ratio must lie in (0, 1]");
+  require(parse_grad_compress(t.grad_compress) == GradCompress::None || t.zero == 0,
+          "grad-compress " + t.grad_compress + " is not supported with zero 1 (ZeRO's "
+          "reduce-scatter and all-gather are not compressed): use one or the other");
   require(t.save_interval >= 0, "save-interval must not be negative");
   require(t.keep_last >= 0, "keep-last must not be negative");
   require(t.exit_at_step >= 0, "exit-at-step must not be negative");
+  check_nonnegative(t.comm_timeout, "comm-timeout");
+  check_nonnegative(t.comm_timeout_startup, "comm-timeout-startup");
+  parse_nan_policy(t.on_nan);
+  require(t.check_replicas >= 0, "check-replicas must not be negative");
   check_nonnegative(t.exit_after_minutes, "exit-after-minutes");
   require(t.dp >= 0 && t.tp >= 0 && t.pp >= 0, "dp, tp and pp must not be negative");
   check_nonnegative(t.peak_gflops, "peak-gflops");
   check_nonnegative(t.sample_temperature, "sample-temperature");
   require(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "beta1 and beta2 must lie in [0, 1)");
   require(t.adam_eps > 0, "adam-eps must be positive");
+  parse_optimizer(t.optimizer);
+  require(t.momentum >= 0 && t.momentum < 1, "momentum must lie in [0, 1)");
+  parse_precision(t.precision);
+  parse_recompute(t.recompute);
+  require(t.initial_loss_scale >= 1, "initial-loss-scale must be at least 1");
+  require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale,
+          "min-loss-scale must lie in (0, initial-loss-scale]");
+  check_positive(t.loss_scale_window, "loss-scale-window");
   require(!t.train_data.empty(), "no training data: set train-data (a file made by prepare-data)");
   require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
               t.data_format == "nanogpt",

@@ -1,6 +1,7 @@
 // CPU backend: construction, memory, embeddings and the pointwise ops (add, GELU, SwiGLU).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -47,6 +48,23 @@ void CpuBackend<T>::copy(T* dst, const T* src, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 16 * kParallelWork)
   for (size_t i = 0; i < n; i += kParallelWork)
     std::memcpy(dst + i, src + i, std::min(kParallelWork, n - i) * sizeof(T));
+}
+
+template <typename T>
+int32_t* CpuBackend<T>::alloc_ids(size_t n) {
+  void* p = std::calloc(std::max<size_t>(n, 1), sizeof(int32_t));
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<int32_t*>(p);
+}
+
+template <typename T>
+void CpuBackend<T>::free_ids(int32_t* p) {
+  std::free(p);
+}
+
+template <typename T>
+void CpuBackend<T>::upload_ids(int32_t* dst, const int32_t* host_src, size_t n) {
+  std::memcpy(dst, host_src, n * sizeof(int32_t));
 }
 
 // x = round_to(x, p) elementwise (through float for T = double)

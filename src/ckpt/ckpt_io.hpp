@@ -15,13 +15,22 @@ namespace mpitrain {
 // For each tensor of the whole model (by global_index), this rank's copy of it or nullptr.
 std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const ParamLayout& local);
 
-// The file and memory selections that move t's local pieces of the full tensor `whole` (t ==
-// nullptr: nothing, for a rank that only takes part in a collective call). Local work only, so
-// it is done and agreed on for all tensors before the first collective transfer.
+// The file and memory selections that move the elements [a, b) (local row-major indices) of t,
+// this rank's part of the full tensor `whole`: in the file their places in the full shape, in
+// memory b - a contiguous floats (element a first). t == nullptr or a >= b: nothing, for a rank
+// that only takes part in a collective call. Local work only, so it is done and agreed on for
+// all tensors before the first collective transfer.
 struct Selection {
   H5Handle file, memory;
 };
-Selection select_pieces(const ParamTensor& whole, const ParamTensor* t);
+Selection select_range(const ParamTensor& whole, const ParamTensor* t, uint64_t a, uint64_t b);
+
+// The local elements [a, b) of tensor t that lie in the flat range [lo, hi) of its layout
+// (a == b when none do).
+struct ElementRange {
+  uint64_t a, b;
+};
+ElementRange in_range(const ParamTensor& t, size_t lo, size_t hi);
 
 // Runs step on every rank; if it failed on any, every rank throws Error("<what>: <message of
 // the lowest failing rank>") — never UsageError: a bad file is damage, not bad input.

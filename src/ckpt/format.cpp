@@ -1,6 +1,7 @@
 // Names, checksum and manifest of the checkpoint format.
 #include "mpitrain/ckpt/format.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cinttypes>
@@ -47,8 +48,14 @@ std::string hex_text(uint64_t x) {
   return buf;
 }
 
-std::string dataset_path(const char* group, const std::string& tensor) {
-  return std::string("/") + group + "/" + tensor;
+std::string dataset_path(const std::string& group, const std::string& tensor) {
+  return "/" + group + "/" + tensor;
+}
+
+std::vector<std::string> checkpoint_groups(OptimizerKind optimizer) {
+  std::vector<std::string> groups = {kParamsGroup};
+  for (const std::string& name : state_names(optimizer)) groups.push_back(name);
+  return groups;
 }
 
 // ---- checksum -------------------------------------------------------------------------------
@@ -71,10 +78,12 @@ uint64_t checksum(const float* data, uint64_t first_index, uint64_t n) {
   return sum;
 }
 
-uint64_t shard_checksum(const ParamTensor& t, const float* local) {
+uint64_t range_checksum(const ParamTensor& t, const float* data, uint64_t a, uint64_t b) {
   uint64_t sum = 0;
-  for_each_run(
-      t, [&](uint64_t global, uint64_t at, uint64_t n) { sum += checksum(local + at, global, n); });
+  for_each_run(t, [&](uint64_t global, uint64_t local, uint64_t n) {
+    const uint64_t begin = std::max(a, local), end = std::min(b, local + n);
+    if (begin < end) sum += checksum(data + (begin - a), global + (begin - local), end - begin);
+  });
   return sum;
 }
 
@@ -82,72 +91,87 @@ uint64_t shard_checksum(const ParamTensor& t, const float* local) {
 
 namespace {
 
-// Calls f(attribute name, field) for every field, in file order (one list for write, read, print).
+// Calls f(attribute name, field, format version that added it) for every field, in file order
+// (one list for write, read, print).
 template <class M, class F>
 void for_each_field(M& m, F&& f) {
-  f("format_version", m.format_version);
-  f("step", m.step);
-  f("consumed_samples", m.consumed_samples);
-  f("seed", m.seed);
-  f("adam_steps", m.adam_steps);
-  f("loss_scale", m.loss_scale);
-  f("val_loss", m.val_loss);
-  f("arch", m.model.arch);
-  f("n_layer", m.model.n_layer);
-  f("n_head", m.model.n_head);
-  f("n_kv_head", m.model.n_kv_head);
-  f("d_model", m.model.d_model);
-  f("d_ff", m.model.d_ff);
-  f("vocab_size", m.model.vocab_size);
-  f("max_seq_len", m.model.max_seq_len);
-  f("norm_eps", m.model.norm_eps);
-  f("rope_theta", m.model.rope_theta);
-  f("dp", m.layout.dp);
-  f("tp", m.layout.tp);
-  f("pp", m.layout.pp);
-  f("pp_layers", m.pp_layers);
-  f("global_batch_size", m.global_batch_size);
-  f("micro_batch_size", m.micro_batch_size);
-  f("seq_len", m.seq_len);
-  f("build_id", m.build_id);
-  f("wall_time", m.wall_time);
+  f("format_version", m.format_version, 1);
+  f("step", m.step, 1);
+  f("consumed_samples", m.consumed_samples, 1);
+  f("seed", m.seed, 1);
+  f("optimizer", m.optimizer, 2);
+  f("adam_steps", m.adam_steps, 1);
+  f("loss_scale", m.loss_scale, 1);
+  f("loss_scale_clean_steps", m.loss_scale_clean_steps, 2);
+  f("skipped_steps", m.skipped_steps, 2);
+  f("val_loss", m.val_loss, 1);
+  f("arch", m.model.arch, 1);
+  f("n_layer", m.model.n_layer, 1);
+  f("n_head", m.model.n_head, 1);
+  f("n_kv_head", m.model.n_kv_head, 1);
+  f("d_model", m.model.d_model, 1);
+  f("d_ff", m.model.d_ff, 1);
+  f("vocab_size", m.model.vocab_size, 1);
+  f("max_seq_len", m.model.max_seq_len, 1);
+  f("norm_eps", m.model.norm_eps, 1);
+  f("rope_theta", m.model.rope_theta, 1);
+  f("dp", m.layout.dp, 1);
+  f("tp", m.layout.tp, 1);
+  f("pp", m.layout.pp, 1);
+  f("pp_layers", m.pp_layers, 1);
+  f("global_batch_size", m.global_batch_size, 1);
+  f("micro_batch_size", m.micro_batch_size, 1);
+  f("seq_len", m.seq_len, 1);
+  f("build_id", m.build_id, 1);
+  f("wall_time", m.wall_time, 1);
 }
 
 struct FieldWriter {
   hid_t group;
-  void operator()(const char* n, int64_t v) const { write_attribute_int(group, n, v); }
-  void operator()(const char* n, int v) const { write_attribute_int(group, n, v); }
-  void operator()(const char* n, uint64_t v) const { write_attribute_uint64(group, n, v); }
-  void operator()(const char* n, double v) const { write_attribute_double(group, n, v); }
-  void operator()(const char* n, float v) const { write_attribute_double(group, n, v); }
-  void operator()(const char* n, const std::string& v) const {
+  void operator()(const char* n, int64_t v, int) const { write_attribute_int(group, n, v); }
+  void operator()(const char* n, int v, int) const { write_attribute_int(group, n, v); }
+  void operator()(const char* n, uint64_t v, int) const { write_attribute_uint64(group, n, v); }
+  void operator()(const char* n, double v, int) const { write_attribute_double(group, n, v); }
+  void operator()(const char* n, float v, int) const { write_attribute_double(group, n, v); }
+  void operator()(const char* n, const std::string& v, int) const {
     write_attribute_string(group, n, v);
   }
-  void operator()(const char* n, Arch v) const { write_attribute_string(group, n, to_string(v)); }
+  void operator()(const char* n, Arch v, int) const {
+    write_attribute_string(group, n, to_string(v));
+  }
+  void operator()(const char* n, OptimizerKind v, int) const {
+    write_attribute_string(group, n, to_string(v));
+  }
 };
 
 struct FieldReader {
   hid_t group;
-  hid_t at(const char* n) const {  // the group, once the attribute is known to be there
+  const int64_t* version;  // the file's format version (its field is read first)
+  template <class V>
+  void operator()(const char* n, V& v, int since) const {
+    if (since > *version) return;  // not in files of this version: the default stands
     if (!has_attribute(group, n))
       throw Error("manifest attribute '" + std::string(n) + "' is missing");
-    return group;
+    read(n, v);
   }
-  void operator()(const char* n, int64_t& v) const { v = read_attribute_int(at(n), n); }
-  void operator()(const char* n, int& v) const {
-    const int64_t x = read_attribute_int(at(n), n);
+  void read(const char* n, int64_t& v) const { v = read_attribute_int(group, n); }
+  void read(const char* n, int& v) const {
+    const int64_t x = read_attribute_int(group, n);
     if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
       throw Error("manifest attribute '" + std::string(n) + "' = " + std::to_string(x) +
                   " is out of range");
     v = static_cast<int>(x);
   }
-  void operator()(const char* n, uint64_t& v) const { v = read_attribute_uint64(at(n), n); }
-  void operator()(const char* n, double& v) const { v = read_attribute_double(at(n), n); }
-  void operator()(const char* n, float& v) const {
-    v = static_cast<float>(read_attribute_double(at(n), n));
+  void read(const char* n, uint64_t& v) const { v = read_attribute_uint64(group, n); }
+  void read(const char* n, double& v) const { v = read_attribute_double(group, n); }
+  void read(const char* n, float& v) const {
+    v = static_cast<float>(read_attribute_double(group, n));
   }
-  void operator()(const char* n, std::string& v) const { v = read_attribute_string(at(n), n); }
-  void operator()(const char* n, Arch& v) const { v = parse_arch(read_attribute_string(at(n), n)); }
+  void read(const char* n, std::string& v) const { v = read_attribute_string(group, n); }
+  void read(const char* n, Arch& v) const { v = parse_arch(read_attribute_string(group, n)); }
+  void read(const char* n, OptimizerKind& v) const {
+    v = parse_optimizer(read_attribute_string(group, n));
+  }
 };
 
 // The shortest text that reads back as v ("1e-05" for the float 1e-5f).
@@ -161,13 +185,14 @@ std::string text_of(T v) {
 struct FieldPrinter {
   std::vector<std::pair<std::string, std::string>>* out;
   void add(const char* n, std::string v) const { out->emplace_back(n, std::move(v)); }
-  void operator()(const char* n, int64_t v) const { add(n, std::to_string(v)); }
-  void operator()(const char* n, int v) const { add(n, std::to_string(v)); }
-  void operator()(const char* n, uint64_t v) const { add(n, std::to_string(v)); }
-  void operator()(const char* n, double v) const { add(n, text_of(v)); }
-  void operator()(const char* n, float v) const { add(n, text_of(v)); }
-  void operator()(const char* n, const std::string& v) const { add(n, v); }
-  void operator()(const char* n, Arch v) const { add(n, to_string(v)); }
+  void operator()(const char* n, int64_t v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, int v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, double v, int) const { add(n, text_of(v)); }
+  void operator()(const char* n, float v, int) const { add(n, text_of(v)); }
+  void operator()(const char* n, const std::string& v, int) const { add(n, v); }
+  void operator()(const char* n, Arch v, int) const { add(n, to_string(v)); }
+  void operator()(const char* n, OptimizerKind v, int) const { add(n, to_string(v)); }
 };
 
 }  // namespace
@@ -182,7 +207,7 @@ CheckpointManifest read_manifest(hid_t file) {
   H5Handle group(H5_CHECK(H5Gopen2(file, kManifestGroup, H5P_DEFAULT)));
   CheckpointManifest m;
   try {
-    for_each_field(m, FieldReader{group.get()});
+    for_each_field(m, FieldReader{group.get(), &m.format_version});
   } catch (const Error& e) {  // a wrong attribute type is a UsageError in io/: here it is damage
     throw Error(e.what());
   }

@@ -41,10 +41,19 @@ std::vector<std::string> tensor_names(hid_t file, const std::optional<Checkpoint
   if (m) {
     const ParamLayout layout(m->model);
     for (const ParamTensor& t : layout.tensors()) names.push_back(t.name);
-  } else if (has_link(file, kStateGroups[0])) {
-    H5Handle group(H5_CHECK(H5Gopen2(file, kStateGroups[0], H5P_DEFAULT)));
+  } else if (has_link(file, kParamsGroup)) {
+    H5Handle group(H5_CHECK(H5Gopen2(file, kParamsGroup, H5P_DEFAULT)));
     H5_CHECK(H5Literate(group.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name, &names));
   }
+  return names;
+}
+
+// The tensor groups: the optimizer's when the manifest is readable, else those the file holds.
+std::vector<std::string> group_names(hid_t file, const std::optional<CheckpointManifest>& m) {
+  if (m) return checkpoint_groups(m->optimizer);
+  std::vector<std::string> names;
+  H5_CHECK(H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name, &names));
+  std::erase(names, std::string(kManifestGroup));
   return names;
 }
 
@@ -94,7 +103,7 @@ int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, 
     out << "manifest\n";
     for (const auto& [name, value] : manifest_fields(*m)) {
       char line[64];
-      std::snprintf(line, sizeof line, "  %-18s ", name.c_str());
+      std::snprintf(line, sizeof line, "  %-22s ", name.c_str());
       out << line << value << "\n";
     }
   } catch (const std::exception& e) {
@@ -108,7 +117,7 @@ int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, 
   std::snprintf(header, sizeof header, "%-*s %-14s %-18s%s\n", static_cast<int>(width), "dataset",
                 "shape", "checksum", verify ? " verify" : "");
   out << header;
-  for (const char* group : kStateGroups) {
+  for (const std::string& group : group_names(file.get(), m)) {
     if (!has_link(file.get(), group)) {
       bad = true;
       out << "/" << group << " MISSING\n";

@@ -1,4 +1,6 @@
 // Where a rank's part of a tensor lies in the full tensor: runs, hyperslabs, agreement.
+#include <algorithm>
+
 #include "ckpt_io.hpp"
 #include "mpitrain/runtime/agree.hpp"
 
@@ -14,44 +16,89 @@ std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const Para
   return held;
 }
 
-Selection select_pieces(const ParamTensor& whole, const ParamTensor* t) {
+namespace {
+
+// Calls box(start, count) for blocks that together hold the elements [a, b) (row-major indices)
+// of an array of shape dims[d..]; start and count [0, d) are set by the caller. At most 2 per
+// dimension: a partial first row, the whole rows, a partial last row.
+template <class F>
+void linear_boxes(const std::vector<uint64_t>& dims, size_t d, uint64_t a, uint64_t b,
+                  std::vector<uint64_t>& start, std::vector<uint64_t>& count, const F& box) {
+  if (a >= b) return;
+  uint64_t inner = 1;  // elements per index of dimension d
+  for (size_t k = d + 1; k < dims.size(); ++k) inner *= dims[k];
+  uint64_t row = a / inner;
+  const uint64_t last = b / inner;
+  if (row == last) {  // within one row
+    start[d] = row, count[d] = 1;
+    return linear_boxes(dims, d + 1, a - row * inner, b - row * inner, start, count, box);
+  }
+  if (a % inner != 0) {
+    start[d] = row, count[d] = 1;
+    linear_boxes(dims, d + 1, a % inner, inner, start, count, box);
+    ++row;
+  }
+  if (last > row) {
+    start[d] = row, count[d] = last - row;
+    for (size_t k = d + 1; k < dims.size(); ++k) start[k] = 0, count[k] = dims[k];
+    box(start, count);
+  }
+  if (b % inner != 0) {
+    start[d] = last, count[d] = 1;
+    linear_boxes(dims, d + 1, 0, b % inner, start, count, box);
+  }
+}
+
+}  // namespace
+
+ElementRange in_range(const ParamTensor& t, size_t lo, size_t hi) {
+  const size_t begin = std::max(lo, t.offset), end = std::min(hi, t.offset + t.numel);
+  if (begin >= end) return {0, 0};
+  return {begin - t.offset, end - t.offset};
+}
+
+Selection select_range(const ParamTensor& whole, const ParamTensor* t, uint64_t a, uint64_t b) {
   const std::vector<hsize_t> full(whole.global_shape.begin(), whole.global_shape.end());
   Selection s{
       H5Handle(H5_CHECK(H5Screate_simple(static_cast<int>(full.size()), full.data(), nullptr))),
       {}};
-  if (!t) {  // an empty selection of an (arbitrary) one-element memory space
+  H5_CHECK(H5Sselect_none(s.file.get()));
+  if (!t || a >= b) {  // an empty selection of an (arbitrary) one-element memory space
     const hsize_t one = 1;
     s.memory = H5Handle(H5_CHECK(H5Screate_simple(1, &one, nullptr)));
-    H5_CHECK(H5Sselect_none(s.file.get()));
     H5_CHECK(H5Sselect_none(s.memory.get()));
     return s;
   }
-  const std::vector<hsize_t> local(t->shape.begin(), t->shape.end());
-  s.memory =
-      H5Handle(H5_CHECK(H5Screate_simple(static_cast<int>(local.size()), local.data(), nullptr)));
-  if (t->split_dim < 0) return s;  // whole tensor on both sides (the default selections)
-  // HDF5 pairs the selected elements of both sides in row-major order: the pieces must come in
-  // the same order along the split dimension on both sides.
+  if (b > t->numel) MPITRAIN_THROW("tensor " + t->name + ": elements beyond its end");
+  const hsize_t n = b - a;
+  s.memory = H5Handle(H5_CHECK(H5Screate_simple(1, &n, nullptr)));  // all selected
+  // HDF5 pairs the selected elements of both sides in row-major order: local order must be
+  // global order, so the pieces must come in the same order along the split dimension.
   for (size_t i = 1; i < t->pieces.size(); ++i)
     if (t->pieces[i].global_start <= t->pieces[i - 1].global_start ||
         t->pieces[i].local_start <= t->pieces[i - 1].local_start)
       MPITRAIN_THROW("tensor " + t->name + ": pieces out of order");
-  H5_CHECK(H5Sselect_none(s.file.get()));
-  H5_CHECK(H5Sselect_none(s.memory.get()));
-  std::vector<uint64_t> file_start(local.size(), 0), mem_start(local.size(), 0);
-  std::vector<uint64_t> count(full.begin(), full.end());
-  for (const ShardPiece& p : t->pieces) {
-    file_start[t->split_dim] = p.global_start;
-    mem_start[t->split_dim] = p.local_start;
-    count[t->split_dim] = p.length;
-    select_block(s.file.get(), file_start, count);
-    select_block(s.memory.get(), mem_start, count);
-  }
+  // The local boxes of [a, b), each cut by the pieces and moved to its place in the full tensor.
+  const std::vector<uint64_t> local(t->shape.begin(), t->shape.end());
+  std::vector<uint64_t> start(local.size()), count(local.size());
+  const int sd = t->split_dim;
+  linear_boxes(local, 0, a, b, start, count,
+               [&](const std::vector<uint64_t>& box_start, const std::vector<uint64_t>& box_count) {
+                 if (sd < 0) return select_block(s.file.get(), box_start, box_count);
+                 const uint64_t lo = box_start[sd], hi = lo + box_count[sd];
+                 for (const ShardPiece& p : t->pieces) {
+                   const uint64_t from = std::max<uint64_t>(lo, p.local_start);
+                   const uint64_t to = std::min<uint64_t>(hi, p.local_start + p.length);
+                   if (from >= to) continue;
+                   std::vector<uint64_t> g = box_start, c = box_count;
+                   g[sd] = p.global_start + (from - p.local_start);
+                   c[sd] = to - from;
+                   select_block(s.file.get(), g, c);
+                 }
+               });
   // Checked here, before any collective call, rather than by HDF5 inside one.
   if (H5_CHECK(H5Sselect_valid(s.file.get())) <= 0 ||
-      H5_CHECK(H5Sselect_valid(s.memory.get())) <= 0 ||
-      H5_CHECK(H5Sget_select_npoints(s.file.get())) != static_cast<hssize_t>(t->numel) ||
-      H5_CHECK(H5Sget_select_npoints(s.memory.get())) != static_cast<hssize_t>(t->numel))
+      H5_CHECK(H5Sget_select_npoints(s.file.get())) != static_cast<hssize_t>(n))
     MPITRAIN_THROW("tensor " + t->name + ": its pieces do not fit its shapes");
   return s;
 }

@@ -1,4 +1,5 @@
 // Reading one checkpoint file: every rank its own pieces, collectively, then verification.
+#include <algorithm>
 #include <filesystem>
 
 #include "ckpt_io.hpp"
@@ -10,11 +11,11 @@ namespace mpitrain {
 
 namespace {
 
-// The manifest must be of this format and, in a step-N directory, of step N.
+// The manifest must be of a format this build reads and, in a step-N directory, of step N.
 void check_manifest(const CheckpointManifest& m, const std::string& dir) {
-  if (m.format_version != kCheckpointFormatVersion)
+  if (m.format_version < 1 || m.format_version > kCheckpointFormatVersion)
     throw Error("manifest format_version " + std::to_string(m.format_version) +
-                ", this build reads " + std::to_string(kCheckpointFormatVersion));
+                ", this build reads 1 to " + std::to_string(kCheckpointFormatVersion));
   std::string name = fs::path(dir).lexically_normal().filename().string();
   if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
   if (name.size() > 4 && name.ends_with(".old")) name.resize(name.size() - 4);
@@ -56,26 +57,39 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
     m = read_manifest(file.get());
     check_manifest(m, dir);
   });
-  // The same manifest on every rank: this check needs no agreement.
+  // The same manifest on every rank: these checks need no agreement.
   const std::string diff = model_differences(m.model, s.config);
   if (!diff.empty())
     throw UsageError(path + " holds another model than this run's (checkpoint vs run: " + diff +
                      ")");
+  if (m.optimizer != s.optimizer)
+    throw UsageError(path + " holds the state of optimizer " + to_string(m.optimizer) +
+                     ", this run uses " + to_string(s.optimizer) + " (set optimizer to " +
+                     to_string(m.optimizer) + " to resume from it)");
 
   const ParamLayout full(s.config);
-  std::vector<const ParamTensor*> held;  // per tensor: this rank's part, or nullptr
-  std::vector<Selection> sels;
-  std::vector<H5Handle> dsets;  // [group][tensor]
+  const std::vector<std::string> groups = checkpoint_groups(s.optimizer);
+  std::vector<const ParamTensor*> held;           // per tensor: this rank's part, or nullptr
+  std::vector<ElementRange> ranges;               // per tensor: its elements in [lo, hi)
+  std::vector<Selection> whole_sels, range_sels;  // params: all local elements; state: the range
+  std::vector<H5Handle> dsets;                    // [group][tensor]
   std::vector<std::string> names;
   std::vector<uint64_t> stored;
   agree_on(world, path, [&] {
+    if (s.state.size() + 1 != groups.size())
+      MPITRAIN_THROW("optimizer " + to_string(s.optimizer) + " has " +
+                     std::to_string(groups.size() - 1) + " state buffers, not " +
+                     std::to_string(s.state.size()));
     held = held_tensors(full, s.layout);
-    for (const ParamTensor& whole : full.tensors())
-      sels.push_back(select_pieces(whole, held[whole.global_index]));
-    for (const char* group_name : kStateGroups) {
-      if (!has_link(file.get(), group_name))
-        throw Error("group /" + std::string(group_name) + " is missing");
-      H5Handle group(H5_CHECK(H5Gopen2(file.get(), group_name, H5P_DEFAULT)));
+    for (const ParamTensor& whole : full.tensors()) {
+      const ParamTensor* t = held[whole.global_index];
+      ranges.push_back(t ? in_range(*t, s.lo, s.hi) : ElementRange{0, 0});
+      whole_sels.push_back(select_range(whole, t, 0, t ? t->numel : 0));
+      range_sels.push_back(select_range(whole, t, ranges.back().a, ranges.back().b));
+    }
+    for (const std::string& group_name : groups) {
+      if (!has_link(file.get(), group_name)) throw Error("group /" + group_name + " is missing");
+      H5Handle group(H5_CHECK(H5Gopen2(file.get(), group_name.c_str(), H5P_DEFAULT)));
       for (const ParamTensor& whole : full.tensors()) {
         names.push_back(dataset_path(group_name, whole.name));
         dsets.push_back(open_tensor(group.get(), names.back(), whole, stored.emplace_back()));
@@ -83,25 +97,30 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
     }
   });
 
-  // Every rank reads its own pieces; a rank's failure is carried to the agreement below so that
-  // it keeps taking part in the remaining collective reads.
+  // Every rank reads its own elements; a rank's failure is carried to the agreement below so
+  // that it keeps taking part in the remaining collective reads. The writers' ranges, in the
+  // copies that count once, add up to every element once: their checksums are the datasets'.
   const H5Handle dxpl = collective_transfer();
-  float* const buffers[3] = {s.params, s.adam_m, s.adam_v};
   float unused = 0.0f;
   std::vector<uint64_t> sums(dsets.size(), 0);
   std::string failure;
   const size_t n = full.tensors().size();
   for (size_t k = 0; k < dsets.size(); ++k) {
+    const size_t g = k / n;
     const ParamTensor* t = held[k % n];
-    const Selection& sel = sels[k % n];
-    float* data = t ? buffers[k / n] + t->offset : &unused;
+    const auto [a, b] = ranges[k % n];
+    float* data = &unused;  // where element 0 (params) or a (state) goes
+    if (t && g == 0) data = s.params + t->offset;
+    if (t && g > 0 && a < b) data = s.state[g - 1] + (t->offset + a - s.lo);
+    const Selection& sel = g == 0 ? whole_sels[k % n] : range_sels[k % n];
     try {
       H5_CHECK(H5Dread(dsets[k].get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(),
                        dxpl.get(), data));
     } catch (const std::exception& e) {
       if (failure.empty()) failure = "dataset " + names[k] + ": " + e.what();
     }
-    if (t && t->primary && s.dp_writer) sums[k] = shard_checksum(*t, data);
+    if (t && t->primary && s.writer && a < b)
+      sums[k] = range_checksum(*t, g == 0 ? data + a : data, a, b);
   }
   agree_on(world, path, [&] {
     if (!failure.empty()) throw Error(failure);
@@ -124,6 +143,11 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
   }
   if (n_bad > 3) bad += "; and " + std::to_string(n_bad - 3) + " more";
   if (!bad.empty()) throw Error(path + ": " + bad);
+  // A separate master takes the fp32 values; the compute copy is rounded as the optimizer keeps it.
+  if (s.master != s.params + s.lo) {
+    std::copy(s.params + s.lo, s.params + s.hi, s.master);
+    for (size_t i = 0; i < s.layout.total(); ++i) s.params[i] = round_to(s.params[i], s.precision);
+  }
   return m;
 }
 

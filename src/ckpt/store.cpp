@@ -111,6 +111,7 @@ std::string CheckpointStore::commit(const std::string& name, const CheckpointMan
                                     const CheckpointState& s) {
   CheckpointManifest m = given;
   m.format_version = kCheckpointFormatVersion;
+  m.optimizer = s.optimizer;
   m.build_id = MPITRAIN_BUILD_ID;
   m.wall_time = world_.rank() == 0 ? utc_now() : "";
   broadcast(world_, m.wall_time);  // attributes are collective: the same value everywhere

@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "mpitrain/comm/communicator.hpp"
@@ -17,20 +16,49 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_OP_NULL;
 }
 
-// Adds the wall time of its scope to a blocked-seconds total.
+// Around every blocking call and wait: adds the wall time of its scope to a blocked-seconds
+// total, and records in the call log (for the watchdog) that this rank is blocked in `call`.
 class BlockedTimer {
  public:
-  explicit BlockedTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  // A wait for a started call.
+  BlockedTimer(double& total, CallLog& log, const CallInfo& call)
+      : BlockedTimer(total, log, call, CallLog::now_ns()) {}
+  // A blocking call, entered here.
+  BlockedTimer(double& total, CallLog& log, const char* op, uint64_t bytes)
+      : BlockedTimer(total, log, log.enter(op, bytes), -1) {}
   ~BlockedTimer() {
-    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    log_.unblock();
+    total_ += 1e-9 * static_cast<double>(CallLog::now_ns() - start_ns_);
   }
   BlockedTimer(const BlockedTimer&) = delete;
   BlockedTimer& operator=(const BlockedTimer&) = delete;
 
  private:
+  BlockedTimer(double& total, CallLog& log, const CallInfo& call, int64_t start_ns)
+      : total_(total), log_(log), start_ns_(start_ns < 0 ? call.start_ns : start_ns) {
+    log_.block(call, start_ns_);
+  }
+
   double& total_;
-  std::chrono::steady_clock::time_point start_;
+  CallLog& log_;
+  int64_t start_ns_;  // steady clock
 };
+
+// The members' ranks in MPI_COMM_WORLD, in comm's rank order.
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int size = 0, rc = MPI_Comm_size(comm, &size);
+  std::vector<int> ranks(size), out(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(comm, &group);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  MPI_CHECK(rc);
+  return out;
+}
 
 // [0, n) in pieces of at most max_count elements: f(offset, count) for each.
 template <typename F>
@@ -49,8 +77,8 @@ void all_reduce_chunked(MPI_Comm comm, size_t max_count, E* data, size_t n, MPI_
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, size_t max_count)
-    : comm_(comm), max_count_(max_count) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, size_t max_count)
+    : comm_(comm), max_count_(max_count), calls_(std::move(name), world_ranks_of(comm)) {
   if (max_count_ < 1 || max_count_ > kMaxMpiCount)
     MPITRAIN_THROW("max_count " + std::to_string(max_count_) + " is not in [1, INT_MAX]");
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -58,22 +86,26 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, size_t max_count)
 }
 
 void MpiCommunicator::all_reduce(float* data, size_t n, ReduceOp op) {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(float));
+  count_sent(n * sizeof(float));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_FLOAT, op);
 }
 
 void MpiCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(double));
+  count_sent(n * sizeof(double));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_DOUBLE, op);
 }
 
 void MpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(int64_t));
+  count_sent(n * sizeof(int64_t));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_INT64_T, op);
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "broadcast", bytes);
+  if (rank_ == root) count_sent(bytes);
   auto* p = static_cast<char*>(data);
   for_each_chunk(bytes, max_count_, [&](size_t off, int count) {
     MPI_CHECK(MPI_Bcast(p + off, count, MPI_BYTE, root, comm_));
@@ -81,12 +113,13 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 void MpiCommunicator::barrier() {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "barrier", 0);
   MPI_CHECK(MPI_Barrier(comm_));
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, size_t n) {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
+  count_sent(n * sizeof(float));
   const bool in_place = in == out + rank_ * n;
   if (n <= max_count_) {
     const int count = static_cast<int>(n);
@@ -103,7 +136,8 @@ void MpiCommunicator::all_gather(const float* in, float* out, size_t n) {
 }
 
 void MpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
-  BlockedTimer timer(blocked_seconds_);
+  BlockedTimer timer(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
+  count_sent((size_ - 1) * n * sizeof(float));
   const bool in_place = out == in + rank_ * n;
   if (n <= max_count_) {
     const int count = static_cast<int>(n);
@@ -127,7 +161,7 @@ void MpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, Redu
     });
 }
 
-int MpiCommunicator::acquire_slot() {
+int MpiCommunicator::acquire_slot(const char* op, uint64_t bytes, int peer) {
   int id;
   if (free_slots_.empty()) {
     id = static_cast<int>(slots_.size());
@@ -138,11 +172,13 @@ int MpiCommunicator::acquire_slot() {
     free_slots_.pop_back();
   }
   slots_[id].busy = true;
+  slots_[id].call = calls_.enter(op, bytes, peer);
   return id;
 }
 
 CommHandle MpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
-  const int id = acquire_slot();
+  const int id = acquire_slot("all_reduce", n * sizeof(float));
+  count_sent(n * sizeof(float));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   for_each_chunk(n, max_count_, [&](size_t off, int count) {
     requests.push_back(MPI_REQUEST_NULL);
@@ -154,7 +190,8 @@ CommHandle MpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op)
 
 // Pieces of one message share the tag: MPI keeps their order between the same two ranks.
 CommHandle MpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
-  const int id = acquire_slot();
+  const int id = acquire_slot("send", n * sizeof(float), peer);
+  count_sent(n * sizeof(float));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   for_each_chunk(n, max_count_, [&](size_t off, int count) {
     requests.push_back(MPI_REQUEST_NULL);
@@ -164,7 +201,7 @@ CommHandle MpiCommunicator::send_start(const float* data, size_t n, int peer, in
 }
 
 CommHandle MpiCommunicator::recv_start(float* data, size_t n, int peer, int tag) {
-  const int id = acquire_slot();
+  const int id = acquire_slot("recv", n * sizeof(float), peer);
   std::vector<MPI_Request>& requests = slots_[id].requests;
   for_each_chunk(n, max_count_, [&](size_t off, int count) {
     requests.push_back(MPI_REQUEST_NULL);
@@ -173,11 +210,88 @@ CommHandle MpiCommunicator::recv_start(float* data, size_t n, int peer, int tag)
   return CommHandle{id};
 }
 
+int MpiCommunicator::checked_count(size_t count, const char* op) const {
+  if (count > max_count_)
+    MPITRAIN_THROW(std::string(op) + ": a count of " + std::to_string(count) +
+                   " exceeds what one MPI call takes (" + std::to_string(max_count_) +
+                   "); this call is not split: pass smaller pieces");
+  return static_cast<int>(count);
+}
+
+size_t MpiCommunicator::checked_blocks(std::span<const size_t> counts, const char* op) const {
+  if (counts.size() != static_cast<size_t>(size_))
+    MPITRAIN_THROW(std::string(op) + ": " + std::to_string(counts.size()) + " counts for " +
+                   std::to_string(size_) + " ranks");
+  size_t total = 0;
+  for (size_t count : counts) {
+    checked_count(count, op);
+    total += count;
+    checked_count(total, op);  // offsets, and the whole: implementations sum the counts in an int
+  }
+  return total;
+}
+
+void MpiCommunicator::set_blocks(Slot& slot, std::span<const size_t> counts) {
+  slot.counts.resize(size_);
+  slot.displs.resize(size_);
+  int offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    slot.counts[r] = static_cast<int>(counts[r]);
+    slot.displs[r] = offset;
+    offset += slot.counts[r];
+  }
+}
+
+CommHandle MpiCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
+  const int count = checked_count(bytes, "all_to_all_start");
+  const int id = acquire_slot("all_to_all", size_ * bytes);
+  count_sent((size_ - 1) * bytes);
+  std::vector<MPI_Request>& requests = slots_[id].requests;
+  requests.push_back(MPI_REQUEST_NULL);
+  MPI_CHECK(MPI_Ialltoall(in, count, MPI_BYTE, out, count, MPI_BYTE, comm_, &requests.back()));
+  return CommHandle{id};
+}
+
+CommHandle MpiCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
+  const int count = checked_count(bytes, "all_gather_start");
+  const int id = acquire_slot("all_gather", size_ * bytes);
+  count_sent(bytes);
+  std::vector<MPI_Request>& requests = slots_[id].requests;
+  requests.push_back(MPI_REQUEST_NULL);
+  MPI_CHECK(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE, comm_, &requests.back()));
+  return CommHandle{id};
+}
+
+CommHandle MpiCommunicator::reduce_scatter_start(float* data, std::span<const size_t> counts,
+                                                 ReduceOp op) {
+  const size_t total = checked_blocks(counts, "reduce_scatter_start");
+  const int id = acquire_slot("reduce_scatter", total * sizeof(float));
+  count_sent((total - counts[rank_]) * sizeof(float));
+  Slot& slot = slots_[id];
+  set_blocks(slot, counts);
+  slot.requests.push_back(MPI_REQUEST_NULL);
+  MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, slot.counts.data(), MPI_FLOAT, mpi_op(op),
+                                comm_, &slot.requests.back()));
+  return CommHandle{id};
+}
+
+CommHandle MpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+  const size_t total = checked_blocks(counts, "all_gather_start");
+  const int id = acquire_slot("all_gather", total * sizeof(float));
+  count_sent(counts[rank_] * sizeof(float));
+  Slot& slot = slots_[id];
+  set_blocks(slot, counts);
+  slot.requests.push_back(MPI_REQUEST_NULL);
+  MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, slot.counts.data(),
+                            slot.displs.data(), MPI_FLOAT, comm_, &slot.requests.back()));
+  return CommHandle{id};
+}
+
 void MpiCommunicator::wait(CommHandle handle) {
   if (handle.id < 0 || handle.id >= static_cast<int>(slots_.size()) || !slots_[handle.id].busy)
     MPITRAIN_THROW("wait() on handle " + std::to_string(handle.id) + ", which is not pending");
-  BlockedTimer timer(blocked_seconds_);
   Slot& slot = slots_[handle.id];
+  BlockedTimer timer(blocked_seconds_, calls_, slot.call);
   MPI_CHECK(MPI_Waitall(static_cast<int>(slot.requests.size()), slot.requests.data(),
                         MPI_STATUSES_IGNORE));
   slot.requests.clear();

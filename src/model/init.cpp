@@ -12,7 +12,8 @@ void Model<T>::init(uint64_t seed) {
   const double std_dev = 0.02;
   const double residual_std = std_dev / std::sqrt(2.0 * config_.n_layer);  // output projections
   const size_t C = config_.d_model;
-  std::vector<T> full;  // one whole logical tensor at a time
+  std::vector<T> local(layout_.total());  // this rank's parameters, uploaded at the end
+  std::vector<T> full;                     // one whole logical tensor at a time
   for (const ParamTensor& t : layout_.tensors()) {
     size_t numel = 1;
     for (int64_t d : t.global_shape) numel *= static_cast<size_t>(d);
@@ -33,8 +34,9 @@ void Model<T>::init(uint64_t seed) {
         for (size_t j = 0; j < real; ++j) full[j] = static_cast<T>(s * rng.normal());
       }
     }
-    take_shard(t, full.data(), params_ + t.offset);
+    take_shard(t, full.data(), local.data() + t.offset);
   }
+  backend_.upload(params_, local.data(), local.size());
 }
 
 template void Model<float>::init(uint64_t);

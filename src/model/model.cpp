@@ -1,15 +1,34 @@
 #include "mpitrain/model/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  throw UsageError("recompute '" + name + "' is not one of none, selective, full");
+}
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
 template <typename T>
 Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard& shard,
-                int max_batch, int max_seq, int slots, Communicator* tp)
+                int max_batch, int max_seq, int slots, Communicator* tp,
+                const ModelOptions& options)
     : config_(config),
+      options_(options),
       layout_(config, shard),
       backend_(backend),
       tp_(shard.tp > 1 ? tp : nullptr),
@@ -31,30 +50,46 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const size_t C = config_.d_model, hs = config_.head_size(), F = local_ff_, Vl = local_vocab_;
   const size_t QKV = (n_local_heads_ + 2 * n_local_kv_heads_) * hs, A = n_local_heads_ * hs;
   const size_t FC = config_.arch == Arch::Llama ? 2 * F : F;
-  const size_t P = static_cast<size_t>(max_batch) * n_local_heads_ * max_seq * max_seq;
+  const size_t P = backend_.attention_state_size(max_batch, max_seq, n_local_heads_);
   const size_t L = s.layer_end - s.layer_begin;
   const size_t head = s.last_stage ? N * C + 2 * N + N * Vl : 0;
 
-  // One allocation for all activations, carved in the order the header lists them.
-  const size_t per_layer = 6 * N * C + 4 * N + N * QKV + N * A + P + N * FC + N * F;
-  const size_t per_slot = N * C + L * per_layer + head;
+  // One allocation for all activations, carved in the order the header lists them. A block's
+  // full set without probs and res3; what each slot keeps per block depends on recomputation.
+  const size_t block = 5 * N * C + 4 * N + N * QKV + N * A + N * FC + N * F;
+  const Recompute rc = options_.recompute;
+  const size_t kept_per_layer = rc == Recompute::Full        ? N * C
+                                : rc == Recompute::Selective ? block + N * C
+                                                             : block + N * C + P;
+  const size_t shared = rc == Recompute::Full ? block + P : rc == Recompute::Selective ? P : 0;
+  const size_t per_slot = N * C + L * kept_per_layer + head;
   const size_t grad_acts = 2 * N * C + N * QKV + N * A + P + N * FC + N * F + 4 * N;
-  const size_t total = slots * per_slot + grad_acts;
-  acts_ = backend_.alloc(total);
+  activation_count_ = shared + slots * per_slot + grad_acts;
+  backend_.set_alloc_kind(AllocKind::Activations);
+  acts_ = backend_.alloc(activation_count_);
   T* cursor = acts_;
   auto take = [&](size_t n) { T* ptr = cursor; cursor += n; return ptr; };
+  auto carve_block = [&](LayerActs& a) {  // everything but probs and res3
+    a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
+    a.qkv = take(N * QKV);
+    a.atty = take(N * A);
+    a.attproj = take(N * C); a.res2 = take(N * C);
+    a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
+    a.fch = take(N * FC); a.fch_act = take(N * F);
+    a.fcproj = take(N * C);
+  };
+  LayerActs work{};  // recomputed buffers, shared by every block of every slot
+  if (rc == Recompute::Full) carve_block(work);
+  if (rc != Recompute::None) work.probs = take(P);
   slots_.resize(slots);
   for (SlotActs& sa : slots_) {
     sa.encoded = take(N * C);
     sa.layers.resize(L);
     for (LayerActs& a : sa.layers) {
-      a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
-      a.qkv = take(N * QKV);
-      a.atty = take(N * A); a.probs = take(P);
-      a.attproj = take(N * C); a.res2 = take(N * C);
-      a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
-      a.fch = take(N * FC); a.fch_act = take(N * F);
-      a.fcproj = take(N * C); a.res3 = take(N * C);
+      a = work;
+      if (rc != Recompute::Full) carve_block(a);
+      if (rc == Recompute::None) a.probs = take(P);
+      a.res3 = take(N * C);
     }
     sa.lnf = sa.lnf_mean = sa.lnf_rstd = sa.logits = nullptr;
     if (s.last_stage) {
@@ -66,10 +101,13 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take(P);
   grad_.dfch = take(N * FC); grad_.dfch_act = take(N * F);
   grad_.losses = take(N); grad_.row_max = take(N); grad_.ce_stats = take(2 * N);
-  if (cursor != acts_ + total) MPITRAIN_THROW("activation layout does not add up");
+  if (cursor != acts_ + activation_count_) MPITRAIN_THROW("activation layout does not add up");
 
+  backend_.set_alloc_kind(AllocKind::Params);
   params_ = backend_.alloc(layout_.total());
+  backend_.set_alloc_kind(AllocKind::Grads);
   grads_ = backend_.alloc(layout_.total());
+  backend_.set_alloc_kind(AllocKind::Activations);
 }
 
 template <typename T>
@@ -134,13 +172,50 @@ double Model<T>::loss(SlotActs& a, const int32_t* targets, int N, T dloss) {
 }
 
 template <typename T>
+void Model<T>::block_forward(LayerActs& a, const T* x, int l, int B, int Tlen) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  const size_t NF = static_cast<size_t>(N) * F;
+  // attention half: res2 = x + proj(attn(norm(x)))
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, Slot::Ln1W, Slot::Ln1B, l, N);
+  lp(a.ln1, NC);
+  backend_.matmul_forward(a.qkv, a.ln1, p(Slot::QkvW, l), maybe_p(Slot::QkvB, l), N, C, QKV);
+  lp(a.qkv, static_cast<size_t>(N) * QKV);
+  if (config_.arch == Arch::Llama) {
+    backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, static_cast<T>(config_.rope_theta));
+    lp(a.qkv, static_cast<size_t>(N) * QKV);
+  }
+  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
+  lp(a.atty, static_cast<size_t>(N) * A);
+  backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), row_parallel_bias(Slot::ProjB, l),
+                          N, A, C);
+  tp_sum(a.attproj, NC);
+  lp(a.attproj, NC);
+  backend_.add(a.res2, x, a.attproj, NC);
+  lp(a.res2, NC);
+  // MLP half: res3 = res2 + proj(act(fc(norm(res2))))
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, Slot::Ln2W, Slot::Ln2B, l, N);
+  lp(a.ln2, NC);
+  backend_.matmul_forward(a.fch, a.ln2, p(Slot::FcW, l), maybe_p(Slot::FcB, l), N, C, FC);
+  lp(a.fch, static_cast<size_t>(N) * FC);
+  if (config_.arch == Arch::Llama)
+    backend_.swiglu_forward(a.fch_act, a.fch, N, F);
+  else
+    backend_.gelu_forward(a.fch_act, a.fch, NF);
+  lp(a.fch_act, NF);
+  backend_.matmul_forward(a.fcproj, a.fch_act, p(Slot::FcProjW, l),
+                          row_parallel_bias(Slot::FcProjB, l), N, F, C);
+  tp_sum(a.fcproj, NC);
+  lp(a.fcproj, NC);
+  backend_.add(a.res3, a.res2, a.fcproj, NC);
+  lp(a.res3, NC);
+}
+
+template <typename T>
 double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
                          T dloss) {
   if (B > max_batch_ || Tlen > max_seq_) MPITRAIN_THROW("batch larger than the model was sized for");
-  const ModelConfig& c = config_;
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
-  const bool llama = c.arch == Arch::Llama;
   SlotActs& sa = slots_[slot];
 
   if (s.first_stage) {
@@ -148,36 +223,18 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
     backend_.embedding_forward(sa.encoded, tokens, p(Slot::Wte), wpe, B, Tlen, C, vocab_start_,
                                local_vocab_);
     tp_sum(sa.encoded, NC);
+    lp(sa.encoded, NC);
   }
   const T* x = sa.encoded;  // (N,C) the residual stream entering each block
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
-    const int l = s.layer_begin + i;
-    LayerActs& a = sa.layers[i];
-    // attention half: res2 = x + proj(attn(norm(x)))
-    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, Slot::Ln1W, Slot::Ln1B, l, N);
-    backend_.matmul_forward(a.qkv, a.ln1, p(Slot::QkvW, l), maybe_p(Slot::QkvB, l), N, C, QKV);
-    if (llama) backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));
-    backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
-    backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), row_parallel_bias(Slot::ProjB, l),
-                            N, A, C);
-    tp_sum(a.attproj, NC);
-    backend_.add(a.res2, x, a.attproj, NC);
-    // MLP half: res3 = res2 + proj(act(fc(norm(res2))))
-    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, Slot::Ln2W, Slot::Ln2B, l, N);
-    backend_.matmul_forward(a.fch, a.ln2, p(Slot::FcW, l), maybe_p(Slot::FcB, l), N, C, FC);
-    if (llama)
-      backend_.swiglu_forward(a.fch_act, a.fch, N, F);
-    else
-      backend_.gelu_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F);
-    backend_.matmul_forward(a.fcproj, a.fch_act, p(Slot::FcProjW, l),
-                            row_parallel_bias(Slot::FcProjB, l), N, F, C);
-    tp_sum(a.fcproj, NC);
-    backend_.add(a.res3, a.res2, a.fcproj, NC);
-    x = a.res3;
+    block_forward(sa.layers[i], x, s.layer_begin + i, B, Tlen);
+    x = sa.layers[i].res3;
   }
   if (!s.last_stage) return 0.0;
   norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, x, Slot::LnfW, Slot::LnfB, -1, N);
+  lp(sa.lnf, NC);
   backend_.matmul_forward(sa.logits, sa.lnf, p(head_slot()), nullptr, N, C, local_vocab_);
+  lp(sa.logits, static_cast<size_t>(N) * local_vocab_);  // the loss itself is taken in fp32
   return targets ? loss(sa, targets, N, dloss) : 0.0;
 }
 
@@ -188,6 +245,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const bool llama = c.arch == Arch::Llama;
+  const size_t NF = static_cast<size_t>(N) * F;
   SlotActs& sa = slots_[slot];
   GradActs& d = grad_;
   auto ready = [&](size_t offset) {
@@ -197,38 +255,57 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   if (s.last_stage) {
     // head: logits hold dlogits (left by forward's cross-entropy)
     const T* x = sa.layers.back().res3;
+    lp(sa.logits, static_cast<size_t>(N) * local_vocab_);
     backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, sa.lnf, p(head_slot()), N,
                              C, local_vocab_);
     tp_sum(d.dln, NC);
+    lp(d.dln, NC);
     backend_.zero(d.dres, NC);
     norm_backward(d.dres, d.dln, x, sa.lnf_mean, sa.lnf_rstd, Slot::LnfW, Slot::LnfB, -1, N);
+    lp(d.dres, NC);
     ready(layout_.offset(Slot::LnfW));
   }
   for (int i = s.layer_end - s.layer_begin - 1; i >= 0; --i) {
     const int l = s.layer_begin + i;
     LayerActs& a = sa.layers[i];
     const T* x = i == 0 ? sa.encoded : sa.layers[i - 1].res3;
+    if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
     backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l), d.dres,
                              a.fch_act, p(Slot::FcProjW, l), N, F, C);
+    lp(d.dfch_act, NF);
     if (llama)
       backend_.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
     else
-      backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, static_cast<size_t>(N) * F);
+      backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, NF);
+    lp(d.dfch, static_cast<size_t>(N) * FC);
     backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch, a.ln2,
                              p(Slot::FcW, l), N, C, FC);
     tp_sum(d.dln, NC);
+    lp(d.dln, NC);
     norm_backward(d.dres, d.dln, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, N);
+    lp(d.dres, NC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l), d.dres, a.atty,
                              p(Slot::ProjW, l), N, A, C);
+    lp(d.datty, static_cast<size_t>(N) * A);
+    if (options_.recompute == Recompute::Selective) {  // the probabilities, from the kept qkv
+      backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
+      lp(a.atty, static_cast<size_t>(N) * A);
+    }
     backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.probs, B, Tlen, NH, NKV,
                                 hs);
-    if (llama) backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));
+    lp(d.dqkv, static_cast<size_t>(N) * QKV);
+    if (llama) {
+      backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));
+      lp(d.dqkv, static_cast<size_t>(N) * QKV);
+    }
     backend_.matmul_backward(d.dln, g(Slot::QkvW, l), maybe_g(Slot::QkvB, l), d.dqkv, a.ln1,
                              p(Slot::QkvW, l), N, C, QKV);
     tp_sum(d.dln, NC);
+    lp(d.dln, NC);
     norm_backward(d.dres, d.dln, x, a.ln1_mean, a.ln1_rstd, Slot::Ln1W, Slot::Ln1B, l, N);
+    lp(d.dres, NC);
     ready(layout_.offset(Slot::Ln1W, l));
   }
   if (s.first_stage) {
@@ -250,10 +327,12 @@ void Model<T>::sync_replicated_grads() {
 }
 
 template <typename T>
-double Model<T>::grad_square_sum() {
+double Model<T>::grad_square_sum(size_t lo, size_t hi) {
   double sum = 0.0;
-  for (const ParamTensor& t : layout_.tensors())
-    if (t.primary) sum += backend_.sum_squares(grads_ + t.offset, t.numel);
+  for (const ParamTensor& t : layout_.tensors()) {
+    const size_t b = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
+    if (t.primary && b < e) sum += backend_.sum_squares(grads_ + b, e - b);
+  }
   return sum;
 }
 

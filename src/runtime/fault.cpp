@@ -1,11 +1,13 @@
 #include "mpitrain/runtime/fault.hpp"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "mpitrain/runtime/error.hpp"
@@ -14,11 +16,27 @@ namespace mpitrain {
 
 namespace {
 
-constexpr std::string_view kPhases[] = {"write", "close", "rename"};  // FaultPlan::at call sites
+constexpr std::string_view kPhases[] = {"write", "close", "rename", "step"};  // FaultPlan::at
+
+// Each kind: its name, the keys it requires, the keys it takes.
+struct KindSpec {
+  FaultKind kind;
+  std::string_view name;
+  std::vector<std::string_view> required, allowed;
+};
+const KindSpec kKinds[] = {
+    {FaultKind::Kill, "kill", {"phase", "rank"}, {"phase", "rank", "step"}},
+    {FaultKind::Hang, "hang", {"rank"}, {"rank", "step"}},
+    {FaultKind::Nan, "nan", {"layer"}, {"layer", "step"}},
+    {FaultKind::Drift, "drift", {"rank"}, {"rank", "step"}},
+    {FaultKind::Version, "version", {"rank"}, {"rank"}},
+};
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw UsageError(std::string(FaultPlan::kEnvVar) + "='" + text + "': " + why +
-                   " (expected kill:phase=write|close|rename:rank=R[:step=S])");
+                   " (expected kill:phase=write|close|rename|step:rank=R[:step=S], "
+                   "hang:rank=R[:step=S], nan:layer=L[:step=S], drift:rank=R[:step=S] or "
+                   "version:rank=R)");
 }
 
 // A whole decimal number in [lo, hi].
@@ -58,9 +76,16 @@ FaultPlan FaultPlan::parse(const std::string& text) {
     if (!keys.emplace(key, fields[i].substr(eq + 1)).second)
       bad(text, "'" + key + "' is given twice");
   }
-  if (fields[0] != "kill") bad(text, "unknown fault kind '" + fields[0] + "'");
-  plan.kind_ = FaultKind::Kill;
+  const KindSpec* spec = nullptr;
+  for (const KindSpec& k : kKinds)
+    if (k.name == fields[0]) spec = &k;
+  if (!spec) bad(text, "unknown fault kind '" + fields[0] + "'");
+  plan.kind_ = spec->kind;
   for (const auto& [key, value] : keys) {
+    bool allowed = false;
+    for (std::string_view k : spec->allowed) allowed = allowed || k == key;
+    if (!allowed && (key == "phase" || key == "rank" || key == "step" || key == "layer"))
+      bad(text, "a " + fields[0] + " fault takes no " + key + "=");
     if (key == "phase") {
       bool known = false;
       for (std::string_view p : kPhases) known = known || p == value;
@@ -69,14 +94,18 @@ FaultPlan FaultPlan::parse(const std::string& text) {
     } else if (key == "rank") {
       plan.rank_ =
           static_cast<int>(parse_int(text, key, value, 0, std::numeric_limits<int>::max()));
+    } else if (key == "layer") {
+      plan.layer_ =
+          static_cast<int>(parse_int(text, key, value, 0, std::numeric_limits<int>::max()));
     } else if (key == "step") {
       plan.step_ = parse_int(text, key, value, 0, std::numeric_limits<int64_t>::max());
     } else {
       bad(text, "unknown key '" + key + "'");
     }
   }
-  if (plan.phase_.empty()) bad(text, "no phase=");
-  if (plan.rank_ < 0) bad(text, "no rank=");
+  for (std::string_view k : spec->required)
+    if (!keys.count(std::string(k))) bad(text, "no " + std::string(k) + "=");
+  if (plan.kind_ == FaultKind::Hang) plan.phase_ = "step";
   return plan;
 }
 
@@ -86,12 +115,25 @@ FaultPlan FaultPlan::from_env() {
 }
 
 void FaultPlan::at(const char* phase, int rank, int64_t step) const {
-  if (kind_ != FaultKind::Kill || phase_ != phase || rank_ != rank || (step_ && *step_ != step))
+  if ((kind_ != FaultKind::Kill && kind_ != FaultKind::Hang) || phase_ != phase ||
+      !fires(kind_, rank, step))
     return;
+  if (kind_ == FaultKind::Hang) {
+    std::fprintf(stderr, "fault injection: rank %d hangs in step %lld\n", rank,
+                 static_cast<long long>(step));
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::hours(24));
+    return;
+  }
   std::fprintf(stderr, "fault injection: rank %d kills itself at phase %s of step %lld\n", rank,
                phase, static_cast<long long>(step));
   std::fflush(stderr);
   std::raise(SIGKILL);
+}
+
+bool FaultPlan::fires(FaultKind kind, int rank, int64_t step) const {
+  return kind != FaultKind::None && kind_ == kind && (rank_ < 0 || rank_ == rank) &&
+         (!step_ || *step_ == step);
 }
 
 }  // namespace mpitrain

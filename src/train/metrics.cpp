@@ -3,14 +3,16 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
-MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_step)
-    : active_(active) {
+MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_step,
+                       std::unique_ptr<TensorBoardWriter> tensorboard)
+    : active_(active), tensorboard_(std::move(tensorboard)) {
   if (!active_) return;
   std::vector<std::string> kept;
   if (resumed_step >= 0) {
@@ -29,16 +31,47 @@ MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_ste
 
 void MetricsLog::step(const StepRecord& r) {
   if (!active_) return;
+  const double checkpoint_ms = 1e3 * checkpoint_seconds_;
+  checkpoint_seconds_ = 0.0;
   std::printf("step %*d/%d | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | %8.1f ms "
-              "(comm %.1f) | MFU %5.1f%%\n",
+              "(comm %.1f) | MFU %5.1f%%",
               static_cast<int>(std::to_string(r.steps).size()), r.step, r.steps, r.loss, r.lr,
               r.grad_norm, r.tokens_per_s, r.step_ms, r.comm_ms, 100.0 * r.mfu);
+  if (r.loss_scale != 1) std::printf(" | scale %g", r.loss_scale);
+  if (r.skipped_steps > 0) std::printf(" | %lld skipped", static_cast<long long>(r.skipped_steps));
+  std::printf("\n");
   std::fflush(stdout);
   std::fprintf(file_.get(),
                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-               "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"comm_ms\": %.6g, \"mfu\": %.6g}\n",
-               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, r.comm_ms, r.mfu);
+               "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"comm_ms\": %.6g, \"mfu\": %.6g, "
+               "\"forward_ms\": %.6g, \"backward_ms\": %.6g, \"optimizer_ms\": %.6g, "
+               "\"exposed_comm_ms\": %.6g, \"data_ms\": %.6g, \"checkpoint_ms\": %.6g, "
+               "\"peak_rss_mib\": %.6g, \"dp_bytes\": %llu, \"loss_scale\": %.9g, "
+               "\"skipped_steps\": %lld}\n",
+               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, r.comm_ms, r.mfu,
+               r.forward_ms, r.backward_ms, r.optimizer_ms, r.comm_ms, r.data_ms, checkpoint_ms,
+               r.peak_rss_mib, static_cast<unsigned long long>(r.dp_bytes), r.loss_scale,
+               static_cast<long long>(r.skipped_steps));
   std::fflush(file_.get());
+  if (tensorboard_) {
+    const Scalar scalars[] = {{"train/loss", r.loss},
+                              {"train/lr", r.lr},
+                              {"train/grad_norm", r.grad_norm},
+                              {"perf/tokens_per_s", r.tokens_per_s},
+                              {"perf/mfu", r.mfu},
+                              {"perf/step_ms", r.step_ms},
+                              {"time/forward_ms", r.forward_ms},
+                              {"time/backward_ms", r.backward_ms},
+                              {"time/optimizer_ms", r.optimizer_ms},
+                              {"time/exposed_comm_ms", r.comm_ms},
+                              {"time/data_ms", r.data_ms},
+                              {"time/checkpoint_ms", checkpoint_ms},
+                              {"memory/peak_rss_mib", r.peak_rss_mib},
+                              {"train/loss_scale", r.loss_scale}};
+    tensorboard_->write(r.step, scalars);
+  }
+  report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
+                    r.optimizer_ms, r.comm_ms, r.data_ms, checkpoint_ms, r.peak_rss_mib});
 }
 
 void MetricsLog::eval(int step, double val_loss) {
@@ -47,6 +80,20 @@ void MetricsLog::eval(int step, double val_loss) {
   std::fflush(stdout);
   std::fprintf(file_.get(), "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
   std::fflush(file_.get());
+  if (tensorboard_) {
+    const Scalar scalars[] = {{"train/val_loss", val_loss}};
+    tensorboard_->write(step, scalars);
+  }
+}
+
+void MetricsLog::checkpoint(double seconds) {
+  if (!active_) return;
+  checkpoint_seconds_ += seconds;
+  report_.add_checkpoint(seconds);
+}
+
+void MetricsLog::finish(const std::string& report_path, int skipped_steps, int exit_code) {
+  if (active_) report_.finish(report_path, skipped_steps, exit_code, stdout);
 }
 
 }  // namespace mpitrain

@@ -1,11 +1,13 @@
 #include "mpitrain/train/pipeline_runner.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace mpitrain {
 
 PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
-                               int micro_batches, int batch, int seq_len)
+                               int micro_batches, int batch, int seq_len, TraceRecorder* trace,
+                               std::function<double()> blocked_seconds)
     : model_(model),
       pp_(pp && pp->size() > 1 ? pp : nullptr),
       schedule_(schedule),
@@ -14,7 +16,9 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
       seq_len_(seq_len),
       stage_(pp_ ? pp_->rank() : 0),
       stages_(pp_ ? pp_->size() : 1),
-      slots_(pipeline_slots(schedule, micro_batches, stages_, stage_)) {
+      slots_(pipeline_slots(schedule, micro_batches, stages_, stage_)),
+      trace_(trace),
+      blocked_seconds_(std::move(blocked_seconds)) {
   const size_t rows = static_cast<size_t>(batch) * seq_len;
   tokens_.resize(micro_batches * rows);
   targets_.resize(micro_batches * rows);
@@ -23,21 +27,43 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
   grad_sends_.resize(slots_);
 }
 
-void PipelineRunner::wait_send(CommHandle& h) {
-  if (h.id >= 0) pp_->wait(h);
+void PipelineRunner::wait_send(CommHandle& h, int micro) {
+  if (h.id >= 0) {
+    TraceScope scope(trace_, TraceLane::Comm, "pp send wait", nullptr, micro);
+    pp_->wait(h);
+  }
   h = CommHandle{};
 }
 
-void PipelineRunner::forward(int micro, int rows, float dloss) {
+void PipelineRunner::wait_recv(CommHandle h, const char* name, int micro) {
+  TraceScope scope(trace_, TraceLane::Comm, name, nullptr, micro);
+  pp_->wait(h);
+}
+
+template <typename Pass>
+void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&& pass) {
+  const double blocked_before = blocked_seconds_ ? blocked_seconds_() : 0.0;
+  double wall = 0.0;
+  {
+    TraceScope scope(trace_, TraceLane::Compute, name, &wall, micro);
+    pass();
+  }
+  *seconds += wall - (blocked_seconds_ ? blocked_seconds_() - blocked_before : 0.0);
+}
+
+void PipelineRunner::forward(int micro, int rows, float dloss, const char* name) {
   const int slot = micro % slots_;
   const size_t n = static_cast<size_t>(rows) * seq_len_ * model_.config().d_model;
   const int32_t* tokens = tokens_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
   const int32_t* targets = targets_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_) {
-    wait_send(out_sends_[slot]);  // the slot's previous output has left
-    if (stage_ > 0) pp_->wait(pp_->recv_start(model_.input(slot), n, stage_ - 1, 2 * micro));
+    wait_send(out_sends_[slot], micro);  // the slot's previous output has left
+    if (stage_ > 0)
+      wait_recv(pp_->recv_start(model_.input(slot), n, stage_ - 1, 2 * micro),
+                "pp recv activations", micro);
   }
-  loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss);
+  compute(name, micro, &times_.forward,
+          [&] { loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss); });
   if (pp_ && stage_ < stages_ - 1)
     out_sends_[slot] = pp_->send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
 }
@@ -47,10 +73,12 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
   const size_t n = static_cast<size_t>(batch_) * seq_len_ * model_.config().d_model;
   const int32_t* tokens = tokens_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_ && stage_ < stages_ - 1)
-    pp_->wait(pp_->recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1));
-  model_.backward(slot, tokens, batch_, seq_len_, grads_ready);
+    wait_recv(pp_->recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1),
+              "pp recv gradients", micro);
+  compute("backward", micro, &times_.backward,
+          [&] { model_.backward(slot, tokens, batch_, seq_len_, grads_ready); });
   if (pp_ && stage_ > 0) {
-    wait_send(grad_sends_[slot]);
+    wait_send(grad_sends_[slot], micro);
     float* buf = dinput_.data() + slot * n;
     std::copy(model_.input_grad(), model_.input_grad() + n, buf);
     grad_sends_[slot] = pp_->send_start(buf, n, stage_ - 1, 2 * micro + 1);
@@ -60,17 +88,20 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
 double PipelineRunner::train(const Loader& load, float dloss,
                              const std::function<void(size_t)>& grads_ready) {
   loss_ = 0.0;
+  times_ = Times{};
   const size_t rows = static_cast<size_t>(batch_) * seq_len_;
-  for (int i = 0; i < micro_batches_; ++i)
+  for (int i = 0; i < micro_batches_; ++i) {
+    TraceScope scope(trace_, TraceLane::Data, "load batch", &times_.data, i);
     load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
+  }
   for (const PipeOp& op : pipeline_ops(schedule_, micro_batches_, stages_, stage_)) {
     if (op.forward)
-      forward(op.micro, batch_, dloss);
+      forward(op.micro, batch_, dloss, "forward");
     else
       backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : no_hook_);
   }
   if (pp_)
-    for (int s = 0; s < slots_; ++s) wait_send(out_sends_[s]), wait_send(grad_sends_[s]);
+    for (int s = 0; s < slots_; ++s) wait_send(out_sends_[s], -1), wait_send(grad_sends_[s], -1);
   return loss_;
 }
 
@@ -79,8 +110,8 @@ double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, i
   const size_t n = static_cast<size_t>(rows) * seq_len_;
   std::copy(tokens, tokens + n, tokens_.begin());
   std::copy(targets, targets + n, targets_.begin());
-  forward(0, rows, 0.0f);
-  if (pp_) wait_send(out_sends_[0]);
+  forward(0, rows, 0.0f, "eval forward");
+  if (pp_) wait_send(out_sends_[0], 0);
   return loss_;
 }
 

@@ -18,7 +18,12 @@
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/model/model.hpp"
-#include "mpitrain/optim/adamw.hpp"
+#include "mpitrain/monitor/memory.hpp"
+#include "mpitrain/monitor/output_dir.hpp"
+#include "mpitrain/monitor/tensorboard.hpp"
+#include "mpitrain/monitor/trace.hpp"
+#include "mpitrain/optim/loss_scaler.hpp"
+#include "mpitrain/optim/optimizer.hpp"
 #include "mpitrain/optim/lr_schedule.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
@@ -26,13 +31,18 @@
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/runtime/signals.hpp"
+#include "mpitrain/runtime/watchdog.hpp"
 #include "mpitrain/train/batch_loader.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "mpitrain/train/generate.hpp"
 #include "mpitrain/train/metrics.hpp"
 #include "mpitrain/train/model_setup.hpp"
+#include "mpitrain/train/numeric_guard.hpp"
 #include "mpitrain/train/pipeline_runner.hpp"
+#include "mpitrain/train/replica_check.hpp"
 #include "mpitrain/train/run_setup.hpp"
+#include "mpitrain/train/software_check.hpp"
+#include "mpitrain/train/update_step.hpp"
 
 namespace fs = std::filesystem;
 
@@ -76,6 +86,10 @@ std::string format_count(double n) {
 int train(const Options& o, const MpiComm& world) {
   const TrainConfig& t = o.train;
   const bool root = world.rank() == 0;
+  FaultPlan faults;
+  all_or_none(world, [&] { faults = FaultPlan::from_env(); });
+  // The same build, libraries and configuration on every rank, before anything can differ.
+  check_software(world, o.effective, faults);
 
   // ---- set-up: every check before any work; a failure on any rank stops all alike ----------
   GridShape shape;
@@ -114,22 +128,35 @@ int train(const Options& o, const MpiComm& world) {
 
   const Grid grid(world, shape);
   const ParamLayout full_layout(cfg);  // the whole model, as one rank would hold it
-  MpiCommunicator world_comm(world.get()), tp_comm(grid.tp().get()), dp_comm(grid.dp().get()),
-      pp_comm(grid.pp().get()), mp_comm(grid.model_parallel().get());
+  MpiCommunicator world_comm(world.get(), "world"), tp_comm(grid.tp().get(), "tp"),
+      dp_comm(grid.dp().get(), "dp"), pp_comm(grid.pp().get(), "pp"),
+      mp_comm(grid.model_parallel().get(), "mp");
   std::optional<MpiCommunicator> emb_comm;
-  if (grid.embedding()) emb_comm.emplace(grid.embedding()->get());
+  if (grid.embedding()) emb_comm.emplace(grid.embedding()->get(), "embedding");
+  // A call blocked longer than --comm-timeout(-startup) is reported and ends the job (exit 3).
+  std::vector<const CallLog*> watched = {&world_comm.calls(), &tp_comm.calls(), &dp_comm.calls(),
+                                         &pp_comm.calls(), &mp_comm.calls()};
+  if (emb_comm) watched.push_back(&emb_comm->calls());
+  Watchdog watchdog(world, {t.comm_timeout_startup, t.comm_timeout}, watched);
   Communicator* comms[] = {&world_comm, &tp_comm, &dp_comm, &pp_comm, &mp_comm,
                            emb_comm ? &*emb_comm : nullptr};
 
   const int micro_batches = t.global_batch_size / (shape.dp * t.micro_batch_size);
   const int slots = pipeline_slots(schedule, micro_batches, shape.pp, grid.pp_rank());
   const int threads = resolve_threads(t.threads, grid.local_size());
-  CpuBackend<float> backend(threads);
+  const ModelOptions model_options{parse_precision(t.precision), parse_recompute(t.recompute)};
+  // --trace and --tensorboard directories: checked before the out-dir is written, created after it
+  // (they may lie inside it).
+  all_or_none(world, [&] {
+    require_creatable_dir(t.trace, "trace");
+    require_creatable_dir(t.tensorboard, "tensorboard");
+  });
+  CpuBackend<float> backend(threads, model_options.precision);
   std::unique_ptr<Model<float>> model;
   all_or_none(world, [&] {
     const ModelShard shard = shard_of(shape, stage_first_layer, grid.tp_rank(), grid.pp_rank());
     model = std::make_unique<Model<float>>(cfg, backend, shard, t.micro_batch_size, t.seq_len,
-                                           slots, &tp_comm);
+                                           slots, &tp_comm, model_options);
     if (t.init_from.empty()) {
       model->init(t.seed);
     } else {
@@ -139,27 +166,66 @@ int train(const Options& o, const MpiComm& world) {
         take_shard(p, full.data() + full_layout.tensors()[p.global_index].offset,
                    model->params() + p.offset);
     }
+    require(faults.kind() != FaultKind::Nan || faults.layer() < cfg.n_layer,
+            "MPITRAIN_FAULT: layer " + std::to_string(faults.layer()) + " is not below n-layer " +
+                std::to_string(cfg.n_layer));
     if (root) prepare_out_dir(o);
   });
-  FaultPlan faults;
-  all_or_none(world, [&] { faults = FaultPlan::from_env(); });
+  TraceRecorder trace;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  all_or_none(world, [&] {
+    if (!t.trace.empty())
+      trace.open(t.trace, world.rank(),
+                 "rank " + std::to_string(world.rank()) + " (dp " + std::to_string(grid.dp_rank()) +
+                     " tp " + std::to_string(grid.tp_rank()) + " pp " +
+                     std::to_string(grid.pp_rank()) + ")");
+    if (root && !t.tensorboard.empty()) tensorboard = std::make_unique<TensorBoardWriter>(t.tensorboard);
+  });
+  const std::function<double()> blocked_seconds = [&] {  // over every communicator, since the reset
+    double s = 0.0;
+    for (Communicator* c : comms)
+      if (c) s += c->blocked_seconds();
+    return s;
+  };
 
-  AdamW<float> optimizer(backend, model->layout(),
-                         {static_cast<float>(t.beta1), static_cast<float>(t.beta2),
-                          static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)});
+  const OptimizerConfig optimizer_config{
+      parse_optimizer(t.optimizer), static_cast<float>(t.beta1), static_cast<float>(t.beta2),
+      static_cast<float>(t.adam_eps), static_cast<float>(t.momentum),
+      static_cast<float>(t.weight_decay)};
   const LrSchedule lr_schedule{parse_lr_decay(t.lr_schedule), t.lr, t.lr * t.min_lr_ratio,
                                t.warmup_steps, t.steps};
   const SampleOrder order(train_windows->count(), t.seed, t.shuffle);
   const BatchLoader loader(*train_windows, order, t.global_batch_size, t.micro_batch_size,
                            grid.dp_rank(), shape.dp);
-  PipelineRunner runner(*model, &pp_comm, schedule, micro_batches, t.micro_batch_size, t.seq_len);
-  GradBuckets buckets(dp_comm, model->grads(), model->num_params(),
-                      static_cast<size_t>(t.bucket_mb * (1 << 20)));
+  PipelineRunner runner(*model, &pp_comm, schedule, micro_batches, t.micro_batch_size, t.seq_len,
+                        &trace, blocked_seconds);
+  std::optional<GradBuckets> buckets_or;
+  all_or_none(world, [&] {  // an unsupported combination of options is a UsageError
+    buckets_or.emplace(dp_comm, model->grads(), model->num_params(),
+                       static_cast<size_t>(t.bucket_mb * (1 << 20)),
+                       GradSyncOptions{t.zero == 1, parse_grad_compress(t.grad_compress),
+                                       t.topk_ratio});
+  });
+  GradBuckets& buckets = *buckets_or;
+  // The optimizer updates this rank's range of the parameters (all of them without ZeRO-1), from
+  // fp32 master weights taken before the compute copy is rounded to the run's precision.
+  const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && emb_comm;
+  const FlatRange own = buckets.owned();
+  Optimizer optimizer(backend, model->layout(), optimizer_config, model->params(), own.lo, own.hi,
+                      model_options.precision,
+                      {t.zero ? &dp_comm : nullptr, &tp_comm, tied_copies ? &*emb_comm : nullptr});
+  backend.round_to(model->params(), model->num_params(), model_options.precision);
+  LossScaler scaler({model_options.precision == Precision::Fp16, t.initial_loss_scale,
+                     t.loss_scale_window, t.min_loss_scale});
+  NumericGuard guard(parse_nan_policy(t.on_nan), t.out_dir, world_comm);
+  UpdateStep update(*model, buckets, optimizer, scaler, guard,
+                    {&mp_comm, &world_comm, tied_copies ? &*emb_comm : nullptr}, t.grad_clip,
+                    t.zero == 1, &trace);
 
   // ---- resume -----------------------------------------------------------------------------------
   CheckpointStore store((fs::path(t.out_dir) / "checkpoints").string(), world, t.keep_last, faults);
-  const CheckpointState state{cfg, model->layout(), model->params(), optimizer.m(), optimizer.v(),
-                              grid.dp_rank() == 0};
+  const CheckpointState state = checkpoint_state(cfg, model->layout(), model->params(), optimizer,
+                                                 t.zero == 1 || grid.dp_rank() == 0);
   int start_step = 0;
   uint64_t consumed = 0;                                      // samples of the global order used
   double best_val = std::numeric_limits<double>::quiet_NaN();  // for --save-best
@@ -174,6 +240,7 @@ int train(const Options& o, const MpiComm& world) {
       consumed = m->consumed_samples;
       best_val = m->val_loss;
       optimizer.set_steps_taken(static_cast<int>(m->adam_steps));
+      scaler.restore(m->loss_scale, m->loss_scale_clean_steps, m->skipped_steps);
       if (root) std::printf("resumed from step %d (%llu samples consumed, written by %s at %s)\n",
                             start_step, static_cast<unsigned long long>(consumed),
                             m->build_id.c_str(), m->wall_time.c_str());
@@ -187,6 +254,9 @@ int train(const Options& o, const MpiComm& world) {
     m.consumed_samples = consumed;
     m.seed = t.seed;
     m.adam_steps = optimizer.steps_taken();
+    m.loss_scale = scaler.scale();
+    m.loss_scale_clean_steps = scaler.clean_steps();
+    m.skipped_steps = update.skipped_steps();
     m.val_loss = best_val;
     m.model = cfg;
     m.layout = shape;
@@ -197,7 +267,8 @@ int train(const Options& o, const MpiComm& world) {
     return m;
   };
   MetricsLog log((fs::path(t.out_dir) / "metrics.jsonl").string(), root,
-                 t.resume.empty() ? -1 : start_step);
+                 t.resume.empty() ? -1 : start_step, std::move(tensorboard));
+  const std::string report_path = (fs::path(t.out_dir) / "report.json").string();
 
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   double peak = t.peak_gflops > 0 ? t.peak_gflops : measure_sgemm_gflops(1024, 3);
@@ -205,9 +276,12 @@ int train(const Options& o, const MpiComm& world) {
   const double flops_per_token = 6.0 * full_layout.matmul_params() +
                                  12.0 * cfg.n_layer * cfg.d_model * t.seq_len;
   const double tokens_per_step = static_cast<double>(t.global_batch_size) * t.seq_len;
-  // Parameters, gradients and AdamW state held by each rank (the largest).
-  double state_bytes = 4.0 * model->num_params() * 4;
-  world_comm.all_reduce(&state_bytes, 1, ReduceOp::Max);
+  // What each rank holds (the largest of all ranks): parameters and gradients, optimizer state
+  // (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO-1), activations.
+  double held_bytes[3] = {2.0 * sizeof(float) * model->num_params(),
+                          static_cast<double>(optimizer.bytes()),
+                          static_cast<double>(model->activation_bytes())};
+  world_comm.all_reduce(held_bytes, 3, ReduceOp::Max);
 
   if (root) {
     std::printf("mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
@@ -220,8 +294,11 @@ int train(const Options& o, const MpiComm& world) {
                 "micro-batches x %d | peak %.1f GFLOP/s in all\n",
                 world.size(), shape.dp, shape.tp, shape.pp, threads, t.global_batch_size,
                 shape.dp, micro_batches, t.micro_batch_size, peak);
-    std::printf("per rank: %.1f MiB of parameters, gradients and optimizer state (at most)",
-                state_bytes / (1 << 20));
+    std::printf("per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
+                "(%s%s) | activations %.2f MiB (%s, recompute %s)",
+                held_bytes[0] / (1 << 20), held_bytes[1] / (1 << 20),
+                to_string(optimizer_config.kind).c_str(), t.zero ? ", ZeRO-1" : "",
+                held_bytes[2] / (1 << 20), t.precision.c_str(), t.recompute.c_str());
     if (shape.pp > 1)
       std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
                   to_string(schedule).c_str(), shape.pp,
@@ -236,39 +313,52 @@ int train(const Options& o, const MpiComm& world) {
   std::vector<int32_t> targets(tokens.size());
   const float dloss = static_cast<float>(1.0 / tokens_per_step);  // mean over the global batch
   const bool counts_loss = grid.last_stage() && grid.tp_rank() == 0;
-  const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && emb_comm;
-  const ParamTensor* wte = tied_copies ? &model->layout().find("wte") : nullptr;
   const PipelineRunner::Loader load = [&](int micro, int32_t* tok, int32_t* tgt) {
     loader.load(consumed, micro, tok, tgt);
   };
-  const std::function<void(size_t)> grads_ready = [&](size_t offset) { buckets.ready_from(offset); };
+  const std::function<void(size_t)> grads_ready = [&](size_t offset) { update.grads_ready(offset); };
   StopSignals signals;
   const auto run_start = std::chrono::steady_clock::now();
   double slowest_step = 0.0, last_save = 0.0;  // seconds, for --exit-after-minutes
   auto save = [&](int step) {
+    TraceScope io(&trace, TraceLane::Io, "checkpoint save", nullptr, step);
     const auto t0 = std::chrono::steady_clock::now();
     store.save(manifest(step), state);
     last_save = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log.checkpoint(last_save);
     if (root) std::printf("saved checkpoint step %d in %.2f s\n", step, last_save), std::fflush(stdout);
   };
+  trace.start(world_comm);  // the timelines' common zero
   for (int step = start_step; step < t.steps; ++step) {
+    TraceScope step_region(&trace, TraceLane::Compute, "step", nullptr, step + 1);
     const auto start = std::chrono::steady_clock::now();
+    watchdog.step_started(step + 1);
+    faults.at("step", world.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
     for (Communicator* c : comms)
       if (c) c->reset_blocked_seconds();
+    dp_comm.reset_bytes_sent();
     model->zero_grads();
-    double loss = runner.train(load, dloss, grads_ready);
-    buckets.finish();                    // data-parallel sum, overlapped with backward
-    model->sync_replicated_grads();      // tensor-parallel replicas
-    if (wte) emb_comm->all_reduce(model->grads() + wte->offset, wte->numel, ReduceOp::Sum);
-    double square_sum = model->grad_square_sum();
-    mp_comm.all_reduce(&square_sum, 1, ReduceOp::Sum);
-    const double norm = std::sqrt(square_sum);
-    const double clip = t.grad_clip > 0 && norm > t.grad_clip ? t.grad_clip / norm : 1.0;
+    apply_nan_fault(faults, model->layout(), model->grads(), world.rank(), step + 1);  // tests
+    double loss = runner.train(load, static_cast<float>(dloss * scaler.scale()), grads_ready);
     const double lr = lr_schedule.at(step);
-    optimizer.step(model->params(), model->grads(), static_cast<float>(lr), static_cast<float>(clip));
-    if (!counts_loss) loss = 0.0;
-    world_comm.all_reduce(&loss, 1, ReduceOp::Sum);
-    loss /= tokens_per_step;
+    double global_loss = counts_loss ? loss : 0.0;  // summed over the last stage's tp rank 0s
+    world_comm.all_reduce(&global_loss, 1, ReduceOp::Sum);
+    const UpdateResult result = update.apply(lr, loss, global_loss, step + 1);
+    if (result.verdict == StepVerdict::Stop) {
+      log.finish(report_path, update.skipped_steps(), kExitFailure);
+      trace.close();
+      return kExitFailure;
+    }
+    const double norm = result.grad_norm, optimizer_seconds = update.optimizer_seconds();
+    // Replica drift: every --check-replicas steps the data-parallel copies must be identical.
+    apply_drift_fault(faults, model->layout(), model->params(), world.rank(), step + 1);
+    if (t.check_replicas > 0 && (step + 1) % t.check_replicas == 0 &&
+        !replicas_agree(model->layout(), model->params(), dp_comm, world_comm, step + 1)) {
+      log.finish(report_path, update.skipped_steps(), kExitFailure);
+      trace.close();
+      return kExitFailure;
+    }
+    loss = global_loss / tokens_per_step;
     consumed += t.global_batch_size;
 
     double comm_seconds = 0.0;
@@ -276,8 +366,14 @@ int train(const Options& o, const MpiComm& world) {
       if (c) comm_seconds += c->blocked_seconds();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tokens_per_s = tokens_per_step / seconds;
+    double rss = peak_rss_mib();
+    world_comm.all_reduce(&rss, 1, ReduceOp::Max);
+    const PipelineRunner::Times& pass = runner.times();
     log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds, 1e3 * comm_seconds,
-              flops_per_token * tokens_per_s / (peak * 1e9)});
+              flops_per_token * tokens_per_s / (peak * 1e9), 1e3 * pass.forward,
+              1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
+              dp_comm.bytes_sent(), scaler.scale(), update.skipped_steps()});
+    watchdog.step_finished();
 
     slowest_step = std::max(slowest_step, seconds);
 
@@ -288,7 +384,12 @@ int train(const Options& o, const MpiComm& world) {
       log.eval(step + 1, val);
       if (t.save_best && !(val >= best_val)) {  // also when best_val is NaN (none yet)
         best_val = val;
-        store.save_as("best", manifest(step + 1), state);
+        double seconds_best = 0.0;
+        {
+          TraceScope io(&trace, TraceLane::Io, "checkpoint save best", &seconds_best, step + 1);
+          store.save_as("best", manifest(step + 1), state);
+        }
+        log.checkpoint(seconds_best);
       }
     }
     // Stop requests (signals on any rank, or the time limit) are agreed on here, between steps.
@@ -305,12 +406,16 @@ int train(const Options& o, const MpiComm& world) {
       if (root) std::printf("stopping after step %d (%s): checkpoint saved; exit %d = requeue me\n",
                             step + 1, reasons[0] ? "exit-at-step" : reasons[1] ? "time limit" : "signal",
                             kExitRequeue);
+      log.finish(report_path, update.skipped_steps(), kExitRequeue);
+      trace.close();
       return kExitRequeue;
     }
   }
   if (val_windows && t.steps == 0)  // evaluation only
     log.eval(0, evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size, t.seq_len, grid,
                          world_comm, tokens, targets));
+  log.finish(report_path, update.skipped_steps(), kExitOk);
+  trace.close();
 
   // ---- after training: the whole model on rank 0 for export and the text sample ----------------
   const bool want_full = !t.export_llmc.empty() || !t.export_params.empty() || t.sample_tokens > 0;

@@ -61,8 +61,9 @@ std::string name(const GridShape& s) {
   return "dp" + std::to_string(s.dp) + "tp" + std::to_string(s.tp) + "pp" + std::to_string(s.pp);
 }
 
-// The value of element i of tensor g in buffer b (0 params, 1 adam_m, 2 adam_v) of version v:
-// a 24-bit integer times 2^-23, exact in float.
+// The value of element i of tensor g in buffer b (0 params, then the optimizer's state: 1
+// adam_m, 2 adam_v, or 1 momentum) of version v: a 24-bit integer times 2^-23, exact in float
+// (and mostly not in bf16 or fp16).
 float value(int v, int b, int g, uint64_t i) {
   uint64_t x = (static_cast<uint64_t>(v) << 56) ^ (static_cast<uint64_t>(b) << 48) ^
                (static_cast<uint64_t>(g) << 36) ^ i;
@@ -71,61 +72,93 @@ float value(int v, int b, int g, uint64_t i) {
   return static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) * 0x1p-23f;
 }
 
-// One rank's part of the model under a grid shape, and its three buffers.
+// How a rank keeps the optimizer's buffers.
+struct Setup {
+  bool zero = false;  // ranges split over dp (ZeRO-1); else every dp rank has the whole buffer
+  Precision precision = Precision::Fp32;  // bf16 / fp16: a separate fp32 master
+  OptimizerKind kind = OptimizerKind::AdamW;
+};
+
+// One rank's part of the model under a grid shape: the compute params (whole), and the
+// optimizer's master and state for its range [lo, hi) (with zero: the dp rank's share, cut at
+// arbitrary points, not at tensors).
 struct Shard {
   const ModelConfig& config;
   ParamLayout layout;
-  bool dp_writer;
-  std::vector<float> buffers[3];
+  Setup setup;
+  size_t lo = 0, hi = 0;
+  bool writer = false;
+  std::vector<float> params, master;        // master: hi - lo floats, only when separate
+  std::vector<std::vector<float>> moments;  // the state buffers, hi - lo floats each
 
-  Shard(const ModelConfig& c, const GridShape& shape, int rank)
+  Shard(const ModelConfig& c, const GridShape& shape, int rank, Setup s = {})
       : config(c),
         layout(c, shard_of(shape, pipeline_layer_split(c.n_layer, shape.pp, ""), rank % shape.tp,
                            rank / (shape.tp * shape.dp))),
-        dp_writer((rank / shape.tp) % shape.dp == 0) {
-    for (auto& b : buffers) b.assign(layout.total(), -7.0f);
+        setup(s) {
+    const int dp_rank = (rank / shape.tp) % shape.dp;
+    const size_t n = layout.total();
+    lo = s.zero ? n * dp_rank / shape.dp : 0;
+    hi = s.zero ? n * (dp_rank + 1) / shape.dp : n;
+    writer = s.zero || dp_rank == 0;
+    params.assign(n, -7.0f);
+    if (separate()) master.assign(hi - lo, -7.0f);
+    moments.assign(state_names(s.kind).size(), std::vector<float>(hi - lo, -7.0f));
   }
-  Shard(const ModelConfig& c, const MpiComm& comm)
-      : Shard(c, GridShape{comm.size(), 1, 1}, comm.rank()) {}
+  Shard(const ModelConfig& c, const MpiComm& comm, Setup s = {})
+      : Shard(c, GridShape{comm.size(), 1, 1}, comm.rank(), s) {}
 
+  bool separate() const { return setup.precision != Precision::Fp32; }
   CheckpointState state() {
-    return {config, layout, buffers[0].data(), buffers[1].data(), buffers[2].data(), dp_writer};
+    std::vector<float*> buffers;
+    for (std::vector<float>& b : moments) buffers.push_back(b.data());
+    float* values = separate() ? master.data() : params.data() + lo;
+    return {config,     layout,  params.data(),   lo,    hi, values,
+            setup.kind, buffers, setup.precision, writer};
   }
-  // Every buffer set to version v's values, through take_shard from full tensors.
+  // Every buffer set to version v's values, through take_shard from full tensors; params
+  // rounded to the precision (the master keeps the values), the rest only over the range.
   void fill(int v) {
     const ParamLayout full(config);
     for (const ParamTensor& t : layout.tensors()) {
       const ParamTensor& whole = full.tensors()[t.global_index];
-      std::vector<float> values(whole.numel);
-      for (int b = 0; b < 3; ++b) {
+      std::vector<float> values(whole.numel), local(t.numel);
+      for (size_t b = 0; b <= moments.size(); ++b) {
         for (uint64_t i = 0; i < whole.numel; ++i) values[i] = value(v, b, t.global_index, i);
-        take_shard(t, values.data(), buffers[b].data() + t.offset);
+        take_shard(t, values.data(), local.data());
+        if (b == 0)
+          for (size_t k = 0; k < t.numel; ++k)
+            params[t.offset + k] = round_to(local[k], setup.precision);
+        float* range = b > 0 ? moments[b - 1].data() : separate() ? master.data() : nullptr;
+        for (size_t k = 0; range && k < t.numel; ++k)
+          if (t.offset + k >= lo && t.offset + k < hi) range[t.offset + k - lo] = local[k];
       }
     }
   }
   // Do the buffers hold version v, bit for bit?
   bool holds(int v) const {
-    Shard expected(config, layout);
+    Shard expected(*this);
     expected.fill(v);
-    for (int b = 0; b < 3; ++b)
-      if (std::memcmp(buffers[b].data(), expected.buffers[b].data(), buffers[b].size() * 4) != 0)
-        return false;
-    return true;
-  }
-
- private:
-  Shard(const ModelConfig& c, const ParamLayout& l) : config(c), layout(l), dp_writer(true) {
-    for (auto& b : buffers) b.assign(layout.total(), 0.0f);
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    bool ok = same(params, expected.params) && same(master, expected.master);
+    for (size_t b = 0; b < moments.size(); ++b) ok = ok && same(moments[b], expected.moments[b]);
+    return ok;
   }
 };
 
-CheckpointManifest manifest_of(int v, const ModelConfig& c, const GridShape& shape) {
+CheckpointManifest manifest_of(int v, const ModelConfig& c, const GridShape& shape,
+                               OptimizerKind kind = OptimizerKind::AdamW) {
   CheckpointManifest m;
   m.step = v;
   m.consumed_samples = 1000 + v;
   m.seed = 0xfedcba9876543210ull + v;  // beyond int64
+  m.optimizer = kind;
   m.adam_steps = v;
   m.loss_scale = v % 2 ? 65536.0 : 1.0;
+  m.loss_scale_clean_steps = 100 + v;
+  m.skipped_steps = 3 * v;
   m.val_loss = v % 2 ? 2.5 + v : std::nan("");
   m.model = c;
   m.layout = shape;
@@ -288,7 +321,7 @@ TEST_F(CheckpointTest, ChecksumsDoNotDependOnTheLayout) {
       H5Handle f = open_file((dir_ / name(s) / step_dir_name(1) / kCheckpointFile).string());
       std::vector<uint64_t> out;
       const ParamLayout full(c);
-      for (const char* g : kStateGroups)
+      for (const std::string& g : checkpoint_groups(OptimizerKind::AdamW))
         for (const ParamTensor& t : full.tensors()) {
           H5Handle d = open_dataset(f.get(), dataset_path(g, t.name));
           out.push_back(read_attribute_uint64(d.get(), kChecksumAttribute));
@@ -363,7 +396,7 @@ TEST_F(CheckpointTest, FlippedByteIsNamedAndLoadLatestFallsBack) {
     EXPECT_EQ(inspect_checkpoint((fs::path(ckpts) / step_dir_name(1)).string(), true, ok, err_out),
               0);
     EXPECT_NE(ok.str().find("verify: all checksums OK"), std::string::npos) << ok.str();
-    EXPECT_NE(ok.str().find("consumed_samples   1001"), std::string::npos) << ok.str();
+    EXPECT_NE(ok.str().find("consumed_samples       1001"), std::string::npos) << ok.str();
   });
 }
 
@@ -493,4 +526,211 @@ TEST_F(CheckpointTest, AnotherModelIsAUsageError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---- optimizer ranges (ZeRO-1), master weights, optimizer kinds, format version 1 -----------
+
+namespace {
+
+struct RunConfig {
+  GridShape shape;
+  bool zero;
+};
+
+std::string name(const RunConfig& r) { return name(r.shape) + (r.zero ? "zero" : ""); }
+
+// Every shape of at most the world's size, without ZeRO and (where dp > 1) with it.
+std::vector<RunConfig> run_configs(const ModelConfig& c) {
+  std::vector<RunConfig> out;
+  for (const GridShape& s : shapes_for(c, world().size())) {
+    out.push_back({s, false});
+    if (s.dp > 1) out.push_back({s, true});
+  }
+  return out;
+}
+
+// Runs fn(comm) on the first `size` ranks of the world, then a barrier.
+template <class F>
+void on_ranks(int size, F&& fn) {
+  const std::optional<MpiComm> comm =
+      world().split_optional(world().rank() < size ? 0 : -1, world().rank());
+  if (comm) fn(*comm);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The checksum attributes of every dataset of a checkpoint of `kind` (serial read).
+std::vector<uint64_t> stored_checksums(const std::string& dir, const ModelConfig& c,
+                                       OptimizerKind kind) {
+  H5Handle f = open_file((fs::path(dir) / kCheckpointFile).string());
+  std::vector<uint64_t> out;
+  const ParamLayout full(c);
+  for (const std::string& g : checkpoint_groups(kind))
+    for (const ParamTensor& t : full.tensors()) {
+      H5Handle d = open_dataset(f.get(), dataset_path(g, t.name));
+      out.push_back(read_attribute_uint64(d.get(), kChecksumAttribute));
+    }
+  return out;
+}
+
+}  // namespace
+
+// Saved with ZeRO ranges at every dp (each dp rank writes its range's part of every tensor) and
+// loaded under every layout, with ZeRO or without: the same values bit for bit, and the same
+// checksums as a single rank's save. At 4 ranks this includes dp 2 with ZeRO -> dp 1 without
+// and -> dp 4 with ZeRO; with pp 2 the tied wte's second copy is loaded too.
+TEST_F(CheckpointTest, ZeroRangesSaveAndLoadUnderEveryLayout) {
+  const ModelConfig c = small_model(Arch::Gpt2);
+  const std::vector<RunConfig> configs = run_configs(c);
+  std::vector<RunConfig> savers = {configs[0]};  // one rank: the reference
+  for (const RunConfig& r : configs)
+    if (r.zero) savers.push_back(r);
+  ASSERT_GE(savers.size(), 2u);
+  auto dir_of = [&](size_t w) { return (dir_ / "zero" / name(savers[w])).string(); };
+  for (size_t w = 0; w < savers.size(); ++w)
+    on_ranks(savers[w].shape.size(), [&](const MpiComm& comm) {
+      Shard shard(c, savers[w].shape, comm.rank(), {savers[w].zero});
+      shard.fill(static_cast<int>(w) + 1);
+      CheckpointStore(dir_of(w), comm).save(manifest_of(1, c, savers[w].shape), shard.state());
+    });
+  on_root([&] {  // the checksums written from ranges are those of the whole tensors
+    for (size_t w = 0; w < savers.size(); ++w) {
+      std::ostringstream out;
+      EXPECT_EQ(inspect_checkpoint(dir_of(w), true, out, std::cerr), 0) << out.str();
+    }
+  });
+  for (size_t w = 0; w < savers.size(); ++w)
+    for (const RunConfig& r : configs)
+      on_ranks(r.shape.size(), [&](const MpiComm& comm) {
+        Shard shard(c, r.shape, comm.rank(), {r.zero});
+        const std::optional<CheckpointManifest> m =
+            CheckpointStore(dir_of(w), comm).load_latest(shard.state());
+        ASSERT_TRUE(m.has_value());
+        EXPECT_TRUE(shard.holds(static_cast<int>(w) + 1))
+            << "saved " << name(savers[w]) << ", loaded " << name(r);
+        expect_manifest(*m, manifest_of(1, c, savers[w].shape));
+      });
+  // The same values saved by one rank and with ZeRO ranges: the same checksums.
+  on_ranks(savers[1].shape.size(), [&](const MpiComm& comm) {
+    Shard shard(c, savers[1].shape, comm.rank(), {true});
+    shard.fill(1);
+    CheckpointStore((dir_ / "zero-v1").string(), comm)
+        .save(manifest_of(1, c, savers[1].shape), shard.state());
+  });
+  on_root([&] {
+    EXPECT_EQ(
+        stored_checksums((dir_ / "zero-v1" / step_dir_name(1)).string(), c, OptimizerKind::AdamW),
+        stored_checksums((fs::path(dir_of(0)) / step_dir_name(1)).string(), c,
+                         OptimizerKind::AdamW));
+  });
+}
+
+// bf16 / fp16 runs save the fp32 master as /params; loading gives an fp32 run those values and
+// a low-precision run its master back with the params rounded.
+TEST_F(CheckpointTest, MasterWeightsAreSavedInFp32AndParamsRoundedOnLoad) {
+  const ModelConfig c = small_model(Arch::Llama);
+  const GridShape dp_all{world().size(), 1, 1};
+  const std::string bf16_dir = (dir_ / "bf16").string(), fp32_dir = (dir_ / "fp32").string();
+  Shard bf16(c, world(), {true, Precision::Bf16});
+  bf16.fill(5);
+  ASSERT_NE(std::memcmp(bf16.params.data() + bf16.lo, bf16.master.data(), bf16.master.size() * 4),
+            0);  // the values are not all bf16 numbers
+  CheckpointStore(bf16_dir, world()).save(manifest_of(5, c, dp_all), bf16.state());
+  Shard fp32(c, world());
+  fp32.fill(5);
+  CheckpointStore(fp32_dir, world()).save(manifest_of(5, c, dp_all), fp32.state());
+  on_root([&] {
+    EXPECT_EQ(
+        stored_checksums((fs::path(bf16_dir) / step_dir_name(5)).string(), c, OptimizerKind::AdamW),
+        stored_checksums((fs::path(fp32_dir) / step_dir_name(5)).string(), c,
+                         OptimizerKind::AdamW));
+  });
+  for (const RunConfig& r : run_configs(c))
+    for (Precision p : {Precision::Fp32, Precision::Bf16, Precision::Fp16})
+      on_ranks(r.shape.size(), [&](const MpiComm& comm) {
+        Shard shard(c, r.shape, comm.rank(), {r.zero, p});
+        ASSERT_TRUE(CheckpointStore(bf16_dir, comm).load_latest(shard.state()).has_value());
+        EXPECT_TRUE(shard.holds(5)) << name(r) << " " << to_string(p);
+      });
+}
+
+// SGD's one state buffer round-trips under ranges; a checkpoint of one optimizer does not load
+// into a run of another, with a message naming both.
+TEST_F(CheckpointTest, OptimizerKindsHaveTheirStateAndDoNotMix) {
+  const ModelConfig c = small_model(Arch::Gpt2);
+  const GridShape dp_all{world().size(), 1, 1};
+  const std::string sgd_dir = (dir_ / "sgd").string();
+  Shard sgd(c, world(), {true, Precision::Fp32, OptimizerKind::Sgd});
+  sgd.fill(2);
+  CheckpointStore(sgd_dir, world()).save(manifest_of(2, c, dp_all), sgd.state());
+  on_ranks(1, [&](const MpiComm& comm) {
+    Shard one(c, comm, {false, Precision::Fp32, OptimizerKind::Sgd});
+    const std::optional<CheckpointManifest> m =
+        CheckpointStore(sgd_dir, comm).load_latest(one.state());
+    ASSERT_TRUE(m.has_value());
+    EXPECT_TRUE(one.holds(2));
+    expect_manifest(*m, manifest_of(2, c, dp_all, OptimizerKind::Sgd));
+  });
+  on_root([&] {
+    std::ostringstream out;
+    EXPECT_EQ(inspect_checkpoint(sgd_dir, true, out, std::cerr), 0) << out.str();
+    EXPECT_NE(out.str().find("/momentum/h.1.mlp.fc.weight "), std::string::npos) << out.str();
+    EXPECT_EQ(out.str().find("/adam_m/"), std::string::npos) << out.str();
+    EXPECT_NE(out.str().find("optimizer              sgd"), std::string::npos) << out.str();
+  });
+  const std::string adamw_dir = save_versions(c, 1);
+  const std::pair<std::string, OptimizerKind> mixes[] = {{sgd_dir, OptimizerKind::AdamW},
+                                                         {adamw_dir, OptimizerKind::Sgd},
+                                                         {adamw_dir, OptimizerKind::Lamb}};
+  for (const auto& [dir, kind] : mixes) {
+    Shard shard(c, world(), {false, Precision::Fp32, kind});
+    CheckpointStore store(dir, world());
+    const std::string saved = dir == sgd_dir ? "sgd" : "adamw";
+    const std::string want = "holds the state of optimizer " + saved + ", this run uses " +
+                             to_string(kind) + " (set optimizer to " + saved;
+    try {
+      store.load_latest(shard.state());
+      ADD_FAILURE() << "no UsageError";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Format version 1 (no optimizer kind, no loss-scaler counters) loads as AdamW with a clean
+// scaler; a newer version is refused by name.
+TEST_F(CheckpointTest, Version1LoadsAsAdamWAndNewerVersionsAreRefused) {
+  const ModelConfig c = small_model(Arch::Llama);
+  const std::string ckpts = save_versions(c, 2);
+  auto file = [&](int v) {
+    return (fs::path(ckpts) / step_dir_name(v) / kCheckpointFile).string();
+  };
+  on_root([&] {
+    for (int v : {1, 2}) {
+      H5Handle f = open_file(file(v), H5F_ACC_RDWR);
+      H5Handle manifest(H5_CHECK(H5Gopen2(f.get(), kManifestGroup, H5P_DEFAULT)));
+      write_attribute_int(manifest.get(), "format_version", v == 1 ? 1 : 3);
+      if (v == 2) continue;
+      for (const char* added : {"optimizer", "loss_scale_clean_steps", "skipped_steps"})
+        H5_CHECK(H5Adelete(manifest.get(), added));
+    }
+  });
+  Shard shard(c, world());
+  CheckpointStore store(ckpts, world());
+  const std::string err = load_error(store, (fs::path(ckpts) / step_dir_name(2)).string(), shard);
+  EXPECT_NE(err.find("manifest format_version 3, this build reads 1 to 2"), std::string::npos)
+      << err;
+  const CheckpointManifest m =
+      store.load((fs::path(ckpts) / step_dir_name(1)).string(), shard.state());
+  EXPECT_TRUE(shard.holds(1));
+  EXPECT_EQ(m.format_version, 1);
+  EXPECT_EQ(m.optimizer, OptimizerKind::AdamW);
+  EXPECT_EQ(m.loss_scale_clean_steps, 0);
+  EXPECT_EQ(m.skipped_steps, 0);
+  EXPECT_EQ(m.consumed_samples, 1001u);
+  on_root([&] {
+    std::ostringstream out;
+    EXPECT_EQ(
+        inspect_checkpoint((fs::path(ckpts) / step_dir_name(1)).string(), true, out, std::cerr), 0)
+        << out.str();
+  });
 }

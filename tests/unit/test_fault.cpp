@@ -1,6 +1,8 @@
 // Fault injection plans: parsing MPITRAIN_FAULT and when a plan fires.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <string>
 
@@ -40,9 +42,49 @@ TEST(FaultParse, KillWithAndWithoutStep) {
   EXPECT_EQ(b.step(), 4);
 }
 
+TEST(FaultParse, HangNanDriftVersion) {
+  const FaultPlan hang = FaultPlan::parse("hang:rank=1:step=3");
+  EXPECT_EQ(hang.kind(), FaultKind::Hang);
+  EXPECT_EQ(hang.phase(), "step");
+  EXPECT_EQ(hang.rank(), 1);
+  EXPECT_EQ(hang.step(), 3);
+  const FaultPlan nan = FaultPlan::parse("nan:layer=2:step=5");
+  EXPECT_EQ(nan.kind(), FaultKind::Nan);
+  EXPECT_EQ(nan.layer(), 2);
+  EXPECT_EQ(nan.rank(), -1);
+  EXPECT_EQ(nan.step(), 5);
+  const FaultPlan drift = FaultPlan::parse("drift:step=4:rank=3");
+  EXPECT_EQ(drift.kind(), FaultKind::Drift);
+  EXPECT_EQ(drift.rank(), 3);
+  EXPECT_EQ(drift.step(), 4);
+  const FaultPlan version = FaultPlan::parse("version:rank=1");
+  EXPECT_EQ(version.kind(), FaultKind::Version);
+  EXPECT_EQ(version.rank(), 1);
+  EXPECT_FALSE(version.step().has_value());
+}
+
+TEST(FaultFires, ForItsKindRankAndStepOnly) {
+  const FaultPlan drift = FaultPlan::parse("drift:rank=3:step=4");
+  EXPECT_TRUE(drift.fires(FaultKind::Drift, 3, 4));
+  EXPECT_FALSE(drift.fires(FaultKind::Drift, 2, 4));
+  EXPECT_FALSE(drift.fires(FaultKind::Drift, 3, 5));
+  EXPECT_FALSE(drift.fires(FaultKind::Nan, 3, 4));
+  const FaultPlan nan = FaultPlan::parse("nan:layer=0");  // any rank, every step
+  EXPECT_TRUE(nan.fires(FaultKind::Nan, 0, 1));
+  EXPECT_TRUE(nan.fires(FaultKind::Nan, 7, 9));
+  EXPECT_FALSE(FaultPlan().fires(FaultKind::None, 0, 0));
+}
+
 TEST(FaultParse, BadTextIsUsageErrorNamingTheVariable) {
   const std::pair<std::string, std::string> cases[] = {
-      {"hang:phase=write:rank=0", "unknown fault kind 'hang'"},
+      {"freeze:rank=0", "unknown fault kind 'freeze'"},
+      {"hang:phase=write:rank=0", "a hang fault takes no phase="},
+      {"hang:step=2", "no rank="},
+      {"nan:rank=0:layer=1", "a nan fault takes no rank="},
+      {"nan:step=1", "no layer="},
+      {"nan:layer=x", "layer='x' is not a number"},
+      {"drift:step=2", "no rank="},
+      {"version:rank=1:step=2", "a version fault takes no step="},
       {"kill:phase=flush:rank=0", "unknown phase 'flush'"},
       {"kill:phase=write", "no rank="},
       {"kill:rank=0", "no phase="},
@@ -68,6 +110,21 @@ TEST(FaultAt, OtherPhaseRankOrStepDoesNothing) {
   plan.at("write", 1, 5);
   FaultPlan().at("write", 1, 4);
   SUCCEED();
+}
+
+TEST(FaultAt, HangSleepsInItsStep) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const FaultPlan plan = FaultPlan::parse("hang:rank=1:step=2");
+  plan.at("step", 1, 1);  // another step: returns at once
+  plan.at("step", 0, 2);  // another rank
+  plan.at("write", 1, 2); // another phase
+  // Still asleep after a second: the alarm ends it.
+  EXPECT_EXIT(
+      {
+        alarm(1);
+        plan.at("step", 1, 2);
+      },
+      ::testing::KilledBySignal(SIGALRM), "fault injection: rank 1 hangs in step 2");
 }
 
 TEST(FaultAt, KillsAtItsPhaseRankAndStep) {

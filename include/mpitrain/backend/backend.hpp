@@ -1,7 +1,8 @@
 // The compute interface the model is written against.
 //
-// Model code calls only these ops and never knows which backend runs them (CPU now; CUDA in a
-// later version). Pointers are backend memory: host memory for the CPU backend. Shapes follow
+// Model code calls only these ops and never knows which backend runs them (CpuBackend,
+// CudaBackend). Pointers are backend memory: host memory for the CPU backend, device memory of
+// the CUDA backend's GPU (token and target ids too). Shapes follow
 // llm.c's naming: B batch, T time (sequence), C channels (d_model), N = B*T rows, NH query heads,
 // NKV key/value heads, hs head size, V vocabulary, Vp padded vocabulary.
 //
@@ -23,6 +24,10 @@
 
 namespace mpitrain {
 
+// What an allocation holds, so a backend with separate pools (the CUDA backend's arenas) can say
+// where its memory goes. The CPU backend ignores it.
+enum class AllocKind { Params, Grads, Optimizer, Activations };
+
 template <typename T>
 class Backend {
  public:
@@ -36,6 +41,17 @@ class Backend {
   // x = the nearest value of precision p (round to nearest even; fp16 overflows to inf): how a
   // tensor stored in bf16/fp16 is kept in T containers (backend/precision.hpp). fp32: no-op.
   virtual void round_to(T* x, size_t n, Precision p) = 0;
+  // The kind of the alloc() calls that follow (default Activations).
+  virtual void set_alloc_kind(AllocKind kind) = 0;
+
+  // ---- host <-> backend memory: host code reads and writes backend memory only through these -
+  virtual bool host_memory() const = 0;  // backend pointers are host memory (CPU: true)
+  virtual void upload(T* dst, const T* host_src, size_t n) = 0;    // synchronous
+  virtual void download(T* host_dst, const T* src, size_t n) = 0;  // synchronous
+  // Token / target ids in backend memory (zero-filled), filled from the host.
+  virtual int32_t* alloc_ids(size_t n) = 0;
+  virtual void free_ids(int32_t* p) = 0;
+  virtual void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) = 0;
 
   // ---- matmul: out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC); bias may be null ----------
   virtual void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
@@ -86,9 +102,14 @@ class Backend {
 
   // ---- causal self-attention ---------------------------------------------------------------
   // out(B,T,NH*hs) = softmax(q k^T / sqrt(hs), causal) v per head; saves probs(B,NH,T,T).
+  // `probs` is the backend's saved state, opaque to the caller, attention_state_size() elements:
+  // the CPU backend keeps the probabilities there (B*NH*T*T); the CUDA backend (flash attention)
+  // only each row's log-sum-exp (B*NH*T), and uses `scratch` (as large) in backward for the
+  // rows' D = rowsum(dout * out). Both must come from the same backend's forward.
+  virtual size_t attention_state_size(int B, int Tlen, int NH) const = 0;
   virtual void attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
                                  int hs) = 0;
-  // dqkv (overwritten) from dout; scratch holds B*NH*T*T elements.
+  // dqkv (overwritten) from dout; scratch holds attention_state_size() elements.
   virtual void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
                                   const T* probs, int B, int Tlen, int NH, int NKV, int hs) = 0;
 
@@ -116,6 +137,19 @@ class Backend {
   // p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p). grad_scale multiplies g first.
   virtual void adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int t, float grad_scale) = 0;
+  // SGD with momentum (PyTorch's buffer, no dampening) and decoupled weight decay:
+  // g = grad_scale grad; buf = mu buf + g; p -= lr (buf + wd p).
+  virtual void sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr, float momentum,
+                            float weight_decay, float grad_scale) = 0;
+  // LAMB, first pass: m and v as in adamw; sums = {sum p^2, sum u^2} (double) with the update
+  // direction u = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p. param is not changed.
+  virtual void lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1,
+                            float beta2, float eps, float weight_decay, int t, float grad_scale,
+                            double sums[2]) = 0;
+  // LAMB, second pass: p -= lr u, u from m, v, p as in the first pass (lr: the scheduled rate
+  // times the tensor's trust ratio).
+  virtual void lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, int t) = 0;
 };
 
 }  // namespace mpitrain

@@ -7,15 +7,20 @@
 //   best/checkpoint.h5            save_as("best"): same protocol, any name
 //   step-00000030.tmp/            a save in progress or cut short: never loaded, removed later
 //
-// checkpoint.h5 (format version 1; `h5dump -A` shows the manifest):
+// checkpoint.h5 (format version 2; `h5dump -A` shows the manifest):
 //   /manifest                     attributes: the fields of CheckpointManifest, same names
 //   /params/<tensor>              float32, the tensor's FULL logical shape (names as in
-//   /adam_m/<tensor>              model/params.hpp), whatever layout wrote it; each with a
-//   /adam_v/<tensor>              uint64 attribute `checksum` (format.hpp: layout-independent)
+//   /<state>/<tensor>             model/params.hpp), whatever layout wrote it; each with a
+//                                 uint64 attribute `checksum` (format.hpp: layout-independent)
+// /params holds the fp32 values the optimizer updates (its master weights when the model is
+// kept in bf16/fp16); <state> are the optimizer's buffers (optim/optimizer.hpp state_names:
+// adam_m and adam_v for adamw and lamb, momentum for sgd). Version 1 (adamw only, no loss-scaler
+// counters) is read too.
 // Written with the MPI-IO driver and collective I/O: every rank of the world creates every
-// dataset; data-parallel replica 0 writes, each rank its primary pieces (hyperslabs); the others
-// take part with empty selections. On load every rank reads its own pieces, so any layout of the
-// same model can resume from any other.
+// dataset; each element is written by exactly one rank: the writer (CheckpointState::writer)
+// whose optimizer range holds it, in the tensor's primary copy (hyperslabs); the others take
+// part with empty selections. On load every rank reads the whole of its params and its range of
+// the rest, so any layout of the same model, with or without ZeRO, can resume from any other.
 //
 // Commit protocol of save / save_as. Rank 0 does the file-system work, each such step only once
 // every rank has reached it (barrier) and agreed on by all:
@@ -38,22 +43,25 @@
 // every dataset's presence, shape and checksum. Every decision is agreed by all ranks; problems
 // are reported on rank 0's stderr as "checkpoint: <file>: <what>" (e.g. "dataset /params/wte:
 // checksum mismatch (stored 0x..., computed 0x...)"). The model config must be the run's
-// (arch and every size): a different one is a UsageError, also from load_latest.
+// (arch and every size), and so must the optimizer kind: another one is a UsageError, also from
+// load_latest.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
+#include "mpitrain/optim/optimizer.hpp"
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/runtime/grid.hpp"
 
 namespace mpitrain {
 
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+inline constexpr int64_t kCheckpointFormatVersion = 2;
 
 // Everything a checkpoint says besides the tensors. Every rank passes the same values to save.
 struct CheckpointManifest {
@@ -63,8 +71,12 @@ struct CheckpointManifest {
   // The whole RNG state: every random stream is derived from (seed, stream number) alone
   // (runtime/rng.hpp), so the seed and the step/sample counters reproduce all of them.
   uint64_t seed = 0;
-  int64_t adam_steps = 0;   // AdamW's step count (bias correction)
-  double loss_scale = 1.0;  // 1.0 for fp32 training
+  int64_t adam_steps = 0;  // the optimizer's step count (Adam's bias correction)
+  // Version 2 on (version 1 files read as adamw, no overflow seen):
+  OptimizerKind optimizer = OptimizerKind::AdamW;  // set by save from the CheckpointState
+  double loss_scale = 1.0;                         // the dynamic loss scale; 1.0 for fp32 training
+  int64_t loss_scale_clean_steps = 0;  // steps since the last overflow (the scaler's counter)
+  int64_t skipped_steps = 0;           // optimizer steps skipped for inf/nan gradients so far
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // last validation loss; NaN: none
   ModelConfig model;
   // The writer's layout (for information: any layout can load it).
@@ -75,15 +87,30 @@ struct CheckpointManifest {
   std::string wall_time;  // set by save: rank 0's clock, ISO 8601 UTC
 };
 
-// The buffers one rank saves or loads, each in `layout`'s flat order (layout.total() floats).
+// The buffers one rank saves or loads. params is the model's flat buffer (layout.total()
+// floats); the optimizer's buffers cover its range [lo, hi) of that layout (the whole buffer
+// without ZeRO, this data-parallel rank's part with ZeRO-1), hi - lo floats each.
+// Save: /params from master, the state from state; only writers write, each the part of its
+// range that the tensors' primary copies hold (the writers' ranges must not overlap: dp rank 0
+// alone without ZeRO, every dp rank with ZeRO). Load: params whole (every rank), then master
+// and state for the range; when master is separate (not params + lo) it takes params[lo, hi)
+// and params is rounded to `precision`, as the optimizer keeps them.
 struct CheckpointState {
   const ModelConfig& config;
   const ParamLayout& layout;  // this rank's shard
   float* params;
-  float* adam_m;
-  float* adam_v;
-  bool dp_writer;  // data-parallel rank 0: writes, and counts once in checksums
+  size_t lo, hi;
+  float* master;
+  OptimizerKind optimizer;
+  std::vector<float*> state;  // in state_names(optimizer) order
+  Precision precision;
+  bool writer;
 };
+
+// The state of `optimizer` (over params, the buffer of `layout`) for saving and loading.
+// writer: without ZeRO data-parallel rank 0, with ZeRO every rank.
+CheckpointState checkpoint_state(const ModelConfig& config, const ParamLayout& layout,
+                                 float* params, Optimizer& optimizer, bool writer);
 
 class CheckpointStore {
  public:

@@ -22,17 +22,20 @@ namespace mpitrain {
 
 inline constexpr const char* kCheckpointFile = "checkpoint.h5";
 inline constexpr const char* kManifestGroup = "manifest";
-inline constexpr const char* kStateGroups[3] = {"params", "adam_m", "adam_v"};
+inline constexpr const char* kParamsGroup = "params";
 inline constexpr const char* kChecksumAttribute = "checksum";
 
-std::string dataset_path(const char* group, const std::string& tensor);  // "/params/wte"
-std::string step_dir_name(int64_t step);                                 // "step-00000010"
-std::optional<int64_t> parse_step_dir(const std::string& name);          // "step-<digits>" -> N
+std::string dataset_path(const std::string& group, const std::string& tensor);  // "/params/wte"
+// The tensor groups of a checkpoint of `optimizer`: params, then state_names(optimizer).
+std::vector<std::string> checkpoint_groups(OptimizerKind optimizer);
+std::string step_dir_name(int64_t step);                         // "step-00000010"
+std::optional<int64_t> parse_step_dir(const std::string& name);  // "step-<digits>" -> N
 
 // The checksum of n contiguous elements whose first has full-tensor index first_index.
 uint64_t checksum(const float* data, uint64_t first_index, uint64_t n);
-// The checksum of this rank's part of tensor t (local: its data in the rank's layout).
-uint64_t shard_checksum(const ParamTensor& t, const float* local);
+// The checksum of the elements [a, b) (local row-major indices) of this rank's part of tensor t;
+// data: element a's value, then the rest in order.
+uint64_t range_checksum(const ParamTensor& t, const float* data, uint64_t a, uint64_t b);
 
 // The manifest as attributes of /manifest. read_manifest: Error naming what is missing or bad.
 void write_manifest(hid_t file, const CheckpointManifest& m);

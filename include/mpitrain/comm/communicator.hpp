@@ -2,14 +2,16 @@
 //
 // The trainer talks to its process groups only through this interface: MpiCommunicator (host
 // memory, any backend) now; an NCCL one for device memory later. Counts are element counts and
-// may exceed INT_MAX (implementations split large calls).
+// may exceed INT_MAX (implementations split large calls, or reject them where they say so).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "mpitrain/runtime/mpi.hpp"
+#include "mpitrain/runtime/watchdog.hpp"
 
 namespace mpitrain {
 
@@ -43,6 +45,17 @@ class Communicator {
   virtual CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) = 0;
   virtual CommHandle send_start(const float* data, size_t n, int peer, int tag) = 0;
   virtual CommHandle recv_start(float* data, size_t n, int peer, int tag) = 0;
+  // Raw bytes (compressed data), out(size * bytes) in rank order. all_to_all: block r of
+  // in(size * bytes) goes to rank r; all_gather: in(bytes) goes to every rank.
+  virtual CommHandle all_to_all_start(const void* in, void* out, size_t bytes) = 0;
+  virtual CommHandle all_gather_start(const void* in, void* out, size_t bytes) = 0;
+  // Uneven blocks, in place over data(sum of counts): rank r's block follows those of ranks < r,
+  // counts may be 0. reduce_scatter: after wait(), data[0, counts[rank]) holds this rank's block of
+  // the reduction (MPI's in-place form), the rest of data is undefined. all_gather: this rank's
+  // block is in place at the start; after wait(), every rank's is.
+  virtual CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
+                                          ReduceOp op) = 0;
+  virtual CommHandle all_gather_start(float* data, std::span<const size_t> counts) = 0;
   virtual void wait(CommHandle handle) = 0;
   // Lets started operations advance without waiting: MPI moves non-blocking collectives forward
   // only inside MPI calls, so code that computes between start and wait calls this now and then.
@@ -52,6 +65,14 @@ class Communicator {
   // reset: the communication a step could not hide behind computation.
   virtual double blocked_seconds() const = 0;
   virtual void reset_blocked_seconds() = 0;
+
+  // Bytes of this rank's data handed to MPI for other ranks since the last reset: an all-reduce
+  // counts its buffer, an all-gather this rank's block, a reduce-scatter or all-to-all the blocks
+  // for the other ranks, a broadcast the root's buffer, a send its message; nothing on one rank.
+  // What the data format costs, independent of the algorithm MPI picks (a ring all-reduce puts
+  // 2(n-1)/n times its buffer on the wire; reduce-scatter + all-gather count the same as it).
+  virtual uint64_t bytes_sent() const = 0;
+  virtual void reset_bytes_sent() = 0;
 };
 
 // Over an MPI communicator it does not own (MPI_COMM_WORLD, or one of the Grid's groups, which
@@ -59,9 +80,14 @@ class Communicator {
 // then stand for several requests); max_count is INT_MAX except in tests of the splitting.
 // In place: all_gather with in == out + rank * n; reduce_scatter with out == in + rank * n, which
 // leaves the other ranks' blocks of in undefined. Handles must be waited before destruction.
+// Every call is recorded in calls() (op, bytes, sequence number, whether this rank is blocked in
+// it) for the watchdog: a blocking call while it runs, a started one until its wait() returns.
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm, size_t max_count = kMaxMpiCount);
+  explicit MpiCommunicator(MPI_Comm comm, size_t max_count = kMaxMpiCount)
+      : MpiCommunicator(comm, "", max_count) {}
+  // name: how the watchdog calls this group ("world", "tp", "dp", "pp", "mp", "embedding").
+  MpiCommunicator(MPI_Comm comm, std::string name, size_t max_count = kMaxMpiCount);
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
@@ -70,6 +96,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm mpi() const { return comm_; }
+  const CallLog& calls() const { return calls_; }
 
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
@@ -82,26 +109,46 @@ class MpiCommunicator final : public Communicator {
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
   CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
+  // These four are not split: a count, block or offset above max_count throws.
+  CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
+  CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
+  CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
+                                  ReduceOp op) override;
+  CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
   void wait(CommHandle handle) override;
   void progress() override;
 
   double blocked_seconds() const override { return blocked_seconds_; }
   void reset_blocked_seconds() override { blocked_seconds_ = 0; }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+  void reset_bytes_sent() override { bytes_sent_ = 0; }
 
  private:
   // The requests of one started operation; slots are reused, so their vectors stop growing.
+  // counts / displs: the int arrays of a started MPI_I*v call, which MPI reads until it completes.
   struct Slot {
     std::vector<MPI_Request> requests;
+    std::vector<int> counts, displs;
     bool busy = false;
+    CallInfo call;  // as recorded in calls_ when it started
   };
-  int acquire_slot();  // index of a free slot, marked busy
+  // Index of a free slot, marked busy; records the call starting in it (peer: a send's or
+  // receive's partner, -1 for a collective).
+  int acquire_slot(const char* op, uint64_t bytes, int peer = -1);
+  // The sum of counts (one per rank); throws where a count, offset or the sum exceeds max_count.
+  size_t checked_blocks(std::span<const size_t> counts, const char* op) const;
+  void set_blocks(Slot& slot, std::span<const size_t> counts);  // counts, displs as MPI ints
+  int checked_count(size_t count, const char* op) const;  // throws above max_count
+  void count_sent(uint64_t bytes) { if (size_ > 1) bytes_sent_ += bytes; }  // for other ranks
 
   MPI_Comm comm_;
   size_t max_count_;
   int rank_ = 0, size_ = 1;
   double blocked_seconds_ = 0;
+  uint64_t bytes_sent_ = 0;
   std::vector<Slot> slots_;
   std::vector<int> free_slots_;
+  CallLog calls_;
 };
 
 }  // namespace mpitrain

@@ -11,6 +11,20 @@
 // The model owns its parameters, their gradients (same layout) and activations, all allocated at
 // construction for B <= max_batch sequences of Tlen <= max_seq tokens, with `slots` copies of the
 // activations so a pipeline can keep several micro-batches in flight. No step allocates.
+// They are backend memory (device memory on a GPU; kinds Params, Grads, Activations): host code
+// reads and writes them through Backend::upload / download.
+//
+// Memory savers (ModelOptions):
+//   precision bf16/fp16: every activation and activation gradient is rounded to that precision
+//             as it is written (the values a GPU run keeps; backend/precision.hpp), the compute
+//             weights are rounded by whoever writes them (the optimizer from its fp32 master);
+//             parameter gradients, norm statistics and the loss stay fp32.
+//   recompute selective: the attention state (the CPU's probabilities) is not kept per layer;
+//             backward recomputes them from the kept qkv, one layer at a time.
+//   recompute full: a slot keeps only each block's output (the next block's input); backward
+//             recomputes the block's forward (tensor-parallel sums included) before its backward.
+// Recomputation runs the same kernels on the same inputs, so losses and gradients are identical
+// bit for bit to keeping everything.
 //
 // Shapes: B batch, Tlen sequence, C d_model, hs head size; local (this rank's) counts: NHl query
 // heads, NKVl kv heads, Fl = d_ff/tp, Vl = padded vocab/tp; N = B*Tlen rows.
@@ -18,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "mpitrain/backend/backend.hpp"
@@ -27,12 +42,21 @@
 
 namespace mpitrain {
 
+enum class Recompute { None, Selective, Full };
+Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"
+std::string to_string(Recompute r);
+
+struct ModelOptions {
+  Precision precision = Precision::Fp32;
+  Recompute recompute = Recompute::None;
+};
+
 template <typename T>
 class Model {
  public:
   // tp: the tensor-parallel group (null when shard.tp == 1).
   Model(const ModelConfig& config, Backend<T>& backend, const ModelShard& shard, int max_batch,
-        int max_seq, int slots = 1, Communicator* tp = nullptr);
+        int max_seq, int slots = 1, Communicator* tp = nullptr, const ModelOptions& options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -43,6 +67,8 @@ class Model {
   const T* params() const { return params_; }
   T* grads() { return grads_; }
   size_t num_params() const { return layout_.total(); }  // held by this rank
+  const ModelOptions& options() const { return options_; }
+  size_t activation_bytes() const { return activation_count_ * sizeof(T); }  // all slots + scratch
 
   // Deterministic initialisation from seed: every tensor of the whole model from its own RNG
   // stream (seed, global tensor index), then this rank keeps its part — so the values do not
@@ -73,11 +99,12 @@ class Model {
   // Gradients of the tensors replicated over tp, averaged over tp (no-op with tp = 1): keeps
   // the replicas' updates identical. Call after the step's last backward.
   void sync_replicated_grads();
-  // Sum of squared gradients of the tensors this rank counts for the global norm (primary).
-  double grad_square_sum();
+  // Sum of squared gradients of the tensors this rank counts for the global norm (primary),
+  // over the part of the flat buffer in [lo, hi) (ZeRO-1: this rank's range).
+  double grad_square_sum(size_t lo = 0, size_t hi = SIZE_MAX);
 
   // Logits of row n = b*Tlen + t after a forward without targets (single rank): Vp values, the
-  // first V real.
+  // first V real; backend memory.
   const T* logits_row(int slot, int n) const {
     return slots_[slot].logits + static_cast<size_t>(n) * local_vocab_;
   }
@@ -86,7 +113,7 @@ class Model {
   struct LayerActs {
     T *ln1, *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
     T *qkv;                        // (N, (NHl+2NKVl)hs), after RoPE for llama
-    T *atty, *probs;               // (N, NHl hs), (B,NHl,T,T)
+    T *atty, *probs;               // (N, NHl hs), attention_state_size (CPU: B,NHl,T,T)
     T *attproj, *res2;             // (N,C), (N,C) = input + attproj
     T *ln2, *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
     T *fch, *fch_act;              // (N, Fl or 2Fl), (N, Fl)
@@ -101,7 +128,7 @@ class Model {
   struct GradActs {
     T *dres;                       // (N,C) gradient of the residual stream
     T *dln;                        // (N,C) gradient at a norm's output
-    T *dqkv, *datty, *att_scratch; // (N,QKVl), (N,NHl hs), (B,NHl,T,T)
+    T *dqkv, *datty, *att_scratch; // (N,QKVl), (N,NHl hs), attention_state_size
     T *dfch, *dfch_act;            // (N,Fl or 2Fl), (N,Fl)
     T *losses, *row_max, *ce_stats;// (N), (N), (2N) cross-entropy scratch
   };
@@ -128,9 +155,16 @@ class Model {
   void norm_backward(T* dinp, const T* dout, const T* inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);
   void tp_sum(T* x, size_t n);  // all-reduce over tp (g in forward, f in backward)
+  // x = round_to(x, precision): a tensor written in the run's precision.
+  void lp(T* x, size_t n) {
+    if (options_.precision != Precision::Fp32) backend_.round_to(x, n, options_.precision);
+  }
+  // Block i of slot sa (global layer l) on input x(N,C): fills a, ends with a.res3.
+  void block_forward(LayerActs& a, const T* x, int l, int B, int Tlen);
   double loss(SlotActs& a, const int32_t* targets, int N, T dloss);
 
   ModelConfig config_;
+  ModelOptions options_;
   ParamLayout layout_;
   Backend<T>& backend_;
   Communicator* tp_;
@@ -139,6 +173,7 @@ class Model {
   T* params_ = nullptr;
   T* grads_ = nullptr;
   T* acts_ = nullptr;  // one block holding every activation buffer
+  size_t activation_count_ = 0;
   std::vector<SlotActs> slots_;
   GradActs grad_;
 };

@@ -1,11 +1,20 @@
 // Fault injection for crash tests, planned by the environment variable MPITRAIN_FAULT:
 //
 //   MPITRAIN_FAULT=kill:phase=<phase>:rank=<world rank>[:step=<step>]
+//   MPITRAIN_FAULT=hang:rank=<r>[:step=<s>]      rank r sleeps (a day) at the start of step s
+//   MPITRAIN_FAULT=nan:layer=<l>[:step=<s>]      a NaN in block l's gradient in step s, on the
+//                                                ranks that hold block l
+//   MPITRAIN_FAULT=drift:rank=<r>[:step=<s>]     rank r changes one of its parameters by one ulp
+//                                                after step s's update
+//   MPITRAIN_FAULT=version:rank=<r>              rank r reports another build id at start-up
 //
-// The text is `kind:key=value:key=value...`. Kinds: kill (the process SIGKILLs itself, as a
-// node failure or `kill -9` would). Phases are the points where code calls FaultPlan::at, today
-// the checkpoint commit's: write, close, rename (see ckpt/checkpoint.hpp). Without step, the
-// first time the rank reaches the phase is fatal. Unset or empty: no fault.
+// The text is `kind:key=value:key=value...`. kill: the process SIGKILLs itself, as a node failure
+// or `kill -9` would. Phases are the points where code calls FaultPlan::at: the checkpoint
+// commit's write, close, rename (see ckpt/checkpoint.hpp), and step (the start of a training
+// step, where a hang happens too). Steps count from 1, as the log does; without step, any step
+// (so kill and hang at the first, nan and drift at every one). Unset or empty: no fault.
+// The other kinds are carried out by the code they test (train/numeric_guard.hpp,
+// train/replica_check.hpp, train/software_check.hpp), which asks fires().
 #pragma once
 
 #include <cstdint>
@@ -14,7 +23,7 @@
 
 namespace mpitrain {
 
-enum class FaultKind { None, Kill };
+enum class FaultKind { None, Kill, Hang, Nan, Drift, Version };
 
 class FaultPlan {
  public:
@@ -22,23 +31,29 @@ class FaultPlan {
 
   FaultPlan() = default;  // no fault
   // Parses the text above; UsageError naming MPITRAIN_FAULT for an unknown kind, key or phase,
-  // a missing key or a malformed value.
+  // a key the kind does not take, a missing key or a malformed value.
   static FaultPlan parse(const std::string& text);
   static FaultPlan from_env();  // parse(getenv(MPITRAIN_FAULT)), no fault when unset
 
-  // Carries out the plan if it is for this phase, rank and step: for kill, prints one line to
-  // stderr ("fault injection: rank 1 kills itself at phase write of step 4") and raise(SIGKILL).
+  // Carries out a kill or hang planned for this phase, rank and step: kill prints one line to
+  // stderr ("fault injection: rank 1 kills itself at phase write of step 4") and
+  // raise(SIGKILL); hang (phase step) prints "fault injection: rank 1 hangs in step 2" and
+  // sleeps for a day.
   void at(const char* phase, int rank, int64_t step) const;
+  // The plan is of this kind, for this rank (or any, if it names none) and step (or any).
+  bool fires(FaultKind kind, int rank, int64_t step) const;
 
   FaultKind kind() const { return kind_; }
   const std::string& phase() const { return phase_; }
-  int rank() const { return rank_; }
+  int rank() const { return rank_; }    // -1: not named (nan)
+  int layer() const { return layer_; }  // nan's block; -1 otherwise
   std::optional<int64_t> step() const { return step_; }
 
  private:
   FaultKind kind_ = FaultKind::None;
   std::string phase_;
   int rank_ = -1;
+  int layer_ = -1;
   std::optional<int64_t> step_;
 };
 

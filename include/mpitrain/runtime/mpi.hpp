@@ -30,7 +30,7 @@ namespace mpitrain {
 
 class MpiRuntime {
  public:
-  MpiRuntime(int* argc, char*** argv);  // MPI_THREAD_FUNNELED; errors return instead of abort
+  MpiRuntime(int* argc, char*** argv);  // MULTIPLE if offered, at least FUNNELED; errors return
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;

@@ -1,11 +1,16 @@
 // What a run reports, on rank 0: one console line and one JSON line (<out_dir>/metrics.jsonl) per
-// step and per evaluation. Losses are written with %.9g so runs can be compared exactly.
+// step and per evaluation, the same scalars as TensorBoard events (--tensorboard), and at the end
+// report.json with a console summary (monitor/report.hpp). Losses are written with %.9g so runs
+// can be compared exactly.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+
+#include "mpitrain/monitor/report.hpp"
+#include "mpitrain/monitor/tensorboard.hpp"
 
 namespace mpitrain {
 
@@ -17,8 +22,15 @@ struct StepRecord {
   double grad_norm;     // global, before clipping
   double tokens_per_s;  // all ranks together
   double step_ms;
-  double comm_ms;       // time blocked on communication that was not hidden
+  double comm_ms;       // time blocked on communication that was not hidden (exposed_comm_ms)
   double mfu;           // fraction of the summed peak of all ranks
+  // Where rank 0's step time went (ms): compute of the forward and backward passes (without the
+  // communication they waited for), the optimizer, waiting for the batch.
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, data_ms = 0;
+  double peak_rss_mib = 0;  // host peak RSS, the largest of all ranks
+  uint64_t dp_bytes = 0;    // rank 0's bytes_sent in its data-parallel group (comm/)
+  double loss_scale = 1;    // after this step's update (fp16: optim/loss_scaler.hpp)
+  int64_t skipped_steps = 0;  // updates skipped so far (overflow, --on-nan skip)
 };
 
 class MetricsLog {
@@ -26,9 +38,16 @@ class MetricsLog {
   // Only the active rank (rank 0) writes. A fresh run (resumed_step < 0) starts the file anew; a
   // resumed run keeps the records of steps <= resumed_step and appends after them, so the file
   // reads as one run even when steps after the checkpoint had been logged before a crash.
-  MetricsLog(const std::string& path, bool active, int64_t resumed_step = -1);
+  // tensorboard: where the scalars go too (null = nowhere).
+  MetricsLog(const std::string& path, bool active, int64_t resumed_step = -1,
+             std::unique_ptr<TensorBoardWriter> tensorboard = nullptr);
   void step(const StepRecord& r);
   void eval(int step, double val_loss);
+  // A checkpoint written: its time goes into the next step record's checkpoint_ms (it is taken
+  // after a step's record is written, outside step_ms) and into the report.
+  void checkpoint(double seconds);
+  // <report_path> (JSON) and the console summary; exit_code: the run's (0 done, else stopped).
+  void finish(const std::string& report_path, int skipped_steps, int exit_code);
 
  private:
   struct Close {
@@ -36,6 +55,9 @@ class MetricsLog {
   };
   std::unique_ptr<std::FILE, Close> file_;
   bool active_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  RunReport report_;
+  double checkpoint_seconds_ = 0.0;  // since the last step record
 };
 
 }  // namespace mpitrain

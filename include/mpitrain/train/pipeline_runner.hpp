@@ -7,6 +7,8 @@
 //   backward of micro i:  recv d output (tag 2i+1) <- stage+1;  ...;  send d input -> stage-1
 // A send's buffer belongs to the micro-batch's activation slot and is waited for only before
 // the slot is used again, so sends overlap the next passes. With pp = 1 nothing is sent.
+// Each pass, wait and batch load is a region of the trace (monitor/trace.hpp) when one is
+// recording, and times() says where the last train() call's time went.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/model.hpp"
+#include "mpitrain/monitor/trace.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
 
 namespace mpitrain {
@@ -24,11 +27,23 @@ class PipelineRunner {
   // Loads micro-batch `micro` of the current step: tokens and targets, (B, T) each.
   using Loader = std::function<void(int micro, int32_t* tokens, int32_t* targets)>;
 
-  // pp: the pipeline group (rank = stage), null with one stage.
+  // Seconds of the last train() call.
+  struct Times {
+    double data = 0.0;      // loading the micro-batches
+    double forward = 0.0;   // in Model::forward, less the communication waited for inside it
+    double backward = 0.0;  // in Model::backward, likewise
+  };
+
+  // pp: the pipeline group (rank = stage), null with one stage. trace: where the regions go
+  // (null or off = nowhere). blocked_seconds: this rank's time blocked in communication so far,
+  // over all its communicators (tensor-parallel all-reduces and gradient buckets wait inside the
+  // passes; that time is exposed communication, not compute); empty = not taken out.
   PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
-                 int micro_batches, int batch, int seq_len);
+                 int micro_batches, int batch, int seq_len, TraceRecorder* trace = nullptr,
+                 std::function<double()> blocked_seconds = {});
 
   int slots() const { return slots_; }  // activation slots the model must have
+  const Times& times() const { return times_; }
   // Forward and backward of every micro-batch; the parameter gradients accumulate in the model.
   // grads_ready is passed to the step's last backward (data-parallel bucket hook). Returns the
   // summed token loss on the last stage, 0 elsewhere.
@@ -38,9 +53,13 @@ class PipelineRunner {
   double evaluate(const int32_t* tokens, const int32_t* targets, int rows);
 
  private:
-  void forward(int micro, int rows, float dloss);
+  void forward(int micro, int rows, float dloss, const char* name);
   void backward(int micro, const std::function<void(size_t)>& grads_ready);
-  void wait_send(CommHandle& h);
+  void wait_send(CommHandle& h, int micro);
+  void wait_recv(CommHandle h, const char* name, int micro);
+  // Runs pass() as a compute region; adds its time less the communication inside to *seconds.
+  template <typename Pass>
+  void compute(const char* name, int micro, double* seconds, Pass&& pass);
 
   Model<float>& model_;
   Communicator* pp_;
@@ -50,6 +69,9 @@ class PipelineRunner {
   std::vector<float> dinput_;                 // (slots, B, T, C): input gradients being sent
   std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
   double loss_ = 0.0;
+  TraceRecorder* trace_;
+  std::function<double()> blocked_seconds_;
+  Times times_;
   const std::function<void(size_t)> no_hook_;  // for the backwards before the step's last
 };
 

@@ -9,6 +9,8 @@ namespace mpitrain {
 struct TrainConfig {
   std::string out_dir = "runs/default";
   bool overwrite = false;
+  std::string trace;          // a Chrome-trace timeline per rank into this directory; "" = off
+  std::string tensorboard;    // TensorBoard scalar events (rank 0) into this directory; "" = off
   int steps = 100;
   int global_batch_size = 8;  // sequences per optimizer step, over all ranks
   int micro_batch_size = 4;   // sequences per forward/backward on one rank
@@ -18,6 +20,8 @@ struct TrainConfig {
   std::string lr_schedule = "cosine";
   int warmup_steps = 10;
   double min_lr_ratio = 0.1;  // cosine/linear decay ends at lr * min_lr_ratio
+  std::string optimizer = "adamw";  // adamw | sgd | lamb (optim/optimizer.hpp)
+  double momentum = 0.9;      // sgd
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -28,6 +32,9 @@ struct TrainConfig {
   std::string pp_layers;        // blocks per stage "3,2,..."; "" = balanced
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25.0;      // data-parallel gradient bucket size
+  int zero = 0;                 // 1 = ZeRO-1: optimizer state sharded over dp (grad_sync.hpp)
+  std::string grad_compress = "none";  // none | bf16 | fp16 | int8 | topk (compression.hpp)
+  double topk_ratio = 0.01;     // topk: fraction of each bucket sent
 
   uint64_t seed = 1337;
   bool shuffle = true;
@@ -38,12 +45,23 @@ struct TrainConfig {
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
   std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
 
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 (backend/precision.hpp)
+  std::string recompute = "none";   // none | selective | full (model/model.hpp)
+  double initial_loss_scale = 65536.0;  // fp16 dynamic loss scaling (optim/loss_scaler.hpp)
+  int loss_scale_window = 2000;
+  double min_loss_scale = 1.0;
+
   int save_interval = 0;      // steps between checkpoints (and one at the end); 0 = none
   int keep_last = 3;          // committed step checkpoints kept; 0 = all
   std::string resume;         // "" = start fresh, "auto" = latest valid if any, else a directory
   bool save_best = false;     // keep the checkpoint with the lowest validation loss as best/
   double exit_after_minutes = 0.0;  // save and exit 85 before this much wall time; 0 = off
   int exit_at_step = 0;       // save and exit 85 after this step; 0 = off
+
+  double comm_timeout = 100.0;          // s a communication call may block (runtime/watchdog.hpp)
+  double comm_timeout_startup = 300.0;  // ... until the first step has finished; 0 = no limit
+  std::string on_nan = "stop";          // skip | stop (train/numeric_guard.hpp)
+  int check_replicas = 100;             // steps between replica checksums over dp; 0 = off
 
   int eval_interval = 50;     // steps; 0 = only at the end
   int eval_samples = 64;      // validation sequences per evaluation

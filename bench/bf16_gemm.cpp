@@ -1,0 +1,176 @@
+// bf16-gemm: OpenBLAS sgemm against the CPU backend's oneDNN bf16 path on the linear layers of
+// GPT-2 small (C 768, vocabulary 50304) at micro-batch 4 x 1024 tokens.
+//
+//   bf16-gemm [--tokens 4096] [--threads 1,2] [--repeats 3] [--no-head]
+//
+// For each layer (qkv, proj, fc, fcproj, head) and each of its three products — forward
+// out = inp W^T, backward dinp = dout W, dW += dout^T inp — prints M N K and the GFLOP/s
+// (2 M N K flops, best of `repeats` calls after a warm-up call) of both paths at each thread count,
+// and their ratio. The bf16 figure includes converting the operands to bf16, as the backend does
+// on every call (dW reuses dout's bf16 copy from dinp, as matmul_backward does). The last line per
+// thread count: the GEMM time of one micro-batch's forward and backward (12 layers + head).
+// --no-head leaves out the head (its operands take ~2.5 GB).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../src/backend/cpu_kernels.hpp"
+#include "../src/backend/cpu_matmul_bf16.hpp"
+#include "mpitrain/backend/precision.hpp"
+
+namespace {
+
+using mpitrain::Precision;
+using mpitrain::round_to;
+
+constexpr int kLayers = 12, kC = 768, kVocab = 50304;
+
+struct Layer {
+  const char* name;
+  int IC, OC, count;  // count: how many a forward pass runs (per block x 12, or the head once)
+};
+const Layer kModel[] = {{"qkv", kC, 3 * kC, kLayers},
+                        {"proj", kC, kC, kLayers},
+                        {"fc", kC, 4 * kC, kLayers},
+                        {"fcproj", 4 * kC, kC, kLayers},
+                        {"head", kC, kVocab, 1}};
+
+// One product of the linear layer: C(M,N) = op(A)(M,K) op(B)(K,N) (+ C when accumulate).
+struct Product {
+  const char* name;
+  bool ta, tb, accumulate, a_unchanged;
+  int M, N, K;
+  const float *A, *B;
+  float* C;
+};
+
+void sgemm(const Product& p) {
+  mpitrain::cpu::gemm(p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, p.M, p.N,
+                      p.K, 1.0f, p.A, p.ta ? p.M : p.K, p.B, p.tb ? p.K : p.N,
+                      p.accumulate ? 1.0f : 0.0f, p.C, p.N);
+}
+
+std::vector<float> bf16_values(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_to(dist(gen), Precision::Bf16);
+  return v;
+}
+
+// Best seconds of `repeats` calls of f after one warm-up call.
+template <class F>
+double best_seconds(int repeats, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r <= repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return best;
+}
+
+void usage(const char* prog) {
+  std::fprintf(stderr, "usage: %s [--tokens 4096] [--threads 1,2] [--repeats 3] [--no-head]\n",
+               prog);
+}
+
+bool parse_positive(const std::string& text, int* out) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || value <= 0 || value > 1000000) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+bool parse_list(const std::string& text, std::vector<int>* out) {
+  std::stringstream ss(text);
+  std::string item;
+  out->clear();
+  while (std::getline(ss, item, ',')) {
+    int v = 0;
+    if (!parse_positive(item, &v)) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int tokens = 4096, repeats = 3;
+  std::vector<int> thread_counts = {1, 2};
+  bool head = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      usage(argv[0]);
+      return 0;
+    }
+    if (arg == "--no-head") {
+      head = false;
+      continue;
+    }
+    const bool ok = i + 1 < argc && (arg == "--tokens"    ? parse_positive(argv[i + 1], &tokens)
+                                     : arg == "--repeats" ? parse_positive(argv[i + 1], &repeats)
+                                     : arg == "--threads" ? parse_list(argv[i + 1], &thread_counts)
+                                                          : false);
+    if (!ok) {
+      std::fprintf(stderr, "bf16-gemm: bad or missing value for '%s'\n", arg.c_str());
+      usage(argv[0]);
+      return 2;
+    }
+    ++i;
+  }
+
+  std::printf("bf16-gemm: GPT-2 small linear layers, %d tokens; GFLOP/s, best of %d calls\n",
+              tokens, repeats);
+  std::printf("%-7s %-5s %6s %6s %6s %7s %8s %8s %6s\n", "layer", "gemm", "M", "N", "K", "threads",
+              "sgemm", "bf16", "ratio");
+  for (const int threads : thread_counts) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    mpitrain::cpu::Bf16Matmul bf16;  // plans with the thread count set above
+    if (!bf16.native()) std::printf("(no bf16 instructions here: the bf16 column is sgemm)\n");
+    double step_sgemm = 0.0, step_bf16 = 0.0;
+    for (const Layer& l : kModel) {
+      if (!head && l.OC == kVocab) continue;
+      const int N = tokens, IC = l.IC, OC = l.OC;
+      const std::vector<float> inp = bf16_values(static_cast<size_t>(N) * IC, 1),
+                               w = bf16_values(static_cast<size_t>(OC) * IC, 2),
+                               dout = bf16_values(static_cast<size_t>(N) * OC, 3);
+      std::vector<float> out(static_cast<size_t>(N) * OC), dinp(static_cast<size_t>(N) * IC),
+          dw(static_cast<size_t>(OC) * IC);
+      const Product products[] = {
+          {"fwd", false, true, false, false, N, OC, IC, inp.data(), w.data(), out.data()},
+          {"dinp", false, false, false, false, N, IC, OC, dout.data(), w.data(), dinp.data()},
+          {"dW", true, false, true, true, OC, IC, N, dout.data(), inp.data(), dw.data()}};
+      for (const Product& p : products) {
+        const double gflop = 2.0 * p.M * p.N * static_cast<double>(p.K) / 1e9;
+        const double s_sgemm = best_seconds(repeats, [&] { sgemm(p); });
+        const double s_bf16 = best_seconds(repeats, [&] {
+          if (!bf16.multiply(p.ta, p.tb, p.M, p.N, p.K, p.A, p.B, p.accumulate, p.C, p.a_unchanged))
+            sgemm(p);
+        });
+        step_sgemm += l.count * s_sgemm;
+        step_bf16 += l.count * s_bf16;
+        std::printf("%-7s %-5s %6d %6d %6d %7d %8.1f %8.1f %6.2f\n", l.name, p.name, p.M, p.N, p.K,
+                    threads, gflop / s_sgemm, gflop / s_bf16, s_sgemm / s_bf16);
+        std::fflush(stdout);
+      }
+    }
+    std::printf(
+        "micro-batch GEMMs (12 layers%s), %d thread(s): sgemm %.2f s, bf16 %.2f s, "
+        "ratio %.2f\n",
+        head ? " + head" : "", threads, step_sgemm, step_bf16, step_sgemm / step_bf16);
+  }
+  return 0;
+}

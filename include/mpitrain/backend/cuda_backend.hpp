@@ -1,0 +1,156 @@
+// The CUDA backend: every Backend op on device memory of one GPU, in one CUDA stream.
+//
+// Two kernel sets, chosen at construction (`--kernels`):
+//   cudnn  GEMMs through cuBLASLt (algorithm picked once per shape and cached), causal attention
+//          through cuDNN's fused flash attention (graph API; bf16/fp16 math only, cuDNN has no
+//          fp32 engine), LayerNorm/RMSNorm through cuDNN's norm operations; CUDA kernels for the
+//          rest. Where cuDNN reports no engine for a shape, that op uses the CUDA kernel
+//          (reported once on stderr).
+//   cuda   our own CUDA kernel for every op (tiled GEMM, flash-style attention): no library but
+//          the runtime; the second reference of the tests.
+// GEMM math: fp32 (exact fp32 products), tf32 (tensor cores, 10-bit mantissa; only when asked),
+// bf16 / fp16 (operands rounded to nearest even into bf16 / fp16 copies, fp32 accumulation and
+// fp32 output — what CpuBackend computes on operands that round_to left in bf16 / fp16).
+//
+// Memory (cuda/arena.hpp): alloc() draws from the arena of the kind set by set_alloc_kind()
+// (default activations); the backend's own scratch comes from the workspace arena, sized at
+// construction. seal_memory() after set-up fixes the footprint; memory_report() is the plan.
+//
+// Attention's saved state (backend.hpp): `probs` holds the log-sum-exp of each score row,
+// (B,NH,T) floats, ln(sum_j e^(s_j)) with s = q k^T / sqrt(hs) (cuDNN's "Stats"); backward
+// recomputes the forward output it needs (the Backend interface does not pass it) and uses
+// `scratch` for the row sums D = rowsum(dout * out) (B,NH,T).
+//
+// Not deterministic bit for bit: the embedding's and attention's gradients use atomic adds.
+// Everything else (every reduction, the losses, sum of squares) has a fixed order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpitrain/backend/backend.hpp"
+#include "mpitrain/backend/cuda/arena.hpp"
+
+namespace mpitrain {
+
+enum class KernelSet { Cudnn, Cuda };
+KernelSet parse_kernel_set(const std::string& name);  // "cudnn" | "cuda", else UsageError
+std::string to_string(KernelSet k);
+
+enum class GemmMath { Fp32, Tf32, Bf16, Fp16 };
+GemmMath parse_gemm_math(const std::string& name);  // "fp32" | "tf32" | "bf16" | "fp16"
+std::string to_string(GemmMath m);
+
+struct CudaOptions {
+  int device = 0;
+  KernelSet kernels = KernelSet::Cudnn;
+  GemmMath math = GemmMath::Fp32;
+  size_t workspace_bytes = size_t{1} << 30;  // bf16 operand copies, cuBLASLt/cuDNN workspaces
+};
+
+namespace cuda {
+struct Context;  // handles, stream, caches, memory (src/backend/cuda/context.hpp)
+}
+
+template <typename T>
+class CudaBackend final : public Backend<T> {
+ public:
+  // Throws Error "no CUDA device usable: <reason>" when there is none.
+  explicit CudaBackend(const CudaOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const CudaOptions& options() const;
+  std::string describe() const;  // device, libraries, kernel set, math
+  // The ops that ran a CUDA kernel because cuDNN / cuBLASLt could not (each said once on stderr).
+  std::vector<std::string> fallbacks() const;
+
+  // ---- memory beyond the Backend interface ------------------------------------------------
+  void set_alloc_kind(cuda::MemoryKind kind);  // for the alloc() calls that follow
+  T* alloc(cuda::MemoryKind kind, size_t n);
+  void* alloc_bytes(cuda::MemoryKind kind, size_t bytes);  // zero-filled; tokens, targets
+  void free_bytes(void* p);
+  void seal_memory();
+  std::string memory_report() const;
+  // Host <-> device copies (synchronous: they wait for the stream).
+  void to_device(void* dst, const void* src, size_t bytes);
+  void to_host(void* dst, const void* src, size_t bytes);
+  void synchronize();
+  void* stream() const;  // the cudaStream_t every op runs on
+
+  // ---- Backend ----------------------------------------------------------------------------
+  T* alloc(size_t n) override;
+  void free(T* p) override;
+  void zero(T* x, size_t n) override;
+  void copy(T* dst, const T* src, size_t n) override;
+  void round_to(T* x, size_t n, Precision p) override;
+  void set_alloc_kind(AllocKind kind) override;  // Params/Grads/Optimizer/Activations arenas
+  bool host_memory() const override { return false; }
+  void upload(T* dst, const T* host_src, size_t n) override;    // to_device
+  void download(T* host_dst, const T* src, size_t n) override;  // to_host
+  int32_t* alloc_ids(size_t n) override;                        // activations arena
+  void free_ids(int32_t* p) override;
+  void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) override;
+
+  void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
+                      int OC) override;
+  void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                       int N, int IC, int OC) override;
+
+  void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tlen,
+                         int C, int v0, int Vl) override;
+  void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tlen,
+                          int C, int v0, int Vl) override;
+
+  void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+                         int C, T eps) override;
+  void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                          const T* mean, const T* rstd, int N, int C) override;
+  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, T eps) override;
+  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd,
+                        int N, int C) override;
+
+  void add(T* out, const T* a, const T* b, size_t n) override;
+  void gelu_forward(T* out, const T* inp, size_t n) override;
+  void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) override;
+  void swiglu_forward(T* out, const T* inp, int N, int F) override;
+  void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) override;
+
+  void rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+  void rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+
+  size_t attention_state_size(int B, int Tlen, int NH) const override {  // log-sum-exp per row
+    return static_cast<size_t>(B) * NH * Tlen;
+  }
+  void attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
+                         int hs) override;
+  void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs, int B,
+                          int Tlen, int NH, int NKV, int hs) override;
+
+  void ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) override;
+  void ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
+                int v0, int V) override;
+  double ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
+                 int N, int Vl, int v0, int V, T dloss) override;
+
+  double sum_squares(const T* x, size_t n) override;
+  void scale(T* x, T s, size_t n) override;
+  void adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1, float beta2,
+             float eps, float weight_decay, int t, float grad_scale) override;
+  void sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr, float momentum,
+                    float weight_decay, float grad_scale) override;
+  void lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1, float beta2,
+                    float eps, float weight_decay, int t, float grad_scale,
+                    double sums[2]) override;
+  void lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1, float beta2,
+                   float eps, float weight_decay, int t) override;
+
+ private:
+  std::unique_ptr<cuda::Context> ctx_;
+};
+
+}  // namespace mpitrain

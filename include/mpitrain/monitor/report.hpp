@@ -1,0 +1,51 @@
+// The end-of-run summary: <out-dir>/report.json and a few console lines, written at the end of a
+// run and on an early stop. Step statistics leave out the run's first step (warm-up: first-touch
+// page faults, MPI connection set-up) when there is more than one; the file says which steps.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace mpitrain {
+
+// One step record's figures.
+struct StepFigures {
+  int step;
+  double step_ms, tokens_per_s, mfu;
+  double forward_ms, backward_ms, optimizer_ms, exposed_comm_ms, data_ms, checkpoint_ms;
+  double peak_rss_mib;
+};
+
+// Above this share of the step time, exposed communication gets a WARNING line.
+inline constexpr double kExposedCommWarnShare = 0.30;
+
+// p-th percentile (0..100) of ascending `sorted` (non-empty), interpolating linearly between the
+// closest ranks (numpy's default): p50 of {1, 2, 3, 4} = 2.5.
+double percentile(const std::vector<double>& sorted, double p);
+
+class RunReport {
+ public:
+  void add_step(const StepFigures& f);
+  void add_checkpoint(double seconds);  // a checkpoint written (any kind), and how long it took
+  // Writes the JSON report to path and prints the summary to out. skipped_steps: steps the
+  // trainer discarded; exit_code: the run's, 0 when it is done (anything else: stopped early, e.g.
+  // 85 to be requeued). Throws Error on I/O failure.
+  void finish(const std::string& path, int skipped_steps, int exit_code, std::FILE* out) const;
+
+ private:
+  struct Sums {
+    int steps = 0;
+    double step_ms = 0, tokens_per_s = 0, mfu = 0, forward_ms = 0, backward_ms = 0,
+           optimizer_ms = 0, exposed_comm_ms = 0, data_ms = 0, checkpoint_ms = 0;
+    void add(const StepFigures& f);
+  };
+  Sums first_, rest_;  // the run's first step; every later one
+  int first_step_ = 0, last_step_ = 0;
+  std::vector<double> step_ms_, tokens_per_s_;  // of every step, for the percentiles
+  double peak_rss_mib_ = 0.0;
+  int checkpoints_ = 0;
+  double checkpoint_seconds_ = 0.0;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,115 @@
+// The optimizer: AdamW, SGD with momentum or LAMB over a contiguous range [lo, hi) of one rank's
+// flat parameter buffer, with fp32 master weights when the parameters are kept in bf16/fp16.
+//
+// The range is the whole buffer without ZeRO; with ZeRO-1 it is this data-parallel rank's part
+// (the caller's choice: the gradient sync decides it), and the state lives only for the range.
+// Every kind uses decoupled weight decay, on the tensors ParamLayout marks (matrices and
+// embeddings; never norms and biases), and takes the learning rate of the step from the caller
+// (the schedule). With g = grad_scale * grad:
+//   adamw  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//          u = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd w;  w -= lr u
+//   sgd    buf = mu buf + g (PyTorch's momentum buffer, no dampening, no Nesterov);
+//          w -= lr (buf + wd w)  (decoupled decay, "SGDW", so the parameter groups are AdamW's)
+//   lamb   (You et al. 2019) u as adamw; per tensor r = ||w|| / ||u||, 1 when either is 0;
+//          w -= lr r u. Norms and biases (no weight decay) take r = 1, i.e. the AdamW step, as
+//          the BERT reference LAMB, NVIDIA apex's FusedLAMB and timm's Lamb do by default.
+// LAMB's norms are those of the whole logical tensor whatever the layout: each rank sums the
+// squares of its part, then the sums are added over the data-parallel group (when ranges split
+// tensors) and, for tensors split over tp, over the tensor-parallel group; a tensor replicated
+// over tp counts tp rank 0's copy. The elementwise updates give each element the same result
+// wherever it lies (backend/cpu_optimizer.cpp), so a layout changes only the order of the norms'
+// double sums.
+//
+// Master weights (precision bf16/fp16): the optimizer keeps fp32 copies of params[lo, hi),
+// taken from params at construction, updates them, and writes params[lo, hi) =
+// round_to(master, precision). For fp32 the master is params[lo, hi) itself (no copy).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mpitrain/backend/backend.hpp"
+#include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/model/params.hpp"
+
+namespace mpitrain {
+
+enum class OptimizerKind { AdamW, Sgd, Lamb };
+
+// "adamw" | "sgd" | "lamb", else UsageError
+OptimizerKind parse_optimizer(const std::string& name);
+std::string to_string(OptimizerKind kind);
+// The names of the kind's state buffers, in the order of Optimizer::state(): the checkpoint's
+// datasets groups. adamw, lamb: adam_m, adam_v; sgd: momentum.
+std::vector<std::string> state_names(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  float beta1 = 0.9f;  // adamw, lamb
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float momentum = 0.9f;  // sgd
+  float weight_decay = 0.1f;
+};
+
+// The groups LAMB reduces its per-tensor squared norms over; nullptr where this rank is alone.
+// Unused by adamw and sgd.
+struct NormGroups {
+  Communicator* dp = nullptr;    // ZeRO only: the group whose ranges split this stage's buffer
+  Communicator* tp = nullptr;    // the tensor-parallel group
+  Communicator* tied = nullptr;  // gpt2 with pp > 1, first and last stage: the embedding group,
+                                 // so that both copies of the tied wte take the same ratio
+};
+
+class Optimizer {
+ public:
+  // params: layout.total() floats, outliving the optimizer. Updates params[lo, hi) (lo <= hi <=
+  // layout.total()). precision: how params are stored (bf16/fp16: a separate fp32 master).
+  // Every rank of each group in `groups` must construct its optimizer with the same layout.
+  Optimizer(Backend<float>& backend, const ParamLayout& layout, const OptimizerConfig& config,
+            float* params, size_t lo, size_t hi, Precision precision, NormGroups groups = {});
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of the range from grads[lo, hi) (grads: the flat buffer, layout.total()) scaled
+  // by grad_scale (clipping x 1 / loss scale). LAMB: collective over `groups`.
+  void step(const float* grads, float lr, float grad_scale);
+
+  const OptimizerConfig& config() const { return config_; }
+  size_t lo() const { return lo_; }
+  size_t hi() const { return hi_; }
+  Precision precision() const { return precision_; }
+  bool separate_master() const { return precision_ != Precision::Fp32; }
+  // The fp32 values of [lo, hi): hi - lo floats (params + lo when not separate).
+  float* master() { return master_; }
+  // The state buffers, named as state_names(kind), each hi - lo floats in the layout's order.
+  const std::vector<float*>& state() { return state_; }
+  // Bytes this optimizer allocated (state and separate master): 1/dp of it per rank with ZeRO.
+  size_t bytes() const;
+  int steps_taken() const { return t_; }
+  void set_steps_taken(int t) { t_ = t; }  // after loading the state
+
+ private:
+  // The part [begin, end) of one tensor (index into layout.tensors()) inside [lo, hi).
+  struct Segment {
+    size_t tensor, begin, end;
+  };
+  void lamb_step(const float* grads, float lr, float grad_scale);
+
+  Backend<float>& backend_;
+  const ParamLayout& layout_;
+  OptimizerConfig config_;
+  float* params_;
+  size_t lo_, hi_;
+  Precision precision_;
+  NormGroups groups_;
+  std::vector<Segment> segments_;
+  float* master_ = nullptr;
+  std::vector<float*> state_;
+  std::vector<double> norms_;  // lamb: per tensor {sum w^2, sum u^2}
+  int t_ = 0;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,85 @@
+// What one rank of a layout holds: the planner's memory model.
+//
+// Per rank of pipeline stage s (every tp rank of a stage holds the same amount), in bytes:
+//   params       P_s x w        P_s = ParamLayout(config, shard of s).total(); w = 4 (fp32, and
+//                               every tensor on CPU: float containers), 2 on GPU in bf16/fp16
+//   grads        P_s x w
+//   optimizer    S x 4 k        the optimizer's k fp32 state buffers (adamw, lamb: m and v; sgd:
+//                               momentum) for S = P_s, or with ZeRO-1 the largest piece of
+//                               zero_range(P_s, dp) (about P_s / dp)
+//   master       S x 4          the fp32 master copy, only in bf16/fp16
+//   activations  A_s x w        A_s = activation_elements(): the Model's buffers for the slots
+//                               the schedule keeps (pipeline_slots) and the backward scratch
+//   buffers      the pipeline's token lists (2 m B T int32, CPU only), its input-gradient copies
+//                (slots B T C x w, pp > 1), and on CPU one gradient bucket (--bucket-mb) that
+//                MPI's non-blocking all-reduce copies (dp > 1)
+//   baseline     the process without the model: MPI, OpenBLAS, the binary (CPU); CUDA context,
+//                library workspaces and communicator buffers (GPU) — a calibrated constant
+// The layout's figure is the largest stage's.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "mpitrain/backend/precision.hpp"
+#include "mpitrain/model/config.hpp"
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/model/params.hpp"
+#include "mpitrain/parallel/pipeline_schedule.hpp"
+
+namespace mpitrain {
+
+// One candidate: the process grid and the memory/time trade-offs of a run.
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int micro_batch = 1;
+  bool zero = false;  // ZeRO-1: AdamW state (and the fp32 master) sharded over dp
+  Recompute recompute = Recompute::None;
+};
+
+// What the run trains with, whatever the layout.
+struct RunShape {
+  int seq_len = 64;
+  int global_batch = 8;  // sequences per optimizer step
+  Precision precision = Precision::Fp32;
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  double bucket_mb = 25.0;  // data-parallel gradient bucket (MiB)
+  int optimizer_states = 2; // fp32 buffers per parameter: adamw, lamb 2 (m, v); sgd 1
+  bool gpu = false;         // false: every tensor in 4-byte float containers (CPU backend)
+};
+
+// Elements of the activation buffers Model allocates for `shard` with `slots` micro-batches of
+// B sequences of T tokens in flight, plus its backward scratch (model.cpp's constructor):
+//   block   = 5NC + 4N + N*QKV + N*A + N*FC + N*Fl      a block's buffers but probs and res3
+//   kept    = none: block + NC + P   selective: block + NC   full: NC        per layer per slot
+//   shared  = none: 0   selective: P   full: block + P                       once
+//   slot    = NC (stage input) + L*kept + [NC + 2N + N*Vl  on the last stage]
+//   scratch = 2NC + N*QKV + N*A + P + N*FC + N*Fl + 4N
+//   total   = shared + slots*slot + scratch
+// with N = B*T, P = B*NHl*T*T (attention probabilities), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
+// FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
+// Vl = padded vocab/tp, L = the stage's layers.
+size_t activation_elements(const ModelConfig& config, const ModelShard& shard, int B, int T,
+                           int slots, Recompute recompute);
+
+struct MemoryEstimate {  // bytes held by one rank
+  double params = 0, grads = 0, optimizer = 0, master = 0, activations = 0, buffers = 0,
+         baseline = 0;
+  double total() const {
+    return params + grads + optimizer + master + activations + buffers + baseline;
+  }
+};
+
+// Micro-batches per step on each dp rank: global batch / (dp x micro-batch).
+int micro_batches(const RunShape& run, const Layout& layout);
+
+// One rank of stage `stage`; stage_first_layer from pipeline_layer_split (balanced).
+MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, const Layout& layout,
+                            const std::vector<int>& stage_first_layer, int stage,
+                            double baseline_bytes);
+
+// The largest stage's figure (what must fit on every rank).
+MemoryEstimate layout_memory(const ModelConfig& config, const RunShape& run, const Layout& layout,
+                             double baseline_bytes);
+
+}  // namespace mpitrain

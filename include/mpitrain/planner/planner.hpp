@@ -1,0 +1,52 @@
+// The layout planner: every dp x tp x pp grid of the cluster's ranks, with each micro-batch size,
+// ZeRO-1 on/off and recomputation none/selective/full; memory per rank and step time of each
+// (memory.hpp, timing.hpp); the ones that fit ranked by step time, and for every grid that has
+// no fitting option, why.
+//
+// A grid is possible when tp divides the ranks of a node (a tp group never spans nodes) and the
+// model's heads, kv heads, d_ff and padded vocabulary (check_tensor_parallel, as the trainer),
+// pp <= n_layer (the trainer's balanced split, uneven when pp does not divide n_layer), and dp
+// divides the global batch. Micro-batch sizes: the divisors of global batch / dp up to
+// max_micro_batch. ZeRO-1 only where dp > 1 (it changes nothing otherwise).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpitrain/planner/cluster.hpp"
+#include "mpitrain/planner/memory.hpp"
+#include "mpitrain/planner/timing.hpp"
+
+namespace mpitrain {
+
+struct Candidate {
+  Layout layout;
+  MemoryEstimate memory;
+  TimeEstimate time;
+  double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs (PaLM) per second over the peak of all ranks
+};
+
+struct Rejected {
+  int dp, tp, pp;
+  std::string reason;
+};
+
+// Restricts the search; 0 / empty = every value.
+struct SearchLimits {
+  int dp = 0, tp = 0, pp = 0, micro_batch = 0;
+  int max_micro_batch = 64;
+  std::optional<bool> zero;
+  std::optional<Recompute> recompute;
+};
+
+struct Plan {
+  std::vector<Candidate> fits;     // fastest first (ties: less memory first)
+  std::vector<Rejected> rejected;  // grids with no option that fits, in enumeration order
+};
+
+Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cluster,
+               const Calibration& calibration, const SearchLimits& limits);
+
+}  // namespace mpitrain

@@ -1,0 +1,29 @@
+// How a plan is printed: one ranked table, the best layout's memory and trainer flags, and the
+// grids that do not fit with the reason.
+//
+//   rank  layout          mb  zero  recompute   memory GiB  est. step s  bubble %  exposed comm %  tokens/s   MFU %
+//      1  dp4 tp8 pp2      1     1  selective       70.312       48.103       0.4            13.1     87194    42.2
+//   ...
+//   best: dp4 tp8 pp2, micro-batch 1, ZeRO-1, recompute selective — per rank 70.31 GiB = ...
+//   trainer flags: --dp 4 --tp 8 --pp 2 --micro-batch-size 1 --zero 1 --recompute selective ...
+//   do not fit:
+//     dp64 tp1 pp1   memory: at least 512.20 GiB per rank (mb 1, zero 1, recompute full) > 80.00 GiB
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "mpitrain/planner/planner.hpp"
+
+namespace mpitrain {
+
+std::string layout_name(const Layout& layout);  // "dp4 tp8 pp2"
+
+// The trainer options that select this layout for this run.
+std::string trainer_flags(const Layout& layout, const RunShape& run);
+
+// The table's first `top` rows (0 = all), the best layout's memory breakdown and flags, and the
+// rejected grids.
+void print_plan(std::FILE* out, const Plan& plan, const RunShape& run, int top);
+
+}  // namespace mpitrain

@@ -1,0 +1,55 @@
+// How long one optimizer step of a layout takes: the planner's time model.
+//
+// Per micro-batch on the slowest stage s, t_fwd = (2 W_s + 4 L_s d T / tp) x B T / (peak x
+// efficiency), W_s the stage's matmul parameters per tp rank, L_s its layers:
+//   compute  t_fwd + 2 t_fwd, plus t_fwd again under full recomputation, plus the recomputed
+//            attention scores (2 L_s d T / tp flops per token) under selective
+//   tp       4 all-reduces of B T C activations per layer (6 under full recomputation), one
+//            more for the embedding / the head; ring over tp inside a node
+//   p2p      the stage's output forward and its input gradient back (pp > 1)
+// Step = (m + pp - 1) x (compute + tp + p2p)   (1F1B and GPipe: bubble (pp-1)/(m+pp-1))
+//      + the data-parallel gradient sync not hidden behind the last micro-batch's backward (ring,
+//        2(dp-1)/dp x bytes / bw, over the intra- or inter-node bandwidth by where the dp group's
+//        ranks sit; the last bucket is never hidden); under ZeRO-1 a reduce-scatter instead and an
+//        all-gather of the updated parameters after the step
+//      + the tied embedding's gradient sum between the first and last stage (gpt2, pp > 1)
+//      + the optimizer at the memory bandwidth: per parameter of its range 4 (3 + 2k) bytes (read
+//        the parameter, its gradient and k state values, write the parameter and the state:
+//        AdamW 28), clearing the gradients and their norm 8 bytes per parameter held.
+// Collective cost: ring, 2(n-1)/n x bytes / bw + latency for an all-reduce, (n-1)/n x bytes / bw
+// + latency for a reduce-scatter or an all-gather; a point-to-point send bytes / bw + latency.
+#pragma once
+
+#include "mpitrain/model/config.hpp"
+#include "mpitrain/planner/cluster.hpp"
+#include "mpitrain/planner/memory.hpp"
+
+namespace mpitrain {
+
+// Figures fitted to measurement (bench/plan_validate.sh on CPU) or published results (GPU).
+struct Calibration {
+  double efficiency = 0.5;       // fraction of peak the model's compute reaches
+  double baseline_bytes = 0;     // per rank, see memory.hpp
+  double latency_s = 10e-6;      // per collective call or point-to-point message
+};
+
+struct TimeEstimate {  // seconds per optimizer step, and shares of it
+  double compute = 0;     // forward + backward (+ recompute) of every micro-batch, busy stages
+  double bubble = 0;      // pipeline fill and drain: (pp-1)/(m+pp-1) of the pipelined part
+  double tp_comm = 0;     // tensor-parallel all-reduces (never hidden)
+  double p2p = 0;         // pipeline sends and receives (counted as exposed)
+  double dp_exposed = 0;  // data-parallel gradient sync (and ZeRO's all-gather) not hidden
+  double optimizer = 0;
+  double step = 0;
+  double bubble_fraction = 0;      // (pp-1)/(m+pp-1)
+  double exposed_comm_fraction = 0;  // (tp + p2p + dp exposed) / step
+};
+
+// Useful model FLOPs per token (PaLM: 6N + 12 L d T, N = ParamLayout::matmul_params()): the MFU
+// numerator, as the trainer counts it.
+double model_flops_per_token(const ModelConfig& config, int seq_len);
+
+TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,
+                           const Cluster& cluster, const Calibration& calibration);
+
+}  // namespace mpitrain

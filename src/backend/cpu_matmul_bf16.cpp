@@ -1,0 +1,152 @@
+// CPU backend: bf16 matrix products through oneDNN (see cpu_matmul_bf16.hpp).
+#include "cpu_matmul_bf16.hpp"
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "cpu_kernels.hpp"
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/backend/precision.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain::cpu {
+
+namespace {
+
+[[noreturn]] void throw_dnnl(const dnnl::error& e, const char* during) {
+  MPITRAIN_THROW(std::string("oneDNN: ") + during + ": " + e.what() + " (" +
+                 dnnl_status2str(e.status) + ")");
+}
+
+// dst[i] = the bf16 bits of src[i]: exact (the low 16 bits dropped) for values bf16 can hold.
+void to_bf16(uint16_t* dst, const float* src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelWork)
+  for (size_t i = 0; i < n; ++i) dst[i] = to_bf16_bits(src[i]);
+}
+
+// The effective ISA includes every avx512_core_bf16 feature (the ISA values are bit sets).
+bool has_bf16_instructions(dnnl::cpu_isa isa) {
+  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (static_cast<unsigned>(isa) & need) == need;
+}
+
+}  // namespace
+
+void ScratchBuffer::Free::operator()(void* p) const { std::free(p); }
+
+void* ScratchBuffer::reserve(size_t bytes) {
+  bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  if (bytes > bytes_) {
+    data_.reset();  // the old contents are not needed: free first, keeping the peak low
+    bytes_ = 0;
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    data_.reset(p);
+    bytes_ = bytes;
+  }
+  return data_.get();
+}
+
+void Bf16MatmulDelete::operator()(Bf16Matmul* p) const { delete p; }
+
+Bf16Matmul::Bf16Matmul() {
+  try {
+    engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
+    stream_ = dnnl::stream(engine_);
+  } catch (const dnnl::error& e) {
+    throw_dnnl(e, "creating the CPU engine");
+  }
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  native_ = has_bf16_instructions(isa);
+  if (!native_)
+    say_fallback((std::string("this CPU has no bf16 instructions (oneDNN's ISA: ") +
+                  dnnl_cpu_isa2str(static_cast<dnnl_cpu_isa_t>(isa)) + ")")
+                     .c_str());
+}
+
+void Bf16Matmul::say_fallback(const char* why) {
+  if (said_fallback_) return;
+  said_fallback_ = true;
+  std::fprintf(stderr, "bf16 GEMMs: %s; running fp32 sgemm on the bf16 values instead\n", why);
+}
+
+Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
+  const auto found = plans_.find(k);
+  if (found != plans_.end()) return found->second;
+  Plan p;
+  if (native_) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    try {
+      const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? tag::ba : tag::ab);
+      const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? tag::ba : tag::ab);
+      const dnnl::memory::desc c({k.M, k.N}, dt::f32, tag::ab);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      if (k.accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);  // C = C + A B, in fp32
+        attr.set_post_ops(ops);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_,
+                                            /*allow_empty=*/true);
+      if (pd && std::strncmp(pd.impl_info_str(), "ref", 3) != 0) {
+        p.bf16 = true;
+        p.matmul = dnnl::matmul(pd);
+        p.a = dnnl::memory(a, engine_, DNNL_MEMORY_NONE);
+        p.b = dnnl::memory(b, engine_, DNNL_MEMORY_NONE);
+        p.c = dnnl::memory(c, engine_, DNNL_MEMORY_NONE);
+        p.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine_, DNNL_MEMORY_NONE);
+      } else {
+        say_fallback(("oneDNN has no bf16 kernel for the " + std::to_string(k.M) + "x" +
+                      std::to_string(k.N) + "x" + std::to_string(k.K) + " product")
+                         .c_str());
+      }
+    } catch (const dnnl::error& e) {
+      throw_dnnl(e, "creating a bf16 matmul");
+    }
+  }
+  return plans_.emplace(k, std::move(p)).first->second;
+}
+
+bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
+                          bool accumulate, float* C, bool a_unchanged) {
+  Plan& p = plan({M, N, K, ta, tb, accumulate});
+  if (!p.bf16) {
+    a_source_ = nullptr;
+    return false;
+  }
+  const size_t na = static_cast<size_t>(M) * K, nb = static_cast<size_t>(K) * N;
+  // a_ already holds >= na elements when the copy is reused, so reserve keeps it.
+  auto* a = static_cast<uint16_t*>(a_.reserve(na * sizeof(uint16_t)));
+  if (!(a_unchanged && A == a_source_ && na == a_count_)) {
+    to_bf16(a, A, na);
+    a_source_ = A;
+    a_count_ = na;
+  }
+  auto* b = static_cast<uint16_t*>(b_.reserve(nb * sizeof(uint16_t)));
+  to_bf16(b, B, nb);
+  try {
+    p.a.set_data_handle(a);
+    p.b.set_data_handle(b);
+    p.c.set_data_handle(C);
+    p.scratchpad.set_data_handle(scratchpad_.reserve(p.scratchpad.get_desc().get_size()));
+    p.matmul.execute(stream_, {{DNNL_ARG_SRC, p.a},
+                               {DNNL_ARG_WEIGHTS, p.b},
+                               {DNNL_ARG_DST, p.c},
+                               {DNNL_ARG_SCRATCHPAD, p.scratchpad}});
+    stream_.wait();
+  } catch (const dnnl::error& e) {
+    throw_dnnl(e, "running a bf16 matmul");
+  }
+  return true;
+}
+
+}  // namespace mpitrain::cpu

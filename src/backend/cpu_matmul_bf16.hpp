@@ -1,0 +1,72 @@
+// Private to the CPU backend: bf16 matrix products through oneDNN. Operands that hold bf16 values
+// in float containers are converted to bf16 (exact: their low 16 bits are zero) into scratch
+// buffers; oneDNN's matmul multiplies them with fp32 accumulation into an fp32 result.
+//
+// One primitive per shape (M, N, K, transpositions, accumulate), created on first use and kept;
+// the scratch buffers (both operands and oneDNN's scratchpad, which it is told to take from us)
+// grow to the largest shape seen, so repeated shapes allocate nothing of their own.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace mpitrain::cpu {
+
+// A 64-byte aligned buffer that only grows; its contents are not kept when it does.
+class ScratchBuffer {
+ public:
+  void* reserve(size_t bytes);  // at least `bytes`, reallocated only when larger than before
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t bytes_ = 0;
+};
+
+class Bf16Matmul {
+ public:
+  Bf16Matmul();  // the CPU engine and stream; finds whether the CPU has bf16 instructions
+
+  bool native() const { return native_; }  // avx512_bf16 (or AMX) present and enabled
+
+  // C(M,N) = op(A)(M,K) @ op(B)(K,N) (+ C when accumulate); row-major and contiguous, A stored
+  // (K,M) when ta, B stored (N,K) when tb. Returns false, with C untouched, where no bf16 kernel
+  // runs this shape (no bf16 instructions, or oneDNN has only reference code): the caller then
+  // runs sgemm; said once on stderr. oneDNN failures throw Error with the library's message.
+  // a_unchanged: A's values have not changed since the previous call; if that call converted
+  // the same A (pointer and size), its bf16 copy is reused (matmul_backward's dout).
+  bool multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
+                bool accumulate, float* C, bool a_unchanged = false);
+
+ private:
+  struct Key {
+    int M, N, K;
+    bool ta, tb, accumulate;
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Plan {
+    bool bf16 = false;  // false: oneDNN has no bf16 kernel for this shape (sgemm instead)
+    dnnl::matmul matmul;
+    dnnl::memory a, b, c, scratchpad;  // descriptors only; the data pointers are set per call
+  };
+
+  Plan& plan(const Key& key);
+  void say_fallback(const char* why);
+
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  bool native_ = false;
+  bool said_fallback_ = false;
+  std::map<Key, Plan> plans_;
+  ScratchBuffer a_, b_, scratchpad_;
+  const float* a_source_ = nullptr;  // the previous call's A, if a_ holds its bf16 copy
+  size_t a_count_ = 0;
+};
+
+}  // namespace mpitrain::cpu

@@ -1,0 +1,477 @@
+// CUDA backend: construction, memory, and the ops that map one-to-one onto a kernel or a cuDNN
+// graph (embeddings, norms, pointwise, RoPE, cross-entropy, optimizer). Matmul and attention,
+// which also convert precisions, are in cuda_matmul.cpp and cuda_attention.cpp.
+#include "mpitrain/backend/cuda_backend.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <type_traits>
+
+#include "context.hpp"
+#include "kernels.hpp"
+#include "mpitrain/backend/cuda/check.hpp"
+#include "mpitrain/backend/cuda/device.hpp"
+
+namespace mpitrain {
+
+using cuda::MemoryKind;
+using cuda::Scratch;
+
+// ---- names ------------------------------------------------------------------------------------
+
+KernelSet parse_kernel_set(const std::string& name) {
+  if (name == "cudnn") return KernelSet::Cudnn;
+  if (name == "cuda") return KernelSet::Cuda;
+  throw UsageError("kernels '" + name + "' is not one of cudnn, cuda");
+}
+
+std::string to_string(KernelSet k) { return k == KernelSet::Cudnn ? "cudnn" : "cuda"; }
+
+GemmMath parse_gemm_math(const std::string& name) {
+  if (name == "fp32") return GemmMath::Fp32;
+  if (name == "tf32") return GemmMath::Tf32;
+  if (name == "bf16") return GemmMath::Bf16;
+  if (name == "fp16") return GemmMath::Fp16;
+  throw UsageError("GEMM math '" + name + "' is not one of fp32, tf32, bf16, fp16");
+}
+
+std::string to_string(GemmMath m) {
+  switch (m) {
+    case GemmMath::Fp32:
+      return "fp32";
+    case GemmMath::Tf32:
+      return "tf32";
+    case GemmMath::Bf16:
+      return "bf16";
+    case GemmMath::Fp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+// ---- context ----------------------------------------------------------------------------------
+
+namespace cuda {
+
+namespace {
+constexpr size_t kLtWorkspace = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
+}
+
+void* Scratch::Frame::bytes(size_t n, const char* what) {
+  const size_t start =
+      (s_.top_ + DeviceArena::kAlign - 1) / DeviceArena::kAlign * DeviceArena::kAlign;
+  if (start + n > s_.size_) {
+    char msg[256];
+    std::snprintf(msg, sizeof msg,
+                  "CUDA workspace too small for %s: %.1f MiB needed beyond %.1f MiB in use, "
+                  "%.1f MiB in all (raise the workspace size)",
+                  what, n / 1048576.0, start / 1048576.0, s_.size_ / 1048576.0);
+    MPITRAIN_THROW(msg);
+  }
+  s_.top_ = start + n;
+  s_.high_ = std::max(s_.high_, s_.top_);
+  return s_.base_ + start;
+}
+
+Context::Context(const CudaOptions& opts) : options(opts) {
+  const DeviceProbe probe = probe_devices();
+  if (probe.count == 0) throw Error(probe.reason);
+  if (opts.device < 0 || opts.device >= probe.count)
+    throw UsageError("CUDA device " + std::to_string(opts.device) + " does not exist (" +
+                     std::to_string(probe.count) + " visible)");
+  CUDA_CHECK(cudaSetDevice(opts.device));
+  device_text = describe_device(opts.device);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasLtCreate(&lt));
+  if (opts.kernels == KernelSet::Cudnn) {
+    CUDNN_CHECK(cudnnCreate(&dnn));
+    CUDNN_CHECK(cudnnSetStream(dnn, stream));
+    cudnn = std::make_unique<CudnnOps>(dnn, stream,
+                                       [this](const std::string& m) { report_fallback(m); });
+  }
+  DeviceArena& ws = memory.arena(MemoryKind::Workspace);
+  ws.reserve(kLtWorkspace + opts.workspace_bytes + DeviceArena::kAlign);
+  void* lt_ws = ws.take(kLtWorkspace);
+  scratch.init(static_cast<char*>(ws.take(opts.workspace_bytes)), opts.workspace_bytes);
+  gemm = std::make_unique<LtGemm>(lt, lt_ws, kLtWorkspace);
+}
+
+Context::~Context() {
+  cudaStreamSynchronize(stream);  // nothing may still use what is freed below
+  gemm.reset();
+  cudnn.reset();
+  if (dnn != nullptr) cudnnDestroy(dnn);
+  if (lt != nullptr) cublasLtDestroy(lt);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+void Context::report_fallback(const std::string& message) {
+  if (reported.insert(message).second) std::fprintf(stderr, "mpitrain: %s\n", message.c_str());
+}
+
+double Context::read_double(const double* device_value) {
+  double v = 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(&v, device_value, sizeof v, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return v;
+}
+
+}  // namespace cuda
+
+// ---- construction and memory ------------------------------------------------------------------
+
+template <typename T>
+CudaBackend<T>::CudaBackend(const CudaOptions& options)
+    : ctx_(std::make_unique<cuda::Context>(options)) {
+  static_assert(std::is_same_v<T, float>, "the CUDA backend computes in float");
+}
+
+template <typename T>
+CudaBackend<T>::~CudaBackend() = default;
+
+template <typename T>
+const CudaOptions& CudaBackend<T>::options() const {
+  return ctx_->options;
+}
+
+template <typename T>
+std::string CudaBackend<T>::describe() const {
+  return ctx_->device_text + "; kernels " + to_string(ctx_->options.kernels) + ", GEMM math " +
+         to_string(ctx_->options.math);
+}
+
+template <typename T>
+std::vector<std::string> CudaBackend<T>::fallbacks() const {
+  return {ctx_->reported.begin(), ctx_->reported.end()};
+}
+
+template <typename T>
+void CudaBackend<T>::set_alloc_kind(MemoryKind kind) {
+  ctx_->alloc_kind = kind;
+}
+
+template <typename T>
+void CudaBackend<T>::set_alloc_kind(AllocKind kind) {
+  switch (kind) {
+    case AllocKind::Params: return set_alloc_kind(MemoryKind::Params);
+    case AllocKind::Grads: return set_alloc_kind(MemoryKind::Grads);
+    case AllocKind::Optimizer: return set_alloc_kind(MemoryKind::Optimizer);
+    case AllocKind::Activations: return set_alloc_kind(MemoryKind::Activations);
+  }
+}
+
+template <typename T>
+void* CudaBackend<T>::alloc_bytes(MemoryKind kind, size_t bytes) {
+  void* p = ctx_->memory.arena(kind).take(bytes);
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_->stream));
+  return p;
+}
+
+template <typename T>
+T* CudaBackend<T>::alloc(MemoryKind kind, size_t n) {
+  return static_cast<T*>(alloc_bytes(kind, n * sizeof(T)));
+}
+
+template <typename T>
+T* CudaBackend<T>::alloc(size_t n) {
+  return alloc(ctx_->alloc_kind, n);
+}
+
+template <typename T>
+void CudaBackend<T>::free_bytes(void* p) {
+  if (p == nullptr) return;
+  for (int k = 0; k < cuda::kMemoryKinds; ++k) {
+    cuda::DeviceArena& a = ctx_->memory.arena(static_cast<MemoryKind>(k));
+    if (a.owns(p)) return a.give(p);
+  }
+  MPITRAIN_THROW("free: pointer is not CUDA backend memory");
+}
+
+template <typename T>
+void CudaBackend<T>::free(T* p) {
+  free_bytes(p);
+}
+
+template <typename T>
+void CudaBackend<T>::seal_memory() {
+  ctx_->memory.seal();
+}
+
+template <typename T>
+std::string CudaBackend<T>::memory_report() const {
+  char line[160];
+  std::snprintf(line, sizeof line, "\n  workspace scratch: %.1f MiB, high water %.1f MiB",
+                ctx_->scratch.capacity() / 1048576.0, ctx_->scratch.high_water() / 1048576.0);
+  return ctx_->memory.report() + line;
+}
+
+template <typename T>
+void CudaBackend<T>::to_device(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
+}
+
+template <typename T>
+void CudaBackend<T>::to_host(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
+}
+
+template <typename T>
+void CudaBackend<T>::upload(T* dst, const T* host_src, size_t n) {
+  to_device(dst, host_src, n * sizeof(T));
+}
+
+template <typename T>
+void CudaBackend<T>::download(T* host_dst, const T* src, size_t n) {
+  to_host(host_dst, src, n * sizeof(T));
+}
+
+template <typename T>
+int32_t* CudaBackend<T>::alloc_ids(size_t n) {
+  return static_cast<int32_t*>(alloc_bytes(MemoryKind::Activations, n * sizeof(int32_t)));
+}
+
+template <typename T>
+void CudaBackend<T>::free_ids(int32_t* p) {
+  free_bytes(p);
+}
+
+template <typename T>
+void CudaBackend<T>::upload_ids(int32_t* dst, const int32_t* host_src, size_t n) {
+  to_device(dst, host_src, n * sizeof(int32_t));
+}
+
+template <typename T>
+void CudaBackend<T>::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
+}
+
+template <typename T>
+void* CudaBackend<T>::stream() const {
+  return ctx_->stream;
+}
+
+template <typename T>
+void CudaBackend<T>::zero(T* x, size_t n) {
+  if (n > 0) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(T), ctx_->stream));
+}
+
+template <typename T>
+void CudaBackend<T>::copy(T* dst, const T* src, size_t n) {
+  if (n > 0)
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, ctx_->stream));
+}
+
+template <typename T>
+void CudaBackend<T>::round_to(T* x, size_t n, Precision p) {
+  cuda::launch_round(x, n, p, ctx_->stream);
+}
+
+// ---- embeddings -------------------------------------------------------------------------------
+
+template <typename T>
+void CudaBackend<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                       int B, int Tlen, int C, int v0, int Vl) {
+  cuda::launch_embedding_forward(out, tokens, wte, wpe, B, Tlen, C, v0, Vl, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens,
+                                        int B, int Tlen, int C, int v0, int Vl) {
+  cuda::launch_embedding_backward_wte(dwte, dout, tokens, B * Tlen, C, v0, Vl, ctx_->stream);
+  if (dwpe == nullptr) return;
+  // dwpe(T,C) += sum over b of dout[b]: column sums of dout seen as (B, T*C)
+  Scratch::Frame frame(ctx_->scratch);
+  float* partial = frame.take<float>(cuda::colsum_scratch(B, Tlen * C), "wpe gradient sums");
+  cuda::launch_colsum_accumulate(dwpe, dout, B, Tlen * C, partial, ctx_->stream);
+}
+
+// ---- norms ------------------------------------------------------------------------------------
+
+template <typename T>
+void CudaBackend<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w,
+                                       const T* b, int N, int C, T eps) {
+  cuda::Context& c = *ctx_;
+  if (c.cudnn && c.cudnn->norm_forward(true, N, C, out, mean, rstd, inp, w, b, eps, c.scratch))
+    return;
+  cuda::launch_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, c.stream);
+}
+
+template <typename T>
+void CudaBackend<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C,
+                                     T eps) {
+  cuda::Context& c = *ctx_;
+  if (c.cudnn &&
+      c.cudnn->norm_forward(false, N, C, out, nullptr, rstd, inp, w, nullptr, eps, c.scratch))
+    return;
+  cuda::launch_rmsnorm_forward(out, rstd, inp, w, N, C, eps, c.stream);
+}
+
+namespace {
+// Norm backward: cuDNN writes dx, dw, db, which are then added (the Backend accumulates);
+// the CUDA kernels accumulate directly.
+void norm_backward(cuda::Context& c, bool layer, float* dinp, float* dw, float* db,
+                   const float* dout, const float* inp, const float* w, const float* mean,
+                   const float* rstd, int N, int C) {
+  const size_t NC = static_cast<size_t>(N) * C;
+  if (c.cudnn) {
+    Scratch::Frame frame(c.scratch);
+    float* dx = frame.take<float>(NC, "norm input gradient");
+    float* dw_t = frame.take<float>(C, "norm weight gradient");
+    float* db_t = layer ? frame.take<float>(C, "norm bias gradient") : nullptr;
+    if (c.cudnn->norm_backward(layer, N, C, dx, dw_t, db_t, dout, inp, w, mean, rstd, c.scratch)) {
+      cuda::launch_accumulate(dinp, dx, NC, c.stream);
+      cuda::launch_accumulate(dw, dw_t, C, c.stream);
+      if (layer) cuda::launch_accumulate(db, db_t, C, c.stream);
+      return;
+    }
+  }
+  Scratch::Frame frame(c.scratch);
+  float* partial = frame.take<float>(cuda::norm_backward_scratch(N, C), "norm gradient sums");
+  cuda::launch_norm_backward(dinp, dw, layer ? db : nullptr, dout, inp, w, layer ? mean : nullptr,
+                             rstd, N, C, partial, c.stream);
+}
+}  // namespace
+
+template <typename T>
+void CudaBackend<T>::layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp,
+                                        const T* w, const T* mean, const T* rstd, int N, int C) {
+  norm_backward(*ctx_, true, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+template <typename T>
+void CudaBackend<T>::rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
+                                      const T* rstd, int N, int C) {
+  norm_backward(*ctx_, false, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C);
+}
+
+// ---- pointwise and RoPE -----------------------------------------------------------------------
+
+template <typename T>
+void CudaBackend<T>::add(T* out, const T* a, const T* b, size_t n) {
+  cuda::launch_add(out, a, b, n, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::gelu_forward(T* out, const T* inp, size_t n) {
+  cuda::launch_gelu_forward(out, inp, n, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+  cuda::launch_gelu_backward(dinp, inp, dout, n, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::swiglu_forward(T* out, const T* inp, int N, int F) {
+  cuda::launch_swiglu_forward(out, inp, N, F, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) {
+  cuda::launch_swiglu_backward(dinp, inp, dout, N, F, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+  cuda::launch_rope(qkv, B, Tlen, NH, NKV, hs, theta, +1, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+  cuda::launch_rope(dqkv, B, Tlen, NH, NKV, hs, theta, -1, ctx_->stream);
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------------
+
+template <typename T>
+void CudaBackend<T>::ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) {
+  cuda::launch_ce_row_max(logits, row_max, N, Vl, v0, V, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats,
+                              int N, int Vl, int v0, int V) {
+  cuda::launch_ce_stats(logits, row_max, targets, stats, N, Vl, v0, V, ctx_->stream);
+}
+
+template <typename T>
+double CudaBackend<T>::ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets,
+                               T* losses, int N, int Vl, int v0, int V, T dloss) {
+  Scratch::Frame frame(ctx_->scratch);
+  double* row_loss = frame.take<double>(std::max(N, 1), "per-row losses");
+  double* total = frame.take<double>(1, "loss total");
+  cuda::launch_ce_loss(logits, row_max, stats, targets, losses, row_loss, N, Vl, v0, V, dloss,
+                       ctx_->stream);
+  cuda::launch_sum_doubles(total, row_loss, static_cast<size_t>(N), ctx_->stream);
+  return ctx_->read_double(total);
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+template <typename T>
+double CudaBackend<T>::sum_squares(const T* x, size_t n) {
+  Scratch::Frame frame(ctx_->scratch);
+  double* partial = frame.take<double>(cuda::sum_squares_partials(), "sum of squares partials");
+  double* total = frame.take<double>(1, "sum of squares");
+  cuda::launch_sum_squares(partial, x, n, ctx_->stream);
+  cuda::launch_sum_doubles(total, partial, cuda::sum_squares_partials(), ctx_->stream);
+  return ctx_->read_double(total);
+}
+
+template <typename T>
+void CudaBackend<T>::scale(T* x, T s, size_t n) {
+  cuda::launch_scale(x, s, n, ctx_->stream);
+}
+
+namespace {
+// Adam's bias correction 1/(1-b^t), in double, then rounded to float (as the CPU backend).
+float bias_correction(float beta, int t) {
+  return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta), t)));
+}
+}  // namespace
+
+template <typename T>
+void CudaBackend<T>::adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  cuda::launch_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                     bias_correction(beta1, t), bias_correction(beta2, t), grad_scale,
+                     ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr,
+                                  float momentum, float weight_decay, float grad_scale) {
+  cuda::launch_sgd(param, grad, buf, n, lr, momentum, weight_decay, grad_scale, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1,
+                                  float beta2, float eps, float weight_decay, int t,
+                                  float grad_scale, double sums[2]) {
+  const size_t P = cuda::sum_squares_partials();
+  Scratch::Frame frame(ctx_->scratch);
+  double* partial = frame.take<double>(2 * P, "LAMB norm partials");
+  double* total = frame.take<double>(2, "LAMB norms");
+  cuda::launch_lamb_moments(partial, param, grad, m, v, n, beta1, beta2, eps, weight_decay,
+                            bias_correction(beta1, t), bias_correction(beta2, t), grad_scale,
+                            ctx_->stream);
+  cuda::launch_sum_doubles(total, partial, P, ctx_->stream);
+  cuda::launch_sum_doubles(total + 1, partial + P, P, ctx_->stream);
+  double host[2];
+  to_host(host, total, sizeof host);
+  sums[0] = host[0];
+  sums[1] = host[1];
+}
+
+template <typename T>
+void CudaBackend<T>::lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1,
+                                 float beta2, float eps, float weight_decay, int t) {
+  cuda::launch_lamb_update(param, m, v, n, lr, eps, weight_decay, bias_correction(beta1, t),
+                           bias_correction(beta2, t), ctx_->stream);
+}
+
+template class CudaBackend<float>;
+
+}  // namespace mpitrain

@@ -1,0 +1,113 @@
+// The CUDA kernels of the backend, as launch functions (defined in the *.cu files beside this,
+// called from the C++ side). float data, every launch on the given stream and checked with
+// CUDA_CHECK_LAUNCH. Shapes and conventions as in backend.hpp; only what differs is said here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mpitrain/backend/precision.hpp"
+
+namespace mpitrain::cuda {
+
+// ---- pointwise (pointwise.cu) ---------------------------------------------------------------
+void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t s);
+void launch_accumulate(float* y, const float* x, size_t n, cudaStream_t s);  // y += x
+void launch_scale(float* x, float a, size_t n, cudaStream_t s);
+void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t s);
+void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
+                          cudaStream_t s);
+void launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s);
+void launch_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                            cudaStream_t s);
+void launch_round(float* x, size_t n, Precision p, cudaStream_t s);
+// dst (bf16 or fp16 bits, 2 bytes each) = src rounded to nearest even; rows x cols taken from
+// src with leading dimension ld (elements), written densely.
+void launch_cast_down(uint16_t* dst, const float* src, size_t rows, size_t cols, size_t ld,
+                      Precision p, cudaStream_t s);
+// dst = src (bf16 or fp16 bits), dense n elements.
+void launch_cast_up(float* dst, const uint16_t* src, size_t n, Precision p, cudaStream_t s);
+
+// ---- column sums (reduce.cu): out[c] += sum over rows of x[r*cols + c], in a fixed order -----
+// scratch: colsum_scratch(rows, cols) floats.
+size_t colsum_scratch(int rows, int cols);
+void launch_colsum_accumulate(float* out, const float* x, int rows, int cols, float* scratch,
+                              cudaStream_t s);
+// Sum of n doubles in a fixed order, written to *out (device).
+void launch_sum_doubles(double* out, const double* x, size_t n, cudaStream_t s);
+
+// ---- embeddings (embedding.cu) ----------------------------------------------------------------
+void launch_embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              int B, int T, int C, int v0, int Vl, cudaStream_t s);
+// dwte rows of held tokens += dout rows (atomic adds); dwpe via launch_colsum_accumulate.
+void launch_embedding_backward_wte(float* dwte, const float* dout, const int32_t* tokens, int N,
+                                   int C, int v0, int Vl, cudaStream_t s);
+
+// ---- norms (norms.cu) -------------------------------------------------------------------------
+void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                              const float* w, const float* b, int N, int C, float eps,
+                              cudaStream_t s);
+void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                            float eps, cudaStream_t s);
+// dinp += input gradient; dw (and db unless null) += parameter gradients. mean null = RMSNorm.
+// scratch: norm_backward_scratch(N, C) floats.
+size_t norm_backward_scratch(int N, int C);
+void launch_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N, int C,
+                          float* scratch, cudaStream_t s);
+
+// ---- RoPE (rope.cu): sign +1 forward, -1 the inverse rotation (backward) ----------------------
+void launch_rope(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
+                 cudaStream_t s);
+
+// ---- attention (attention.cu), flash-style in fp32 ---------------------------------------------
+// hs <= 256. out(B,T,NH*hs) and lse(B,NH,T) = ln sum_j e^(q.k_j/sqrt(hs)), causal; query head h
+// reads kv head h/(NH/NKV). If dout is non-null, out is not written; instead D(B,NH,T) =
+// rowsum(dout * out) is (backward's preprocessing, without a stored out).
+void launch_attention_forward(float* out, float* lse, float* D, const float* dout, const float* qkv,
+                              int B, int T, int NH, int NKV, int hs, cudaStream_t s);
+// dqkv (overwritten) from dout, lse and D.
+void launch_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                               const float* D, int B, int T, int NH, int NKV, int hs,
+                               cudaStream_t s);
+
+// ---- cross-entropy (crossentropy.cu); row_loss(N) doubles for the fixed-order total ----------
+void launch_ce_row_max(const float* logits, float* row_max, int N, int Vl, int v0, int V,
+                       cudaStream_t s);
+void launch_ce_stats(const float* logits, const float* row_max, const int32_t* targets,
+                     float* stats, int N, int Vl, int v0, int V, cudaStream_t s);
+void launch_ce_loss(float* logits, const float* row_max, const float* stats, const int32_t* targets,
+                    float* losses, double* row_loss, int N, int Vl, int v0, int V, float dloss,
+                    cudaStream_t s);
+
+// ---- optimizer (optimizer.cu) -------------------------------------------------------------------
+// bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t) computed by the caller.
+void launch_adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float b1,
+                  float b2, float eps, float wd, float bc1, float bc2, float grad_scale,
+                  cudaStream_t s);
+// g = grad_scale grad; buf = momentum buf + g; p -= lr (buf + wd p)
+void launch_sgd(float* param, const float* grad, float* buf, size_t n, float lr, float momentum,
+                float wd, float grad_scale, cudaStream_t s);
+// LAMB: m, v as AdamW and partials (2 x sum_squares_partials() doubles) = [p^2 | u^2] per block;
+// then p -= lr u.
+void launch_lamb_moments(double* partials, const float* param, const float* grad, float* m,
+                         float* v, size_t n, float b1, float b2, float eps, float wd, float bc1,
+                         float bc2, float grad_scale, cudaStream_t s);
+void launch_lamb_update(float* param, const float* m, const float* v, size_t n, float lr, float eps,
+                        float wd, float bc1, float bc2, cudaStream_t s);
+// partial sums of x^2 in double: sum_squares_partials() doubles, then launch_sum_doubles.
+size_t sum_squares_partials();
+void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t s);
+
+// ---- GEMM (gemm_kernel.cu), our own tiled kernel
+// ------------------------------------------------- C(M,N) = alpha-free: C = A(M,K) B(K,N) [+
+// bias(N) per row] [+ C if accumulate], element (m,k) of A at A[m*sam + k*sak], (k,n) of B at
+// B[k*sbk + n*sbn], C row-major with ldc. Operands are rounded to `operands` (fp32: as they are)
+// before the products; fp32 accumulation.
+void launch_gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K,
+                 long sam, long sak, long sbk, long sbn, int ldc, bool accumulate,
+                 Precision operands, cudaStream_t s);
+
+}  // namespace mpitrain::cuda

@@ -1,0 +1,47 @@
+// CUDA kernel: rotary position embedding on the q and k heads of qkv(B,T,(NH+2NKV)hs), in place.
+// Pair (2i, 2i+1) at position t turns by sign * t theta^(-2i/hs); the angle, cos and sin are
+// computed in double as the CPU backend does (cpu_rope.cpp), so both round the same values.
+#include "common.cuh"
+#include "kernels.hpp"
+
+namespace mpitrain::cuda {
+
+namespace {
+
+constexpr int kMaxHalf = 512;  // head size <= 1024
+
+// one block per (t, b)
+__global__ void rope_kernel(float* qkv, int T, int NH, int NKV, int hs, double theta, int sign) {
+  __shared__ float cs[kMaxHalf], sn[kMaxHalf];
+  const int t = blockIdx.x, b = blockIdx.y, half = hs / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double angle = sign * double(t) * pow(theta, -2.0 * i / hs);
+    double s, c;
+    sincos(angle, &s, &c);
+    cs[i] = static_cast<float>(c);
+    sn[i] = static_cast<float>(s);
+  }
+  __syncthreads();
+  float* row = qkv + (size_t(b) * T + t) * size_t(NH + 2 * NKV) * hs;
+  const int pairs = (NH + NKV) * half;  // q heads then k heads are contiguous
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int h = p / half, i = p % half;
+    float* x = row + size_t(h) * hs + 2 * i;
+    const float x0 = x[0], x1 = x[1];
+    x[0] = x0 * cs[i] - x1 * sn[i];
+    x[1] = x0 * sn[i] + x1 * cs[i];
+  }
+}
+
+}  // namespace
+
+void launch_rope(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
+                 cudaStream_t s) {
+  if (hs % 2 != 0 || hs > 2 * kMaxHalf)
+    MPITRAIN_THROW("rope: head size must be even and at most " + std::to_string(2 * kMaxHalf));
+  if (B == 0 || T == 0) return;
+  rope_kernel<<<dim3(T, B), 128, 0, s>>>(qkv, T, NH, NKV, hs, static_cast<double>(theta), sign);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mpitrain::cuda

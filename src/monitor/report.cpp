@@ -1,0 +1,142 @@
+#include "mpitrain/monitor/report.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+double percentile(const std::vector<double>& sorted, double p) {
+  const double at = p / 100.0 * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(at));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+void RunReport::Sums::add(const StepFigures& f) {
+  ++steps;
+  step_ms += f.step_ms;
+  tokens_per_s += f.tokens_per_s;
+  mfu += f.mfu;
+  forward_ms += f.forward_ms;
+  backward_ms += f.backward_ms;
+  optimizer_ms += f.optimizer_ms;
+  exposed_comm_ms += f.exposed_comm_ms;
+  data_ms += f.data_ms;
+  checkpoint_ms += f.checkpoint_ms;
+}
+
+void RunReport::add_step(const StepFigures& f) {
+  if (first_.steps == 0) first_step_ = f.step;
+  (first_.steps == 0 ? first_ : rest_).add(f);
+  last_step_ = f.step;
+  step_ms_.push_back(f.step_ms);
+  tokens_per_s_.push_back(f.tokens_per_s);
+  peak_rss_mib_ = std::max(peak_rss_mib_, f.peak_rss_mib);
+}
+
+void RunReport::add_checkpoint(double seconds) {
+  ++checkpoints_;
+  checkpoint_seconds_ += seconds;
+}
+
+void RunReport::finish(const std::string& path, int skipped_steps, int exit_code,
+                       std::FILE* out) const {
+  const int total = first_.steps + rest_.steps;
+  const bool warmup_out = total > 1;
+  const Sums& s = warmup_out ? rest_ : first_;
+  const int n = s.steps;
+  // The measured steps' step times and tokens/s, ascending.
+  std::vector<double> ms(step_ms_.begin() + (warmup_out ? 1 : 0), step_ms_.end());
+  std::vector<double> tps(tokens_per_s_.begin() + (warmup_out ? 1 : 0), tokens_per_s_.end());
+  std::sort(ms.begin(), ms.end());
+  std::sort(tps.begin(), tps.end());
+  const double share = n > 0 && s.step_ms > 0 ? s.exposed_comm_ms / s.step_ms : 0.0;
+  const bool warn = share > kExposedCommWarnShare;
+  char over[160];
+  if (total == 0)
+    std::snprintf(over, sizeof over, "no training steps in this run");
+  else if (warmup_out)
+    std::snprintf(over, sizeof over, "steps %d-%d: the run's first step (%d, warm-up) is left out",
+                  first_step_ + 1, last_step_, first_step_);
+  else
+    std::snprintf(over, sizeof over, "step %d: the only step of the run, warm-up included",
+                  last_step_);
+
+  struct Close {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Close> f(std::fopen(path.c_str(), "w"));
+  if (!f) MPITRAIN_THROW("cannot write " + path + ": " + std::strerror(errno));
+  // A statistic, or null when there is no step to compute it from (JSON has no NaN).
+  auto num = [&](double v) {
+    char buf[32];
+    if (n == 0) return std::string("null");
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return std::string(buf);
+  };
+  const double mean = n > 0 ? 1.0 / n : 0.0;
+  std::fprintf(f.get(), "{\n  \"steps\": %d,\n  \"first_step\": %d,\n  \"last_step\": %d,\n", total,
+               first_step_, last_step_);
+  std::fprintf(f.get(), "  \"warmup_steps_excluded\": %d,\n  \"measured_steps\": %d,\n",
+               warmup_out ? 1 : 0, n);
+  std::fprintf(f.get(), "  \"statistics_over\": \"%s\",\n", over);
+  std::fprintf(
+      f.get(),
+      "  \"step_ms\": {\"mean\": %s, \"p50\": %s, \"p90\": %s, \"p99\": %s, \"max\": %s},\n",
+      num(s.step_ms * mean).c_str(), num(n ? percentile(ms, 50) : 0).c_str(),
+      num(n ? percentile(ms, 90) : 0).c_str(), num(n ? percentile(ms, 99) : 0).c_str(),
+      num(n ? ms.back() : 0).c_str());
+  std::fprintf(f.get(), "  \"tokens_per_s\": {\"mean\": %s, \"p50\": %s},\n",
+               num(s.tokens_per_s * mean).c_str(), num(n ? percentile(tps, 50) : 0).c_str());
+  std::fprintf(f.get(), "  \"mfu\": {\"mean\": %s},\n", num(s.mfu * mean).c_str());
+  std::fprintf(f.get(),
+               "  \"breakdown_ms_mean\": {\"forward\": %s, \"backward\": %s, \"optimizer\": %s, "
+               "\"exposed_comm\": %s, \"data\": %s, \"checkpoint\": %s},\n",
+               num(s.forward_ms * mean).c_str(), num(s.backward_ms * mean).c_str(),
+               num(s.optimizer_ms * mean).c_str(), num(s.exposed_comm_ms * mean).c_str(),
+               num(s.data_ms * mean).c_str(), num(s.checkpoint_ms * mean).c_str());
+  std::fprintf(f.get(), "  \"exposed_comm_share\": %s,\n  \"exposed_comm_warning\": %s,\n",
+               num(share).c_str(), warn ? "true" : "false");
+  std::fprintf(f.get(), "  \"peak_rss_mib\": %s,\n", num(peak_rss_mib_).c_str());
+  std::fprintf(f.get(), "  \"skipped_steps\": %d,\n", skipped_steps);
+  std::fprintf(f.get(), "  \"checkpoints\": {\"written\": %d, \"seconds\": %.6g},\n", checkpoints_,
+               checkpoint_seconds_);
+  std::fprintf(f.get(), "  \"stopped_early\": %s,\n  \"exit_code\": %d\n}\n",
+               exit_code != kExitOk ? "true" : "false", exit_code);
+  std::FILE* raw = f.release();
+  if (std::ferror(raw) || std::fclose(raw) != 0)
+    MPITRAIN_THROW("cannot write " + path + ": " + std::strerror(errno));
+
+  std::fprintf(out, "---- summary: %s\n", over);
+  if (n > 0) {
+    std::fprintf(out, "step time   mean %.2f ms | p50 %.2f | p90 %.2f | p99 %.2f | max %.2f\n",
+                 s.step_ms * mean, percentile(ms, 50), percentile(ms, 90), percentile(ms, 99),
+                 ms.back());
+    std::fprintf(out, "throughput  mean %.0f tok/s | p50 %.0f tok/s | MFU mean %.1f%%\n",
+                 s.tokens_per_s * mean, percentile(tps, 50), 100.0 * s.mfu * mean);
+    std::fprintf(out,
+                 "time (mean ms)  forward %.2f | backward %.2f | optimizer %.2f | exposed comm "
+                 "%.2f | data %.2f | checkpoint %.2f\n",
+                 s.forward_ms * mean, s.backward_ms * mean, s.optimizer_ms * mean,
+                 s.exposed_comm_ms * mean, s.data_ms * mean, s.checkpoint_ms * mean);
+    std::fprintf(out,
+                 "peak RSS %.1f MiB (largest rank) | exposed communication %.1f%% of the step "
+                 "time\n",
+                 peak_rss_mib_, 100.0 * share);
+  }
+  std::fprintf(out, "skipped steps %d | checkpoints written %d (%.2f s) | report %s\n",
+               skipped_steps, checkpoints_, checkpoint_seconds_, path.c_str());
+  if (warn)
+    std::fprintf(out,
+                 "WARNING: exposed communication is %.1f%% of the step time (more than "
+                 "%.0f%%): the ranks wait on each other; see the trace (--trace) for where\n",
+                 100.0 * share, 100.0 * kExposedCommWarnShare);
+  std::fflush(out);
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,135 @@
+#include "mpitrain/optim/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "adamw") return OptimizerKind::AdamW;
+  if (name == "sgd") return OptimizerKind::Sgd;
+  if (name == "lamb") return OptimizerKind::Lamb;
+  throw UsageError("optimizer must be 'adamw', 'sgd' or 'lamb', not '" + name + "'");
+}
+
+std::string to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::AdamW: return "adamw";
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Lamb: return "lamb";
+  }
+  return "?";
+}
+
+std::vector<std::string> state_names(OptimizerKind kind) {
+  if (kind == OptimizerKind::Sgd) return {"momentum"};
+  return {"adam_m", "adam_v"};
+}
+
+Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
+                     const OptimizerConfig& config, float* params, size_t lo, size_t hi,
+                     Precision precision, NormGroups groups)
+    : backend_(backend),
+      layout_(layout),
+      config_(config),
+      params_(params),
+      lo_(lo),
+      hi_(hi),
+      precision_(precision),
+      groups_(groups) {
+  if (lo > hi || hi > layout.total())
+    MPITRAIN_THROW("optimizer range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                   ") is not inside the " + std::to_string(layout.total()) + " parameters");
+  const std::vector<ParamTensor>& tensors = layout.tensors();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const size_t begin = std::max(lo, tensors[k].offset);
+    const size_t end = std::min(hi, tensors[k].offset + tensors[k].numel);
+    if (begin < end) segments_.push_back({k, begin, end});
+  }
+  const size_t n = hi - lo;
+  if (separate_master()) {
+    master_ = backend_.alloc(n);
+    backend_.copy(master_, params_ + lo, n);
+  } else {
+    master_ = params_ + lo;
+  }
+  for (size_t b = 0; b < state_names(config.kind).size(); ++b) state_.push_back(backend_.alloc(n));
+  if (config.kind == OptimizerKind::Lamb) norms_.assign(2 * tensors.size(), 0.0);
+}
+
+Optimizer::~Optimizer() {
+  for (float* s : state_) backend_.free(s);
+  if (separate_master()) backend_.free(master_);
+}
+
+size_t Optimizer::bytes() const {
+  return (hi_ - lo_) * sizeof(float) * (state_.size() + (separate_master() ? 1 : 0));
+}
+
+void Optimizer::step(const float* grads, float lr, float grad_scale) {
+  ++t_;
+  const OptimizerConfig& c = config_;
+  if (c.kind == OptimizerKind::Lamb) {
+    lamb_step(grads, lr, grad_scale);
+  } else {
+    for (const Segment& s : segments_) {
+      const float wd = layout_.tensors()[s.tensor].decay ? c.weight_decay : 0.0f;
+      const size_t at = s.begin - lo_, n = s.end - s.begin;
+      if (c.kind == OptimizerKind::AdamW)
+        backend_.adamw(master_ + at, grads + s.begin, state_[0] + at, state_[1] + at, n, lr,
+                       c.beta1, c.beta2, c.eps, wd, t_, grad_scale);
+      else
+        backend_.sgd_momentum(master_ + at, grads + s.begin, state_[0] + at, n, lr, c.momentum, wd,
+                              grad_scale);
+    }
+  }
+  if (separate_master()) {  // the compute copy: the master rounded to the storage precision
+    backend_.copy(params_ + lo_, master_, hi_ - lo_);
+    backend_.round_to(params_ + lo_, hi_ - lo_, precision_);
+  }
+}
+
+void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
+  const OptimizerConfig& c = config_;
+  const std::vector<ParamTensor>& tensors = layout_.tensors();
+  // Pass 1: moments, and the squared norms of this rank's part of each decayed tensor. Tensors
+  // without decay take the AdamW step (trust ratio 1) right away.
+  std::fill(norms_.begin(), norms_.end(), 0.0);
+  for (const Segment& s : segments_) {
+    const size_t at = s.begin - lo_, n = s.end - s.begin;
+    if (tensors[s.tensor].decay)
+      backend_.lamb_moments(master_ + at, grads + s.begin, state_[0] + at, state_[1] + at, n,
+                            c.beta1, c.beta2, c.eps, c.weight_decay, t_, grad_scale,
+                            &norms_[2 * s.tensor]);
+    else
+      backend_.adamw(master_ + at, grads + s.begin, state_[0] + at, state_[1] + at, n, lr, c.beta1,
+                     c.beta2, c.eps, 0.0f, t_, grad_scale);
+  }
+  // The whole tensors' sums: over the ranges of the dp group, then over tp for split tensors
+  // (a tensor replicated over tp counts once: tp rank 0's copy).
+  if (groups_.dp) groups_.dp->all_reduce(norms_.data(), norms_.size(), ReduceOp::Sum);
+  if (groups_.tp && groups_.tp->size() > 1) {
+    if (layout_.shard().tp_rank != 0)
+      for (size_t k = 0; k < tensors.size(); ++k)
+        if (tensors[k].split_dim < 0) norms_[2 * k] = norms_[2 * k + 1] = 0.0;
+    groups_.tp->all_reduce(norms_.data(), norms_.size(), ReduceOp::Sum);
+  }
+  if (groups_.tied && layout_.has(Slot::Wte)) {
+    const size_t k = &layout_.find("wte") - tensors.data();
+    groups_.tied->all_reduce(&norms_[2 * k], 2, ReduceOp::Max);  // the copies' sums agree
+  }
+  // Pass 2: w -= lr r u with the trust ratio r = ||w|| / ||u|| (1 when either is 0).
+  for (const Segment& s : segments_) {
+    if (!tensors[s.tensor].decay) continue;
+    const double w = std::sqrt(norms_[2 * s.tensor]), u = std::sqrt(norms_[2 * s.tensor + 1]);
+    const double ratio = w > 0 && u > 0 ? w / u : 1.0;
+    const size_t at = s.begin - lo_;
+    backend_.lamb_update(master_ + at, state_[0] + at, state_[1] + at, s.end - s.begin,
+                         static_cast<float>(lr * ratio), c.beta1, c.beta2, c.eps, c.weight_decay,
+                         t_);
+  }
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,79 @@
+#include "mpitrain/planner/cluster.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace mpitrain {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kDefaultGpuMemGbps = 3000;  // HBM3 as AdamW sees it (H100 SXM: 3350 peak)
+constexpr double kDefaultCpuMemGbps = 10;    // per node, a conservative DRAM stream rate
+
+void require_positive(double value, const std::string& what) {
+  require(value > 0, what + " must be given and positive (got " + std::to_string(value) + ")");
+}
+
+}  // namespace
+
+void read_cluster_file(const std::string& path, ClusterSpec& spec) {
+  std::ifstream in(path);
+  require(static_cast<bool>(in), "cannot read cluster file '" + path + "'");
+  po::options_description keys;
+  keys.add_options()
+      ("nodes", po::value(&spec.nodes))
+      ("gpus_per_node", po::value(&spec.gpus_per_node))
+      ("cores_per_node", po::value(&spec.cores_per_node))
+      ("ranks_per_node", po::value(&spec.ranks_per_node))
+      ("memory_gb", po::value(&spec.node_mem_gib))
+      ("gpu_memory_gb", po::value(&spec.gpu_mem_gib))
+      ("peak_tflops", po::value(&spec.peak_tflops))
+      ("peak_gflops", po::value(&spec.peak_gflops))
+      ("intra_node_gbps", po::value(&spec.intra_gbps))
+      ("inter_node_gbps", po::value(&spec.inter_gbps))
+      ("memory_bw_gbps", po::value(&spec.mem_gbps));
+  try {
+    po::variables_map vm;
+    po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/true), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError("cluster file " + path + ": " + e.what());
+  }
+  spec.cpu = spec.gpus_per_node == 0;
+}
+
+Cluster make_cluster(const ClusterSpec& s) {
+  require(s.nodes >= 1, "nodes must be at least 1 (got " + std::to_string(s.nodes) + ")");
+  Cluster c;
+  c.cpu = s.cpu;
+  c.nodes = s.nodes;
+  if (s.cpu) {
+    require(s.cores_per_node >= 1, "cores-per-node must be at least 1 on a CPU cluster");
+    c.ranks_per_node = s.ranks_per_node > 0 ? s.ranks_per_node : s.cores_per_node;
+    require_positive(s.node_mem_gib, "host memory per node (--host-mem)");
+    require_positive(s.peak_gflops, "peak GFLOP/s per node (--peak-gflops)");
+    c.mem_bytes = s.node_mem_gib * kGiB / c.ranks_per_node;
+    c.peak_flops = s.peak_gflops * 1e9 / c.ranks_per_node;
+    c.mem_bw = (s.mem_gbps > 0 ? s.mem_gbps : kDefaultCpuMemGbps) * 1e9 / c.ranks_per_node;
+  } else {
+    require(s.gpus_per_node >= 1, "gpus-per-node must be at least 1 (or --cpu)");
+    c.ranks_per_node = s.gpus_per_node;
+    require_positive(s.gpu_mem_gib, "GPU memory (--gpu-mem)");
+    require_positive(s.peak_tflops, "peak TFLOP/s per GPU (--peak-tflops)");
+    c.mem_bytes = s.gpu_mem_gib * kGiB;
+    c.peak_flops = s.peak_tflops * 1e12;
+    c.mem_bw = (s.mem_gbps > 0 ? s.mem_gbps : kDefaultGpuMemGbps) * 1e9;
+  }
+  if (c.ranks_per_node > 1) require_positive(s.intra_gbps, "intra-node bandwidth (--intra-bw)");
+  if (s.nodes > 1) require_positive(s.inter_gbps, "inter-node bandwidth (--inter-bw)");
+  c.intra_bw = s.intra_gbps * 1e9;
+  c.inter_bw = s.inter_gbps * 1e9 / c.ranks_per_node;
+  return c;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,109 @@
+#include "mpitrain/planner/planner.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/run_setup.hpp"
+
+namespace mpitrain {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1u << 30));
+  return buf;
+}
+
+// Why grid (dp, tp, pp) cannot run this model and batch at all; "" if it can.
+std::string grid_problem(const ModelConfig& config, const RunShape& run, const Cluster& cluster,
+                         int dp, int tp, int pp) {
+  if (cluster.ranks_per_node % tp != 0)
+    return "tp " + std::to_string(tp) + " does not divide the " +
+           std::to_string(cluster.ranks_per_node) + " ranks of a node (a tp group stays in one node)";
+  try {
+    check_tensor_parallel(config, tp);
+    pipeline_layer_split(config.n_layer, pp, "");
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  if (run.global_batch % dp != 0)
+    return "global batch " + std::to_string(run.global_batch) + " is not divisible by dp " +
+           std::to_string(dp);
+  return "";
+}
+
+}  // namespace
+
+Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cluster,
+               const Calibration& calibration, const SearchLimits& limits) {
+  Plan plan;
+  const int world = cluster.world();
+  const double flops_per_token = model_flops_per_token(config, run.seq_len);
+  for (int tp : divisors(world)) {
+    for (int pp : divisors(world / tp)) {
+      const int dp = world / (tp * pp);
+      if ((limits.dp && dp != limits.dp) || (limits.tp && tp != limits.tp) ||
+          (limits.pp && pp != limits.pp))
+        continue;
+      if (std::string why = grid_problem(config, run, cluster, dp, tp, pp); !why.empty()) {
+        plan.rejected.push_back({dp, tp, pp, why});
+        continue;
+      }
+      std::vector<Layout> options;
+      for (int mb : divisors(run.global_batch / dp)) {
+        if (mb > limits.max_micro_batch || (limits.micro_batch && mb != limits.micro_batch)) continue;
+        for (bool zero : {false, true}) {
+          if ((zero && dp == 1) || (limits.zero && *limits.zero != zero)) continue;
+          for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
+            if (!limits.recompute || *limits.recompute == rc)
+              options.push_back({dp, tp, pp, mb, zero, rc});
+        }
+      }
+      if (options.empty()) {
+        plan.rejected.push_back(
+            {dp, tp, pp,
+             "global batch " + std::to_string(run.global_batch) + " / dp " + std::to_string(dp) +
+                 " has no micro-batch size allowed here (micro-batch-size, max-micro-batch)"});
+        continue;
+      }
+      const Layout* smallest = nullptr;
+      double smallest_bytes = 0;
+      bool any = false;
+      for (const Layout& layout : options) {
+        const MemoryEstimate mem = layout_memory(config, run, layout, calibration.baseline_bytes);
+        if (mem.total() > cluster.mem_bytes) {
+          if (!smallest || mem.total() < smallest_bytes) smallest = &layout, smallest_bytes = mem.total();
+          continue;
+        }
+        Candidate c{layout, mem, estimate_time(config, run, layout, cluster, calibration)};
+        c.tokens_per_s = static_cast<double>(run.global_batch) * run.seq_len / c.time.step;
+        c.mfu = flops_per_token * c.tokens_per_s / (cluster.peak_flops * world);
+        plan.fits.push_back(c);
+        any = true;
+      }
+      if (!any)
+        plan.rejected.push_back(
+            {dp, tp, pp,
+             "memory: at least " + gib(smallest_bytes) + " per rank (mb " +
+                 std::to_string(smallest->micro_batch) + ", zero " +
+                 std::to_string(smallest->zero ? 1 : 0) + ", recompute " +
+                 to_string(smallest->recompute) + ") > " + gib(cluster.mem_bytes)});
+    }
+  }
+  std::stable_sort(plan.fits.begin(), plan.fits.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.time.step != b.time.step) return a.time.step < b.time.step;
+    return a.memory.total() < b.memory.total();
+  });
+  return plan;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,64 @@
+#include "mpitrain/planner/report.hpp"
+
+#include <algorithm>
+
+namespace mpitrain {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
+
+std::string layout_name(const Layout& l) {
+  return "dp" + std::to_string(l.dp) + " tp" + std::to_string(l.tp) + " pp" + std::to_string(l.pp);
+}
+
+std::string trainer_flags(const Layout& l, const RunShape& run) {
+  return "--dp " + std::to_string(l.dp) + " --tp " + std::to_string(l.tp) + " --pp " +
+         std::to_string(l.pp) + " --micro-batch-size " + std::to_string(l.micro_batch) +
+         " --zero " + (l.zero ? "1" : "0") + " --recompute " + to_string(l.recompute) +
+         " --precision " + to_string(run.precision) + " --pp-schedule " +
+         to_string(run.schedule) + " --global-batch-size " + std::to_string(run.global_batch) +
+         " --seq-len " + std::to_string(run.seq_len);
+}
+
+void print_plan(std::FILE* out, const Plan& plan, const RunShape& run, int top) {
+  const size_t shown = top > 0 ? std::min<size_t>(top, plan.fits.size()) : plan.fits.size();
+  std::fprintf(out, "%4s  %-16s %4s %5s  %-9s  %10s  %11s  %8s  %14s  %10s  %6s\n", "rank",
+               "layout", "mb", "zero", "recompute", "memory GiB", "est. step s", "bubble %",
+               "exposed comm %", "tokens/s", "MFU %");
+  for (size_t i = 0; i < shown; ++i) {
+    const Candidate& c = plan.fits[i];
+    std::fprintf(out, "%4zu  %-16s %4d %5d  %-9s  %10.3f  %11.4f  %8.1f  %14.1f  %10.0f  %6.1f\n",
+                 i + 1, layout_name(c.layout).c_str(), c.layout.micro_batch, c.layout.zero ? 1 : 0,
+                 to_string(c.layout.recompute).c_str(), c.memory.total() / kGiB, c.time.step,
+                 100.0 * c.time.bubble_fraction, 100.0 * c.time.exposed_comm_fraction,
+                 c.tokens_per_s, 100.0 * c.mfu);
+  }
+  if (shown < plan.fits.size())
+    std::fprintf(out, "(%zu of %zu fitting options shown; --top 0 lists all)\n", shown,
+                 plan.fits.size());
+  if (!plan.fits.empty()) {
+    const Candidate& b = plan.fits.front();
+    const MemoryEstimate& m = b.memory;
+    std::fprintf(out,
+                 "best: %s, micro-batch %d, ZeRO-1 %s, recompute %s: %.2f GiB per rank = params "
+                 "%.2f + grads %.2f + optimizer %.2f + master %.2f + activations %.2f + buffers "
+                 "%.2f + baseline %.2f; step %.4f s = compute %.4f + bubble %.4f + tp %.4f + p2p "
+                 "%.4f + dp exposed %.4f + optimizer %.4f\n",
+                 layout_name(b.layout).c_str(), b.layout.micro_batch, b.layout.zero ? "on" : "off",
+                 to_string(b.layout.recompute).c_str(), m.total() / kGiB, m.params / kGiB,
+                 m.grads / kGiB, m.optimizer / kGiB, m.master / kGiB, m.activations / kGiB,
+                 m.buffers / kGiB, m.baseline / kGiB, b.time.step, b.time.compute,
+                 b.time.bubble, b.time.tp_comm, b.time.p2p, b.time.dp_exposed, b.time.optimizer);
+    std::fprintf(out, "trainer flags: %s\n", trainer_flags(b.layout, run).c_str());
+  }
+  if (!plan.rejected.empty()) {
+    std::fprintf(out, "do not fit:\n");
+    for (const Rejected& r : plan.rejected)
+      std::fprintf(out, "  %-16s %s\n", layout_name({r.dp, r.tp, r.pp}).c_str(), r.reason.c_str());
+  }
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,135 @@
+#include "mpitrain/planner/timing.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "mpitrain/runtime/grid.hpp"
+#include "mpitrain/train/gather.hpp"
+
+namespace mpitrain {
+
+namespace {
+
+// Ring collectives over n ranks: bytes each rank contributes, bus bandwidth bw, a per call.
+double all_reduce_s(double bytes, int n, double bw, double a) {
+  return n < 2 ? 0.0 : 2.0 * (n - 1) / n * bytes / bw + a;
+}
+double half_ring_s(double bytes, int n, double bw, double a) {  // reduce-scatter or all-gather
+  return n < 2 ? 0.0 : 1.0 * (n - 1) / n * bytes / bw + a;
+}
+
+// Bandwidth a group of the grid gets: inside a node if every such group lies in one node.
+double group_bw(const Cluster& cluster, const GridShape& grid, Group g) {
+  for (int r = 0; r < grid.size(); ++r)
+    for (int member : Grid::members(grid, g, r))
+      if (!cluster.same_node(r, member)) return cluster.inter_bw;
+  return cluster.intra_bw;
+}
+
+// Parameters of this shard that take part in matrix products (as ParamLayout::matmul_params
+// counts them for the whole model): all but wpe and the wte lookup; a tied wte is the head on
+// the last stage.
+double matmul_params(const ModelConfig& config, const ParamLayout& layout) {
+  double n = 0;
+  for (const ParamTensor& t : layout.tensors()) {
+    if (t.slot == Slot::Wpe) continue;
+    if (t.slot == Slot::Wte && !(config.tied_embeddings() && layout.shard().last_stage)) continue;
+    n += static_cast<double>(t.numel);
+  }
+  return n;
+}
+
+// Elements of the shard's tensors replicated over tp (their gradients are averaged every step),
+// and how many tensors that is.
+void replicated(const ParamLayout& layout, double& elements, int& tensors) {
+  elements = 0;
+  tensors = 0;
+  for (const ParamTensor& t : layout.tensors())
+    if (t.split_dim < 0) elements += static_cast<double>(t.numel), ++tensors;
+}
+
+}  // namespace
+
+double model_flops_per_token(const ModelConfig& config, int seq_len) {
+  return 6.0 * static_cast<double>(ParamLayout(config).matmul_params()) +
+         12.0 * config.n_layer * config.d_model * seq_len;
+}
+
+TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,
+                           const Cluster& cluster, const Calibration& cal) {
+  const GridShape grid{layout.dp, layout.tp, layout.pp};
+  const std::vector<int> first = pipeline_layer_split(config.n_layer, layout.pp, "");
+  const int m = micro_batches(run, layout);
+  const double w = run.gpu && run.precision != Precision::Fp32 ? 2.0 : 4.0;
+  const double tokens = static_cast<double>(layout.micro_batch) * run.seq_len;  // per micro-batch
+  const double act_bytes = tokens * config.d_model * w;  // one (B, T, C) activation
+  const double rate = cluster.peak_flops * cal.efficiency;
+  const double a = cal.latency_s;
+  const double dp_bw = group_bw(cluster, grid, Group::Dp);
+  const double pp_bw = group_bw(cluster, grid, Group::Pp);
+  const double emb_bw = group_bw(cluster, grid, Group::Embedding);
+  const double tp_call = all_reduce_s(act_bytes, layout.tp, cluster.intra_bw, a);
+  const bool full = layout.recompute == Recompute::Full;
+
+  double micro = 0, micro_compute = 0, micro_tp = 0, micro_p2p = 0;  // slowest stage's
+  double dp_exposed = 0, per_step_tp = 0, optimizer = 0;
+  for (int s = 0; s < layout.pp; ++s) {
+    const ModelShard shard = shard_of(grid, first, 0, s);
+    const ParamLayout params(config, shard);
+    const int L = shard.layer_end - shard.layer_begin;
+    // Forward flops per token on this rank: 2 per matmul parameter, 4 L d T / tp for attention.
+    const double attention = 4.0 * L * config.d_model * run.seq_len / layout.tp;
+    const double fwd = (2.0 * matmul_params(config, params) + attention) * tokens / rate;
+    double extra = 0;
+    if (full) extra = fwd;
+    if (layout.recompute == Recompute::Selective) extra = 0.5 * attention * tokens / rate;
+    const double compute = 3.0 * fwd + extra;
+    const int tp_calls = (full ? 6 : 4) * L + (shard.first_stage ? 1 : 0) + (shard.last_stage ? 1 : 0);
+    const double tp = tp_calls * tp_call;
+    const double p2p = layout.pp > 1 ? 2.0 * (act_bytes / pp_bw + a) : 0.0;
+    if (compute + tp + p2p > micro) {
+      micro = compute + tp + p2p;
+      micro_compute = compute, micro_tp = tp, micro_p2p = p2p;
+    }
+
+    // Once per step: gradient sync over dp, behind the last micro-batch's backward.
+    const double n = static_cast<double>(params.total());
+    const double grad_bytes = n * w;
+    const double bucket = std::min(grad_bytes, run.bucket_mb * (1 << 20));
+    const double window = 2.0 * fwd + extra + tp * 0.5;
+    double exposed = 0;
+    if (layout.zero) {
+      const double rs = half_ring_s(grad_bytes, layout.dp, dp_bw, a);
+      exposed = std::max(rs - window, half_ring_s(bucket, layout.dp, dp_bw, a)) +
+                half_ring_s(n * w, layout.dp, dp_bw, a);  // the updated parameters, gathered
+    } else {
+      const double ar = all_reduce_s(grad_bytes, layout.dp, dp_bw, a);
+      exposed = std::max(ar - window, all_reduce_s(bucket, layout.dp, dp_bw, a));
+    }
+    if (config.tied_embeddings() && layout.pp > 1 && (shard.first_stage || shard.last_stage))
+      exposed += all_reduce_s(params.find("wte").numel * w, 2, emb_bw, a);
+    dp_exposed = std::max(dp_exposed, exposed);
+    double rep_elements = 0;
+    int rep_tensors = 0;
+    replicated(params, rep_elements, rep_tensors);
+    per_step_tp = std::max(per_step_tp, all_reduce_s(rep_elements * 4.0, layout.tp, cluster.intra_bw, 0) +
+                                            (layout.tp > 1 ? a * rep_tensors : 0));
+    const double shard_n = layout.zero ? n / layout.dp : n;
+    const double update_bytes = 4.0 * (3 + 2 * run.optimizer_states);  // read p, g, state; write p, state
+    optimizer = std::max(optimizer, (update_bytes * shard_n + 8.0 * n) / cluster.mem_bw);
+  }
+
+  TimeEstimate t;
+  t.compute = m * micro_compute;
+  t.tp_comm = m * micro_tp + per_step_tp;
+  t.p2p = m * micro_p2p;
+  t.bubble = (layout.pp - 1) * micro;
+  t.dp_exposed = dp_exposed;
+  t.optimizer = optimizer;
+  t.step = (m + layout.pp - 1) * micro + per_step_tp + dp_exposed + optimizer;
+  t.bubble_fraction = pipeline_bubble(m, layout.pp);
+  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.dp_exposed) / t.step;
+  return t;
+}
+
+}  // namespace mpitrain

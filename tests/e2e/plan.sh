@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The layout planner (build/plan): a ranked table and the trainer flags of the best layout, which
+# the trainer then runs as they are; grids that cannot run reported with the reason (too few
+# layers, heads not divisible, memory); bad input -> one message, exit 2; and given an H100
+# cluster's numbers, Megatron's layout for Llama-2 70B (TP 8, PP 2 to 8) among the top choices.
+source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+PLAN="$BUILD_DIR/plan"
+
+# The model of tiny_args as an INI file (the planner reads the trainer's INI).
+cat > "$SCRATCH/tiny.ini" <<'EOF'
+arch = gpt2
+n-layer = 2
+n-head = 4
+d-model = 64
+vocab-size = 256
+seq-len = 32
+global-batch-size = 8
+EOF
+cpu=(--config "$SCRATCH/tiny.ini" --cpu --cores-per-node 2 --host-mem 8 --peak-gflops 100)
+
+# 1. The table and the flags, for 4 ranks on one node.
+"$PLAN" "${cpu[@]}" --ranks-per-node 4 --top 0 > "$SCRATCH/cpu.txt"
+cat "$SCRATCH/cpu.txt"
+grep -q '^rank  layout  *mb  *zero  *recompute  *memory GiB  *est. step s  *bubble %  *exposed comm %  *tokens/s  *MFU %$' \
+  "$SCRATCH/cpu.txt" || fail "no table header"
+rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp[0-9]+$/ && $3 ~ /^tp[0-9]+$/ && $4 ~ /^pp[0-9]+$/' "$SCRATCH/cpu.txt" | wc -l)
+# dp x tp x pp = 4 with pp <= 2 layers: (4,1,1) (2,2,1) (1,4,1) (2,1,2) (1,2,2); micro-batches
+# dividing 8/dp; ZeRO on and off where dp > 1; three recomputation modes; all fit in 2 GiB.
+[ "$rows" = $(( (2 * 2 + 3 * 2 + 4 + 3 * 2 + 4) * 3 )) ] || fail "$rows rows, expected 72"
+awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $9}' "$SCRATCH/cpu.txt" | sort -c -g ||
+  fail "the table is not sorted by step time"
+flags=$(sed -n 's/^trainer flags: //p' "$SCRATCH/cpu.txt")
+[[ $flags =~ ^--dp\ ([0-9]+)\ --tp\ ([0-9]+)\ --pp\ ([0-9]+)\ --micro-batch-size\ [0-9]+\ --zero\ [01]\ --recompute\ (none|selective|full)\  ]] ||
+  fail "trainer flags line: '$flags'"
+layout="dp ${BASH_REMATCH[1]} x tp ${BASH_REMATCH[2]} x pp ${BASH_REMATCH[3]}"
+grep -q "^   1  dp${BASH_REMATCH[1]} tp${BASH_REMATCH[2]} pp${BASH_REMATCH[3]} " "$SCRATCH/cpu.txt" ||
+  fail "the flags are not the first row's layout"
+grep -q '^do not fit:$' "$SCRATCH/cpu.txt" || fail "no 'do not fit' section"
+grep -q '^  dp1 tp1 pp4  *n-layer 2 is fewer than the 4 pipeline stages (pp)$' "$SCRATCH/cpu.txt" ||
+  fail "pp 4 over 2 layers not reported"
+
+# The flags are the trainer's own: it runs them on the same model (last flag wins over tiny_args).
+# shellcheck disable=SC2046,SC2086
+run_trainer 4 "$SCRATCH/train.log" $(tiny_args) --steps 2 --out-dir "$SCRATCH/run" $flags
+[ "$rc" = 0 ] || { cat "$SCRATCH/train.log"; fail "the trainer did not run the planner's flags (exit $rc)"; }
+grep -q "4 ranks = $layout" "$SCRATCH/train.log" || { cat "$SCRATCH/train.log"; fail "the trainer ran another layout than $layout"; }
+echo "ok: the trainer ran the best layout: $flags"
+
+# 2. Grids that cannot run: heads not divisible by tp, and no memory.
+"$PLAN" "${cpu[@]}" --cores-per-node 8 --ranks-per-node 8 > "$SCRATCH/eight.txt"
+grep -q '^  dp1 tp8 pp1  *n-head (4) is not divisible by tp (8)$' "$SCRATCH/eight.txt" ||
+  { cat "$SCRATCH/eight.txt"; fail "tp 8 over 4 heads not reported"; }
+set +e
+"$PLAN" "${cpu[@]}" --ranks-per-node 4 --host-mem 0.05 > "$SCRATCH/small.txt" 2> "$SCRATCH/small.err"
+small_rc=$?
+set -e
+[ "$small_rc" = 1 ] || fail "nothing fits: exit $small_rc, expected 1"
+grep -q 'no layout fits' "$SCRATCH/small.err" || fail "nothing fits: no message"
+grep -q '^  dp4 tp1 pp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero 1, recompute full) > 0.01 GiB$' \
+  "$SCRATCH/small.txt" || { cat "$SCRATCH/small.txt"; fail "memory not given as the reason"; }
+echo "ok: grids that do not fit are named with the reason"
+
+# 3. Bad input: one message, exit 2.
+expect_plan_error() {  # expect_plan_error NAME EXPECTED_TEXT ARGS...
+  local name=$1 expected=$2 code
+  shift 2
+  set +e
+  "$PLAN" "$@" > "$SCRATCH/$name.out" 2> "$SCRATCH/$name.err"
+  code=$?
+  set -e
+  [ "$code" = 2 ] || { cat "$SCRATCH/$name.err"; fail "$name: exit $code, expected 2"; }
+  grep -qF -- "$expected" "$SCRATCH/$name.err" || { cat "$SCRATCH/$name.err"; fail "$name: no '$expected'"; }
+  [ "$(wc -l < "$SCRATCH/$name.err")" = 1 ] || { cat "$SCRATCH/$name.err"; fail "$name: not one line"; }
+  [ ! -s "$SCRATCH/$name.out" ] || fail "$name: printed a plan"
+  echo "ok: $name -> $(cat "$SCRATCH/$name.err")"
+}
+gpu=(--nodes 8 --gpus-per-node 8 --gpu-mem 80 --peak-tflops 989 --intra-bw 450 --inter-bw 400)
+llama=(--config "$SOURCE_DIR/input/llama2-70b.ini")
+expect_plan_error no_config "--config MODEL.ini is required" "${gpu[@]}"
+expect_plan_error missing_config "cannot read config file" --config "$SCRATCH/nope.ini" "${gpu[@]}"
+expect_plan_error no_ranks "--gpus-per-node G (GPU nodes), --cpu, or a --cluster file" "${llama[@]}"
+expect_plan_error no_peak "peak TFLOP/s per GPU (--peak-tflops) must be given" "${llama[@]}" --nodes 8 --gpus-per-node 8 --gpu-mem 80 --intra-bw 450 --inter-bw 400
+expect_plan_error bad_option "unrecognised option '--bogus'" "${llama[@]}" "${gpu[@]}" --bogus 1
+expect_plan_error bad_number "gpu-mem" "${llama[@]}" "${gpu[@]}" --gpu-mem lots
+expect_plan_error bad_precision "fp8" "${llama[@]}" "${gpu[@]}" --precision fp8
+expect_plan_error bad_zero "--zero must be 0 or 1" "${llama[@]}" "${gpu[@]}" --zero 2
+expect_plan_error bad_recompute "recompute 'some' is not one of none, selective, full" "${llama[@]}" "${gpu[@]}" --recompute some
+expect_plan_error no_vocab "leaves vocab-size to the training data" --config "$SOURCE_DIR/input/tiny-gpt2.ini" --cpu --peak-gflops 100
+printf 'nodes = two\n' > "$SCRATCH/cluster.ini"
+expect_plan_error bad_cluster "cluster file $SCRATCH/cluster.ini" "${llama[@]}" --cluster "$SCRATCH/cluster.ini"
+
+# 4. Llama-2 70B on 8 nodes of 8 H100 (80 GiB, 989 TFLOP/s bf16, NVLink 450 GB/s, 8 x 400 Gb/s
+# InfiniBand per node), global batch 1024 x 4096 tokens: Megatron's layout among the top 5.
+"$PLAN" "${llama[@]}" "${gpu[@]}" --top 5 > "$SCRATCH/70b.txt"
+cat "$SCRATCH/70b.txt"
+megatron=$(awk '$1 ~ /^[1-5]$/ && $3 == "tp8" && ($4 == "pp2" || $4 == "pp4" || $4 == "pp8")' "$SCRATCH/70b.txt")
+[ -n "$megatron" ] || fail "no TP 8 x PP 2-8 layout among the top 5 for Llama-2 70B"
+echo "ok: Megatron's layout ranks: $(echo "$megatron" | head -1)"
+grep -q '^  dp64 tp1 pp1  *memory: at least' "$SCRATCH/70b.txt" || fail "pure data parallelism fitted 70B in 80 GiB"
+grep -q '^  dp4 tp16 pp1  *tp 16 does not divide the 8 ranks of a node' "$SCRATCH/70b.txt" ||
+  fail "tp across nodes not reported"
+# The same cluster from a cluster file, flags overriding it.
+cat > "$SCRATCH/h100.ini" <<'EOF'
+nodes = 4
+gpus_per_node = 8
+gpu_memory_gb = 80
+peak_tflops = 989
+intra_node_gbps = 450
+inter_node_gbps = 400
+EOF
+"$PLAN" "${llama[@]}" --cluster "$SCRATCH/h100.ini" --nodes 8 --top 5 > "$SCRATCH/70b-file.txt"
+diff <(grep -v '^cluster' "$SCRATCH/70b.txt") <(grep -v '^cluster' "$SCRATCH/70b-file.txt") ||
+  fail "the cluster file with --nodes 8 gave another plan than the flags"
+echo "ok: plan"

@@ -1,0 +1,88 @@
+// Helpers of the GPU tests: device buffers filled from host vectors, outputs poisoned with NaN
+// before each run (so an element a kernel forgot to write shows up), and the normwise relative
+// error ||out - ref||_2 / ||ref||_2 against a CPU reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mpitrain/backend/cuda_backend.hpp"
+
+namespace mpitrain::gpu_testing {
+
+// Fresh random values in [lo, hi) (never zeros: they hide unwritten outputs and wrong indexing).
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// ||a - b|| / ||b|| (2-norms, in double); NaN anywhere in a gives NaN, which fails every bound.
+template <class A, class B>
+double rel_l2(const std::vector<A>& a, const std::vector<B>& b) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    num += d * d;
+    den += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// A device buffer of the backend, freed with it.
+class DeviceVec {
+ public:
+  DeviceVec(CudaBackend<float>& be, size_t n) : be_(be), n_(n), p_(be.alloc(n)) {}
+  DeviceVec(CudaBackend<float>& be, const std::vector<float>& host) : DeviceVec(be, host.size()) {
+    upload(host);
+  }
+  ~DeviceVec() { be_.free(p_); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  float* get() { return p_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<float>& host) {
+    be_.to_device(p_, host.data(), n_ * sizeof(float));
+  }
+  void poison() { upload(std::vector<float>(n_, std::numeric_limits<float>::quiet_NaN())); }
+  std::vector<float> download() const {
+    std::vector<float> host(n_);
+    be_.to_host(host.data(), p_, n_ * sizeof(float));
+    return host;
+  }
+
+ private:
+  CudaBackend<float>& be_;
+  size_t n_;
+  float* p_;
+};
+
+// int32 tokens / targets on the device.
+class DeviceInts {
+ public:
+  DeviceInts(CudaBackend<float>& be, const std::vector<int32_t>& host)
+      : be_(be),
+        p_(static_cast<int32_t*>(
+            be.alloc_bytes(cuda::MemoryKind::Activations, host.size() * sizeof(int32_t)))) {
+    be_.to_device(p_, host.data(), host.size() * sizeof(int32_t));
+  }
+  ~DeviceInts() { be_.free_bytes(p_); }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  const int32_t* get() const { return p_; }
+
+ private:
+  CudaBackend<float>& be_;
+  int32_t* p_;
+};
+
+}  // namespace mpitrain::gpu_testing

@@ -1,0 +1,225 @@
+// CpuBackend<float> constructed for bf16: the linear layer through oneDNN's bf16 matmul, against a
+// double reference computed from the same bf16-valued operands, and against the sgemm path.
+//
+// Tolerance: a product of two bf16 values is exact in fp32 (8 + 8 significant bits <= 24), so
+// the only error is fp32 accumulation over K terms: |error| <= K u sum|a b| in the worst case
+// (u = 2^-24), and for the random-sign sums here its normwise size is ~u sqrt(K) ||ref||. Bound:
+// ||out - ref||_F / ||ref||_F <= 2 u sqrt(K), i.e. 1.2e-7 at K = 1, 3.8e-6 at K = 1024 —
+// ~1e-6 for the K of a few hundred used here, and 3 orders below one bf16 rounding (2^-9).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/backend/precision.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+namespace {
+
+using FVec = std::vector<float>;
+using DVec = std::vector<double>;
+
+double bound(int K) { return 2.0 * std::ldexp(1.0, -24) * std::sqrt(static_cast<double>(K)); }
+
+// n values uniform in [-1, 1), rounded to bf16 (or left in fp32 when `bf16` is false).
+FVec random_values(size_t n, uint64_t seed, bool bf16 = true) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  FVec v(n);
+  for (float& x : v) x = bf16 ? round_to(dist(gen), Precision::Bf16) : dist(gen);
+  return v;
+}
+
+FVec rounded(const FVec& v) {
+  FVec r(v);
+  for (float& x : r) x = round_to(x, Precision::Bf16);
+  return r;
+}
+
+// ||a - ref||_F / ||ref||_F.
+double rel_frobenius(const FVec& a, const DVec& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// The linear layer in double: out = inp W^T + bias; dinp = dout W; dW = dW0 + dout^T inp;
+// dbias = dbias0 + column sums of dout.
+struct Reference {
+  DVec out, dinp, dw, dbias;
+  Reference(const FVec& inp, const FVec& w, const FVec* bias, const FVec& dout, const FVec& dw0,
+            const FVec& dbias0, int N, int IC, int OC)
+      : out(static_cast<size_t>(N) * OC),
+        dinp(static_cast<size_t>(N) * IC),
+        dw(dw0.begin(), dw0.end()),
+        dbias(dbias0.begin(), dbias0.end()) {
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp.data() + static_cast<size_t>(n) * IC;
+      const float* d = dout.data() + static_cast<size_t>(n) * OC;
+      double* dx = dinp.data() + static_cast<size_t>(n) * IC;
+      for (int o = 0; o < OC; ++o) {
+        const float* wo = w.data() + static_cast<size_t>(o) * IC;
+        double* dwo = dw.data() + static_cast<size_t>(o) * IC;
+        double s = bias ? (*bias)[o] : 0.0;
+        for (int i = 0; i < IC; ++i) {
+          s += static_cast<double>(x[i]) * wo[i];
+          dx[i] += static_cast<double>(d[o]) * wo[i];
+          dwo[i] += static_cast<double>(d[o]) * x[i];
+        }
+        out[static_cast<size_t>(n) * OC + o] = s;
+        dbias[o] += d[o];
+      }
+    }
+  }
+};
+
+// One forward and backward of the linear layer on `be`; dw and dbias start from dw0, dbias0.
+struct Result {
+  FVec out, dinp, dw, dbias;
+};
+Result run(CpuBackend<float>& be, const FVec& inp, const FVec& w, const FVec* bias,
+           const FVec& dout, const FVec& dw0, const FVec& dbias0, int N, int IC, int OC) {
+  Result r{FVec(static_cast<size_t>(N) * OC), FVec(static_cast<size_t>(N) * IC), dw0, dbias0};
+  be.matmul_forward(r.out.data(), inp.data(), w.data(), bias ? bias->data() : nullptr, N, IC, OC);
+  be.matmul_backward(r.dinp.data(), r.dw.data(), r.dbias.data(), dout.data(), inp.data(), w.data(),
+                     N, IC, OC);
+  return r;
+}
+
+struct Shape {
+  int N, IC, OC;
+};
+// N = 1, odd sizes, sizes below and above oneDNN's blocks, a K (= N for dW) of several hundred.
+const Shape kShapes[] = {{1, 64, 96},    {1, 257, 3},    {7, 33, 65},   {3, 1, 5},
+                         {64, 320, 640}, {257, 129, 77}, {512, 96, 130}};
+
+std::string name(const Shape& s) {
+  return "N=" + std::to_string(s.N) + " IC=" + std::to_string(s.IC) + " OC=" + std::to_string(s.OC);
+}
+
+TEST(CpuBf16Gemm, ForwardAndBackwardMatchDoubleReference) {
+  CpuBackend<float> be(2, Precision::Bf16);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const size_t ni = static_cast<size_t>(s.N) * s.IC, nw = static_cast<size_t>(s.OC) * s.IC,
+                 no = static_cast<size_t>(s.N) * s.OC;
+    const FVec inp = random_values(ni, 1), w = random_values(nw, 2), bias = random_values(s.OC, 3),
+               dout = random_values(no, 4);
+    // dW and dbias accumulate onto values that are not bf16: the sum stays in fp32.
+    const FVec dw0 = random_values(nw, 5, false), dbias0 = random_values(s.OC, 6, false);
+    for (const FVec* b : {&bias, static_cast<const FVec*>(nullptr)}) {
+      SCOPED_TRACE(b ? "with bias" : "no bias");
+      const Reference ref(inp, w, b, dout, dw0, dbias0, s.N, s.IC, s.OC);
+      const Result r = run(be, inp, w, b, dout, dw0, dbias0, s.N, s.IC, s.OC);
+      EXPECT_LE(rel_frobenius(r.out, ref.out), bound(s.IC)) << "out";
+      EXPECT_LE(rel_frobenius(r.dinp, ref.dinp), bound(s.OC)) << "dinp";
+      EXPECT_LE(rel_frobenius(r.dw, ref.dw), bound(s.N + 1)) << "dw (K = N, plus dW0)";
+      EXPECT_LE(rel_frobenius(r.dbias, ref.dbias), bound(s.N + 1)) << "dbias";
+    }
+  }
+}
+
+TEST(CpuBf16Gemm, WeightGradientAccumulatesAndInputGradientIsOptional) {
+  CpuBackend<float> be(2, Precision::Bf16);
+  const int N = 96, IC = 80, OC = 48;
+  const FVec inp = random_values(N * IC, 7), w = random_values(OC * IC, 8),
+             dout = random_values(N * OC, 9);
+  const FVec zero_w(OC * IC, 0.0f), zero_b(OC, 0.0f);
+  FVec dw(zero_w), dbias(zero_b);
+  for (int call = 0; call < 3; ++call)
+    be.matmul_backward(nullptr, dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, IC,
+                       OC);
+  const Reference once(inp, w, nullptr, dout, zero_w, zero_b, N, IC, OC);
+  DVec thrice(once.dw), thrice_b(once.dbias);
+  for (double& x : thrice) x *= 3;
+  for (double& x : thrice_b) x *= 3;
+  EXPECT_LE(rel_frobenius(dw, thrice), bound(3 * N));
+  EXPECT_LE(rel_frobenius(dbias, thrice_b), bound(3 * N));
+}
+
+// The backend converts operands on every call (reusing dout's bf16 copy only within one
+// backward): buffers rewritten in place between calls give the new results.
+TEST(CpuBf16Gemm, OperandsRewrittenInPlaceAreConvertedAgain) {
+  CpuBackend<float> be(2, Precision::Bf16);
+  const int N = 40, IC = 72, OC = 56;
+  const FVec inp = random_values(N * IC, 31), w = random_values(OC * IC, 32),
+             dout1 = random_values(N * OC, 33), dout2 = random_values(N * OC, 34);
+  const FVec zero_w(OC * IC, 0.0f), zero_b(OC, 0.0f);
+  FVec dout(dout1), dinp(N * IC), dw(zero_w), out(N * OC);
+  be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC);
+  std::copy(dout2.begin(), dout2.end(), dout.begin());  // same buffer, new values
+  be.matmul_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC);
+  be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC);
+  const Reference r1(inp, w, nullptr, dout1, zero_w, zero_b, N, IC, OC);
+  const Reference r2(inp, w, nullptr, dout2, zero_w, zero_b, N, IC, OC);
+  DVec want(r1.dw);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += 2 * r2.dw[i];
+  EXPECT_LE(rel_frobenius(dw, want), bound(3 * N)) << "dW = dout1^T inp + 2 dout2^T inp";
+  EXPECT_LE(rel_frobenius(dinp, r2.dinp), bound(OC)) << "dinp of dout2";
+  FVec x(inp);
+  be.matmul_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC);
+  const FVec x2 = random_values(N * IC, 35);
+  std::copy(x2.begin(), x2.end(), x.begin());
+  be.matmul_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC);
+  EXPECT_LE(rel_frobenius(out, Reference(x, w, nullptr, dout1, zero_w, zero_b, N, IC, OC).out),
+            bound(IC));
+}
+
+TEST(CpuBf16Gemm, EqualsTheSgemmPathOnBf16Operands) {
+  CpuBackend<float> bf16(2, Precision::Bf16), sgemm(2);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const size_t ni = static_cast<size_t>(s.N) * s.IC, nw = static_cast<size_t>(s.OC) * s.IC,
+                 no = static_cast<size_t>(s.N) * s.OC;
+    const FVec inp = random_values(ni, 11), w = random_values(nw, 12),
+               bias = random_values(s.OC, 13), dout = random_values(no, 14),
+               dw0 = random_values(nw, 15, false), dbias0 = random_values(s.OC, 16, false);
+    const Result a = run(bf16, inp, w, &bias, dout, dw0, dbias0, s.N, s.IC, s.OC);
+    const Result b = run(sgemm, inp, w, &bias, dout, dw0, dbias0, s.N, s.IC, s.OC);
+    // Both are within bound(K) of the reference, so within ~twice that of each other.
+    EXPECT_LE(rel_frobenius(a.out, DVec(b.out.begin(), b.out.end())), 2 * bound(s.IC)) << "out";
+    EXPECT_LE(rel_frobenius(a.dinp, DVec(b.dinp.begin(), b.dinp.end())), 2 * bound(s.OC)) << "dinp";
+    EXPECT_LE(rel_frobenius(a.dw, DVec(b.dw.begin(), b.dw.end())), 2 * bound(s.N + 1)) << "dw";
+    EXPECT_EQ(a.dbias, b.dbias) << "dbias: the same loop on both paths";
+  }
+}
+
+// Operands that are not bf16 values: the bf16 path rounds them (as a GPU's conversion does), so
+// it matches the reference of the rounded operands, and not the fp32 ones (off by ~2^-9) — which
+// shows the product really ran in bf16.
+TEST(CpuBf16Gemm, RoundsOperandsThatAreNotBf16) {
+  CpuBackend<float> be(2, Precision::Bf16);
+  if (!be.bf16_gemms()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
+  const int N = 64, IC = 200, OC = 72;
+  const FVec inp = random_values(N * IC, 21, false), w = random_values(OC * IC, 22, false);
+  FVec out(N * OC);
+  be.matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, IC, OC);
+  const FVec zero_dout(N * OC, 0.0f), zero_w(OC * IC, 0.0f), zero_b(OC, 0.0f);
+  const Reference of_rounded(rounded(inp), rounded(w), nullptr, zero_dout, zero_w, zero_b, N, IC,
+                             OC);
+  const Reference of_fp32(inp, w, nullptr, zero_dout, zero_w, zero_b, N, IC, OC);
+  EXPECT_LE(rel_frobenius(out, of_rounded.out), bound(IC));
+  EXPECT_GT(rel_frobenius(out, of_fp32.out), 1e-4);
+}
+
+TEST(CpuBf16Gemm, Bf16KernelsExactlyWhereTheCpuHasThem) {
+  EXPECT_EQ(CpuBackend<float>(1, Precision::Bf16).bf16_gemms(),
+            static_cast<bool>(__builtin_cpu_supports("avx512bf16")));
+  EXPECT_FALSE(CpuBackend<float>(1, Precision::Fp16).bf16_gemms());
+  EXPECT_FALSE(CpuBackend<float>(1, Precision::Fp32).bf16_gemms());
+  EXPECT_FALSE(CpuBackend<float>(1).bf16_gemms());
+  EXPECT_THROW(CpuBackend<double>(1, Precision::Bf16), Error);
+}
+
+}  // namespace
+}  // namespace mpitrain

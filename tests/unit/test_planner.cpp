@@ -1,0 +1,305 @@
+// The layout planner: its memory model against a hand computation for a tiny model and against
+// what the real Model allocates; its time model against a hand computation; the search's
+// rejections; reading the model and cluster files.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/planner/cluster.hpp"
+#include "mpitrain/planner/inputs.hpp"
+#include "mpitrain/planner/planner.hpp"
+#include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/gather.hpp"
+
+using namespace mpitrain;
+
+namespace {
+
+// gpt2, L2 H2 C8 F32, vocabulary 100 (padded 128), 4 positions. Parameters (params.hpp):
+//   wte 128*8 = 1024, wpe 4*8 = 32, lnf 2*8 = 16,
+//   a block: ln1 16 + qkv 24*8 + 24 + proj 8*8 + 8 + ln2 16 + fc 32*8 + 32 + proj 8*32 + 8 = 872
+//   whole model 1024 + 32 + 2*872 + 16 = 2816.
+ModelConfig tiny() {
+  ModelConfig c;
+  c.arch = Arch::Gpt2;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_kv_head = 2;
+  c.d_model = 8;
+  c.d_ff = 32;
+  c.vocab_size = 100;
+  c.max_seq_len = 4;
+  return c;
+}
+
+RunShape tiny_run() {  // 4 sequences of 4 tokens per step, fp32 on CPU
+  RunShape r;
+  r.seq_len = 4;
+  r.global_batch = 4;
+  return r;
+}
+
+// Activations of the tiny model for B = 2, T = 4 (N = 8 rows, NC = 64, P = 2*2*4*4 = 64,
+// QKV = 24, A = 8, FC = F = 32, Vl = 128):
+//   block   = 5*64 + 4*8 + 8*24 + 8*8 + 8*32 + 8*32 = 1120
+//   head    = 64 + 2*8 + 8*128 = 1104                     (last stage)
+//   scratch = 2*64 + 8*24 + 8*8 + 64 + 8*32 + 8*32 + 4*8 = 992
+//   none:      kept 1120 + 64 + 64 = 1248, slot 64 + 2*1248 + 1104 = 3664, total 3664 + 992 = 4656
+//   selective: kept 1184, shared 64, slot 3536, total 64 + 3536 + 992 = 4592
+//   full:      kept 64, shared 1120 + 64 = 1184, slot 1296, total 1184 + 1296 + 992 = 3472
+TEST(PlannerMemory, ActivationsOfATinyModelByHand) {
+  const ModelShard whole;
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::None), 4656u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Selective), 4592u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Full), 3472u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 3, Recompute::None), 3 * 3664u + 992u);
+}
+
+TEST(PlannerMemory, OneRankFp32ByHand) {
+  // dp1 tp1 pp1, micro-batch 2: m = 2 micro-batches.
+  const Layout layout{1, 1, 1, 2, false, Recompute::None};
+  const MemoryEstimate e = layout_memory(tiny(), tiny_run(), layout, 1000.0);
+  EXPECT_DOUBLE_EQ(e.params, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(e.grads, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(e.optimizer, 2816 * 8.0);  // AdamW m and v
+  EXPECT_DOUBLE_EQ(e.master, 0.0);
+  EXPECT_DOUBLE_EQ(e.activations, 4656 * 4.0);
+  EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 8);  // int32 tokens and targets, 3 x 8 rows
+  EXPECT_DOUBLE_EQ(e.baseline, 1000.0);
+  EXPECT_DOUBLE_EQ(e.total(), 11264 + 11264 + 22528 + 18624 + 192 + 1000.0);
+  RunShape sgd = tiny_run();
+  sgd.optimizer_states = 1;  // one momentum buffer
+  EXPECT_DOUBLE_EQ(layout_memory(tiny(), sgd, layout, 1000.0).optimizer, 2816 * 4.0);
+}
+
+TEST(PlannerMemory, ZeroShardsTheOptimizerStateAndTheMaster) {
+  RunShape run = tiny_run();
+  run.precision = Precision::Bf16;
+  run.global_batch = 8;
+  // dp2, micro-batch 2: m = 2. bf16 on CPU keeps float containers plus an fp32 master copy.
+  const Layout plain{2, 1, 1, 2, false, Recompute::None}, zero{2, 1, 1, 2, true, Recompute::None};
+  const MemoryEstimate a = layout_memory(tiny(), run, plain, 0.0);
+  const MemoryEstimate b = layout_memory(tiny(), run, zero, 0.0);
+  EXPECT_DOUBLE_EQ(a.params, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(a.optimizer, 2816 * 8.0);
+  EXPECT_DOUBLE_EQ(a.master, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(b.optimizer, 1408 * 8.0);  // 2816 / dp
+  EXPECT_DOUBLE_EQ(b.master, 1408 * 4.0);
+  EXPECT_DOUBLE_EQ(a.activations, b.activations);
+  // On a GPU the compute copy, the gradients and the activations take 2 bytes.
+  run.gpu = true;
+  const MemoryEstimate g = layout_memory(tiny(), run, zero, 0.0);
+  EXPECT_DOUBLE_EQ(g.params, 2816 * 2.0);
+  EXPECT_DOUBLE_EQ(g.grads, 2816 * 2.0);
+  EXPECT_DOUBLE_EQ(g.activations, 4656 * 2.0);
+  EXPECT_DOUBLE_EQ(g.master, 1408 * 4.0);
+}
+
+TEST(PlannerMemory, PipelineStagesByHand) {
+  // pp2 with 1F1B and m = 2: stage 0 keeps 2 slots of layer 0; stage 1 one slot of layer 1 and
+  // the head. Stage 0 holds wte, wpe and block 0 (1024 + 32 + 872 = 1928 parameters); stage 1
+  // block 1, lnf and the tied wte copy (872 + 16 + 1024 = 1912).
+  const Layout layout{1, 1, 2, 2, false, Recompute::None};
+  const std::vector<int> first = {0, 1, 2};
+  const MemoryEstimate s0 = stage_memory(tiny(), tiny_run(), layout, first, 0, 0.0);
+  const MemoryEstimate s1 = stage_memory(tiny(), tiny_run(), layout, first, 1, 0.0);
+  EXPECT_DOUBLE_EQ(s0.params, 1928 * 4.0);
+  EXPECT_DOUBLE_EQ(s1.params, 1912 * 4.0);
+  EXPECT_DOUBLE_EQ(s0.activations, (2 * (64 + 1248) + 992) * 4.0);
+  EXPECT_DOUBLE_EQ(s1.activations, (64 + 1248 + 1104 + 992) * 4.0);
+  // Input-gradient copies, 2 slots x 8 rows x 8 floats, and the token lists.
+  EXPECT_DOUBLE_EQ(s0.buffers, 2 * 8 * 8 * 4.0 + 4.0 * 2 * 3 * 8);
+  EXPECT_DOUBLE_EQ(layout_memory(tiny(), tiny_run(), layout, 0.0).total(),
+                   std::max(s0.total(), s1.total()));
+}
+
+// The planner's count is what Model really allocates, for every kind of stage, tensor
+// parallelism, grouped-query attention and each recomputation mode.
+TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
+  CpuBackend<float> backend(1);
+  MpiCommunicator self(MPI_COMM_SELF);  // a tp group is needed to build a shard; never used here
+  ModelConfig llama = tiny();
+  llama.arch = Arch::Llama;
+  llama.n_head = 4;
+  llama.n_kv_head = 2;
+  llama.n_layer = 3;
+  for (const ModelConfig& config : {tiny(), llama}) {
+    for (int tp : {1, 2}) {
+      for (int pp : {1, 2}) {
+        const std::vector<int> first = pipeline_layer_split(config.n_layer, pp, "");
+        for (int stage = 0; stage < pp; ++stage) {
+          const ModelShard shard = shard_of({1, tp, pp}, first, 0, stage);
+          for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+            const int slots = pp - stage;
+            Model<float> model(config, backend, shard, 2, 4, slots, &self, {Precision::Fp32, rc});
+            EXPECT_EQ(model.activation_bytes(),
+                      activation_elements(config, shard, 2, 4, slots, rc) * sizeof(float))
+                << to_string(config.arch) << " tp " << tp << " stage " << stage << "/" << pp
+                << " recompute " << to_string(rc);
+            EXPECT_EQ(model.num_params(), ParamLayout(config, shard).total());
+          }
+        }
+      }
+    }
+  }
+}
+
+// One rank, fp32: only compute and the optimizer. Matmul parameters 2816 - wpe 32 = 2784 (the
+// tied wte is the head); forward flops per token 2*2784 + 4*L*d*T = 5568 + 256 = 5824; a
+// micro-batch of 8 tokens forward and backward 3*8*5824 = 139776 flops, two of them 279552, at
+// 1e6 x 0.5 FLOP/s = 0.559104 s. AdamW plus clearing and norm: 36 bytes x 2816 at 1e6 B/s.
+TEST(PlannerTime, OneRankByHand) {
+  Cluster c;
+  c.peak_flops = 1e6;
+  c.mem_bw = 1e6;
+  c.mem_bytes = 1e9;
+  Calibration cal;
+  cal.efficiency = 0.5;
+  const TimeEstimate t = estimate_time(tiny(), tiny_run(), {1, 1, 1, 2, false, Recompute::None}, c, cal);
+  EXPECT_NEAR(t.compute, 0.559104, 1e-12);
+  EXPECT_NEAR(t.optimizer, 36 * 2816 / 1e6, 1e-12);
+  EXPECT_NEAR(t.step, 0.559104 + 0.101376, 1e-12);
+  EXPECT_EQ(t.tp_comm + t.p2p + t.dp_exposed + t.bubble, 0.0);
+  EXPECT_DOUBLE_EQ(model_flops_per_token(tiny(), 4), 6.0 * 2784 + 12.0 * 2 * 8 * 4);
+  // Full recomputation runs each forward twice: 4 passes' worth instead of 3.
+  const TimeEstimate f = estimate_time(tiny(), tiny_run(), {1, 1, 1, 2, false, Recompute::Full}, c, cal);
+  EXPECT_NEAR(f.compute, 0.559104 * 4 / 3, 1e-12);
+}
+
+TEST(PlannerTime, BubbleAndCommunication) {
+  Cluster c;
+  c.ranks_per_node = 4;
+  c.peak_flops = 1e9;
+  c.mem_bw = 1e9;
+  c.intra_bw = 1e9;
+  c.mem_bytes = 1e9;
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  const Calibration cal;
+  // pp2 with m = 4 micro-batches: bubble 1/5 of the pipelined part.
+  const TimeEstimate p = estimate_time(tiny(), run, {1, 1, 2, 2, false, Recompute::None}, c, cal);
+  EXPECT_DOUBLE_EQ(p.bubble_fraction, 0.2);
+  EXPECT_GT(p.p2p, 0.0);
+  // A slower interconnect costs tensor parallelism more, and nothing to a single data-parallel
+  // rank.
+  const Layout tp2{1, 2, 1, 2, false, Recompute::None};
+  const TimeEstimate fast = estimate_time(tiny(), run, tp2, c, cal);
+  c.intra_bw = 1e6;
+  const TimeEstimate slow = estimate_time(tiny(), run, tp2, c, cal);
+  EXPECT_GT(slow.tp_comm, fast.tp_comm);
+  EXPECT_DOUBLE_EQ(slow.compute, fast.compute);
+  EXPECT_GT(slow.exposed_comm_fraction, fast.exposed_comm_fraction);
+}
+
+TEST(Planner, RejectsWhatCannotRunAndRanksTheRest) {
+  ModelConfig m = tiny();
+  m.n_head = 2;  // tp 4 cannot split 2 heads
+  Cluster c;
+  c.cpu = true;
+  c.ranks_per_node = 4;
+  c.peak_flops = 1e9;
+  c.mem_bw = 1e9;
+  c.intra_bw = 1e9;
+  c.mem_bytes = 1e9;
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  const Plan plan = make_plan(m, run, c, {}, {});
+  ASSERT_FALSE(plan.fits.empty());
+  for (size_t i = 1; i < plan.fits.size(); ++i)
+    EXPECT_LE(plan.fits[i - 1].time.step, plan.fits[i].time.step);
+  bool heads = false, layers = false;
+  for (const Rejected& r : plan.rejected) {
+    heads |= r.tp == 4 && r.reason.find("n-head (2) is not divisible by tp (4)") != std::string::npos;
+    layers |= r.pp == 4 && r.reason.find("fewer than the 4 pipeline stages") != std::string::npos;
+  }
+  EXPECT_TRUE(heads);
+  EXPECT_TRUE(layers);
+  // With too little memory per rank, every grid is rejected with the smallest requirement.
+  c.mem_bytes = 1000;
+  const Plan none = make_plan(m, run, c, {}, {});
+  EXPECT_TRUE(none.fits.empty());
+  bool memory = false;
+  for (const Rejected& r : none.rejected) memory |= r.reason.rfind("memory: at least", 0) == 0;
+  EXPECT_TRUE(memory);
+}
+
+TEST(Planner, SearchLimitsPinALayout) {
+  Cluster c;
+  c.cpu = true;
+  c.ranks_per_node = 4;
+  c.peak_flops = 1e9;
+  c.mem_bw = 1e9;
+  c.intra_bw = 1e9;
+  c.mem_bytes = 1e9;
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  SearchLimits only;
+  only.dp = 2;
+  only.pp = 2;
+  only.micro_batch = 2;
+  only.zero = false;
+  only.recompute = Recompute::None;
+  const Plan plan = make_plan(tiny(), run, c, {}, only);
+  ASSERT_EQ(plan.fits.size(), 1u);
+  const Layout& l = plan.fits[0].layout;
+  EXPECT_EQ(l.dp, 2);
+  EXPECT_EQ(l.tp, 1);
+  EXPECT_EQ(l.pp, 2);
+  EXPECT_EQ(l.micro_batch, 2);
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(PlannerInputs, ReadsTheTrainersIniAndCompletesTheModel) {
+  const std::string ini = write_file("plan_model.ini",
+                                     "arch = llama\nn-layer = 4\nn-head = 8\nn-kv-head = 0\n"
+                                     "d-model = 96\nseq-len = 32\nglobal-batch-size = 16\n"
+                                     "pp-schedule = gpipe\noptimizer = sgd\n");
+  RunOverrides over;
+  over.vocab_size = 300;
+  over.global_batch = 64;
+  const PlanInput in = read_plan_input(ini, over, false);
+  EXPECT_EQ(in.model.n_kv_head, 8);
+  EXPECT_EQ(in.model.d_ff, 256);  // 8/3 * 96 = 256, a multiple of 64
+  EXPECT_EQ(in.model.max_seq_len, 32);
+  EXPECT_EQ(in.model.vocab_size, 300);
+  EXPECT_EQ(in.run.seq_len, 32);
+  EXPECT_EQ(in.run.global_batch, 64);  // the flag wins over the file
+  EXPECT_EQ(in.run.schedule, PipelineSchedule::GPipe);
+  EXPECT_EQ(in.run.optimizer_states, 1);  // sgd: the momentum buffer
+  EXPECT_THROW(read_plan_input(ini, {}, false), UsageError);  // no vocabulary anywhere
+  EXPECT_THROW(read_plan_input(ini + ".missing", over, false), UsageError);
+}
+
+TEST(PlannerInputs, ClusterFile) {
+  const std::string path = write_file("plan_cluster.ini",
+                                      "name = x\nnodes = 2   # two\ngpus_per_node = 8\n"
+                                      "memory_gb = 1024\nintra_node_gbps = 450\n"
+                                      "inter_node_gbps = 400\ngpu_memory_gb = 80\n"
+                                      "peak_tflops = 989\ntime_limit = 24:00:00\n");
+  ClusterSpec spec;
+  read_cluster_file(path, spec);
+  EXPECT_FALSE(spec.cpu);
+  const Cluster c = make_cluster(spec);
+  EXPECT_EQ(c.world(), 16);
+  EXPECT_DOUBLE_EQ(c.mem_bytes, 80.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(c.peak_flops, 989e12);
+  EXPECT_DOUBLE_EQ(c.inter_bw, 50e9);  // the node's 400 GB/s shared by its 8 GPUs
+  EXPECT_TRUE(c.same_node(0, 7));
+  EXPECT_FALSE(c.same_node(7, 8));
+  ClusterSpec bad;
+  EXPECT_THROW(read_cluster_file(write_file("plan_bad.ini", "nodes = many\n"), bad), UsageError);
+  ClusterSpec no_peak = spec;
+  no_peak.peak_tflops = 0;
+  EXPECT_THROW(make_cluster(no_peak), UsageError);
+}
+
+}  // namespace

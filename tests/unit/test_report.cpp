@@ -1,0 +1,147 @@
+// The end-of-run report: statistics without the warm-up step, the JSON file, the console summary.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "mpitrain/monitor/json.hpp"
+#include "mpitrain/monitor/report.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+using namespace mpitrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "mpitrain-report-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs finish(); returns the console text and leaves the parsed file in json_.
+  std::string finish(const RunReport& r, int skipped, int exit_code) {
+    std::FILE* out = std::tmpfile();
+    EXPECT_NE(out, nullptr);
+    r.finish((dir_ / "report.json").string(), skipped, exit_code, out);
+    std::rewind(out);
+    std::string console;
+    for (int c; (c = std::fgetc(out)) != EOF;) console.push_back(static_cast<char>(c));
+    std::fclose(out);
+    std::ifstream in(dir_ / "report.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text_ = ss.str();
+    json_ = parse_json(text_);
+    return console;
+  }
+  double number(const char* a, const char* b = nullptr) const {
+    const JsonValue* v = json_.find(a);
+    if (v && b) v = v->find(b);
+    EXPECT_NE(v, nullptr) << a;
+    EXPECT_EQ(v ? v->kind : JsonValue::Kind::Null, JsonValue::Kind::Number)
+        << a << " " << (b ? b : "");
+    return v && v->kind == JsonValue::Kind::Number ? v->number : -1.0;
+  }
+
+  fs::path dir_;
+  std::string text_;
+  JsonValue json_;
+};
+
+StepFigures figures(int step, double step_ms, double comm_ms) {
+  return {step,          step_ms, 1e6 / step_ms,  0.01 * step, 0.3 * step_ms, 0.5 * step_ms,
+          0.1 * step_ms, comm_ms, 0.01 * step_ms, 0.0,         100.0 + step};
+}
+
+}  // namespace
+
+TEST(Percentile, InterpolatesBetweenClosestRanks) {
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 50), 2.5);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 0), 1.0);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 100), 4.0);
+  EXPECT_DOUBLE_EQ(percentile({10, 20, 30, 40, 50}, 90), 46.0);  // at = 3.6
+  EXPECT_DOUBLE_EQ(percentile({7}, 99), 7.0);
+  std::vector<double> v(101);
+  for (int i = 0; i <= 100; ++i) v[i] = i;
+  EXPECT_DOUBLE_EQ(percentile(v, 99), 99.0);
+}
+
+TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
+  RunReport r;
+  r.add_step(figures(1, 1000.0, 0.0));  // warm-up: 1 s
+  for (int i = 2; i <= 5; ++i) r.add_step(figures(i, 10.0 * (i - 1), 1.0 * (i - 1)));  // 10..40 ms
+  r.add_checkpoint(0.5);
+  r.add_checkpoint(0.25);
+  const std::string console = finish(r, 0, kExitOk);
+  EXPECT_EQ(number("steps"), 5);
+  EXPECT_EQ(number("first_step"), 1);
+  EXPECT_EQ(number("last_step"), 5);
+  EXPECT_EQ(number("warmup_steps_excluded"), 1);
+  EXPECT_EQ(number("measured_steps"), 4);
+  EXPECT_NE(json_.find("statistics_over")->string.find("steps 2-5"), std::string::npos);
+  EXPECT_DOUBLE_EQ(number("step_ms", "mean"), 25.0);
+  EXPECT_DOUBLE_EQ(number("step_ms", "p50"), 25.0);
+  EXPECT_NEAR(number("step_ms", "p90"), 37.0, 1e-9);  // at = 2.7 of {10, 20, 30, 40}
+  EXPECT_NEAR(number("step_ms", "p99"), 39.7, 1e-9);
+  EXPECT_DOUBLE_EQ(number("step_ms", "max"), 40.0);
+  EXPECT_NEAR(number("tokens_per_s", "mean"), (1e5 + 5e4 + 1e6 / 30 + 2.5e4) / 4, 1e-1);
+  EXPECT_NEAR(number("tokens_per_s", "p50"), (5e4 + 1e6 / 30) / 2, 1e-1);
+  EXPECT_NEAR(number("mfu", "mean"), 0.035, 1e-9);  // steps 2..5: 0.02..0.05
+  EXPECT_NEAR(number("breakdown_ms_mean", "forward"), 7.5, 1e-9);
+  EXPECT_NEAR(number("breakdown_ms_mean", "exposed_comm"), 2.5, 1e-9);
+  EXPECT_NEAR(number("exposed_comm_share"), 0.1, 1e-9);  // 10 of 100 ms
+  EXPECT_FALSE(json_.find("exposed_comm_warning")->boolean);
+  EXPECT_DOUBLE_EQ(number("peak_rss_mib"), 105.0);  // the largest, warm-up step included
+  EXPECT_EQ(number("skipped_steps"), 0);
+  EXPECT_EQ(number("checkpoints", "written"), 2);
+  EXPECT_DOUBLE_EQ(number("checkpoints", "seconds"), 0.75);
+  EXPECT_FALSE(json_.find("stopped_early")->boolean);
+  EXPECT_EQ(number("exit_code"), 0);
+  EXPECT_NE(console.find("mean 25.00 ms"), std::string::npos) << console;
+  EXPECT_NE(console.find("checkpoints written 2 (0.75 s)"), std::string::npos) << console;
+  EXPECT_EQ(console.find("WARNING"), std::string::npos) << console;
+}
+
+TEST_F(ReportTest, WarnsAboveThirtyPercentExposedCommunication) {
+  RunReport r;
+  for (int i = 1; i <= 3; ++i) r.add_step(figures(10 + i, 100.0, i == 1 ? 0.0 : 31.0));
+  const std::string console = finish(r, 2, kExitRequeue);
+  EXPECT_NEAR(number("exposed_comm_share"), 0.31, 1e-9);
+  EXPECT_TRUE(json_.find("exposed_comm_warning")->boolean);
+  EXPECT_TRUE(json_.find("stopped_early")->boolean);
+  EXPECT_EQ(number("exit_code"), 85);
+  EXPECT_EQ(number("skipped_steps"), 2);
+  EXPECT_NE(console.find("WARNING: exposed communication is 31.0% of the step time"),
+            std::string::npos)
+      << console;
+}
+
+TEST_F(ReportTest, OneStepKeepsItsWarmUpAndNoStepsGiveNulls) {
+  RunReport one;
+  one.add_step(figures(7, 50.0, 5.0));
+  finish(one, 0, kExitOk);
+  EXPECT_EQ(number("warmup_steps_excluded"), 0);
+  EXPECT_EQ(number("measured_steps"), 1);
+  EXPECT_DOUBLE_EQ(number("step_ms", "mean"), 50.0);
+  EXPECT_DOUBLE_EQ(number("step_ms", "p99"), 50.0);
+
+  RunReport none;
+  const std::string console = finish(none, 0, kExitOk);
+  EXPECT_EQ(number("steps"), 0);
+  EXPECT_EQ(json_.find("step_ms")->find("mean")->kind, JsonValue::Kind::Null);
+  EXPECT_EQ(json_.find("exposed_comm_share")->kind, JsonValue::Kind::Null);
+  EXPECT_NE(console.find("no training steps"), std::string::npos) << console;
+}
+
+TEST_F(ReportTest, UnwritablePathIsAnError) {
+  RunReport r;
+  EXPECT_THROW(r.finish((dir_ / "missing" / "report.json").string(), 0, 0, stdout), Error);
+}

@@ -1,0 +1,228 @@
+// plan: the parallel layout of a model for a cluster — every dp x tp x pp grid of its ranks with
+// each micro-batch size, ZeRO-1 on/off and recomputation none/selective/full; memory per rank
+// and step time estimated (include/mpitrain/planner/); a ranked table, the trainer flags of the
+// best layout, and the grids that do not fit with the reason.
+//
+//   plan --config MODEL.ini --nodes 8 --gpus-per-node 8 --gpu-mem 80 --peak-tflops 989
+//        --intra-bw 450 --inter-bw 400 --global-batch 1024 [--seq-len 4096] [--precision bf16]
+//   plan --config MODEL.ini --cpu [--cores-per-node 2 --ranks-per-node 4 --host-mem 16
+//        --peak-gflops 200 --intra-bw 5]
+//   plan --config MODEL.ini --cluster input/cluster-example.ini [flags override the file]
+//
+// Exit code: 0 a plan; 1 nothing fits; 2 bad input (one message).
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/planner/inputs.hpp"
+#include "mpitrain/planner/planner.hpp"
+#include "mpitrain/planner/report.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace po = boost::program_options;
+using namespace mpitrain;
+
+namespace {
+
+// Defaults of the machine model. CPU: fitted by bench/plan_validate.sh on a development machine
+// (2 cores, OpenBLAS, Open MPI shared memory); GPU: GEMMs near 70% of the bf16 peak and the rest
+// of the step at less, CUDA context + cuBLAS/cuDNN workspaces + NCCL buffers, NCCL's per-call
+// latency.
+constexpr double kCpuEfficiency = 0.8, kGpuEfficiency = 0.55;
+constexpr double kCpuBaselineMib = 40, kGpuBaselineMib = 3072;
+constexpr double kCpuLatencyUs = 50, kGpuLatencyUs = 20;
+constexpr double kCpuIntraGbps = 5;
+
+struct PlanOptions {
+  std::string config, cluster_file;
+  ClusterSpec spec;
+  RunOverrides run;
+  Calibration calibration;
+  SearchLimits limits;
+  int top = 10;
+  bool measure_peak = false;  // CPU cluster without a peak: this machine's sgemm rate
+};
+
+template <typename V>
+void set_if(const po::variables_map& vm, const char* name, V& target) {
+  if (vm.count(name)) target = vm[name].as<V>();
+}
+
+double this_machine_gib() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1 << 30);
+}
+
+// Fills o from the command line; false if --help was printed instead.
+bool parse(int argc, char** argv, PlanOptions& o) {
+  po::options_description cluster("Cluster (flags override --cluster)");
+  cluster.add_options()
+      ("cluster", po::value(&o.cluster_file), "cluster file (input/cluster-example.ini's keys)")
+      ("cpu", po::bool_switch(), "CPU nodes: ranks are processes sharing a node's cores, memory "
+                                 "and memory bandwidth")
+      ("nodes", po::value<int>(), "nodes (default 1)")
+      ("gpus-per-node", po::value<int>(), "GPUs per node (a rank each)")
+      ("gpu-mem", po::value<double>(), "GiB of memory per GPU")
+      ("peak-tflops", po::value<double>(), "dense TFLOP/s per GPU in the run's precision")
+      ("cores-per-node", po::value<int>(), "CPU: cores per node (default: this machine's)")
+      ("ranks-per-node", po::value<int>(), "CPU: processes per node (default: cores-per-node)")
+      ("host-mem", po::value<double>(), "CPU: GiB of memory per node (default: this machine's)")
+      ("peak-gflops", po::value<double>(), "CPU: sgemm GFLOP/s of a node, all cores (default: "
+                                           "cores-per-node x one core's rate measured here)")
+      ("intra-bw", po::value<double>(), "GB/s bus bandwidth of an all-reduce inside a node "
+                                        "(NVLink per GPU; comm-bench's busbw on CPU, default 5)")
+      ("inter-bw", po::value<double>(), "GB/s per node across the network (all its NICs: "
+                                        "8 x 400 Gb/s InfiniBand = 400), shared by its ranks")
+      ("mem-bw", po::value<double>(), "GB/s of memory for the optimizer: per GPU (default 3000), "
+                                      "per CPU node (default 10)");
+  po::options_description run("Run (flags override --config)");
+  run.add_options()
+      ("config", po::value(&o.config), "the trainer's INI file of the model (required)")
+      ("global-batch", po::value(&o.run.global_batch), "sequences per optimizer step")
+      ("seq-len", po::value(&o.run.seq_len), "tokens per sequence")
+      ("precision", po::value(&o.run.precision), "fp32, bf16 or fp16")
+      ("vocab-size", po::value(&o.run.vocab_size), "when the INI leaves it to the data");
+  po::options_description model("Model of the machine (calibrated by bench/plan_validate.sh)");
+  model.add_options()
+      ("efficiency", po::value<double>(), "fraction of peak the model's compute reaches "
+                                          "(default 0.8 CPU, 0.55 GPU)")
+      ("baseline-mib", po::value<double>(), "MiB per rank besides the model: MPI, OpenBLAS and "
+                                            "the binary (CPU, default 40); CUDA context, "
+                                            "workspaces, NCCL (GPU, default 3072)")
+      ("latency-us", po::value<double>(), "microseconds per collective call or message (default "
+                                          "50 CPU, 20 GPU)");
+  po::options_description search("Search");
+  search.add_options()
+      ("top", po::value(&o.top)->default_value(10), "rows of the table; 0 = every fitting option")
+      ("max-micro-batch", po::value(&o.limits.max_micro_batch)->default_value(64),
+       "largest micro-batch size tried")
+      ("dp", po::value(&o.limits.dp), "only this dp")
+      ("tp", po::value(&o.limits.tp), "only this tp")
+      ("pp", po::value(&o.limits.pp), "only this pp")
+      ("micro-batch-size", po::value(&o.limits.micro_batch), "only this micro-batch size")
+      ("zero", po::value<int>(), "only ZeRO-1 off (0) or on (1)")
+      ("recompute", po::value<std::string>(), "only none, selective or full");
+  po::options_description all(
+      "plan: the parallel layout of a model for a cluster (ranked by estimated step time)\n"
+      "usage: plan --config MODEL.ini (--cluster FILE | --nodes N --gpus-per-node G --gpu-mem GiB "
+      "--peak-tflops F --intra-bw GB/s --inter-bw GB/s | --cpu) [--global-batch B] [options]\n");
+  all.add_options()("help,h", "show this help");
+  all.add(cluster).add(run).add(model).add(search);
+
+  po::variables_map vm;
+  try {
+    // A flag given twice: the last one wins (as the trainer's; scripts append overrides).
+    po::parsed_options flags = po::parse_command_line(argc, argv, all);
+    for (size_t i = 0; i < flags.options.size(); ++i)
+      for (size_t j = i + 1; j < flags.options.size(); ++j)
+        if (flags.options[j].string_key == flags.options[i].string_key) {
+          flags.options.erase(flags.options.begin() + i--);
+          break;
+        }
+    po::store(flags, vm);
+    if (vm.count("help")) {
+      std::cout << all << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "; see --help");
+  }
+  require(!o.config.empty(), "--config MODEL.ini is required (the trainer's INI file)");
+  ClusterSpec& s = o.spec;
+  if (!o.cluster_file.empty()) read_cluster_file(o.cluster_file, s);
+  if (vm["cpu"].as<bool>()) s.cpu = true;
+  if (vm.count("gpus-per-node") && !vm["cpu"].as<bool>()) s.cpu = false;
+  set_if(vm, "nodes", s.nodes);
+  set_if(vm, "gpus-per-node", s.gpus_per_node);
+  set_if(vm, "gpu-mem", s.gpu_mem_gib);
+  set_if(vm, "peak-tflops", s.peak_tflops);
+  set_if(vm, "cores-per-node", s.cores_per_node);
+  set_if(vm, "ranks-per-node", s.ranks_per_node);
+  set_if(vm, "host-mem", s.node_mem_gib);
+  set_if(vm, "peak-gflops", s.peak_gflops);
+  set_if(vm, "intra-bw", s.intra_gbps);
+  set_if(vm, "inter-bw", s.inter_gbps);
+  set_if(vm, "mem-bw", s.mem_gbps);
+  require(s.cpu || s.gpus_per_node > 0,
+          "say what the ranks are: --gpus-per-node G (GPU nodes), --cpu, or a --cluster file");
+  if (s.cpu) {
+    if (s.cores_per_node == 0) s.cores_per_node = static_cast<int>(std::thread::hardware_concurrency());
+    if (s.node_mem_gib == 0) s.node_mem_gib = this_machine_gib();
+    if (s.intra_gbps == 0) s.intra_gbps = kCpuIntraGbps;
+    o.measure_peak = s.peak_gflops == 0;
+  }
+  auto given = [&](const char* name, double cpu, double gpu) {
+    return vm.count(name) ? vm[name].as<double>() : s.cpu ? cpu : gpu;
+  };
+  o.calibration.efficiency = given("efficiency", kCpuEfficiency, kGpuEfficiency);
+  o.calibration.baseline_bytes = given("baseline-mib", kCpuBaselineMib, kGpuBaselineMib) * (1 << 20);
+  o.calibration.latency_s = given("latency-us", kCpuLatencyUs, kGpuLatencyUs) * 1e-6;
+  require(o.calibration.efficiency > 0 && o.calibration.efficiency <= 1,
+          "--efficiency must lie in (0, 1]");
+  require(o.calibration.baseline_bytes >= 0 && o.calibration.latency_s >= 0,
+          "--baseline-mib and --latency-us must not be negative");
+  require(o.top >= 0, "--top must not be negative");
+  require(o.limits.max_micro_batch >= 1, "--max-micro-batch must be at least 1");
+  require(o.limits.dp >= 0 && o.limits.tp >= 0 && o.limits.pp >= 0 && o.limits.micro_batch >= 0,
+          "--dp, --tp, --pp and --micro-batch-size must not be negative");
+  if (vm.count("zero")) {
+    const int z = vm["zero"].as<int>();
+    require(z == 0 || z == 1, "--zero must be 0 or 1");
+    o.limits.zero = z == 1;
+  }
+  if (vm.count("recompute")) o.limits.recompute = parse_recompute(vm["recompute"].as<std::string>());
+  require(o.run.global_batch >= 0 && o.run.seq_len >= 0 && o.run.vocab_size >= 0,
+          "--global-batch, --seq-len and --vocab-size must be positive");
+  return true;
+}
+
+int run(int argc, char** argv) {
+  PlanOptions o;
+  if (!parse(argc, argv, o)) return kExitOk;
+  const PlanInput in = read_plan_input(o.config, o.run, !o.spec.cpu);
+  if (o.measure_peak) {  // every check is done: measuring takes a second
+    omp_set_num_threads(1);  // a node's peak: its cores times one core's rate
+    openblas_set_num_threads(1);
+    o.spec.peak_gflops = o.spec.cores_per_node * measure_sgemm_gflops(1024, 3);
+  }
+  const Cluster cluster = make_cluster(o.spec);
+  const ModelConfig& m = in.model;
+  std::printf("model %s L%d H%d KV%d C%d F%d V%d, %.3g B parameters | seq %d, global batch %d, "
+              "%s\n",
+              to_string(m.arch).c_str(), m.n_layer, m.n_head, m.n_kv_head, m.d_model, m.d_ff,
+              m.vocab_size, ParamLayout(m).total() / 1e9, in.run.seq_len, in.run.global_batch,
+              to_string(in.run.precision).c_str());
+  std::printf("cluster %d x %d %s ranks | per rank %.2f GiB, %.4g TFLOP/s peak%s x efficiency "
+              "%.2f | all-reduce %.4g GB/s in a node, %.4g GB/s per rank across nodes\n",
+              cluster.nodes, cluster.ranks_per_node, cluster.cpu ? "CPU" : "GPU",
+              cluster.mem_bytes / (1 << 30), cluster.peak_flops / 1e12,
+              o.measure_peak ? " (sgemm measured here)" : "", o.calibration.efficiency,
+              cluster.intra_bw / 1e9, cluster.inter_bw / 1e9);
+  const Plan plan = make_plan(m, in.run, cluster, o.calibration, o.limits);
+  print_plan(stdout, plan, in.run, o.top);
+  if (plan.fits.empty()) {
+    std::fprintf(stderr, "plan: no layout fits (see 'do not fit' above)\n");
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "plan: error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "plan: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}

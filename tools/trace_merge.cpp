@@ -1,0 +1,158 @@
+// trace-merge: joins the per-rank timelines written by `trainer --trace DIR` into one Chrome-trace
+// / Perfetto file, one process (pid = rank) per rank on the common time axis.
+//
+//   trace-merge --out FILE INPUT...
+//
+// INPUT: a trace file (trace-rank<R>.json) or a directory (then every trace-rank*.json in it).
+// Each must be a JSON array of trace events (or an object with a "traceEvents" array), every event
+// an object with a string "ph" and a numeric "pid", and a numeric "ts" unless it is metadata
+// ("ph": "M"); a pid may come from one file only. Exit code: 0 written, 2 bad usage or bad input
+// (one message, nothing written), 1 a failure writing FILE.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mpitrain/monitor/json.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+using namespace mpitrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trace-merge --out FILE INPUT...  (INPUT: trace file or directory)";
+
+struct Trace {
+  std::string path;
+  std::unique_ptr<std::string> text;  // the views of events point into it
+  std::vector<std::string_view> events;
+  std::vector<double> pids;  // distinct, in order of appearance
+};
+
+std::vector<std::string> expand(const std::string& input) {
+  std::error_code ec;
+  if (!fs::is_directory(input, ec)) {
+    require(fs::is_regular_file(input, ec), "no such trace file or directory: " + input);
+    return {input};
+  }
+  std::vector<std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(input, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("trace-rank", 0) == 0 && e.path().extension() == ".json")
+      files.push_back(e.path().string());
+  }
+  require(!ec, "cannot list " + input + ": " + ec.message());
+  require(!files.empty(), input + " holds no trace-rank*.json");
+  return files;
+}
+
+Trace load(const std::string& path) {
+  Trace t;
+  t.path = path;
+  std::ifstream in(path, std::ios::binary);
+  require(static_cast<bool>(in), "cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  t.text = std::make_unique<std::string>(ss.str());
+  JsonValue doc;
+  try {
+    doc = parse_json(*t.text);
+  } catch (const UsageError& e) {
+    throw UsageError(path + ": not JSON: " + e.what());
+  }
+  const JsonValue* list = doc.kind == JsonValue::Kind::Object ? doc.find("traceEvents") : &doc;
+  require(list && list->kind == JsonValue::Kind::Array,
+          path + ": not a trace (a JSON array of events, or an object with \"traceEvents\")");
+  for (size_t i = 0; i < list->items.size(); ++i) {
+    const JsonValue& e = list->items[i];
+    const std::string at = path + ": event " + std::to_string(i);
+    require(e.kind == JsonValue::Kind::Object, at + " is not an object");
+    const JsonValue* ph = e.find("ph");
+    const JsonValue* pid = e.find("pid");
+    require(ph && ph->kind == JsonValue::Kind::String, at + " has no string \"ph\"");
+    require(pid && pid->kind == JsonValue::Kind::Number, at + " has no numeric \"pid\"");
+    const JsonValue* ts = e.find("ts");
+    require(ph->string == "M" || (ts && ts->kind == JsonValue::Kind::Number),
+            at + " has no numeric \"ts\"");
+    if (std::find(t.pids.begin(), t.pids.end(), pid->number) == t.pids.end())
+      t.pids.push_back(pid->number);
+    t.events.push_back(e.text);
+  }
+  require(!t.events.empty(), path + ": no events");
+  return t;
+}
+
+int run(int argc, char** argv) {
+  std::string out;
+  std::vector<std::string> inputs;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s\n", kUsage);
+      return kExitOk;
+    }
+    if (arg == "--out" || arg == "-o") {
+      require(i + 1 < argc, std::string("--out needs a file; ") + kUsage);
+      out = argv[++i];
+    } else {
+      require(arg.empty() || arg[0] != '-', "unknown option " + arg + "; " + kUsage);
+      inputs.push_back(arg);
+    }
+  }
+  require(!out.empty() && !inputs.empty(), kUsage);
+
+  std::vector<Trace> traces;
+  for (const std::string& input : inputs)
+    for (const std::string& file : expand(input)) traces.push_back(load(file));
+  // A pid (rank) from two files means two runs, or one file given twice.
+  std::map<double, std::string> owner;
+  for (const Trace& t : traces)
+    for (const double pid : t.pids) {
+      auto [it, fresh] = owner.emplace(pid, t.path);
+      require(fresh, it->second == t.path
+                         ? t.path + " is given twice"
+                         : "pid " + std::to_string(static_cast<long long>(pid)) + " is in both " +
+                               it->second + " and " + t.path + " (traces of two runs?)");
+    }
+  std::sort(traces.begin(), traces.end(), [](const Trace& a, const Trace& b) {
+    return *std::min_element(a.pids.begin(), a.pids.end()) <
+           *std::min_element(b.pids.begin(), b.pids.end());
+  });
+
+  std::FILE* f = std::fopen(out.c_str(), "w");
+  if (!f) MPITRAIN_THROW("cannot write " + out + ": " + std::strerror(errno));
+  size_t n = 0;
+  std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  for (const Trace& t : traces)
+    for (std::string_view ev : t.events)
+      std::fprintf(f, "%s%.*s", n++ ? ",\n" : "", static_cast<int>(ev.size()), ev.data());
+  std::fprintf(f, "\n]}\n");
+  if (std::ferror(f) || std::fclose(f) != 0)
+    MPITRAIN_THROW("cannot write " + out + ": " + std::strerror(errno));
+  std::printf("trace-merge: %zu events of %zu ranks from %zu files -> %s\n", n, owner.size(),
+              traces.size(), out.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "trace-merge: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trace-merge: %s\n", e.what());
+    return kExitFailure;
+  }
+}
