@@ -25,7 +25,7 @@ if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
   message(FATAL_ERROR "MPITRAIN_CUDA=ON but cuDNN 9 was not found (cudnn_graph.h, libcudnn): "
                       "set CUDNN_ROOT to its prefix, or configure with -DMPITRAIN_CUDA=OFF.")
 endif()
-# NCCL: found here for the communicator that comes with a later version; not linked yet.
+# NCCL: for NcclCommunicator (src/comm/nccl_communicator.cu), built and linked where found.
 set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda)
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
           PATH_SUFFIXES include)
@@ -50,6 +50,19 @@ target_compile_options(mpitrain_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra
                              $<$<BOOL:${MPITRAIN_WERROR}>:-Werror=all-warnings -Xcompiler=-Werror>>)
 target_compile_definitions(mpitrain_cuda PUBLIC MPITRAIN_HAVE_CUDA=1)
+# The communicators on device memory (src/comm/*.cu, which the C++ glob leaves out): MPI through
+# pinned staging always, NCCL where found (MPITRAIN_HAVE_NCCL). MPI's headers only: mpitrain_core
+# links MPI (its compile options are for the host compiler, not nvcc).
+target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/staged_communicator.cu)
+target_include_directories(mpitrain_cuda SYSTEM PRIVATE ${MPI_C_INCLUDE_DIRS})
+if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+  target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/nccl_communicator.cu)
+  target_include_directories(mpitrain_cuda SYSTEM PUBLIC ${NCCL_INCLUDE_DIR})
+  target_link_libraries(mpitrain_cuda PUBLIC ${NCCL_LIBRARY})
+  target_compile_definitions(mpitrain_cuda PUBLIC MPITRAIN_HAVE_NCCL=1)
+  add_executable(nccl-bench ${CMAKE_SOURCE_DIR}/bench/gpu/nccl_bench.cpp)  # nccl-tests style
+  target_link_libraries(nccl-bench PRIVATE mpitrain_core)
+endif()
 target_link_libraries(mpitrain_core PUBLIC mpitrain_cuda)
 set_target_properties(mpitrain_core PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
 

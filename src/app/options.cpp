@@ -63,6 +63,13 @@ Options parse_options(int argc, const char* const* argv) {
        "write TensorBoard scalar events (loss, lr, throughput, time breakdown) to <dir>; '' = off")
       ("threads", with_default(&t.threads),
        "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
+      ("device", with_default(&t.device),
+       "cpu, or cuda: one rank on one GPU (dp = tp = pp = 1)")
+      ("kernels", with_default(&t.kernels),
+       "cuda: cudnn (cuBLASLt GEMMs, cuDNN attention and norms) or cuda (own kernels only)")
+      ("tf32", flag(&t.tf32), "cuda, precision fp32: allow TF32 tensor-core GEMMs")
+      ("gpu-workspace-mb", with_default(&t.gpu_workspace_mb),
+       "cuda: workspace for cuBLASLt / cuDNN and low-precision operand copies")
       ("seed", with_default(&t.seed), "seed for initialisation, data order and sampling")
       ("peak-gflops", with_default(&t.peak_gflops),
        "peak GFLOP/s of one rank for MFU; 0 = measure this rank's sgemm rate at start-up");
@@ -227,6 +234,15 @@ Options parse_options(int argc, const char* const* argv) {
   require(t.warmup_steps >= 0, "warmup-steps must not be negative");
   require(t.eval_interval >= 0, "eval-interval must not be negative");
   require(t.threads >= 0, "threads must not be negative");
+  require(t.device == "cpu" || t.device == "cuda",
+          "device must be cpu or cuda, not '" + t.device + "'");
+#ifndef MPITRAIN_HAVE_CUDA
+  require(t.device == "cpu",
+          "--device cuda: this build has no CUDA backend (configure with -DMPITRAIN_CUDA=ON)");
+#endif
+  require(t.kernels == "cudnn" || t.kernels == "cuda",
+          "kernels must be cudnn or cuda, not '" + t.kernels + "'");
+  require(t.gpu_workspace_mb > 0, "gpu-workspace-mb must be positive");
   require(t.sample_tokens >= 0, "sample-tokens must not be negative");
   check_nonnegative(t.min_lr_ratio, "min-lr-ratio");
   check_nonnegative(t.weight_decay, "weight-decay");

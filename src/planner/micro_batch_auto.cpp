@@ -29,7 +29,8 @@ std::string breakdown(const MemoryEstimate& e) {
 
 MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, Layout layout,
                                 double free_bytes, double margin) {
-  if (margin < 0 || margin >= 1) MPITRAIN_THROW("margin " + std::to_string(margin) + " not in [0, 1)");
+  if (margin < 0 || margin >= 1)
+    MPITRAIN_THROW("margin " + std::to_string(margin) + " not in [0, 1)");
   if (layout.dp < 1 || run.global_batch % layout.dp != 0)
     throw UsageError("global batch " + std::to_string(run.global_batch) +
                      " is not a multiple of dp " + std::to_string(layout.dp));

@@ -20,11 +20,18 @@ std::vector<float> gather_parameters(const Model<float>& model, const Grid& grid
                                      const std::vector<int>& stage_first_layer,
                                      const MpiComm& world) {
   const ModelConfig& cfg = model.config();
+  std::vector<float> host;  // a copy of this rank's parameters when they live on a device
+  const float* params = model.params();
+  if (!model.backend().host_memory()) {
+    host.resize(model.num_params());
+    model.backend().download(host.data(), params, host.size());
+    params = host.data();
+  }
   if (world.rank() != 0) {
     if (grid.dp_rank() == 0)
       for (const ParamTensor& t : model.layout().tensors())
         if (t.primary)
-          MPI_CHECK(MPI_Send(model.params() + t.offset, static_cast<int>(t.numel), MPI_FLOAT, 0,
+          MPI_CHECK(MPI_Send(params + t.offset, static_cast<int>(t.numel), MPI_FLOAT, 0,
                              t.global_index, world.get()));
     return {};
   }
@@ -38,7 +45,7 @@ std::vector<float> gather_parameters(const Model<float>& model, const Grid& grid
       const ParamLayout held(cfg, shard_of(shape, stage_first_layer, r, stage));
       for (const ParamTensor& t : held.tensors()) {
         if (!t.primary) continue;
-        const float* local = model.params() + t.offset;
+        const float* local = params + t.offset;
         if (source != 0) {
           piece.resize(t.numel);
           MPI_CHECK(MPI_Recv(piece.data(), static_cast<int>(t.numel), MPI_FLOAT, source,

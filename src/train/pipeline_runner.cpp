@@ -25,6 +25,22 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
   if (pp_) dinput_.resize(slots_ * rows * model.config().d_model);
   out_sends_.resize(slots_);
   grad_sends_.resize(slots_);
+  if (!model.backend().host_memory()) {
+    device_tokens_ = model.backend().alloc_ids(tokens_.size());
+    device_targets_ = model.backend().alloc_ids(targets_.size());
+  }
+}
+
+PipelineRunner::~PipelineRunner() {
+  if (!device_tokens_) return;
+  model_.backend().free_ids(device_targets_);
+  model_.backend().free_ids(device_tokens_);
+}
+
+void PipelineRunner::upload_ids(size_t n) {
+  if (!device_tokens_) return;
+  model_.backend().upload_ids(device_tokens_, tokens_.data(), n);
+  model_.backend().upload_ids(device_targets_, targets_.data(), n);
 }
 
 void PipelineRunner::wait_send(CommHandle& h, int micro) {
@@ -54,8 +70,8 @@ void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&
 void PipelineRunner::forward(int micro, int rows, float dloss, const char* name) {
   const int slot = micro % slots_;
   const size_t n = static_cast<size_t>(rows) * seq_len_ * model_.config().d_model;
-  const int32_t* tokens = tokens_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
-  const int32_t* targets = targets_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  const int32_t* targets = target_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_) {
     wait_send(out_sends_[slot], micro);  // the slot's previous output has left
     if (stage_ > 0)
@@ -71,7 +87,7 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name)
 void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grads_ready) {
   const int slot = micro % slots_;
   const size_t n = static_cast<size_t>(batch_) * seq_len_ * model_.config().d_model;
-  const int32_t* tokens = tokens_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_ && stage_ < stages_ - 1)
     wait_recv(pp_->recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1),
               "pp recv gradients", micro);
@@ -94,6 +110,7 @@ double PipelineRunner::train(const Loader& load, float dloss,
     TraceScope scope(trace_, TraceLane::Data, "load batch", &times_.data, i);
     load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
   }
+  upload_ids(tokens_.size());
   for (const PipeOp& op : pipeline_ops(schedule_, micro_batches_, stages_, stage_)) {
     if (op.forward)
       forward(op.micro, batch_, dloss, "forward");
@@ -110,6 +127,7 @@ double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, i
   const size_t n = static_cast<size_t>(rows) * seq_len_;
   std::copy(tokens, tokens + n, tokens_.begin());
   std::copy(targets, targets + n, targets_.begin());
+  upload_ids(n);
   forward(0, rows, 0.0f, "eval forward");
   if (pp_) wait_send(out_sends_[0], 0);
   return loss_;

@@ -11,6 +11,10 @@
 #include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
+#ifdef MPITRAIN_HAVE_CUDA
+#include "mpitrain/backend/cuda/device.hpp"
+#include "mpitrain/backend/cuda_backend.hpp"
+#endif
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/comm/communicator.hpp"
@@ -73,6 +77,90 @@ double evaluate(PipelineRunner& runner, const SampleWindows& val, int samples, i
   return sums[0] / sums[1];
 }
 
+// --device cuda: one rank, a head size the kernels take, a usable GPU (UsageError otherwise).
+void check_device(const TrainConfig& t, int ranks, const ModelConfig& cfg) {
+  if (t.device != "cuda") return;
+  require(ranks == 1, "--device cuda runs one rank per GPU with dp = tp = pp = 1 in this version "
+                      "(multi-GPU: NCCL, issue 7)");
+  require(cfg.head_size() <= 256, "--device cuda: head size d-model / n-head = " +
+                                      std::to_string(cfg.head_size()) + " exceeds 256");
+#ifdef MPITRAIN_HAVE_CUDA
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  require(probe.count > 0, "--device cuda: " + probe.reason);
+#endif
+}
+
+// The backend of --device: the CPU's, or one GPU's (GEMM math from --precision, TF32 by --tf32).
+std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig& t, int threads,
+                                             Precision precision) {
+#ifdef MPITRAIN_HAVE_CUDA
+  if (t.device == "cuda") {
+    CudaOptions c;
+    c.kernels = parse_kernel_set(t.kernels);
+    c.math = precision == Precision::Bf16   ? GemmMath::Bf16
+             : precision == Precision::Fp16 ? GemmMath::Fp16
+             : t.tf32                       ? GemmMath::Tf32
+                                            : GemmMath::Fp32;
+    c.workspace_bytes = static_cast<size_t>(t.gpu_workspace_mb * (1 << 20));
+    auto backend = std::make_unique<CudaBackend<float>>(c);
+    std::printf("device: %s\n", backend->describe().c_str());
+    return backend;
+  }
+#endif
+  return std::make_unique<CpuBackend<float>>(threads, precision);
+}
+
+// GFLOP/s of the backend's matmul_forward (in its GEMM math) on n x n x n, inputs of ordinary
+// magnitude: the MFU peak of a device. Runs before the memory is sealed; frees what it takes.
+double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
+  const size_t nn = static_cast<size_t>(n) * n;
+  float* a = backend.alloc(3 * nn);  // inp, weight, out
+  std::vector<float> inputs(2 * nn);
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(i % 17) / 17 - 0.5f;
+  backend.upload(a, inputs.data(), inputs.size());
+  float sink = 0.0f;
+  backend.matmul_forward(a + 2 * nn, a, a + nn, nullptr, n, n, n);  // the algorithm is picked
+  backend.download(&sink, a + 2 * nn, 1);                            // waits for the device
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < repeats; ++r) backend.matmul_forward(a + 2 * nn, a, a + nn, nullptr, n, n, n);
+  backend.download(&sink, a + 2 * nn, 1);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  backend.free(a);
+  return 2.0 * n * nn * repeats / s / 1e9;
+}
+
+// Host copies of the buffers a checkpoint reads and writes when they live on a device: the state
+// points at the copies; download() before a save, upload() after a load.
+class CheckpointMirror {
+ public:
+  CheckpointMirror(Backend<float>& backend, CheckpointState& state) : backend_(backend) {
+    const bool separate_master = state.master != state.params + state.lo;
+    const size_t n = state.hi - state.lo;
+    mirror(state.params, state.layout.total());
+    if (separate_master) mirror(state.master, n);
+    else state.master = state.params + state.lo;
+    for (float*& b : state.state) mirror(b, n);
+  }
+  void download() {
+    for (Buffer& b : buffers_) backend_.download(b.host.data(), b.device, b.host.size());
+  }
+  void upload() {
+    for (Buffer& b : buffers_) backend_.upload(b.device, b.host.data(), b.host.size());
+  }
+
+ private:
+  struct Buffer {
+    float* device;
+    std::vector<float> host;
+  };
+  void mirror(float*& p, size_t n) {
+    buffers_.push_back({p, std::vector<float>(n)});
+    p = buffers_.back().host.data();  // a vector's storage stays put when the vector moves
+  }
+  Backend<float>& backend_;
+  std::vector<Buffer> buffers_;
+};
+
 std::string format_count(double n) {
   char buf[32];
   if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
@@ -106,6 +194,7 @@ int train(const Options& o, const MpiComm& world) {
     train_src = open_tokens(t.train_data, format);
     if (!t.val_data.empty()) val_src = open_tokens(t.val_data, format);
     cfg = resolve_model_config(o, *train_src);
+    check_device(t, world.size(), cfg);
     check_tensor_parallel(cfg, shape.tp);
     stage_first_layer = pipeline_layer_split(cfg.n_layer, shape.pp, t.pp_layers);
     require(t.global_batch_size % (shape.dp * t.micro_batch_size) == 0,
@@ -129,16 +218,15 @@ int train(const Options& o, const MpiComm& world) {
   const Grid grid(world, shape);
   const ParamLayout full_layout(cfg);  // the whole model, as one rank would hold it
   MpiCommunicator world_comm(world.get(), "world"), tp_comm(grid.tp().get(), "tp"),
-      dp_comm(grid.dp().get(), "dp"), pp_comm(grid.pp().get(), "pp"),
-      mp_comm(grid.model_parallel().get(), "mp");
+      dp_comm(grid.dp().get(), "dp"), pp_comm(grid.pp().get(), "pp");
   std::optional<MpiCommunicator> emb_comm;
   if (grid.embedding()) emb_comm.emplace(grid.embedding()->get(), "embedding");
   // A call blocked longer than --comm-timeout(-startup) is reported and ends the job (exit 3).
   std::vector<const CallLog*> watched = {&world_comm.calls(), &tp_comm.calls(), &dp_comm.calls(),
-                                         &pp_comm.calls(), &mp_comm.calls()};
+                                         &pp_comm.calls()};
   if (emb_comm) watched.push_back(&emb_comm->calls());
   Watchdog watchdog(world, {t.comm_timeout_startup, t.comm_timeout}, watched);
-  Communicator* comms[] = {&world_comm, &tp_comm, &dp_comm, &pp_comm, &mp_comm,
+  Communicator* comms[] = {&world_comm, &tp_comm, &dp_comm, &pp_comm,
                            emb_comm ? &*emb_comm : nullptr};
 
   const int micro_batches = t.global_batch_size / (shape.dp * t.micro_batch_size);
@@ -151,20 +239,28 @@ int train(const Options& o, const MpiComm& world) {
     require_creatable_dir(t.trace, "trace");
     require_creatable_dir(t.tensorboard, "tensorboard");
   });
-  CpuBackend<float> backend(threads, model_options.precision);
+  std::unique_ptr<Backend<float>> backend;
   std::unique_ptr<Model<float>> model;
+  double device_peak = 0.0;  // --device cuda: GFLOP/s of its GEMMs, measured unless given
   all_or_none(world, [&] {
+    require((faults.kind() != FaultKind::Nan && faults.kind() != FaultKind::Drift) ||
+                t.device == "cpu",
+            "MPITRAIN_FAULT nan / drift write host memory: --device cpu only");
+    backend = make_backend(t, threads, model_options.precision);
+    if (!backend->host_memory() && t.peak_gflops == 0)
+      device_peak = measure_matmul_gflops(*backend, 4096, 5);
     const ModelShard shard = shard_of(shape, stage_first_layer, grid.tp_rank(), grid.pp_rank());
-    model = std::make_unique<Model<float>>(cfg, backend, shard, t.micro_batch_size, t.seq_len,
+    model = std::make_unique<Model<float>>(cfg, *backend, shard, t.micro_batch_size, t.seq_len,
                                            slots, &tp_comm, model_options);
     if (t.init_from.empty()) {
       model->init(t.seed);
     } else {
-      std::vector<float> full(full_layout.total());
+      std::vector<float> full(full_layout.total()), local(model->num_params());
       load_llmc_model(t.init_from, cfg, full_layout, full.data());
       for (const ParamTensor& p : model->layout().tensors())
         take_shard(p, full.data() + full_layout.tensors()[p.global_index].offset,
-                   model->params() + p.offset);
+                   local.data() + p.offset);
+      backend->upload(model->params(), local.data(), local.size());
     }
     require(faults.kind() != FaultKind::Nan || faults.layer() < cfg.n_layer,
             "MPITRAIN_FAULT: layer " + std::to_string(faults.layer()) + " is not below n-layer " +
@@ -199,33 +295,46 @@ int train(const Options& o, const MpiComm& world) {
                            grid.dp_rank(), shape.dp);
   PipelineRunner runner(*model, &pp_comm, schedule, micro_batches, t.micro_batch_size, t.seq_len,
                         &trace, blocked_seconds);
-  std::optional<GradBuckets> buckets_or;
-  all_or_none(world, [&] {  // an unsupported combination of options is a UsageError
-    buckets_or.emplace(dp_comm, model->grads(), model->num_params(),
-                       static_cast<size_t>(t.bucket_mb * (1 << 20)),
-                       GradSyncOptions{t.zero == 1, parse_grad_compress(t.grad_compress),
-                                       t.topk_ratio});
-  });
-  GradBuckets& buckets = *buckets_or;
+  GradBuckets buckets(dp_comm, model->grads(), model->num_params(),
+                      static_cast<size_t>(t.bucket_mb * (1 << 20)),
+                      {t.zero == 1, parse_grad_compress(t.grad_compress), t.topk_ratio});
   // The optimizer updates this rank's range of the parameters (all of them without ZeRO-1), from
   // fp32 master weights taken before the compute copy is rounded to the run's precision.
   const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && emb_comm;
   const FlatRange own = buckets.owned();
-  Optimizer optimizer(backend, model->layout(), optimizer_config, model->params(), own.lo, own.hi,
+  backend->set_alloc_kind(AllocKind::Optimizer);
+  Optimizer optimizer(*backend, model->layout(), optimizer_config, model->params(), own.lo, own.hi,
                       model_options.precision,
                       {t.zero ? &dp_comm : nullptr, &tp_comm, tied_copies ? &*emb_comm : nullptr});
-  backend.round_to(model->params(), model->num_params(), model_options.precision);
+  backend->set_alloc_kind(AllocKind::Activations);
+  backend->round_to(model->params(), model->num_params(), model_options.precision);
+#ifdef MPITRAIN_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend.get())) {  // the footprint is fixed
+    gpu->seal_memory();
+    if (root) std::printf("%s\n", gpu->memory_report().c_str());
+  }
+#endif
   LossScaler scaler({model_options.precision == Precision::Fp16, t.initial_loss_scale,
                      t.loss_scale_window, t.min_loss_scale});
   NumericGuard guard(parse_nan_policy(t.on_nan), t.out_dir, world_comm);
   UpdateStep update(*model, buckets, optimizer, scaler, guard,
-                    {&mp_comm, &world_comm, tied_copies ? &*emb_comm : nullptr}, t.grad_clip,
-                    t.zero == 1, &trace);
+                    {&world_comm, tied_copies ? &*emb_comm : nullptr,
+                     t.zero == 1 || grid.dp_rank() == 0},
+                    t.grad_clip, &trace);
 
   // ---- resume -----------------------------------------------------------------------------------
   CheckpointStore store((fs::path(t.out_dir) / "checkpoints").string(), world, t.keep_last, faults);
-  const CheckpointState state = checkpoint_state(cfg, model->layout(), model->params(), optimizer,
-                                                 t.zero == 1 || grid.dp_rank() == 0);
+  CheckpointState state = checkpoint_state(cfg, model->layout(), model->params(), optimizer,
+                                           t.zero == 1 || grid.dp_rank() == 0);
+  std::optional<CheckpointMirror> mirror;  // on a device; the CPU path reads and writes in place
+  if (!backend->host_memory()) mirror.emplace(*backend, state);
+  std::vector<float> params_copy;  // on a device: the parameters for the replica check
+  const auto host_params = [&]() -> const float* {
+    if (backend->host_memory()) return model->params();
+    params_copy.resize(model->num_params());
+    backend->download(params_copy.data(), model->params(), params_copy.size());
+    return params_copy.data();
+  };
   int start_step = 0;
   uint64_t consumed = 0;                                      // samples of the global order used
   double best_val = std::numeric_limits<double>::quiet_NaN();  // for --save-best
@@ -236,6 +345,7 @@ int train(const Options& o, const MpiComm& world) {
       m = t.resume == "auto" ? store.load_latest(state) : store.load(t.resume, state);
     });
     if (m) {
+      if (mirror) mirror->upload();
       start_step = static_cast<int>(m->step);
       consumed = m->consumed_samples;
       best_val = m->val_loss;
@@ -271,7 +381,9 @@ int train(const Options& o, const MpiComm& world) {
   const std::string report_path = (fs::path(t.out_dir) / "report.json").string();
 
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
-  double peak = t.peak_gflops > 0 ? t.peak_gflops : measure_sgemm_gflops(1024, 3);
+  double peak = t.peak_gflops > 0         ? t.peak_gflops
+                : !backend->host_memory() ? device_peak
+                                          : measure_sgemm_gflops(1024, 3);
   world_comm.all_reduce(&peak, 1, ReduceOp::Sum);
   const double flops_per_token = 6.0 * full_layout.matmul_params() +
                                  12.0 * cfg.n_layer * cfg.d_model * t.seq_len;
@@ -323,6 +435,7 @@ int train(const Options& o, const MpiComm& world) {
   auto save = [&](int step) {
     TraceScope io(&trace, TraceLane::Io, "checkpoint save", nullptr, step);
     const auto t0 = std::chrono::steady_clock::now();
+    if (mirror) mirror->download();
     store.save(manifest(step), state);
     last_save = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log.checkpoint(last_save);
@@ -341,9 +454,7 @@ int train(const Options& o, const MpiComm& world) {
     apply_nan_fault(faults, model->layout(), model->grads(), world.rank(), step + 1);  // tests
     double loss = runner.train(load, static_cast<float>(dloss * scaler.scale()), grads_ready);
     const double lr = lr_schedule.at(step);
-    double global_loss = counts_loss ? loss : 0.0;  // summed over the last stage's tp rank 0s
-    world_comm.all_reduce(&global_loss, 1, ReduceOp::Sum);
-    const UpdateResult result = update.apply(lr, loss, global_loss, step + 1);
+    const UpdateResult result = update.apply(lr, counts_loss ? loss : 0.0, step + 1);
     if (result.verdict == StepVerdict::Stop) {
       log.finish(report_path, update.skipped_steps(), kExitFailure);
       trace.close();
@@ -353,12 +464,12 @@ int train(const Options& o, const MpiComm& world) {
     // Replica drift: every --check-replicas steps the data-parallel copies must be identical.
     apply_drift_fault(faults, model->layout(), model->params(), world.rank(), step + 1);
     if (t.check_replicas > 0 && (step + 1) % t.check_replicas == 0 &&
-        !replicas_agree(model->layout(), model->params(), dp_comm, world_comm, step + 1)) {
+        !replicas_agree(model->layout(), host_params(), dp_comm, world_comm, step + 1)) {
       log.finish(report_path, update.skipped_steps(), kExitFailure);
       trace.close();
       return kExitFailure;
     }
-    loss = global_loss / tokens_per_step;
+    loss = result.loss_sum / tokens_per_step;
     consumed += t.global_batch_size;
 
     double comm_seconds = 0.0;
@@ -387,6 +498,7 @@ int train(const Options& o, const MpiComm& world) {
         double seconds_best = 0.0;
         {
           TraceScope io(&trace, TraceLane::Io, "checkpoint save best", &seconds_best, step + 1);
+          if (mirror) mirror->download();
           store.save_as("best", manifest(step + 1), state);
         }
         log.checkpoint(seconds_best);
@@ -430,7 +542,14 @@ int train(const Options& o, const MpiComm& world) {
     write_parameters_hdf5(t.export_params, cfg, full);
     std::printf("wrote the parameters to %s\n", t.export_params.c_str());
   }
-  if (t.sample_tokens > 0) print_sample(t, cfg, full, train_src->tokenizer(), backend);
+  if (t.sample_tokens > 0) {
+    if (backend->host_memory()) {
+      print_sample(t, cfg, full, train_src->tokenizer(), *backend);
+    } else {  // the device's memory is sealed: the sample runs on the CPU
+      CpuBackend<float> cpu(threads);
+      print_sample(t, cfg, full, train_src->tokenizer(), cpu);
+    }
+  }
   return kExitOk;
 }
 

@@ -3,10 +3,10 @@
 # overwritten.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
-expect_usage_error() {  # expect_usage_error NAME EXPECTED_TEXT TRAINER_ARGS...
+expect_usage_error() {  # [NP=ranks] expect_usage_error NAME EXPECTED_TEXT TRAINER_ARGS...
   local name=$1 expected=$2; shift 2
   set +e
-  $MPIRUN -np 2 "$TRAINER" "$@" > "$SCRATCH/$name.out" 2> "$SCRATCH/$name.err"
+  $MPIRUN -np "${NP:-2}" "$TRAINER" "$@" > "$SCRATCH/$name.out" 2> "$SCRATCH/$name.err"
   local rc=$?
   set -e
   [ $rc = 2 ] || { cat "$SCRATCH/$name.out" "$SCRATCH/$name.err"; fail "$name: exit code $rc, expected 2"; }
@@ -43,6 +43,21 @@ expect_usage_error pp_layers "fewer than the 2 pipeline stages" "${tiny[@]}" --p
 expect_usage_error pp_layer_list "must list 2 stage sizes adding up to n-layer 2" "${tiny[@]}" --pp 2 --pp-layers 2,1 --out-dir "$SCRATCH/o13"
 expect_usage_error pp_schedule "pp-schedule must be 'gpipe' or '1f1b'" "${tiny[@]}" --pp 2 --pp-schedule zigzag --out-dir "$SCRATCH/o14"
 expect_usage_error dp_batch "must be divisible by dp x micro-batch-size = 2 x 4" "${tiny[@]}" --dp 2 --micro-batch-size 4 --global-batch-size 12 --out-dir "$SCRATCH/o15"
+
+# --device: an unknown one; cuda with two ranks, without a usable GPU (here), or in a build
+# without CUDA. None of them creates its out-dir.
+expect_usage_error bad_device "device must be cpu or cuda, not 'tpu'" "${tiny[@]}" --device tpu --out-dir "$SCRATCH/o16"
+if grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
+  expect_usage_error cuda_ranks "--device cuda runs one rank per GPU with dp = tp = pp = 1" "${tiny[@]}" --device cuda --out-dir "$SCRATCH/o17"
+  if nvidia-smi -L > /dev/null 2>&1; then
+    echo "a GPU is usable here: the no-GPU case does not apply"
+  else
+    NP=1 expect_usage_error cuda_no_gpu "--device cuda: no CUDA device usable: " "${tiny[@]}" --device cuda --out-dir "$SCRATCH/o18"
+  fi
+else
+  NP=1 expect_usage_error cuda_not_built "--device cuda: this build has no CUDA backend" "${tiny[@]}" --device cuda --out-dir "$SCRATCH/o18"
+fi
+for d in o16 o17 o18; do [ ! -e "$SCRATCH/$d" ] || fail "a rejected --device run created $d"; done
 
 # An out-dir that already holds a run is left exactly as it was.
 mkdir -p "$SCRATCH/previous"

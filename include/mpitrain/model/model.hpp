@@ -62,6 +62,7 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  Backend<T>& backend() const { return backend_; }
   const ParamLayout& layout() const { return layout_; }
   T* params() { return params_; }
   const T* params() const { return params_; }

@@ -7,6 +7,8 @@
 //   backward of micro i:  recv d output (tag 2i+1) <- stage+1;  ...;  send d input -> stage-1
 // A send's buffer belongs to the micro-batch's activation slot and is waited for only before
 // the slot is used again, so sends overlap the next passes. With pp = 1 nothing is sent.
+// Token and target ids are copied to backend memory after loading when the backend's memory is
+// not the host's (Backend::host_memory).
 // Each pass, wait and batch load is a region of the trace (monitor/trace.hpp) when one is
 // recording, and times() says where the last train() call's time went.
 #pragma once
@@ -41,6 +43,9 @@ class PipelineRunner {
   PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
                  int micro_batches, int batch, int seq_len, TraceRecorder* trace = nullptr,
                  std::function<double()> blocked_seconds = {});
+  ~PipelineRunner();
+  PipelineRunner(const PipelineRunner&) = delete;
+  PipelineRunner& operator=(const PipelineRunner&) = delete;
 
   int slots() const { return slots_; }  // activation slots the model must have
   const Times& times() const { return times_; }
@@ -55,6 +60,9 @@ class PipelineRunner {
  private:
   void forward(int micro, int rows, float dloss, const char* name);
   void backward(int micro, const std::function<void(size_t)>& grads_ready);
+  void upload_ids(size_t n);  // the first n tokens and targets, to the device buffers (if any)
+  const int32_t* token_ids() const { return device_tokens_ ? device_tokens_ : tokens_.data(); }
+  const int32_t* target_ids() const { return device_targets_ ? device_targets_ : targets_.data(); }
   void wait_send(CommHandle& h, int micro);
   void wait_recv(CommHandle h, const char* name, int micro);
   // Runs pass() as a compute region; adds its time less the communication inside to *seconds.
@@ -66,6 +74,8 @@ class PipelineRunner {
   PipelineSchedule schedule_;
   int micro_batches_, batch_, seq_len_, stage_, stages_, slots_;
   std::vector<int32_t> tokens_, targets_;     // (m, B, T) each: kept until the micro's backward
+  int32_t* device_tokens_ = nullptr;          // their copies in backend memory (non-host backend)
+  int32_t* device_targets_ = nullptr;
   std::vector<float> dinput_;                 // (slots, B, T, C): input gradients being sent
   std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
   double loss_ = 0.0;

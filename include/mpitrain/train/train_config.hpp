@@ -66,6 +66,10 @@ struct TrainConfig {
   int eval_interval = 50;     // steps; 0 = only at the end
   int eval_samples = 64;      // validation sequences per evaluation
   int threads = 0;            // per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node
+  std::string device = "cpu";       // cpu | cuda (one rank on one GPU; backend/cuda_backend.hpp)
+  std::string kernels = "cudnn";    // cuda: cudnn | cuda (KernelSet)
+  bool tf32 = false;                // cuda, precision fp32: allow TF32 tensor-core GEMMs
+  double gpu_workspace_mb = 1024;   // cuda: the backend's workspace arena
   double peak_gflops = 0.0;   // per rank, for MFU; 0 = measure this rank's sgemm rate at start-up
   int sample_tokens = 128;    // text generated at the end; 0 = none
   std::string sample_prompt;  // "" = start from a newline

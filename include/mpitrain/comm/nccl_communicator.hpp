@@ -1,0 +1,157 @@
+// The Communicator over NCCL, for device memory (CUDA builds only).
+//
+// Set-up (collective over the MPI group): rank 0 of the group creates the NCCL unique id and
+// broadcasts it over MPI; every rank then calls ncclCommInitRankConfig in NCCL's non-blocking
+// mode (config.blocking = 0) on its current CUDA device, and polls ncclCommGetAsyncError until
+// the communicator is ready, an error, or the deadline (timeout_s: then it aborts and throws).
+// The same polling follows every NCCL call that answers ncclInProgress.
+//
+// Streams. Operations run on a communication stream of their own. Each one first waits (an
+// event) for the work queued so far on the compute stream given at construction, so it reads
+// what the compute before it wrote. Then:
+//   blocking calls (all_reduce, broadcast, barrier, all_gather, reduce_scatter) block the host
+//     until the operation has completed on the device — the result is final, as with MPI — by
+//     polling its event and the communicator's error state (with the deadline);
+//   started calls (*_start) return at once; wait() does NOT block the host: it makes the compute
+//     stream wait for the operation's completion event, so kernels queued after wait() see the
+//     result. The host sees it only after synchronising the compute stream. A send or receive is
+//     queued until the next call that is not one (or wait, or progress): sends and receives
+//     started back to back go to NCCL as one group (ncclGroupStart/End), so exchanges in both
+//     directions cannot deadlock on the one stream.
+// blocked_seconds counts host time only: the blocking calls, never wait().
+//
+// Buffers are device memory (NCCL reads no host pointers); host scalars (loss sums, counters) go
+// over an MpiCommunicator of the same group. Counts are size_t all the way (NCCL takes them).
+// bytes_sent and calls() (the watchdog's CallLog) count and record as MpiCommunicator does; a
+// started call stays "entered" and is never "blocked" in the log (the host does not block in it).
+// Uneven reduce-scatter: one ncclReduce per block onto its owner into a scratch buffer (grown to
+// the largest block on first use: reduce_scatter_start of the largest block at set-up avoids
+// growing inside a step), then copied to data[0, counts[rank]); uneven all-gather: one in-place
+// ncclBroadcast per block from its owner; all-to-all: one ncclSend and ncclRecv per rank; each
+// group in one ncclGroupStart/End.
+//
+// Failures: every NCCL result is checked (NCCL_CHECK-like: ncclGetErrorString and
+// ncclGetLastError in the message). poll_error() is for the watchdog thread (see it); abort()
+// ends the communicator (ncclCommAbort) so that blocked device work and host polling return.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mpitrain/comm/communicator.hpp"
+
+namespace mpitrain {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // comm: the MPI group (not owned; used at construction only); name: for the watchdog ("tp",
+  // "dp", ...); compute: the stream the trainer computes on; timeout_s: how long set-up, one
+  // blocking call or NCCL's answer to one call may take before the communicator is aborted.
+  NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute, double timeout_s = 600);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const CallLog& calls() const { return calls_; }
+  cudaStream_t stream() const { return stream_.get(); }  // the communication stream
+
+  void all_reduce(float* data, size_t n, ReduceOp op) override;
+  void all_reduce(double* data, size_t n, ReduceOp op) override;
+  void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override;
+  void all_gather(const float* in, float* out, size_t n) override;
+  void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
+
+  CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
+  CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
+  CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
+  CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
+  CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
+  CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
+                                  ReduceOp op) override;
+  CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
+  void wait(CommHandle handle) override;      // stream ordering, see above
+  void progress() override;                   // issues queued sends/receives; checks for errors
+
+  double blocked_seconds() const override { return blocked_seconds_; }
+  void reset_blocked_seconds() override { blocked_seconds_ = 0; }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+  void reset_bytes_sent() override { bytes_sent_ = 0; }
+
+  // For the watchdog thread, four times a second next to its CallLog checks: true when NCCL
+  // reports an asynchronous error (a failed peer or network; *what = the error and NCCL's last
+  // message), after which the watchdog prints it and ends the job with MPI_Abort as for a hang.
+  // Safe from another thread: it only reads (ncclCommGetAsyncError).
+  bool poll_error(std::string* what) const;
+  ncclResult_t async_error() const;  // ncclSuccess, ncclInProgress, or the error
+  // ncclCommAbort; every later call throws. From the thread that makes the calls (a failure in
+  // them aborts by itself); not from the watchdog while that thread may be in a call.
+  void abort();
+
+ private:
+  // NCCL_CHECK(call) in the .cu: ncclInProgress polls until settled (deadline); an error throws
+  // with ncclGetErrorString(rc) and ncclGetLastError(comm).
+  void check(ncclResult_t rc, const char* call, const char* file, int line);
+  struct StreamDeleter { void operator()(cudaStream_t s) const; };
+  struct EventDeleter { void operator()(cudaEvent_t e) const; };
+  struct DeviceDeleter { void operator()(void* p) const; };
+  using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+  using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+  using DeviceBuffer = std::unique_ptr<void, DeviceDeleter>;
+  static Event make_event();
+
+  // A started operation: its completion event (recorded on stream_) and its log entry.
+  struct Slot {
+    Event done;
+    bool busy = false, queued = false;  // queued: a send/receive not yet issued
+    CallInfo call;
+  };
+  // A send or receive waiting for the next flush().
+  struct P2p {
+    bool send;
+    float* data;
+    size_t n;
+    int peer, slot;
+  };
+
+  int acquire_slot(const char* op, uint64_t bytes, int peer = -1);
+  void begin();                 // flush(), then after_compute()
+  void after_compute();         // stream_ waits for the work queued on the compute stream so far
+  void end_started(int slot);   // records the slot's completion event on stream_
+  void finish_blocking();       // host blocks until stream_'s work is done (polled, deadline)
+  void flush();                 // issues the queued sends and receives as one group
+  void settle(const char* call);  // polls ncclCommGetAsyncError while in progress (deadline)
+  [[noreturn]] void fail(const std::string& what);  // aborts, throws
+  void require_usable() const;
+  template <typename E>
+  void all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op);
+  size_t blocks_total(std::span<const size_t> counts, const char* op) const;
+  void count_sent(uint64_t bytes) { if (size_ > 1) bytes_sent_ += bytes; }
+
+  int rank_ = 0, size_ = 1;
+  double timeout_s_;
+  cudaStream_t compute_;
+  ncclComm_t comm_ = nullptr;  // destroyed (or aborted) in the destructor
+  std::atomic<bool> aborted_{false};  // read by poll_error on the watchdog thread
+  Stream stream_;
+  Event ready_, blocking_done_;  // compute's work before an op; a blocking op's completion
+  DeviceBuffer scratch_;         // uneven reduce-scatter's block; 4-byte barrier token
+  size_t scratch_bytes_ = 0;
+  double blocked_seconds_ = 0;
+  uint64_t bytes_sent_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<int> free_slots_;
+  std::vector<P2p> queued_;
+  CallLog calls_;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,107 @@
+// MPI on device buffers: the Communicator over an MpiCommunicator through pinned host staging
+// buffers (CUDA builds only). For runs where NCCL cannot serve: several ranks sharing one GPU
+// (NCCL refuses two ranks of one communicator on one device), or --comm mpi to compare.
+//
+// Every call copies its device data to a pinned buffer (cudaMemcpyAsync on the compute stream,
+// then the host waits for that stream, so the copy sees the compute before it), runs the MPI
+// call on the buffer, and copies the result back on the compute stream. Blocking calls do all of
+// it before returning; started calls copy device->host before starting (the host waits for the
+// compute stream then) and host->device in wait(), queued on the compute stream: kernels queued
+// after wait() see the result, the host after synchronising that stream. Pointers may also be
+// host memory (cudaMemcpyDefault; host scalars just take the detour).
+//
+// Buffers: the pool is allocated at construction — one buffer for blocking calls and in_flight
+// for started ones, each max_bytes (what the largest call stages: an all-reduce's buffer, an
+// all-gather's whole output plus its block, an all-to-all's input plus output, an uneven call's
+// sum of counts) — and never grows: a larger call, or more than in_flight started calls at once,
+// throws Error naming the figure to raise. A buffer becomes free when its host->device copy has
+// completed (an event).
+//
+// calls(), bytes_sent() are the MpiCommunicator's (the watchdog watches its CallLog); blocked
+// seconds are the MPI calls' plus the host's waits for the staging copies.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "mpitrain/comm/communicator.hpp"
+
+namespace mpitrain {
+
+class StagedMpiCommunicator final : public Communicator {
+ public:
+  // mpi: not owned, must outlive this; compute: the stream whose kernels produce and consume the
+  // buffers; max_bytes: the largest call's staging (see above); in_flight: started calls at once.
+  StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute, size_t max_bytes,
+                        int in_flight = 8);
+  StagedMpiCommunicator(const StagedMpiCommunicator&) = delete;
+  StagedMpiCommunicator& operator=(const StagedMpiCommunicator&) = delete;
+
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
+  const CallLog& calls() const { return mpi_.calls(); }
+
+  void all_reduce(float* data, size_t n, ReduceOp op) override;
+  void all_reduce(double* data, size_t n, ReduceOp op) override;
+  void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void barrier() override;
+  void all_gather(const float* in, float* out, size_t n) override;
+  void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
+
+  CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
+  CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
+  CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
+  CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
+  CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
+  CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
+                                  ReduceOp op) override;
+  CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
+  void wait(CommHandle handle) override;  // MPI wait (host), then host->device on compute
+  void progress() override { mpi_.progress(); }
+
+  double blocked_seconds() const override { return mpi_.blocked_seconds() + copy_seconds_; }
+  void reset_blocked_seconds() override { mpi_.reset_blocked_seconds(); copy_seconds_ = 0; }
+  uint64_t bytes_sent() const override { return mpi_.bytes_sent(); }
+  void reset_bytes_sent() override { mpi_.reset_bytes_sent(); }
+
+ private:
+  struct HostDeleter { void operator()(void* p) const; };
+  struct EventDeleter { void operator()(cudaEvent_t e) const; };
+  using Pinned = std::unique_ptr<void, HostDeleter>;
+  using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+
+  // A staging buffer of max_bytes; for a started call also its MPI handle and what wait() copies
+  // back: bytes from host + offset to dst (nothing when bytes is 0).
+  struct Stage {
+    Pinned host;
+    Event copied;  // after its last host->device copy
+    bool busy = false;
+    CommHandle mpi;
+    void* dst = nullptr;
+    size_t offset = 0, bytes = 0;
+  };
+
+  char* host(Stage& s) { return static_cast<char*>(s.host.get()); }
+  void need(size_t bytes, const char* op) const;  // throws above max_bytes
+  int acquire(size_t bytes, const char* op);      // a free started-call stage
+  void to_host(void* dst, const void* src, size_t bytes);    // queued on compute
+  void to_device(void* dst, const void* src, size_t bytes);  // queued on compute
+  void sync_compute();  // host waits for the compute stream (counted as blocked)
+  CommHandle started(int stage, CommHandle mpi, void* dst, size_t offset, size_t bytes);
+  static Stage make_stage(size_t bytes);
+  template <typename E>
+  void all_reduce_typed(E* data, size_t n, ReduceOp op);
+
+  MpiCommunicator& mpi_;
+  cudaStream_t compute_;
+  size_t max_bytes_;
+  double copy_seconds_ = 0;
+  Stage blocking_;
+  std::vector<Stage> stages_;  // for started calls; a handle's id is its stage's index
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,431 @@
+#include "mpitrain/comm/nccl_communicator.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include "mpitrain/backend/cuda/check.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+#define NCCL_CHECK(call) check((call), #call, __FILE__, __LINE__)
+
+namespace mpitrain {
+
+namespace {
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// The members' ranks in MPI_COMM_WORLD, in comm's rank order (for the CallLog).
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<int> ranks(size), out(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  MPI_CHECK(MPI_Comm_group(comm, &group));
+  int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
+  MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  MPI_CHECK(rc);
+  return out;
+}
+
+// Around a blocking call: its host time goes to blocked_seconds, and the call log shows this
+// rank blocked in it (for the watchdog) until it returns.
+class HostBlock {
+ public:
+  HostBlock(double& total, CallLog& log, const char* op, uint64_t bytes)
+      : total_(total), log_(log), call_(log.enter(op, bytes)) {
+    log_.block(call_, call_.start_ns);
+  }
+  ~HostBlock() {
+    log_.unblock();
+    total_ += 1e-9 * static_cast<double>(CallLog::now_ns() - call_.start_ns);
+  }
+  HostBlock(const HostBlock&) = delete;
+  HostBlock& operator=(const HostBlock&) = delete;
+
+ private:
+  double& total_;
+  CallLog& log_;
+  CallInfo call_;
+};
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+void NcclCommunicator::StreamDeleter::operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+void NcclCommunicator::EventDeleter::operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+void NcclCommunicator::DeviceDeleter::operator()(void* p) const { cudaFree(p); }
+
+NcclCommunicator::Event NcclCommunicator::make_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return Event(e);
+}
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute,
+                                   double timeout_s)
+    : timeout_s_(timeout_s), compute_(compute), calls_(std::move(name), world_ranks_of(comm)) {
+  MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm, &size_));
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_.reset(s);
+  ready_ = make_event();
+  blocking_done_ = make_event();
+  void* token = nullptr;
+  CUDA_CHECK(cudaMalloc(&token, sizeof(float)));
+  scratch_.reset(token);
+  scratch_bytes_ = sizeof(float);
+
+  ncclUniqueId id{};
+  if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  try {
+    NCCL_CHECK(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config));
+  } catch (...) {
+    abort();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ == nullptr || aborted_) return;
+  // Finalize (completes the queued operations) in NCCL's non-blocking way; abort instead where
+  // it fails or does not settle in time. Nothing may throw here.
+  ncclResult_t state = ncclCommFinalize(comm_);
+  const Clock::time_point deadline = deadline_after(timeout_s_);
+  while (state == ncclInProgress && Clock::now() < deadline) {
+    std::this_thread::yield();
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+  }
+  if (state == ncclSuccess)
+    ncclCommDestroy(comm_);
+  else
+    ncclCommAbort(comm_);
+}
+
+void NcclCommunicator::fail(const std::string& what) {
+  abort();
+  throw Error(what);
+}
+
+void NcclCommunicator::check(ncclResult_t rc, const char* call, const char* file, int line) {
+  if (rc == ncclInProgress) {
+    settle(call);
+    return;
+  }
+  if (rc != ncclSuccess)
+    fail(where(file, line, calls_.name() + " " + call + ": " + ncclGetErrorString(rc) + ": " +
+                               ncclGetLastError(comm_)));
+}
+
+void NcclCommunicator::settle(const char* call) {
+  const Clock::time_point deadline = deadline_after(timeout_s_);
+  ncclResult_t state = ncclInProgress;
+  while (true) {
+    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+    if (rc != ncclSuccess) state = rc;
+    if (state != ncclInProgress) break;
+    if (Clock::now() > deadline)
+      fail(calls_.name() + " " + call + ": NCCL still in progress after " +
+           std::to_string(timeout_s_) + " s; communicator aborted");
+    std::this_thread::yield();
+  }
+  if (state != ncclSuccess)
+    fail(calls_.name() + " " + call + ": " + ncclGetErrorString(state) + ": " +
+         ncclGetLastError(comm_));
+}
+
+void NcclCommunicator::require_usable() const {
+  if (aborted_) MPITRAIN_THROW("NCCL communicator '" + calls_.name() + "' was aborted");
+}
+
+bool NcclCommunicator::poll_error(std::string* what) const {
+  const ncclResult_t state = async_error();
+  if (state == ncclSuccess || state == ncclInProgress) return false;
+  if (what)
+    *what = "NCCL communicator '" + calls_.name() + "': " +
+            (aborted_ ? std::string("aborted")
+                      : std::string(ncclGetErrorString(state)) + ": " + ncclGetLastError(comm_));
+  return true;
+}
+
+ncclResult_t NcclCommunicator::async_error() const {
+  if (aborted_) return ncclInvalidUsage;  // no communicator left to ask
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+  return rc != ncclSuccess ? rc : state;
+}
+
+void NcclCommunicator::abort() {
+  if (comm_ == nullptr || aborted_.exchange(true)) return;
+  ncclCommAbort(comm_);
+}
+
+void NcclCommunicator::after_compute() {
+  CUDA_CHECK(cudaEventRecord(ready_.get(), compute_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), ready_.get(), 0));
+}
+
+void NcclCommunicator::begin() {
+  require_usable();
+  flush();
+  after_compute();
+}
+
+void NcclCommunicator::finish_blocking() {
+  CUDA_CHECK(cudaEventRecord(blocking_done_.get(), stream_.get()));
+  const Clock::time_point deadline = deadline_after(timeout_s_);
+  while (true) {
+    const cudaError_t status = cudaEventQuery(blocking_done_.get());
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) CUDA_CHECK(status);
+    std::string what;
+    if (poll_error(&what)) fail(what);
+    if (Clock::now() > deadline)
+      fail("NCCL communicator '" + calls_.name() + "': a blocking call did not complete in " +
+           std::to_string(timeout_s_) + " s; communicator aborted");
+    std::this_thread::yield();
+  }
+}
+
+int NcclCommunicator::acquire_slot(const char* op, uint64_t bytes, int peer) {
+  require_usable();
+  int id;
+  if (free_slots_.empty()) {
+    id = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+    slots_.back().done = make_event();
+    free_slots_.reserve(slots_.size());  // so that wait() never allocates
+  } else {
+    id = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  slots_[id].busy = true;
+  slots_[id].call = calls_.enter(op, bytes, peer);
+  return id;
+}
+
+void NcclCommunicator::end_started(int slot) {
+  CUDA_CHECK(cudaEventRecord(slots_[slot].done.get(), stream_.get()));
+}
+
+void NcclCommunicator::flush() {
+  if (queued_.empty()) return;
+  NCCL_CHECK(ncclGroupStart());
+  for (const P2p& p : queued_) {
+    if (p.send)
+      NCCL_CHECK(ncclSend(p.data, p.n, ncclFloat, p.peer, comm_, stream_.get()));
+    else
+      NCCL_CHECK(ncclRecv(p.data, p.n, ncclFloat, p.peer, comm_, stream_.get()));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  for (const P2p& p : queued_) {
+    end_started(p.slot);
+    slots_[p.slot].queued = false;
+  }
+  queued_.clear();
+}
+
+template <typename E>
+void NcclCommunicator::all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op) {
+  HostBlock block(blocked_seconds_, calls_, "all_reduce", n * sizeof(E));
+  count_sent(n * sizeof(E));
+  begin();
+  NCCL_CHECK(ncclAllReduce(data, data, n, type, nccl_op(op), comm_, stream_.get()));
+  finish_blocking();
+}
+
+void NcclCommunicator::all_reduce(float* data, size_t n, ReduceOp op) {
+  all_reduce_typed(data, n, ncclFloat, op);
+}
+
+void NcclCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
+  all_reduce_typed(data, n, ncclDouble, op);
+}
+
+void NcclCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
+  all_reduce_typed(data, n, ncclInt64, op);
+}
+
+void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
+  HostBlock block(blocked_seconds_, calls_, "broadcast", bytes);
+  if (rank_ == root) count_sent(bytes);
+  begin();
+  NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()));
+  finish_blocking();
+}
+
+// NCCL has no barrier: an all-reduce of one float of scratch, completed on the host.
+void NcclCommunicator::barrier() {
+  HostBlock block(blocked_seconds_, calls_, "barrier", 0);
+  begin();
+  NCCL_CHECK(ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat, ncclMax, comm_,
+                           stream_.get()));
+  finish_blocking();
+}
+
+// In place (in == out + rank * n) is NCCL's own in-place form.
+void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
+  HostBlock block(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
+  count_sent(n * sizeof(float));
+  begin();
+  NCCL_CHECK(ncclAllGather(in, out, n, ncclFloat, comm_, stream_.get()));
+  finish_blocking();
+}
+
+// In place (out == in + rank * n) is NCCL's own in-place form.
+void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
+  HostBlock block(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
+  count_sent((size_ - 1) * n * sizeof(float));
+  begin();
+  NCCL_CHECK(ncclReduceScatter(in, out, n, ncclFloat, nccl_op(op), comm_, stream_.get()));
+  finish_blocking();
+}
+
+CommHandle NcclCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
+  const int id = acquire_slot("all_reduce", n * sizeof(float));
+  count_sent(n * sizeof(float));
+  begin();
+  NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, nccl_op(op), comm_, stream_.get()));
+  end_started(id);
+  return CommHandle{id};
+}
+
+CommHandle NcclCommunicator::send_start(const float* data, size_t n, int peer, int) {
+  const int id = acquire_slot("send", n * sizeof(float), peer);
+  count_sent(n * sizeof(float));
+  after_compute();
+  queued_.push_back({true, const_cast<float*>(data), n, peer, id});
+  slots_[id].queued = true;
+  return CommHandle{id};
+}
+
+CommHandle NcclCommunicator::recv_start(float* data, size_t n, int peer, int) {
+  const int id = acquire_slot("recv", n * sizeof(float), peer);
+  after_compute();
+  queued_.push_back({false, data, n, peer, id});
+  slots_[id].queued = true;
+  return CommHandle{id};
+}
+
+CommHandle NcclCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
+  const int id = acquire_slot("all_to_all", size_ * bytes);
+  count_sent((size_ - 1) * bytes);
+  begin();
+  const auto* src = static_cast<const char*>(in);
+  auto* dst = static_cast<char*>(out);
+  NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < size_; ++r) {
+    NCCL_CHECK(ncclSend(src + r * bytes, bytes, ncclUint8, r, comm_, stream_.get()));
+    NCCL_CHECK(ncclRecv(dst + r * bytes, bytes, ncclUint8, r, comm_, stream_.get()));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  end_started(id);
+  return CommHandle{id};
+}
+
+CommHandle NcclCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
+  const int id = acquire_slot("all_gather", size_ * bytes);
+  count_sent(bytes);
+  begin();
+  NCCL_CHECK(ncclAllGather(in, out, bytes, ncclUint8, comm_, stream_.get()));
+  end_started(id);
+  return CommHandle{id};
+}
+
+size_t NcclCommunicator::blocks_total(std::span<const size_t> counts, const char* op) const {
+  if (counts.size() != static_cast<size_t>(size_))
+    MPITRAIN_THROW(std::string(op) + ": " + std::to_string(counts.size()) + " counts for " +
+                   std::to_string(size_) + " ranks");
+  size_t total = 0;
+  for (size_t count : counts) total += count;
+  return total;
+}
+
+CommHandle NcclCommunicator::reduce_scatter_start(float* data, std::span<const size_t> counts,
+                                                  ReduceOp op) {
+  const size_t total = blocks_total(counts, "reduce_scatter_start");
+  const size_t mine = counts[rank_] * sizeof(float);
+  if (mine > scratch_bytes_) {  // grows once to the largest block (a set-up call, ideally)
+    require_usable();
+    flush();
+    CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // nothing queued uses the old one
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, mine));
+    scratch_.reset(p);
+    scratch_bytes_ = mine;
+  }
+  const int id = acquire_slot("reduce_scatter", total * sizeof(float));
+  count_sent((total - counts[rank_]) * sizeof(float));
+  begin();
+  auto* scratch = static_cast<float*>(scratch_.get());
+  NCCL_CHECK(ncclGroupStart());
+  size_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r] > 0)
+      NCCL_CHECK(ncclReduce(data + offset, scratch, counts[r], ncclFloat, nccl_op(op), r, comm_,
+                            stream_.get()));
+    offset += counts[r];
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  if (mine > 0)
+    CUDA_CHECK(cudaMemcpyAsync(data, scratch, mine, cudaMemcpyDeviceToDevice, stream_.get()));
+  end_started(id);
+  return CommHandle{id};
+}
+
+CommHandle NcclCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+  const size_t total = blocks_total(counts, "all_gather_start");
+  const int id = acquire_slot("all_gather", total * sizeof(float));
+  count_sent(counts[rank_] * sizeof(float));
+  begin();
+  NCCL_CHECK(ncclGroupStart());
+  size_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r] > 0)
+      NCCL_CHECK(ncclBroadcast(data + offset, data + offset, counts[r], ncclFloat, r, comm_,
+                               stream_.get()));
+    offset += counts[r];
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  end_started(id);
+  return CommHandle{id};
+}
+
+void NcclCommunicator::wait(CommHandle handle) {
+  if (handle.id < 0 || handle.id >= static_cast<int>(slots_.size()) || !slots_[handle.id].busy)
+    MPITRAIN_THROW("wait() on handle " + std::to_string(handle.id) + ", which is not pending");
+  Slot& slot = slots_[handle.id];
+  if (slot.queued) flush();
+  CUDA_CHECK(cudaStreamWaitEvent(compute_, slot.done.get(), 0));
+  slot.busy = false;
+  free_slots_.push_back(handle.id);
+}
+
+void NcclCommunicator::progress() {
+  require_usable();
+  flush();
+  std::string what;
+  if (poll_error(&what)) fail(what);
+}
+
+}  // namespace mpitrain

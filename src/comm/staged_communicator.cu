@@ -1,0 +1,213 @@
+#include "mpitrain/comm/staged_communicator.hpp"
+
+#include <string>
+
+#include "mpitrain/backend/cuda/check.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+void StagedMpiCommunicator::HostDeleter::operator()(void* p) const { cudaFreeHost(p); }
+void StagedMpiCommunicator::EventDeleter::operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+
+StagedMpiCommunicator::Stage StagedMpiCommunicator::make_stage(size_t bytes) {
+  Stage s;
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, bytes));
+  s.host.reset(p);
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  s.copied.reset(e);
+  return s;
+}
+
+StagedMpiCommunicator::StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute,
+                                             size_t max_bytes, int in_flight)
+    : mpi_(mpi), compute_(compute), max_bytes_(max_bytes) {
+  if (max_bytes_ < 1 || in_flight < 1)
+    MPITRAIN_THROW("staging needs max_bytes >= 1 and in_flight >= 1");
+  blocking_ = make_stage(max_bytes_);
+  for (int i = 0; i < in_flight; ++i) stages_.push_back(make_stage(max_bytes_));
+}
+
+void StagedMpiCommunicator::need(size_t bytes, const char* op) const {
+  if (bytes > max_bytes_)
+    MPITRAIN_THROW(std::string(op) + " stages " + std::to_string(bytes) +
+                   " bytes, more than the staging buffers' " + std::to_string(max_bytes_) +
+                   ": construct StagedMpiCommunicator with a larger max_bytes");
+}
+
+int StagedMpiCommunicator::acquire(size_t bytes, const char* op) {
+  need(bytes, op);
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    Stage& s = stages_[i];
+    if (s.busy) continue;
+    CUDA_CHECK(cudaEventSynchronize(s.copied.get()));  // its last copy back has read it
+    s.busy = true;
+    return static_cast<int>(i);
+  }
+  MPITRAIN_THROW(std::string(op) + ": more than " + std::to_string(stages_.size()) +
+                 " started calls at once: construct StagedMpiCommunicator with a larger in_flight");
+}
+
+void StagedMpiCommunicator::to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, compute_));
+}
+
+void StagedMpiCommunicator::to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, compute_));
+}
+
+void StagedMpiCommunicator::sync_compute() {
+  const int64_t start = CallLog::now_ns();
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  copy_seconds_ += 1e-9 * static_cast<double>(CallLog::now_ns() - start);
+}
+
+CommHandle StagedMpiCommunicator::started(int stage, CommHandle mpi, void* dst, size_t offset,
+                                          size_t bytes) {
+  Stage& s = stages_[stage];
+  s.mpi = mpi;
+  s.dst = dst;
+  s.offset = offset;
+  s.bytes = bytes;
+  return CommHandle{stage};
+}
+
+template <typename E>
+void StagedMpiCommunicator::all_reduce_typed(E* data, size_t n, ReduceOp op) {
+  const size_t bytes = n * sizeof(E);
+  need(bytes, "all_reduce");
+  auto* h = reinterpret_cast<E*>(host(blocking_));
+  to_host(h, data, bytes);
+  sync_compute();
+  mpi_.all_reduce(h, n, op);
+  to_device(data, h, bytes);
+}
+
+void StagedMpiCommunicator::all_reduce(float* data, size_t n, ReduceOp op) {
+  all_reduce_typed(data, n, op);
+}
+
+void StagedMpiCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
+  all_reduce_typed(data, n, op);
+}
+
+void StagedMpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
+  all_reduce_typed(data, n, op);
+}
+
+void StagedMpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  need(bytes, "broadcast");
+  const bool mine = rank() == root;
+  if (mine) to_host(host(blocking_), data, bytes);
+  sync_compute();  // also: the last copy back from the buffer is done before MPI writes it
+  mpi_.broadcast(host(blocking_), bytes, root);
+  if (!mine) to_device(data, host(blocking_), bytes);
+}
+
+void StagedMpiCommunicator::barrier() { mpi_.barrier(); }
+
+void StagedMpiCommunicator::all_gather(const float* in, float* out, size_t n) {
+  const size_t block = n * sizeof(float);
+  need(size() * block, "all_gather");
+  auto* h = reinterpret_cast<float*>(host(blocking_));
+  to_host(h + rank() * n, in, block);
+  sync_compute();
+  mpi_.all_gather(h + rank() * n, h, n);  // in place
+  to_device(out, h, size() * block);
+}
+
+void StagedMpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
+  const size_t block = n * sizeof(float);
+  need(size() * block, "reduce_scatter");
+  auto* h = reinterpret_cast<float*>(host(blocking_));
+  to_host(h, in, size() * block);
+  sync_compute();
+  mpi_.reduce_scatter(h, h + rank() * n, n, op);  // in place
+  to_device(out, h + rank() * n, block);
+}
+
+CommHandle StagedMpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
+  const size_t bytes = n * sizeof(float);
+  const int s = acquire(bytes, "all_reduce_start");
+  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  to_host(h, data, bytes);
+  sync_compute();
+  return started(s, mpi_.all_reduce_start(h, n, op), data, 0, bytes);
+}
+
+CommHandle StagedMpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
+  const size_t bytes = n * sizeof(float);
+  const int s = acquire(bytes, "send_start");
+  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  to_host(h, data, bytes);
+  sync_compute();
+  return started(s, mpi_.send_start(h, n, peer, tag), nullptr, 0, 0);
+}
+
+CommHandle StagedMpiCommunicator::recv_start(float* data, size_t n, int peer, int tag) {
+  const size_t bytes = n * sizeof(float);
+  const int s = acquire(bytes, "recv_start");
+  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  return started(s, mpi_.recv_start(h, n, peer, tag), data, 0, bytes);
+}
+
+// Staging: in(size * bytes), then out(size * bytes).
+CommHandle StagedMpiCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
+  const size_t total = size() * bytes;
+  const int s = acquire(2 * total, "all_to_all_start");
+  char* h = host(stages_[s]);
+  to_host(h, in, total);
+  sync_compute();
+  return started(s, mpi_.all_to_all_start(h, h + total, bytes), out, total, total);
+}
+
+// Staging: out(size * bytes), then in(bytes) (MPI's send and receive buffers may not overlap).
+CommHandle StagedMpiCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
+  const size_t total = size() * bytes;
+  const int s = acquire(total + bytes, "all_gather_start");
+  char* h = host(stages_[s]);
+  to_host(h + total, in, bytes);
+  sync_compute();
+  return started(s, mpi_.all_gather_start(h + total, h, bytes), out, 0, total);
+}
+
+CommHandle StagedMpiCommunicator::reduce_scatter_start(float* data,
+                                                       std::span<const size_t> counts,
+                                                       ReduceOp op) {
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  const int s = acquire(total * sizeof(float), "reduce_scatter_start");
+  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  to_host(h, data, total * sizeof(float));
+  sync_compute();
+  const CommHandle mpi = mpi_.reduce_scatter_start(h, counts, op);
+  return started(s, mpi, data, 0, counts[rank()] * sizeof(float));
+}
+
+CommHandle StagedMpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+  size_t total = 0, offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (static_cast<int>(r) < rank()) offset += counts[r];
+    total += counts[r];
+  }
+  const int s = acquire(total * sizeof(float), "all_gather_start");
+  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  if (static_cast<size_t>(rank()) < counts.size())
+    to_host(h + offset, data + offset, counts[rank()] * sizeof(float));
+  sync_compute();
+  return started(s, mpi_.all_gather_start(h, counts), data, 0, total * sizeof(float));
+}
+
+void StagedMpiCommunicator::wait(CommHandle handle) {
+  if (handle.id < 0 || handle.id >= static_cast<int>(stages_.size()) || !stages_[handle.id].busy)
+    MPITRAIN_THROW("wait() on handle " + std::to_string(handle.id) + ", which is not pending");
+  Stage& s = stages_[handle.id];
+  mpi_.wait(s.mpi);
+  to_device(s.dst, host(s) + s.offset, s.bytes);
+  CUDA_CHECK(cudaEventRecord(s.copied.get(), compute_));
+  s.busy = false;
+}
+
+}  // namespace mpitrain

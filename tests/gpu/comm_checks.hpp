@@ -1,0 +1,210 @@
+// Shared by the MPI tests of the device-memory communicators (test_nccl_comm, test_staged_comm):
+// a main that skips without the GPUs it needs, and every Communicator operation run on device
+// buffers through the communicator under test and on host copies through MpiCommunicator over
+// the same ranks, compared element for element. The values are small integers, so every sum is
+// exact whatever order the ranks are added in.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "mpitrain/backend/cuda/check.hpp"
+#include "mpitrain/backend/cuda/device.hpp"
+#include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/runtime/device.hpp"
+#include "mpitrain/runtime/mpi.hpp"
+
+namespace comm_checks {
+
+using namespace mpitrain;
+
+// MPI around the tests, each rank on GPU local_rank % visible (select_device). Without a device,
+// or with fewer devices than ranks where one_gpu_per_rank, every rank says why and exits 77
+// (ctest: skipped). Rank 0 prints the device table.
+inline int run_tests(int argc, char** argv, bool one_gpu_per_rank) {
+  MpiRuntime mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const MpiComm& world = MpiComm::world();
+  const MpiComm node = world.split_shared();
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  int skip = probe.count == 0 || (one_gpu_per_rank && probe.count < node.size()) ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, world.get()));
+  if (skip) {
+    if (world.rank() == 0)
+      std::printf("SKIP: %s\n", probe.count == 0
+                                    ? probe.reason.c_str()
+                                    : (std::to_string(node.size()) + " ranks on a node with " +
+                                       std::to_string(probe.count) +
+                                       " GPUs: NCCL needs one GPU per rank").c_str());
+    return 77;
+  }
+  const DeviceChoice choice = select_device(node.rank(), node.size());
+  const std::vector<DeviceInfo> table = gather_device_table(device_info(world.rank()), world.get());
+  if (world.rank() == 0) {
+    if (choice.shared) std::printf("%s\n", choice.note.c_str());
+    std::printf("%s", format_device_table(table).c_str());
+  }
+  return RUN_ALL_TESTS();
+}
+
+// A device copy of a host vector; back to the host after the stream's work.
+template <typename E>
+class DeviceVec {
+ public:
+  explicit DeviceVec(const std::vector<E>& host) : n_(host.size()) {
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, n_) * sizeof(E)));
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(E), cudaMemcpyHostToDevice));
+  }
+  ~DeviceVec() { cudaFree(ptr_); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  E* get() { return ptr_; }
+  std::vector<E> host(cudaStream_t stream) const {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<E> out(n_);
+    CUDA_CHECK(cudaMemcpy(out.data(), ptr_, n_ * sizeof(E), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  E* ptr_ = nullptr;
+  size_t n_;
+};
+
+// (rank + 1) * (i % 7 + 1) - 3 * (i % 2): small integers, different on every rank.
+template <typename E>
+std::vector<E> values(int rank, size_t n) {
+  std::vector<E> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<E>((rank + 1) * (i % 7 + 1) - 3 * (i % 2));
+  return v;
+}
+
+// The communicator under test (`dev`, device memory) against `mpi` (host) for every operation;
+// `stream`: the compute stream dev was made with. The pairs must count the same bytes.
+inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stream) {
+  const int rank = mpi.rank(), size = mpi.size();
+  ASSERT_EQ(dev.rank(), rank);
+  ASSERT_EQ(dev.size(), size);
+  const size_t n = 1000;
+  dev.reset_bytes_sent();
+  mpi.reset_bytes_sent();
+
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+    std::vector<float> f = values<float>(rank, n);
+    DeviceVec<float> df(f);
+    dev.all_reduce(df.get(), n, op);
+    mpi.all_reduce(f.data(), n, op);
+    EXPECT_EQ(df.host(stream), f) << "all_reduce float";
+    std::vector<double> d = values<double>(rank, n);
+    DeviceVec<double> dd(d);
+    dev.all_reduce(dd.get(), n, op);
+    mpi.all_reduce(d.data(), n, op);
+    EXPECT_EQ(dd.host(stream), d) << "all_reduce double";
+    std::vector<int64_t> l = values<int64_t>(rank, n);
+    DeviceVec<int64_t> dl(l);
+    dev.all_reduce(dl.get(), n, op);
+    mpi.all_reduce(l.data(), n, op);
+    EXPECT_EQ(dl.host(stream), l) << "all_reduce int64";
+  }
+  {
+    std::vector<float> b = values<float>(rank, n);
+    DeviceVec<float> db(b);
+    dev.broadcast(db.get(), n * sizeof(float), size - 1);
+    mpi.broadcast(b.data(), n * sizeof(float), size - 1);
+    EXPECT_EQ(db.host(stream), b) << "broadcast";
+  }
+  dev.barrier();
+  {
+    const std::vector<float> in = values<float>(rank, n);
+    std::vector<float> out(size * n, -1.0f);
+    DeviceVec<float> din(in), dout(out);
+    dev.all_gather(din.get(), dout.get(), n);
+    mpi.all_gather(in.data(), out.data(), n);
+    EXPECT_EQ(dout.host(stream), out) << "all_gather";
+    std::vector<float> whole(size * n, -1.0f);  // in place
+    std::copy(in.begin(), in.end(), whole.begin() + rank * n);
+    DeviceVec<float> dwhole(whole);
+    dev.all_gather(dwhole.get() + rank * n, dwhole.get(), n);
+    EXPECT_EQ(dwhole.host(stream), out) << "all_gather in place";
+  }
+  {
+    const std::vector<float> in = values<float>(rank, size * n);
+    std::vector<float> out(n);
+    DeviceVec<float> din(in), dout(out);
+    dev.reduce_scatter(din.get(), dout.get(), n, ReduceOp::Sum);
+    mpi.reduce_scatter(in.data(), out.data(), n, ReduceOp::Sum);
+    EXPECT_EQ(dout.host(stream), out) << "reduce_scatter";
+  }
+  {  // started: two all-reduces in flight, then a ring exchange of sends and receives
+    std::vector<float> a = values<float>(rank, n), b = values<float>(rank + 5, n);
+    DeviceVec<float> da(a), db(b);
+    const CommHandle ha = dev.all_reduce_start(da.get(), n, ReduceOp::Sum);
+    const CommHandle hb = dev.all_reduce_start(db.get(), n, ReduceOp::Max);
+    dev.progress();
+    dev.wait(hb);
+    dev.wait(ha);
+    mpi.all_reduce(a.data(), n, ReduceOp::Sum);
+    mpi.all_reduce(b.data(), n, ReduceOp::Max);
+    EXPECT_EQ(da.host(stream), a) << "all_reduce_start";
+    EXPECT_EQ(db.host(stream), b) << "all_reduce_start";
+
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    const std::vector<float> mine = values<float>(rank, n);
+    DeviceVec<float> dsend(mine), drecv(std::vector<float>(n, -1.0f));
+    const CommHandle hr = dev.recv_start(drecv.get(), n, prev, 7);
+    const CommHandle hs = dev.send_start(dsend.get(), n, next, 7);
+    dev.wait(hs);
+    dev.wait(hr);
+    std::vector<float> got(n, -1.0f);
+    const CommHandle mr = mpi.recv_start(got.data(), n, prev, 7);
+    const CommHandle ms = mpi.send_start(mine.data(), n, next, 7);
+    mpi.wait(ms);
+    mpi.wait(mr);
+    EXPECT_EQ(drecv.host(stream), got) << "send/recv ring";
+    EXPECT_EQ(got, values<float>(prev, n));
+  }
+  {  // raw bytes: all-to-all and all-gather
+    const size_t bytes = 37;
+    std::vector<uint8_t> in(size * bytes), out(size * bytes, 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
+    DeviceVec<uint8_t> din(in), dout(out);
+    dev.wait(dev.all_to_all_start(din.get(), dout.get(), bytes));
+    mpi.wait(mpi.all_to_all_start(in.data(), out.data(), bytes));
+    EXPECT_EQ(dout.host(stream), out) << "all_to_all_start";
+    std::vector<uint8_t> gathered(size * bytes, 0);
+    DeviceVec<uint8_t> dg(gathered);
+    dev.wait(dev.all_gather_start(din.get(), dg.get(), bytes));
+    mpi.wait(mpi.all_gather_start(in.data(), gathered.data(), bytes));
+    EXPECT_EQ(dg.host(stream), gathered) << "all_gather_start (bytes)";
+  }
+  {  // uneven blocks, one of them empty
+    std::vector<size_t> counts(size);
+    for (int r = 0; r < size; ++r) counts[r] = r == 1 ? 0 : 100 + 13 * r;
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    size_t offset = 0;
+    for (int r = 0; r < rank; ++r) offset += counts[r];
+    std::vector<float> rs = values<float>(rank, total);
+    DeviceVec<float> drs(rs);
+    dev.wait(dev.reduce_scatter_start(drs.get(), counts, ReduceOp::Sum));
+    mpi.wait(mpi.reduce_scatter_start(rs.data(), counts, ReduceOp::Sum));
+    const std::vector<float> got = drs.host(stream);
+    EXPECT_TRUE(std::equal(rs.begin(), rs.begin() + counts[rank], got.begin()))
+        << "reduce_scatter_start (uneven)";
+    std::vector<float> ag(total, -1.0f);
+    for (size_t i = 0; i < counts[rank]; ++i) ag[offset + i] = static_cast<float>(rank * 1000 + i);
+    DeviceVec<float> dag(ag);
+    dev.wait(dev.all_gather_start(dag.get(), counts));
+    mpi.wait(mpi.all_gather_start(ag.data(), counts));
+    EXPECT_EQ(dag.host(stream), ag) << "all_gather_start (uneven)";
+  }
+  EXPECT_EQ(dev.bytes_sent(), mpi.bytes_sent());
+  EXPECT_EQ(dev.bytes_sent() == 0, size == 1);
+}
+
+}  // namespace comm_checks
