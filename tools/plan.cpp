@@ -32,11 +32,13 @@ namespace {
 
 // Defaults of the machine model. CPU: fitted by bench/plan_validate.sh on a development machine
 // (2 cores, OpenBLAS, Open MPI shared memory); GPU: GEMMs near 70% of the bf16 peak and the rest
-// of the step at less, CUDA context + cuBLAS/cuDNN workspaces + NCCL buffers, NCCL's per-call
-// latency.
-constexpr double kCpuEfficiency = 0.8, kGpuEfficiency = 0.55;
+// of the step at less, half of it at 128-row GEMMs, CUDA context + cuBLAS/cuDNN workspaces +
+// NCCL buffers, NCCL's per-call latency.
+constexpr double kCpuEfficiency = 0.95, kGpuEfficiency = 0.55;
+constexpr double kCpuHalfRows = 13, kGpuHalfRows = 128;
 constexpr double kCpuBaselineMib = 40, kGpuBaselineMib = 3072;
-constexpr double kCpuLatencyUs = 50, kGpuLatencyUs = 20;
+constexpr double kCpuLatencyUs = 10, kGpuLatencyUs = 20;
+constexpr double kCpuSchedulingUs = 1000;  // part of a scheduler time slice; varies run to run
 constexpr double kCpuIntraGbps = 5;
 
 struct PlanOptions {
@@ -89,13 +91,18 @@ bool parse(int argc, char** argv, PlanOptions& o) {
       ("vocab-size", po::value(&o.run.vocab_size), "when the INI leaves it to the data");
   po::options_description model("Model of the machine (calibrated by bench/plan_validate.sh)");
   model.add_options()
-      ("efficiency", po::value<double>(), "fraction of peak the model's compute reaches "
-                                          "(default 0.8 CPU, 0.55 GPU)")
+      ("efficiency", po::value<double>(), "fraction of peak the model's compute reaches with "
+                                          "large GEMMs (default 0.95 CPU, 0.55 GPU)")
+      ("half-rows", po::value<double>(), "GEMM rows per thread (micro-batch tokens / threads) "
+                                         "at which that fraction halves (default 13 CPU, 128 GPU)")
       ("baseline-mib", po::value<double>(), "MiB per rank besides the model: MPI, OpenBLAS and "
                                             "the binary (CPU, default 40); CUDA context, "
                                             "workspaces, NCCL (GPU, default 3072)")
       ("latency-us", po::value<double>(), "microseconds per collective call or message (default "
-                                          "50 CPU, 20 GPU)");
+                                          "10 CPU, 20 GPU)")
+      ("scheduling-us", po::value<double>(), "CPU with more ranks than cores: microseconds a "
+                                             "call or message waits for its partner to run "
+                                             "(default 1000)");
   po::options_description search("Search");
   search.add_options()
       ("top", po::value(&o.top)->default_value(10), "rows of the table; 0 = every fitting option")
@@ -161,12 +168,15 @@ bool parse(int argc, char** argv, PlanOptions& o) {
     return vm.count(name) ? vm[name].as<double>() : s.cpu ? cpu : gpu;
   };
   o.calibration.efficiency = given("efficiency", kCpuEfficiency, kGpuEfficiency);
+  o.calibration.half_rows = given("half-rows", kCpuHalfRows, kGpuHalfRows);
+  o.calibration.scheduling_s = given("scheduling-us", kCpuSchedulingUs, 0) * 1e-6;
   o.calibration.baseline_bytes = given("baseline-mib", kCpuBaselineMib, kGpuBaselineMib) * (1 << 20);
   o.calibration.latency_s = given("latency-us", kCpuLatencyUs, kGpuLatencyUs) * 1e-6;
   require(o.calibration.efficiency > 0 && o.calibration.efficiency <= 1,
           "--efficiency must lie in (0, 1]");
-  require(o.calibration.baseline_bytes >= 0 && o.calibration.latency_s >= 0,
-          "--baseline-mib and --latency-us must not be negative");
+  require(o.calibration.baseline_bytes >= 0 && o.calibration.latency_s >= 0 &&
+              o.calibration.half_rows >= 0 && o.calibration.scheduling_s >= 0,
+          "--baseline-mib, --half-rows, --latency-us and --scheduling-us must not be negative");
   require(o.top >= 0, "--top must not be negative");
   require(o.limits.max_micro_batch >= 1, "--max-micro-batch must be at least 1");
   require(o.limits.dp >= 0 && o.limits.tp >= 0 && o.limits.pp >= 0 && o.limits.micro_batch >= 0,
@@ -177,8 +187,8 @@ bool parse(int argc, char** argv, PlanOptions& o) {
     o.limits.zero = z == 1;
   }
   if (vm.count("recompute")) o.limits.recompute = parse_recompute(vm["recompute"].as<std::string>());
-  require(o.run.global_batch >= 0 && o.run.seq_len >= 0 && o.run.vocab_size >= 0,
-          "--global-batch, --seq-len and --vocab-size must be positive");
+  for (const char* name : {"global-batch", "seq-len", "vocab-size"})
+    require(!vm.count(name) || vm[name].as<int>() > 0, std::string("--") + name + " must be positive");
   return true;
 }
 
@@ -193,17 +203,21 @@ int run(int argc, char** argv) {
   }
   const Cluster cluster = make_cluster(o.spec);
   const ModelConfig& m = in.model;
-  std::printf("model %s L%d H%d KV%d C%d F%d V%d, %.3g B parameters | seq %d, global batch %d, "
+  const double n = static_cast<double>(ParamLayout(m).total());
+  std::printf("model %s L%d H%d KV%d C%d F%d V%d, %.4g%s parameters | seq %d, global batch %d, "
               "%s\n",
               to_string(m.arch).c_str(), m.n_layer, m.n_head, m.n_kv_head, m.d_model, m.d_ff,
-              m.vocab_size, ParamLayout(m).total() / 1e9, in.run.seq_len, in.run.global_batch,
-              to_string(in.run.precision).c_str());
-  std::printf("cluster %d x %d %s ranks | per rank %.2f GiB, %.4g TFLOP/s peak%s x efficiency "
-              "%.2f | all-reduce %.4g GB/s in a node, %.4g GB/s per rank across nodes\n",
+              m.vocab_size, n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", in.run.seq_len,
+              in.run.global_batch, to_string(in.run.precision).c_str());
+  std::printf("cluster %d x %d %s ranks | per rank %.2f GiB, %.4g %s peak%s x efficiency "
+              "%.2f | all-reduce %.4g GB/s in a node",
               cluster.nodes, cluster.ranks_per_node, cluster.cpu ? "CPU" : "GPU",
-              cluster.mem_bytes / (1 << 30), cluster.peak_flops / 1e12,
+              cluster.mem_bytes / (1 << 30), cluster.peak_flops / (cluster.cpu ? 1e9 : 1e12),
+              cluster.cpu ? "GFLOP/s" : "TFLOP/s",
               o.measure_peak ? " (sgemm measured here)" : "", o.calibration.efficiency,
-              cluster.intra_bw / 1e9, cluster.inter_bw / 1e9);
+              cluster.intra_bw / 1e9);
+  if (cluster.nodes > 1) std::printf(", %.4g GB/s per rank across nodes", cluster.inter_bw / 1e9);
+  std::printf("\n");
   const Plan plan = make_plan(m, in.run, cluster, o.calibration, o.limits);
   print_plan(stdout, plan, in.run, o.top);
   if (plan.fits.empty()) {

@@ -63,8 +63,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   const double w = run.gpu && run.precision != Precision::Fp32 ? 2.0 : 4.0;
   const double tokens = static_cast<double>(layout.micro_batch) * run.seq_len;  // per micro-batch
   const double act_bytes = tokens * config.d_model * w;  // one (B, T, C) activation
-  const double rate = cluster.peak_flops * cal.efficiency;
-  const double a = cal.latency_s;
+  // More CPU ranks than cores: a busy rank runs on a whole core while others wait, and a message
+  // waits until its partner is scheduled.
+  const double oversub = cluster.oversubscription();
+  const double rows = tokens / cluster.threads_per_rank();  // a thread's share of a GEMM's rows
+  const double rate = cluster.peak_flops * oversub * cal.efficiency * rows / (rows + cal.half_rows);
+  const double a = cal.latency_s + (oversub > 1 ? cal.scheduling_s : 0.0);
   const double dp_bw = group_bw(cluster, grid, Group::Dp);
   const double pp_bw = group_bw(cluster, grid, Group::Pp);
   const double emb_bw = group_bw(cluster, grid, Group::Embedding);
@@ -119,15 +123,25 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     optimizer = std::max(optimizer, (update_bytes * shard_n + 8.0 * n) / cluster.mem_bw);
   }
 
+  // The pipeline: m micro-batches through pp stages, m + pp - 1 slots of the slowest stage's
+  // micro-batch time; slot j has a_j = min(j + 1, pp, m, m + pp - 1 - j) stages busy.
+  // Oversubscribed, the busy stages' ranks share the node's cores (an idle stage lends its
+  // cores out): the slot takes max(1, a_j x o / pp) micro-batch times.
+  const int pp = layout.pp;
+  double slots = 0;
+  for (int j = 0; j < m + pp - 1; ++j)
+    slots += std::max(1.0, std::min({j + 1, pp, m, m + pp - 1 - j}) * oversub / pp);
+  const double pipelined = slots * micro;
+  const double busy = oversub * m;  // micro-batch times a rank's work takes, cores shared
   TimeEstimate t;
-  t.compute = m * micro_compute;
-  t.tp_comm = m * micro_tp + per_step_tp;
-  t.p2p = m * micro_p2p;
-  t.bubble = (layout.pp - 1) * micro;
+  t.compute = busy * micro_compute;
+  t.tp_comm = busy * micro_tp + per_step_tp;
+  t.p2p = busy * micro_p2p;
+  t.bubble = pipelined - busy * micro;
   t.dp_exposed = dp_exposed;
   t.optimizer = optimizer;
-  t.step = (m + layout.pp - 1) * micro + per_step_tp + dp_exposed + optimizer;
-  t.bubble_fraction = pipeline_bubble(m, layout.pp);
+  t.step = pipelined + per_step_tp + dp_exposed + optimizer;
+  t.bubble_fraction = t.bubble / pipelined;
   t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.dp_exposed) / t.step;
   return t;
 }

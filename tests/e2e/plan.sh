@@ -84,6 +84,7 @@ expect_plan_error bad_option "unrecognised option '--bogus'" "${llama[@]}" "${gp
 expect_plan_error bad_number "gpu-mem" "${llama[@]}" "${gpu[@]}" --gpu-mem lots
 expect_plan_error bad_precision "fp8" "${llama[@]}" "${gpu[@]}" --precision fp8
 expect_plan_error bad_zero "--zero must be 0 or 1" "${llama[@]}" "${gpu[@]}" --zero 2
+expect_plan_error zero_batch "--global-batch must be positive" "${llama[@]}" "${gpu[@]}" --global-batch 0
 expect_plan_error bad_recompute "recompute 'some' is not one of none, selective, full" "${llama[@]}" "${gpu[@]}" --recompute some
 expect_plan_error no_vocab "leaves vocab-size to the training data" --config "$SOURCE_DIR/input/tiny-gpt2.ini" --cpu --peak-gflops 100
 printf 'nodes = two\n' > "$SCRATCH/cluster.ini"

@@ -195,11 +195,43 @@ TEST(PlannerTime, BubbleAndCommunication) {
   EXPECT_GT(slow.exposed_comm_fraction, fast.exposed_comm_fraction);
 }
 
+// Four CPU ranks on two cores: a busy rank runs at a core's rate, and the pipeline's idle stage
+// lends its core out, so dp2 x pp2 takes the cores' work (2 x m micro-batches at a core's rate),
+// not (m + pp - 1) micro-batches at half a core's; with four cores the bubble is there.
+TEST(PlannerTime, OversubscribedCoresAreShared) {
+  Cluster four;
+  four.cpu = true;
+  four.cores_per_node = 4;
+  four.ranks_per_node = 4;
+  four.peak_flops = 1e9;  // a core each
+  four.mem_bw = 1e12;
+  four.intra_bw = 1e12;
+  four.mem_bytes = 1e9;
+  Cluster two = four;
+  two.cores_per_node = 2;
+  two.peak_flops = 0.5e9;  // the same cores' rate, shared by twice the ranks
+  Calibration cal;
+  cal.latency_s = 0;
+  RunShape run = tiny_run();
+  run.global_batch = 16;
+  const Layout pipe{2, 1, 2, 2, false, Recompute::None};  // m = 4
+  const TimeEstimate a = estimate_time(tiny(), run, pipe, four, cal);
+  const TimeEstimate b = estimate_time(tiny(), run, pipe, two, cal);
+  EXPECT_NEAR(a.bubble_fraction, 0.2, 1e-12);
+  EXPECT_EQ(b.bubble, 0.0);
+  EXPECT_NEAR(b.compute, 2 * a.compute, 1e-12);
+  // Messages wait for a scheduled partner only where ranks outnumber cores.
+  cal.scheduling_s = 1e-3;
+  EXPECT_EQ(estimate_time(tiny(), run, pipe, four, cal).p2p, a.p2p);
+  EXPECT_NEAR(estimate_time(tiny(), run, pipe, two, cal).p2p, b.p2p + 2 * 4 * 2 * 1e-3, 1e-12);
+}
+
 TEST(Planner, RejectsWhatCannotRunAndRanksTheRest) {
   ModelConfig m = tiny();
   m.n_head = 2;  // tp 4 cannot split 2 heads
   Cluster c;
   c.cpu = true;
+  c.cores_per_node = 4;
   c.ranks_per_node = 4;
   c.peak_flops = 1e9;
   c.mem_bw = 1e9;
@@ -230,6 +262,7 @@ TEST(Planner, RejectsWhatCannotRunAndRanksTheRest) {
 TEST(Planner, SearchLimitsPinALayout) {
   Cluster c;
   c.cpu = true;
+  c.cores_per_node = 4;
   c.ranks_per_node = 4;
   c.peak_flops = 1e9;
   c.mem_bw = 1e9;

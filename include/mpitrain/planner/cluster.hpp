@@ -5,6 +5,7 @@
 // time-share the cores).
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 namespace mpitrain {
@@ -29,12 +30,19 @@ struct Cluster {
   bool cpu = false;
   int nodes = 1;
   int ranks_per_node = 1;
+  int cores_per_node = 0;  // CPU clusters
   double mem_bytes = 0;   // per rank
   double peak_flops = 0;  // per rank, FLOP/s
   double intra_bw = 0;    // bytes/s, all-reduce bus bandwidth inside a node
   double inter_bw = 0;    // bytes/s per rank across nodes
   double mem_bw = 0;      // bytes/s per rank
   int world() const { return nodes * ranks_per_node; }
+  // CPU: threads of a rank (cores / ranks, at least 1), and how many ranks share a core (1 when
+  // there are enough cores). GPU: 1 and 1.
+  int threads_per_rank() const { return cpu ? std::max(1, cores_per_node / ranks_per_node) : 1; }
+  double oversubscription() const {
+    return cpu ? std::max(1.0, static_cast<double>(ranks_per_node) / cores_per_node) : 1.0;
+  }
   bool same_node(int rank_a, int rank_b) const {
     return rank_a / ranks_per_node == rank_b / ranks_per_node;
   }

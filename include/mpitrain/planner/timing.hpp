@@ -1,13 +1,17 @@
 // How long one optimizer step of a layout takes: the planner's time model.
 //
-// Per micro-batch on the slowest stage s, t_fwd = (2 W_s + 4 L_s d T / tp) x B T / (peak x
-// efficiency), W_s the stage's matmul parameters per tp rank, L_s its layers:
+// Per micro-batch on the slowest stage s, t_fwd = (2 W_s + 4 L_s d T / tp) x B T / rate, W_s the
+// stage's matmul parameters per tp rank, L_s its layers, rate = peak x efficiency x r / (r +
+// half_rows) with r = B T / threads (small GEMMs run below the peak):
 //   compute  t_fwd + 2 t_fwd, plus t_fwd again under full recomputation, plus the recomputed
 //            attention scores (2 L_s d T / tp flops per token) under selective
 //   tp       4 all-reduces of B T C activations per layer (6 under full recomputation), one
 //            more for the embedding / the head; ring over tp inside a node
 //   p2p      the stage's output forward and its input gradient back (pp > 1)
-// Step = (m + pp - 1) x (compute + tp + p2p)   (1F1B and GPipe: bubble (pp-1)/(m+pp-1))
+// Step = (m + pp - 1) x (compute + tp + p2p)   (1F1B and GPipe: bubble (pp-1)/(m+pp-1));
+//        CPU ranks oversubscribing the cores (o = ranks / cores > 1) run at a core's rate when
+//        they have one: of the m + pp - 1 slots, slot j with a_j busy stages takes
+//        max(1, a_j o / pp) times (...), the busy ranks sharing the cores the idle ones leave
 //      + the data-parallel gradient sync not hidden behind the last micro-batch's backward (ring,
 //        2(dp-1)/dp x bytes / bw, over the intra- or inter-node bandwidth by where the dp group's
 //        ranks sit; the last bucket is never hidden); under ZeRO-1 a reduce-scatter instead and an
@@ -28,9 +32,13 @@ namespace mpitrain {
 
 // Figures fitted to measurement (bench/plan_validate.sh on CPU) or published results (GPU).
 struct Calibration {
-  double efficiency = 0.5;       // fraction of peak the model's compute reaches
+  double efficiency = 0.5;       // fraction of peak the model's compute reaches with large GEMMs
+  double half_rows = 0;          // a thread's GEMM rows (micro-batch tokens / threads) at which
+                                 // the compute runs at half that efficiency
   double baseline_bytes = 0;     // per rank, see memory.hpp
   double latency_s = 10e-6;      // per collective call or point-to-point message
+  double scheduling_s = 0;       // CPU, more ranks than cores: added to each call and message
+                                 // (the wait for the partner rank to get a core)
 };
 
 struct TimeEstimate {  // seconds per optimizer step, and shares of it
