@@ -117,7 +117,7 @@ bool parse(int argc, char** argv, PlanOptions& o) {
   po::options_description all(
       "plan: the parallel layout of a model for a cluster (ranked by estimated step time)\n"
       "usage: plan --config MODEL.ini (--cluster FILE | --nodes N --gpus-per-node G --gpu-mem GiB "
-      "--peak-tflops F --intra-bw GB/s --inter-bw GB/s | --cpu) [--global-batch B] [options]\n");
+      "--peak-tflops F --intra-bw GB/s --inter-bw GB/s | --cpu) [--global-batch B] [options]");
   all.add_options()("help,h", "show this help");
   all.add(cluster).add(run).add(model).add(search);
 
