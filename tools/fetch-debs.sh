@@ -12,9 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-third_party/debs}
 
-# What the build compiles and links against (headers, .so links, CMake package files).
+# What the build compiles and links against (headers, .so links, CMake package files); mpirun
+# for the tests and benchmarks over several ranks; the sample corpus the tests train on.
 DEV=(libopenmpi-dev libhdf5-openmpi-dev libboost-program-options1.74-dev libboost1.74-dev
-     libgtest-dev libopenblas-openmp-dev libdnnl-dev)
+     libgtest-dev libopenblas-openmp-dev libdnnl-dev openmpi-bin openmpi-common fortunes
+     fortunes-min)
 # The runtime libraries behind them; their dependencies are added below.
 RUNTIME=(libopenmpi3 libhdf5-openmpi-103-1 libboost-program-options1.74.0 libopenblas0-openmp
          libdnnl2)

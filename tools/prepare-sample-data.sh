@@ -16,7 +16,7 @@ data_dir=$1
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$repo/build}
 prepare=$build_dir/prepare-data
-fortunes=/usr/share/games/fortunes
+fortunes=${MPITRAIN_FORTUNES:-/usr/share/games/fortunes}  # another root: a GPU node's unpacked packages
 
 if [[ ! -x $prepare ]]; then
   echo "prepare-sample-data: $prepare not found; build first (cmake --build $build_dir)" >&2

@@ -34,6 +34,20 @@ void check_positive(int value, const char* name) {
   require(value > 0, std::string(name) + " must be positive (got " + std::to_string(value) + ")");
 }
 
+// A positive integer written as text (an option that also takes a word, like "auto").
+int parse_positive(const std::string& text, const char* name) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  require(used > 0 && used == text.size() && value > 0,
+          std::string(name) + " must be a positive integer or auto (got '" + text + "')");
+  return value;
+}
+
 void check_nonnegative(double value, const char* name) {
   require(value >= 0, std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
 }
@@ -49,7 +63,7 @@ Options parse_options(int argc, const char* const* argv) {
   m.d_ff = 0;
   m.n_kv_head = 0;
   m.max_seq_len = 0;
-  std::string arch = "gpt2", config_file;
+  std::string arch = "gpt2", config_file, micro_batch = "4";
 
   po::options_description general("General");
   general.add_options()
@@ -64,7 +78,10 @@ Options parse_options(int argc, const char* const* argv) {
       ("threads", with_default(&t.threads),
        "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
       ("device", with_default(&t.device),
-       "cpu, or cuda: one rank on one GPU (dp = tp = pp = 1)")
+       "cpu, or cuda: GPU local rank % visible GPUs (CUDA_VISIBLE_DEVICES applies)")
+      ("comm", with_default(&t.comm),
+       "cuda: what moves tensors between ranks: nccl (a GPU per rank), mpi (through pinned host "
+       "buffers; ranks may share a GPU), or auto = nccl unless ranks share a GPU")
       ("kernels", with_default(&t.kernels),
        "cuda: cudnn (cuBLASLt GEMMs, cuDNN attention and norms) or cuda (own kernels only)")
       ("tf32", flag(&t.tf32), "cuda, precision fp32: allow TF32 tensor-core GEMMs")
@@ -124,8 +141,12 @@ Options parse_options(int argc, const char* const* argv) {
       ("steps", with_default(&t.steps), "optimizer steps; 0 = evaluate (and sample) only")
       ("global-batch-size", with_default(&t.global_batch_size),
        "sequences per optimizer step over all ranks")
-      ("micro-batch-size", with_default(&t.micro_batch_size),
-       "sequences per forward/backward on one rank (the rest is gradient accumulation)")
+      ("micro-batch-size", po::value<std::string>(&micro_batch)->default_value("4"),
+       "sequences per forward/backward on one rank (the rest is gradient accumulation), or auto: "
+       "the largest that the memory plan fits, printed before the first step")
+      ("device-memory-gib", with_default(&t.device_memory_gib),
+       "micro-batch-size auto: memory per rank to plan for; 0 = the GPU's free memory (cuda), "
+       "or available memory / ranks on the node (cpu)")
       ("seq-len", with_default(&t.seq_len), "tokens per training sequence")
       ("lr", with_default(&t.lr), "peak learning rate")
       ("lr-schedule", with_default(&t.lr_schedule), "cosine, linear or constant (after warm-up)")
@@ -227,7 +248,11 @@ Options parse_options(int argc, const char* const* argv) {
 
   require(t.steps >= 0, "steps must not be negative");
   check_positive(t.global_batch_size, "global-batch-size");
-  check_positive(t.micro_batch_size, "micro-batch-size");
+  t.micro_batch_size = micro_batch == "auto" ? 0 : parse_positive(micro_batch, "micro-batch-size");
+  check_nonnegative(t.device_memory_gib, "device-memory-gib");
+  require(t.comm == "auto" || t.comm == "nccl" || t.comm == "mpi",
+          "comm must be auto, nccl or mpi, not '" + t.comm + "'");
+  require(t.comm != "nccl" || t.device == "cuda", "--comm nccl needs --device cuda");
   check_positive(t.seq_len, "seq-len");
   check_positive(t.eval_samples, "eval-samples");
   require(t.lr > 0, "lr must be positive");

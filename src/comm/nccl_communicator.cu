@@ -61,7 +61,9 @@ class HostBlock {
 
 using Clock = std::chrono::steady_clock;
 
+// seconds <= 0: no deadline.
 Clock::time_point deadline_after(double seconds) {
+  if (seconds <= 0) return Clock::time_point::max();
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }
@@ -83,6 +85,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t
     : timeout_s_(timeout_s), compute_(compute), calls_(std::move(name), world_ranks_of(comm)) {
   MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   MPI_CHECK(MPI_Comm_size(comm, &size_));
+  CUDA_CHECK(cudaGetDevice(&device_));
+  for (Watched& w : watched_) w.done = make_event();
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_.reset(s);
@@ -124,7 +128,16 @@ NcclCommunicator::~NcclCommunicator() {
 
 void NcclCommunicator::fail(const std::string& what) {
   abort();
+  if (aborted_elsewhere_) park();
   throw Error(what);
+}
+
+// Aborted by another thread: the watchdog, which ends the job with its report and exit code
+// right after; failing here too would race it with another message and exit code.
+void NcclCommunicator::park() const {
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+  MPITRAIN_THROW("NCCL communicator '" + calls_.name() + "' was aborted by the watchdog, "
+                 "and the job did not end");
 }
 
 void NcclCommunicator::check(ncclResult_t rc, const char* call, const char* file, int line) {
@@ -155,6 +168,7 @@ void NcclCommunicator::settle(const char* call) {
 }
 
 void NcclCommunicator::require_usable() const {
+  if (aborted_elsewhere_) park();
   if (aborted_) MPITRAIN_THROW("NCCL communicator '" + calls_.name() + "' was aborted");
 }
 
@@ -176,8 +190,57 @@ ncclResult_t NcclCommunicator::async_error() const {
 }
 
 void NcclCommunicator::abort() {
-  if (comm_ == nullptr || aborted_.exchange(true)) return;
+  if (comm_ == nullptr || aborted_) return;
+  if (std::this_thread::get_id() != owner_) aborted_elsewhere_ = true;  // seen before aborted_
+  if (aborted_.exchange(true)) return;
   ncclCommAbort(comm_);
+}
+
+std::string NcclCommunicator::async_failure() {
+  if (aborted_) return "";  // by the issuing thread, which reports why
+  std::string what;
+  return poll_error(&what) ? what : std::string();
+}
+
+std::optional<CallInfo> NcclCommunicator::oldest_incomplete() {
+  if (cudaSetDevice(device_) != cudaSuccess) return std::nullopt;  // this thread's device
+  std::lock_guard<std::mutex> lock(watched_mutex_);
+  while (watched_count_ > 0) {
+    const Watched& w = watched_[watched_first_];
+    if (cudaEventQuery(w.done.get()) != cudaSuccess) return w.call;  // not ready, or failed
+    watched_first_ = (watched_first_ + 1) % kWatched;
+    --watched_count_;
+  }
+  return std::nullopt;
+}
+
+void NcclCommunicator::watch(const CallInfo& call) {
+  const Clock::time_point deadline = deadline_after(timeout_s_);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(watched_mutex_);
+      while (watched_count_ > 0 &&
+             cudaEventQuery(watched_[watched_first_].done.get()) == cudaSuccess) {
+        watched_first_ = (watched_first_ + 1) % kWatched;
+        --watched_count_;
+      }
+      if (watched_count_ < kWatched) {
+        Watched& w = watched_[(watched_first_ + watched_count_) % kWatched];
+        CUDA_CHECK(cudaEventRecord(w.done.get(), stream_.get()));
+        w.call = call;
+        ++watched_count_;
+        return;
+      }
+    }
+    // The ring is full: wait (unlocked, so the watchdog can still look) for the oldest.
+    std::string what;
+    if (poll_error(&what)) fail(what);
+    if (Clock::now() > deadline)
+      fail("NCCL communicator '" + calls_.name() + "': " + std::to_string(kWatched) +
+           " operations still incomplete after " + std::to_string(timeout_s_) +
+           " s; communicator aborted");
+    std::this_thread::yield();
+  }
 }
 
 void NcclCommunicator::after_compute() {
@@ -226,6 +289,7 @@ int NcclCommunicator::acquire_slot(const char* op, uint64_t bytes, int peer) {
 
 void NcclCommunicator::end_started(int slot) {
   CUDA_CHECK(cudaEventRecord(slots_[slot].done.get(), stream_.get()));
+  watch(slots_[slot].call);
 }
 
 void NcclCommunicator::flush() {

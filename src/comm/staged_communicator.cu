@@ -24,8 +24,8 @@ StagedMpiCommunicator::Stage StagedMpiCommunicator::make_stage(size_t bytes) {
 StagedMpiCommunicator::StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute,
                                              size_t max_bytes, int in_flight)
     : mpi_(mpi), compute_(compute), max_bytes_(max_bytes) {
-  if (max_bytes_ < 1 || in_flight < 1)
-    MPITRAIN_THROW("staging needs max_bytes >= 1 and in_flight >= 1");
+  if (max_bytes_ < 1 || in_flight < 0)
+    MPITRAIN_THROW("staging needs max_bytes >= 1 and in_flight >= 0");
   blocking_ = make_stage(max_bytes_);
   for (int i = 0; i < in_flight; ++i) stages_.push_back(make_stage(max_bytes_));
 }

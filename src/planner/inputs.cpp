@@ -36,14 +36,20 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
   require(t.seq_len <= m.max_seq_len, "seq-len " + std::to_string(t.seq_len) +
                                           " exceeds the model's " + std::to_string(m.max_seq_len) +
                                           " positions (max-seq-len)");
-  in.run.seq_len = t.seq_len;
-  in.run.global_batch = t.global_batch_size;
-  in.run.precision = parse_precision(t.precision);
-  in.run.schedule = parse_pipeline_schedule(t.pp_schedule);
-  in.run.bucket_mb = t.bucket_mb;
-  in.run.optimizer_states = static_cast<int>(state_names(parse_optimizer(t.optimizer)).size());
-  in.run.gpu = gpu;
+  in.run = run_shape_of(t, gpu);
   return in;
+}
+
+RunShape run_shape_of(const TrainConfig& t, bool gpu) {
+  RunShape run;
+  run.seq_len = t.seq_len;
+  run.global_batch = t.global_batch_size;
+  run.precision = parse_precision(t.precision);
+  run.schedule = parse_pipeline_schedule(t.pp_schedule);
+  run.bucket_mb = t.bucket_mb;
+  run.optimizer_states = static_cast<int>(state_names(parse_optimizer(t.optimizer)).size());
+  run.gpu = gpu;
+  return run;
 }
 
 }  // namespace mpitrain

@@ -8,21 +8,18 @@ namespace mpitrain {
 
 namespace {
 
+// GiB from 1 GiB up, MiB below (tiny test models).
 std::string gib(double bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
+  if (bytes >= (1 << 30)) std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
+  else std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1 << 20));
   return text;
 }
 
 std::string breakdown(const MemoryEstimate& e) {
-  char text[160];
-  const double g = 1 << 30;
-  std::snprintf(text, sizeof text,
-                "params %.2f, grads %.2f, optimizer %.2f, master %.2f, activations %.2f, "
-                "buffers %.2f",
-                e.params / g, e.grads / g, e.optimizer / g, e.master / g, e.activations / g,
-                e.buffers / g);
-  return text;
+  return "params " + gib(e.params) + ", grads " + gib(e.grads) + ", optimizer " +
+         gib(e.optimizer) + ", master " + gib(e.master) + ", activations " +
+         gib(e.activations) + ", buffers " + gib(e.buffers);
 }
 
 }  // namespace

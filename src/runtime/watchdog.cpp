@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 
 namespace mpitrain {
 
@@ -235,8 +236,13 @@ std::string hang_report(const RankStatus& self, const std::string& comm, const C
 // ---- the watchdog thread ------------------------------------------------------------------------
 
 Watchdog::Watchdog(const MpiComm& world, const WatchdogConfig& config,
-                   std::vector<const CallLog*> logs)
-    : config_(config), logs_(std::move(logs)), world_rank_(world.rank()), host_(hostname()) {
+                   std::vector<const CallLog*> logs, std::vector<DeviceWork*> device)
+    : config_(config),
+      logs_(std::move(logs)),
+      device_(std::move(device)),
+      world_rank_(world.rank()),
+      host_(hostname()) {
+  for (const DeviceWork* d : device_) logs_.push_back(&d->calls());
   if (logs_.size() > static_cast<size_t>(RankStatus::kMaxComms))
     MPITRAIN_THROW("the watchdog watches at most " + std::to_string(RankStatus::kMaxComms) +
                    " communicators");
@@ -347,8 +353,9 @@ void Watchdog::serve() {
 
 void Watchdog::check() {
   const double limit = timeout();
-  if (limit <= 0) return;
   const int64_t now = CallLog::now_ns();
+  check_device(limit, now);  // a failure first: it explains a hang
+  if (limit <= 0) return;
   for (const CallLog* log : logs_) {
     const CallLog::Snapshot s = log->snapshot();
     if (!s.blocked) continue;
@@ -360,6 +367,26 @@ void Watchdog::check() {
     q.call = call_status(s.blocked_on, log->world_ranks(), waited);
     q.waited = waited;
     report(*log, q, false);
+  }
+}
+
+void Watchdog::check_device(double limit, int64_t now) {
+  for (DeviceWork* d : device_) {
+    const std::string failure = d->async_failure();
+    if (!failure.empty())
+      abort_job("watchdog: rank " + std::to_string(world_rank_) + " (host " + host_ + "): " +
+                failure + "\n");
+    if (limit <= 0) continue;
+    const std::optional<CallInfo> call = d->oldest_incomplete();
+    if (!call) continue;
+    const double waited = seconds_since(call->start_ns, now);
+    if (waited <= limit) continue;
+    Query q{};
+    q.kind = kReport;
+    copy_text(q.comm, d->calls().name().c_str());
+    q.call = call_status(*call, d->calls().world_ranks(), waited);
+    q.waited = waited;
+    report(d->calls(), q, false);
   }
 }
 
@@ -454,14 +481,30 @@ void Watchdog::report(const CallLog& log, const Query& q, bool asked_to) {
   abort_job(hang_report(self, q.comm, q.call, q.waited, limit, members, all));
 }
 
+void Watchdog::abort_device_work() {
+  if (device_.empty()) return;
+  // ncclCommAbort releases kernels waiting for absent peers; should it hang itself, the job
+  // still ends after 10 s (the thread is left behind: the process is about to end).
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([devices = device_, done] {
+    for (DeviceWork* d : devices) d->abort();
+    done->store(true);
+  }).detach();
+  const int64_t until = CallLog::now_ns() + 10'000'000'000;
+  while (!done->load() && CallLog::now_ns() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 void Watchdog::abort_job(const std::string& text) {
   std::string out = text;
   out += "watchdog: rank " + std::to_string(world_rank_) + " ends the job with exit code " +
-         std::to_string(kExitHang) + " (a communication call did not complete in time)\n";
+         std::to_string(kExitHang) +
+         " (a communication call failed or did not complete in time)\n";
   std::fputs(out.c_str(), stderr);
   std::fflush(stderr);
   // A moment for the ranks that time out about now (in other calls) to print theirs too.
   if (!text.empty()) sleep_serving(kReportGrace);
+  abort_device_work();
   MPI_Abort(MPI_COMM_WORLD, kExitHang);
   std::_Exit(kExitHang);  // MPI_Abort does not return; should it, end this process anyway
 }

@@ -39,6 +39,9 @@ void MetricsLog::step(const StepRecord& r) {
               r.grad_norm, r.tokens_per_s, r.step_ms, r.comm_ms, 100.0 * r.mfu);
   if (r.loss_scale != 1) std::printf(" | scale %g", r.loss_scale);
   if (r.skipped_steps > 0) std::printf(" | %lld skipped", static_cast<long long>(r.skipped_steps));
+  const double step_s = 1e-3 * r.step_ms, tokens = r.tokens_per_s * step_s;
+  const bool energy = r.gpu_joules >= 0 && step_s > 0 && tokens > 0;
+  if (energy) std::printf(" | %.0f W %.3g J/tok", r.gpu_joules / step_s, r.gpu_joules / tokens);
   std::printf("\n");
   std::fflush(stdout);
   std::fprintf(file_.get(),
@@ -47,11 +50,15 @@ void MetricsLog::step(const StepRecord& r) {
                "\"forward_ms\": %.6g, \"backward_ms\": %.6g, \"optimizer_ms\": %.6g, "
                "\"exposed_comm_ms\": %.6g, \"data_ms\": %.6g, \"checkpoint_ms\": %.6g, "
                "\"peak_rss_mib\": %.6g, \"dp_bytes\": %llu, \"loss_scale\": %.9g, "
-               "\"skipped_steps\": %lld}\n",
+               "\"skipped_steps\": %lld",
                r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, r.comm_ms, r.mfu,
                r.forward_ms, r.backward_ms, r.optimizer_ms, r.comm_ms, r.data_ms, checkpoint_ms,
                r.peak_rss_mib, static_cast<unsigned long long>(r.dp_bytes), r.loss_scale,
                static_cast<long long>(r.skipped_steps));
+  if (energy)
+    std::fprintf(file_.get(), ", \"gpu_power_w\": %.6g, \"joules_per_token\": %.6g",
+                 r.gpu_joules / step_s, r.gpu_joules / tokens);
+  std::fprintf(file_.get(), "}\n");
   std::fflush(file_.get());
   if (tensorboard_) {
     const Scalar scalars[] = {{"train/loss", r.loss},
@@ -69,6 +76,11 @@ void MetricsLog::step(const StepRecord& r) {
                               {"memory/peak_rss_mib", r.peak_rss_mib},
                               {"train/loss_scale", r.loss_scale}};
     tensorboard_->write(r.step, scalars);
+    if (energy) {
+      const Scalar power[] = {{"energy/gpu_power_w", r.gpu_joules / step_s},
+                              {"energy/joules_per_token", r.gpu_joules / tokens}};
+      tensorboard_->write(r.step, power);
+    }
   }
   report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
                     r.optimizer_ms, r.comm_ms, r.data_ms, checkpoint_ms, r.peak_rss_mib});

@@ -22,7 +22,7 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
   const size_t rows = static_cast<size_t>(batch) * seq_len;
   tokens_.resize(micro_batches * rows);
   targets_.resize(micro_batches * rows);
-  if (pp_) dinput_.resize(slots_ * rows * model.config().d_model);
+  if (pp_) dinput_ = model.backend().alloc(slots_ * rows * model.config().d_model);
   out_sends_.resize(slots_);
   grad_sends_.resize(slots_);
   if (!model.backend().host_memory()) {
@@ -32,6 +32,7 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
 }
 
 PipelineRunner::~PipelineRunner() {
+  if (dinput_) model_.backend().free(dinput_);
   if (!device_tokens_) return;
   model_.backend().free_ids(device_targets_);
   model_.backend().free_ids(device_tokens_);
@@ -95,8 +96,8 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
           [&] { model_.backward(slot, tokens, batch_, seq_len_, grads_ready); });
   if (pp_ && stage_ > 0) {
     wait_send(grad_sends_[slot], micro);
-    float* buf = dinput_.data() + slot * n;
-    std::copy(model_.input_grad(), model_.input_grad() + n, buf);
+    float* buf = dinput_ + slot * n;
+    model_.backend().copy(buf, model_.input_grad(), n);
     grad_sends_[slot] = pp_->send_start(buf, n, stage_ - 1, 2 * micro + 1);
   }
 }

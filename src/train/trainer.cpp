@@ -37,6 +37,8 @@
 #include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/runtime/watchdog.hpp"
 #include "mpitrain/train/batch_loader.hpp"
+#include "mpitrain/train/comm_groups.hpp"
+#include "mpitrain/train/device_setup.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "mpitrain/train/generate.hpp"
 #include "mpitrain/train/metrics.hpp"
@@ -77,13 +79,14 @@ double evaluate(PipelineRunner& runner, const SampleWindows& val, int samples, i
   return sums[0] / sums[1];
 }
 
-// --device cuda: one rank, a head size the kernels take, a usable GPU (UsageError otherwise).
-void check_device(const TrainConfig& t, int ranks, const ModelConfig& cfg) {
+// --device cuda: a head size the kernels take, no host-side compression, a usable GPU
+// (UsageError otherwise).
+void check_device(const TrainConfig& t, const ModelConfig& cfg) {
   if (t.device != "cuda") return;
-  require(ranks == 1, "--device cuda runs one rank per GPU with dp = tp = pp = 1 in this version "
-                      "(multi-GPU: NCCL, issue 7)");
   require(cfg.head_size() <= 256, "--device cuda: head size d-model / n-head = " +
                                       std::to_string(cfg.head_size()) + " exceeds 256");
+  require(parse_grad_compress(t.grad_compress) == GradCompress::None,
+          "--grad-compress " + t.grad_compress + " encodes on the host: --device cpu only");
 #ifdef MPITRAIN_HAVE_CUDA
   const cuda::DeviceProbe probe = cuda::probe_devices();
   require(probe.count > 0, "--device cuda: " + probe.reason);
@@ -102,9 +105,7 @@ std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig&
              : t.tf32                       ? GemmMath::Tf32
                                             : GemmMath::Fp32;
     c.workspace_bytes = static_cast<size_t>(t.gpu_workspace_mb * (1 << 20));
-    auto backend = std::make_unique<CudaBackend<float>>(c);
-    std::printf("device: %s\n", backend->describe().c_str());
-    return backend;
+    return std::make_unique<CudaBackend<float>>(c);
   }
 #endif
   return std::make_unique<CpuBackend<float>>(threads, precision);
@@ -194,10 +195,12 @@ int train(const Options& o, const MpiComm& world) {
     train_src = open_tokens(t.train_data, format);
     if (!t.val_data.empty()) val_src = open_tokens(t.val_data, format);
     cfg = resolve_model_config(o, *train_src);
-    check_device(t, world.size(), cfg);
+    check_device(t, cfg);
     check_tensor_parallel(cfg, shape.tp);
     stage_first_layer = pipeline_layer_split(cfg.n_layer, shape.pp, t.pp_layers);
-    require(t.global_batch_size % (shape.dp * t.micro_batch_size) == 0,
+    // (auto: the plan takes a divisor of global-batch-size / dp)
+    require(t.micro_batch_size == 0 ||
+                t.global_batch_size % (shape.dp * t.micro_batch_size) == 0,
             "global-batch-size " + std::to_string(t.global_batch_size) +
                 " must be divisible by dp x micro-batch-size = " + std::to_string(shape.dp) +
                 " x " + std::to_string(t.micro_batch_size));
@@ -217,20 +220,10 @@ int train(const Options& o, const MpiComm& world) {
 
   const Grid grid(world, shape);
   const ParamLayout full_layout(cfg);  // the whole model, as one rank would hold it
-  MpiCommunicator world_comm(world.get(), "world"), tp_comm(grid.tp().get(), "tp"),
-      dp_comm(grid.dp().get(), "dp"), pp_comm(grid.pp().get(), "pp");
-  std::optional<MpiCommunicator> emb_comm;
-  if (grid.embedding()) emb_comm.emplace(grid.embedding()->get(), "embedding");
-  // A call blocked longer than --comm-timeout(-startup) is reported and ends the job (exit 3).
-  std::vector<const CallLog*> watched = {&world_comm.calls(), &tp_comm.calls(), &dp_comm.calls(),
-                                         &pp_comm.calls()};
-  if (emb_comm) watched.push_back(&emb_comm->calls());
-  Watchdog watchdog(world, {t.comm_timeout_startup, t.comm_timeout}, watched);
-  Communicator* comms[] = {&world_comm, &tp_comm, &dp_comm, &pp_comm,
-                           emb_comm ? &*emb_comm : nullptr};
+  CommGroups comms(world, grid);  // host communicators now, device ones below
+  MpiCommunicator& world_comm = comms.world;
+  DeviceSetup devices = setup_devices(t, grid, world);  // GPU choice and table, --comm, power
 
-  const int micro_batches = t.global_batch_size / (shape.dp * t.micro_batch_size);
-  const int slots = pipeline_slots(schedule, micro_batches, shape.pp, grid.pp_rank());
   const int threads = resolve_threads(t.threads, grid.local_size());
   const ModelOptions model_options{parse_precision(t.precision), parse_recompute(t.recompute)};
   // --trace and --tensorboard directories: checked before the out-dir is written, created after it
@@ -247,11 +240,34 @@ int train(const Options& o, const MpiComm& world) {
                 t.device == "cpu",
             "MPITRAIN_FAULT nan / drift write host memory: --device cpu only");
     backend = make_backend(t, threads, model_options.precision);
+#ifdef MPITRAIN_HAVE_CUDA
+    if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend.get()); gpu && root)
+      std::printf("device: %s\n", gpu->describe().c_str());
+#endif
     if (!backend->host_memory() && t.peak_gflops == 0)
       device_peak = measure_matmul_gflops(*backend, 4096, 5);
-    const ModelShard shard = shard_of(shape, stage_first_layer, grid.tp_rank(), grid.pp_rank());
-    model = std::make_unique<Model<float>>(cfg, *backend, shard, t.micro_batch_size, t.seq_len,
-                                           slots, &tp_comm, model_options);
+  });
+  // The micro-batch (--micro-batch-size auto: planned against the memory left now).
+  const int micro_batch = resolve_micro_batch(t, cfg, shape, grid, world);
+  const int micro_batches = t.global_batch_size / (shape.dp * micro_batch);
+  const int slots = pipeline_slots(schedule, micro_batches, shape.pp, grid.pp_rank());
+  const ModelShard shard = shard_of(shape, stage_first_layer, grid.tp_rank(), grid.pp_rank());
+#ifdef MPITRAIN_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend.get()))  // tensors cross ranks
+    all_or_none(world, [&] {
+      comms.use_device(devices.comm, gpu->stream(),
+                       data_call_sizes(cfg, shard, micro_batch, t.seq_len, slots, t.bucket_mb),
+                       std::max(t.comm_timeout, t.comm_timeout_startup));
+    });
+#endif
+  // A call blocked longer than --comm-timeout(-startup), or NCCL work incomplete that long, is
+  // reported and ends the job (exit 3); so does an NCCL error.
+  Watchdog watchdog(world, {t.comm_timeout_startup, t.comm_timeout}, comms.host_logs(),
+                    comms.device_work());
+  const std::vector<Communicator*> blocking = comms.blocking();
+  all_or_none(world, [&] {
+    model = std::make_unique<Model<float>>(cfg, *backend, shard, micro_batch, t.seq_len, slots,
+                                           &comms.tp_data(), model_options);
     if (t.init_from.empty()) {
       model->init(t.seed);
     } else {
@@ -279,8 +295,7 @@ int train(const Options& o, const MpiComm& world) {
   });
   const std::function<double()> blocked_seconds = [&] {  // over every communicator, since the reset
     double s = 0.0;
-    for (Communicator* c : comms)
-      if (c) s += c->blocked_seconds();
+    for (Communicator* c : blocking) s += c->blocked_seconds();
     return s;
   };
 
@@ -291,21 +306,23 @@ int train(const Options& o, const MpiComm& world) {
   const LrSchedule lr_schedule{parse_lr_decay(t.lr_schedule), t.lr, t.lr * t.min_lr_ratio,
                                t.warmup_steps, t.steps};
   const SampleOrder order(train_windows->count(), t.seed, t.shuffle);
-  const BatchLoader loader(*train_windows, order, t.global_batch_size, t.micro_batch_size,
+  const BatchLoader loader(*train_windows, order, t.global_batch_size, micro_batch,
                            grid.dp_rank(), shape.dp);
-  PipelineRunner runner(*model, &pp_comm, schedule, micro_batches, t.micro_batch_size, t.seq_len,
+  PipelineRunner runner(*model, &comms.pp_data(), schedule, micro_batches, micro_batch, t.seq_len,
                         &trace, blocked_seconds);
-  GradBuckets buckets(dp_comm, model->grads(), model->num_params(),
+  GradBuckets buckets(comms.dp_data(), model->grads(), model->num_params(),
                       static_cast<size_t>(t.bucket_mb * (1 << 20)),
                       {t.zero == 1, parse_grad_compress(t.grad_compress), t.topk_ratio});
   // The optimizer updates this rank's range of the parameters (all of them without ZeRO-1), from
-  // fp32 master weights taken before the compute copy is rounded to the run's precision.
-  const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && emb_comm;
+  // fp32 master weights taken before the compute copy is rounded to the run's precision. Its
+  // norms are host vectors: the host communicators.
+  const bool tied_copies = cfg.tied_embeddings() && shape.pp > 1 && comms.embedding;
   const FlatRange own = buckets.owned();
   backend->set_alloc_kind(AllocKind::Optimizer);
   Optimizer optimizer(*backend, model->layout(), optimizer_config, model->params(), own.lo, own.hi,
                       model_options.precision,
-                      {t.zero ? &dp_comm : nullptr, &tp_comm, tied_copies ? &*emb_comm : nullptr});
+                      {t.zero ? &comms.dp : nullptr, &comms.tp,
+                       tied_copies ? &*comms.embedding : nullptr});
   backend->set_alloc_kind(AllocKind::Activations);
   backend->round_to(model->params(), model->num_params(), model_options.precision);
 #ifdef MPITRAIN_HAVE_CUDA
@@ -318,7 +335,7 @@ int train(const Options& o, const MpiComm& world) {
                      t.loss_scale_window, t.min_loss_scale});
   NumericGuard guard(parse_nan_policy(t.on_nan), t.out_dir, world_comm);
   UpdateStep update(*model, buckets, optimizer, scaler, guard,
-                    {&world_comm, tied_copies ? &*emb_comm : nullptr,
+                    {&world_comm, tied_copies ? comms.embedding_data() : nullptr,
                      t.zero == 1 || grid.dp_rank() == 0},
                     t.grad_clip, &trace);
 
@@ -372,7 +389,7 @@ int train(const Options& o, const MpiComm& world) {
     m.layout = shape;
     m.pp_layers = t.pp_layers;
     m.global_batch_size = t.global_batch_size;
-    m.micro_batch_size = t.micro_batch_size;
+    m.micro_batch_size = micro_batch;
     m.seq_len = t.seq_len;
     return m;
   };
@@ -405,7 +422,7 @@ int train(const Options& o, const MpiComm& world) {
     std::printf("%d ranks = dp %d x tp %d x pp %d, %d threads each | global batch %d = dp %d x %d "
                 "micro-batches x %d | peak %.1f GFLOP/s in all\n",
                 world.size(), shape.dp, shape.tp, shape.pp, threads, t.global_batch_size,
-                shape.dp, micro_batches, t.micro_batch_size, peak);
+                shape.dp, micro_batches, micro_batch, peak);
     std::printf("per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
                 "(%s%s) | activations %.2f MiB (%s, recompute %s)",
                 held_bytes[0] / (1 << 20), held_bytes[1] / (1 << 20),
@@ -421,7 +438,7 @@ int train(const Options& o, const MpiComm& world) {
   }
 
   // ---- the step loop -------------------------------------------------------------------------
-  std::vector<int32_t> tokens(static_cast<size_t>(t.micro_batch_size) * t.seq_len);
+  std::vector<int32_t> tokens(static_cast<size_t>(micro_batch) * t.seq_len);
   std::vector<int32_t> targets(tokens.size());
   const float dloss = static_cast<float>(1.0 / tokens_per_step);  // mean over the global batch
   const bool counts_loss = grid.last_stage() && grid.tp_rank() == 0;
@@ -445,11 +462,11 @@ int train(const Options& o, const MpiComm& world) {
   for (int step = start_step; step < t.steps; ++step) {
     TraceScope step_region(&trace, TraceLane::Compute, "step", nullptr, step + 1);
     const auto start = std::chrono::steady_clock::now();
+    const double energy_start = devices.power ? devices.power->energy_joules() : 0.0;
     watchdog.step_started(step + 1);
     faults.at("step", world.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
-    for (Communicator* c : comms)
-      if (c) c->reset_blocked_seconds();
-    dp_comm.reset_bytes_sent();
+    for (Communicator* c : blocking) c->reset_blocked_seconds();
+    comms.dp_data().reset_bytes_sent();
     model->zero_grads();
     apply_nan_fault(faults, model->layout(), model->grads(), world.rank(), step + 1);  // tests
     double loss = runner.train(load, static_cast<float>(dloss * scaler.scale()), grads_ready);
@@ -464,7 +481,7 @@ int train(const Options& o, const MpiComm& world) {
     // Replica drift: every --check-replicas steps the data-parallel copies must be identical.
     apply_drift_fault(faults, model->layout(), model->params(), world.rank(), step + 1);
     if (t.check_replicas > 0 && (step + 1) % t.check_replicas == 0 &&
-        !replicas_agree(model->layout(), host_params(), dp_comm, world_comm, step + 1)) {
+        !replicas_agree(model->layout(), host_params(), comms.dp, world_comm, step + 1)) {
       log.finish(report_path, update.skipped_steps(), kExitFailure);
       trace.close();
       return kExitFailure;
@@ -472,26 +489,29 @@ int train(const Options& o, const MpiComm& world) {
     loss = result.loss_sum / tokens_per_step;
     consumed += t.global_batch_size;
 
-    double comm_seconds = 0.0;
-    for (Communicator* c : comms)
-      if (c) comm_seconds += c->blocked_seconds();
+    const double comm_seconds = blocked_seconds();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tokens_per_s = tokens_per_step / seconds;
     double rss = peak_rss_mib();
     world_comm.all_reduce(&rss, 1, ReduceOp::Max);
+    double joules = -1.0;  // all GPUs' energy in the step, where every GPU has a meter
+    if (devices.power_everywhere) {
+      joules = devices.power ? devices.power->energy_joules() - energy_start : 0.0;
+      world_comm.all_reduce(&joules, 1, ReduceOp::Sum);
+    }
     const PipelineRunner::Times& pass = runner.times();
     log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds, 1e3 * comm_seconds,
               flops_per_token * tokens_per_s / (peak * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
-              dp_comm.bytes_sent(), scaler.scale(), update.skipped_steps()});
+              comms.dp_data().bytes_sent(), scaler.scale(), update.skipped_steps(), joules});
     watchdog.step_finished();
 
     slowest_step = std::max(slowest_step, seconds);
 
     const bool last = step + 1 == t.steps;
     if (val_windows && ((t.eval_interval > 0 && (step + 1) % t.eval_interval == 0) || last)) {
-      const double val = evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size,
-                                  t.seq_len, grid, world_comm, tokens, targets);
+      const double val = evaluate(runner, *val_windows, t.eval_samples, micro_batch, t.seq_len,
+                                  grid, world_comm, tokens, targets);
       log.eval(step + 1, val);
       if (t.save_best && !(val >= best_val)) {  // also when best_val is NaN (none yet)
         best_val = val;
@@ -524,7 +544,7 @@ int train(const Options& o, const MpiComm& world) {
     }
   }
   if (val_windows && t.steps == 0)  // evaluation only
-    log.eval(0, evaluate(runner, *val_windows, t.eval_samples, t.micro_batch_size, t.seq_len, grid,
+    log.eval(0, evaluate(runner, *val_windows, t.eval_samples, micro_batch, t.seq_len, grid,
                          world_comm, tokens, targets));
   log.finish(report_path, update.skipped_steps(), kExitOk);
   trace.close();

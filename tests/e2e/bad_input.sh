@@ -44,15 +44,18 @@ expect_usage_error pp_layer_list "must list 2 stage sizes adding up to n-layer 2
 expect_usage_error pp_schedule "pp-schedule must be 'gpipe' or '1f1b'" "${tiny[@]}" --pp 2 --pp-schedule zigzag --out-dir "$SCRATCH/o14"
 expect_usage_error dp_batch "must be divisible by dp x micro-batch-size = 2 x 4" "${tiny[@]}" --dp 2 --micro-batch-size 4 --global-batch-size 12 --out-dir "$SCRATCH/o15"
 
-# --device: an unknown one; cuda with two ranks, without a usable GPU (here), or in a build
-# without CUDA. None of them creates its out-dir.
+# --device and --comm: an unknown device or comm, nccl without a GPU device, a host-side
+# compression on the GPU, cuda without a usable GPU (here), or in a build without CUDA. None of
+# them creates its out-dir.
 expect_usage_error bad_device "device must be cpu or cuda, not 'tpu'" "${tiny[@]}" --device tpu --out-dir "$SCRATCH/o16"
+expect_usage_error bad_comm "comm must be auto, nccl or mpi, not 'gloo'" "${tiny[@]}" --comm gloo --out-dir "$SCRATCH/o17"
+expect_usage_error nccl_on_cpu "--comm nccl needs --device cuda" "${tiny[@]}" --comm nccl --out-dir "$SCRATCH/o17"
 if grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
-  expect_usage_error cuda_ranks "--device cuda runs one rank per GPU with dp = tp = pp = 1" "${tiny[@]}" --device cuda --out-dir "$SCRATCH/o17"
+  expect_usage_error cuda_compress "--grad-compress int8 encodes on the host: --device cpu only" "${tiny[@]}" --device cuda --dp 2 --grad-compress int8 --out-dir "$SCRATCH/o17"
   if nvidia-smi -L > /dev/null 2>&1; then
     echo "a GPU is usable here: the no-GPU case does not apply"
   else
-    NP=1 expect_usage_error cuda_no_gpu "--device cuda: no CUDA device usable: " "${tiny[@]}" --device cuda --out-dir "$SCRATCH/o18"
+    expect_usage_error cuda_no_gpu "--device cuda: no CUDA device usable: " "${tiny[@]}" --device cuda --dp 2 --out-dir "$SCRATCH/o18"
   fi
 else
   NP=1 expect_usage_error cuda_not_built "--device cuda: this build has no CUDA backend" "${tiny[@]}" --device cuda --out-dir "$SCRATCH/o18"

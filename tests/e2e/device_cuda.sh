@@ -10,19 +10,10 @@
 # which bf16 rounding can enlarge); the text sample and the exported parameters (gathered from
 # the device). Without a usable GPU: SKIP with the trainer's reason.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
-grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" ||
-  { echo "SKIP: this build has no CUDA backend (MPITRAIN_CUDA=OFF)"; exit 0; }
+require_cuda_trainer
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 5 --global-batch-size 4 --micro-batch-size 2
 tiny=("$@")
-
-run_trainer 1 "$SCRATCH/probe.log" "${tiny[@]}" --device cuda --steps 0 --peak-gflops 0 \
-  --out-dir "$SCRATCH/probe"
-if [ "$rc" = 2 ] && reason=$(grep -o 'no CUDA device usable: .*' "$SCRATCH/probe.log"); then
-  echo "SKIP: $reason"
-  exit 0
-fi
-[ "$rc" = 0 ] || { cat "$SCRATCH/probe.log"; fail "--device cuda evaluation-only run exited $rc"; }
 
 compare() {  # compare NAME TOLERANCE ARGS...: cpu and cuda runs, losses per step and val loss
   local name=$1 tol=$2; shift 2

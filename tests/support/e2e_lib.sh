@@ -36,3 +36,18 @@ run_trainer() {  # run_trainer NP LOG ARGS...
   rc=$?
   set -e
 }
+
+# For the GPU scripts: exits 0 with "SKIP: <reason>" unless this build has the CUDA backend and
+# the trainer can run an evaluation-only pass of the tiny model on a GPU (the trainer's reason).
+require_cuda_trainer() {
+  grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" ||
+    { echo "SKIP: this build has no CUDA backend (MPITRAIN_CUDA=OFF)"; exit 0; }
+  # shellcheck disable=SC2046
+  run_trainer 1 "$SCRATCH/probe.log" $(tiny_args) --device cuda --steps 0 --peak-gflops 0 \
+    --out-dir "$SCRATCH/probe"
+  if [ "$rc" = 2 ] && reason=$(grep -o 'no CUDA device usable: .*' "$SCRATCH/probe.log"); then
+    echo "SKIP: $reason"
+    exit 0
+  fi
+  [ "$rc" = 0 ] || { cat "$SCRATCH/probe.log"; fail "--device cuda evaluation-only run exited $rc"; }
+}

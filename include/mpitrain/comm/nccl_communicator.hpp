@@ -31,16 +31,27 @@
 // group in one ncclGroupStart/End.
 //
 // Failures: every NCCL result is checked (NCCL_CHECK-like: ncclGetErrorString and
-// ncclGetLastError in the message). poll_error() is for the watchdog thread (see it); abort()
-// ends the communicator (ncclCommAbort) so that blocked device work and host polling return.
+// ncclGetLastError in the message). abort() ends the communicator (ncclCommAbort) so that
+// blocked device work and host polling return.
+//
+// The watchdog (runtime/watchdog.hpp) watches it as DeviceWork: every started operation also
+// records an event of a fixed ring (kWatched) when it is issued; the watchdog thread queries the
+// oldest (cudaEventQuery, under a mutex the issuing thread takes only to push) and reports it
+// when it has been incomplete longer than the timeout; async_failure() is ncclCommGetAsyncError.
+// A full ring is drained by the issuing thread (it waits for the oldest event). timeout_s 0:
+// no deadline of its own (the watchdog's still applies).
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -48,7 +59,7 @@
 
 namespace mpitrain {
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public Communicator, public DeviceWork {
  public:
   // comm: the MPI group (not owned; used at construction only); name: for the watchdog ("tp",
   // "dp", ...); compute: the stream the trainer computes on; timeout_s: how long set-up, one
@@ -60,7 +71,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const CallLog& calls() const { return calls_; }
+  const CallLog& calls() const override { return calls_; }
   cudaStream_t stream() const { return stream_.get(); }  // the communication stream
 
   void all_reduce(float* data, size_t n, ReduceOp op) override;
@@ -87,15 +98,18 @@ class NcclCommunicator final : public Communicator {
   uint64_t bytes_sent() const override { return bytes_sent_; }
   void reset_bytes_sent() override { bytes_sent_ = 0; }
 
-  // For the watchdog thread, four times a second next to its CallLog checks: true when NCCL
-  // reports an asynchronous error (a failed peer or network; *what = the error and NCCL's last
-  // message), after which the watchdog prints it and ends the job with MPI_Abort as for a hang.
-  // Safe from another thread: it only reads (ncclCommGetAsyncError).
+  // True when NCCL reports an asynchronous error (a failed peer or network; *what = the error
+  // and NCCL's last message). Safe from another thread: it only reads (ncclCommGetAsyncError).
   bool poll_error(std::string* what) const;
   ncclResult_t async_error() const;  // ncclSuccess, ncclInProgress, or the error
-  // ncclCommAbort; every later call throws. From the thread that makes the calls (a failure in
-  // them aborts by itself); not from the watchdog while that thread may be in a call.
-  void abort();
+
+  // DeviceWork, for the watchdog thread.
+  std::optional<CallInfo> oldest_incomplete() override;
+  std::string async_failure() override;
+  // ncclCommAbort; every later call throws. From any thread: NCCL's abort is the way to end a
+  // communicator whose operations hang (the watchdog's case: the issuing thread's later calls
+  // then wait for the job to end instead of failing with a second message).
+  void abort() override;
 
  private:
   // NCCL_CHECK(call) in the .cu: ncclInProgress polls until settled (deadline); an error throws
@@ -126,11 +140,13 @@ class NcclCommunicator final : public Communicator {
   int acquire_slot(const char* op, uint64_t bytes, int peer = -1);
   void begin();                 // flush(), then after_compute()
   void after_compute();         // stream_ waits for the work queued on the compute stream so far
-  void end_started(int slot);   // records the slot's completion event on stream_
+  void end_started(int slot);   // records the slot's completion event on stream_, and watches it
+  void watch(const CallInfo& call);  // pushes an event recorded now on stream_ to the ring
   void finish_blocking();       // host blocks until stream_'s work is done (polled, deadline)
   void flush();                 // issues the queued sends and receives as one group
   void settle(const char* call);  // polls ncclCommGetAsyncError while in progress (deadline)
   [[noreturn]] void fail(const std::string& what);  // aborts, throws
+  [[noreturn]] void park() const;  // after abort() from another thread: wait for the end
   void require_usable() const;
   template <typename E>
   void all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op);
@@ -142,6 +158,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_;
   ncclComm_t comm_ = nullptr;  // destroyed (or aborted) in the destructor
   std::atomic<bool> aborted_{false};  // read by poll_error on the watchdog thread
+  std::atomic<bool> aborted_elsewhere_{false};  // abort() came from another thread
+  std::thread::id owner_ = std::this_thread::get_id();  // the thread that makes the calls
   Stream stream_;
   Event ready_, blocking_done_;  // compute's work before an op; a blocking op's completion
   DeviceBuffer scratch_;         // uneven reduce-scatter's block; 4-byte barrier token
@@ -152,6 +170,17 @@ class NcclCommunicator final : public Communicator {
   std::vector<int> free_slots_;
   std::vector<P2p> queued_;
   CallLog calls_;
+
+  // The watched ring: operations issued, oldest first, each with an event recorded after it.
+  static constexpr size_t kWatched = 256;
+  struct Watched {
+    Event done;
+    CallInfo call;
+  };
+  int device_ = 0;  // the CUDA device (the watchdog thread sets it before querying)
+  std::mutex watched_mutex_;
+  std::array<Watched, kWatched> watched_;
+  size_t watched_first_ = 0, watched_count_ = 0;
 };
 
 }  // namespace mpitrain

@@ -34,7 +34,8 @@ namespace mpitrain {
 class StagedMpiCommunicator final : public Communicator {
  public:
   // mpi: not owned, must outlive this; compute: the stream whose kernels produce and consume the
-  // buffers; max_bytes: the largest call's staging (see above); in_flight: started calls at once.
+  // buffers; max_bytes: the largest call's staging (see above); in_flight: started calls at once
+  // (0: blocking calls only).
   StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute, size_t max_bytes,
                         int in_flight = 8);
   StagedMpiCommunicator(const StagedMpiCommunicator&) = delete;

@@ -6,6 +6,7 @@
 
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/planner/memory.hpp"
+#include "mpitrain/train/train_config.hpp"
 
 namespace mpitrain {
 
@@ -26,5 +27,8 @@ struct PlanInput {
 // (n-kv-head = n-head, d-ff by the architecture's rule, max-seq-len = seq-len); the vocabulary,
 // which comes from the data, must be in the file or given (UsageError otherwise).
 PlanInput read_plan_input(const std::string& config_path, const RunOverrides& overrides, bool gpu);
+
+// The trainer's options as the planner's run (gpu: tensors in their own width, not floats).
+RunShape run_shape_of(const TrainConfig& t, bool gpu);
 
 }  // namespace mpitrain

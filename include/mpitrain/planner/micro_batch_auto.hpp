@@ -20,8 +20,8 @@ struct MicroBatchPlan {
   int micro_batch = 0;    // 0: not even a micro-batch of 1 fits
   MemoryEstimate memory;  // per rank at that micro-batch (at 1 when none fits)
   // "micro-batch auto: 79.10 GiB free, 10% margin -> 71.19 GiB usable; mb 8: 80.34 GiB, too
-  // large; mb 4: 47.02 GiB (params 1.45, grads 1.45, optimizer 5.80, master 2.90,
-  // activations 35.42, buffers 0.00) fits -> micro-batch 4"
+  // large; mb 4: 47.02 GiB (params 1.45 GiB, grads 1.45 GiB, optimizer 5.80 GiB, master
+  // 2.90 GiB, activations 35.42 GiB, buffers 0.00 MiB) fits -> micro-batch 4"
   std::string text;
 };
 

@@ -18,7 +18,7 @@ namespace mpitrain {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitHang = 3;      // the watchdog ended a job stuck in communication
+inline constexpr int kExitHang = 3;      // the watchdog ended a job stuck (or failed) in communication
 inline constexpr int kExitRequeue = 85;  // stopped by a signal or time limit after saving: requeue me
 
 class Error : public std::runtime_error {

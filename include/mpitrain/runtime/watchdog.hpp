@@ -36,6 +36,15 @@
 // line only, and aborts after a grace period (should that report never come); the lowest arrived
 // member asks every member and prints the whole picture. For a send or receive, only the peer is
 // asked.
+//
+// Device work (DeviceWork below: the NCCL communicators). An NCCL operation runs on a stream
+// the host does not block in: the host goes on queueing work and blocks later somewhere else
+// (a copy to the host) that no call log shows. So each tick the watchdog also asks every
+// DeviceWork for its oldest operation not yet complete on the device; one older than the
+// timeout is reported exactly as a blocked call (the arrivals come from the same call logs), and
+// an asynchronous error (a peer or link gone) ends the job at once with its text. Before
+// MPI_Abort the watchdog aborts every DeviceWork (ncclCommAbort), so that kernels waiting for a
+// peer that will never come are released.
 #pragma once
 
 #include <atomic>
@@ -131,7 +140,7 @@ struct CommStatus {
   CallStatus blocked_on;
 };
 struct RankStatus {
-  static constexpr int kMaxComms = 8;
+  static constexpr int kMaxComms = 10;  // world, tp, dp, pp, embedding; each on MPI and NCCL
   int32_t world_rank;
   int64_t step;     // the step it is in or last finished (1-based); 0 = set-up
   int32_t in_step;  // 1 between step_started and step_finished
@@ -157,6 +166,20 @@ std::string hang_report(const RankStatus& self, const std::string& comm, const C
                         double waited, double timeout, const std::vector<int>& members,
                         const std::vector<std::optional<RankStatus>>& answers);
 
+// Operations that complete on a device, not in a host call (see the top). Every function is
+// called from the watchdog thread, concurrently with the thread that issues the operations.
+class DeviceWork {
+ public:
+  virtual ~DeviceWork() = default;
+  virtual const CallLog& calls() const = 0;  // where the operations are entered
+  // The oldest operation entered and not yet complete on the device; nullopt when none.
+  virtual std::optional<CallInfo> oldest_incomplete() = 0;
+  // "" while healthy; else what failed (NCCL's asynchronous error and its last message).
+  virtual std::string async_failure() = 0;
+  // Ends the work for good (ncclCommAbort); every later call of the issuing thread fails.
+  virtual void abort() = 0;
+};
+
 struct WatchdogConfig {
   double startup_timeout_s = 300;  // until the first step_finished(); 0 = no limit
   double timeout_s = 100;          // after it; 0 = no limit
@@ -167,9 +190,10 @@ struct WatchdogConfig {
 class Watchdog {
  public:
   // Collective over world (duplicates it for the side channel); starts the thread. logs: the
-  // communicators to watch (at most RankStatus::kMaxComms, distinct names), which must outlive
-  // the watchdog.
-  Watchdog(const MpiComm& world, const WatchdogConfig& config, std::vector<const CallLog*> logs);
+  // communicators to watch; device: the device work to watch, whose call logs are watched too
+  // (at most RankStatus::kMaxComms logs in all, distinct names); all must outlive the watchdog.
+  Watchdog(const MpiComm& world, const WatchdogConfig& config, std::vector<const CallLog*> logs,
+           std::vector<DeviceWork*> device = {});
   ~Watchdog();  // stops and joins the thread
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -195,16 +219,19 @@ class Watchdog {
   bool channel() const { return side_ != MPI_COMM_NULL && channel_error_.empty(); }
   void serve();  // answers the queries that have arrived
   void check();  // reports a call blocked too long
+  void check_device(double limit, int64_t now);  // device work: too old, or failed
   RankStatus status() const;
   double timeout() const;
   // Asks ranks, returns their answers (nullopt: none within answer_wait_s).
   std::vector<std::optional<RankStatus>> ask(const std::vector<int>& ranks, const Query& q);
   [[noreturn]] void report(const CallLog& log, const Query& q, bool asked_to);
   [[noreturn]] void abort_job(const std::string& text);
+  void abort_device_work();  // DeviceWork::abort on each, for at most 10 s
   void sleep_serving(double seconds);
 
   WatchdogConfig config_;
   std::vector<const CallLog*> logs_;
+  std::vector<DeviceWork*> device_;
   int world_rank_ = 0;
   std::string host_;
   MPI_Comm side_ = MPI_COMM_NULL;  // null without MPI_THREAD_MULTIPLE: no side channel

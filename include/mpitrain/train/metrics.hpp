@@ -31,6 +31,10 @@ struct StepRecord {
   uint64_t dp_bytes = 0;    // rank 0's bytes_sent in its data-parallel group (comm/)
   double loss_scale = 1;    // after this step's update (fp16: optim/loss_scaler.hpp)
   int64_t skipped_steps = 0;  // updates skipped so far (overflow, --on-nan skip)
+  // Energy all GPUs of the job used during the step (NVML, monitor/nvml_power.hpp); < 0 where
+  // some rank cannot read it: then gpu_power_w (joules / step time) and joules_per_token are
+  // left out of the record.
+  double gpu_joules = -1;
 };
 
 class MetricsLog {

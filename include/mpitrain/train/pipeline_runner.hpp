@@ -8,7 +8,7 @@
 // A send's buffer belongs to the micro-batch's activation slot and is waited for only before
 // the slot is used again, so sends overlap the next passes. With pp = 1 nothing is sent.
 // Token and target ids are copied to backend memory after loading when the backend's memory is
-// not the host's (Backend::host_memory).
+// not the host's (Backend::host_memory); the input gradients being sent live in backend memory.
 // Each pass, wait and batch load is a region of the trace (monitor/trace.hpp) when one is
 // recording, and times() says where the last train() call's time went.
 #pragma once
@@ -76,7 +76,7 @@ class PipelineRunner {
   std::vector<int32_t> tokens_, targets_;     // (m, B, T) each: kept until the micro's backward
   int32_t* device_tokens_ = nullptr;          // their copies in backend memory (non-host backend)
   int32_t* device_targets_ = nullptr;
-  std::vector<float> dinput_;                 // (slots, B, T, C): input gradients being sent
+  float* dinput_ = nullptr;                   // (slots, B, T, C): input gradients being sent
   std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
   double loss_ = 0.0;
   TraceRecorder* trace_;

@@ -13,7 +13,9 @@ struct TrainConfig {
   std::string tensorboard;    // TensorBoard scalar events (rank 0) into this directory; "" = off
   int steps = 100;
   int global_batch_size = 8;  // sequences per optimizer step, over all ranks
-  int micro_batch_size = 4;   // sequences per forward/backward on one rank
+  int micro_batch_size = 4;   // sequences per forward/backward on one rank; 0 = auto:
+                              // the largest the memory plan fits (planner/micro_batch_auto.hpp)
+  double device_memory_gib = 0;  // what auto may fill per rank; 0 = the device's free memory
   int seq_len = 64;
 
   double lr = 1e-3;
@@ -66,7 +68,8 @@ struct TrainConfig {
   int eval_interval = 50;     // steps; 0 = only at the end
   int eval_samples = 64;      // validation sequences per evaluation
   int threads = 0;            // per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node
-  std::string device = "cpu";       // cpu | cuda (one rank on one GPU; backend/cuda_backend.hpp)
+  std::string device = "cpu";       // cpu | cuda (a GPU per rank, or shared; runtime/device.hpp)
+  std::string comm = "auto";        // auto | nccl | mpi: what moves device tensors (comm_groups.hpp)
   std::string kernels = "cudnn";    // cuda: cudnn | cuda (KernelSet)
   bool tf32 = false;                // cuda, precision fp32: allow TF32 tensor-core GEMMs
   double gpu_workspace_mb = 1024;   // cuda: the backend's workspace arena

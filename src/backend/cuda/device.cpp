@@ -41,4 +41,10 @@ std::string describe_device(int device) {
   return text;
 }
 
+double free_device_memory() {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<double>(free);
+}
+
 }  // namespace mpitrain::cuda

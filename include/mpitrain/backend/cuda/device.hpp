@@ -19,4 +19,7 @@ DeviceProbe probe_devices();
 // 130100" for device d; throws Error when it cannot be queried.
 std::string describe_device(int device);
 
+// Bytes free on the current device now (cudaMemGetInfo); throws Error when it cannot be asked.
+double free_device_memory();
+
 }  // namespace mpitrain::cuda

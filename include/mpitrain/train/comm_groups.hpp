@@ -1,0 +1,97 @@
+// The communicators of a run, built in one place over the Grid's groups.
+//
+// Every group (world, tp, dp, pp, and the embedding group of tied wte copies) has an
+// MpiCommunicator on host memory: it carries the scalars and small host vectors (the loss, the
+// norm's squares, the optimizer's norms, replica hashes, stop requests) and, on the CPU backend,
+// the tensors too. On --device cuda the tensors — activations over tp, stage boundaries over pp,
+// gradient buckets and ZeRO's ranges over dp, the tied wte gradient over the embedding group —
+// go over a data communicator chosen by --comm:
+//   nccl  an NcclCommunicator per group, on a stream of its own ordered after the backend's
+//         (comm/nccl_communicator.hpp); needs a GPU per rank
+//   mpi   a StagedMpiCommunicator over the group's host communicator, through pinned buffers
+//         sized for the group's largest call (comm/staged_communicator.hpp); ranks may share a GPU
+//   auto  nccl unless some node has more ranks than GPUs, then mpi
+// A group of one rank never moves tensors (the code skips its calls); its host communicator
+// stands in. Example (Grid's 16 ranks, tp 2, pp 4, dp 2; gpt2, --comm nccl): rank 1 holds host
+// communicators world, tp [0,1], dp [1,3], pp [1,5,9,13], embedding [1,13], and an NCCL one for
+// each of the last four; rank 5, a middle stage, holds host world, tp [4,5], dp [5,7],
+// pp [1,5,9,13] and NCCL tp, dp, pp.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/model/config.hpp"
+#include "mpitrain/model/params.hpp"
+#include "mpitrain/runtime/grid.hpp"
+#include "mpitrain/runtime/watchdog.hpp"
+
+namespace mpitrain {
+
+enum class CommKind { Mpi, Nccl };
+std::string to_string(CommKind kind);
+
+// --comm against the device: cpu takes auto or mpi (the host communicators); cuda resolves auto
+// to nccl, or to mpi where `gpus_shared` (some node has more ranks than GPUs). UsageError for
+// nccl with shared GPUs, or in a build without NCCL.
+CommKind resolve_comm(const std::string& option, const std::string& device, bool gpus_shared);
+
+// The largest call of each group on device data, in bytes, and the started calls a group can
+// have in flight at once (the staging pools are sized by them; NCCL needs neither).
+struct DataCallSizes {
+  size_t tp = 0, dp = 0, pp = 0, embedding = 0;
+  int dp_in_flight = 0, pp_in_flight = 0;
+};
+
+// For a model shard run with micro-batch B of T tokens and `slots` activation slots:
+//   tp   the largest of an activation (B T C), the loss statistics (2 B T), and a replicated
+//        tensor's gradient (all blocking calls)
+//   pp   one activation; in flight: a send per slot each way and one receive (2 slots + 1)
+//   dp   one bucket (bucket_mb, at most the whole gradient); in flight: every bucket (ZeRO-1
+//        gathers all before waiting)
+//   embedding  the local wte (the tied gradient sum, blocking)
+DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
+                              int slots, double bucket_mb);
+
+class CommGroups {
+ public:
+  // Collective over world: the host communicators of grid's groups.
+  CommGroups(const MpiComm& world, const Grid& grid);
+  ~CommGroups();
+  CommGroups(const CommGroups&) = delete;
+  CommGroups& operator=(const CommGroups&) = delete;
+
+  // --device cuda: the data communicators of every group of more than one rank (collective over
+  // world). stream: the backend's cudaStream_t; timeout_s: NCCL's own deadline (0 = none).
+  void use_device(CommKind kind, void* stream, const DataCallSizes& sizes, double timeout_s);
+
+  MpiCommunicator world, tp, dp, pp;
+  std::optional<MpiCommunicator> embedding;
+
+  // Where tensors go: the data communicators after use_device, else the host ones.
+  Communicator& tp_data() { return *tp_data_; }
+  Communicator& dp_data() { return *dp_data_; }
+  Communicator& pp_data() { return *pp_data_; }
+  Communicator* embedding_data() { return embedding_data_; }
+
+  // For the watchdog: the host call logs, and the NCCL communicators (device work).
+  std::vector<const CallLog*> host_logs() const;
+  std::vector<DeviceWork*> device_work() const { return device_work_; }
+  // Every communicator that blocks the host, each once (a staged one includes its host one).
+  std::vector<Communicator*> blocking();
+
+ private:
+  Communicator* tp_data_;
+  Communicator* dp_data_;
+  Communicator* pp_data_;
+  Communicator* embedding_data_;
+  std::vector<std::unique_ptr<Communicator>> owned_;  // the data communicators made here
+  std::vector<DeviceWork*> device_work_;
+  bool staged_ = false;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,39 @@
+// A run's devices at start-up: which GPU each rank takes, the table of them, --comm, power
+// readings, and --micro-batch-size auto. Collective over world; a failure on any rank stops all
+// alike (UsageError, exit 2) before any work.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mpitrain/model/config.hpp"
+#include "mpitrain/monitor/nvml_power.hpp"
+#include "mpitrain/runtime/grid.hpp"
+#include "mpitrain/runtime/mpi.hpp"
+#include "mpitrain/train/comm_groups.hpp"
+#include "mpitrain/train/train_config.hpp"
+
+namespace mpitrain {
+
+struct DeviceSetup {
+  CommKind comm = CommKind::Mpi;
+  // --device cuda: this rank's GPU power meter where NVML loads and this rank is the first of the
+  // ranks sharing its GPU (so each GPU is counted once); null otherwise.
+  std::unique_ptr<NvmlPower> power;
+  bool power_everywhere = false;  // every GPU of the job has a meter: energy can be reported
+};
+
+// --device cpu: resolves --comm (auto or mpi). --device cuda: each rank takes GPU
+// local rank % visible (runtime/device.hpp); rank 0 prints every rank's host, GPU and PCI bus id
+// as one table, and how ranks share GPUs; --comm auto becomes nccl unless some node shares.
+DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm& world);
+
+// --micro-batch-size auto: the largest micro-batch whose planned memory (planner/memory.hpp,
+// balanced stages) fits 90% of the memory per rank — --device-memory-gib, else the GPU's free
+// memory now (after the CUDA context and the backend's workspace), else on the CPU the node's
+// available memory shared by its ranks — the smallest over the world. Prints the plan on rank 0.
+// UsageError when not even a micro-batch of 1 fits. Returns t.micro_batch_size when it is set.
+int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
+                        const Grid& grid, const MpiComm& world);
+
+}  // namespace mpitrain

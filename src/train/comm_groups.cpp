@@ -1,0 +1,120 @@
+#include "mpitrain/train/comm_groups.hpp"
+
+#include <algorithm>
+
+#include "mpitrain/runtime/error.hpp"
+#ifdef MPITRAIN_HAVE_CUDA
+#include "mpitrain/comm/staged_communicator.hpp"
+#endif
+#ifdef MPITRAIN_HAVE_NCCL
+#include "mpitrain/comm/nccl_communicator.hpp"
+#endif
+
+namespace mpitrain {
+
+std::string to_string(CommKind kind) { return kind == CommKind::Nccl ? "nccl" : "mpi"; }
+
+CommKind resolve_comm(const std::string& option, const std::string& device, bool gpus_shared) {
+  if (device != "cuda") {
+    require(option != "nccl", "--comm nccl needs --device cuda");
+    return CommKind::Mpi;
+  }
+  if (option == "mpi" || (option == "auto" && gpus_shared)) return CommKind::Mpi;
+  require(!gpus_shared, "--comm nccl: a node has more ranks than GPUs, and NCCL needs a GPU per "
+                        "rank; use --comm mpi (or auto), or fewer ranks per node");
+#ifndef MPITRAIN_HAVE_NCCL
+  throw UsageError("--comm " + option + " with --device cuda: this build has no NCCL (set "
+                   "NCCL_ROOT when configuring); use --comm mpi");
+#else
+  return CommKind::Nccl;
+#endif
+}
+
+DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
+                              int slots, double bucket_mb) {
+  const ParamLayout layout(config, shard);
+  const size_t rows = static_cast<size_t>(B) * T, activation = rows * config.d_model;
+  size_t replicated = 0;
+  for (const ParamTensor& p : layout.tensors())
+    if (p.split_dim < 0) replicated = std::max(replicated, p.numel);
+  const size_t bucket = std::min<size_t>(
+      layout.total(), std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20)) / sizeof(float)));
+  DataCallSizes s;
+  s.tp = sizeof(float) * std::max({activation, 2 * rows, replicated});
+  s.pp = sizeof(float) * activation;
+  s.pp_in_flight = 2 * slots + 1;
+  s.dp = sizeof(float) * bucket;
+  s.dp_in_flight = static_cast<int>((layout.total() + bucket - 1) / bucket);
+  s.embedding = layout.has(Slot::Wte) ? sizeof(float) * layout.find("wte").numel : 0;
+  return s;
+}
+
+CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
+    : world(world_comm.get(), "world"),
+      tp(grid.tp().get(), "tp"),
+      dp(grid.dp().get(), "dp"),
+      pp(grid.pp().get(), "pp"),
+      tp_data_(&tp),
+      dp_data_(&dp),
+      pp_data_(&pp),
+      embedding_data_(nullptr) {
+  if (grid.embedding()) {
+    embedding.emplace(grid.embedding()->get(), "embedding");
+    embedding_data_ = &*embedding;
+  }
+}
+
+CommGroups::~CommGroups() = default;
+
+void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] void* stream,
+                            [[maybe_unused]] const DataCallSizes& sizes,
+                            [[maybe_unused]] double timeout_s) {
+#ifndef MPITRAIN_HAVE_CUDA
+  MPITRAIN_THROW("device communicators: this build has no CUDA");
+#else
+  auto* compute = static_cast<cudaStream_t>(stream);
+  // One group: its data communicator over host communicator `host` (size 1: the host one).
+  auto make = [&](MpiCommunicator& host, size_t max_bytes, int in_flight) -> Communicator* {
+    if (host.size() == 1) return &host;
+#ifdef MPITRAIN_HAVE_NCCL
+    if (kind == CommKind::Nccl) {
+      auto nccl = std::make_unique<NcclCommunicator>(host.mpi(), host.calls().name() + "/nccl",
+                                                     compute, timeout_s);
+      device_work_.push_back(nccl.get());
+      owned_.push_back(std::move(nccl));
+      return owned_.back().get();
+    }
+#endif
+    staged_ = true;
+    owned_.push_back(std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
+    return owned_.back().get();
+  };
+  tp_data_ = make(tp, sizes.tp, 0);
+  dp_data_ = make(dp, sizes.dp, sizes.dp_in_flight);
+  pp_data_ = make(pp, sizes.pp, sizes.pp_in_flight);
+  if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, 0);
+#endif
+}
+
+std::vector<const CallLog*> CommGroups::host_logs() const {
+  std::vector<const CallLog*> logs = {&world.calls(), &tp.calls(), &dp.calls(), &pp.calls()};
+  if (embedding) logs.push_back(&embedding->calls());
+  return logs;
+}
+
+std::vector<Communicator*> CommGroups::blocking() {
+  std::vector<Communicator*> all;
+  // A staged communicator's blocked time includes its host one's: count it instead.
+  auto add = [&](MpiCommunicator* host, Communicator* data) {
+    all.push_back(data != host && staged_ ? data : static_cast<Communicator*>(host));
+    if (data != host && !staged_) all.push_back(data);
+  };
+  all.push_back(&world);
+  add(&tp, tp_data_);
+  add(&dp, dp_data_);
+  add(&pp, pp_data_);
+  if (embedding) add(&*embedding, embedding_data_);
+  return all;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,85 @@
+#include "mpitrain/train/device_setup.hpp"
+
+#include <cstdio>
+#include <vector>
+
+#ifdef MPITRAIN_HAVE_CUDA
+#include "mpitrain/backend/cuda/device.hpp"
+#endif
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/monitor/memory.hpp"
+#include "mpitrain/planner/inputs.hpp"
+#include "mpitrain/planner/micro_batch_auto.hpp"
+#include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/device.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm& world) {
+  DeviceSetup setup;
+  const bool root = world.rank() == 0;
+  if (t.device != "cuda") {
+    all_or_none(world, [&] { setup.comm = resolve_comm(t.comm, t.device, false); });
+    return setup;
+  }
+  DeviceChoice choice;
+  all_or_none(world, [&] { choice = select_device(grid.local_rank(), grid.local_size()); });
+  int shared = choice.shared ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, world.get()));
+  DeviceInfo mine;
+  all_or_none(world, [&] { mine = device_info(world.rank()); });
+  const std::vector<DeviceInfo> table = gather_device_table(mine, world.get());
+  if (root) {
+    std::printf("%s", format_device_table(table).c_str());
+    if (choice.shared) std::printf("%s\n", choice.note.c_str());
+  }
+  all_or_none(world, [&] { setup.comm = resolve_comm(t.comm, t.device, shared != 0); });
+
+  // Power: one meter per GPU, on the first of the ranks that share it (local rank < visible).
+  const bool meters = grid.local_rank() < choice.visible;
+  std::string reason;
+  if (meters) {
+    auto power = std::make_unique<NvmlPower>(mine.pci_bus_id);
+    if (power->available()) setup.power = std::move(power);
+    else reason = power->reason();
+  }
+  int everywhere = !meters || setup.power ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, world.get()));
+  setup.power_everywhere = everywhere != 0;
+  if (root)
+    std::printf("comm: %s | energy: %s\n", to_string(setup.comm).c_str(),
+                setup.power_everywhere ? "NVML, every GPU"
+                : reason.empty()       ? "NVML missing on some rank: not reported"
+                                       : ("not reported: " + reason).c_str());
+  std::fflush(stdout);
+  return setup;
+}
+
+int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
+                        const Grid& grid, const MpiComm& world) {
+  if (t.micro_batch_size > 0) return t.micro_batch_size;
+  const bool gpu = t.device == "cuda";
+  double bytes = t.device_memory_gib * (1 << 30);
+  all_or_none(world, [&] {
+    if (bytes > 0) return;
+#ifdef MPITRAIN_HAVE_CUDA
+    if (gpu) {
+      bytes = cuda::free_device_memory();
+      return;
+    }
+#endif
+    bytes = available_memory_bytes() / grid.local_size();
+  });
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
+  const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero == 1, parse_recompute(t.recompute)};
+  MicroBatchPlan plan;
+  all_or_none(world, [&] {
+    plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, bytes, 0.10);
+    require(plan.micro_batch > 0, plan.text + ": use a smaller model, seq-len or more ranks");
+  });
+  if (world.rank() == 0) std::printf("%s\n", plan.text.c_str()), std::fflush(stdout);
+  return plan.micro_batch;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,66 @@
+// What carries a run's tensors: --comm against the device and shared GPUs, and the staging sizes
+// of each group's largest call, counted by hand for a small gpt2.
+#include <gtest/gtest.h>
+
+#include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/comm_groups.hpp"
+
+using namespace mpitrain;
+
+TEST(ResolveComm, CpuTakesAutoOrMpi) {
+  EXPECT_EQ(resolve_comm("auto", "cpu", false), CommKind::Mpi);
+  EXPECT_EQ(resolve_comm("mpi", "cpu", false), CommKind::Mpi);
+  EXPECT_THROW(resolve_comm("nccl", "cpu", false), UsageError);
+}
+
+TEST(ResolveComm, SharedGpusGoOverMpi) {
+  EXPECT_EQ(resolve_comm("auto", "cuda", true), CommKind::Mpi);
+  EXPECT_EQ(resolve_comm("mpi", "cuda", true), CommKind::Mpi);
+  EXPECT_EQ(resolve_comm("mpi", "cuda", false), CommKind::Mpi);
+  try {
+    resolve_comm("nccl", "cuda", true);
+    FAIL() << "nccl on shared GPUs was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL needs a GPU per rank"), std::string::npos);
+  }
+}
+
+TEST(ResolveComm, OwnGpusGoOverNccl) {
+#ifdef MPITRAIN_HAVE_NCCL
+  EXPECT_EQ(resolve_comm("auto", "cuda", false), CommKind::Nccl);
+  EXPECT_EQ(resolve_comm("nccl", "cuda", false), CommKind::Nccl);
+#else
+  EXPECT_THROW(resolve_comm("auto", "cuda", false), UsageError);  // no NCCL in this build
+#endif
+}
+
+TEST(DataCallSizes, SmallGpt2) {
+  ModelConfig c;  // L2 H4 C64 F256, vocabulary 256 (padded to 256), 32 positions
+  c.arch = Arch::Gpt2;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 4;
+  c.d_model = 64;
+  c.d_ff = 256;
+  c.vocab_size = 256;
+  c.max_seq_len = 32;
+  const int B = 2, T = 16, slots = 3;
+  // Last stage of tp 2: local wte 128 x 64; replicated: wpe is not here (first stage), the
+  // largest replicated tensor is a 64-vector; B T C = 2048 floats.
+  ModelShard last{2, 1, 1, 2, false, true};
+  DataCallSizes s = data_call_sizes(c, last, B, T, slots, 1.0);
+  EXPECT_EQ(s.tp, 4u * 2048);
+  EXPECT_EQ(s.pp, 4u * 2048);
+  EXPECT_EQ(s.pp_in_flight, 7);
+  EXPECT_EQ(s.embedding, 4u * 128 * 64);
+  const size_t total = ParamLayout(c, last).total();
+  EXPECT_EQ(s.dp, 4 * total);  // a 1 MiB bucket holds the whole stage
+  EXPECT_EQ(s.dp_in_flight, 1);
+  // First stage, no tp: wpe (32 x 64 = 2048) is replicated too; 8 KiB buckets of 2048 floats.
+  ModelShard first{1, 0, 0, 1, true, false};
+  s = data_call_sizes(c, first, 1, 8, slots, 8.0 / 1024);
+  EXPECT_EQ(s.tp, 4u * 2048);  // wpe beats B T C = 512 and 2 B T = 16
+  EXPECT_EQ(s.dp, 4u * 2048);
+  const size_t first_total = ParamLayout(c, first).total();
+  EXPECT_EQ(s.dp_in_flight, static_cast<int>((first_total + 2047) / 2048));
+}
