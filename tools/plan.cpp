@@ -19,11 +19,13 @@
 #include <iostream>
 #include <thread>
 
+#include "mpitrain/app/command_line.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/planner/inputs.hpp"
 #include "mpitrain/planner/planner.hpp"
 #include "mpitrain/planner/report.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/program.hpp"
 
 namespace po = boost::program_options;
 using namespace mpitrain;
@@ -123,15 +125,7 @@ bool parse(int argc, char** argv, PlanOptions& o) {
 
   po::variables_map vm;
   try {
-    // A flag given twice: the last one wins (as the trainer's; scripts append overrides).
-    po::parsed_options flags = po::parse_command_line(argc, argv, all);
-    for (size_t i = 0; i < flags.options.size(); ++i)
-      for (size_t j = i + 1; j < flags.options.size(); ++j)
-        if (flags.options[j].string_key == flags.options[i].string_key) {
-          flags.options.erase(flags.options.begin() + i--);
-          break;
-        }
-    po::store(flags, vm);
+    po::store(parse_last_wins(argc, argv, all), vm);
     if (vm.count("help")) {
       std::cout << all << "\n";
       return false;
@@ -229,14 +223,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << "plan: error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "plan: " << e.what() << "\n";
-    return kExitFailure;
-  }
-}
+int main(int argc, char** argv) { return tool_program("plan", argc, argv, run); }

@@ -22,6 +22,7 @@
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/token_writer.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/program.hpp"
 
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
@@ -139,14 +140,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << "prepare-data: error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "prepare-data: " << e.what() << "\n";
-    return kExitFailure;
-  }
-}
+int main(int argc, char** argv) { return tool_program("prepare-data", argc, argv, run); }

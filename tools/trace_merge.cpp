@@ -22,6 +22,7 @@
 
 #include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/program.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
@@ -145,14 +146,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "trace-merge: error: %s\n", e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "trace-merge: %s\n", e.what());
-    return kExitFailure;
-  }
-}
+int main(int argc, char** argv) { return tool_program("trace-merge", argc, argv, run); }

@@ -26,6 +26,7 @@
 #include "mpitrain/backend/cuda_backend.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/optim/optimizer.hpp"
+#include "mpitrain/runtime/program.hpp"
 
 using namespace mpitrain;
 
@@ -282,57 +283,51 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+int run(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  if (probe.count == 0) {
+    std::printf("SKIP: %s\n", probe.reason.c_str());
+    return 77;
+  }
+  std::printf("%s\n", cuda::describe_device(0).c_str());
+  Ceilings c{};
+  std::vector<Row> rows;
+  {
+    CudaOptions o;
+    o.kernels = a.kernels;
+    o.math = a.math;
+    CudaBackend<float> be(o);
+    c = measure_ceilings(be);
+    std::printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 GEMM %.1f TFLOP/s\n",
+                c.copy_gbs, c.gemm_tflops);
+    rows = bench_ops(be, c);
+  }
+  print_rows(rows);
+
+  std::vector<StepResult> steps;
+  ModelConfig gpt2;
+  gpt2.arch = Arch::Gpt2;
+  gpt2.n_layer = 12, gpt2.n_head = 12, gpt2.n_kv_head = 12, gpt2.d_model = 768, gpt2.d_ff = 3072;
+  gpt2.vocab_size = 50257, gpt2.max_seq_len = 1024;
+  steps.push_back(bench_step(a, "gpt2-small B=8 T=1024", gpt2, 8, 1024, c));
+  if (a.llama) {
+    ModelConfig llama;  // ~1.1B: TinyLlama's shape
+    llama.arch = Arch::Llama;
+    llama.n_layer = 22, llama.n_head = 32, llama.n_kv_head = 4, llama.d_model = 2048;
+    llama.d_ff = 5632, llama.vocab_size = 32000, llama.max_seq_len = 1024;
+    llama.norm_eps = 1e-5f;
+    steps.push_back(bench_step(a, "llama-1.1B B=4 T=1024", llama, 4, 1024, c));
+  }
+  std::printf("\n%-24s %9s %10s %12s %7s   (kernels %s, GEMM math %s)\n", "training step",
+              "params M", "ms/step", "tokens/s", "MFU", to_string(a.kernels).c_str(),
+              to_string(a.math).c_str());
+  for (const StepResult& r : steps)
+    std::printf("%-24s %9.1f %10.1f %12.0f %6.1f%%\n", r.name.c_str(), r.params_m, r.ms,
+                r.tokens_per_s, 100.0 * r.mfu);
+  return 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    const Args a = parse(argc, argv);
-    const cuda::DeviceProbe probe = cuda::probe_devices();
-    if (probe.count == 0) {
-      std::printf("SKIP: %s\n", probe.reason.c_str());
-      return 77;
-    }
-    std::printf("%s\n", cuda::describe_device(0).c_str());
-    Ceilings c{};
-    std::vector<Row> rows;
-    {
-      CudaOptions o;
-      o.kernels = a.kernels;
-      o.math = a.math;
-      CudaBackend<float> be(o);
-      c = measure_ceilings(be);
-      std::printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 GEMM %.1f TFLOP/s\n",
-                  c.copy_gbs, c.gemm_tflops);
-      rows = bench_ops(be, c);
-    }
-    print_rows(rows);
-
-    std::vector<StepResult> steps;
-    ModelConfig gpt2;
-    gpt2.arch = Arch::Gpt2;
-    gpt2.n_layer = 12, gpt2.n_head = 12, gpt2.n_kv_head = 12, gpt2.d_model = 768, gpt2.d_ff = 3072;
-    gpt2.vocab_size = 50257, gpt2.max_seq_len = 1024;
-    steps.push_back(bench_step(a, "gpt2-small B=8 T=1024", gpt2, 8, 1024, c));
-    if (a.llama) {
-      ModelConfig llama;  // ~1.1B: TinyLlama's shape
-      llama.arch = Arch::Llama;
-      llama.n_layer = 22, llama.n_head = 32, llama.n_kv_head = 4, llama.d_model = 2048;
-      llama.d_ff = 5632, llama.vocab_size = 32000, llama.max_seq_len = 1024;
-      llama.norm_eps = 1e-5f;
-      steps.push_back(bench_step(a, "llama-1.1B B=4 T=1024", llama, 4, 1024, c));
-    }
-    std::printf("\n%-24s %9s %10s %12s %7s   (kernels %s, GEMM math %s)\n", "training step",
-                "params M", "ms/step", "tokens/s", "MFU", to_string(a.kernels).c_str(),
-                to_string(a.math).c_str());
-    for (const StepResult& r : steps)
-      std::printf("%-24s %9.1f %10.1f %12.0f %6.1f%%\n", r.name.c_str(), r.params_m, r.ms,
-                  r.tokens_per_s, 100.0 * r.mfu);
-    return 0;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "op-bench: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "op-bench: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tool_program("op-bench", argc, argv, run); }

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "mpitrain/app/command_line.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/optim/optimizer.hpp"
@@ -214,15 +215,7 @@ Options parse_options(int argc, const char* const* argv) {
 
   po::variables_map vm;
   try {
-    // A flag given twice: the last one wins (scripts append overrides to a base command).
-    po::parsed_options flags = po::parse_command_line(argc, argv, all);
-    for (size_t i = 0; i < flags.options.size(); ++i)
-      for (size_t j = i + 1; j < flags.options.size(); ++j)
-        if (flags.options[j].string_key == flags.options[i].string_key) {
-          flags.options.erase(flags.options.begin() + i--);
-          break;
-        }
-    po::store(flags, vm);
+    po::store(parse_last_wins(argc, argv, all), vm);
     if (vm.count("help")) {
       o.help = true;
       std::ostringstream help;

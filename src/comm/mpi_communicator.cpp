@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <string>
 
+#include "mpitrain/comm/call_tracking.hpp"
 #include "mpitrain/comm/communicator.hpp"
 
 namespace mpitrain {
@@ -14,50 +15,6 @@ MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::Min: return MPI_MIN;
   }
   return MPI_OP_NULL;
-}
-
-// Around every blocking call and wait: adds the wall time of its scope to a blocked-seconds
-// total, and records in the call log (for the watchdog) that this rank is blocked in `call`.
-class BlockedTimer {
- public:
-  // A wait for a started call.
-  BlockedTimer(double& total, CallLog& log, const CallInfo& call)
-      : BlockedTimer(total, log, call, CallLog::now_ns()) {}
-  // A blocking call, entered here.
-  BlockedTimer(double& total, CallLog& log, const char* op, uint64_t bytes)
-      : BlockedTimer(total, log, log.enter(op, bytes), -1) {}
-  ~BlockedTimer() {
-    log_.unblock();
-    total_ += 1e-9 * static_cast<double>(CallLog::now_ns() - start_ns_);
-  }
-  BlockedTimer(const BlockedTimer&) = delete;
-  BlockedTimer& operator=(const BlockedTimer&) = delete;
-
- private:
-  BlockedTimer(double& total, CallLog& log, const CallInfo& call, int64_t start_ns)
-      : total_(total), log_(log), start_ns_(start_ns < 0 ? call.start_ns : start_ns) {
-    log_.block(call, start_ns_);
-  }
-
-  double& total_;
-  CallLog& log_;
-  int64_t start_ns_;  // steady clock
-};
-
-// The members' ranks in MPI_COMM_WORLD, in comm's rank order.
-std::vector<int> world_ranks_of(MPI_Comm comm) {
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  int size = 0, rc = MPI_Comm_size(comm, &size);
-  std::vector<int> ranks(size), out(size);
-  for (int r = 0; r < size; ++r) ranks[r] = r;
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(comm, &group);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
-  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
-  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
-  MPI_CHECK(rc);
-  return out;
 }
 
 // [0, n) in pieces of at most max_count elements: f(offset, count) for each.
@@ -162,16 +119,7 @@ void MpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, Redu
 }
 
 int MpiCommunicator::acquire_slot(const char* op, uint64_t bytes, int peer) {
-  int id;
-  if (free_slots_.empty()) {
-    id = static_cast<int>(slots_.size());
-    slots_.emplace_back();
-    free_slots_.reserve(slots_.size());  // so that wait() never allocates
-  } else {
-    id = free_slots_.back();
-    free_slots_.pop_back();
-  }
-  slots_[id].busy = true;
+  const int id = slots_.acquire();
   slots_[id].call = calls_.enter(op, bytes, peer);
   return id;
 }
@@ -288,15 +236,12 @@ CommHandle MpiCommunicator::all_gather_start(float* data, std::span<const size_t
 }
 
 void MpiCommunicator::wait(CommHandle handle) {
-  if (handle.id < 0 || handle.id >= static_cast<int>(slots_.size()) || !slots_[handle.id].busy)
-    MPITRAIN_THROW("wait() on handle " + std::to_string(handle.id) + ", which is not pending");
-  Slot& slot = slots_[handle.id];
+  Slot& slot = slots_.pending(handle.id);
   BlockedTimer timer(blocked_seconds_, calls_, slot.call);
   MPI_CHECK(MPI_Waitall(static_cast<int>(slot.requests.size()), slot.requests.data(),
                         MPI_STATUSES_IGNORE));
   slot.requests.clear();
-  slot.busy = false;
-  free_slots_.push_back(handle.id);
+  slots_.release(handle.id);
 }
 
 void MpiCommunicator::progress() {

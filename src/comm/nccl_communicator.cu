@@ -21,44 +21,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// The members' ranks in MPI_COMM_WORLD, in comm's rank order (for the CallLog).
-std::vector<int> world_ranks_of(MPI_Comm comm) {
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  int size = 0;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  std::vector<int> ranks(size), out(size);
-  for (int r = 0; r < size; ++r) ranks[r] = r;
-  MPI_CHECK(MPI_Comm_group(comm, &group));
-  int rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
-  MPI_Group_free(&group);
-  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
-  MPI_CHECK(rc);
-  return out;
-}
-
-// Around a blocking call: its host time goes to blocked_seconds, and the call log shows this
-// rank blocked in it (for the watchdog) until it returns.
-class HostBlock {
- public:
-  HostBlock(double& total, CallLog& log, const char* op, uint64_t bytes)
-      : total_(total), log_(log), call_(log.enter(op, bytes)) {
-    log_.block(call_, call_.start_ns);
-  }
-  ~HostBlock() {
-    log_.unblock();
-    total_ += 1e-9 * static_cast<double>(CallLog::now_ns() - call_.start_ns);
-  }
-  HostBlock(const HostBlock&) = delete;
-  HostBlock& operator=(const HostBlock&) = delete;
-
- private:
-  double& total_;
-  CallLog& log_;
-  CallInfo call_;
-};
-
 using Clock = std::chrono::steady_clock;
 
 // seconds <= 0: no deadline.
@@ -272,17 +234,8 @@ void NcclCommunicator::finish_blocking() {
 
 int NcclCommunicator::acquire_slot(const char* op, uint64_t bytes, int peer) {
   require_usable();
-  int id;
-  if (free_slots_.empty()) {
-    id = static_cast<int>(slots_.size());
-    slots_.emplace_back();
-    slots_.back().done = make_event();
-    free_slots_.reserve(slots_.size());  // so that wait() never allocates
-  } else {
-    id = free_slots_.back();
-    free_slots_.pop_back();
-  }
-  slots_[id].busy = true;
+  const int id = slots_.acquire();
+  if (!slots_[id].done) slots_[id].done = make_event();  // a new slot
   slots_[id].call = calls_.enter(op, bytes, peer);
   return id;
 }
@@ -311,7 +264,7 @@ void NcclCommunicator::flush() {
 
 template <typename E>
 void NcclCommunicator::all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op) {
-  HostBlock block(blocked_seconds_, calls_, "all_reduce", n * sizeof(E));
+  BlockedTimer block(blocked_seconds_, calls_, "all_reduce", n * sizeof(E));
   count_sent(n * sizeof(E));
   begin();
   NCCL_CHECK(ncclAllReduce(data, data, n, type, nccl_op(op), comm_, stream_.get()));
@@ -331,7 +284,7 @@ void NcclCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
 }
 
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
-  HostBlock block(blocked_seconds_, calls_, "broadcast", bytes);
+  BlockedTimer block(blocked_seconds_, calls_, "broadcast", bytes);
   if (rank_ == root) count_sent(bytes);
   begin();
   NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()));
@@ -340,7 +293,7 @@ void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
 
 // NCCL has no barrier: an all-reduce of one float of scratch, completed on the host.
 void NcclCommunicator::barrier() {
-  HostBlock block(blocked_seconds_, calls_, "barrier", 0);
+  BlockedTimer block(blocked_seconds_, calls_, "barrier", 0);
   begin();
   NCCL_CHECK(ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat, ncclMax, comm_,
                            stream_.get()));
@@ -349,7 +302,7 @@ void NcclCommunicator::barrier() {
 
 // In place (in == out + rank * n) is NCCL's own in-place form.
 void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
-  HostBlock block(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
+  BlockedTimer block(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
   count_sent(n * sizeof(float));
   begin();
   NCCL_CHECK(ncclAllGather(in, out, n, ncclFloat, comm_, stream_.get()));
@@ -358,7 +311,7 @@ void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
 
 // In place (out == in + rank * n) is NCCL's own in-place form.
 void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
-  HostBlock block(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
+  BlockedTimer block(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
   count_sent((size_ - 1) * n * sizeof(float));
   begin();
   NCCL_CHECK(ncclReduceScatter(in, out, n, ncclFloat, nccl_op(op), comm_, stream_.get()));
@@ -476,13 +429,10 @@ CommHandle NcclCommunicator::all_gather_start(float* data, std::span<const size_
 }
 
 void NcclCommunicator::wait(CommHandle handle) {
-  if (handle.id < 0 || handle.id >= static_cast<int>(slots_.size()) || !slots_[handle.id].busy)
-    MPITRAIN_THROW("wait() on handle " + std::to_string(handle.id) + ", which is not pending");
-  Slot& slot = slots_[handle.id];
+  Slot& slot = slots_.pending(handle.id);
   if (slot.queued) flush();
   CUDA_CHECK(cudaStreamWaitEvent(compute_, slot.done.get(), 0));
-  slot.busy = false;
-  free_slots_.push_back(handle.id);
+  slots_.release(handle.id);
 }
 
 void NcclCommunicator::progress() {

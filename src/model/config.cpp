@@ -12,6 +12,10 @@ Arch parse_arch(const std::string& name) {
   throw UsageError("arch must be 'gpt2' or 'llama', not '" + name + "'");
 }
 
+int default_ffn_width(Arch arch, int d_model) {
+  return arch == Arch::Gpt2 ? 4 * d_model : (8 * d_model / 3 + 63) / 64 * 64;
+}
+
 void ModelConfig::validate() const {
   const std::string a = to_string(arch);
   require(n_layer >= 1, "n-layer must be at least 1 (got " + std::to_string(n_layer) + ")");

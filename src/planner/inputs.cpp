@@ -30,7 +30,7 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
   require(m.vocab_size > 0, config_path + " leaves vocab-size to the training data: pass --vocab-size");
   // Completed as train/model_setup.cpp does from the options.
   if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
-  if (m.d_ff == 0) m.d_ff = m.arch == Arch::Gpt2 ? 4 * m.d_model : (8 * m.d_model / 3 + 63) / 64 * 64;
+  if (m.d_ff == 0) m.d_ff = default_ffn_width(m.arch, m.d_model);
   if (m.max_seq_len == 0) m.max_seq_len = t.seq_len;
   m.validate();
   require(t.seq_len <= m.max_seq_len, "seq-len " + std::to_string(t.seq_len) +

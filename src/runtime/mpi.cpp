@@ -83,4 +83,19 @@ MpiComm MpiComm::split_shared() const {
   return MpiComm(out, true);
 }
 
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int size = 0, rc = MPI_Comm_size(comm, &size);
+  std::vector<int> ranks(size), out(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(comm, &group);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &world);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data());
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  MPI_CHECK(rc);
+  return out;
+}
+
 }  // namespace mpitrain

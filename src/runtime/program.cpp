@@ -28,4 +28,17 @@ int mpi_program(const char* name, int argc, char** argv,
   return kExitFailure;
 }
 
+int tool_program(const char* name, int argc, char** argv,
+                 const std::function<int(int argc, char** argv)>& run) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return kExitFailure;
+  }
+}
+
 }  // namespace mpitrain

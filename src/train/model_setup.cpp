@@ -9,9 +9,6 @@ namespace mpitrain {
 
 namespace {
 
-// Llama's rule, 8/3 d rounded up to a multiple of 64 (Meta uses 256; 64 suits small models).
-int llama_ffn_width(int d_model) { return (8 * d_model / 3 + 63) / 64 * 64; }
-
 void require_same(const Options& o, const char* name, int set_value, int file_value,
                   const std::string& file) {
   if (std::find(o.model_set.begin(), o.model_set.end(), name) == o.model_set.end()) return;
@@ -44,7 +41,7 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource& train_data
     m.vocab_size = static_cast<int>(train_data.vocab_size());
   }
   if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
-  if (m.d_ff == 0) m.d_ff = m.arch == Arch::Gpt2 ? 4 * m.d_model : llama_ffn_width(m.d_model);
+  if (m.d_ff == 0) m.d_ff = default_ffn_width(m.arch, m.d_model);
   if (m.max_seq_len == 0) m.max_seq_len = o.train.seq_len;
   m.validate();
   require(o.train.seq_len <= m.max_seq_len,

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "mpitrain/comm/call_tracking.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/watchdog.hpp"
 
@@ -146,8 +147,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   double blocked_seconds_ = 0;
   uint64_t bytes_sent_ = 0;
-  std::vector<Slot> slots_;
-  std::vector<int> free_slots_;
+  SlotPool<Slot> slots_;
   CallLog calls_;
 };
 

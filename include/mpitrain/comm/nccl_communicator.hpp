@@ -166,8 +166,7 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   size_t scratch_bytes_ = 0;
   double blocked_seconds_ = 0;
   uint64_t bytes_sent_ = 0;
-  std::vector<Slot> slots_;
-  std::vector<int> free_slots_;
+  SlotPool<Slot> slots_;
   std::vector<P2p> queued_;
   CallLog calls_;
 

@@ -10,6 +10,9 @@ enum class Arch { Gpt2, Llama };
 
 std::string to_string(Arch arch);
 Arch parse_arch(const std::string& name);  // "gpt2" | "llama"; UsageError otherwise
+// d-ff when not given: gpt2 4 d; llama 8/3 d rounded up to a multiple of 64 (Meta uses 256;
+// 64 suits small models).
+int default_ffn_width(Arch arch, int d_model);
 
 struct ModelConfig {
   Arch arch = Arch::Gpt2;

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -61,5 +62,8 @@ class MpiComm {
   int rank_ = 0;
   int size_ = 1;
 };
+
+// The members of comm as ranks of MPI_COMM_WORLD, in comm's rank order.
+std::vector<int> world_ranks_of(MPI_Comm comm);
 
 }  // namespace mpitrain
