@@ -68,7 +68,8 @@ void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&
   *seconds += wall - (blocked_seconds_ ? blocked_seconds_() - blocked_before : 0.0);
 }
 
-void PipelineRunner::forward(int micro, int rows, float dloss, const char* name) {
+void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
+                             bool send_with_next) {
   const int slot = micro % slots_;
   const size_t n = static_cast<size_t>(rows) * seq_len_ * model_.config().d_model;
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
@@ -81,11 +82,14 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name)
   }
   compute(name, micro, &times_.forward,
           [&] { loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss); });
-  if (pp_ && stage_ < stages_ - 1)
+  if (pp_ && stage_ < stages_ - 1) {
     out_sends_[slot] = pp_->send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
+    if (!send_with_next) pp_->progress();
+  }
 }
 
-void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grads_ready) {
+void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grads_ready,
+                              bool send_with_next) {
   const int slot = micro % slots_;
   const size_t n = static_cast<size_t>(batch_) * seq_len_ * model_.config().d_model;
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
@@ -99,6 +103,7 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
     float* buf = dinput_ + slot * n;
     model_.backend().copy(buf, model_.input_grad(), n);
     grad_sends_[slot] = pp_->send_start(buf, n, stage_ - 1, 2 * micro + 1);
+    if (!send_with_next) pp_->progress();
   }
 }
 
@@ -112,11 +117,19 @@ double PipelineRunner::train(const Loader& load, float dloss,
     load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
   }
   upload_ids(tokens_.size());
-  for (const PipeOp& op : pipeline_ops(schedule_, micro_batches_, stages_, stage_)) {
+  const std::vector<PipeOp> ops = pipeline_ops(schedule_, micro_batches_, stages_, stage_);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PipeOp& op = ops[i];
+    // A send goes with the next pass's receive from the same neighbour: F then B (d output
+    // from stage+1), B then F (input from stage-1) — Megatron's send_forward_recv_backward and
+    // send_backward_recv_forward. Issued alone, two stages could each wait in a send for a
+    // receive queued behind the other's send (NCCL runs one stream's operations in order).
+    const bool next_forward = i + 1 < ops.size() && ops[i + 1].forward;
+    const bool next_backward = i + 1 < ops.size() && !ops[i + 1].forward;
     if (op.forward)
-      forward(op.micro, batch_, dloss, "forward");
+      forward(op.micro, batch_, dloss, "forward", next_backward);
     else
-      backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : no_hook_);
+      backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : no_hook_, next_forward);
   }
   if (pp_)
     for (int s = 0; s < slots_; ++s) wait_send(out_sends_[s], -1), wait_send(grad_sends_[s], -1);
@@ -129,7 +142,7 @@ double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, i
   std::copy(tokens, tokens + n, tokens_.begin());
   std::copy(targets, targets + n, targets_.begin());
   upload_ids(n);
-  forward(0, rows, 0.0f, "eval forward");
+  forward(0, rows, 0.0f, "eval forward", false);
   if (pp_) wait_send(out_sends_[0], 0);
   return loss_;
 }

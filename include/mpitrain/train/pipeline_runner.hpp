@@ -6,7 +6,9 @@
 //   forward  of micro i:  recv input (tag 2i) <- stage-1;  ...;  send output (tag 2i) -> stage+1
 //   backward of micro i:  recv d output (tag 2i+1) <- stage+1;  ...;  send d input -> stage-1
 // A send's buffer belongs to the micro-batch's activation slot and is waited for only before
-// the slot is used again, so sends overlap the next passes. With pp = 1 nothing is sent.
+// the slot is used again, so sends overlap the next passes. A send followed by a pass that
+// receives from the same neighbour is issued together with that receive (one NCCL group),
+// any other at once. With pp = 1 nothing is sent.
 // Token and target ids are copied to backend memory after loading when the backend's memory is
 // not the host's (Backend::host_memory); the input gradients being sent live in backend memory.
 // Each pass, wait and batch load is a region of the trace (monitor/trace.hpp) when one is
@@ -58,8 +60,10 @@ class PipelineRunner {
   double evaluate(const int32_t* tokens, const int32_t* targets, int rows);
 
  private:
-  void forward(int micro, int rows, float dloss, const char* name);
-  void backward(int micro, const std::function<void(size_t)>& grads_ready);
+  // send_with_next: the pass's send is left for the communicator to issue with the next pass's
+  // receive (see train()); otherwise it is issued at once (progress()).
+  void forward(int micro, int rows, float dloss, const char* name, bool send_with_next);
+  void backward(int micro, const std::function<void(size_t)>& grads_ready, bool send_with_next);
   void upload_ids(size_t n);  // the first n tokens and targets, to the device buffers (if any)
   const int32_t* token_ids() const { return device_tokens_ ? device_tokens_ : tokens_.data(); }
   const int32_t* target_ids() const { return device_targets_ ? device_targets_ : targets_.data(); }
