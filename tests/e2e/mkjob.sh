@@ -19,8 +19,17 @@ cmp -s <(sed -n '/^set -uo pipefail/,$p' "$SCRATCH/job.slurm") \
 last_header=$(grep -n '^#SBATCH' "$SCRATCH/job.slurm" | tail -1 | cut -d: -f1)
 first_command=$(grep -nv '^#' "$SCRATCH/job.slurm" | head -1 | cut -d: -f1)
 [ "$last_header" -lt "$first_command" ] || fail "a command precedes an #SBATCH line"
-(unset MPITRAIN_ARGS; eval "$(grep '^export MPITRAIN_ARGS' "$SCRATCH/job.slurm")"; [ "$MPITRAIN_ARGS" = "--steps 9" ]) \
-  || fail "MPITRAIN_ARGS default wrong"
+(unset MPITRAIN_ARGS; eval "$(grep '^export MPITRAIN_ARGS' "$SCRATCH/job.slurm")"; [ "$MPITRAIN_ARGS" = "--device cuda --steps 9" ]) \
+  || fail "MPITRAIN_ARGS default wrong (GPU nodes: --device cuda first)"
+# CPU nodes, or arguments that name the device: the arguments as given.
+sed 's/^gpus_per_node.*/gpus_per_node = 0/; s/^ranks_per_node.*/ranks_per_node = 4/' "$cluster" > "$SCRATCH/cpu.ini"
+"$mkjob" --cluster "$SCRATCH/cpu.ini" --args "--steps 9" > "$SCRATCH/cpu.slurm"
+grep -qxF 'export MPITRAIN_ARGS=${MPITRAIN_ARGS---steps\ 9}' "$SCRATCH/cpu.slurm" ||
+  { grep MPITRAIN_ARGS "$SCRATCH/cpu.slurm"; fail "CPU nodes: the arguments changed"; }
+! grep -q -- '--gpus-per-node' "$SCRATCH/cpu.slurm" || fail "CPU nodes: a GPU request"
+"$mkjob" --cluster "$cluster" --args "--device cpu" > "$SCRATCH/own.slurm"
+(unset MPITRAIN_ARGS; eval "$(grep '^export MPITRAIN_ARGS' "$SCRATCH/own.slurm")"; [ "$MPITRAIN_ARGS" = "--device cpu" ]) \
+  || fail "an explicit --device was overridden"
 (export MPITRAIN_ARGS=mine; eval "$(grep '^export MPITRAIN_ARGS' "$SCRATCH/job.slurm")"; [ "$MPITRAIN_ARGS" = mine ]) \
   || fail "the environment at submission does not override the script's settings"
 
