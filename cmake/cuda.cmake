@@ -51,9 +51,11 @@ target_compile_options(mpitrain_cuda PRIVATE
                              $<$<BOOL:${MPITRAIN_WERROR}>:-Werror=all-warnings -Xcompiler=-Werror>>)
 target_compile_definitions(mpitrain_cuda PUBLIC MPITRAIN_HAVE_CUDA=1)
 # The communicators on device memory (src/comm/*.cu, which the C++ glob leaves out): MPI through
-# pinned staging always, NCCL where found (MPITRAIN_HAVE_NCCL). MPI's headers only: mpitrain_core
-# links MPI (its compile options are for the host compiler, not nvcc).
-target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/staged_communicator.cu)
+# pinned staging or, for a CUDA-aware MPI, on the device pointers, always; NCCL where found
+# (MPITRAIN_HAVE_NCCL). MPI's headers only: mpitrain_core links MPI (its compile options are for
+# the host compiler, not nvcc).
+target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/staged_communicator.cu
+                                     ${CMAKE_SOURCE_DIR}/src/comm/cuda_aware_communicator.cu)
 target_include_directories(mpitrain_cuda SYSTEM PRIVATE ${MPI_C_INCLUDE_DIRS})
 if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
   target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/nccl_communicator.cu)

@@ -1,5 +1,9 @@
 #include "mpitrain/runtime/mpi.hpp"
 
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: MPIX_CUDA_AWARE_SUPPORT
+#endif
+
 #include <cstdlib>
 #include <utility>
 
@@ -96,6 +100,14 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
   MPI_CHECK(rc);
   return out;
+}
+
+bool mpi_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
 }
 
 }  // namespace mpitrain

@@ -4,6 +4,7 @@
 
 #include "mpitrain/runtime/error.hpp"
 #ifdef MPITRAIN_HAVE_CUDA
+#include "mpitrain/comm/cuda_aware_communicator.hpp"
 #include "mpitrain/comm/staged_communicator.hpp"
 #endif
 #ifdef MPITRAIN_HAVE_NCCL
@@ -13,6 +14,12 @@
 namespace mpitrain {
 
 std::string to_string(CommKind kind) { return kind == CommKind::Nccl ? "nccl" : "mpi"; }
+
+std::string describe_device_comm(CommKind kind) {
+  if (kind == CommKind::Nccl) return "nccl (a communicator per group, on its own stream)";
+  return mpi_cuda_aware() ? "mpi (CUDA-aware: device buffers handed to MPI)"
+                          : "mpi (staged through pinned host buffers)";
+}
 
 CommKind resolve_comm(const std::string& option, const std::string& device, bool gpus_shared) {
   if (device != "cuda") {
@@ -85,8 +92,11 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
       return owned_.back().get();
     }
 #endif
-    staged_ = true;
-    owned_.push_back(std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
+    wraps_host_ = true;  // either kind counts its host communicator's blocked time
+    if (mpi_cuda_aware())
+      owned_.push_back(std::make_unique<CudaAwareMpiCommunicator>(host, compute));
+    else
+      owned_.push_back(std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
     return owned_.back().get();
   };
   tp_data_ = make(tp, sizes.tp, 0);
@@ -104,10 +114,10 @@ std::vector<const CallLog*> CommGroups::host_logs() const {
 
 std::vector<Communicator*> CommGroups::blocking() {
   std::vector<Communicator*> all;
-  // A staged communicator's blocked time includes its host one's: count it instead.
+  // An mpi data communicator's blocked time includes its host one's: count it instead.
   auto add = [&](MpiCommunicator* host, Communicator* data) {
-    all.push_back(data != host && staged_ ? data : static_cast<Communicator*>(host));
-    if (data != host && !staged_) all.push_back(data);
+    all.push_back(data != host && wraps_host_ ? data : static_cast<Communicator*>(host));
+    if (data != host && !wraps_host_) all.push_back(data);
   };
   all.push_back(&world);
   add(&tp, tp_data_);

@@ -48,7 +48,7 @@ DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm&
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, world.get()));
   setup.power_everywhere = everywhere != 0;
   if (root)
-    std::printf("comm: %s | energy: %s\n", to_string(setup.comm).c_str(),
+    std::printf("comm: %s | energy: %s\n", describe_device_comm(setup.comm).c_str(),
                 setup.power_everywhere ? "NVML, every GPU"
                 : reason.empty()       ? "NVML missing on some rank: not reported"
                                        : ("not reported: " + reason).c_str());

@@ -66,4 +66,9 @@ class MpiComm {
 // The members of comm as ranks of MPI_COMM_WORLD, in comm's rank order.
 std::vector<int> world_ranks_of(MPI_Comm comm);
 
+// The MPI library takes device buffers (CUDA-aware): Open MPI built with CUDA
+// (MPIX_CUDA_AWARE_SUPPORT) and with it enabled now (MPIX_Query_cuda_support). False for an MPI
+// that cannot say.
+bool mpi_cuda_aware();
+
 }  // namespace mpitrain

@@ -8,8 +8,10 @@
 // go over a data communicator chosen by --comm:
 //   nccl  an NcclCommunicator per group, on a stream of its own ordered after the backend's
 //         (comm/nccl_communicator.hpp); needs a GPU per rank
-//   mpi   a StagedMpiCommunicator over the group's host communicator, through pinned buffers
-//         sized for the group's largest call (comm/staged_communicator.hpp); ranks may share a GPU
+//   mpi   over the group's host communicator: a CudaAwareMpiCommunicator handing MPI the device
+//         pointers where the MPI is CUDA-aware (runtime/mpi.hpp's mpi_cuda_aware), else a
+//         StagedMpiCommunicator through pinned buffers sized for the group's largest call
+//         (comm/staged_communicator.hpp); ranks may share a GPU
 //   auto  nccl unless some node has more ranks than GPUs, then mpi
 // A group of one rank never moves tensors (the code skips its calls); its host communicator
 // stands in. Example (Grid's 16 ranks, tp 2, pp 4, dp 2; gpt2, --comm nccl): rank 1 holds host
@@ -34,6 +36,8 @@ namespace mpitrain {
 
 enum class CommKind { Mpi, Nccl };
 std::string to_string(CommKind kind);
+// What carries device tensors for kind, for the start-up line: "mpi (staged through ...)".
+std::string describe_device_comm(CommKind kind);
 
 // --comm against the device: cpu takes auto or mpi (the host communicators); cuda resolves auto
 // to nccl, or to mpi where `gpus_shared` (some node has more ranks than GPUs). UsageError for
@@ -81,7 +85,7 @@ class CommGroups {
   // For the watchdog: the host call logs, and the NCCL communicators (device work).
   std::vector<const CallLog*> host_logs() const;
   std::vector<DeviceWork*> device_work() const { return device_work_; }
-  // Every communicator that blocks the host, each once (a staged one includes its host one).
+  // Every communicator that blocks the host, each once (an mpi data one includes its host one).
   std::vector<Communicator*> blocking();
 
  private:
@@ -91,7 +95,7 @@ class CommGroups {
   Communicator* embedding_data_;
   std::vector<std::unique_ptr<Communicator>> owned_;  // the data communicators made here
   std::vector<DeviceWork*> device_work_;
-  bool staged_ = false;
+  bool wraps_host_ = false;  // the data communicators wrap the host ones (mpi)
 };
 
 }  // namespace mpitrain

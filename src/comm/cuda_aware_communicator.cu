@@ -1,0 +1,70 @@
+#include "mpitrain/comm/cuda_aware_communicator.hpp"
+
+#include "mpitrain/backend/cuda/check.hpp"
+
+namespace mpitrain {
+
+MpiCommunicator& CudaAwareMpiCommunicator::sync() {
+  const int64_t start = CallLog::now_ns();
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  sync_seconds_ += 1e-9 * static_cast<double>(CallLog::now_ns() - start);
+  return mpi_;
+}
+
+void CudaAwareMpiCommunicator::all_reduce(float* data, size_t n, ReduceOp op) {
+  sync().all_reduce(data, n, op);
+}
+
+void CudaAwareMpiCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
+  sync().all_reduce(data, n, op);
+}
+
+void CudaAwareMpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
+  sync().all_reduce(data, n, op);
+}
+
+void CudaAwareMpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  sync().broadcast(data, bytes, root);
+}
+
+void CudaAwareMpiCommunicator::all_gather(const float* in, float* out, size_t n) {
+  sync().all_gather(in, out, n);
+}
+
+void CudaAwareMpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
+  sync().reduce_scatter(in, out, n, op);
+}
+
+CommHandle CudaAwareMpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
+  return sync().all_reduce_start(data, n, op);
+}
+
+CommHandle CudaAwareMpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
+  return sync().send_start(data, n, peer, tag);
+}
+
+// The receive writes the buffer: the kernels still reading it must be done too.
+CommHandle CudaAwareMpiCommunicator::recv_start(float* data, size_t n, int peer, int tag) {
+  return sync().recv_start(data, n, peer, tag);
+}
+
+CommHandle CudaAwareMpiCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
+  return sync().all_to_all_start(in, out, bytes);
+}
+
+CommHandle CudaAwareMpiCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
+  return sync().all_gather_start(in, out, bytes);
+}
+
+CommHandle CudaAwareMpiCommunicator::reduce_scatter_start(float* data,
+                                                          std::span<const size_t> counts,
+                                                          ReduceOp op) {
+  return sync().reduce_scatter_start(data, counts, op);
+}
+
+CommHandle CudaAwareMpiCommunicator::all_gather_start(float* data,
+                                                      std::span<const size_t> counts) {
+  return sync().all_gather_start(data, counts);
+}
+
+}  // namespace mpitrain
