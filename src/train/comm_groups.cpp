@@ -52,7 +52,11 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   s.pp_in_flight = 2 * slots + 1;
   s.dp = sizeof(float) * bucket;
   s.dp_in_flight = static_cast<int>((layout.total() + bucket - 1) / bucket);
-  s.embedding = layout.has(Slot::Wte) ? sizeof(float) * layout.find("wte").numel : 0;
+  // Only tied copies cross the group (gpt2; llama's first and last stage hold different tables),
+  // and every member must agree: an NCCL communicator is made by all of them or none.
+  s.embedding = config.tied_embeddings() && layout.has(Slot::Wte)
+                    ? sizeof(float) * layout.find("wte").numel
+                    : 0;
   return s;
 }
 

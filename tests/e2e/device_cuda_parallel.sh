@@ -3,12 +3,14 @@
 #   - every dp x tp x pp layout with sizes in {1, 2} (2, 4 and 8 ranks) with all ranks sharing
 #     GPU 0 over the MPI communicator (--comm mpi: pinned staging), 4 steps of the tiny model in
 #     fp32: losses per step and the validation loss within 1e-4 relative of the CPU run (float
-#     sums in other orders, as tests/e2e/device_cuda.sh); ZeRO-1 at dp 2 x pp 2 too;
+#     sums in other orders, as tests/e2e/device_cuda.sh); ZeRO-1 at dp 2 x pp 2 and llama
+#     (untied embeddings) at tp 2 x pp 2 too;
 #   - --comm nccl where ranks would share a GPU: exit 2 with the reason; --comm auto there: mpi;
 #   - a rank that stops in step 2 (MPITRAIN_FAULT=hang) with a 4 s timeout: exit 3 naming it;
 #   - where the machine has at least 2 (4) GPUs: the same comparisons over NCCL for dp 2, tp 2,
-#     pp 2 (and dp 2 x tp 2), and the hang over NCCL, which the watchdog sees as device work that
-#     does not complete (the host is in a copy, not in a communication call);
+#     pp 2 (1F1B, GPipe, llama) (and dp 2 x tp 2, ZeRO-1 at dp 2 x pp 2), and the hang over NCCL,
+#     which the watchdog sees as device work that does not complete (the host is in a copy, not
+#     in a communication call);
 #   - --micro-batch-size auto on the GPU: the plan is printed and the run trains.
 # Without a usable GPU: SKIP with the trainer's reason.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
@@ -53,6 +55,7 @@ compare mpi_dp2_pp2 4 mpi --dp 2 --pp 2
 compare mpi_tp2_pp2 4 mpi --tp 2 --pp 2
 compare mpi_dp2_tp2_pp2 8 mpi --dp 2 --tp 2 --pp 2
 compare mpi_dp2_pp2_zero 4 mpi --dp 2 --pp 2 --zero 1
+compare mpi_llama_tp2_pp2 4 mpi --tp 2 --pp 2 --arch llama --n-kv-head 2
 
 run_trainer 2 "$SCRATCH/shared-nccl.log" "${tiny[@]}" --dp 2 --device cuda --comm nccl \
   --out-dir "$SCRATCH/shared-nccl"
@@ -86,6 +89,7 @@ if [ "$gpus" -ge 2 ]; then
   compare nccl_tp2 2 nccl --tp 2
   compare nccl_pp2 2 nccl --pp 2
   compare nccl_pp2_gpipe 2 nccl --pp 2 --pp-schedule gpipe
+  compare nccl_llama_pp2 2 nccl --pp 2 --arch llama --n-kv-head 2
   hang hang_nccl nccl
 else
   echo "nccl over 2 ranks: skipped: this machine has $gpus GPU"

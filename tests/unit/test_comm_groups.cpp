@@ -63,4 +63,22 @@ TEST(DataCallSizes, SmallGpt2) {
   EXPECT_EQ(s.dp, 4u * 2048);
   const size_t first_total = ParamLayout(c, first).total();
   EXPECT_EQ(s.dp_in_flight, static_cast<int>((first_total + 2047) / 2048));
+  EXPECT_EQ(s.embedding, 4u * 256 * 64);  // the whole wte: no tp here
+}
+
+// Llama's first stage holds wte and its last lm_head: nothing tied crosses the embedding group,
+// so neither end makes a data communicator for it (an NCCL one needs every member).
+TEST(DataCallSizes, UntiedLlamaHasNoEmbeddingTraffic) {
+  ModelConfig c;
+  c.arch = Arch::Llama;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_model = 64;
+  c.d_ff = 192;
+  c.vocab_size = 256;
+  c.max_seq_len = 32;
+  for (const ModelShard& stage : {ModelShard{1, 0, 0, 1, true, false},
+                                  ModelShard{1, 0, 1, 2, false, true}})
+    EXPECT_EQ(data_call_sizes(c, stage, 2, 16, 2, 1.0).embedding, 0u);
 }

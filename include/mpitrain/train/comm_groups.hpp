@@ -57,7 +57,8 @@ struct DataCallSizes {
 //   pp   one activation; in flight: a send per slot each way and one receive (2 slots + 1)
 //   dp   one bucket (bucket_mb, at most the whole gradient); in flight: every bucket (ZeRO-1
 //        gathers all before waiting)
-//   embedding  the local wte (the tied gradient sum, blocking)
+//   embedding  the local wte (the tied gradient sum, blocking); 0 without tied embeddings (no
+//              data communicator for the group then)
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
                               int slots, double bucket_mb);
 
