@@ -71,6 +71,10 @@ if [[ ! -d $PREFIX/usr ]]; then
     fi
   done
 fi
+# Debian names them mpirun.openmpi etc. behind alternatives links, which dpkg -x does not make.
+for tool in mpirun mpiexec; do
+  [[ -e $PREFIX/usr/bin/orterun && ! -e $PREFIX/usr/bin/$tool ]] && ln -s orterun "$PREFIX/usr/bin/$tool"
+done
 MA=x86_64-linux-gnu
 LIB=$PREFIX/usr/lib/$MA
 export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib:$LIB/hdf5/openmpi:$LIB/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -129,6 +133,7 @@ run_step "configure (CUDA arch $ARCH)" "$OUT/configure.log" "$(left)" \
   -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_SKIP_GUESSING=ON \
   -DMPI_C_HEADER_DIR="$LIB/openmpi/include" -DMPI_CXX_HEADER_DIR="$LIB/openmpi/include" \
   -DMPI_CXX_SKIP_MPICXX=ON -DMPI_C_LIB_NAMES=mpi -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" \
+  -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpiexec" \
   -DHDF5_PREFER_PARALLEL=ON -DHDF5_C_INCLUDE_DIR="$PREFIX/usr/include/hdf5/openmpi" \
   -DHDF5_hdf5_LIBRARY_RELEASE="$LIB/hdf5/openmpi/libhdf5.so" \
   -DOPENBLAS_LIBRARY="$LIB/openblas-openmp/libopenblas.so" \
