@@ -54,7 +54,8 @@ target_compile_definitions(mpitrain_cuda PUBLIC MPITRAIN_HAVE_CUDA=1)
 # pinned staging or, for a CUDA-aware MPI, on the device pointers, always; NCCL where found
 # (MPITRAIN_HAVE_NCCL). MPI's headers only: mpitrain_core links MPI (its compile options are for
 # the host compiler, not nvcc).
-target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/staged_communicator.cu
+target_sources(mpitrain_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src/comm/device_mpi_communicator.cu
+                                     ${CMAKE_SOURCE_DIR}/src/comm/staged_communicator.cu
                                      ${CMAKE_SOURCE_DIR}/src/comm/cuda_aware_communicator.cu)
 target_include_directories(mpitrain_cuda SYSTEM PRIVATE ${MPI_C_INCLUDE_DIRS})
 if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)

@@ -1,15 +1,6 @@
 #include "mpitrain/comm/cuda_aware_communicator.hpp"
 
-#include "mpitrain/backend/cuda/check.hpp"
-
 namespace mpitrain {
-
-MpiCommunicator& CudaAwareMpiCommunicator::sync() {
-  const int64_t start = CallLog::now_ns();
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
-  sync_seconds_ += 1e-9 * static_cast<double>(CallLog::now_ns() - start);
-  return mpi_;
-}
 
 void CudaAwareMpiCommunicator::all_reduce(float* data, size_t n, ReduceOp op) {
   sync().all_reduce(data, n, op);

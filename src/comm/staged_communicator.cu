@@ -23,7 +23,7 @@ StagedMpiCommunicator::Stage StagedMpiCommunicator::make_stage(size_t bytes) {
 
 StagedMpiCommunicator::StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute,
                                              size_t max_bytes, int in_flight)
-    : mpi_(mpi), compute_(compute), max_bytes_(max_bytes) {
+    : DeviceMpiCommunicator(mpi, compute), max_bytes_(max_bytes) {
   if (max_bytes_ < 1 || in_flight < 0)
     MPITRAIN_THROW("staging needs max_bytes >= 1 and in_flight >= 0");
   blocking_ = make_stage(max_bytes_);
@@ -56,12 +56,6 @@ void StagedMpiCommunicator::to_host(void* dst, const void* src, size_t bytes) {
 
 void StagedMpiCommunicator::to_device(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, compute_));
-}
-
-void StagedMpiCommunicator::sync_compute() {
-  const int64_t start = CallLog::now_ns();
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
-  copy_seconds_ += 1e-9 * static_cast<double>(CallLog::now_ns() - start);
 }
 
 CommHandle StagedMpiCommunicator::started(int stage, CommHandle mpi, void* dst, size_t offset,
@@ -105,8 +99,6 @@ void StagedMpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   mpi_.broadcast(host(blocking_), bytes, root);
   if (!mine) to_device(data, host(blocking_), bytes);
 }
-
-void StagedMpiCommunicator::barrier() { mpi_.barrier(); }
 
 void StagedMpiCommunicator::all_gather(const float* in, float* out, size_t n) {
   const size_t block = n * sizeof(float);

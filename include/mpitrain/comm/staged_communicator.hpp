@@ -27,29 +27,22 @@
 #include <type_traits>
 #include <vector>
 
-#include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/comm/device_mpi_communicator.hpp"
 
 namespace mpitrain {
 
-class StagedMpiCommunicator final : public Communicator {
+class StagedMpiCommunicator final : public DeviceMpiCommunicator {
  public:
   // mpi: not owned, must outlive this; compute: the stream whose kernels produce and consume the
   // buffers; max_bytes: the largest call's staging (see above); in_flight: started calls at once
   // (0: blocking calls only).
   StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute, size_t max_bytes,
                         int in_flight = 8);
-  StagedMpiCommunicator(const StagedMpiCommunicator&) = delete;
-  StagedMpiCommunicator& operator=(const StagedMpiCommunicator&) = delete;
-
-  int rank() const override { return mpi_.rank(); }
-  int size() const override { return mpi_.size(); }
-  const CallLog& calls() const { return mpi_.calls(); }
 
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
   void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
-  void barrier() override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
 
@@ -62,12 +55,6 @@ class StagedMpiCommunicator final : public Communicator {
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
   void wait(CommHandle handle) override;  // MPI wait (host), then host->device on compute
-  void progress() override { mpi_.progress(); }
-
-  double blocked_seconds() const override { return mpi_.blocked_seconds() + copy_seconds_; }
-  void reset_blocked_seconds() override { mpi_.reset_blocked_seconds(); copy_seconds_ = 0; }
-  uint64_t bytes_sent() const override { return mpi_.bytes_sent(); }
-  void reset_bytes_sent() override { mpi_.reset_bytes_sent(); }
 
  private:
   struct HostDeleter { void operator()(void* p) const; };
@@ -91,16 +78,12 @@ class StagedMpiCommunicator final : public Communicator {
   int acquire(size_t bytes, const char* op);      // a free started-call stage
   void to_host(void* dst, const void* src, size_t bytes);    // queued on compute
   void to_device(void* dst, const void* src, size_t bytes);  // queued on compute
-  void sync_compute();  // host waits for the compute stream (counted as blocked)
   CommHandle started(int stage, CommHandle mpi, void* dst, size_t offset, size_t bytes);
   static Stage make_stage(size_t bytes);
   template <typename E>
   void all_reduce_typed(E* data, size_t n, ReduceOp op);
 
-  MpiCommunicator& mpi_;
-  cudaStream_t compute_;
   size_t max_bytes_;
-  double copy_seconds_ = 0;
   Stage blocking_;
   std::vector<Stage> stages_;  // for started calls; a handle's id is its stage's index
 };
