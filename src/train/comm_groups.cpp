@@ -44,8 +44,8 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   size_t replicated = 0;
   for (const ParamTensor& p : layout.tensors())
     if (p.split_dim < 0) replicated = std::max(replicated, p.numel);
-  const size_t bucket = std::min<size_t>(
-      layout.total(), std::max<size_t>(1, static_cast<size_t>(bucket_mb * (1 << 20)) / sizeof(float)));
+  const size_t bucket_floats = static_cast<size_t>(bucket_mb * (1 << 20)) / sizeof(float);
+  const size_t bucket = std::min(layout.total(), std::max<size_t>(1, bucket_floats));
   DataCallSizes s;
   s.tp = sizeof(float) * std::max({activation, 2 * rows, replicated});
   s.pp = sizeof(float) * activation;
@@ -100,7 +100,8 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
     if (mpi_cuda_aware())
       owned_.push_back(std::make_unique<CudaAwareMpiCommunicator>(host, compute));
     else
-      owned_.push_back(std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
+      owned_.push_back(
+          std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
     return owned_.back().get();
   };
   tp_data_ = make(tp, sizes.tp, 0);
