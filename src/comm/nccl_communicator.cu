@@ -1,5 +1,6 @@
 #include "mpitrain/comm/nccl_communicator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -43,7 +44,7 @@ NcclCommunicator::Event NcclCommunicator::make_event() {
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute,
-                                   double timeout_s)
+                                   double timeout_s, size_t scratch_bytes)
     : timeout_s_(timeout_s), compute_(compute), calls_(std::move(name), world_ranks_of(comm)) {
   MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   MPI_CHECK(MPI_Comm_size(comm, &size_));
@@ -54,10 +55,10 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t
   stream_.reset(s);
   ready_ = make_event();
   blocking_done_ = make_event();
-  void* token = nullptr;
-  CUDA_CHECK(cudaMalloc(&token, sizeof(float)));
-  scratch_.reset(token);
-  scratch_bytes_ = sizeof(float);
+  scratch_bytes_ = std::max(scratch_bytes, sizeof(float));  // at least the barrier's token
+  void* scratch = nullptr;
+  CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes_));
+  scratch_.reset(scratch);
 
   ncclUniqueId id{};
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -382,7 +383,7 @@ CommHandle NcclCommunicator::reduce_scatter_start(float* data, std::span<const s
                                                   ReduceOp op) {
   const size_t total = blocks_total(counts, "reduce_scatter_start");
   const size_t mine = counts[rank_] * sizeof(float);
-  if (mine > scratch_bytes_) {  // grows once to the largest block (a set-up call, ideally)
+  if (mine > scratch_bytes_) {  // larger than construction was told: grows
     require_usable();
     flush();
     CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // nothing queued uses the old one

@@ -256,7 +256,8 @@ int train(const Options& o, const MpiComm& world) {
   if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend.get()))  // tensors cross ranks
     all_or_none(world, [&] {
       comms.use_device(devices.comm, gpu->stream(),
-                       data_call_sizes(cfg, shard, micro_batch, t.seq_len, slots, t.bucket_mb),
+                       data_call_sizes(cfg, shard, micro_batch, t.seq_len, slots, t.bucket_mb,
+                                       t.zero == 1),
                        std::max(t.comm_timeout, t.comm_timeout_startup));
     });
 #endif

@@ -24,9 +24,9 @@
 // over an MpiCommunicator of the same group. Counts are size_t all the way (NCCL takes them).
 // bytes_sent and calls() (the watchdog's CallLog) count and record as MpiCommunicator does; a
 // started call stays "entered" and is never "blocked" in the log (the host does not block in it).
-// Uneven reduce-scatter: one ncclReduce per block onto its owner into a scratch buffer (grown to
-// the largest block on first use: reduce_scatter_start of the largest block at set-up avoids
-// growing inside a step), then copied to data[0, counts[rank]); uneven all-gather: one in-place
+// Uneven reduce-scatter: one ncclReduce per block onto its owner into a scratch buffer (of
+// scratch_bytes from construction, grown to a larger block on first use), then copied to
+// data[0, counts[rank]); uneven all-gather: one in-place
 // ncclBroadcast per block from its owner; all-to-all: one ncclSend and ncclRecv per rank; each
 // group in one ncclGroupStart/End.
 //
@@ -63,8 +63,11 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
  public:
   // comm: the MPI group (not owned; used at construction only); name: for the watchdog ("tp",
   // "dp", ...); compute: the stream the trainer computes on; timeout_s: how long set-up, one
-  // blocking call or NCCL's answer to one call may take before the communicator is aborted.
-  NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute, double timeout_s = 600);
+  // blocking call or NCCL's answer to one call may take before the communicator is aborted;
+  // scratch_bytes: the largest block an uneven reduce-scatter will give this rank (so that none
+  // allocates inside a step).
+  NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute, double timeout_s = 600,
+                   size_t scratch_bytes = sizeof(float));
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
