@@ -10,13 +10,13 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
                                std::function<double()> blocked_seconds)
     : model_(model),
       pp_(pp && pp->size() > 1 ? pp : nullptr),
-      schedule_(schedule),
       micro_batches_(micro_batches),
       batch_(batch),
       seq_len_(seq_len),
       stage_(pp_ ? pp_->rank() : 0),
       stages_(pp_ ? pp_->size() : 1),
       slots_(pipeline_slots(schedule, micro_batches, stages_, stage_)),
+      ops_(pipeline_ops(schedule, micro_batches, stages_, stage_)),
       trace_(trace),
       blocked_seconds_(std::move(blocked_seconds)) {
   const size_t rows = static_cast<size_t>(batch) * seq_len;
@@ -117,15 +117,14 @@ double PipelineRunner::train(const Loader& load, float dloss,
     load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
   }
   upload_ids(tokens_.size());
-  const std::vector<PipeOp> ops = pipeline_ops(schedule_, micro_batches_, stages_, stage_);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const PipeOp& op = ops[i];
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const PipeOp& op = ops_[i];
     // A send goes with the next pass's receive from the same neighbour: F then B (d output
     // from stage+1), B then F (input from stage-1) — Megatron's send_forward_recv_backward and
     // send_backward_recv_forward. Issued alone, two stages could each wait in a send for a
     // receive queued behind the other's send (NCCL runs one stream's operations in order).
-    const bool next_forward = i + 1 < ops.size() && ops[i + 1].forward;
-    const bool next_backward = i + 1 < ops.size() && !ops[i + 1].forward;
+    const bool next_forward = i + 1 < ops_.size() && ops_[i + 1].forward;
+    const bool next_backward = i + 1 < ops_.size() && !ops_[i + 1].forward;
     if (op.forward)
       forward(op.micro, batch_, dloss, "forward", next_backward);
     else

@@ -75,8 +75,8 @@ class PipelineRunner {
 
   Model<float>& model_;
   Communicator* pp_;
-  PipelineSchedule schedule_;
   int micro_batches_, batch_, seq_len_, stage_, stages_, slots_;
+  std::vector<PipeOp> ops_;  // this stage's passes of a step, in the schedule's order
   std::vector<int32_t> tokens_, targets_;     // (m, B, T) each: kept until the micro's backward
   int32_t* device_tokens_ = nullptr;          // their copies in backend memory (non-host backend)
   int32_t* device_targets_ = nullptr;
