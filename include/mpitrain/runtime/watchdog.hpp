@@ -176,7 +176,8 @@ class DeviceWork {
   virtual std::optional<CallInfo> oldest_incomplete() = 0;
   // "" while healthy; else what failed (NCCL's asynchronous error and its last message).
   virtual std::string async_failure() = 0;
-  // Ends the work for good (ncclCommAbort); every later call of the issuing thread fails.
+  // Ends the work for good (ncclCommAbort), before the watchdog ends the job; the issuing
+  // thread's later calls wait for that end instead of failing on their own.
   virtual void abort() = 0;
 };
 
