@@ -8,23 +8,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "../support/random_values.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
 
 namespace mpitrain::gpu_testing {
 
-// Fresh random values in [lo, hi) (never zeros: they hide unwritten outputs and wrong indexing).
-inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test_inputs::random_floats;
 
 // ||a - b|| / ||b|| (2-norms, in double); NaN anywhere in a gives NaN, which fails every bound.
 template <class A, class B>

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,8 +18,10 @@
 #include "mpitrain/parallel/pipeline_schedule.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/train/gather.hpp"
+#include "random_values.hpp"
 
 using namespace mpitrain;
+using mpitrain::test_inputs::random_floats;
 
 namespace {
 
@@ -52,14 +53,6 @@ std::vector<GridShape> shapes_of(const ModelConfig& c, int size) {
           c.padded_vocab() % tp == 0)
         out.push_back(GridShape{size / (tp * pp), tp, pp});
   return out;
-}
-
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
 }
 
 constexpr int kSteps = 3;

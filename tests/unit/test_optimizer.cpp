@@ -11,8 +11,10 @@
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/optim/optimizer.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "random_values.hpp"
 
 using namespace mpitrain;
+using mpitrain::test_inputs::random_floats;
 
 namespace {
 
@@ -29,14 +31,6 @@ ModelConfig small_model() {
   c.vocab_size = 20;
   c.max_seq_len = 5;
   return c;
-}
-
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
 }
 
 constexpr int kSteps = 3;

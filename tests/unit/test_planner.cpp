@@ -36,6 +36,18 @@ ModelConfig tiny() {
   return c;
 }
 
+Cluster four_cpu_ranks() {  // one node of 4 CPU ranks, 1 GFLOP/s, 1 GB/s, 1 GB each
+  Cluster c;
+  c.cpu = true;
+  c.cores_per_node = 4;
+  c.ranks_per_node = 4;
+  c.peak_flops = 1e9;
+  c.mem_bw = 1e9;
+  c.intra_bw = 1e9;
+  c.mem_bytes = 1e9;
+  return c;
+}
+
 RunShape tiny_run() {  // 4 sequences of 4 tokens per step, fp32 on CPU
   RunShape r;
   r.seq_len = 4;
@@ -229,14 +241,7 @@ TEST(PlannerTime, OversubscribedCoresAreShared) {
 TEST(Planner, RejectsWhatCannotRunAndRanksTheRest) {
   ModelConfig m = tiny();
   m.n_head = 2;  // tp 4 cannot split 2 heads
-  Cluster c;
-  c.cpu = true;
-  c.cores_per_node = 4;
-  c.ranks_per_node = 4;
-  c.peak_flops = 1e9;
-  c.mem_bw = 1e9;
-  c.intra_bw = 1e9;
-  c.mem_bytes = 1e9;
+  Cluster c = four_cpu_ranks();
   RunShape run = tiny_run();
   run.global_batch = 8;
   const Plan plan = make_plan(m, run, c, {}, {});
@@ -260,14 +265,7 @@ TEST(Planner, RejectsWhatCannotRunAndRanksTheRest) {
 }
 
 TEST(Planner, SearchLimitsPinALayout) {
-  Cluster c;
-  c.cpu = true;
-  c.cores_per_node = 4;
-  c.ranks_per_node = 4;
-  c.peak_flops = 1e9;
-  c.mem_bw = 1e9;
-  c.intra_bw = 1e9;
-  c.mem_bytes = 1e9;
+  Cluster c = four_cpu_ranks();
   RunShape run = tiny_run();
   run.global_batch = 8;
   SearchLimits only;
