@@ -21,9 +21,40 @@ metric() {  # metric FILE KEY
   sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"
 }
 
-# Largest relative difference between two columns of numbers.
+# Largest relative difference |a - b| / |a| between two columns of finite numbers, one per line.
+# Fails the script (FAIL naming the line) on unequal or zero line counts, on a value that is not
+# a finite decimal number (nan, inf, empty, text), or on a = 0 with b != 0.
 max_rel_diff() {  # max_rel_diff FILE_A FILE_B
-  paste "$1" "$2" | awk '{d=$1-$2; if(d<0)d=-d; m=($1<0?-$1:$1); if(m>0)d/=m; if(d>x)x=d} END{printf "%.3g\n", x+0}'
+  local na nb
+  na=$(wc -l < "$1") nb=$(wc -l < "$2")
+  [ "$na" -gt 0 ] || fail "max_rel_diff: $1 holds no values"
+  [ "$na" = "$nb" ] || fail "max_rel_diff: $1 has $na values, $2 has $nb"
+  paste "$1" "$2" | awk -v fa="$1" -v fb="$2" '
+    function number(s) { return s ~ /^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/ }
+    {
+      if (NF != 2 || !number($1) || !number($2)) {
+        printf "FAIL: max_rel_diff: line %d of %s / %s is not two finite numbers: %s\n", NR, fa, fb, $0 > "/dev/stderr"
+        bad = 1; exit 1
+      }
+      d = $1 - $2; if (d < 0) d = -d
+      m = $1 < 0 ? -$1 : $1
+      if (m > 0) d /= m
+      else if (d > 0) {
+        printf "FAIL: max_rel_diff: line %d: %s against %s (relative to 0)\n", NR, $1, $2 > "/dev/stderr"
+        bad = 1; exit 1
+      }
+      if (d > x) x = d
+    }
+    END { if (!bad) printf "%.3g\n", x + 0 }' || exit 1
+}
+
+# For the scripts that plan faults with MPITRAIN_FAULT: exits 77 with "SKIP: <reason>" where the
+# build compiled fault injection out (-DMPITRAIN_FAULT_INJECTION=OFF).
+require_fault_injection() {
+  if grep -q '^MPITRAIN_FAULT_INJECTION:BOOL=OFF' "$BUILD_DIR/CMakeCache.txt"; then
+    echo "SKIP: this build has no fault injection (MPITRAIN_FAULT_INJECTION=OFF)"
+    exit 77
+  fi
 }
 
 # Runs the trainer; the exit code is kept in $rc (read by the caller) instead of stopping the
@@ -37,17 +68,19 @@ run_trainer() {  # run_trainer NP LOG ARGS...
   set -e
 }
 
-# For the GPU scripts: exits 0 with "SKIP: <reason>" unless this build has the CUDA backend and
-# the trainer can run an evaluation-only pass of the tiny model on a GPU (the trainer's reason).
+# For the GPU scripts: SKIPs (prints "SKIP: <reason>", exits 77) unless this build has the CUDA
+# backend and the trainer can run an evaluation-only pass of the tiny model on a GPU (the
+# trainer's reason: it exits 2 saying "no CUDA device usable: ..."); any other failure of that
+# pass is a FAIL.
 require_cuda_trainer() {
   grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" ||
-    { echo "SKIP: this build has no CUDA backend (MPITRAIN_CUDA=OFF)"; exit 0; }
+    { echo "SKIP: this build has no CUDA backend (MPITRAIN_CUDA=OFF)"; exit 77; }
   # shellcheck disable=SC2046
   run_trainer 1 "$SCRATCH/probe.log" $(tiny_args) --device cuda --steps 0 --peak-gflops 0 \
     --out-dir "$SCRATCH/probe"
   if [ "$rc" = 2 ] && reason=$(grep -o 'no CUDA device usable: .*' "$SCRATCH/probe.log"); then
     echo "SKIP: $reason"
-    exit 0
+    exit 77
   fi
   [ "$rc" = 0 ] || { cat "$SCRATCH/probe.log"; fail "--device cuda evaluation-only run exited $rc"; }
 }

@@ -1,22 +1,37 @@
 # Sourced by tests: a single-node SLURM cluster on localhost, all state in a temp dir
 # (REFERENCE.md "Single-node SLURM on localhost"). Usage:
 #   source tests/support/slurm_cluster.sh
-#   slurm_cluster_start || { echo "SKIP: $SLURM_SKIP_REASON"; exit 0; }
+#   slurm_cluster_start   # returns only once the node is idle; else SKIPs or FAILs the test
 #   sbatch ...            # SLURM_CONF is exported, pointing at the generated slurm.conf
-# slurm_cluster_start installs slurm-wlm and munge with apt-get when they are missing and it can
-# (root, apt-get present); it returns non-zero with SLURM_SKIP_REASON set (and the daemon logs
-# printed) when the cluster cannot be brought up for an environmental reason.
+# slurm_cluster_start installs slurm-wlm and munge with apt-get when they are missing. It SKIPs
+# (prints "SKIP: <reason>", exits 77) only where this machine cannot have SLURM: not root, no
+# apt-get, or apt cannot get the packages (none in its sources, or no repository reachable).
+# Everything else is a FAIL (prints "FAIL: slurm: <reason>" and the daemon logs, exits 1): apt
+# failing to install packages it has and can reach, and, once installed, anything that keeps the
+# cluster from coming up (the generated slurm.conf, munged, slurmctld, slurmd, the node state).
+# slurm_ensure_installed alone (the same SKIP or FAIL) lets a test skip before its other work.
 # An EXIT trap (chained before any EXIT trap already set) cancels the jobs, stops every daemon it
 # started by PID, kills what is left of the jobs (processes carrying this SLURM_CONF) and removes
 # the temp dir.
 # shellcheck shell=bash
-# shellcheck disable=SC2034  # SLURM_SKIP_REASON and SLURM_NODE are for the caller
+# shellcheck disable=SC2034  # SLURM_NODE is for the caller
 
 SLURM_TMP=
-SLURM_SKIP_REASON=
 SLURM_NODE=
 _slurm_pids=()
 _slurm_prev_exit_trap=
+# What apt prints for a download that failed for want of a network.
+_SLURM_NET_ERRORS='Temporary failure resolving|Could not resolve|Could not connect'
+_SLURM_NET_ERRORS+='|Unable to connect|Connection timed out|Connection failed|Connection refused'
+_SLURM_NET_ERRORS+='|Network is unreachable|No route to host'
+
+_slurm_skip() { echo "SKIP: $*"; exit 77; }
+
+_slurm_fail() {  # _slurm_fail REASON: the reason and the daemon logs, exit 1 (the trap stops all)
+  echo "FAIL: slurm: $*" >&2
+  _slurm_logs
+  exit 1
+}
 
 _slurm_have_all() {
   local c
@@ -25,27 +40,49 @@ _slurm_have_all() {
   done
 }
 
-# Makes slurm-wlm and munge available; returns 1 with SLURM_SKIP_REASON when it cannot.
+_slurm_apt() {  # apt-get, waiting up to 2 min for a concurrent apt to let go of its lock
+  DEBIAN_FRONTEND=noninteractive timeout 300 apt-get -o DPkg::Lock::Timeout=120 "$@"
+}
+
+# Prints why apt cannot get slurm-wlm and munge and returns 0 where the reason is this machine's:
+# a package apt has no candidate for (not in its sources, or never listed for want of a
+# network), or downloads that all failed for want of a network. Returns 1 otherwise: apt has the
+# packages and reached the repositories, so its failure is a real one.
+_slurm_apt_unavailable() {  # _slurm_apt_unavailable APT_LOG
+  local pkg cand fetch
+  fetch=$(grep 'Failed to fetch' "$1" || true)
+  for pkg in slurm-wlm munge; do
+    cand=$(apt-cache policy "$pkg" 2> /dev/null | awk '$1 == "Candidate:" {print $2}')
+    case $cand in
+      '' | '(none)') echo "apt has no package $pkg${fetch:+ ($(head -1 <<< "$fetch"))}"; return 0 ;;
+    esac
+  done
+  [ -n "$fetch" ] || return 1
+  if grep -Evq "$_SLURM_NET_ERRORS" <<< "$fetch"; then return 1; fi
+  echo "apt reaches no repository: $(head -1 <<< "$fetch")"
+}
+
+# Makes slurm-wlm and munge available, with apt-get where they are missing; SKIPs where this
+# machine cannot have them, FAILs where apt has them and still does not install them.
 slurm_ensure_installed() {
   case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin:/sbin ;; esac
   _slurm_have_all && return 0
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get > /dev/null 2>&1; then
-    SLURM_SKIP_REASON="slurm-wlm/munge not installed (and not root with apt-get to install them)"
-    return 1
-  fi
-  local log=${TMPDIR:-/tmp}/mpitrain-slurm-apt.$$.log
+  [ "$(id -u)" = 0 ] || _slurm_skip "slurm-wlm/munge not installed, and not root to install them"
+  command -v apt-get > /dev/null 2>&1 ||
+    _slurm_skip "slurm-wlm/munge not installed, and no apt-get to install them"
+  local log=${TMPDIR:-/tmp}/mpitrain-slurm-apt.$$.log why
   echo "installing slurm-wlm and munge with apt-get (about 20-40 s)..."
-  if ! DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq slurm-wlm munge > "$log" 2>&1; then
-    DEBIAN_FRONTEND=noninteractive timeout 120 apt-get update -qq >> "$log" 2>&1
-    DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq slurm-wlm munge >> "$log" 2>&1
+  if ! _slurm_apt install -y -qq slurm-wlm munge > "$log" 2>&1; then
+    _slurm_apt update -qq >> "$log" 2>&1 || true  # stale lists: refresh them and try again
+    _slurm_apt install -y -qq slurm-wlm munge >> "$log" 2>&1 || true
   fi
-  if ! _slurm_have_all; then
-    tail -5 "$log" >&2
-    rm -f "$log"
-    SLURM_SKIP_REASON="apt-get install slurm-wlm munge failed (no network or no package?)"
-    return 1
-  fi
+  if _slurm_have_all; then rm -f "$log"; return 0; fi
+  if why=$(_slurm_apt_unavailable "$log"); then rm -f "$log"; _slurm_skip "$why"; fi
+  echo "----- last lines of the apt-get log -----" >&2
+  tail -20 "$log" >&2
   rm -f "$log"
+  _slurm_fail "apt-get install slurm-wlm munge failed, although apt has both packages" \
+    "and reaches its repositories"
 }
 
 _slurm_free_port() {  # a TCP port nobody listens on, in 20000-59999
@@ -61,10 +98,11 @@ _slurm_free_port() {  # a TCP port nobody listens on, in 20000-59999
   echo $(( 20000 + $$ % 40000 ))
 }
 
-_slurm_logs() {
+_slurm_logs() {  # what the daemons said, and the slurm.conf they were given
   local f
-  for f in munged.log slurmctld.log slurmd.log; do
-    [ -f "$SLURM_TMP/$f" ] || continue
+  [ -n "$SLURM_TMP" ] || return 0
+  for f in munged.out munged.log slurmctld.out slurmctld.log slurmd.out slurmd.log slurm.conf; do
+    [ -s "$SLURM_TMP/$f" ] || continue
     echo "----- last lines of $f -----"
     tail -15 "$SLURM_TMP/$f"
   done >&2
@@ -109,16 +147,10 @@ _slurm_exit_trap() {
   exit "$rc"
 }
 
-_slurm_start_fail() {  # _slurm_start_fail REASON: logs, stop, return 1
-  SLURM_SKIP_REASON=$1
-  _slurm_logs
-  slurm_cluster_stop
-  return 1
-}
-
-# Starts munged, slurmctld and slurmd; waits (20 s at most) until the node is idle.
+# Starts munged, slurmctld and slurmd; waits (20 s at most) until the node is idle. SKIPs or FAILs
+# (see the top) instead of returning when it cannot.
 slurm_cluster_start() {
-  slurm_ensure_installed || return 1
+  slurm_ensure_installed
   local prev
   prev=$(trap -p EXIT)
   if [ -n "$prev" ]; then
@@ -128,13 +160,14 @@ slurm_cluster_start() {
   fi
   trap _slurm_exit_trap EXIT
 
-  SLURM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-slurm.XXXXXX")
+  SLURM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-slurm.XXXXXX") || _slurm_fail "mktemp -d failed"
   local d=$SLURM_TMP
-  mkdir -p "$d/state" "$d/spool" "$d/munge"
+  mkdir -p "$d/state" "$d/spool" "$d/munge" || _slurm_fail "cannot make the state directories in $d"
   chmod 0755 "$d" "$d/munge"  # munged wants its socket directory searchable by all
 
   # munge: its own key, socket, pid, log and seed files.
-  dd if=/dev/urandom bs=1 count=1024 of="$d/munge/munge.key" status=none 2> /dev/null
+  dd if=/dev/urandom bs=1 count=1024 of="$d/munge/munge.key" status=none 2> /dev/null ||
+    _slurm_fail "cannot write the munge key"
   chown root: "$d/munge/munge.key" 2> /dev/null || true
   chmod 0400 "$d/munge/munge.key"
   munged -F --socket="$d/munge/munge.sock" --key-file="$d/munge/munge.key" \
@@ -143,12 +176,12 @@ slurm_cluster_start() {
   _slurm_pids+=($!)
   local deadline=$((SECONDS + 10))
   until [ -S "$d/munge/munge.sock" ]; do
-    kill -0 "${_slurm_pids[0]}" 2> /dev/null || { cat "$d/munged.out" >&2; _slurm_start_fail "munged exited at start"; return 1; }
-    [ "$SECONDS" -lt "$deadline" ] || { _slurm_start_fail "munged socket did not appear in 10 s"; return 1; }
+    kill -0 "${_slurm_pids[0]}" 2> /dev/null || _slurm_fail "munged exited at start"
+    [ "$SECONDS" -lt "$deadline" ] || _slurm_fail "munged socket did not appear in 10 s"
     sleep 0.1
   done
 
-  SLURM_NODE=$(hostname -s)
+  SLURM_NODE=$(hostname -s) || _slurm_fail "hostname -s failed"
   local cpus mem ctld_port slurmd_port
   cpus=$(getconf _NPROCESSORS_ONLN 2> /dev/null || nproc --all)  # (nproc obeys OMP_NUM_THREADS)
   [ "${cpus:-0}" -ge 2 ] || cpus=2  # tests run 2 tasks; config_overrides accepts more than there are
@@ -157,7 +190,7 @@ slurm_cluster_start() {
   ctld_port=$(_slurm_free_port)
   slurmd_port=$(_slurm_free_port)
   [ "$slurmd_port" != "$ctld_port" ] || slurmd_port=$((ctld_port + 1))
-  cat > "$d/slurm.conf" <<EOF
+  cat > "$d/slurm.conf" <<EOF || _slurm_fail "cannot write $d/slurm.conf"
 ClusterName=mpitrain-test
 SlurmctldHost=$SLURM_NODE(127.0.0.1)
 SlurmctldPort=$ctld_port
@@ -197,23 +230,14 @@ EOF
   _slurm_pids+=($!)
 
   deadline=$((SECONDS + 20))
-  local state=
+  local state='' p
   while :; do
     state=$(timeout 3 sinfo -h -n "$SLURM_NODE" -o %t 2> /dev/null || true)
     [ "$state" = idle ] && break
-    local p
     for p in "${_slurm_pids[@]}"; do
-      if ! kill -0 "$p" 2> /dev/null; then
-        cat "$d/slurmctld.out" "$d/slurmd.out" >&2
-        _slurm_start_fail "a SLURM daemon exited at start (node state '${state}')"
-        return 1
-      fi
+      kill -0 "$p" 2> /dev/null || _slurm_fail "a SLURM daemon exited at start (node: '$state')"
     done
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      cat "$d/slurmctld.out" "$d/slurmd.out" >&2
-      _slurm_start_fail "node $SLURM_NODE not idle after 20 s (state '${state}')"
-      return 1
-    fi
+    [ "$SECONDS" -lt "$deadline" ] || _slurm_fail "node $SLURM_NODE not idle after 20 s ('$state')"
     sleep 0.2
   done
   echo "slurm: node $SLURM_NODE idle ($cpus CPUs), conf $SLURM_CONF"

@@ -3,7 +3,10 @@
 # e2e_lib.sh (uses SCRATCH and fail); not a test itself. See docs: /work/shared/REFERENCE.md,
 # "Two hosts on one machine".
 #
-#   th_setup            create h1, h2 (or print "SKIP: reason" and exit 0 when impossible)
+#   th_setup            create h1, h2; or SKIP (print "SKIP: reason", exit 77) where this
+#                       machine cannot: not root, no iproute2 or unshare to be had, network
+#                       namespaces or bridges not permitted or not supported; or FAIL (exit 1)
+#                       where it can and the set-up still goes wrong
 #   th_mpirun SECS ARGS mpirun across the two hosts, 2 slots each, TCP between them
 #   th_bytes            bytes (rx + tx) through both namespaces' links so far, "h1 h2"
 #   th_cleanup          remove everything th_setup made (runs from the EXIT trap by itself)
@@ -26,7 +29,7 @@ TH_P1=mtp1$TH_ID TH_P2=mtp2$TH_ID    # their peers, moved into the namespaces
 TH_SUBNET='' TH_IP1='' TH_IP2='' TH_BRIP='' TH_AGENT=''
 TH_MADE=0
 
-th_skip() { echo "SKIP: $*"; exit 0; }
+th_skip() { echo "SKIP: $*"; exit 77; }
 th_ip() { ip "$@" || fail "ip $*"; }
 
 # Processes still inside one of our namespaces (orteds or ranks of a killed run).
@@ -75,17 +78,34 @@ th_pick_subnet() {
   return 1
 }
 
+# An error of "ip netns add" or "ip link add" that means this machine cannot (no capability in
+# this container, no such kernel support) rather than a broken set-up: SKIP with it, else FAIL.
+th_skip_or_fail() {  # th_skip_or_fail WHAT ERROR_FILE
+  local err
+  err=$(cat "$2")
+  th_cleanup; exec {TH_LOCK_FD}>&-
+  grep -Eq 'not permitted|Permission denied|not supported' <<< "$err" &&
+    th_skip "cannot create $1: $err"
+  fail "cannot create $1: $err"
+}
+
 th_setup() {
+  [ "$(id -u)" = 0 ] || th_skip "not root: network namespaces need CAP_NET_ADMIN and CAP_SYS_ADMIN"
   if ! command -v ip > /dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
-      echo "installing iproute2 (no ip command)"
-      { timeout 120 apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-          timeout 120 apt-get install -y -qq iproute2; } > "$SCRATCH/apt.log" 2>&1 || true
+    command -v apt-get > /dev/null ||
+      th_skip "no ip command (iproute2), and no apt-get to install it"
+    echo "installing iproute2 (no ip command)"
+    { timeout 120 apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+        timeout 120 apt-get install -y -qq iproute2; } > "$SCRATCH/apt.log" 2>&1 || true
+    if ! command -v ip > /dev/null; then
+      cat "$SCRATCH/apt.log"
+      # Only a network that apt cannot reach excuses it: Debian always has iproute2.
+      grep -Eq 'Temporary failure resolving|Could not (resolve|connect)|Network is unreachable' \
+        "$SCRATCH/apt.log" && th_skip "no ip command (iproute2), and apt reaches no repository"
+      fail "apt-get install iproute2 did not give an ip command"
     fi
-    command -v ip > /dev/null || th_skip "no ip command (iproute2) and it could not be installed"
   fi
   command -v unshare > /dev/null || th_skip "no unshare command (util-linux)"
-  [ "$(id -u)" = 0 ] || th_skip "not root: network namespaces need CAP_NET_ADMIN"
   # The probe and the whole set-up hold the lock, so two runs never pick the same subnet.
   exec {TH_LOCK_FD}< "${BASH_SOURCE[0]}"
   if command -v flock > /dev/null; then
@@ -93,14 +113,10 @@ th_setup() {
   fi
   th_remove_stale
   TH_MADE=1   # from here on, cleanup removes whatever part exists
-  if ! ip netns add "$TH_NS1" 2> "$SCRATCH/netns.err"; then
-    TH_MADE=0; exec {TH_LOCK_FD}>&-
-    th_skip "cannot create a network namespace: $(cat "$SCRATCH/netns.err")"
-  fi
-  if ! ip link add "$TH_BR" type bridge 2> "$SCRATCH/bridge.err"; then
-    th_cleanup; exec {TH_LOCK_FD}>&-
-    th_skip "cannot create a bridge: $(cat "$SCRATCH/bridge.err")"
-  fi
+  ip netns add "$TH_NS1" 2> "$SCRATCH/netns.err" ||
+    th_skip_or_fail "a network namespace" "$SCRATCH/netns.err"
+  ip link add "$TH_BR" type bridge 2> "$SCRATCH/bridge.err" ||
+    th_skip_or_fail "a bridge" "$SCRATCH/bridge.err"
   th_pick_subnet || fail "no free subnet in 10.213.77-86.0/24"
   th_ip netns add "$TH_NS2"
   th_ip addr add "$TH_BRIP/24" dev "$TH_BR"
