@@ -46,14 +46,16 @@ void write_checkpoint_file(const std::string& path, const MpiComm& world,
 CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
                                    const CheckpointState& s);
 
-// Text for messages and tables: "768x64", "0x00c0ffee00c0ffee".
-std::string shape_text(const std::vector<uint64_t>& dims);
+// Text for messages and tables: "0x00c0ffee00c0ffee" (shapes: shape_text, io/hdf5.hpp).
 std::string hex_text(uint64_t x);
 
 // ---- durable file-system steps (one rank) ----------------------------------------------------
 void fsync_path(const std::string& path);  // a file or a directory
-// Writes content to path.tmp, fsyncs it, renames it over path, fsyncs the directory.
-void write_file_durably(const std::string& path, const std::string& content);
+// Writes content to path (created or truncated) and fsyncs it. With rename_durably, the two
+// halves of replacing a file atomically: write path.tmp, then rename it over path.
+void write_file_synced(const std::string& path, const std::string& content);
+// Renames from to to (a file, or a directory over none or an empty one) and fsyncs to's directory.
+void rename_durably(const std::string& from, const std::string& to);
 // Renames tmp to final (an existing final first to final.old, removed once final is in place)
 // and fsyncs their directory.
 void replace_dir(const std::string& tmp, const std::string& final);

@@ -46,19 +46,19 @@ void fsync_path(const std::string& path) {
   if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
 }
 
-void write_file_durably(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    const Fd fd(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    for (size_t done = 0; done < content.size();) {
-      const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
-      if (n < 0 && errno != EINTR) fail("cannot write", tmp);
-      if (n > 0) done += static_cast<size_t>(n);
-    }
-    if (::fsync(fd.get()) != 0) fail("cannot fsync", tmp);
+void write_file_synced(const std::string& path, const std::string& content) {
+  const Fd fd(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0 && errno != EINTR) fail("cannot write", path);
+    if (n > 0) done += static_cast<size_t>(n);
   }
-  fs::rename(tmp, path);
-  fsync_path(parent_of(path));
+  if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+}
+
+void rename_durably(const std::string& from, const std::string& to) {
+  fs::rename(from, to);
+  fsync_path(parent_of(to));
 }
 
 void replace_dir(const std::string& tmp, const std::string& final) {
@@ -67,8 +67,7 @@ void replace_dir(const std::string& tmp, const std::string& final) {
     fs::remove_all(old);
     fs::rename(final, old);  // from here until the next rename, old is the one to load
   }
-  fs::rename(tmp, final);
-  fsync_path(parent_of(final));
+  rename_durably(tmp, final);
   fs::remove_all(old);  // also a stale one from an earlier replace cut short
 }
 

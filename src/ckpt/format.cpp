@@ -33,15 +33,6 @@ std::optional<int64_t> parse_step_dir(const std::string& name) {
   return step;
 }
 
-std::string shape_text(const std::vector<uint64_t>& dims) {
-  std::string text;
-  for (uint64_t d : dims) {
-    if (!text.empty()) text += 'x';
-    text += std::to_string(d);
-  }
-  return text;
-}
-
 std::string hex_text(uint64_t x) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%016" PRIx64, x);

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string_view>
+#include <vector>
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
@@ -17,6 +19,7 @@ namespace mpitrain {
 namespace {
 
 constexpr const char* kLatest = "latest";
+constexpr std::string_view kPruned = ".pruned";  // a step directory being removed
 
 // Runs fn on rank 0 once every rank has got here (a rank killed before never lets it run), and
 // agrees on its outcome.
@@ -82,23 +85,41 @@ std::vector<std::string> candidates(const std::string& dir) {
   return out;
 }
 
-// Removes committed step directories beyond the newest keep_last (keeping `committed`, a name,
-// always) and leftovers of saves cut short (step-N.tmp).
-void prune(const std::string& dir, int keep_last, const std::string& committed) {
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.ends_with(".tmp") && parse_step_dir(name.substr(0, name.size() - 4)))
-      fs::remove_all(e.path());
-  }
+// Renames the committed step directories beyond the newest keep_last (keeping `committed`, a
+// name, always) to step-N.pruned, a name the loader never takes, and makes that durable before
+// anything is deleted: a kill while one is deleted leaves a leftover, not a half checkpoint.
+void retire_old_steps(const std::string& dir, int keep_last, const std::string& committed) {
   if (keep_last <= 0) return;
   int kept = 1;  // committed
+  bool renamed = false;
   for (const std::string& path : step_dirs(dir)) {
     if (fs::path(path).filename() == committed || path.ends_with(".old")) continue;
-    if (kept < keep_last)
+    if (kept < keep_last) {
       ++kept;
-    else
-      fs::remove_all(path);
+      continue;
+    }
+    const std::string pruned = path + std::string(kPruned);
+    fs::remove_all(pruned);  // a leftover of the same name would make the rename fail
+    fs::rename(path, pruned);
+    renamed = true;
   }
+  if (renamed) fsync_path(dir);
+}
+
+// step-N.tmp (a save cut short) or step-N.pruned (a prune cut short, or just retired).
+bool is_leftover(const std::string& name) {
+  for (const std::string_view suffix : {std::string_view(".tmp"), kPruned})
+    if (name.ends_with(suffix) && parse_step_dir(name.substr(0, name.size() - suffix.size())))
+      return true;
+  return false;
+}
+
+// Deletes every leftover directory (listed first: no removal while the directory is read).
+void remove_leftovers(const std::string& dir) {
+  std::vector<fs::path> found;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (is_leftover(e.path().filename().string())) found.push_back(e.path());
+  for (const fs::path& path : found) fs::remove_all(path);
 }
 
 }  // namespace
@@ -140,10 +161,18 @@ std::string CheckpointStore::commit(const std::string& name, const CheckpointMan
 std::string CheckpointStore::save(const CheckpointManifest& m, const CheckpointState& s) {
   const std::string name = step_dir_name(m.step);
   const std::string path = commit(name, m, s);
+  const std::string latest = (fs::path(dir_) / kLatest).string();
+  const int rank = world_.rank();
+  // Two on_root steps with the fault point between them, so that every rank's "latest" kill
+  // falls where rank 0's does: latest.tmp durable, `latest` still naming the previous step.
+  on_root(world_, [&] { write_file_synced(latest + ".tmp", name + "\n"); });
+  faults_.at("latest", rank, m.step);
   on_root(world_, [&] {
-    write_file_durably((fs::path(dir_) / kLatest).string(), name + "\n");
-    prune(dir_, keep_last_, name);
+    rename_durably(latest + ".tmp", latest);
+    retire_old_steps(dir_, keep_last_, name);
   });
+  faults_.at("prune", rank, m.step);  // the retired steps are step-N.pruned, not yet deleted
+  on_root(world_, [&] { remove_leftovers(dir_); });
   return path;
 }
 

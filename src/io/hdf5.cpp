@@ -194,6 +194,15 @@ std::vector<uint64_t> dataset_dims(hid_t dset) {
   return {dims.begin(), dims.end()};
 }
 
+std::string shape_text(const std::vector<uint64_t>& dims) {
+  std::string text;
+  for (uint64_t d : dims) {
+    if (!text.empty()) text += 'x';
+    text += std::to_string(d);
+  }
+  return text;
+}
+
 // ---- parallel I/O ---------------------------------------------------------------------------
 
 H5Handle mpio_file_access(MPI_Comm comm) {

@@ -16,7 +16,8 @@ namespace mpitrain {
 
 namespace {
 
-constexpr std::string_view kPhases[] = {"write", "close", "rename", "step"};  // FaultPlan::at
+// FaultPlan::at's callers: the checkpoint commit (ckpt/store.cpp, ckpt/write.cpp), the step loop.
+constexpr std::string_view kPhases[] = {"write", "close", "rename", "latest", "prune", "step"};
 
 // Each kind: its name, the keys it requires, the keys it takes.
 struct KindSpec {
@@ -32,11 +33,27 @@ const KindSpec kKinds[] = {
     {FaultKind::Version, "version", {"rank"}, {"rank"}},
 };
 
+// "write|close|...": the phases as the error text lists them.
+std::string phase_list() {
+  std::string out;
+  for (std::string_view p : kPhases) {
+    if (!out.empty()) out += '|';
+    out += p;
+  }
+  return out;
+}
+
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw UsageError(std::string(FaultPlan::kEnvVar) + "='" + text + "': " + why +
-                   " (expected kill:phase=write|close|rename|step:rank=R[:step=S], "
-                   "hang:rank=R[:step=S], nan:layer=L[:step=S], drift:rank=R[:step=S] or "
-                   "version:rank=R)");
+                   " (expected kill:phase=" + phase_list() +
+                   ":rank=R[:step=S], hang:rank=R[:step=S], nan:layer=L[:step=S], "
+                   "drift:rank=R[:step=S] or version:rank=R)");
+}
+
+// `with` and the step for a plan with a step (" of step 4"), else `any` (" of every step").
+std::string step_words(const std::optional<int64_t>& step, const std::string& with,
+                       const std::string& any) {
+  return step ? with + std::to_string(*step) : any;
 }
 
 // A whole decimal number in [lo, hi].
@@ -81,6 +98,7 @@ FaultPlan FaultPlan::parse(const std::string& text) {
     if (k.name == fields[0]) spec = &k;
   if (!spec) bad(text, "unknown fault kind '" + fields[0] + "'");
   plan.kind_ = spec->kind;
+  plan.text_ = text;
   for (const auto& [key, value] : keys) {
     bool allowed = false;
     for (std::string_view k : spec->allowed) allowed = allowed || k == key;
@@ -110,10 +128,44 @@ FaultPlan FaultPlan::parse(const std::string& text) {
 }
 
 FaultPlan FaultPlan::from_env() {
-  const char* text = std::getenv(kEnvVar);
-  return parse(text ? text : "");
+  const char* env = std::getenv(kEnvVar);
+  const std::string text = env ? env : "";
+  // Refused rather than ignored: a crash test on this build would otherwise pass vacuously.
+  if (!kCompiledIn && !text.empty())
+    throw UsageError(std::string(kEnvVar) + "='" + text +
+                     "': this build has no fault injection (MPITRAIN_FAULT_INJECTION=OFF)");
+  return parse(text);
 }
 
+std::string FaultPlan::describe() const {
+  const std::string who = "rank " + std::to_string(rank_);
+  switch (kind_) {
+    case FaultKind::None:
+      return "no fault";
+    case FaultKind::Kill:
+      return who + " will SIGKILL itself at phase " + phase_ +
+             step_words(step_, " of step ", " of the first step that gets there");
+    case FaultKind::Hang:
+      return who + " will hang (sleep for a day) at the start" +
+             step_words(step_, " of step ", " of its first step");
+    case FaultKind::Nan:
+      return "the ranks holding block " + std::to_string(layer_) +
+             " will put a NaN into its gradient" + step_words(step_, " in step ", " in every step");
+    case FaultKind::Drift:
+      return who + " will change one of its parameters by one ulp after the update" +
+             step_words(step_, " of step ", " of every step");
+    case FaultKind::Version:
+      return who + " will report another build id at start-up";
+  }
+  return "";  // not reached: every kind is named above
+}
+
+std::string FaultPlan::warning() const {
+  return "WARNING: fault injection armed by " + std::string(kEnvVar) + "='" + text_ +
+         "': " + describe() + " — unset " + kEnvVar + " for a production run";
+}
+
+#if MPITRAIN_FAULT_INJECTION
 void FaultPlan::at(const char* phase, int rank, int64_t step) const {
   if ((kind_ != FaultKind::Kill && kind_ != FaultKind::Hang) || phase_ != phase ||
       !fires(kind_, rank, step))
@@ -135,5 +187,6 @@ bool FaultPlan::fires(FaultKind kind, int rank, int64_t step) const {
   return kind != FaultKind::None && kind_ == kind && (rank_ < 0 || rank_ == rank) &&
          (!step_ || *step_ == step);
 }
+#endif
 
 }  // namespace mpitrain

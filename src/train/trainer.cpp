@@ -177,6 +177,8 @@ int train(const Options& o, const MpiComm& world) {
   const bool root = world.rank() == 0;
   FaultPlan faults;
   all_or_none(world, [&] { faults = FaultPlan::from_env(); });
+  // Loud, before any work: a plan exported into a production job must not go unnoticed.
+  if (root && faults.armed()) std::fprintf(stderr, "%s\n", faults.warning().c_str());
   // The same build, libraries and configuration on every rank, before anything can differ.
   check_software(world, o.effective, faults);
 
@@ -490,7 +492,7 @@ int train(const Options& o, const MpiComm& world) {
     loss = result.loss_sum / tokens_per_step;
     consumed += t.global_batch_size;
 
-    const double comm_seconds = blocked_seconds();
+    const double exposed_comm_seconds = blocked_seconds();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tokens_per_s = tokens_per_step / seconds;
     double rss = peak_rss_mib();
@@ -501,10 +503,10 @@ int train(const Options& o, const MpiComm& world) {
       world_comm.all_reduce(&joules, 1, ReduceOp::Sum);
     }
     const PipelineRunner::Times& pass = runner.times();
-    log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds, 1e3 * comm_seconds,
-              flops_per_token * tokens_per_s / (peak * 1e9), 1e3 * pass.forward,
-              1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
-              comms.dp_data().bytes_sent(), scaler.scale(), update.skipped_steps(), joules});
+    log.step({step + 1, t.steps, loss, lr, norm, tokens_per_s, 1e3 * seconds,
+              1e3 * exposed_comm_seconds, flops_per_token * tokens_per_s / (peak * 1e9),
+              1e3 * pass.forward, 1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data,
+              rss, comms.dp_data().bytes_sent(), scaler.scale(), update.skipped_steps(), joules});
     watchdog.step_finished();
 
     slowest_step = std::max(slowest_step, seconds);

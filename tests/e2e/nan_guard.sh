@@ -6,6 +6,7 @@
 #     and <out-dir>/nonfinite-step-3.json with every rank's non-finite tensors.
 # At 2 ranks (dp 2) and 4 ranks (tp 2 x pp 2).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+require_fault_injection
 # shellcheck disable=SC2046
 set -- $(tiny_args) --lr-schedule constant
 for layout in "2:--dp 2" "4:--tp 2 --pp 2"; do

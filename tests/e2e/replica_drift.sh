@@ -4,6 +4,7 @@
 # versions' ranks and statistics, and the differing element. Replicas are bit-identical in a run
 # without the fault even when checked after every step. At 2 ranks (dp 2) and 4 (tp 2 x dp 2).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+require_fault_injection
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 6
 for layout in "2:1:--dp 2" "4:3:--tp 2 --dp 2"; do

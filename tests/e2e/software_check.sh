@@ -4,6 +4,7 @@
 # stop every rank before any work with exit 2 and a table of the differing fields, ranks and
 # hosts; the out-dir is not created.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+require_fault_injection
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 2
 

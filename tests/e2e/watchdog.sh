@@ -5,6 +5,7 @@
 # tensor and pipeline parallelism (a send/receive names its peer). Without a fault the same
 # timeout raises no false alarm; --comm-timeout-startup covers the first step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+require_fault_injection
 timeout=3
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 6 --comm-timeout "$timeout"

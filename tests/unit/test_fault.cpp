@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <string>
 
 #include "mpitrain/runtime/error.hpp"
@@ -23,6 +24,20 @@ std::string parse_error(const std::string& text) {
   return "";
 }
 
+// at() and fires() are empty in a build with MPITRAIN_FAULT_INJECTION=OFF.
+#define SKIP_UNLESS_COMPILED_IN() \
+  if (!FaultPlan::kCompiledIn)    \
+  GTEST_SKIP() << "this build has no fault injection (MPITRAIN_FAULT_INJECTION=OFF)"
+
+// Sets MPITRAIN_FAULT for one scope.
+class ScopedFaultEnv {
+ public:
+  explicit ScopedFaultEnv(const char* text) { setenv(FaultPlan::kEnvVar, text, 1); }
+  ~ScopedFaultEnv() { unsetenv(FaultPlan::kEnvVar); }
+  ScopedFaultEnv(const ScopedFaultEnv&) = delete;
+  ScopedFaultEnv& operator=(const ScopedFaultEnv&) = delete;
+};
+
 }  // namespace
 
 TEST(FaultParse, EmptyIsNoFault) {
@@ -40,6 +55,11 @@ TEST(FaultParse, KillWithAndWithoutStep) {
   EXPECT_EQ(b.phase(), "rename");
   EXPECT_EQ(b.rank(), 0);
   EXPECT_EQ(b.step(), 4);
+}
+
+TEST(FaultParse, EveryPhase) {
+  for (const char* phase : {"write", "close", "rename", "latest", "prune", "step"})
+    EXPECT_EQ(FaultPlan::parse(std::string("kill:phase=") + phase + ":rank=0").phase(), phase);
 }
 
 TEST(FaultParse, HangNanDriftVersion) {
@@ -64,6 +84,7 @@ TEST(FaultParse, HangNanDriftVersion) {
 }
 
 TEST(FaultFires, ForItsKindRankAndStepOnly) {
+  SKIP_UNLESS_COMPILED_IN();
   const FaultPlan drift = FaultPlan::parse("drift:rank=3:step=4");
   EXPECT_TRUE(drift.fires(FaultKind::Drift, 3, 4));
   EXPECT_FALSE(drift.fires(FaultKind::Drift, 2, 4));
@@ -103,6 +124,63 @@ TEST(FaultParse, BadTextIsUsageErrorNamingTheVariable) {
   }
 }
 
+TEST(FaultParse, ErrorListsEveryPhase) {
+  const std::string message = parse_error("kill:phase=flush:rank=0");
+  EXPECT_NE(message.find("kill:phase=write|close|rename|latest|prune|step:rank=R"),
+            std::string::npos)
+      << message;
+}
+
+TEST(FaultDescribe, EachKindInWords) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"kill:phase=write:rank=1:step=4", "rank 1 will SIGKILL itself at phase write of step 4"},
+      {"kill:phase=prune:rank=0",
+       "rank 0 will SIGKILL itself at phase prune of the first step that gets there"},
+      {"hang:rank=2:step=3", "rank 2 will hang (sleep for a day) at the start of step 3"},
+      {"hang:rank=2", "rank 2 will hang (sleep for a day) at the start of its first step"},
+      {"nan:layer=1:step=5",
+       "the ranks holding block 1 will put a NaN into its gradient in step 5"},
+      {"nan:layer=0", "the ranks holding block 0 will put a NaN into its gradient in every step"},
+      {"drift:rank=3:step=4",
+       "rank 3 will change one of its parameters by one ulp after the update of step 4"},
+      {"drift:rank=3",
+       "rank 3 will change one of its parameters by one ulp after the update of every step"},
+      {"version:rank=1", "rank 1 will report another build id at start-up"},
+  };
+  for (const auto& [text, expected] : cases) EXPECT_EQ(FaultPlan::parse(text).describe(), expected);
+  EXPECT_EQ(FaultPlan().describe(), "no fault");
+}
+
+TEST(FaultDescribe, WarningNamesTheTextAndTheFault) {
+  const FaultPlan plan = FaultPlan::parse("kill:phase=write:rank=1:step=4");
+  EXPECT_TRUE(plan.armed());
+  EXPECT_FALSE(FaultPlan().armed());
+  EXPECT_EQ(plan.warning(),
+            "WARNING: fault injection armed by MPITRAIN_FAULT='kill:phase=write:rank=1:step=4': "
+            "rank 1 will SIGKILL itself at phase write of step 4 — unset MPITRAIN_FAULT for a "
+            "production run");
+}
+
+TEST(FaultEnv, SetParsesOrIsRefusedWhenCompiledOut) {
+  {
+    const ScopedFaultEnv env("");
+    EXPECT_FALSE(FaultPlan::from_env().armed());  // empty is unset, in either build
+  }
+  const ScopedFaultEnv env("kill:phase=latest:rank=0:step=4");
+  if (FaultPlan::kCompiledIn) {
+    EXPECT_EQ(FaultPlan::from_env().phase(), "latest");
+    return;
+  }
+  try {
+    FaultPlan::from_env();
+    ADD_FAILURE() << "a set MPITRAIN_FAULT was accepted by a build without fault injection";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "MPITRAIN_FAULT='kill:phase=latest:rank=0:step=4': this build has no fault "
+                 "injection (MPITRAIN_FAULT_INJECTION=OFF)");
+  }
+}
+
 TEST(FaultAt, OtherPhaseRankOrStepDoesNothing) {
   const FaultPlan plan = FaultPlan::parse("kill:phase=write:rank=1:step=4");
   plan.at("close", 1, 4);
@@ -113,6 +191,7 @@ TEST(FaultAt, OtherPhaseRankOrStepDoesNothing) {
 }
 
 TEST(FaultAt, HangSleepsInItsStep) {
+  SKIP_UNLESS_COMPILED_IN();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const FaultPlan plan = FaultPlan::parse("hang:rank=1:step=2");
   plan.at("step", 1, 1);  // another step: returns at once
@@ -128,6 +207,7 @@ TEST(FaultAt, HangSleepsInItsStep) {
 }
 
 TEST(FaultAt, KillsAtItsPhaseRankAndStep) {
+  SKIP_UNLESS_COMPILED_IN();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const FaultPlan plan = FaultPlan::parse("kill:phase=write:rank=1:step=4");
   EXPECT_EXIT(plan.at("write", 1, 4), ::testing::KilledBySignal(SIGKILL),
@@ -135,4 +215,7 @@ TEST(FaultAt, KillsAtItsPhaseRankAndStep) {
   const FaultPlan any_step = FaultPlan::parse("kill:phase=rename:rank=0");
   EXPECT_EXIT(any_step.at("rename", 0, 7), ::testing::KilledBySignal(SIGKILL),
               "rank 0 kills itself at phase rename of step 7");
+  const FaultPlan latest = FaultPlan::parse("kill:phase=latest:rank=2:step=4");
+  EXPECT_EXIT(latest.at("latest", 2, 4), ::testing::KilledBySignal(SIGKILL),
+              "rank 2 kills itself at phase latest of step 4");
 }

@@ -12,6 +12,7 @@
 
 #include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
 
 using namespace mpitrain;
@@ -184,6 +185,7 @@ TEST(NumericGuard, StopWritesEveryNonFiniteTensorToJson) {
 }
 
 TEST(NanFault, PoisonsItsBlocksProjectionInItsStep) {
+  if (!FaultPlan::kCompiledIn) GTEST_SKIP() << "fault injection is compiled out";
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.0f);
   const FaultPlan plan = FaultPlan::parse("nan:layer=2:step=4");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/train/replica_check.hpp"
 
 using namespace mpitrain;
@@ -35,6 +36,7 @@ TEST(ReplicasAgree, OneReplicaAlwaysAgrees) {
 }
 
 TEST(DriftFault, MovesOneValueOfItsRankByOneUlpAfterItsStep) {
+  if (!FaultPlan::kCompiledIn) GTEST_SKIP() << "fault injection is compiled out";
   ModelConfig c;
   c.n_layer = 2;
   const ParamLayout layout(c);

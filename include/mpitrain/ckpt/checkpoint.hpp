@@ -32,8 +32,12 @@
 //   4. rank 0 fsyncs the file and <name>.tmp/; barrier; rank 0 renames <name>.tmp -> <name> (an
 //      existing <name> first to <name>.old, removed after) and fsyncs the store directory
 //        fault phase "rename": <name> is committed, `latest` still names the previous one
-//   5. save only: `latest` := <name> (write latest.tmp, fsync, rename, fsync directory); then
-//      step directories beyond keep_last and stale step-*.tmp are removed.
+//   5. save only: rank 0 writes latest.tmp and fsyncs it
+//        fault phase "latest": latest.tmp is durable, `latest` still names the previous step
+//      then renames it over `latest` (fsync directory) and renames the step directories beyond
+//      keep_last to step-N.pruned, a name the loader never takes (fsync directory)
+//        fault phase "prune": `latest` names <name>, the retired steps are not yet deleted
+//      then deletes every step-N.tmp and step-N.pruned.
 // At a fault phase every rank calls FaultPlan::at(phase, world rank, m.step); a kill there on
 // any rank stops the job before rank 0's next file-system step. A kill anywhere leaves the
 // previous checkpoint loadable: a crash between the two renames of step 4 leaves only

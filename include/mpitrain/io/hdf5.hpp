@@ -106,6 +106,7 @@ void write_1d(hid_t dset, hid_t mem_type, uint64_t offset, uint64_t count, const
               hid_t dxpl = H5P_DEFAULT);
 
 std::vector<uint64_t> dataset_dims(hid_t dset);  // its extent, any rank
+std::string shape_text(const std::vector<uint64_t>& dims);  // "768x64" for messages and tables
 
 // ---- parallel I/O ---------------------------------------------------------------------------
 // A file-access property list for the MPI-IO driver over comm: a file opened or created with it

@@ -10,16 +10,27 @@
 //
 // The text is `kind:key=value:key=value...`. kill: the process SIGKILLs itself, as a node failure
 // or `kill -9` would. Phases are the points where code calls FaultPlan::at: the checkpoint
-// commit's write, close, rename (see ckpt/checkpoint.hpp), and step (the start of a training
-// step, where a hang happens too). Steps count from 1, as the log does; without step, any step
-// (so kill and hang at the first, nan and drift at every one). Unset or empty: no fault.
-// The other kinds are carried out by the code they test (train/numeric_guard.hpp,
+// commit's write, close, rename, latest and prune (see ckpt/checkpoint.hpp), and step (the start
+// of a training step, where a hang happens too). Steps count from 1, as the log does; without
+// step, any step (so kill and hang at the first, nan and drift at every one). Unset or empty: no
+// fault. The other kinds are carried out by the code they test (train/numeric_guard.hpp,
 // train/replica_check.hpp, train/software_check.hpp), which asks fires().
+//
+// Every build reads MPITRAIN_FAULT (users test their clusters with it), and the trainer's rank 0
+// prints warning() when a fault is armed, so a plan exported into a production job is seen.
+// CMake option MPITRAIN_FAULT_INJECTION=OFF compiles it out: at() and fires() do nothing, and
+// from_env() refuses a set MPITRAIN_FAULT (UsageError, exit 2) so a test run cannot silently
+// inject nothing.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#ifndef MPITRAIN_FAULT_INJECTION
+// CMake defines it (to 0) only for MPITRAIN_FAULT_INJECTION=OFF.
+#define MPITRAIN_FAULT_INJECTION 1
+#endif
 
 namespace mpitrain {
 
@@ -28,20 +39,36 @@ enum class FaultKind { None, Kill, Hang, Nan, Drift, Version };
 class FaultPlan {
  public:
   static constexpr const char* kEnvVar = "MPITRAIN_FAULT";
+  static constexpr bool kCompiledIn = MPITRAIN_FAULT_INJECTION;  // the CMake option
 
   FaultPlan() = default;  // no fault
   // Parses the text above; UsageError naming MPITRAIN_FAULT for an unknown kind, key or phase,
   // a key the kind does not take, a missing key or a malformed value.
   static FaultPlan parse(const std::string& text);
-  static FaultPlan from_env();  // parse(getenv(MPITRAIN_FAULT)), no fault when unset
+  // parse(getenv(MPITRAIN_FAULT)), no fault when unset or empty. Compiled out: UsageError
+  // "MPITRAIN_FAULT='<text>': this build has no fault injection (MPITRAIN_FAULT_INJECTION=OFF)"
+  // when set.
+  static FaultPlan from_env();
 
-  // Carries out a kill or hang planned for this phase, rank and step: kill prints one line to
-  // stderr ("fault injection: rank 1 kills itself at phase write of step 4") and
+  bool armed() const { return kind_ != FaultKind::None; }
+  // The plan in words: "rank 1 will SIGKILL itself at phase write of step 4"; "no fault".
+  std::string describe() const;
+  // The line rank 0 prints when armed: "WARNING: fault injection armed by MPITRAIN_FAULT='<text>':
+  // <describe()> — unset MPITRAIN_FAULT for a production run".
+  std::string warning() const;
+
+  // at: carries out a kill or hang planned for this phase, rank and step: kill prints one line
+  // to stderr ("fault injection: rank 1 kills itself at phase write of step 4") and
   // raise(SIGKILL); hang (phase step) prints "fault injection: rank 1 hangs in step 2" and
-  // sleeps for a day.
+  // sleeps for a day. fires: the plan is of this kind, for this rank (or any, if it names none)
+  // and step (or any). Compiled out, both are empty inline functions.
+#if MPITRAIN_FAULT_INJECTION
   void at(const char* phase, int rank, int64_t step) const;
-  // The plan is of this kind, for this rank (or any, if it names none) and step (or any).
   bool fires(FaultKind kind, int rank, int64_t step) const;
+#else
+  void at(const char*, int, int64_t) const {}
+  bool fires(FaultKind, int, int64_t) const { return false; }
+#endif
 
   FaultKind kind() const { return kind_; }
   const std::string& phase() const { return phase_; }
@@ -51,6 +78,7 @@ class FaultPlan {
 
  private:
   FaultKind kind_ = FaultKind::None;
+  std::string text_;  // as given, for the warning
   std::string phase_;
   int rank_ = -1;
   int layer_ = -1;
