@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
-# Single-rank CPU training throughput of mpitrain against this machine's sgemm rate and PyTorch.
+# Single-rank CPU training throughput of mpitrain against this machine's sgemm rate, the CPU's
+# theoretical fp32 peak, and PyTorch.
 #
 #   bash bench/run.sh [BUILD_DIR]        (what `make bench` runs; BUILD_DIR defaults to build/)
 #
-# For 1 and 2 threads: measures OpenBLAS sgemm (n=2048) with bench's sgemm-rate, then trains the
-# tiny GPT-2 (L4 H4 C128 V512 T64 B4, 31 steps) and GPT-2 small (L12 H12 C768 V50304 T256 B4,
-# 5 steps) with `mpirun -np 1 trainer --threads N --peak-gflops <that sgemm rate>`, so MFU is the
-# fraction of this machine's sgemm rate at that thread count. Step time is the median of
-# metrics.jsonl's step_ms without the first (warm-up) step. Everything is measured in this one run
-# and reported as ratios; the machine is shared and noisy, so compare numbers within a table.
+# For 1 and 2 threads and each configuration (tiny GPT-2: L4 H4 C128 V512 T64 B4, 31 steps;
+# gpt2-small: L12 H12 C768 V50304 T256 B4, 5 steps):
+#  - sgemm: OpenBLAS sgemm (n=2048, best of 5) with bench's sgemm-rate, just before the row's run;
+#  - trainer: `mpirun -np 1 trainer --threads N --peak-gflops <that sgemm rate>`; step time,
+#    tokens/s and the trainer's "mfu" field are medians of metrics.jsonl without the first
+#    (warm-up) step. Because --peak-gflops is the sgemm rate, that field is the fraction of this
+#    machine's measured sgemm rate ("of sgemm", the primary figure), not MFU of the hardware peak.
+#    trainer GFLOP/s = model FLOPs (6N + 12 L d T per token) x tokens/s = "of sgemm" x sgemm rate;
+#  - theoretical fp32 peak = cores used x FMA units/core x fp32 SIMD lanes x 2 x clock, where
+#    they can be read: lanes from /proc/cpuinfo flags (avx512f: 16, avx2+fma: 8), clock from
+#    lscpu's "CPU max MHz", else /proc/cpuinfo's "cpu MHz", else lscpu's BogoMIPS / 2 (the table
+#    says which), 2 FMA units/core assumed (Zen 2+, Intel since Haswell; Zen 4 runs 512-bit FMAs
+#    as two 256-bit halves, so it is counted with 8 lanes). What cannot be read prints n/a. The
+#    sgemm rate and the trainer's rate are also given as fractions of it;
+#  - PyTorch: bench/pytorch_gpt2.py on the same shapes, if a python with torch is found ($PYTHON,
+#    python3, /usr/bin/python3). Otherwise that column and its ratios and verdicts print n/a
+#    (enable it with: apt-get install python3-torch). No stored figures are ever shown.
+# Everything in the table is measured in this one run; the machine is shared and noisy, so compare
+# ratios within a table.
 #
-# PyTorch column: bench/pytorch_gpt2.py on the same shapes if a python with torch is found
-# ($PYTHON, python3, /usr/bin/python3); otherwise the reference figures (measured earlier) are shown, labelled
-# "reference (not measured here)". Enable it with: apt-get install python3-torch
-#
-# Environment: PYTHON (interpreter for the PyTorch column), TINY_STEPS (default 31),
-# SMALL_STEPS (default 5), SKIP_PYTORCH=1.
-# Writes the table to BUILD_DIR/bench-results.txt. The goals in the footer are informational:
-# the script exits 0 whether they are met or not, non-zero only if something fails to run.
+# Environment: CONFIGS (default "tiny gpt2-small"; e.g. CONFIGS=tiny for a quick run), PYTHON
+# (interpreter for the PyTorch column), SKIP_PYTORCH=1, TINY_STEPS (default 31), SMALL_STEPS
+# (default 5). Writes the table to BUILD_DIR/bench-results.txt. The goals in the footer are
+# informational: the script exits 0 whether they are met or not, non-zero only if something fails.
 set -euo pipefail
+export LC_ALL=C
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(cd "${1:-$repo/build}" && pwd)
@@ -26,12 +37,24 @@ data=$build/data
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-bench.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 results=$build/bench-results.txt
-tiny_steps=${TINY_STEPS:-31}
-small_steps=${SMALL_STEPS:-5}
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # One rank, threads on every core: Open MPI would otherwise bind a lone rank to one core.
 mpirun=(mpirun --oversubscribe --bind-to none -np 1)
+
+declare -A model_args=(
+  [tiny]="--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64"
+  [gpt2-small]="--n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256"
+)
+declare -A steps=([tiny]=${TINY_STEPS:-31} [gpt2-small]=${SMALL_STEPS:-5})
+read -r -a configs <<< "${CONFIGS:-tiny gpt2-small}"
+thread_counts=(1 2)
+for config in "${configs[@]}"; do
+  if [[ -z ${model_args[$config]:-} ]]; then
+    echo "bench: unknown configuration '$config' in CONFIGS (known: ${!model_args[*]})" >&2
+    exit 2
+  fi
+done
 
 for exe in trainer sgemm-rate prepare-data; do
   if [[ ! -x $build/$exe ]]; then
@@ -43,35 +66,57 @@ if [[ ! -f $data/train.h5 ]]; then
   BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
 fi
 
-# Reference figures measured earlier on this machine type (2-core Zen4): PyTorch 1.13 (Debian
-# python3-torch) and llm.c's CPU trainer (1 thread, -Ofast).
-declare -A ref_pytorch_ms=([tiny]=30 [gpt2-small]=7300)
-ref_llmc_tiny_ms=68
+# Theoretical fp32 peak: what /proc/cpuinfo and lscpu say; an empty value means "cannot be read".
+cpu_field() { awk -F': *' -v f="$1" '$1 ~ "^" f "[ \t]*$" { print $2; exit }' /proc/cpuinfo; }
+flags=" $(cpu_field flags) "
+lanes="" lanes_why="no avx2+fma or avx512f in /proc/cpuinfo flags"
+if [[ $flags == *" avx512f "* ]]; then
+  lanes=16 lanes_why="avx512f"
+  if [[ $(cpu_field vendor_id) == AuthenticAMD && $(cpu_field "cpu family") == 25 ]]; then
+    lanes=8 lanes_why="avx512f on AMD family 25 (Zen 4: 512-bit FMAs as two 256-bit halves)"
+  fi
+elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then
+  lanes=8 lanes_why="avx2+fma"
+fi
+fma_units=2
+mhz=$(lscpu 2> /dev/null | awk -F': *' '/^CPU max MHz/ { print $2; exit }' || true)
+mhz_why="CPU max MHz read from lscpu" mhz_note=""
+if [[ -z $mhz ]]; then
+  mhz=$(cpu_field "cpu MHz") mhz_why="cpu MHz read from /proc/cpuinfo; lscpu has no CPU max MHz"
+  mhz_note="the current or (on a VM) nominal clock: boost clocks may be higher"
+fi
+if [[ -z $mhz ]]; then
+  mhz=$(lscpu 2> /dev/null | awk -F': *' '/^BogoMIPS/ { print $2 / 2; exit }' || true)
+  mhz_why="BogoMIPS / 2 read from lscpu; no MHz in lscpu or /proc/cpuinfo"
+  mhz_note="BogoMIPS / 2 is only an estimate of the clock"
+fi
+[[ -n $mhz ]] || mhz_why="no clock in lscpu or /proc/cpuinfo" mhz_note=""
+cores=$(lscpu -p=CORE,SOCKET 2> /dev/null | grep -v '^#' | sort -u | wc -l || true)
+[[ $cores -gt 0 ]] 2> /dev/null || cores=""
+# peak THREADS: GFLOP/s of min(THREADS, physical cores) cores, or n/a.
+peak() {
+  if [[ -z $lanes || -z $mhz || -z $cores ]]; then echo n/a; return; fi
+  awk -v t="$1" -v c="$cores" -v u="$fma_units" -v l="$lanes" -v m="$mhz" \
+    'BEGIN { printf "%.1f\n", (t < c ? t : c) * u * l * 2 * m / 1000 }'
+}
 
-declare -A model_args=(
-  [tiny]="--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64"
-  [gpt2-small]="--n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256"
-)
-declare -A steps=([tiny]=$tiny_steps [gpt2-small]=$small_steps)
-configs=(tiny gpt2-small)
-thread_counts=(1 2)
-
-python=""
-if [[ ${SKIP_PYTORCH:-0} != 1 ]]; then
+python="" pytorch_why=""
+if [[ ${SKIP_PYTORCH:-0} == 1 ]]; then
+  pytorch_why="SKIP_PYTORCH=1"
+else
   for candidate in "${PYTHON:-}" python3 /usr/bin/python3; do
     if [[ -n $candidate ]] && "$candidate" -c 'import torch' > /dev/null 2>&1; then
       python=$candidate
       break
     fi
   done
+  [[ -n $python ]] || pytorch_why="no python with torch: tried ${PYTHON:+$PYTHON, }python3, /usr/bin/python3"
 fi
 if [[ -n $python ]]; then
-  pytorch_label="PyTorch $("$python" -c 'import torch; print(torch.__version__)') measured here"
+  pytorch_label="PyTorch $("$python" -c 'import torch; print(torch.__version__)') ($python), measured here"
 else
-  echo "bench: PyTorch not importable; the PyTorch column is skipped and the reference figures"
-  echo "       (PyTorch 1.13 on this machine type, not measured here) are shown instead."
-  echo "       To measure it: apt-get install python3-torch (or set PYTHON to a python with torch)."
-  pytorch_label="reference (not measured here): PyTorch 1.13 (Debian python3-torch) measured earlier on this 2-core Zen4 machine type"
+  pytorch_label="n/a, not measured ($pytorch_why); to measure it: apt-get install python3-torch or set PYTHON to a python with torch"
+  echo "bench: PyTorch column: $pytorch_label"
 fi
 
 # median FIELD FILE: median of FIELD over the step records of metrics.jsonl, first step skipped.
@@ -88,7 +133,7 @@ median() {
 }
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-declare -A sgemm ms tps mfu torch_ms
+declare -A sgemm ms tps of_sgemm torch_ms
 for threads in "${thread_counts[@]}"; do
   for config in "${configs[@]}"; do
     key=$config/$threads
@@ -103,15 +148,16 @@ for threads in "${thread_counts[@]}"; do
          --global-batch-size 4 --micro-batch-size 4 --steps "${steps[$config]}" \
          --threads "$threads" --peak-gflops "${sgemm[$key]}" --lr 1e-4 \
          --train-data "$data/train.h5" --val-data '' --eval-interval 0 --sample-tokens 0 \
-         --out-dir "$out" --overwrite > "$scratch/$config-t$threads.log" 2>&1; then
-      cat "$scratch/$config-t$threads.log" >&2
+         --out-dir "$out" --overwrite > "$out.log" 2>&1; then
+      cat "$out.log" >&2
       echo "bench: the trainer failed ($config, $threads threads)" >&2
       exit 1
     fi
     ms[$key]=$(median step_ms "$out/metrics.jsonl")
     tps[$key]=$(median tokens_per_s "$out/metrics.jsonl")
-    mfu[$key]=$(median mfu "$out/metrics.jsonl")
+    of_sgemm[$key]=$(median mfu "$out/metrics.jsonl")
     echo "bench:   ${ms[$key]} ms/step"
+    torch_ms[$key]=""
     if [[ -n $python ]]; then
       echo "bench: PyTorch $config, $threads thread(s)"
       # The same number of timed steps as the trainer's (its first step is the warm-up too).
@@ -123,71 +169,98 @@ for threads in "${thread_counts[@]}"; do
         exit 1
       fi
       echo "bench:   ${torch_ms[$key]} ms/step"
-    else
-      torch_ms[$key]=${ref_pytorch_ms[$config]}
     fi
   done
 done
 
+# Prints "n/a" (right-aligned) for an empty or n/a value, else the value in the given format.
+awk_lib='function f(v, fmt, w) { return (v == "" || v == "n/a") ? sprintf("%" w "s", "n/a") : sprintf("%" w fmt, v) }
+         function q(a, b) { return (a == "" || a == "n/a" || b == "" || b == "n/a" || b == 0) ? "n/a" : a / b }'
 {
   echo "# mpitrain single-rank CPU training benchmark ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname))"
-  echo "# CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores;" \
+  echo "# CPU: $(cpu_field "model name"), $(nproc) logical CPUs, ${cores:-n/a} physical cores;" \
        "load average at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# ms/step, tokens/s, MFU: medians over steps 2..N of metrics.jsonl (mpirun -np 1);"
-  echo "# MFU = model FLOPs (6N + 12 L d T per token) / sgemm rate (n=2048, same thread count) measured"
-  echo "#       just before that row's training run"
+  echo "# ms/step, tokens/s, trainer: medians over steps 2..N of metrics.jsonl (mpirun -np 1)"
+  echo "# peak: theoretical fp32 peak (n/a where it cannot be read) = min(threads, ${cores:-n/a} cores)" \
+       "x $fma_units FMA units/core (assumed: Zen 2+, Intel since Haswell)"
+  echo "#       x ${lanes:-n/a} fp32 lanes ($lanes_why) x 2 FLOP/FMA x ${mhz:-n/a} MHz ($mhz_why)"
+  [[ -z $mhz_note ]] || echo "#       ($mhz_note)"
+  echo "# sgemm: OpenBLAS sgemm rate (n=2048, same thread count), measured just before that row's run"
+  echo "# trainer GFLOP/s: model FLOPs (6N + 12 L d T per token) x tokens/s"
+  echo "# trainer of sgemm: trainer GFLOP/s / sgemm rate = the fraction of this machine's measured"
+  echo "#       sgemm rate (the primary figure: the trainer's \"mfu\", run with --peak-gflops = sgemm);"
+  echo "#       of peak: GFLOP/s / theoretical peak"
   echo "# PyTorch column: $pytorch_label"
   echo "#"
-  printf '# %-10s %7s %6s %10s %10s %9s %9s %6s %11s %9s\n' \
-    config threads steps ms/step tokens/s "sgemm" "model" MFU "PyTorch" "vs PyTorch"
-  printf '# %-10s %7s %6s %10s %10s %9s %9s %6s %11s %9s\n' \
-    "" "" "" "" "" "GFLOP/s" "GFLOP/s" "" "ms/step" "x faster"
+  printf '# %-10s %7s %5s %9s %9s | %8s %8s %7s | %8s %8s %7s | %9s %10s\n' \
+    config threads steps ms/step tokens/s peak sgemm sgemm trainer trainer trainer PyTorch "vs PyTorch"
+  printf '# %-10s %7s %5s %9s %9s | %8s %8s %7s | %8s %8s %7s | %9s %10s\n' \
+    "" "" "" "" "" GFLOP/s GFLOP/s "of peak" GFLOP/s "of sgemm" "of peak" ms/step "x faster"
   for config in "${configs[@]}"; do
     for threads in "${thread_counts[@]}"; do
       key=$config/$threads
       awk -v c="$config" -v t="$threads" -v s="${steps[$config]}" -v ms="${ms[$key]}" \
-          -v tps="${tps[$key]}" -v peak="${sgemm[$key]}" -v mfu="${mfu[$key]}" \
-          -v pt="${torch_ms[$key]}" 'BEGIN {
-        printf "  %-10s %7d %6d %10.1f %10.0f %9.1f %9.1f %6.3f %11.1f %9.2f\n",
-               c, t, s, ms, tps, peak, mfu * peak, mfu, pt, pt / ms }'
+          -v tps="${tps[$key]}" -v pk="$(peak "$threads")" -v sg="${sgemm[$key]}" \
+          -v os="${of_sgemm[$key]}" -v pt="${torch_ms[$key]}" "$awk_lib"'
+        BEGIN {
+          model = os * sg
+          printf "  %-10s %7d %5d %9.1f %9.0f | %s %s %s | %8.1f %8.3f %s | %s %s\n",
+                 c, t, s, ms, tps, f(pk, ".1f", 8), f(sg, ".1f", 8), f(q(sg, pk), ".3f", 7),
+                 model, os, f(q(model, pk), ".3f", 7), f(pt, ".1f", 9), f(q(pt, ms), ".2f", 10)
+        }'
     done
   done
   echo "#"
-  echo "# Goals (informational; the machine is shared and noisy):"
-  awk -v mfu="${mfu[gpt2-small/2]}" 'BEGIN {
-    printf "#  %-4s GPT-2 small MFU >= 0.65 of the 2-thread sgemm rate: %.3f\n",
-           (mfu >= 0.65 ? "PASS" : "MISS"), mfu }'
+  echo "# Goals (informational; the machine is shared and noisy; n/a: not measured in this run):"
+  awk -v os="${of_sgemm[gpt2-small/2]:-}" "$awk_lib"'BEGIN {
+    printf "#  %-4s GPT-2 small trainer >= 0.65 of the 2-thread sgemm rate: %s\n",
+           (os == "" ? "n/a" : os >= 0.65 ? "PASS" : "MISS"), (os == "" ? "not run (CONFIGS)" : f(os, ".3f", ""))
+  }'
   for config in "${configs[@]}"; do
     for threads in "${thread_counts[@]}"; do
       key=$config/$threads
-      awk -v c="$config" -v t="$threads" -v ms="${ms[$key]}" -v pt="${torch_ms[$key]}" 'BEGIN {
-        printf "#  %-4s faster than PyTorch, %s, %d thread(s): %.1f vs %.1f ms/step (%.2fx)\n",
-               (ms < pt ? "PASS" : "MISS"), c, t, ms, pt, pt / ms }'
+      awk -v c="$config" -v t="$threads" -v ms="${ms[$key]}" -v pt="${torch_ms[$key]}" "$awk_lib"'BEGIN {
+        r = q(pt, ms)
+        printf "#  %-4s faster than PyTorch, %s, %d thread(s): %.1f vs %s ms/step (%s)\n",
+               (pt == "" ? "n/a" : ms < pt ? "PASS" : "MISS"), c, t, ms, f(pt, ".1f", ""),
+               (r == "n/a" ? "n/a" : sprintf("%.2fx", r)) }'
     done
   done
-  best=1
-  for threads in "${thread_counts[@]}"; do
-    if awk -v a="${ms[tiny/$threads]}" -v b="${ms[tiny/$best]}" 'BEGIN { exit !(a < b) }'; then
-      best=$threads
-    fi
-  done
-  awk -v ms="${ms[tiny/$best]}" -v t="$best" 'BEGIN {
-    printf "#  %-4s tiny well under 30 ms/step (<= 15, best thread count): %.1f ms/step at %d thread(s)\n",
-           (ms <= 15 ? "PASS" : "MISS"), ms, t }'
-  awk -v ms="${ms[tiny/1]}" -v llmc="$ref_llmc_tiny_ms" 'BEGIN {
-    printf "#  info tiny, 1 thread vs llm.c CPU trainer (%d ms/step, reference (not measured here)): %.2fx faster\n",
-           llmc, llmc / ms }'
-  echo "# Note: PyTorch's OpenBLAS may use both cores even at torch.set_num_threads(1) (measured earlier on this machine type)."
+  if [[ -z ${ms[tiny/1]:-} ]]; then
+    echo "#  n/a  tiny <= 15 ms/step (best thread count): not run (CONFIGS)"
+  else
+    best=1
+    for threads in "${thread_counts[@]}"; do
+      if awk -v a="${ms[tiny/$threads]}" -v b="${ms[tiny/$best]}" 'BEGIN { exit !(a < b) }'; then
+        best=$threads
+      fi
+    done
+    awk -v ms="${ms[tiny/$best]}" -v t="$best" 'BEGIN {
+      printf "#  %-4s tiny <= 15 ms/step (best thread count): %.1f ms/step at %d thread(s)\n",
+             (ms <= 15 ? "PASS" : "MISS"), ms, t }'
+  fi
+  if [[ -n $python ]]; then
+    echo "# Note: PyTorch's own BLAS may use both cores even at torch.set_num_threads(1)."
+  fi
   busy=$(awk -v a="$load_start" -v b="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { split(a, s, " ");
     print (s[1] > 1.0 || b > 2.5) ? 1 : 0 }')
-  over=0
-  for key in "${!mfu[@]}"; do
-    if awk -v m="${mfu[$key]}" 'BEGIN { exit !(m > 1.0) }'; then over=1; fi
+  over=0 above_peak=0
+  for key in "${!of_sgemm[@]}"; do
+    if awk -v m="${of_sgemm[$key]}" 'BEGIN { exit !(m > 1.0) }'; then over=1; fi
+    threads=${key#*/}
+    if awk -v s="${sgemm[$key]}" -v p="$(peak "$threads")" 'BEGIN { exit !(p != "n/a" && s > p) }'; then
+      above_peak=1
+    fi
   done
   if [[ $busy == 1 || $over == 1 ]]; then
-    echo "# WARNING: other work was running (load average above) or an MFU exceeds 1 (the sgemm rate"
-    echo "#          and the training run saw different load): multi-thread rows are unreliable; rerun"
-    echo "#          on an idle machine."
+    echo "# WARNING: other work was running (load average above) or a trainer \"of sgemm\" exceeds 1"
+    echo "#          (the sgemm rate and the training run saw different load): multi-thread rows are"
+    echo "#          unreliable; rerun on an idle machine."
+  fi
+  if [[ $above_peak == 1 ]]; then
+    echo "# WARNING: a measured sgemm rate exceeds the theoretical peak: the clock read ($mhz MHz) is"
+    echo "#          below the clock the cores ran at, or the FMA-unit assumption is wrong; the peak is"
+    echo "#          understated and the \"of peak\" fractions overstated."
   fi
 } | tee "$results"
 echo "bench: table saved to $results"
