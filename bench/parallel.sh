@@ -12,8 +12,8 @@
 # 2. Exposed communication at -np 2 --dp 2: L8 H8 C384 V512 T64, DP_STEPS steps, step 1 skipped,
 #    with --bucket-mb 1 (many buckets started during backward), the default 25 (for reference)
 #    and --bucket-mb 100000 (one bucket: the whole sum after backward, no overlap), DP_REPEATS
-#    runs each in alternating order; medians over the pooled steps of step_ms, comm_ms and
-#    comm_ms / step_ms (metrics.jsonl).
+#    runs each in alternating order; medians over the pooled steps of step_ms, exposed_comm_ms and
+#    exposed_comm_ms / step_ms (metrics.jsonl).
 # 3. grad-sync-bench (bench/grad_sync_bench.cpp) at -np 2 and 4: GradBuckets (25 MiB buckets)
 #    vs MPI_Allreduce of 4..256 MiB, busbw as nccl-tests, goal trainer >= 90% of MPI.
 # 4. grad-sync-bench --modes at -np 2 and 4: the sync per mode (fp32 all-reduce, ZeRO-1
@@ -101,11 +101,11 @@ median() {
     if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-# steps FILE: "step_ms comm_ms" of each step record of metrics.jsonl but the first.
+# steps FILE: "step_ms exposed_comm_ms" of each step record of metrics.jsonl but the first.
 steps() {
   awk 'match($0, /"step_ms": [^,}]*/) {
          s = substr($0, RSTART + 11, RLENGTH - 11)
-         if (match($0, /"comm_ms": [^,}]*/)) print s, substr($0, RSTART + 11, RLENGTH - 11) }' \
+         if (match($0, /"exposed_comm_ms": [^,}]*/)) print s, substr($0, RSTART + 19, RLENGTH - 19) }' \
       "$1" | tail -n +2
 }
 
@@ -233,22 +233,22 @@ mode_model_line=$(grep -m1 '^mpitrain ' "$scratch/mode-${sync_ranks[0]}-none.log
   echo "# model: ${dp_model_line:-?}"
   echo "# trainer ${dp_model[*]} --global-batch-size 8 --micro-batch-size 2 --threads 1;"
   echo "# each configuration run $dp_repeats times (alternating), step 1 of each run skipped, medians over"
-  echo "# the pooled steps. comm_ms = time blocked on communication not hidden by compute."
+  echo "# the pooled steps. exposed_comm_ms = time blocked on communication not hidden by compute."
   echo "# --bucket-mb 1 (${buckets[overlap]:-?} buckets for this small model) is the overlapped case: its buckets"
   echo "# start during backward; the default 25 gives only ${buckets[default]:-?} buckets here (shown for reference);"
   echo "# --bucket-mb 100000 is one bucket, summed after backward: no overlap."
-  printf '# %-22s %8s %6s %11s %11s %16s\n' configuration buckets steps "step_ms" "comm_ms" \
-    "comm_ms/step_ms"
+  printf '# %-22s %8s %6s %11s %15s %16s\n' configuration buckets steps "step_ms" "exposed_comm_ms" \
+    "exposed/step"
   for config in "${dp_configs[@]}"; do
     awk -v c="--bucket-mb ${bucket_mb[$config]}" -v b="${buckets[$config]:-?}" \
         -v n="${nsteps[$config]}" -v s="${step_med[$config]}" -v cm="${comm_med[$config]}" \
         -v f="${frac_med[$config]}" 'BEGIN {
-      printf "  %-22s %8s %6d %11.1f %11.1f %16.3f\n", c, b, n, s, cm, f }'
+      printf "  %-22s %8s %6d %11.1f %15.1f %16.3f\n", c, b, n, s, cm, f }'
   done
   awk -v a="${frac_med[overlap]}" -v b="${frac_med[one-bucket]}" \
       -v ca="${comm_med[overlap]}" -v cb="${comm_med[one-bucket]}" \
       -v sa="${step_med[overlap]}" -v sb="${step_med[one-bucket]}" 'BEGIN {
-    printf "# --bucket-mb 1 vs one bucket: comm_ms/step_ms %.3f vs %.3f; exposed comm_ms %.1f vs %.1f;\n",
+    printf "# --bucket-mb 1 vs one bucket: exposed_comm_ms/step_ms %.3f vs %.3f; exposed_comm_ms %.1f vs %.1f;\n",
            a, b, ca, cb
     printf "#   step_ms ratio (buckets / one bucket) %.3f, i.e. %.1f ms per step less\n",
            (sb > 0 ? sa / sb : 0), sb - sa }'
@@ -256,8 +256,8 @@ mode_model_line=$(grep -m1 '^mpitrain ' "$scratch/mode-${sync_ranks[0]}-none.log
   echo "# the ranks themselves: Open MPI's shared-memory transport progresses non-blocking collectives"
   echo "# (MPI_Iallreduce, libnbc) only inside MPI calls. Overlap therefore rests on MPI progress:"
   echo "# GradBuckets::ready_from calls progress() (MPI_Testall on the started buckets) once per layer"
-  echo "# of backward, and the copying done inside those calls counts as compute, not as comm_ms."
-  echo "# comm_ms measures what is left exposed; step_ms is the end-to-end effect. Both as measured."
+  echo "# of backward, and the copying done inside those calls counts as compute, not as exposed_comm_ms."
+  echo "# exposed_comm_ms measures what is left exposed; step_ms is the end-to-end effect. Both as measured."
   echo "#"
   echo "# == 3. Bus bandwidth: trainer's sync (GradBuckets, 25 MiB buckets) vs MPI_Allreduce =="
   echo "# grad-sync-bench --sizes $sync_sizes --iters $sync_iters; median of the slowest rank;"

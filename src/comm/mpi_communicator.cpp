@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <string>
 
+#include "mpitrain/comm/bus_bytes.hpp"
 #include "mpitrain/comm/call_tracking.hpp"
 #include "mpitrain/comm/communicator.hpp"
 
@@ -44,25 +45,25 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, size_t max_cou
 
 void MpiCommunicator::all_reduce(float* data, size_t n, ReduceOp op) {
   BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(float));
-  count_sent(n * sizeof(float));
+  count_sent(all_reduce_bus_bytes(n * sizeof(float), size_));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_FLOAT, op);
 }
 
 void MpiCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
   BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(double));
-  count_sent(n * sizeof(double));
+  count_sent(all_reduce_bus_bytes(n * sizeof(double), size_));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_DOUBLE, op);
 }
 
 void MpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
   BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(int64_t));
-  count_sent(n * sizeof(int64_t));
+  count_sent(all_reduce_bus_bytes(n * sizeof(int64_t), size_));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_INT64_T, op);
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   BlockedTimer timer(blocked_seconds_, calls_, "broadcast", bytes);
-  if (rank_ == root) count_sent(bytes);
+  count_sent(point_bus_bytes(bytes, size_));
   auto* p = static_cast<char*>(data);
   for_each_chunk(bytes, max_count_, [&](size_t off, int count) {
     MPI_CHECK(MPI_Bcast(p + off, count, MPI_BYTE, root, comm_));
@@ -76,7 +77,7 @@ void MpiCommunicator::barrier() {
 
 void MpiCommunicator::all_gather(const float* in, float* out, size_t n) {
   BlockedTimer timer(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
-  count_sent(n * sizeof(float));
+  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
   const bool in_place = in == out + rank_ * n;
   if (n <= max_count_) {
     const int count = static_cast<int>(n);
@@ -94,7 +95,7 @@ void MpiCommunicator::all_gather(const float* in, float* out, size_t n) {
 
 void MpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
   BlockedTimer timer(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
-  count_sent((size_ - 1) * n * sizeof(float));
+  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
   const bool in_place = out == in + rank_ * n;
   if (n <= max_count_) {
     const int count = static_cast<int>(n);
@@ -126,7 +127,7 @@ int MpiCommunicator::acquire_slot(const char* op, uint64_t bytes, int peer) {
 
 CommHandle MpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
   const int id = acquire_slot("all_reduce", n * sizeof(float));
-  count_sent(n * sizeof(float));
+  count_sent(all_reduce_bus_bytes(n * sizeof(float), size_));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   for_each_chunk(n, max_count_, [&](size_t off, int count) {
     requests.push_back(MPI_REQUEST_NULL);
@@ -139,7 +140,7 @@ CommHandle MpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op)
 // Pieces of one message share the tag: MPI keeps their order between the same two ranks.
 CommHandle MpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
   const int id = acquire_slot("send", n * sizeof(float), peer);
-  count_sent(n * sizeof(float));
+  count_sent(point_bus_bytes(n * sizeof(float), size_));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   for_each_chunk(n, max_count_, [&](size_t off, int count) {
     requests.push_back(MPI_REQUEST_NULL);
@@ -193,7 +194,7 @@ void MpiCommunicator::set_blocks(Slot& slot, std::span<const size_t> counts) {
 CommHandle MpiCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
   const int count = checked_count(bytes, "all_to_all_start");
   const int id = acquire_slot("all_to_all", size_ * bytes);
-  count_sent((size_ - 1) * bytes);
+  count_sent(all_to_all_bus_bytes(bytes, size_));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   requests.push_back(MPI_REQUEST_NULL);
   MPI_CHECK(MPI_Ialltoall(in, count, MPI_BYTE, out, count, MPI_BYTE, comm_, &requests.back()));
@@ -203,7 +204,7 @@ CommHandle MpiCommunicator::all_to_all_start(const void* in, void* out, size_t b
 CommHandle MpiCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
   const int count = checked_count(bytes, "all_gather_start");
   const int id = acquire_slot("all_gather", size_ * bytes);
-  count_sent(bytes);
+  count_sent(blocks_bus_bytes(size_ * bytes, bytes, size_));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   requests.push_back(MPI_REQUEST_NULL);
   MPI_CHECK(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE, comm_, &requests.back()));
@@ -214,7 +215,7 @@ CommHandle MpiCommunicator::reduce_scatter_start(float* data, std::span<const si
                                                  ReduceOp op) {
   const size_t total = checked_blocks(counts, "reduce_scatter_start");
   const int id = acquire_slot("reduce_scatter", total * sizeof(float));
-  count_sent((total - counts[rank_]) * sizeof(float));
+  count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
   Slot& slot = slots_[id];
   set_blocks(slot, counts);
   slot.requests.push_back(MPI_REQUEST_NULL);
@@ -226,7 +227,7 @@ CommHandle MpiCommunicator::reduce_scatter_start(float* data, std::span<const si
 CommHandle MpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
   const size_t total = checked_blocks(counts, "all_gather_start");
   const int id = acquire_slot("all_gather", total * sizeof(float));
-  count_sent(counts[rank_] * sizeof(float));
+  count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
   Slot& slot = slots_[id];
   set_blocks(slot, counts);
   slot.requests.push_back(MPI_REQUEST_NULL);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "mpitrain/backend/cuda/check.hpp"
+#include "mpitrain/comm/bus_bytes.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 #define NCCL_CHECK(call) check((call), #call, __FILE__, __LINE__)
@@ -266,7 +267,7 @@ void NcclCommunicator::flush() {
 template <typename E>
 void NcclCommunicator::all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op) {
   BlockedTimer block(blocked_seconds_, calls_, "all_reduce", n * sizeof(E));
-  count_sent(n * sizeof(E));
+  count_sent(all_reduce_bus_bytes(n * sizeof(E), size_));
   begin();
   NCCL_CHECK(ncclAllReduce(data, data, n, type, nccl_op(op), comm_, stream_.get()));
   finish_blocking();
@@ -286,7 +287,7 @@ void NcclCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
 
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
   BlockedTimer block(blocked_seconds_, calls_, "broadcast", bytes);
-  if (rank_ == root) count_sent(bytes);
+  count_sent(point_bus_bytes(bytes, size_));
   begin();
   NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_.get()));
   finish_blocking();
@@ -304,7 +305,7 @@ void NcclCommunicator::barrier() {
 // In place (in == out + rank * n) is NCCL's own in-place form.
 void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
   BlockedTimer block(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
-  count_sent(n * sizeof(float));
+  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
   begin();
   NCCL_CHECK(ncclAllGather(in, out, n, ncclFloat, comm_, stream_.get()));
   finish_blocking();
@@ -313,7 +314,7 @@ void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
 // In place (out == in + rank * n) is NCCL's own in-place form.
 void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
   BlockedTimer block(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
-  count_sent((size_ - 1) * n * sizeof(float));
+  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
   begin();
   NCCL_CHECK(ncclReduceScatter(in, out, n, ncclFloat, nccl_op(op), comm_, stream_.get()));
   finish_blocking();
@@ -321,7 +322,7 @@ void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t n, Red
 
 CommHandle NcclCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
   const int id = acquire_slot("all_reduce", n * sizeof(float));
-  count_sent(n * sizeof(float));
+  count_sent(all_reduce_bus_bytes(n * sizeof(float), size_));
   begin();
   NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, nccl_op(op), comm_, stream_.get()));
   end_started(id);
@@ -330,7 +331,7 @@ CommHandle NcclCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op
 
 CommHandle NcclCommunicator::send_start(const float* data, size_t n, int peer, int) {
   const int id = acquire_slot("send", n * sizeof(float), peer);
-  count_sent(n * sizeof(float));
+  count_sent(point_bus_bytes(n * sizeof(float), size_));
   after_compute();
   queued_.push_back({true, const_cast<float*>(data), n, peer, id});
   slots_[id].queued = true;
@@ -347,7 +348,7 @@ CommHandle NcclCommunicator::recv_start(float* data, size_t n, int peer, int) {
 
 CommHandle NcclCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
   const int id = acquire_slot("all_to_all", size_ * bytes);
-  count_sent((size_ - 1) * bytes);
+  count_sent(all_to_all_bus_bytes(bytes, size_));
   begin();
   const auto* src = static_cast<const char*>(in);
   auto* dst = static_cast<char*>(out);
@@ -363,7 +364,7 @@ CommHandle NcclCommunicator::all_to_all_start(const void* in, void* out, size_t 
 
 CommHandle NcclCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
   const int id = acquire_slot("all_gather", size_ * bytes);
-  count_sent(bytes);
+  count_sent(blocks_bus_bytes(size_ * bytes, bytes, size_));
   begin();
   NCCL_CHECK(ncclAllGather(in, out, bytes, ncclUint8, comm_, stream_.get()));
   end_started(id);
@@ -393,7 +394,7 @@ CommHandle NcclCommunicator::reduce_scatter_start(float* data, std::span<const s
     scratch_bytes_ = mine;
   }
   const int id = acquire_slot("reduce_scatter", total * sizeof(float));
-  count_sent((total - counts[rank_]) * sizeof(float));
+  count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
   begin();
   auto* scratch = static_cast<float*>(scratch_.get());
   NCCL_CHECK(ncclGroupStart());
@@ -414,7 +415,7 @@ CommHandle NcclCommunicator::reduce_scatter_start(float* data, std::span<const s
 CommHandle NcclCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
   const size_t total = blocks_total(counts, "all_gather_start");
   const int id = acquire_slot("all_gather", total * sizeof(float));
-  count_sent(counts[rank_] * sizeof(float));
+  count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
   begin();
   NCCL_CHECK(ncclGroupStart());
   size_t offset = 0;

@@ -12,8 +12,9 @@
 #     which the watchdog sees as device work that does not complete (the host is in a copy, not
 #     in a communication call);
 #   - --micro-batch-size auto on the GPU: the plan is printed and the run trains.
-# Without a usable GPU: SKIP with the trainer's reason.
+# Without a usable GPU: SKIP (exit 77) with the trainer's reason.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+require_fault_injection
 require_cuda_trainer
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 4 --global-batch-size 8 --micro-batch-size 2

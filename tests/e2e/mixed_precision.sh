@@ -2,17 +2,19 @@
 # Mixed precision on the sample corpus (2 ranks, 60 steps of a tiny GPT-2):
 #  - bf16 and fp16 follow the fp32 loss curve. Rounding every activation to bf16 (8 significant
 #    bits, relative step 3.9e-3) perturbs each step's loss by ~1e-3 relative (a sum of many
-#    independent roundings), and the runs drift apart slowly as their weights diverge; measured
-#    here: the mean of the last 10 losses within 5.6e-4 (bf16) and 3.9e-4 (fp16) relative of
-#    fp32's. We allow 1% and 0.5%: ten times what was measured, still far below what a broken
-#    path does (a lost loss scale, truncation instead of rounding, an unscaled fp16 overflow move
-#    it by >10% or to NaN); the runs are deterministic, so there is no noise to allow for.
+#    independent roundings), and the runs drift apart slowly as their weights diverge. The mean
+#    of the last 10 losses, relative to fp32's, measured: bf16 5.6e-4 (Zen 4, AVX512-BF16),
+#    1.5e-4 (AMD EPYC, AVX2) and 9.0e-4 (same, OPENBLAS_CORETYPE=Sandybridge); fp16 3.9e-4,
+#    1.3e-4 and 1.3e-4. We allow 3e-3 and 1.5e-3: about 3.5 times the largest, far below what a
+#    broken path does (a lost loss scale, truncation instead of rounding, an unscaled fp16
+#    overflow move it by >10% or to NaN); each run is deterministic, only the CPU's kernels vary.
 #  - fp16 dynamic loss scaling: starts at 2^16, doubles after each --loss-scale-window clean steps.
 #  - an injected overflow (MPITRAIN_FAULT=nan:...) under fp16 skips exactly that step on every
 #    rank: the parameters after 3 steps with step 3 overflowing equal those after 2 steps, on a
 #    dp 2 x pp 2 layout with ZeRO-1 (each rank updates its own shard, so a rank that failed to
 #    skip would show in the gathered parameters); the scale halves and skipped_steps counts 1.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+require_fault_injection
 steps=60
 for p in fp32 bf16 fp16; do
   # shellcheck disable=SC2046
@@ -24,7 +26,7 @@ for p in fp32 bf16 fp16; do
 done
 last10() { tail -10 "$1" | awk '{s+=$1} END{printf "%.6f\n", s/NR}'; }
 ref=$(last10 "$SCRATCH/fp32.loss")
-for pair in bf16:0.01 fp16:0.005; do
+for pair in bf16:0.003 fp16:0.0015; do
   p=${pair%:*} tol=${pair#*:}
   mean=$(last10 "$SCRATCH/$p.loss")
   rel=$(awk -v a="$mean" -v b="$ref" 'BEGIN{d=(a-b)/b; if(d<0)d=-d; printf "%.4g", d}')

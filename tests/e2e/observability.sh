@@ -59,10 +59,13 @@ steps = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 assert [r["step"] for r in steps] == list(range(1, 7)), steps
 for r in steps:
     for key in ("forward_ms", "backward_ms", "optimizer_ms", "exposed_comm_ms", "data_ms",
-                "checkpoint_ms", "peak_rss_mib", "comm_ms"):
+                "checkpoint_ms", "peak_rss_mib"):
         assert key in r and r[key] >= 0, (key, r)
     assert r["forward_ms"] > 0 and r["backward_ms"] > 0 and r["optimizer_ms"] > 0, r
-    assert r["exposed_comm_ms"] == r["comm_ms"] and r["peak_rss_mib"] > 10, r
+    assert r["peak_rss_mib"] > 10 and "comm_ms" not in r, r
+    # Stage 0 (rank 0, the one that reports) cannot start its backward before stage 1 has sent
+    # the gradients back: that wait is exposed communication in every step.
+    assert r["exposed_comm_ms"] > 0, r
     parts = r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"] + r["exposed_comm_ms"] + r["data_ms"]
     assert parts <= r["step_ms"] * 1.02 + 0.05, "parts %.3f ms > step %.3f ms: %s" % (parts, r["step_ms"], r)
 ckpt = [r["step"] for r in steps if r["checkpoint_ms"] > 0]

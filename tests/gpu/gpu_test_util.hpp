@@ -13,6 +13,7 @@
 
 #include "../support/random_values.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain::gpu_testing {
 
@@ -64,17 +65,24 @@ class DeviceInts {
   DeviceInts(CudaBackend<float>& be, const std::vector<int32_t>& host)
       : be_(be),
         p_(static_cast<int32_t*>(
-            be.alloc_bytes(cuda::MemoryKind::Activations, host.size() * sizeof(int32_t)))) {
+            be.alloc_bytes(cuda::MemoryKind::Activations, host.size() * sizeof(int32_t)))),
+        n_(host.size()) {
     be_.to_device(p_, host.data(), host.size() * sizeof(int32_t));
   }
   ~DeviceInts() { be_.free_bytes(p_); }
   DeviceInts(const DeviceInts&) = delete;
   DeviceInts& operator=(const DeviceInts&) = delete;
   const int32_t* get() const { return p_; }
+  // New values of the same count: no allocation, so it may follow seal_memory().
+  void upload(const std::vector<int32_t>& host) {
+    if (host.size() != n_) MPITRAIN_THROW("DeviceInts::upload: another size");
+    be_.to_device(p_, host.data(), n_ * sizeof(int32_t));
+  }
 
  private:
   CudaBackend<float>& be_;
   int32_t* p_;
+  size_t n_;
 };
 
 }  // namespace mpitrain::gpu_testing

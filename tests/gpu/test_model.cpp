@@ -1,15 +1,24 @@
-// Whole model: 5 training steps (forward, backward, gradient norm, AdamW) of Model<float> on
+// Whole model: 8 training steps (forward, backward, gradient norm, AdamW) of Model<float> on
 // CpuBackend<float> and on CudaBackend, both architectures, from the same initial parameters
 // (initialised by the CPU model — Model::init writes host memory — and copied to the GPU) on
-// the same batches (tokens copied to device memory for the GPU model).
-// Tolerances, relative, per step:
-//   fp32 math: losses and gradient norms 1e-4 (float sums in other orders through 2 layers and
-//     5 steps); parameters after the steps 2e-3 in the 2-norm (AdamW divides by sqrt(v), so an
-//     element whose gradient is ~0 can step by +-lr on either side of a rounding difference)
-//   bf16 model precision with bf16 GEMM math: losses and norms 2e-2 (cuDNN's attention keeps P
-//     and the gradients in bf16, the CPU's emulation computes attention in fp32), parameters 2e-2.
+// the same batches of learnable data (each row a stretch of one periodic sequence, the target
+// its next token: on the CPU the loss falls from 5.7 (ln V) to 3.4 in these steps, so a loss
+// compared is one that moves).
+// Token buffers are allocated before seal_memory() and uploaded per step.
+// Tolerances, relative, per step (not yet measured on a GPU: each case prints its figures, and
+// the first GPU run sets them to a few times what it measures):
+//   fp32 math: losses and gradient norms 1e-5 (float sums in other orders through 2 layers: the
+//     CPU's own layouts differ by 3e-7, tests/e2e/parallel_equivalence.sh); parameters after the
+//     steps 3e-3 of the distance they moved, ||p_gpu - p_cpu|| / ||p_cpu - p_0|| (AdamW divides
+//     by sqrt(v), so an element whose gradient is ~0 can step by +-lr on either side of a
+//     rounding difference: the same bound as parallel_equivalence.sh's)
+//   bf16 model precision with bf16 GEMM math: losses and norms 5e-3 (cuDNN's attention keeps P
+//     and the gradients in bf16, the CPU's emulation computes attention in fp32: about one bf16
+//     rounding, 3.9e-3, of a few terms, averaged over the batch), parameters 5e-2 of the distance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -22,7 +31,6 @@ namespace mpitrain {
 namespace {
 
 using gpu_testing::DeviceInts;
-using gpu_testing::rel_l2;
 
 ModelConfig small(Arch arch) {
   ModelConfig c;
@@ -48,7 +56,7 @@ struct Case {
 void train_both(const Case& k) {
   SCOPED_TRACE(to_string(k.arch) + " " + to_string(k.kernels) + "/" + to_string(k.math));
   const ModelConfig cfg = small(k.arch);
-  const int B = 4, T = 64, N = B * T, steps = 5;
+  const int B = 4, T = 64, N = B * T, steps = 8;
   ModelOptions mo;
   mo.precision = k.precision;
   OptimizerConfig oc;
@@ -71,15 +79,23 @@ void train_both(const Case& k) {
   Optimizer go(gpu, gm.layout(), oc, gm.params(), 0, P, k.precision);
   gpu.seal_memory();
 
+  const std::vector<float> p0(cm.params(), cm.params() + P);
+  // Token t of the sequence is (7 t + 3) mod 61: a cycle of 61 the model learns to continue.
   std::mt19937 gen(99);
-  std::uniform_int_distribution<int32_t> token(0, cfg.vocab_size - 1);
+  std::uniform_int_distribution<int> start(0, 60);
+  std::vector<int32_t> tok(N), tgt(N);
+  DeviceInts dtok(gpu, tok), dtgt(gpu, tgt);  // before the memory is sealed
+  double worst_loss = 0, worst_norm = 0, first_loss = 0, last_loss = 0;
   for (int step = 1; step <= steps; ++step) {
-    std::vector<int32_t> tok(N), tgt(N);
-    for (int i = 0; i < N; ++i) {
-      tok[i] = token(gen);
-      tgt[i] = token(gen);
+    for (int b = 0; b < B; ++b) {
+      const int s = start(gen);
+      for (int t = 0; t < T; ++t) {
+        tok[b * T + t] = (7 * (s + t) + 3) % 61;
+        tgt[b * T + t] = (7 * (s + t + 1) + 3) % 61;
+      }
     }
-    DeviceInts dtok(gpu, tok), dtgt(gpu, tgt);
+    dtok.upload(tok);
+    dtgt.upload(tgt);
     cm.zero_grads();
     gm.zero_grads();
     const double lc = cm.forward(0, tok.data(), tgt.data(), B, T, dloss);
@@ -91,35 +107,47 @@ void train_both(const Case& k) {
         << "step " << step << " loss cpu " << lc << " gpu " << lg;
     EXPECT_LT(std::abs(ng - nc) / nc, k.tol)
         << "step " << step << " grad norm cpu " << nc << " gpu " << ng;
+    worst_loss = std::max(worst_loss, std::abs(lg - lc) / std::abs(lc));
+    worst_norm = std::max(worst_norm, std::abs(ng - nc) / nc);
+    (step == 1 ? first_loss : last_loss) = lc;
     co.step(cm.grads(), lr, 1.0f);
     go.step(gm.grads(), lr, 1.0f);
   }
   std::vector<float> params(P);
   gpu.to_host(params.data(), gm.params(), P * sizeof(float));
-  const std::vector<float> ref(cm.params(), cm.params() + P);
-  EXPECT_LT(rel_l2(params, ref), k.param_tol) << "parameters after " << steps << " steps";
+  double diff2 = 0, moved2 = 0;  // ||p_gpu - p_cpu||^2, ||p_cpu - p_0||^2
+  for (size_t i = 0; i < P; ++i) {
+    diff2 += std::pow(static_cast<double>(params[i]) - cm.params()[i], 2);
+    moved2 += std::pow(static_cast<double>(cm.params()[i]) - p0[i], 2);
+  }
+  const double param_rel = std::sqrt(diff2 / moved2);
+  EXPECT_LT(last_loss, 0.9 * first_loss) << "the data is not being learnt: nothing to compare";
+  EXPECT_LT(param_rel, k.param_tol) << "parameters after " << steps << " steps";
+  std::printf("measured: loss %.3g, grad norm %.3g, parameters %.3g of the distance moved "
+              "(allowed %.3g, %.3g); loss %.4f -> %.4f\n",
+              worst_loss, worst_norm, param_rel, k.tol, k.param_tol, first_loss, last_loss);
   for (const std::string& f : gpu.fallbacks()) std::printf("note: %s\n", f.c_str());
   std::printf("%s\n", gpu.memory_report().c_str());
 }
 
 TEST(GpuModel, Gpt2Fp32) {
-  train_both({Arch::Gpt2, KernelSet::Cudnn, GemmMath::Fp32, Precision::Fp32, 1e-4, 2e-3});
-  train_both({Arch::Gpt2, KernelSet::Cuda, GemmMath::Fp32, Precision::Fp32, 1e-4, 2e-3});
+  train_both({Arch::Gpt2, KernelSet::Cudnn, GemmMath::Fp32, Precision::Fp32, 1e-5, 3e-3});
+  train_both({Arch::Gpt2, KernelSet::Cuda, GemmMath::Fp32, Precision::Fp32, 1e-5, 3e-3});
 }
 
 TEST(GpuModel, LlamaFp32) {
-  train_both({Arch::Llama, KernelSet::Cudnn, GemmMath::Fp32, Precision::Fp32, 1e-4, 2e-3});
-  train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Fp32, Precision::Fp32, 1e-4, 2e-3});
+  train_both({Arch::Llama, KernelSet::Cudnn, GemmMath::Fp32, Precision::Fp32, 1e-5, 3e-3});
+  train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Fp32, Precision::Fp32, 1e-5, 3e-3});
 }
 
 TEST(GpuModel, Gpt2Bf16) {
-  train_both({Arch::Gpt2, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 2e-2, 2e-2});
-  train_both({Arch::Gpt2, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 2e-2, 2e-2});
+  train_both({Arch::Gpt2, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
+  train_both({Arch::Gpt2, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
 }
 
 TEST(GpuModel, LlamaBf16) {
-  train_both({Arch::Llama, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 2e-2, 2e-2});
-  train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 2e-2, 2e-2});
+  train_both({Arch::Llama, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
+  train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "mpitrain/app/options.hpp"
 #include "mpitrain/backend/precision.hpp"
+#include "mpitrain/comm/bus_bytes.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/parallel/compression.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
@@ -253,7 +254,8 @@ TEST(GradBuckets, DataParallelSizeOneMakesNoCalls) {
 }
 
 // Several steps reuse one GradBuckets; each result is compared bitwise with MPI_Allreduce of the
-// same data. Each rank hands MPI its whole buffer once per step.
+// same data. Each rank sends what a ring all-reduce of its whole buffer does, once per step
+// (2 (P-1) / P of it: exact here, P being 2 or 4 and every bucket a whole number of floats).
 TEST(GradBuckets, EqualsAPlainAllReduce) {
   MpiCommunicator dp(MPI_COMM_WORLD);
   const int r = dp.rank();
@@ -275,7 +277,7 @@ TEST(GradBuckets, EqualsAPlainAllReduce) {
         buckets.finish();
         EXPECT_EQ(std::memcmp(g.data(), expect.data(), n * sizeof(float)), 0)
             << "n " << n << " bucket " << bucket_bytes << " step " << step;
-        EXPECT_EQ(dp.bytes_sent(), n * sizeof(float));
+        EXPECT_EQ(dp.bytes_sent(), all_reduce_bus_bytes(n * sizeof(float), dp.size()));
       }
     }
   }
@@ -307,7 +309,8 @@ TEST(ZeroRange, AlignedPiecesInRankOrder) {
 // "update" of the own range, gather_params() gives every rank the whole updated buffer. Bucket
 // sizes from 1 float to all of it, most not multiples of 16: buckets straddle range boundaries,
 // ranks own nothing of many buckets, and at 4 ranks n = 37 leaves rank 3 no range at all.
-// Reduce-scatter + all-gather hand MPI what one all-reduce does: the buffer once.
+// Reduce-scatter + all-gather each send every block but this rank's own: what one all-reduce
+// does (2 (P-1) / P of the buffer) where the ranges are even, exactly 2 (n - own) floats.
 TEST(GradBuckets, ZeroEqualsAPlainAllReduce) {
   MpiCommunicator dp(MPI_COMM_WORLD);
   const int r = dp.rank();
@@ -339,7 +342,7 @@ TEST(GradBuckets, ZeroEqualsAPlainAllReduce) {
         }
         buckets.gather_params(params.data());
         EXPECT_EQ(std::memcmp(params.data(), updated.data(), n * sizeof(float)), 0) << what;
-        EXPECT_EQ(dp.bytes_sent(), n * sizeof(float)) << what;
+        EXPECT_EQ(dp.bytes_sent(), 2 * (n - (own.hi - own.lo)) * sizeof(float)) << what;
       }
     }
   }
@@ -557,10 +560,11 @@ TEST(GradBuckets, ErrorFeedbackDeliversEverything) {
   }
 }
 
-// Bytes handed to MPI per step, as the formats imply: fp32 4 per float (all-reduce: the buffer
-// once; ZeRO the same), bf16 / fp16 2 (all-to-all of dp - 1 chunks + all-gather of one), int8 1
-// plus a 4-byte scale per 512 values (here one per chunk), topk 8 per kept value. n and buckets
-// divisible by dp: no padding.
+// Bytes on the wire per step (comm/bus_bytes.hpp), as the formats imply: fp32 4 per float, of
+// which a ring all-reduce sends 2 (P-1) / P (ZeRO's reduce-scatter + all-gather the same); bf16 /
+// fp16 2 per float, the all-to-all and the all-gather each sending P-1 of P chunks, so half of
+// fp32 at every P; int8 1 plus a 4-byte scale per 512 values (here one per chunk); topk 8 per
+// kept value, all-gathered to P-1 ranks. n and buckets divisible by dp: no padding.
 TEST(GradBuckets, BytesSentAreWhatTheFormatImplies) {
   MpiCommunicator dp(MPI_COMM_WORLD);
   const size_t ranks = static_cast<size_t>(dp.size());
@@ -577,16 +581,17 @@ TEST(GradBuckets, BytesSentAreWhatTheFormatImplies) {
     return dp.bytes_sent();
   };
   const uint64_t fp32 = bytes({});
-  EXPECT_EQ(fp32, n * 4);
+  EXPECT_EQ(fp32, 2 * (ranks - 1) * n * 4 / ranks);
   EXPECT_EQ(bytes({.zero = true}), fp32);
   EXPECT_EQ(bytes({.compress = GradCompress::Bf16}), fp32 / 2);
   EXPECT_EQ(bytes({.compress = GradCompress::Fp16}), fp32 / 2);
-  EXPECT_EQ(bytes({.compress = GradCompress::Int8}), fp32 / 4 + 3 * ranks * 4);
-  EXPECT_EQ(bytes({.compress = GradCompress::TopK, .topk_ratio = 0.01}), 3 * 10 * 8u);
-  EXPECT_EQ(bytes({.compress = GradCompress::TopK, .topk_ratio = 0.25}), 3 * 256 * 8u);
+  EXPECT_EQ(bytes({.compress = GradCompress::Int8}), fp32 / 4 + 3 * 2 * (ranks - 1) * 4);
+  EXPECT_EQ(bytes({.compress = GradCompress::TopK, .topk_ratio = 0.01}), 3 * 10 * 8 * (ranks - 1));
+  EXPECT_EQ(bytes({.compress = GradCompress::TopK, .topk_ratio = 0.25}), 3 * 256 * 8 * (ranks - 1));
 }
 
-// Uneven sizes pad the last chunks: what is sent is dp chunks of ceil(len / dp) per bucket.
+// Uneven sizes pad the last chunks: the all-to-all and the all-gather each send dp - 1 chunks of
+// ceil(len / dp) per bucket.
 TEST(GradBuckets, BytesSentCountThePadding) {
   MpiCommunicator dp(MPI_COMM_WORLD);
   const size_t ranks = static_cast<size_t>(dp.size());
@@ -595,8 +600,8 @@ TEST(GradBuckets, BytesSentCountThePadding) {
   size_t bf16 = 0, int8 = 0;
   for (size_t len : {301u, 301u, 301u, 98u}) {
     const size_t c = (len + ranks - 1) / ranks;
-    bf16 += ranks * c * 2;
-    int8 += ranks * (c + 4);
+    bf16 += 2 * (ranks - 1) * c * 2;
+    int8 += 2 * (ranks - 1) * (c + 4);
   }
   for (GradCompress c : {GradCompress::Bf16, GradCompress::Int8}) {
     GradBuckets buckets(dp, g.data(), n, per * sizeof(float), {.compress = c});

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -210,6 +212,40 @@ TEST(CpuBf16Gemm, RoundsOperandsThatAreNotBf16) {
   const Reference of_fp32(inp, w, nullptr, zero_dout, zero_w, zero_b, N, IC, OC);
   EXPECT_LE(rel_frobenius(out, of_rounded.out), bound(IC));
   EXPECT_GT(rel_frobenius(out, of_fp32.out), 1e-4);
+}
+
+// The fallback of CPUs without bf16 instructions (AVX2-only ones; forced elsewhere by capping
+// oneDNN's ISA at AVX2 before its first use, which ctest's one process per test allows): the
+// backend says once why, reports no bf16 GEMMs, and every product is the fp32 sgemm path's,
+// bit for bit, on bf16 values and on others alike (it does not round: the model's own rounding
+// of activations and weights is what makes them bf16).
+TEST(CpuBf16Gemm, FallbackWithoutBf16InstructionsIsTheSgemmPathBitForBit) {
+  ASSERT_EQ(dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2), dnnl::status::success)
+      << "oneDNN was used before this test capped its ISA";
+  testing::internal::CaptureStderr();
+  CpuBackend<float> fallback(2, Precision::Bf16), sgemm(2);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(fallback.bf16_gemms());
+  EXPECT_NE(said.find("bf16 GEMMs: this CPU has no bf16 instructions"), std::string::npos) << said;
+  EXPECT_NE(said.find("running fp32 sgemm on the bf16 values instead"), std::string::npos) << said;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(name(s));
+    const size_t ni = static_cast<size_t>(s.N) * s.IC, nw = static_cast<size_t>(s.OC) * s.IC,
+                 no = static_cast<size_t>(s.N) * s.OC;
+    for (const bool bf16_values : {true, false}) {
+      SCOPED_TRACE(bf16_values ? "bf16 values" : "fp32 values");
+      const FVec inp = random_values(ni, 41, bf16_values), w = random_values(nw, 42, bf16_values),
+                 bias = random_values(s.OC, 43, bf16_values),
+                 dout = random_values(no, 44, bf16_values), dw0 = random_values(nw, 45, false),
+                 dbias0 = random_values(s.OC, 46, false);
+      const Result a = run(fallback, inp, w, &bias, dout, dw0, dbias0, s.N, s.IC, s.OC);
+      const Result b = run(sgemm, inp, w, &bias, dout, dw0, dbias0, s.N, s.IC, s.OC);
+      EXPECT_EQ(a.out, b.out);
+      EXPECT_EQ(a.dinp, b.dinp);
+      EXPECT_EQ(a.dw, b.dw);
+      EXPECT_EQ(a.dbias, b.dbias);
+    }
+  }
 }
 
 TEST(CpuBf16Gemm, Bf16KernelsExactlyWhereTheCpuHasThem) {

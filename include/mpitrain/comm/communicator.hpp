@@ -67,11 +67,10 @@ class Communicator {
   virtual double blocked_seconds() const = 0;
   virtual void reset_blocked_seconds() = 0;
 
-  // Bytes of this rank's data handed to MPI for other ranks since the last reset: an all-reduce
-  // counts its buffer, an all-gather this rank's block, a reduce-scatter or all-to-all the blocks
-  // for the other ranks, a broadcast the root's buffer, a send its message; nothing on one rank.
-  // What the data format costs, independent of the algorithm MPI picks (a ring all-reduce puts
-  // 2(n-1)/n times its buffer on the wire; reduce-scatter + all-gather count the same as it).
+  // Bytes this rank put on the wire since the last reset, counted alike for every operation and
+  // implementation (comm/bus_bytes.hpp: what a ring algorithm sends, e.g. 2(P-1)/P of an
+  // all-reduce's buffer): what the data format and the group size cost, independent of the
+  // algorithm the library picks. Nothing on one rank.
   virtual uint64_t bytes_sent() const = 0;
   virtual void reset_bytes_sent() = 0;
 };

@@ -22,7 +22,7 @@ struct StepRecord {
   double grad_norm;     // global, before clipping
   double tokens_per_s;  // all ranks together
   double step_ms;
-  double comm_ms;       // time blocked on communication that was not hidden (exposed_comm_ms)
+  double exposed_comm_ms;  // time blocked waiting for communication that compute did not hide
   double mfu;           // fraction of the summed peak of all ranks
   // Where rank 0's step time went (ms): compute of the forward and backward passes (without the
   // communication they waited for), the optimizer, waiting for the batch.
