@@ -1,16 +1,150 @@
-// A training run from options to trained model: set-up (every check before any work), the step
-// loop (micro-batches, data-parallel gradient all-reduce, clipping, AdamW), evaluation, metrics,
-// and the text sample at the end.
+// A training run from options to trained model, as the step listing of docs/ARCHITECTURE.md:
+//
+//   Trainer trainer(options, world);   set-up (trainer_setup.cpp): every check before any work,
+//                                      then the grid, communicators, backend, model, optimizer
+//   trainer.run():                     resume; for each step: step(), evaluate() at the interval,
+//                                      save() at the interval or on a stop; finish(); export
+//
+// Each concern is a component the loop calls (PipelineRunner, UpdateStep, CheckpointStore,
+// MetricsLog, Watchdog, ...); the Trainer only owns them and says when.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "mpitrain/app/options.hpp"
+#include "mpitrain/backend/backend.hpp"
+#include "mpitrain/ckpt/checkpoint.hpp"
+#include "mpitrain/data/samples.hpp"
+#include "mpitrain/data/token_source.hpp"
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/monitor/tensorboard.hpp"
+#include "mpitrain/monitor/trace.hpp"
+#include "mpitrain/optim/loss_scaler.hpp"
+#include "mpitrain/optim/lr_schedule.hpp"
+#include "mpitrain/optim/optimizer.hpp"
+#include "mpitrain/parallel/grad_sync.hpp"
+#include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/runtime/fault.hpp"
+#include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/runtime/mpi.hpp"
+#include "mpitrain/runtime/signals.hpp"
+#include "mpitrain/runtime/watchdog.hpp"
+#include "mpitrain/train/batch_loader.hpp"
+#include "mpitrain/train/checkpoint_mirror.hpp"
+#include "mpitrain/train/comm_groups.hpp"
+#include "mpitrain/train/device_setup.hpp"
+#include "mpitrain/train/metrics.hpp"
+#include "mpitrain/train/numeric_guard.hpp"
+#include "mpitrain/train/pipeline_runner.hpp"
+#include "mpitrain/train/update_step.hpp"
 
 namespace mpitrain {
 
-// Returns the exit code: kExitOk, or kExitRequeue when a signal or the time limit stopped the
-// run after saving a checkpoint. Throws UsageError (on every rank alike) for bad input found
-// during set-up.
+class Trainer {
+ public:
+  // Set-up, collective over world. Throws UsageError (on every rank alike) for bad input.
+  Trainer(const Options& options, const MpiComm& world);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Returns the exit code: kExitOk, kExitRequeue when a signal or the time limit stopped the run
+  // after saving a checkpoint, kExitFailure when a numeric guard or the replica check stopped it.
+  int run();
+
+ private:
+  // One step's outcome: go on, or leave with this exit code.
+  struct StepEnd {
+    bool stop = false;
+    int exit_code = 0;
+  };
+
+  // ---- set-up (trainer_setup.cpp) ----
+  void check_inputs();          // options, data, model shape, layout: UsageError before any work
+  void build_model();           // grid, communicators, backend, model; the out-dir is written
+  void build_step_parts();      // runner, buckets, optimizer, update, checkpoints, metrics
+  void print_banner() const;    // model, layout, batch, peak, memory per rank
+
+  // ---- the run (trainer.cpp) ----
+  void resume();                // --resume: the checkpoint's state, step and samples consumed
+  StepEnd step(int step);       // one optimizer step and its metrics record; step counts from 0
+  double evaluate();            // mean validation loss per token
+  void after_evaluation(int step);  // evaluate, log, --save-best
+  StepEnd stop_or_save(int step);   // the stop requests agreed on, the checkpoint of this step
+  void save(int step);
+  int finish(int exit_code);    // report.json, the trace closed
+  int export_and_sample();      // the whole model on rank 0: --export-*, the text sample
+  CheckpointManifest manifest(int step) const;
+  const float* host_params();   // the parameters in host memory (for the replica check)
+  double blocked_seconds() const;  // over every communicator, since the reset
+
+  const Options& options_;
+  const TrainConfig& t_;
+  const MpiComm& world_;
+  const bool root_;
+  FaultPlan faults_;
+
+  // What the options and the data decide (check_inputs).
+  GridShape shape_;
+  std::vector<int> stage_first_layer_;
+  PipelineSchedule schedule_{};
+  std::unique_ptr<TokenSource> train_src_, val_src_;
+  std::unique_ptr<SampleWindows> train_windows_, val_windows_;
+  ModelConfig cfg_;
+
+  // The machinery (build_model, build_step_parts), destroyed in the reverse order.
+  std::optional<Grid> grid_;
+  std::optional<ParamLayout> full_layout_;  // the whole model, as one rank would hold it
+  std::unique_ptr<CommGroups> comms_;
+  DeviceSetup devices_;
+  int threads_ = 1;
+  ModelOptions model_options_{};
+  std::unique_ptr<Backend<float>> backend_;
+  std::unique_ptr<Model<float>> model_;
+  double device_peak_ = 0.0;  // --device cuda: GFLOP/s of its GEMMs, measured unless given
+  int micro_batch_ = 0, micro_batches_ = 0;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::vector<Communicator*> blocking_;
+  TraceRecorder trace_;
+  OptimizerConfig optimizer_config_{};
+  std::optional<LrSchedule> lr_schedule_;
+  std::optional<SampleOrder> order_;
+  std::optional<BatchLoader> loader_;
+  std::unique_ptr<PipelineRunner> runner_;
+  std::unique_ptr<GradBuckets> buckets_;
+  bool tied_copies_ = false;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<NumericGuard> guard_;
+  std::unique_ptr<UpdateStep> update_;
+  std::unique_ptr<CheckpointStore> store_;
+  std::optional<CheckpointState> state_;
+  std::optional<CheckpointMirror> mirror_;  // on a device; the CPU path reads and writes in place
+  std::vector<float> params_copy_;          // on a device: the parameters for the replica check
+  std::unique_ptr<MetricsLog> log_;
+  std::string report_path_;
+
+  // The run's progress and figures.
+  int start_step_ = 0;
+  uint64_t consumed_ = 0;                                       // samples of the global order
+  double best_val_ = 0.0;                                       // for --save-best (NaN: none)
+  double peak_ = 0.0;              // GFLOP/s of all ranks together, for MFU
+  double flops_per_token_ = 0.0;   // PaLM's 6N + 12 L d T
+  double tokens_per_step_ = 0.0;
+  double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
+  std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
+  std::optional<StopSignals> signals_;  // installed for the step loop
+  std::chrono::steady_clock::time_point run_start_;
+  double slowest_step_ = 0.0, last_save_ = 0.0;  // seconds, for --exit-after-minutes
+};
+
+// Trainer(options, world).run().
 int train(const Options& options, const MpiComm& world);
 
 }  // namespace mpitrain

@@ -1,0 +1,318 @@
+// The Trainer's set-up: every check before any work (a failure on any rank stops all alike),
+// then the parts the step loop calls, then the banner.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/train/trainer.hpp"
+#ifdef MPITRAIN_HAVE_CUDA
+#include "mpitrain/backend/cuda/device.hpp"
+#include "mpitrain/backend/cuda_backend.hpp"
+#endif
+#include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/model/llmc_model.hpp"
+#include "mpitrain/monitor/output_dir.hpp"
+#include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/train/gather.hpp"
+#include "mpitrain/train/model_setup.hpp"
+#include "mpitrain/train/run_setup.hpp"
+#include "mpitrain/train/software_check.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mpitrain {
+
+namespace {
+
+// --device cuda: a head size the kernels take, no host-side compression, a usable GPU
+// (UsageError otherwise).
+void check_device(const TrainConfig& t, const ModelConfig& cfg) {
+  if (t.device != "cuda") return;
+  require(cfg.head_size() <= 256, "--device cuda: head size d-model / n-head = " +
+                                      std::to_string(cfg.head_size()) + " exceeds 256");
+  require(parse_grad_compress(t.grad_compress) == GradCompress::None,
+          "--grad-compress " + t.grad_compress + " encodes on the host: --device cpu only");
+#ifdef MPITRAIN_HAVE_CUDA
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  require(probe.count > 0, "--device cuda: " + probe.reason);
+#endif
+}
+
+// The backend of --device: the CPU's, or one GPU's (GEMM math from --precision, TF32 by --tf32).
+std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig& t, int threads,
+                                             Precision precision) {
+#ifdef MPITRAIN_HAVE_CUDA
+  if (t.device == "cuda") {
+    CudaOptions c;
+    c.kernels = parse_kernel_set(t.kernels);
+    c.math = precision == Precision::Bf16   ? GemmMath::Bf16
+             : precision == Precision::Fp16 ? GemmMath::Fp16
+             : t.tf32                       ? GemmMath::Tf32
+                                            : GemmMath::Fp32;
+    c.workspace_bytes = static_cast<size_t>(t.gpu_workspace_mb * (1 << 20));
+    return std::make_unique<CudaBackend<float>>(c);
+  }
+#endif
+  return std::make_unique<CpuBackend<float>>(threads, precision);
+}
+
+// GFLOP/s of the backend's matmul_forward (in its GEMM math) on n x n x n, inputs of ordinary
+// magnitude: the MFU peak of a device. Runs before the memory is sealed; frees what it takes.
+double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
+  const size_t nn = static_cast<size_t>(n) * n;
+  float* a = backend.alloc(3 * nn);  // inp, weight, out
+  std::vector<float> inputs(2 * nn);
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<float>(i % 17) / 17 - 0.5f;
+  backend.upload(a, inputs.data(), inputs.size());
+  float sink = 0.0f;
+  backend.matmul_forward(a + 2 * nn, a, a + nn, nullptr, n, n, n);  // the algorithm is picked
+  backend.download(&sink, a + 2 * nn, 1);                            // waits for the device
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < repeats; ++r) backend.matmul_forward(a + 2 * nn, a, a + nn, nullptr, n, n, n);
+  backend.download(&sink, a + 2 * nn, 1);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  backend.free(a);
+  return 2.0 * n * nn * repeats / s / 1e9;
+}
+
+std::string format_count(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  return buf;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Options& options, const MpiComm& world)
+    : options_(options), t_(options.train), world_(world), root_(world.rank() == 0) {
+  all_or_none(world_, [&] { faults_ = FaultPlan::from_env(); });
+  // Loud, before any work: a plan exported into a production job must not go unnoticed.
+  if (root_ && faults_.armed()) std::fprintf(stderr, "%s\n", faults_.warning().c_str());
+  // The same build, libraries and configuration on every rank, before anything can differ.
+  check_software(world_, options_.effective, faults_);
+  check_inputs();
+  build_model();
+  build_step_parts();
+  print_banner();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::check_inputs() {
+  all_or_none(world_, [&] {
+    shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp);
+    schedule_ = parse_pipeline_schedule(t_.pp_schedule);
+    parse_lr_decay(t_.lr_schedule);
+    const TokenFormat format = parse_token_format(t_.data_format);
+    train_src_ = open_tokens(t_.train_data, format);
+    if (!t_.val_data.empty()) val_src_ = open_tokens(t_.val_data, format);
+    cfg_ = resolve_model_config(options_, *train_src_);
+    check_device(t_, cfg_);
+    check_tensor_parallel(cfg_, shape_.tp);
+    stage_first_layer_ = pipeline_layer_split(cfg_.n_layer, shape_.pp, t_.pp_layers);
+    // (auto: the plan takes a divisor of global-batch-size / dp)
+    require(t_.micro_batch_size == 0 ||
+                t_.global_batch_size % (shape_.dp * t_.micro_batch_size) == 0,
+            "global-batch-size " + std::to_string(t_.global_batch_size) +
+                " must be divisible by dp x micro-batch-size = " + std::to_string(shape_.dp) +
+                " x " + std::to_string(t_.micro_batch_size));
+    train_windows_ = std::make_unique<SampleWindows>(*train_src_, t_.seq_len);
+    if (val_src_) val_windows_ = std::make_unique<SampleWindows>(*val_src_, t_.seq_len);
+  });
+  uint32_t max_ids[2] = {0, 0};  // train, val
+  all_or_none(world_, [&] {
+    max_ids[0] = local_max_token(train_src_.get(), world_);
+    max_ids[1] = local_max_token(val_src_.get(), world_);
+  });
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, max_ids, 2, MPI_UINT32_T, MPI_MAX, world_.get()));
+  for (int i = 0; i < 2; ++i)
+    require(max_ids[i] < static_cast<uint32_t>(cfg_.vocab_size),
+            (i ? t_.val_data : t_.train_data) + " holds token id " + std::to_string(max_ids[i]) +
+                ", not below vocab-size " + std::to_string(cfg_.vocab_size));
+  // --trace and --tensorboard directories: checked before the out-dir is written, created after
+  // it (they may lie inside it).
+  all_or_none(world_, [&] {
+    require_creatable_dir(t_.trace, "trace");
+    require_creatable_dir(t_.tensorboard, "tensorboard");
+  });
+}
+
+void Trainer::build_model() {
+  grid_.emplace(world_, shape_);
+  full_layout_.emplace(cfg_);
+  comms_ = std::make_unique<CommGroups>(world_, *grid_);  // host communicators now, device below
+  devices_ = setup_devices(t_, *grid_, world_);  // GPU choice and table, --comm, power
+  threads_ = resolve_threads(t_.threads, grid_->local_size());
+  model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute)};
+  all_or_none(world_, [&] {
+    require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
+                t_.device == "cpu",
+            "MPITRAIN_FAULT nan / drift write host memory: --device cpu only");
+    backend_ = make_backend(t_, threads_, model_options_.precision);
+#ifdef MPITRAIN_HAVE_CUDA
+    if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()); gpu && root_)
+      std::printf("device: %s\n", gpu->describe().c_str());
+#endif
+    if (!backend_->host_memory() && t_.peak_gflops == 0)
+      device_peak_ = measure_matmul_gflops(*backend_, 4096, 5);
+  });
+  // The micro-batch (--micro-batch-size auto: planned against the memory left now).
+  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, *grid_, world_);
+  micro_batches_ = t_.global_batch_size / (shape_.dp * micro_batch_);
+  const int slots = pipeline_slots(schedule_, micro_batches_, shape_.pp, grid_->pp_rank());
+  const ModelShard shard = shard_of(shape_, stage_first_layer_, grid_->tp_rank(), grid_->pp_rank());
+#ifdef MPITRAIN_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()))  // tensors cross ranks
+    all_or_none(world_, [&] {
+      comms_->use_device(devices_.comm, gpu->stream(),
+                         data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots,
+                                         t_.bucket_mb, t_.zero == 1),
+                         std::max(t_.comm_timeout, t_.comm_timeout_startup));
+    });
+#endif
+  // A call blocked longer than --comm-timeout(-startup), or NCCL work incomplete that long, is
+  // reported and ends the job (exit 3); so does an NCCL error.
+  watchdog_ = std::make_unique<Watchdog>(world_,
+                                         WatchdogConfig{t_.comm_timeout_startup, t_.comm_timeout},
+                                         comms_->host_logs(), comms_->device_work());
+  blocking_ = comms_->blocking();
+  all_or_none(world_, [&] {
+    model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, t_.seq_len,
+                                            slots, &comms_->tp_data(), model_options_);
+    if (t_.init_from.empty()) {
+      model_->init(t_.seed);
+    } else {
+      std::vector<float> full(full_layout_->total()), local(model_->num_params());
+      load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
+      for (const ParamTensor& p : model_->layout().tensors())
+        take_shard(p, full.data() + full_layout_->tensors()[p.global_index].offset,
+                   local.data() + p.offset);
+      backend_->upload(model_->params(), local.data(), local.size());
+    }
+    require(faults_.kind() != FaultKind::Nan || faults_.layer() < cfg_.n_layer,
+            "MPITRAIN_FAULT: layer " + std::to_string(faults_.layer()) +
+                " is not below n-layer " + std::to_string(cfg_.n_layer));
+    if (root_) prepare_out_dir(options_);
+  });
+}
+
+void Trainer::build_step_parts() {
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  all_or_none(world_, [&] {
+    if (!t_.trace.empty())
+      trace_.open(t_.trace, world_.rank(),
+                  "rank " + std::to_string(world_.rank()) + " (dp " +
+                      std::to_string(grid_->dp_rank()) + " tp " + std::to_string(grid_->tp_rank()) +
+                      " pp " + std::to_string(grid_->pp_rank()) + ")");
+    if (root_ && !t_.tensorboard.empty())
+      tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard);
+  });
+  optimizer_config_ = {parse_optimizer(t_.optimizer),         static_cast<float>(t_.beta1),
+                       static_cast<float>(t_.beta2),          static_cast<float>(t_.adam_eps),
+                       static_cast<float>(t_.momentum),       static_cast<float>(t_.weight_decay)};
+  lr_schedule_ = LrSchedule{parse_lr_decay(t_.lr_schedule), t_.lr, t_.lr * t_.min_lr_ratio,
+                            t_.warmup_steps, t_.steps};
+  order_.emplace(train_windows_->count(), t_.seed, t_.shuffle);
+  loader_.emplace(*train_windows_, *order_, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
+                  shape_.dp);
+  runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_,
+                                             micro_batches_, micro_batch_, t_.seq_len, &trace_,
+                                             [this] { return blocked_seconds(); });
+  buckets_ = std::make_unique<GradBuckets>(
+      comms_->dp_data(), model_->grads(), model_->num_params(),
+      static_cast<size_t>(t_.bucket_mb * (1 << 20)),
+      GradSyncOptions{t_.zero == 1, parse_grad_compress(t_.grad_compress), t_.topk_ratio});
+  // The optimizer updates this rank's range of the parameters (all of them without ZeRO-1), from
+  // fp32 master weights taken before the compute copy is rounded to the run's precision. Its
+  // norms are host vectors: the host communicators.
+  tied_copies_ = cfg_.tied_embeddings() && shape_.pp > 1 && comms_->embedding;
+  const FlatRange own = buckets_->owned();
+  backend_->set_alloc_kind(AllocKind::Optimizer);
+  optimizer_ = std::make_unique<Optimizer>(
+      *backend_, model_->layout(), optimizer_config_, model_->params(), own.lo, own.hi,
+      model_options_.precision,
+      NormGroups{t_.zero ? &comms_->dp : nullptr, &comms_->tp,
+                     tied_copies_ ? &*comms_->embedding : nullptr});
+  backend_->set_alloc_kind(AllocKind::Activations);
+  backend_->round_to(model_->params(), model_->num_params(), model_options_.precision);
+#ifdef MPITRAIN_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get())) {  // the footprint is fixed
+    gpu->seal_memory();
+    if (root_) std::printf("%s\n", gpu->memory_report().c_str());
+  }
+#endif
+  scaler_ = std::make_unique<LossScaler>(
+      LossScalerConfig{model_options_.precision == Precision::Fp16, t_.initial_loss_scale,
+                       t_.loss_scale_window, t_.min_loss_scale});
+  guard_ = std::make_unique<NumericGuard>(parse_nan_policy(t_.on_nan), t_.out_dir, comms_->world);
+  update_ = std::make_unique<UpdateStep>(
+      *model_, *buckets_, *optimizer_, *scaler_, *guard_,
+      UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr,
+                  t_.zero == 1 || grid_->dp_rank() == 0},
+      t_.grad_clip, &trace_);
+
+  store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
+                                             world_, t_.keep_last, faults_);
+  state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params(), *optimizer_,
+                                  t_.zero == 1 || grid_->dp_rank() == 0));
+  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_);
+  best_val_ = std::numeric_limits<double>::quiet_NaN();
+  resume();
+  log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
+                                      t_.resume.empty() ? -1 : start_step_,
+                                      std::move(tensorboard));
+  report_path_ = (fs::path(t_.out_dir) / "report.json").string();
+
+  // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
+  peak_ = t_.peak_gflops > 0          ? t_.peak_gflops
+          : !backend_->host_memory() ? device_peak_
+                                     : measure_sgemm_gflops(1024, 3);
+  comms_->world.all_reduce(&peak_, 1, ReduceOp::Sum);
+  flops_per_token_ = 6.0 * full_layout_->matmul_params() +
+                     12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
+  tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
+  // What each rank holds (the largest of all ranks): parameters and gradients, optimizer state
+  // (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO-1), activations.
+  held_bytes_[0] = 2.0 * sizeof(float) * model_->num_params();
+  held_bytes_[1] = static_cast<double>(optimizer_->bytes());
+  held_bytes_[2] = static_cast<double>(model_->activation_bytes());
+  comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);
+  tokens_.resize(static_cast<size_t>(micro_batch_) * t_.seq_len);
+  targets_.resize(tokens_.size());
+}
+
+void Trainer::print_banner() const {
+  if (!root_) return;
+  std::printf("mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
+              "training data\n",
+              MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head,
+              cfg_.n_kv_head, cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
+              format_count(static_cast<double>(full_layout_->total())).c_str(),
+              static_cast<size_t>(train_src_->size()));
+  std::printf("%d ranks = dp %d x tp %d x pp %d, %d threads each | global batch %d = dp %d x %d "
+              "micro-batches x %d | peak %.1f GFLOP/s in all\n",
+              world_.size(), shape_.dp, shape_.tp, shape_.pp, threads_, t_.global_batch_size,
+              shape_.dp, micro_batches_, micro_batch_, peak_);
+  std::printf("per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
+              "(%s%s) | activations %.2f MiB (%s, recompute %s)",
+              held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
+              to_string(optimizer_config_.kind).c_str(), t_.zero ? ", ZeRO-1" : "",
+              held_bytes_[2] / (1 << 20), t_.precision.c_str(), t_.recompute.c_str());
+  if (shape_.pp > 1)
+    std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
+                to_string(schedule_).c_str(), shape_.pp,
+                100.0 * pipeline_bubble(micro_batches_, shape_.pp));
+  if (shape_.dp > 1) std::printf(" | %zu gradient buckets", buckets_->buckets());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace mpitrain
