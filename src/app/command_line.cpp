@@ -1,11 +1,29 @@
 #include "mpitrain/app/command_line.hpp"
 
+#include "mpitrain/app/suggest.hpp"
+
+namespace po = boost::program_options;
+
 namespace mpitrain {
 
-boost::program_options::parsed_options parse_last_wins(
-    int argc, const char* const* argv, const boost::program_options::options_description& desc) {
-  boost::program_options::parsed_options flags =
-      boost::program_options::parse_command_line(argc, argv, desc);
+namespace {
+
+// As a plain po::error, so that callers report it as they report any other parse error.
+[[noreturn]] void throw_with_suggestion(const po::unknown_option& e,
+                                        const po::options_description& desc) {
+  throw po::error(e.what() + did_you_mean(e.get_option_name(), desc));
+}
+
+}  // namespace
+
+po::parsed_options parse_last_wins(int argc, const char* const* argv,
+                                   const po::options_description& desc) {
+  po::parsed_options flags(&desc);
+  try {
+    flags = po::parse_command_line(argc, argv, desc);
+  } catch (const po::unknown_option& e) {
+    throw_with_suggestion(e, desc);
+  }
   for (size_t i = 0; i < flags.options.size(); ++i)
     for (size_t j = i + 1; j < flags.options.size(); ++j)
       if (flags.options[j].string_key == flags.options[i].string_key) {
@@ -13,6 +31,14 @@ boost::program_options::parsed_options parse_last_wins(
         break;
       }
   return flags;
+}
+
+po::parsed_options parse_ini(std::istream& in, const po::options_description& desc) {
+  try {
+    return po::parse_config_file(in, desc);
+  } catch (const po::unknown_option& e) {
+    throw_with_suggestion(e, desc);
+  }
 }
 
 }  // namespace mpitrain

@@ -16,8 +16,8 @@ int run(int argc, char** argv) {
   const MpiComm world = MpiComm::world();
   Options options;
   all_or_none(world, [&] { options = parse_options(argc, argv); });
-  if (options.help) {
-    if (world.rank() == 0) std::printf("%s", options.help_text.c_str());
+  if (!options.print_instead.empty()) {
+    if (world.rank() == 0) std::printf("%s", options.print_instead.c_str());
     return kExitOk;
   }
   return train(options, world);

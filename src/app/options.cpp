@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "mpitrain/app/command_line.hpp"
+#include "mpitrain/app/help_format.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/optim/optimizer.hpp"
@@ -18,9 +19,26 @@ namespace mpitrain {
 
 namespace {
 
-const char* const kModelOptions[] = {"arch",  "n-layer",    "n-head",      "n-kv-head",
-                                     "d-model", "d-ff",     "vocab-size",  "max-seq-len",
+const char* const kModelOptions[] = {"arch",     "n-layer",   "n-head",     "n-kv-head",
+                                     "d-model",  "d-ff",      "vocab-size", "max-seq-len",
                                      "norm-eps", "rope-theta"};
+
+// --help's first lines (at most kHelpWidth columns).
+const char* const kIntro =
+    "trainer " MPITRAIN_VERSION ": train a GPT-2 or Llama language model with MPI\n"
+    "\n"
+    "Usage: mpirun -np N trainer [--config FILE] [--option VALUE ...]\n"
+    "\n"
+    "Options come from the INI file given by --config, one 'name = value' a line (the names\n"
+    "below without the dashes), and flags override it; a flag given twice takes its last value.\n"
+    "A switch such as --overwrite takes no value (--overwrite=false turns it off again).\n";
+
+// Options given as text and converted after parsing, and the INI file's name.
+struct RawText {
+  std::string arch = "gpt2";
+  std::string micro_batch = "4";
+  std::string config_file;
+};
 
 template <typename V>
 po::typed_value<V>* with_default(V* target) {
@@ -29,6 +47,217 @@ po::typed_value<V>* with_default(V* target) {
 
 po::typed_value<bool>* flag(bool* target) {
   return po::value<bool>(target)->default_value(*target)->implicit_value(true);
+}
+
+// One option a line reads better than clang-format's chains.
+// clang-format off
+po::options_description general_options(TrainConfig& t, RawText& raw) {
+  po::options_description d;
+  d.add_options()
+      ("help,h", "print this help and exit")
+      ("version", "print the version and exit")
+      ("config", po::value(&raw.config_file)->value_name("FILE"),
+       "INI file with options (flags override it)")
+      ("out-dir", with_default(&t.out_dir)->value_name("DIR"),
+       "directory for metrics.jsonl, report.json, run.ini and checkpoints")
+      ("overwrite", flag(&t.overwrite), "allow writing into an out-dir that already holds files");
+  return d;
+}
+
+po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& raw) {
+  po::options_description d;
+  d.add_options()
+      ("arch", with_default(&raw.arch)->value_name("gpt2|llama"),
+       "gpt2 (LayerNorm, GELU, learned positions, biases, tied embeddings) or llama (RMSNorm, "
+       "SwiGLU, RoPE, grouped-query attention)")
+      ("n-layer", with_default(&m.n_layer), "transformer blocks")
+      ("n-head", with_default(&m.n_head), "attention (query) heads")
+      ("n-kv-head", with_default(&m.n_kv_head), "key/value heads (llama GQA); 0 = n-head")
+      ("d-model", with_default(&m.d_model), "model width")
+      ("d-ff", with_default(&m.d_ff),
+       "MLP hidden width; 0 = 4 d-model (gpt2), 8/3 d-model rounded up to 64 (llama)")
+      ("vocab-size", with_default(&m.vocab_size), "vocabulary; 0 = the training data's vocab_size")
+      ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
+      ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
+      ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)")
+      ("init-from", with_default(&t.init_from)->value_name("FILE"),
+       "start from an llm.c GPT-2 model file (its header sets the shape)");
+  return d;
+}
+
+po::options_description data_options(TrainConfig& t) {
+  po::options_description d;
+  d.add_options()
+      ("train-data", with_default(&t.train_data)->value_name("FILE"),
+       "training tokens: HDF5 (/tokens), llm.c shard or nanoGPT .bin (required)")
+      ("val-data", with_default(&t.val_data)->value_name("FILE"),
+       "validation tokens (same formats); '' = none")
+      ("data-format", with_default(&t.data_format)->value_name("auto|hdf5|llmc|nanogpt"),
+       "format of the token files; auto detects it")
+      ("shuffle", flag(&t.shuffle), "a seeded permutation of the samples per epoch")
+      ("eval-interval", with_default(&t.eval_interval),
+       "steps between validation losses; 0 = only at the end")
+      ("eval-samples", with_default(&t.eval_samples), "validation sequences per evaluation")
+      ("sample-tokens", with_default(&t.sample_tokens), "tokens of text generated at the end")
+      ("sample-prompt", with_default(&t.sample_prompt),
+       "text the sample starts from; '' = a newline")
+      ("sample-temperature", with_default(&t.sample_temperature),
+       "sampling temperature; 0 = greedy");
+  return d;
+}
+
+po::options_description training_options(TrainConfig& t, RawText& raw) {
+  po::options_description d;
+  d.add_options()
+      ("steps", with_default(&t.steps), "optimizer steps; 0 = evaluate (and sample) only")
+      ("global-batch-size", with_default(&t.global_batch_size),
+       "sequences per optimizer step over all ranks")
+      ("micro-batch-size", with_default(&raw.micro_batch)->value_name("N|auto"),
+       "sequences per forward/backward on one rank (the rest is gradient accumulation), or auto: "
+       "the largest that the memory plan fits, printed before the first step")
+      ("seq-len", with_default(&t.seq_len), "tokens per training sequence")
+      ("seed", with_default(&t.seed), "seed for initialisation, data order and sampling")
+      ("lr", with_default(&t.lr), "peak learning rate")
+      ("lr-schedule", with_default(&t.lr_schedule)->value_name("cosine|linear|constant"),
+       "decay after the warm-up")
+      ("warmup-steps", with_default(&t.warmup_steps), "linear warm-up steps")
+      ("min-lr-ratio", with_default(&t.min_lr_ratio), "final lr as a fraction of lr")
+      ("optimizer", with_default(&t.optimizer)->value_name("adamw|sgd|lamb"),
+       "AdamW, SGD with momentum (PyTorch's buffer) or LAMB (AdamW with per-tensor trust ratios)")
+      ("momentum", with_default(&t.momentum), "sgd momentum")
+      ("weight-decay", with_default(&t.weight_decay),
+       "decoupled weight decay (all optimizers; none on norms and biases)")
+      ("beta1", with_default(&t.beta1), "AdamW / LAMB beta1")
+      ("beta2", with_default(&t.beta2), "AdamW / LAMB beta2")
+      ("adam-eps", with_default(&t.adam_eps), "AdamW / LAMB epsilon")
+      ("grad-clip", with_default(&t.grad_clip), "clip the global gradient norm to this; 0 = off");
+  return d;
+}
+
+po::options_description parallel_options(TrainConfig& t) {
+  po::options_description d;
+  d.add_options()
+      ("dp", with_default(&t.dp), "data-parallel ranks; 0 = world size / (tp x pp)")
+      ("tp", with_default(&t.tp), "tensor-parallel ranks (Megatron); 0 = derived, else 1")
+      ("pp", with_default(&t.pp), "pipeline stages; 0 = derived, else 1")
+      ("pp-layers", with_default(&t.pp_layers)->value_name("N,N,..."),
+       "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
+      ("pp-schedule", with_default(&t.pp_schedule)->value_name("gpipe|1f1b"), "pipeline schedule")
+      ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket (MiB)")
+      ("zero", with_default(&t.zero),
+       "1 = ZeRO-1: optimizer state and master weights sharded over dp (reduce-scatter the "
+       "gradients, update the own shard, all-gather the parameters); 0 = replicated")
+      ("grad-compress", with_default(&t.grad_compress)->value_name("none|bf16|fp16|int8|topk"),
+       "data-parallel gradient compression: bf16, fp16 (2 bytes a value), int8 (1 byte + a scale "
+       "per chunk) or topk (the largest --topk-ratio of each bucket); int8 and topk keep error "
+       "feedback. Sums are taken in fp32. Not with --zero 1")
+      ("topk-ratio", with_default(&t.topk_ratio), "topk: fraction of each bucket's values sent");
+  return d;
+}
+
+po::options_description memory_options(TrainConfig& t) {
+  po::options_description d;
+  d.add_options()
+      ("precision", with_default(&t.precision)->value_name("fp32|bf16|fp16"),
+       "bf16 / fp16: activations and compute weights in that precision (round to nearest even), "
+       "fp32 master weights, optimizer state, reductions and loss")
+      ("recompute", with_default(&t.recompute)->value_name("none|selective|full"),
+       "activation recomputation in backward: the attention probabilities, or each block")
+      ("device-memory-gib", with_default(&t.device_memory_gib),
+       "micro-batch-size auto: memory per rank to plan for; 0 = the GPU's free memory (cuda), "
+       "or available memory / ranks on the node (cpu)")
+      ("initial-loss-scale", with_default(&t.initial_loss_scale), "fp16: the first loss scale")
+      ("loss-scale-window", with_default(&t.loss_scale_window),
+       "fp16: steps without overflow before the loss scale doubles")
+      ("min-loss-scale", with_default(&t.min_loss_scale),
+       "fp16: the loss scale never goes below this");
+  return d;
+}
+
+po::options_description checkpoint_options(TrainConfig& t) {
+  po::options_description d;
+  d.add_options()
+      ("save-interval", with_default(&t.save_interval),
+       "steps between checkpoints under <out-dir>/checkpoints, plus one at the end; 0 = none")
+      ("keep-last", with_default(&t.keep_last),
+       "step checkpoints kept (older ones deleted); 0 = all")
+      ("resume", with_default(&t.resume)->value_name("auto|DIR"),
+       "auto = continue from the newest valid checkpoint if there is one; or a checkpoint "
+       "directory; '' = start fresh")
+      ("save-best", flag(&t.save_best),
+       "keep the checkpoint with the lowest validation loss as best/")
+      ("exit-after-minutes", with_default(&t.exit_after_minutes),
+       "save and exit with code 85 before this many minutes of wall time; 0 = off")
+      ("exit-at-step", with_default(&t.exit_at_step),
+       "save and exit with code 85 after this step (a run in pieces, restart tests); 0 = off")
+      ("export-llmc", with_default(&t.export_llmc)->value_name("FILE"),
+       "at the end, write the gpt2 model in llm.c's format to this file")
+      ("export-params", with_default(&t.export_params)->value_name("FILE"),
+       "at the end, write every parameter with its full shape to this HDF5 file");
+  return d;
+}
+
+po::options_description monitoring_options(TrainConfig& t) {
+  po::options_description d;
+  d.add_options()
+      ("trace", with_default(&t.trace)->value_name("DIR"),
+       "write a Chrome-trace / Perfetto timeline per rank to <dir>/trace-rank<R>.json; '' = off")
+      ("tensorboard", with_default(&t.tensorboard)->value_name("DIR"),
+       "write TensorBoard scalar events (loss, lr, throughput, time breakdown) to <dir>; '' = off")
+      ("log-interval", with_default(&t.log_interval),
+       "steps per console line (the first and last step always; the loss averaged over the "
+       "interval); metrics.jsonl has every step")
+      ("peak-gflops", with_default(&t.peak_gflops),
+       "peak GFLOP/s of one rank for MFU; 0 = this rank's sgemm rate, measured once per host, "
+       "threads and allowed CPUs and kept in $MPITRAIN_PEAK_CACHE (default "
+       "~/.cache/mpitrain/peak-gflops.jsonl)")
+      ("comm-timeout", with_default(&t.comm_timeout),
+       "seconds a communication call may block once the first step has finished; then every rank "
+       "that sees it reports the call and which ranks did not arrive, and the job exits 3; 0 = no "
+       "limit")
+      ("comm-timeout-startup", with_default(&t.comm_timeout_startup),
+       "the same limit until the first step has finished; 0 = no limit")
+      ("on-nan", with_default(&t.on_nan)->value_name("stop|skip"),
+       "a non-finite loss or gradient: stop (write <out-dir>/nonfinite-step-<S>.json, exit 1) or "
+       "skip (no update that step, counted); fp16 runs skip and lower the loss scale instead")
+      ("check-replicas", with_default(&t.check_replicas),
+       "every N steps compare a checksum of the data-parallel replicas' parameters; a difference "
+       "stops the run (exit 1); 0 = off");
+  return d;
+}
+
+po::options_description device_options(TrainConfig& t) {
+  po::options_description d;
+  d.add_options()
+      ("device", with_default(&t.device)->value_name("cpu|cuda"),
+       "cuda: GPU local rank % visible GPUs (CUDA_VISIBLE_DEVICES applies)")
+      ("threads", with_default(&t.threads),
+       "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
+      ("comm", with_default(&t.comm)->value_name("auto|nccl|mpi"),
+       "cuda: what moves tensors between ranks: nccl (a GPU per rank), mpi (through pinned host "
+       "buffers; ranks may share a GPU), or auto = nccl unless ranks share a GPU")
+      ("kernels", with_default(&t.kernels)->value_name("cudnn|cuda"),
+       "cuda: cudnn (cuBLASLt GEMMs, cuDNN attention and norms) or cuda (own kernels only)")
+      ("tf32", flag(&t.tf32), "cuda, precision fp32: allow TF32 tensor-core GEMMs")
+      ("gpu-workspace-mb", with_default(&t.gpu_workspace_mb),
+       "cuda: workspace for cuBLASLt / cuDNN and low-precision operand copies");
+  return d;
+}
+
+// clang-format on
+
+// Every option, under the headings of --help, in the order a user meets them.
+std::vector<HelpGroup> option_groups(Options& o, RawText& raw) {
+  TrainConfig& t = o.train;
+  return {{"General", general_options(t, raw)},
+          {"Model", model_options(o.model, t, raw)},
+          {"Data and evaluation", data_options(t)},
+          {"Training", training_options(t, raw)},
+          {"Parallelism", parallel_options(t)},
+          {"Precision and memory", memory_options(t)},
+          {"Checkpoints and exports", checkpoint_options(t)},
+          {"Monitoring and failure detection", monitoring_options(t)},
+          {"Device", device_options(t)}};
 }
 
 void check_positive(int value, const char* name) {
@@ -50,198 +279,16 @@ int parse_positive(const std::string& text, const char* name) {
 }
 
 void check_nonnegative(double value, const char* name) {
-  require(value >= 0, std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
+  require(value >= 0,
+          std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
 }
 
-}  // namespace
-
-Options parse_options(int argc, const char* const* argv) {
-  Options o;
-  ModelConfig& m = o.model;
-  TrainConfig& t = o.train;
-  // Model fields resolved later when left at 0.
-  m.vocab_size = 0;
-  m.d_ff = 0;
-  m.n_kv_head = 0;
-  m.max_seq_len = 0;
-  std::string arch = "gpt2", config_file, micro_batch = "4";
-
-  po::options_description general("General");
-  general.add_options()
-      ("help,h", "print this help and exit")
-      ("config", po::value<std::string>(&config_file), "INI file with options (flags override it)")
-      ("out-dir", with_default(&t.out_dir), "directory for metrics.jsonl and other outputs")
-      ("overwrite", flag(&t.overwrite), "allow writing into an out-dir that already holds a run")
-      ("trace", with_default(&t.trace),
-       "write a Chrome-trace / Perfetto timeline per rank to <dir>/trace-rank<R>.json; '' = off")
-      ("tensorboard", with_default(&t.tensorboard),
-       "write TensorBoard scalar events (loss, lr, throughput, time breakdown) to <dir>; '' = off")
-      ("threads", with_default(&t.threads),
-       "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
-      ("device", with_default(&t.device),
-       "cpu, or cuda: GPU local rank % visible GPUs (CUDA_VISIBLE_DEVICES applies)")
-      ("comm", with_default(&t.comm),
-       "cuda: what moves tensors between ranks: nccl (a GPU per rank), mpi (through pinned host "
-       "buffers; ranks may share a GPU), or auto = nccl unless ranks share a GPU")
-      ("kernels", with_default(&t.kernels),
-       "cuda: cudnn (cuBLASLt GEMMs, cuDNN attention and norms) or cuda (own kernels only)")
-      ("tf32", flag(&t.tf32), "cuda, precision fp32: allow TF32 tensor-core GEMMs")
-      ("gpu-workspace-mb", with_default(&t.gpu_workspace_mb),
-       "cuda: workspace for cuBLASLt / cuDNN and low-precision operand copies")
-      ("seed", with_default(&t.seed), "seed for initialisation, data order and sampling")
-      ("peak-gflops", with_default(&t.peak_gflops),
-       "peak GFLOP/s of one rank for MFU; 0 = measure this rank's sgemm rate at start-up");
-
-  po::options_description parallel("Parallelism");
-  parallel.add_options()
-      ("dp", with_default(&t.dp), "data-parallel ranks; 0 = world size / (tp x pp)")
-      ("tp", with_default(&t.tp), "tensor-parallel ranks (Megatron); 0 = derived, else 1")
-      ("pp", with_default(&t.pp), "pipeline stages; 0 = derived, else 1")
-      ("pp-layers", with_default(&t.pp_layers), "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
-      ("pp-schedule", with_default(&t.pp_schedule), "pipeline schedule: gpipe or 1f1b")
-      ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket size (MiB)")
-      ("zero", with_default(&t.zero),
-       "1 = ZeRO-1: optimizer state and master weights sharded over dp (reduce-scatter the "
-       "gradients, update the own shard, all-gather the parameters); 0 = replicated")
-      ("grad-compress", with_default(&t.grad_compress),
-       "data-parallel gradient compression: none, bf16, fp16 (2 bytes a value), int8 (1 byte + a "
-       "scale per chunk) or topk (the largest --topk-ratio of each bucket); int8 and topk keep "
-       "error feedback. Sums are taken in fp32. Not with --zero 1")
-      ("topk-ratio", with_default(&t.topk_ratio), "topk: fraction of each bucket's values sent");
-
-  po::options_description ckpt("Checkpoints and restart");
-  ckpt.add_options()
-      ("save-interval", with_default(&t.save_interval),
-       "steps between checkpoints under <out-dir>/checkpoints, plus one at the end; 0 = none")
-      ("keep-last", with_default(&t.keep_last), "step checkpoints kept (older ones deleted); 0 = all")
-      ("resume", with_default(&t.resume),
-       "'auto' = continue from the newest valid checkpoint if there is one; or a checkpoint dir")
-      ("save-best", flag(&t.save_best), "keep the checkpoint with the lowest validation loss as best/")
-      ("exit-after-minutes", with_default(&t.exit_after_minutes),
-       "save and exit with code 85 before this many minutes of wall time; 0 = off")
-      ("exit-at-step", with_default(&t.exit_at_step),
-       "save and exit with code 85 after this step (a run in pieces, restart tests); 0 = off");
-
-  po::options_description model("Model");
-  model.add_options()
-      ("arch", with_default(&arch), "gpt2 (LayerNorm, GELU, learned positions, biases, tied "
-                                    "embeddings) or llama (RMSNorm, SwiGLU, RoPE, GQA)")
-      ("n-layer", with_default(&m.n_layer), "transformer blocks")
-      ("n-head", with_default(&m.n_head), "attention (query) heads")
-      ("n-kv-head", with_default(&m.n_kv_head), "key/value heads (llama GQA); 0 = n-head")
-      ("d-model", with_default(&m.d_model), "model width")
-      ("d-ff", with_default(&m.d_ff),
-       "MLP hidden width; 0 = 4 d-model (gpt2), 8/3 d-model rounded up to 64 (llama)")
-      ("vocab-size", with_default(&m.vocab_size), "vocabulary; 0 = the training data's vocab_size")
-      ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
-      ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
-      ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)");
-
-  po::options_description train("Training");
-  train.add_options()
-      ("steps", with_default(&t.steps), "optimizer steps; 0 = evaluate (and sample) only")
-      ("global-batch-size", with_default(&t.global_batch_size),
-       "sequences per optimizer step over all ranks")
-      ("micro-batch-size", po::value<std::string>(&micro_batch)->default_value("4"),
-       "sequences per forward/backward on one rank (the rest is gradient accumulation), or auto: "
-       "the largest that the memory plan fits, printed before the first step")
-      ("device-memory-gib", with_default(&t.device_memory_gib),
-       "micro-batch-size auto: memory per rank to plan for; 0 = the GPU's free memory (cuda), "
-       "or available memory / ranks on the node (cpu)")
-      ("seq-len", with_default(&t.seq_len), "tokens per training sequence")
-      ("lr", with_default(&t.lr), "peak learning rate")
-      ("lr-schedule", with_default(&t.lr_schedule), "cosine, linear or constant (after warm-up)")
-      ("warmup-steps", with_default(&t.warmup_steps), "linear warm-up steps")
-      ("min-lr-ratio", with_default(&t.min_lr_ratio), "final lr as a fraction of lr")
-      ("optimizer", with_default(&t.optimizer),
-       "adamw, sgd (momentum, PyTorch's buffer) or lamb (AdamW with per-tensor trust ratios)")
-      ("momentum", with_default(&t.momentum), "sgd momentum")
-      ("weight-decay", with_default(&t.weight_decay),
-       "decoupled weight decay (all optimizers; none on norms and biases)")
-      ("beta1", with_default(&t.beta1), "AdamW / LAMB beta1")
-      ("beta2", with_default(&t.beta2), "AdamW / LAMB beta2")
-      ("adam-eps", with_default(&t.adam_eps), "AdamW / LAMB epsilon")
-      ("grad-clip", with_default(&t.grad_clip), "clip the global gradient norm to this; 0 = off");
-
-  po::options_description memory("Precision and memory");
-  memory.add_options()
-      ("precision", with_default(&t.precision),
-       "fp32, or bf16 / fp16: activations and compute weights in that precision (round to nearest "
-       "even), fp32 master weights, optimizer state, reductions and loss")
-      ("recompute", with_default(&t.recompute),
-       "activation recomputation: none, selective (attention probabilities) or full (each block)")
-      ("initial-loss-scale", with_default(&t.initial_loss_scale), "fp16: the first loss scale")
-      ("loss-scale-window", with_default(&t.loss_scale_window),
-       "fp16: steps without overflow before the loss scale doubles")
-      ("min-loss-scale", with_default(&t.min_loss_scale), "fp16: the loss scale never goes below this");
-
-  po::options_description data("Data");
-  data.add_options()
-      ("train-data", with_default(&t.train_data), "training tokens: HDF5 (/tokens), llm.c shard "
-                                                  "or nanoGPT .bin")
-      ("val-data", with_default(&t.val_data), "validation tokens (same formats); '' = none")
-      ("data-format", with_default(&t.data_format), "auto, hdf5, llmc or nanogpt")
-      ("shuffle", flag(&t.shuffle), "a seeded permutation of the samples per epoch")
-      ("eval-interval", with_default(&t.eval_interval),
-       "steps between validation losses; 0 = only at the end")
-      ("eval-samples", with_default(&t.eval_samples), "validation sequences per evaluation")
-      ("init-from", with_default(&t.init_from), "start from an llm.c GPT-2 model file")
-      ("export-llmc", with_default(&t.export_llmc),
-       "at the end, write the gpt2 model in llm.c's format to this file")
-      ("export-params", with_default(&t.export_params),
-       "at the end, write every parameter with its full shape to this HDF5 file")
-      ("sample-tokens", with_default(&t.sample_tokens), "tokens of text generated at the end")
-      ("sample-prompt", with_default(&t.sample_prompt), "text the sample starts from; '' = a newline")
-      ("sample-temperature", with_default(&t.sample_temperature), "sampling temperature; 0 = greedy");
-
-  po::options_description guards("Failure detection");
-  guards.add_options()
-      ("comm-timeout", with_default(&t.comm_timeout),
-       "seconds a communication call may block once the first step has finished; then every rank "
-       "that sees it reports the call and which ranks did not arrive, and the job exits 3; 0 = no "
-       "limit")
-      ("comm-timeout-startup", with_default(&t.comm_timeout_startup),
-       "the same limit until the first step has finished; 0 = no limit")
-      ("on-nan", with_default(&t.on_nan),
-       "a non-finite loss or gradient: stop (write <out-dir>/nonfinite-step-<S>.json, exit 1) or "
-       "skip (no update that step, counted); fp16 runs skip and lower the loss scale instead")
-      ("check-replicas", with_default(&t.check_replicas),
-       "every N steps compare a checksum of the data-parallel replicas' parameters; a difference "
-       "stops the run (exit 1); 0 = off");
-
-  po::options_description all("trainer — train a GPT-2 or Llama model with MPI\n\nUsage: mpirun "
-                              "-np N trainer --config FILE [--option value ...]\n");
-  all.add(general).add(parallel).add(ckpt).add(model).add(train).add(memory).add(data).add(guards);
-
-  po::variables_map vm;
-  try {
-    po::store(parse_last_wins(argc, argv, all), vm);
-    if (vm.count("help")) {
-      o.help = true;
-      std::ostringstream help;
-      help << all;
-      o.help_text = help.str();
-      return o;
-    }
-    if (vm.count("config")) {
-      config_file = vm["config"].as<std::string>();
-      std::ifstream in(config_file);
-      require(static_cast<bool>(in), "cannot read config file '" + config_file + "'");
-      po::store(po::parse_config_file(in, all), vm);  // flags stored first win
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + (config_file.empty() ? "" : " (config " + config_file + ")") +
-                     "; see --help");
-  }
-
-  m.arch = parse_arch(arch);
-  for (const char* name : kModelOptions)
-    if (vm.count(name) && !vm[name].defaulted()) o.model_set.emplace_back(name);
-
+// Ranges and choices of the run's options; sets the fields converted from text.
+void check_train(TrainConfig& t, const RawText& raw) {
   require(t.steps >= 0, "steps must not be negative");
   check_positive(t.global_batch_size, "global-batch-size");
-  t.micro_batch_size = micro_batch == "auto" ? 0 : parse_positive(micro_batch, "micro-batch-size");
+  t.micro_batch_size =
+      raw.micro_batch == "auto" ? 0 : parse_positive(raw.micro_batch, "micro-batch-size");
   check_nonnegative(t.device_memory_gib, "device-memory-gib");
   require(t.comm == "auto" || t.comm == "nccl" || t.comm == "mpi",
           "comm must be auto, nccl or mpi, not '" + t.comm + "'");
@@ -251,6 +298,7 @@ Options parse_options(int argc, const char* const* argv) {
   require(t.lr > 0, "lr must be positive");
   require(t.warmup_steps >= 0, "warmup-steps must not be negative");
   require(t.eval_interval >= 0, "eval-interval must not be negative");
+  check_positive(t.log_interval, "log-interval");
   require(t.threads >= 0, "threads must not be negative");
   require(t.device == "cpu" || t.device == "cuda",
           "device must be cpu or cuda, not '" + t.device + "'");
@@ -270,8 +318,9 @@ Options parse_options(int argc, const char* const* argv) {
           "zero must be 0 or 1 (ZeRO-1), not " + std::to_string(t.zero));
   require(t.topk_ratio > 0 && t.topk_ratio <= 1, "topk-ratio must lie in (0, 1]");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None || t.zero == 0,
-          "grad-compress " + t.grad_compress + " is not supported with zero 1 (ZeRO's "
-          "reduce-scatter and all-gather are not compressed): use one or the other");
+          "grad-compress " + t.grad_compress +
+              " is not supported with zero 1 (ZeRO's reduce-scatter and all-gather are not "
+              "compressed): use one or the other");
   require(t.save_interval >= 0, "save-interval must not be negative");
   require(t.keep_last >= 0, "keep-last must not be negative");
   require(t.exit_at_step >= 0, "exit-at-step must not be negative");
@@ -283,7 +332,8 @@ Options parse_options(int argc, const char* const* argv) {
   require(t.dp >= 0 && t.tp >= 0 && t.pp >= 0, "dp, tp and pp must not be negative");
   check_nonnegative(t.peak_gflops, "peak-gflops");
   check_nonnegative(t.sample_temperature, "sample-temperature");
-  require(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1, "beta1 and beta2 must lie in [0, 1)");
+  require(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
+          "beta1 and beta2 must lie in [0, 1)");
   require(t.adam_eps > 0, "adam-eps must be positive");
   parse_optimizer(t.optimizer);
   require(t.momentum >= 0 && t.momentum < 1, "momentum must lie in [0, 1)");
@@ -297,11 +347,17 @@ Options parse_options(int argc, const char* const* argv) {
   require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
               t.data_format == "nanogpt",
           "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
+}
+
+void check_model(const po::variables_map& vm) {
   for (const char* name : {"n-layer", "n-head", "d-model"})
     check_positive(vm[name].as<int>(), name);
   for (const char* name : {"n-kv-head", "d-ff", "vocab-size", "max-seq-len"})
     require(vm[name].as<int>() >= 0, std::string(name) + " must not be negative");
+}
 
+// Every option's final value, INI syntax (run.ini, and the options the ranks compare).
+std::string effective_ini(const po::variables_map& vm) {
   std::ostringstream eff;
   eff.precision(12);
   for (const auto& [name, value] : vm) {
@@ -316,7 +372,50 @@ Options parse_options(int argc, const char* const* argv) {
     else if (auto* b = boost::any_cast<bool>(&v)) eff << (*b ? "true" : "false");
     eff << "\n";
   }
-  o.effective = eff.str();
+  return eff.str();
+}
+
+}  // namespace
+
+Options parse_options(int argc, const char* const* argv) {
+  Options o;
+  ModelConfig& m = o.model;
+  // Model fields resolved later when left at 0.
+  m.vocab_size = 0;
+  m.d_ff = 0;
+  m.n_kv_head = 0;
+  m.max_seq_len = 0;
+  RawText raw;
+  const std::vector<HelpGroup> groups = option_groups(o, raw);
+  po::options_description all;
+  for (const HelpGroup& group : groups) all.add(group.options);
+
+  po::variables_map vm;
+  try {
+    po::store(parse_last_wins(argc, argv, all), vm);
+    if (vm.count("help") || vm.count("version")) {
+      o.print_instead = vm.count("help") ? format_help(kIntro, groups)
+                                         : std::string("trainer " MPITRAIN_BUILD_ID "\n");
+      return o;
+    }
+    if (vm.count("config")) {
+      raw.config_file = vm["config"].as<std::string>();
+      std::ifstream in(raw.config_file);
+      require(static_cast<bool>(in), "cannot read config file '" + raw.config_file + "'");
+      po::store(parse_ini(in, all), vm);  // flags stored first win
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    const std::string where = raw.config_file.empty() ? "" : "config " + raw.config_file + ": ";
+    throw UsageError(where + e.what() + "; see --help");
+  }
+
+  m.arch = parse_arch(raw.arch);
+  for (const char* name : kModelOptions)
+    if (vm.count(name) && !vm[name].defaulted()) o.model_set.emplace_back(name);
+  check_train(o.train, raw);
+  check_model(vm);
+  o.effective = effective_ini(vm);
   return o;
 }
 

@@ -1,21 +1,75 @@
 #include "mpitrain/runtime/grid.hpp"
 
+#include <algorithm>
+#include <array>
 #include <string>
 
 namespace mpitrain {
 
+namespace {
+
+constexpr size_t kMostLayouts = 6;  // more alternatives would bury the message
+
+// Rank counts the grid fits: any multiple of the fixed ranks while some entry is open.
+std::string fitting_rank_counts(int known, bool open) {
+  const std::string first = "-np " + std::to_string(known);
+  if (!open) return first;
+  return first + ", " + std::to_string(2 * known) + ", " + std::to_string(3 * known) + " ...";
+}
+
+// Values of one entry that fit `world` ranks beside the others' `others` ranks: the rest
+// exactly when no entry is open, else any divisor of it.
+std::vector<int> fitting_values(int world, int others, bool open) {
+  if (world % others != 0) return {};
+  const int rest = world / others;
+  if (!open) return {rest};
+  std::vector<int> values;
+  for (int v = 1; v <= rest; ++v)
+    if (rest % v == 0) values.push_back(v);
+  return values;
+}
+
+// " or --tp 1 / --tp 3": each entry the user set, changed alone to a value that fits.
+std::string fitting_layouts(int world, const std::array<int, 3>& user,
+                            const std::array<int, 3>& shape) {
+  const char* const names[] = {"dp", "tp", "pp"};
+  std::vector<std::string> layouts;
+  for (int i = 0; i < 3; ++i) {
+    if (user[i] == 0) continue;
+    int others = 1;
+    bool open = false;
+    for (int j = 0; j < 3; ++j)
+      if (j != i) {
+        others *= shape[j] ? shape[j] : 1;
+        open = open || shape[j] == 0;
+      }
+    for (int v : fitting_values(world, others, open))
+      layouts.push_back(std::string("--") + names[i] + " " + std::to_string(v));
+  }
+  if (layouts.empty()) return "";
+  std::string text = " or " + layouts[0];
+  for (size_t k = 1; k < std::min(layouts.size(), kMostLayouts); ++k) text += " / " + layouts[k];
+  return layouts.size() > kMostLayouts ? text + " / ..." : text;
+}
+
+}  // namespace
+
 GridShape resolve_grid(int world_size, int dp, int tp, int pp) {
   require(dp >= 0 && tp >= 0 && pp >= 0, "dp, tp and pp must not be negative");
+  const std::array<int, 3> user = {dp, tp, pp};
   if ((dp == 0) + (tp == 0) + (pp == 0) > 1) {  // several left open: tp, pp default to 1
     if (tp == 0) tp = 1;
     if (pp == 0 && dp == 0) pp = 1;
   }
-  auto shown = [](int v) { return v ? std::to_string(v) : std::string("?"); };
-  const std::string given = "dp x tp x pp = " + shown(dp) + " x " + shown(tp) + " x " + shown(pp);
   const int known = (dp ? dp : 1) * (tp ? tp : 1) * (pp ? pp : 1);
   const bool open = dp == 0 || tp == 0 || pp == 0;
-  require(world_size % known == 0 && (open || known == world_size),
-          given + " does not fit the " + std::to_string(world_size) + " ranks of this job");
+  if (world_size % known != 0 || (!open && known != world_size)) {
+    auto shown = [](int v) { return v ? std::to_string(v) : std::string("?"); };
+    throw UsageError("dp x tp x pp = " + shown(dp) + " x " + shown(tp) + " x " + shown(pp) +
+                     " does not fit the " + std::to_string(world_size) +
+                     " ranks of this job: use " + fitting_rank_counts(known, open) +
+                     fitting_layouts(world_size, user, {dp, tp, pp}));
+  }
   if (dp == 0) dp = world_size / known;
   if (tp == 0) tp = world_size / known;
   if (pp == 0) pp = world_size / known;

@@ -13,6 +13,8 @@ expect_usage_error() {  # [NP=ranks] expect_usage_error NAME EXPECTED_TEXT TRAIN
   grep -qF -- "$expected" "$SCRATCH/$name.err" || { cat "$SCRATCH/$name.err"; fail "$name: no '$expected'"; }
   [ "$(grep -c 'trainer: error:' "$SCRATCH/$name.err")" = 1 ] || { cat "$SCRATCH/$name.err"; fail "$name: not exactly one message"; }
   grep -q '^step ' "$SCRATCH/$name.out" && fail "$name: training started"
+  # An agreed error leaves through MPI_Finalize on every rank: no MPI_Abort banner.
+  grep -q 'MPI_ABORT' "$SCRATCH/$name.err" && { cat "$SCRATCH/$name.err"; fail "$name: MPI_Abort"; }
   echo "ok: $name -> $(grep 'trainer: error:' "$SCRATCH/$name.err")"
 }
 
@@ -34,9 +36,17 @@ expect_usage_error too_short "$SCRATCH/short/train.h5" "${tiny[@]}" --train-data
 expect_usage_error bad_init "$SCRATCH/garbage.bin" "${tiny[@]}" --init-from "$SCRATCH/garbage.bin" --out-dir "$SCRATCH/o8"
 expect_usage_error bad_option "unrecognised option '--bogus'" "${tiny[@]}" --bogus 1
 expect_usage_error bad_number "steps" "${tiny[@]}" --steps many
+# A misspelt option names the nearest known one.
+expect_usage_error typo_option "unrecognised option '--stpes' (did you mean --steps?)" \
+  "${tiny[@]}" --stpes 3
+expect_usage_error underscore_option "(did you mean --n-layer?)" "${tiny[@]}" --n_layer 3
 
 # Layouts that do not fit (3D parallelism).
 expect_usage_error grid_mismatch "dp x tp x pp = 3 x 1 x ? does not fit the 2 ranks" "${tiny[@]}" --dp 3 --out-dir "$SCRATCH/o9"
+# ... naming the rank counts and the layouts that would fit.
+NP=3 expect_usage_error grid_alternatives \
+  "does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1 / --tp 3" \
+  "${tiny[@]}" --tp 2 --out-dir "$SCRATCH/o19"
 expect_usage_error tp_heads "n-head (3) is not divisible by tp (2)" "${tiny[@]}" --tp 2 --n-head 3 --d-model 48 --out-dir "$SCRATCH/o10"
 expect_usage_error tp_kv_heads "n-kv-head (1) is not divisible by tp (2)" "${tiny[@]}" --tp 2 --arch llama --n-kv-head 1 --out-dir "$SCRATCH/o11"
 expect_usage_error pp_layers "fewer than the 2 pipeline stages" "${tiny[@]}" --pp 2 --n-layer 1 --out-dir "$SCRATCH/o12"

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,14 @@ std::string usage_error(std::vector<std::string> args) {
     return e.what();
   }
   return "";
+}
+
+// The text with each run of white space (line breaks, indentation) as one space.
+std::string flattened(const std::string& text) {
+  std::istringstream words(text);
+  std::string out, word;
+  while (words >> word) out += (out.empty() ? "" : " ") + word;
+  return out;
 }
 
 }  // namespace
@@ -64,16 +73,102 @@ TEST(Options, FlagsOverrideTheIniFile) {
 }
 
 TEST(Options, HelpListsEveryOptionWithDefault) {
-  Options o = parse({"--help"});
-  ASSERT_TRUE(o.help);
-  for (const char* name : {"--config", "--out-dir", "--steps", "--global-batch-size",
-                           "--micro-batch-size", "--seq-len", "--lr", "--lr-schedule",
-                           "--warmup-steps", "--weight-decay", "--grad-clip", "--seed", "--shuffle",
-                           "--train-data", "--val-data", "--init-from", "--eval-interval",
-                           "--threads", "--overwrite", "--arch", "--n-layer", "--n-head",
-                           "--n-kv-head", "--d-model", "--d-ff", "--vocab-size"})
-    EXPECT_NE(o.help_text.find(name), std::string::npos) << name;
-  EXPECT_NE(o.help_text.find("(=100)"), std::string::npos);  // defaults are shown
+  const std::string help = parse({"--help"}).print_instead;
+  for (const char* name : {"--config",
+                           "--out-dir",
+                           "--steps",
+                           "--global-batch-size",
+                           "--micro-batch-size",
+                           "--seq-len",
+                           "--lr",
+                           "--lr-schedule",
+                           "--warmup-steps",
+                           "--weight-decay",
+                           "--grad-clip",
+                           "--seed",
+                           "--shuffle",
+                           "--train-data",
+                           "--val-data",
+                           "--init-from",
+                           "--eval-interval",
+                           "--threads",
+                           "--overwrite",
+                           "--arch",
+                           "--n-layer",
+                           "--n-head",
+                           "--n-kv-head",
+                           "--d-model",
+                           "--d-ff",
+                           "--vocab-size"})
+    EXPECT_NE(help.find(name), std::string::npos) << name;
+  EXPECT_NE(help.find("(default: 100)"), std::string::npos);  // defaults are shown
+}
+
+TEST(Options, HelpShowsEveryOptionOnceUnderItsGroup) {
+  const std::string help = parse({"--help"}).print_instead;
+  std::istringstream effective(parse({"--train-data", "x.h5"}).effective);
+  std::vector<std::string> names = {"help", "version", "config"};
+  for (std::string line; std::getline(effective, line);)
+    names.push_back(line.substr(0, line.find(' ')));
+  size_t option_lines = 0;
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) option_lines += line.rfind("  -", 0) == 0;
+  EXPECT_EQ(option_lines, names.size());
+  for (const std::string& name : names) {
+    const std::string start = (name == "help" ? "\n  -h, --" : "\n  --") + name;
+    size_t count = 0;
+    for (size_t at = help.find(start); at != std::string::npos; at = help.find(start, at + 1))
+      count += help[at + start.size()] == ' ' || help[at + start.size()] == '\n';
+    EXPECT_EQ(count, 1u) << name;
+  }
+  for (const char* group :
+       {"\nModel:\n", "\nData and evaluation:\n", "\nTraining:\n", "\nParallelism:\n",
+        "\nPrecision and memory:\n", "\nCheckpoints and exports:\n",
+        "\nMonitoring and failure detection:\n", "\nDevice:\n"})
+    EXPECT_NE(help.find(group), std::string::npos) << group;
+}
+
+TEST(Options, HelpReadsAsAUserWritesOptions) {
+  const std::string help = parse({"--help"}).print_instead;
+  EXPECT_EQ(help.find("[=arg"), std::string::npos);
+  EXPECT_EQ(help.find("arg (="), std::string::npos);
+  EXPECT_NE(help.find("\n  --overwrite  "), std::string::npos);
+  EXPECT_NE(help.find("(default: 1e-05)"), std::string::npos);  // norm-eps, a float
+  EXPECT_NE(help.find("(default: 0.95)"), std::string::npos);   // beta2, a double
+  EXPECT_EQ(help.find("0.9000"), std::string::npos);
+  EXPECT_EQ(help.find("\n:\n"), std::string::npos);  // Boost's stray caption line
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
+  // No word split: a long description reads whole once the line breaks are spaces again.
+  EXPECT_NE(flattened(help).find(
+                "seconds a communication call may block once the first step has finished; "
+                "then every rank that sees it reports the call and which ranks did not "
+                "arrive, and the job exits 3; 0 = no limit (default: 100)"),
+            std::string::npos);
+}
+
+TEST(Options, VersionPrintsTheVersion) {
+  const std::string text = parse({"--version"}).print_instead;
+  EXPECT_EQ(text.rfind(std::string("trainer ") + MPITRAIN_VERSION, 0), 0u) << text;
+}
+
+TEST(Options, AnUnknownOptionNamesTheNearest) {
+  EXPECT_NE(usage_error({"--train-data", "x", "--stpes", "3"})
+                .find("unrecognised option '--stpes' (did you mean --steps?)"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--train-data", "x", "--n_layer", "3"}).find("did you mean --n-layer?"),
+            std::string::npos);
+  EXPECT_EQ(usage_error({"--train-data", "x", "--bogus", "1"}).find("did you mean"),
+            std::string::npos);
+  const std::string path = testing::TempDir() + "/options_typo.ini";
+  std::ofstream(path) << "train-data = a.h5\nlr-schedul = linear\n";
+  const std::string in_file = usage_error({"--config", path});
+  EXPECT_NE(in_file.find("config " + path +
+                         ": unrecognised option 'lr-schedul' (did you mean "
+                         "lr-schedule?)"),
+            std::string::npos)
+      << in_file;
+  std::remove(path.c_str());
 }
 
 TEST(Options, BadInputIsOneClearUsageError) {

@@ -1,6 +1,7 @@
 // Command-line and INI options (Boost.Program_options). Flags override the INI file given by
 // --config; in the file, the same names without the leading dashes. Every option has a default,
-// listed by --help.
+// listed by --help (app/help_format.hpp); an unknown name gets the nearest known ones
+// (app/suggest.hpp).
 #pragma once
 
 #include <string>
@@ -14,10 +15,9 @@ namespace mpitrain {
 struct Options {
   ModelConfig model;
   TrainConfig train;
-  bool help = false;
-  std::string help_text;                 // filled when help is asked for
-  std::vector<std::string> model_set;    // model options the user set (flag or file)
-  std::string effective;                 // every option's final value, INI syntax
+  std::string print_instead;           // --help or --version: rank 0 prints this, exit 0
+  std::vector<std::string> model_set;  // model options the user set (flag or file)
+  std::string effective;               // every option's final value, INI syntax
 };
 
 // Parses and checks ranges; throws UsageError with one clear message. Model fields left at 0

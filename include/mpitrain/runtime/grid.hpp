@@ -29,7 +29,9 @@ struct GridShape {
 
 // Completes a shape whose entries may be 0 ("derive from the world size"). One entry 0: it is
 // world / (product of the others). Several: tp defaults to 1, then pp (unless dp is given, in
-// which case pp is derived), and the one left is derived. UsageError if the ranks do not fit.
+// which case pp is derived), and the one left is derived. UsageError if the ranks do not fit,
+// naming rank counts that would and each value the user set changed alone so that it fits
+// ("... does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1 / --tp 3").
 GridShape resolve_grid(int world_size, int dp, int tp, int pp);
 
 enum class Group { Tp, Dp, Pp, ModelParallel, Embedding };

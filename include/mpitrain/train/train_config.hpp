@@ -66,6 +66,7 @@ struct TrainConfig {
   int check_replicas = 100;             // steps between replica checksums over dp; 0 = off
 
   int eval_interval = 50;     // steps; 0 = only at the end
+  int log_interval = 10;      // steps per console line (metrics.jsonl has every step)
   int eval_samples = 64;      // validation sequences per evaluation
   int threads = 0;            // per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node
   std::string device = "cpu";       // cpu | cuda (a GPU per rank, or shared; runtime/device.hpp)
