@@ -33,7 +33,59 @@ void all_reduce_chunked(MPI_Comm comm, size_t max_count, E* data, size_t n, MPI_
   });
 }
 
+// all_reduce_each's operation on (operation, value) pairs of doubles: the operation travels with
+// each value, so one stateless MPI_Op serves any mix.
+void reduce_pairs(void* in, void* inout, int* len, MPI_Datatype*) {
+  const double* a = static_cast<const double*>(in);
+  double* b = static_cast<double*>(inout);
+  for (int i = 0; i < 2 * *len; i += 2) {
+    switch (static_cast<ReduceOp>(static_cast<int>(a[i]))) {
+      case ReduceOp::Sum: b[i + 1] += a[i + 1]; break;
+      case ReduceOp::Max: b[i + 1] = std::max(b[i + 1], a[i + 1]); break;
+      case ReduceOp::Min: b[i + 1] = std::min(b[i + 1], a[i + 1]); break;
+    }
+  }
+}
+
+// The pair datatype and the operation, made for one call and freed after it (MPI handles).
+class PairReduction {
+ public:
+  PairReduction() {
+    MPI_CHECK(MPI_Type_contiguous(2, MPI_DOUBLE, &type_));
+    MPI_CHECK(MPI_Type_commit(&type_));
+    MPI_CHECK(MPI_Op_create(reduce_pairs, /*commute=*/1, &op_));
+  }
+  ~PairReduction() {
+    MPI_Op_free(&op_);
+    MPI_Type_free(&type_);
+  }
+  PairReduction(const PairReduction&) = delete;
+  PairReduction& operator=(const PairReduction&) = delete;
+  MPI_Datatype type() const { return type_; }
+  MPI_Op op() const { return op_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  MPI_Op op_ = MPI_OP_NULL;
+};
+
 }  // namespace
+
+void MpiCommunicator::all_reduce_each(double* data, const ReduceOp* ops, size_t n) {
+  if (n > kMaxEach) MPITRAIN_THROW("all_reduce_each: " + std::to_string(n) + " values, at most " +
+                                  std::to_string(kMaxEach));
+  BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(double));
+  count_sent(all_reduce_bus_bytes(n * sizeof(double), size_));
+  double pairs[2 * kMaxEach];
+  for (size_t i = 0; i < n; ++i) {
+    pairs[2 * i] = static_cast<double>(static_cast<int>(ops[i]));
+    pairs[2 * i + 1] = data[i];
+  }
+  const PairReduction reduction;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, pairs, static_cast<int>(n), reduction.type(),
+                          reduction.op(), comm_));
+  for (size_t i = 0; i < n; ++i) data[i] = pairs[2 * i + 1];
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, size_t max_count)
     : comm_(comm), max_count_(max_count), calls_(std::move(name), world_ranks_of(comm)) {

@@ -30,7 +30,54 @@ void RunReport::Sums::add(const StepFigures& f) {
   checkpoint_ms += f.checkpoint_ms;
 }
 
+namespace {
+
+// v in %.6g, or null where it is not finite (JSON has no NaN or infinity).
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string clock_text(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+std::string count_text(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+RunReport::RunReport(int loss_window, std::chrono::steady_clock::time_point start)
+    : loss_window_(static_cast<size_t>(std::max(1, loss_window))), start_(start) {}
+
+void RunReport::add_eval(int step, double val_loss) {
+  last_eval_step_ = step;
+  last_val_ = val_loss;
+  if (best_eval_step_ < 0 || val_loss < best_val_) {
+    best_eval_step_ = step;
+    best_val_ = val_loss;
+  }
+}
+
 void RunReport::add_step(const StepFigures& f) {
+  last_losses_.push_back(f.loss);
+  if (last_losses_.size() > loss_window_) last_losses_.pop_front();
+  tokens_seen_ = f.tokens_seen;
   if (first_.steps == 0) first_step_ = f.step;
   (first_.steps == 0 ? first_ : rest_).add(f);
   last_step_ = f.step;
@@ -106,6 +153,23 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
   std::fprintf(f.get(), "  \"skipped_steps\": %d,\n", skipped_steps);
   std::fprintf(f.get(), "  \"checkpoints\": {\"written\": %d, \"seconds\": %.6g},\n", checkpoints_,
                checkpoint_seconds_);
+  double final_loss = 0.0;
+  for (double l : last_losses_) final_loss += l / static_cast<double>(last_losses_.size());
+  const bool has_loss = !last_losses_.empty(), has_val = last_eval_step_ >= 0;
+  const int loss_from = last_step_ - static_cast<int>(last_losses_.size()) + 1;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::fprintf(f.get(),
+               "  \"final_train_loss\": {\"mean\": %s, \"first_step\": %d, \"last_step\": %d},\n",
+               has_loss ? json_number(final_loss).c_str() : "null", has_loss ? loss_from : 0,
+               has_loss ? last_step_ : 0);
+  std::fprintf(f.get(),
+               "  \"val_loss\": {\"last\": %s, \"last_step\": %d, \"best\": %s, "
+               "\"best_step\": %d},\n",
+               has_val ? json_number(last_val_).c_str() : "null", last_eval_step_,
+               has_val ? json_number(best_val_).c_str() : "null", best_eval_step_);
+  std::fprintf(f.get(), "  \"tokens_seen\": %llu,\n  \"wall_time_s\": %.6g,\n",
+               static_cast<unsigned long long>(tokens_seen_), wall);
   std::fprintf(f.get(), "  \"stopped_early\": %s,\n  \"exit_code\": %d\n}\n",
                exit_code != kExitOk ? "true" : "false", exit_code);
   std::FILE* raw = f.release();
@@ -129,6 +193,21 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                  "time\n",
                  peak_rss_mib_, 100.0 * share);
   }
+  if (has_loss) {
+    std::fprintf(out, "loss        final train %.6f (", final_loss);
+    if (loss_from == last_step_)
+      std::fprintf(out, "step %d)", last_step_);
+    else
+      std::fprintf(out, "mean of steps %d-%d)", loss_from, last_step_);
+    if (has_val)
+      std::fprintf(out, " | val last %.6f (step %d), best %.6f (step %d)", last_val_,
+                   last_eval_step_, best_val_, best_eval_step_);
+    std::fprintf(out, "\n");
+  } else if (has_val) {
+    std::fprintf(out, "loss        val %.6f (step %d)\n", last_val_, last_eval_step_);
+  }
+  std::fprintf(out, "run         %llu tokens seen | wall time %s\n",
+               static_cast<unsigned long long>(tokens_seen_), clock_text(wall).c_str());
   std::fprintf(out, "skipped steps %d | checkpoints written %d (%.2f s) | report %s\n",
                skipped_steps, checkpoints_, checkpoint_seconds_, path.c_str());
   if (warn)

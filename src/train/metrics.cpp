@@ -1,6 +1,8 @@
 #include "mpitrain/train/metrics.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <utility>
@@ -11,8 +13,13 @@
 namespace mpitrain {
 
 MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_step,
-                       std::unique_ptr<TensorBoardWriter> tensorboard)
-    : active_(active), tensorboard_(std::move(tensorboard)) {
+                       std::unique_ptr<TensorBoardWriter> tensorboard, int log_interval,
+                       std::chrono::steady_clock::time_point start)
+    : active_(active),
+      tensorboard_(std::move(tensorboard)),
+      report_(log_interval, start),
+      log_interval_(std::max(1, log_interval)),
+      start_(start) {
   if (!active_) return;
   std::vector<std::string> kept;
   if (resumed_step >= 0) {
@@ -33,17 +40,9 @@ void MetricsLog::step(const StepRecord& r) {
   if (!active_) return;
   const double checkpoint_ms = 1e3 * checkpoint_seconds_;
   checkpoint_seconds_ = 0.0;
-  std::printf("step %*d/%d | loss %.6f | lr %.3e | norm %.4f | %8.0f tok/s | %8.1f ms "
-              "(exposed comm %.1f) | MFU %5.1f%%",
-              static_cast<int>(std::to_string(r.steps).size()), r.step, r.steps, r.loss, r.lr,
-              r.grad_norm, r.tokens_per_s, r.step_ms, r.exposed_comm_ms, 100.0 * r.mfu);
-  if (r.loss_scale != 1) std::printf(" | scale %g", r.loss_scale);
-  if (r.skipped_steps > 0) std::printf(" | %lld skipped", static_cast<long long>(r.skipped_steps));
+  console_line(r);
   const double step_s = 1e-3 * r.step_ms, tokens = r.tokens_per_s * step_s;
   const bool energy = r.gpu_joules >= 0 && step_s > 0 && tokens > 0;
-  if (energy) std::printf(" | %.0f W %.3g J/tok", r.gpu_joules / step_s, r.gpu_joules / tokens);
-  std::printf("\n");
-  std::fflush(stdout);
   std::fprintf(file_.get(),
                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g, "
@@ -83,12 +82,43 @@ void MetricsLog::step(const StepRecord& r) {
     }
   }
   report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
-                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, checkpoint_ms, r.peak_rss_mib});
+                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, checkpoint_ms, r.peak_rss_mib,
+                    r.loss, r.tokens_seen});
+}
+
+// The first step of the run, every log_interval-th and the last: the loss averaged over the
+// steps since the previous line, the step's own figures, tokens seen, elapsed time and the ETA
+// (the run's mean time per step so far, evaluations and checkpoints included).
+void MetricsLog::console_line(const StepRecord& r) {
+  if (first_step_ < 0) first_step_ = r.step;
+  interval_loss_ += r.loss;
+  ++interval_steps_;
+  if (r.step != first_step_ && r.step % log_interval_ != 0 && r.step != r.steps) return;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double eta = elapsed / (r.step - first_step_ + 1) * (r.steps - r.step);
+  std::printf("step %*d/%d | loss %.6f", static_cast<int>(std::to_string(r.steps).size()), r.step,
+              r.steps, interval_loss_ / interval_steps_);
+  if (interval_steps_ > 1) std::printf(" (mean of %d)", interval_steps_);
+  std::printf(" | lr %.3e | norm %.4f | %8.0f tok/s | %8.1f ms (exposed comm %.1f) | MFU %5.1f%%",
+              r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, r.exposed_comm_ms, 100.0 * r.mfu);
+  if (r.loss_scale != 1) std::printf(" | scale %g", r.loss_scale);
+  if (r.skipped_steps > 0) std::printf(" | %lld skipped", static_cast<long long>(r.skipped_steps));
+  const double step_s = 1e-3 * r.step_ms, tokens = r.tokens_per_s * step_s;
+  if (r.gpu_joules >= 0 && step_s > 0 && tokens > 0)
+    std::printf(" | %.0f W %.3g J/tok", r.gpu_joules / step_s, r.gpu_joules / tokens);
+  std::printf(" | %s tokens | %s elapsed, ETA %s\n",
+              count_text(static_cast<double>(r.tokens_seen)).c_str(), clock_text(elapsed).c_str(),
+              clock_text(eta).c_str());
+  std::fflush(stdout);
+  interval_loss_ = 0.0;
+  interval_steps_ = 0;
 }
 
 void MetricsLog::eval(int step, double val_loss) {
   if (!active_) return;
   std::printf("eval at step %d | val loss %.6f\n", step, val_loss);
+  report_.add_eval(step, val_loss);
   std::fflush(stdout);
   std::fprintf(file_.get(), "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
   std::fflush(file_.get());

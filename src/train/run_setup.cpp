@@ -1,11 +1,12 @@
 #include "mpitrain/train/run_setup.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
+#include <string_view>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -13,10 +14,13 @@ namespace fs = std::filesystem;
 
 namespace mpitrain {
 
-int resolve_threads(int requested, int ranks_on_node) {
+int resolve_threads(int requested, const char* omp_num_threads, int usable_cpus) {
   if (requested > 0) return requested;
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) return std::atoi(env);
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_on_node);
+  // OpenMP's form "4" or, for nested levels, "4,2": the outer level is the rank's threads.
+  const std::string_view env = omp_num_threads ? omp_num_threads : "";
+  int from_env = 0;
+  std::from_chars(env.data(), env.data() + env.size(), from_env);
+  return from_env > 0 ? from_env : std::max(1, usable_cpus);
 }
 
 uint32_t local_max_token(const TokenSource* src, const MpiComm& world) {
@@ -37,7 +41,7 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.padded_vocab(), "the padded vocabulary");
 }
 
-void prepare_out_dir(const Options& o) {
+void prepare_out_dir(const Options& o, const std::string& run_ini) {
   const TrainConfig& t = o.train;
   const bool resuming = !t.resume.empty();
   const fs::path dir(t.out_dir);
@@ -54,7 +58,7 @@ void prepare_out_dir(const Options& o) {
   require(!ec, "cannot create out-dir " + t.out_dir + ": " + ec.message());
   if (t.overwrite && !resuming) fs::remove_all(dir / "checkpoints", ec);
   std::ofstream ini(dir / "run.ini");
-  require(static_cast<bool>(ini << o.effective), "cannot write " + (dir / "run.ini").string());
+  require(static_cast<bool>(ini << run_ini), "cannot write " + (dir / "run.ini").string());
 }
 
 }  // namespace mpitrain

@@ -56,8 +56,8 @@ void Trainer::resume() {
   optimizer_->set_steps_taken(static_cast<int>(m->adam_steps));
   scaler_->restore(m->loss_scale, m->loss_scale_clean_steps, m->skipped_steps);
   if (root_)
-    std::printf("resumed from step %d (%llu samples consumed, written by %s at %s)\n",
-                start_step_, static_cast<unsigned long long>(consumed_), m->build_id.c_str(),
+    std::printf("resumed from step %d (%llu samples consumed, written by %s at %s)\n", start_step_,
+                static_cast<unsigned long long>(consumed_), m->build_id.c_str(),
                 m->wall_time.c_str());
 }
 
@@ -93,19 +93,20 @@ Trainer::StepEnd Trainer::step(int step) {
   const double exposed_comm_seconds = blocked_seconds();
   const double seconds = seconds_since(start);
   const double tokens_per_s = tokens_per_step_ / seconds;
-  double rss = peak_rss_mib();
-  comms_->world.all_reduce(&rss, 1, ReduceOp::Max);
-  double joules = -1.0;  // all GPUs' energy in the step, where every GPU has a meter
-  if (devices_.power_everywhere) {
-    joules = devices_.power ? devices_.power->energy_joules() - energy_start : 0.0;
-    comms_->world.all_reduce(&joules, 1, ReduceOp::Sum);
-  }
+  // One world collective for the record's figures: the largest peak RSS, all GPUs' energy.
+  double totals[2] = {peak_rss_mib(),
+                      devices_.power ? devices_.power->energy_joules() - energy_start : 0.0};
+  const ReduceOp ops[2] = {ReduceOp::Max, ReduceOp::Sum};
+  comms_->world.all_reduce_each(totals, ops, 2);
+  const double rss = totals[0];
+  const double joules = devices_.power_everywhere ? totals[1] : -1.0;  // every GPU has a meter
   const PipelineRunner::Times& pass = runner_->times();
   log_->step({step + 1, t_.steps, result.loss_sum / tokens_per_step_, lr, result.grad_norm,
               tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
-              comms_->dp_data().bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules});
+              comms_->dp_data().bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
+              consumed_ * static_cast<uint64_t>(t_.seq_len)});
   watchdog_->step_finished();
   slowest_step_ = std::max(slowest_step_, seconds);
   return {};
@@ -155,9 +156,9 @@ void Trainer::after_evaluation(int step) {
 // between steps; the checkpoint at --save-interval, after the last step, or before a stop.
 Trainer::StepEnd Trainer::stop_or_save(int step) {
   const bool last = step + 1 == t_.steps;
-  const bool time_up = t_.exit_after_minutes > 0 &&
-                       seconds_since(run_start_) + 2 * slowest_step_ + 2 * last_save_ >=
-                           60 * t_.exit_after_minutes;
+  const bool time_up =
+      t_.exit_after_minutes > 0 &&
+      seconds_since(run_start_) + 2 * slowest_step_ + 2 * last_save_ >= 60 * t_.exit_after_minutes;
   // Each reason separately, so every rank (and the message) knows all of them.
   int64_t reasons[3] = {t_.exit_at_step > 0 && step + 1 == t_.exit_at_step, time_up,
                         signals_->requested()};
@@ -168,7 +169,10 @@ Trainer::StepEnd Trainer::stop_or_save(int step) {
   if (!stop || last) return {};
   if (root_)
     std::printf("stopping after step %d (%s): checkpoint saved; exit %d = requeue me\n", step + 1,
-                reasons[0] ? "exit-at-step" : reasons[1] ? "time limit" : "signal", kExitRequeue);
+                reasons[0]   ? "exit-at-step"
+                : reasons[1] ? "time limit"
+                             : "signal",
+                kExitRequeue);
   return {true, kExitRequeue};
 }
 

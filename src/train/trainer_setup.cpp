@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -15,9 +16,13 @@
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/output_dir.hpp"
+#include "mpitrain/monitor/peak_cache.hpp"
+#include "mpitrain/monitor/report.hpp"
+#include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "mpitrain/train/model_setup.hpp"
+#include "mpitrain/train/run_record.hpp"
 #include "mpitrain/train/run_setup.hpp"
 #include "mpitrain/train/software_check.hpp"
 
@@ -69,24 +74,13 @@ double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
   backend.upload(a, inputs.data(), inputs.size());
   float sink = 0.0f;
   backend.matmul_forward(a + 2 * nn, a, a + nn, nullptr, n, n, n);  // the algorithm is picked
-  backend.download(&sink, a + 2 * nn, 1);                            // waits for the device
+  backend.download(&sink, a + 2 * nn, 1);                           // waits for the device
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < repeats; ++r) backend.matmul_forward(a + 2 * nn, a, a + nn, nullptr, n, n, n);
   backend.download(&sink, a + 2 * nn, 1);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   backend.free(a);
   return 2.0 * n * nn * repeats / s / 1e9;
-}
-
-std::string format_count(double n) {
-  char buf[32];
-  if (n >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else if (n >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else
-    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
-  return buf;
 }
 
 }  // namespace
@@ -119,11 +113,11 @@ void Trainer::check_inputs() {
     check_tensor_parallel(cfg_, shape_.tp);
     stage_first_layer_ = pipeline_layer_split(cfg_.n_layer, shape_.pp, t_.pp_layers);
     // (auto: the plan takes a divisor of global-batch-size / dp)
-    require(t_.micro_batch_size == 0 ||
-                t_.global_batch_size % (shape_.dp * t_.micro_batch_size) == 0,
-            "global-batch-size " + std::to_string(t_.global_batch_size) +
-                " must be divisible by dp x micro-batch-size = " + std::to_string(shape_.dp) +
-                " x " + std::to_string(t_.micro_batch_size));
+    require(
+        t_.micro_batch_size == 0 || t_.global_batch_size % (shape_.dp * t_.micro_batch_size) == 0,
+        "global-batch-size " + std::to_string(t_.global_batch_size) +
+            " must be divisible by dp x micro-batch-size = " + std::to_string(shape_.dp) + " x " +
+            std::to_string(t_.micro_batch_size));
     train_windows_ = std::make_unique<SampleWindows>(*train_src_, t_.seq_len);
     if (val_src_) val_windows_ = std::make_unique<SampleWindows>(*val_src_, t_.seq_len);
   });
@@ -149,8 +143,15 @@ void Trainer::build_model() {
   grid_.emplace(world_, shape_);
   full_layout_.emplace(cfg_);
   comms_ = std::make_unique<CommGroups>(world_, *grid_);  // host communicators now, device below
-  devices_ = setup_devices(t_, *grid_, world_);  // GPU choice and table, --comm, power
-  threads_ = resolve_threads(t_.threads, grid_->local_size());
+  devices_ = setup_devices(t_, *grid_, world_);           // GPU choice and table, --comm, power
+  // Threads: --threads, OMP_NUM_THREADS, else the CPUs this rank may use (its affinity, shared
+  // CPUs split among the ranks allowed on them); one line per host whose threads oversubscribe.
+  node_.emplace(world_.split_shared());
+  const NodeCpus node_cpus = gather_node_cpus(*node_);
+  threads_ = resolve_threads(t_.threads, std::getenv("OMP_NUM_THREADS"), fair_cpu_share(node_cpus));
+  for (const std::string& warning : affinity_warnings(world_, *node_, node_cpus, threads_))
+    if (root_) std::fprintf(stderr, "%s\n", warning.c_str());
+  allowed_cpus_ = format_cpu_list(node_cpus.cpus[node_cpus.me]);
   model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute)};
   all_or_none(world_, [&] {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
@@ -172,21 +173,21 @@ void Trainer::build_model() {
 #ifdef MPITRAIN_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()))  // tensors cross ranks
     all_or_none(world_, [&] {
-      comms_->use_device(devices_.comm, gpu->stream(),
-                         data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots,
-                                         t_.bucket_mb, t_.zero == 1),
-                         std::max(t_.comm_timeout, t_.comm_timeout_startup));
+      comms_->use_device(
+          devices_.comm, gpu->stream(),
+          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb, t_.zero == 1),
+          std::max(t_.comm_timeout, t_.comm_timeout_startup));
     });
 #endif
   // A call blocked longer than --comm-timeout(-startup), or NCCL work incomplete that long, is
   // reported and ends the job (exit 3); so does an NCCL error.
-  watchdog_ = std::make_unique<Watchdog>(world_,
-                                         WatchdogConfig{t_.comm_timeout_startup, t_.comm_timeout},
-                                         comms_->host_logs(), comms_->device_work());
+  watchdog_ =
+      std::make_unique<Watchdog>(world_, WatchdogConfig{t_.comm_timeout_startup, t_.comm_timeout},
+                                 comms_->host_logs(), comms_->device_work());
   blocking_ = comms_->blocking();
   all_or_none(world_, [&] {
-    model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, t_.seq_len,
-                                            slots, &comms_->tp_data(), model_options_);
+    model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, t_.seq_len, slots,
+                                            &comms_->tp_data(), model_options_);
     if (t_.init_from.empty()) {
       model_->init(t_.seed);
     } else {
@@ -198,10 +199,25 @@ void Trainer::build_model() {
       backend_->upload(model_->params(), local.data(), local.size());
     }
     require(faults_.kind() != FaultKind::Nan || faults_.layer() < cfg_.n_layer,
-            "MPITRAIN_FAULT: layer " + std::to_string(faults_.layer()) +
-                " is not below n-layer " + std::to_string(cfg_.n_layer));
-    if (root_) prepare_out_dir(options_);
+            "MPITRAIN_FAULT: layer " + std::to_string(faults_.layer()) + " is not below n-layer " +
+                std::to_string(cfg_.n_layer));
+    if (root_) prepare_out_dir(options_, run_ini());
   });
+}
+
+std::string Trainer::run_ini() const {
+  const auto text = [](auto v) { return std::to_string(v); };
+  return resolved_ini(options_.effective, {{"dp", text(shape_.dp)},
+                                           {"tp", text(shape_.tp)},
+                                           {"pp", text(shape_.pp)},
+                                           {"threads", text(threads_)},
+                                           {"micro-batch-size", text(micro_batch_)},
+                                           {"n-kv-head", text(cfg_.n_kv_head)},
+                                           {"d-ff", text(cfg_.d_ff)},
+                                           {"vocab-size", text(cfg_.vocab_size)},
+                                           {"max-seq-len", text(cfg_.max_seq_len)},
+                                           {"norm-eps", float_text(cfg_.norm_eps)},
+                                           {"rope-theta", float_text(cfg_.rope_theta)}});
 }
 
 void Trainer::build_step_parts() {
@@ -215,16 +231,16 @@ void Trainer::build_step_parts() {
     if (root_ && !t_.tensorboard.empty())
       tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard);
   });
-  optimizer_config_ = {parse_optimizer(t_.optimizer),         static_cast<float>(t_.beta1),
-                       static_cast<float>(t_.beta2),          static_cast<float>(t_.adam_eps),
-                       static_cast<float>(t_.momentum),       static_cast<float>(t_.weight_decay)};
+  optimizer_config_ = {parse_optimizer(t_.optimizer),   static_cast<float>(t_.beta1),
+                       static_cast<float>(t_.beta2),    static_cast<float>(t_.adam_eps),
+                       static_cast<float>(t_.momentum), static_cast<float>(t_.weight_decay)};
   lr_schedule_ = LrSchedule{parse_lr_decay(t_.lr_schedule), t_.lr, t_.lr * t_.min_lr_ratio,
                             t_.warmup_steps, t_.steps};
   order_.emplace(train_windows_->count(), t_.seed, t_.shuffle);
   loader_.emplace(*train_windows_, *order_, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
                   shape_.dp);
-  runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_,
-                                             micro_batches_, micro_batch_, t_.seq_len, &trace_,
+  runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_, micro_batches_,
+                                             micro_batch_, t_.seq_len, &trace_,
                                              [this] { return blocked_seconds(); });
   buckets_ = std::make_unique<GradBuckets>(
       comms_->dp_data(), model_->grads(), model_->num_params(),
@@ -236,11 +252,11 @@ void Trainer::build_step_parts() {
   tied_copies_ = cfg_.tied_embeddings() && shape_.pp > 1 && comms_->embedding;
   const FlatRange own = buckets_->owned();
   backend_->set_alloc_kind(AllocKind::Optimizer);
-  optimizer_ = std::make_unique<Optimizer>(
-      *backend_, model_->layout(), optimizer_config_, model_->params(), own.lo, own.hi,
-      model_options_.precision,
-      NormGroups{t_.zero ? &comms_->dp : nullptr, &comms_->tp,
-                     tied_copies_ ? &*comms_->embedding : nullptr});
+  optimizer_ =
+      std::make_unique<Optimizer>(*backend_, model_->layout(), optimizer_config_, model_->params(),
+                                  own.lo, own.hi, model_options_.precision,
+                                  NormGroups{t_.zero ? &comms_->dp : nullptr, &comms_->tp,
+                                             tied_copies_ ? &*comms_->embedding : nullptr});
   backend_->set_alloc_kind(AllocKind::Activations);
   backend_->round_to(model_->params(), model_->num_params(), model_options_.precision);
 #ifdef MPITRAIN_HAVE_CUDA
@@ -256,7 +272,7 @@ void Trainer::build_step_parts() {
   update_ = std::make_unique<UpdateStep>(
       *model_, *buckets_, *optimizer_, *scaler_, *guard_,
       UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr,
-                  t_.zero == 1 || grid_->dp_rank() == 0},
+                   t_.zero == 1 || grid_->dp_rank() == 0},
       t_.grad_clip, &trace_);
 
   store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
@@ -267,17 +283,26 @@ void Trainer::build_step_parts() {
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   resume();
   log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
-                                      t_.resume.empty() ? -1 : start_step_,
-                                      std::move(tensorboard));
+                                      t_.resume.empty() ? -1 : start_step_, std::move(tensorboard),
+                                      t_.log_interval, start_);
   report_path_ = (fs::path(t_.out_dir) / "report.json").string();
 
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
-  peak_ = t_.peak_gflops > 0          ? t_.peak_gflops
-          : !backend_->host_memory() ? device_peak_
-                                     : measure_sgemm_gflops(1024, 3);
+  // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host
+  // and kept (monitor/peak_cache.hpp), so that MFU compares between runs.
+  if (backend_->host_memory()) {
+    const Peak p = resolve_cpu_peak(t_.peak_gflops, *node_, threads_,
+                                    [] { return measure_sgemm_gflops(1024, 3); });
+    peak_ = p.gflops;
+    peak_source_ = p.source;
+    if (root_ && !p.note.empty()) std::fprintf(stderr, "%s\n", p.note.c_str());
+  } else {
+    peak_ = t_.peak_gflops > 0 ? t_.peak_gflops : device_peak_;
+    peak_source_ = t_.peak_gflops > 0 ? "given by --peak-gflops" : "measured now on the device";
+  }
   comms_->world.all_reduce(&peak_, 1, ReduceOp::Sum);
-  flops_per_token_ = 6.0 * full_layout_->matmul_params() +
-                     12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
+  flops_per_token_ =
+      6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
   tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   // What each rank holds (the largest of all ranks): parameters and gradients, optimizer state
   // (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO-1), activations.
@@ -291,21 +316,29 @@ void Trainer::build_step_parts() {
 
 void Trainer::print_banner() const {
   if (!root_) return;
-  std::printf("mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
-              "training data\n",
-              MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head,
-              cfg_.n_kv_head, cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
-              format_count(static_cast<double>(full_layout_->total())).c_str(),
-              static_cast<size_t>(train_src_->size()));
-  std::printf("%d ranks = dp %d x tp %d x pp %d, %d threads each | global batch %d = dp %d x %d "
-              "micro-batches x %d | peak %.1f GFLOP/s in all\n",
-              world_.size(), shape_.dp, shape_.tp, shape_.pp, threads_, t_.global_batch_size,
-              shape_.dp, micro_batches_, micro_batch_, peak_);
-  std::printf("per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
-              "(%s%s) | activations %.2f MiB (%s, recompute %s)",
-              held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
-              to_string(optimizer_config_.kind).c_str(), t_.zero ? ", ZeRO-1" : "",
-              held_bytes_[2] / (1 << 20), t_.precision.c_str(), t_.recompute.c_str());
+  std::printf(
+      "mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
+      "training data\n",
+      MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head,
+      cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
+      count_text(static_cast<double>(full_layout_->total())).c_str(),
+      static_cast<size_t>(train_src_->size()));
+  const auto count = [](int n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  std::printf(
+      "%s = dp %d x tp %d x pp %d, %s each (rank 0 on CPUs %s) | global batch %d = dp %d "
+      "x %s x %d | peak %.1f GFLOP/s in all (rank 0: %s)\n",
+      count(world_.size(), "rank", "ranks").c_str(), shape_.dp, shape_.tp, shape_.pp,
+      count(threads_, "thread", "threads").c_str(), allowed_cpus_.c_str(), t_.global_batch_size,
+      shape_.dp, count(micro_batches_, "micro-batch", "micro-batches").c_str(), micro_batch_, peak_,
+      peak_source_.c_str());
+  std::printf(
+      "per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
+      "(%s%s) | activations %.2f MiB (%s, recompute %s)",
+      held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
+      to_string(optimizer_config_.kind).c_str(), t_.zero ? ", ZeRO-1" : "",
+      held_bytes_[2] / (1 << 20), t_.precision.c_str(), t_.recompute.c_str());
   if (shape_.pp > 1)
     std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
                 to_string(schedule_).c_str(), shape_.pp,

@@ -16,7 +16,7 @@ run_trainer 2 "$SCRATCH/all.log" "${tiny[@]}" --micro-batch-size auto --device-m
 line=$(grep '^micro-batch auto:' "$SCRATCH/all.log") || fail "no plan printed"
 echo "$line"
 [[ $line == *"-> micro-batch 8" ]] || fail "1 GiB should fit micro-batch 8"
-grep -q 'global batch 8 = dp 1 x 1 micro-batches x 8' "$SCRATCH/all.log" || fail "not run at 8"
+grep -q 'global batch 8 = dp 1 x 1 micro-batch x 8' "$SCRATCH/all.log" || fail "not run at 8"
 
 # The plan's figure for mb 8, in MiB: "mb 8: 12.34 MiB (" -> a budget whose 90% is 1% below it.
 mib=$(sed -n 's/.*mb 8: \([0-9.]*\) MiB (.*/\1/p' <<<"$line")

@@ -84,6 +84,48 @@ print("ok: breakdown in every step record; report: step p50 %.1f ms, exposed com
       % (rep["step_ms"]["p50"], 100 * rep["exposed_comm_share"], rep["peak_rss_mib"]))
 PYEOF
 
+# run.ini: the resolved run (layout, threads, model sizes), never overwrite = true; repeated from
+# it into the same out-dir the run is refused (exit 2), so it cannot destroy the one it came from.
+ini=$SCRATCH/run/run.ini
+for want in "dp = 1" "tp = 1" "pp = 2" "threads = 1" "vocab-size = 256" "d-ff = 256" \
+            "norm-eps = 1e-05" "overwrite = false"; do
+  grep -qx "$want" "$ini" || { cat "$ini"; fail "run.ini has no line '$want'"; }
+done
+run_trainer 2 "$SCRATCH/again.log" --config "$ini"
+[ "$rc" = 2 ] && grep -q "already holds files" "$SCRATCH/again.log" ||
+  { cat "$SCRATCH/again.log"; fail "a run repeated from run.ini into its out-dir: exit $rc"; }
+run_trainer 2 "$SCRATCH/again.log" --config "$ini" --out-dir "$SCRATCH/again" --steps 2 \
+  --trace '' --tensorboard ''  # (this run's trace and events went into its out-dir)
+[ "$rc" = 0 ] || { cat "$SCRATCH/again.log"; fail "a run from run.ini exited $rc"; }
+echo "ok: run.ini holds the resolved run and repeats it without touching the original"
+
+# The console: the first step, every --log-interval steps and the last; the loss averaged over
+# the steps since the previous line; report.json's outcome fields.
+[ "$(grep -o '^step [0-9]*/6' "$SCRATCH/run.log" | tr '\n' ' ')" = "step 1/6 step 6/6 " ] ||
+  fail "the default --log-interval 10: console lines at other steps than the first and last"
+run_trainer 2 "$SCRATCH/interval.log" "$@" --log-interval 4 --out-dir "$SCRATCH/interval"
+[ "$rc" = 0 ] || { cat "$SCRATCH/interval.log"; fail "--log-interval 4 exited $rc"; }
+[ "$(grep -o '^step [0-9]*/6' "$SCRATCH/interval.log" | tr '\n' ' ')" = "step 1/6 step 4/6 step 6/6 " ] ||
+  { cat "$SCRATCH/interval.log"; fail "--log-interval 4: console lines at other steps"; }
+$PY - "$SCRATCH/interval.log" "$SCRATCH/interval/metrics.jsonl" "$SCRATCH/interval/report.json" <<'PYEOF' || fail "console averages / report outcome"
+import json, re, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[2])) if "loss" in r]
+lines = {int(m.group(1)): m for m in (re.match(r"step (\d+)/6 \| loss ([0-9.]+)( \(mean of (\d+)\))?.* \| ([0-9.]+[KMB]?) tokens \| (\d+:\d\d:\d\d) elapsed, ETA (\d+:\d\d:\d\d)", l) for l in open(sys.argv[1])) if m}
+assert sorted(lines) == [1, 4, 6], lines
+for step, first in ((1, 1), (4, 2), (6, 5)):
+    mean = sum(losses[first - 1:step]) / (step - first + 1)
+    assert abs(float(lines[step].group(2)) - mean) < 1e-6, (step, lines[step].group(2), mean)
+    assert (lines[step].group(4) or "1") == str(step - first + 1), lines[step].group(0)
+assert lines[6].group(7) == "0:00:00", lines[6].group(0)
+rep = json.load(open(sys.argv[3]))
+f = rep["final_train_loss"]
+assert f["first_step"] == 3 and f["last_step"] == 6 and abs(f["mean"] - sum(losses[2:6]) / 4) < 1e-5  # %.6g in the file, f
+assert rep["val_loss"]["last_step"] == 6 and rep["val_loss"]["best"] <= rep["val_loss"]["last"], rep["val_loss"]
+assert rep["tokens_seen"] == 6 * 8 * 32 and rep["wall_time_s"] > 0, rep
+print("ok: console every 4 steps with interval means; report: final train loss %.4f (steps 3-6), val %.4f"
+      % (f["mean"], rep["val_loss"]["last"]))
+PYEOF
+
 run_trainer 2 "$SCRATCH/stop.log" "$@" --exit-at-step 3 --out-dir "$SCRATCH/stop"
 [ "$rc" = 85 ] || { cat "$SCRATCH/stop.log"; fail "--exit-at-step: exit $rc, expected 85"; }
 $PY -c 'import json, sys; r = json.load(open(sys.argv[1]))

@@ -29,6 +29,25 @@ TEST(MpiCommunicator, AllReduceSumMaxMin) {
   EXPECT_EQ(i, 10);
 }
 
+// Each value with its own operation, in one call: rank r gives r + 1 (and -(r + 1)) to each.
+TEST(MpiCommunicator, AllReduceEachAppliesEachValuesOwnOperation) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int p = comm.size();
+  const double r = comm.rank() + 1;
+  double data[5] = {r, r, r, -r, 0.5 * r};
+  const ReduceOp ops[5] = {ReduceOp::Max, ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max,
+                           ReduceOp::Sum};
+  comm.all_reduce_each(data, ops, 5);
+  EXPECT_EQ(data[0], p);
+  EXPECT_EQ(data[1], p * (p + 1) / 2.0);
+  EXPECT_EQ(data[2], 1.0);
+  EXPECT_EQ(data[3], -1.0);
+  EXPECT_EQ(data[4], p * (p + 1) / 4.0);
+  double many[MpiCommunicator::kMaxEach + 1] = {};
+  const ReduceOp sums[MpiCommunicator::kMaxEach + 1] = {};
+  EXPECT_THROW(comm.all_reduce_each(many, sums, MpiCommunicator::kMaxEach + 1), Error);
+}
+
 TEST(MpiCommunicator, BroadcastFromAnyRoot) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int root = comm.size() - 1;
@@ -188,7 +207,8 @@ TEST(AllOrNone, OneFailingRankStopsEveryRankWithItsMessage) {
   const int bad = world.size() - 1;
   try {
     all_or_none(world, [&] {
-      if (world.rank() == bad) throw UsageError("rank " + std::to_string(bad) + " found a bad file");
+      if (world.rank() == bad)
+        throw UsageError("rank " + std::to_string(bad) + " found a bad file");
     });
     FAIL() << "expected every rank to throw";
   } catch (const UsageError& e) {

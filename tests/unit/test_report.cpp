@@ -145,3 +145,48 @@ TEST_F(ReportTest, UnwritablePathIsAnError) {
   RunReport r;
   EXPECT_THROW(r.finish((dir_ / "missing" / "report.json").string(), 0, 0, stdout), Error);
 }
+
+// The run's outcome: the final train loss is the mean of the last loss_window steps, the
+// validation's last and best with their steps, the tokens seen; nulls where there are none.
+TEST_F(ReportTest, OutcomeFinalLossOverTheWindowValidationAndTokens) {
+  RunReport r(3);
+  const double losses[] = {5.0, 4.0, 3.0, 2.5, 2.0};
+  for (int i = 1; i <= 5; ++i) {
+    StepFigures f = figures(i, 10.0, 0.0);
+    f.loss = losses[i - 1];
+    f.tokens_seen = 256u * i;
+    r.add_step(f);
+  }
+  r.add_eval(2, 3.5);
+  r.add_eval(4, 2.9);
+  r.add_eval(5, 3.1);
+  const std::string console = finish(r, 0, kExitOk);
+  EXPECT_DOUBLE_EQ(number("final_train_loss", "mean"), (3.0 + 2.5 + 2.0) / 3);
+  EXPECT_EQ(number("final_train_loss", "first_step"), 3);
+  EXPECT_EQ(number("final_train_loss", "last_step"), 5);
+  EXPECT_DOUBLE_EQ(number("val_loss", "last"), 3.1);
+  EXPECT_EQ(number("val_loss", "last_step"), 5);
+  EXPECT_DOUBLE_EQ(number("val_loss", "best"), 2.9);
+  EXPECT_EQ(number("val_loss", "best_step"), 4);
+  EXPECT_EQ(number("tokens_seen"), 1280);
+  EXPECT_GE(number("wall_time_s"), 0.0);
+  EXPECT_NE(console.find("final train 2.500000 (mean of steps 3-5) | val last 3.100000 (step 5), "
+                         "best 2.900000 (step 4)"),
+            std::string::npos)
+      << console;
+  EXPECT_NE(console.find("1280 tokens seen"), std::string::npos) << console;
+
+  RunReport none;
+  finish(none, 0, kExitOk);
+  EXPECT_EQ(json_.find("final_train_loss")->find("mean")->kind, JsonValue::Kind::Null);
+  EXPECT_EQ(json_.find("val_loss")->find("best")->kind, JsonValue::Kind::Null);
+}
+
+TEST(ConsoleText, ClockAndCounts) {
+  EXPECT_EQ(clock_text(3723.4), "1:02:03");
+  EXPECT_EQ(clock_text(59.6), "0:01:00");
+  EXPECT_EQ(count_text(1234567), "1.23M");
+  EXPECT_EQ(count_text(1536), "1.5K");
+  EXPECT_EQ(count_text(12), "12");
+  EXPECT_EQ(count_text(2.5e9), "2.50B");
+}

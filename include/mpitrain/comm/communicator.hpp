@@ -101,6 +101,10 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
   void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  // In place, each value with its own operation (ops[i] for data[i], n <= kMaxEach): several
+  // host figures of different kinds in one call, e.g. a peak (max) and an energy (sum).
+  static constexpr size_t kMaxEach = 16;
+  void all_reduce_each(double* data, const ReduceOp* ops, size_t n);
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void all_gather(const float* in, float* out, size_t n) override;
@@ -138,8 +142,8 @@ class MpiCommunicator final : public Communicator {
   // The sum of counts (one per rank); throws where a count, offset or the sum exceeds max_count.
   size_t checked_blocks(std::span<const size_t> counts, const char* op) const;
   void set_blocks(Slot& slot, std::span<const size_t> counts);  // counts, displs as MPI ints
-  int checked_count(size_t count, const char* op) const;  // throws above max_count
-  void count_sent(uint64_t bytes) { if (size_ > 1) bytes_sent_ += bytes; }  // for other ranks
+  int checked_count(size_t count, const char* op) const;        // throws above max_count
+  void count_sent(uint64_t bytes) { bytes_sent_ += bytes; }  // bus bytes: 0 on one rank
 
   MPI_Comm comm_;
   size_t max_count_;

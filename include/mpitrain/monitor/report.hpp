@@ -3,7 +3,11 @@
 // page faults, MPI connection set-up) when there is more than one; the file says which steps.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <deque>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,10 +19,16 @@ struct StepFigures {
   double step_ms, tokens_per_s, mfu;
   double forward_ms, backward_ms, optimizer_ms, exposed_comm_ms, data_ms, checkpoint_ms;
   double peak_rss_mib;
+  double loss = std::numeric_limits<double>::quiet_NaN();  // the step's train loss
+  uint64_t tokens_seen = 0;  // of the whole run by the end of this step (all ranks, resumes too)
 };
 
 // Above this share of the step time, exposed communication gets a WARNING line.
 inline constexpr double kExposedCommWarnShare = 0.30;
+
+// Texts for the console: 3723 s -> "1:02:03"; 1234567 -> "1.23M" (K, M, B).
+std::string clock_text(double seconds);
+std::string count_text(double n);
 
 // p-th percentile (0..100) of ascending `sorted` (non-empty), interpolating linearly between the
 // closest ranks (numpy's default): p50 of {1, 2, 3, 4} = 2.5.
@@ -26,7 +36,12 @@ double percentile(const std::vector<double>& sorted, double p);
 
 class RunReport {
  public:
+  // loss_window: the final train loss is the mean over the last loss_window steps (the console's
+  // log interval); start: when the run began, for the wall time.
+  explicit RunReport(int loss_window = 1, std::chrono::steady_clock::time_point start =
+                                              std::chrono::steady_clock::now());
   void add_step(const StepFigures& f);
+  void add_eval(int step, double val_loss);
   void add_checkpoint(double seconds);  // a checkpoint written (any kind), and how long it took
   // Writes the JSON report to path and prints the summary to out. skipped_steps: steps the
   // trainer discarded; exit_code: the run's, 0 when it is done (anything else: stopped early, e.g.
@@ -46,6 +61,13 @@ class RunReport {
   double peak_rss_mib_ = 0.0;
   int checkpoints_ = 0;
   double checkpoint_seconds_ = 0.0;
+  // The outcome: the last loss_window_ train losses, validation, tokens, the clock.
+  size_t loss_window_;
+  std::deque<double> last_losses_;
+  int last_eval_step_ = -1, best_eval_step_ = -1;
+  double last_val_ = 0.0, best_val_ = 0.0;
+  uint64_t tokens_seen_ = 0;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace mpitrain

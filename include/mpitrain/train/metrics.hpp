@@ -1,9 +1,11 @@
-// What a run reports, on rank 0: one console line and one JSON line (<out_dir>/metrics.jsonl) per
-// step and per evaluation, the same scalars as TensorBoard events (--tensorboard), and at the end
-// report.json with a console summary (monitor/report.hpp). Losses are written with %.9g so runs
-// can be compared exactly.
+// What a run reports, on rank 0: one JSON line (<out_dir>/metrics.jsonl) per step and per
+// evaluation, one console line per --log-interval steps (and for the run's first and last step:
+// the loss averaged over the steps since the previous line, tokens seen, elapsed time, ETA), the
+// same scalars as TensorBoard events (--tensorboard), and at the end report.json with a console
+// summary (monitor/report.hpp). Losses are written with %.9g so runs can be compared exactly.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -15,26 +17,27 @@
 namespace mpitrain {
 
 struct StepRecord {
-  int step;             // 1-based: the number of optimizer steps done
-  int steps;            // of the run
-  double loss;          // mean over the step's global batch
+  int step;     // 1-based: the number of optimizer steps done
+  int steps;    // of the run
+  double loss;  // mean over the step's global batch
   double lr;
   double grad_norm;     // global, before clipping
   double tokens_per_s;  // all ranks together
   double step_ms;
   double exposed_comm_ms;  // time blocked waiting for communication that compute did not hide
-  double mfu;           // fraction of the summed peak of all ranks
+  double mfu;              // fraction of the summed peak of all ranks
   // Where rank 0's step time went (ms): compute of the forward and backward passes (without the
   // communication they waited for), the optimizer, waiting for the batch.
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, data_ms = 0;
-  double peak_rss_mib = 0;  // host peak RSS, the largest of all ranks
-  uint64_t dp_bytes = 0;    // rank 0's bytes_sent in its data-parallel group (comm/)
-  double loss_scale = 1;    // after this step's update (fp16: optim/loss_scaler.hpp)
+  double peak_rss_mib = 0;    // host peak RSS, the largest of all ranks
+  uint64_t dp_bytes = 0;      // rank 0's bytes_sent in its data-parallel group (comm/)
+  double loss_scale = 1;      // after this step's update (fp16: optim/loss_scaler.hpp)
   int64_t skipped_steps = 0;  // updates skipped so far (overflow, --on-nan skip)
   // Energy all GPUs of the job used during the step (NVML, monitor/nvml_power.hpp); < 0 where
   // some rank cannot read it: then gpu_power_w (joules / step time) and joules_per_token are
   // left out of the record.
   double gpu_joules = -1;
+  uint64_t tokens_seen = 0;  // of the whole run by the end of this step, resumes included
 };
 
 class MetricsLog {
@@ -42,9 +45,11 @@ class MetricsLog {
   // Only the active rank (rank 0) writes. A fresh run (resumed_step < 0) starts the file anew; a
   // resumed run keeps the records of steps <= resumed_step and appends after them, so the file
   // reads as one run even when steps after the checkpoint had been logged before a crash.
-  // tensorboard: where the scalars go too (null = nowhere).
+  // tensorboard: where the scalars go too (null = nowhere). log_interval: steps per console line
+  // (>= 1). start: when the run began, for the elapsed time, the ETA and the report's wall time.
   MetricsLog(const std::string& path, bool active, int64_t resumed_step = -1,
-             std::unique_ptr<TensorBoardWriter> tensorboard = nullptr);
+             std::unique_ptr<TensorBoardWriter> tensorboard = nullptr, int log_interval = 1,
+             std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now());
   void step(const StepRecord& r);
   void eval(int step, double val_loss);
   // A checkpoint written: its time goes into the next step record's checkpoint_ms (it is taken
@@ -60,8 +65,15 @@ class MetricsLog {
   std::unique_ptr<std::FILE, Close> file_;
   bool active_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
+  void console_line(const StepRecord& r);
+
   RunReport report_;
   double checkpoint_seconds_ = 0.0;  // since the last step record
+  int log_interval_;
+  std::chrono::steady_clock::time_point start_;
+  int first_step_ = -1;         // of this run (after a resume: the first after the checkpoint)
+  double interval_loss_ = 0.0;  // the sum over the steps since the last console line
+  int interval_steps_ = 0;
 };
 
 }  // namespace mpitrain

@@ -11,17 +11,19 @@
 
 namespace mpitrain {
 
-// Threads per rank: the option, else OMP_NUM_THREADS, else this node's cores shared evenly by
-// its ranks_on_node ranks.
-int resolve_threads(int requested, int ranks_on_node);
+// Threads per rank, the first that is set: `requested` (--threads, > 0), else the leading
+// number of `omp_num_threads` (the OMP_NUM_THREADS variable; null, empty or not a positive
+// number: unset), else `usable_cpus`, the CPUs this rank may keep busy (fair_cpu_share of
+// runtime/affinity.hpp: its allowed CPUs, those shared with other ranks split among them).
+int resolve_threads(int requested, const char* omp_num_threads, int usable_cpus);
 // Largest token id in this rank's share of the file (0 for no file).
 uint32_t local_max_token(const TokenSource* src, const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).
 void check_tensor_parallel(const ModelConfig& m, int tp);
 // Refuses to write into a directory that holds anything, or over an existing export file,
 // unless --overwrite (or --resume, which continues the run that is there); then creates the
-// directory and records the options used. A fresh run with --overwrite drops the old run's
-// checkpoints, so that a later --resume auto cannot pick them up.
-void prepare_out_dir(const Options& o);
+// directory and records the run in run.ini (train/run_record.hpp). A fresh run with --overwrite
+// drops the old run's checkpoints, so that a later --resume auto cannot pick them up.
+void prepare_out_dir(const Options& o, const std::string& run_ini);
 
 }  // namespace mpitrain

@@ -70,18 +70,19 @@ class Trainer {
   void build_model();           // grid, communicators, backend, model; the out-dir is written
   void build_step_parts();      // runner, buckets, optimizer, update, checkpoints, metrics
   void print_banner() const;    // model, layout, batch, peak, memory per rank
+  std::string run_ini() const;  // run.ini: the options with what the set-up resolved
 
   // ---- the run (trainer.cpp) ----
-  void resume();                // --resume: the checkpoint's state, step and samples consumed
-  StepEnd step(int step);       // one optimizer step and its metrics record; step counts from 0
-  double evaluate();            // mean validation loss per token
+  void resume();                    // --resume: the checkpoint's state, step and samples consumed
+  StepEnd step(int step);           // one optimizer step and its metrics record; step counts from 0
+  double evaluate();                // mean validation loss per token
   void after_evaluation(int step);  // evaluate, log, --save-best
   StepEnd stop_or_save(int step);   // the stop requests agreed on, the checkpoint of this step
   void save(int step);
-  int finish(int exit_code);    // report.json, the trace closed
-  int export_and_sample();      // the whole model on rank 0: --export-*, the text sample
+  int finish(int exit_code);  // report.json, the trace closed
+  int export_and_sample();    // the whole model on rank 0: --export-*, the text sample
   CheckpointManifest manifest(int step) const;
-  const float* host_params();   // the parameters in host memory (for the replica check)
+  const float* host_params();      // the parameters in host memory (for the replica check)
   double blocked_seconds() const;  // over every communicator, since the reset
 
   const Options& options_;
@@ -102,6 +103,8 @@ class Trainer {
   std::optional<Grid> grid_;
   std::optional<ParamLayout> full_layout_;  // the whole model, as one rank would hold it
   std::unique_ptr<CommGroups> comms_;
+  std::optional<MpiComm> node_;  // the ranks of this host (threads, the peak's cache)
+  std::string allowed_cpus_;     // this rank's affinity, "0-3"
   DeviceSetup devices_;
   int threads_ = 1;
   ModelOptions model_options_{};
@@ -132,15 +135,17 @@ class Trainer {
 
   // The run's progress and figures.
   int start_step_ = 0;
-  uint64_t consumed_ = 0;                                       // samples of the global order
-  double best_val_ = 0.0;                                       // for --save-best (NaN: none)
-  double peak_ = 0.0;              // GFLOP/s of all ranks together, for MFU
-  double flops_per_token_ = 0.0;   // PaLM's 6N + 12 L d T
+  uint64_t consumed_ = 0;         // samples of the global order
+  double best_val_ = 0.0;         // for --save-best (NaN: none)
+  double peak_ = 0.0;             // GFLOP/s of all ranks together, for MFU
+  std::string peak_source_;       // rank 0's: given, cached (when, where) or measured now
+  double flops_per_token_ = 0.0;  // PaLM's 6N + 12 L d T
   double tokens_per_step_ = 0.0;
   double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
-  std::optional<StopSignals> signals_;  // installed for the step loop
-  std::chrono::steady_clock::time_point run_start_;
+  std::optional<StopSignals> signals_;     // installed for the step loop
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();  // set-up
+  std::chrono::steady_clock::time_point run_start_;                                 // the step loop
   double slowest_step_ = 0.0, last_save_ = 0.0;  // seconds, for --exit-after-minutes
 };
 
