@@ -25,6 +25,7 @@ DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm&
   }
   DeviceChoice choice;
   all_or_none(world, [&] { choice = select_device(grid.local_rank(), grid.local_size()); });
+  setup.device = choice.device;
   int shared = choice.shared ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, world.get()));
   DeviceInfo mine;
@@ -55,6 +56,20 @@ DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm&
   std::fflush(stdout);
   return setup;
 }
+
+#ifdef MPITRAIN_HAVE_CUDA
+CudaOptions cuda_options(const TrainConfig& t, Precision precision, const DeviceSetup& devices) {
+  CudaOptions c;
+  c.device = devices.device;
+  c.kernels = parse_kernel_set(t.kernels);
+  c.math = precision == Precision::Bf16   ? GemmMath::Bf16
+           : precision == Precision::Fp16 ? GemmMath::Fp16
+           : t.tf32                       ? GemmMath::Tf32
+                                          : GemmMath::Fp32;
+  c.workspace_bytes = static_cast<size_t>(t.gpu_workspace_mb * (1 << 20));
+  return c;
+}
+#endif
 
 int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
                         const Grid& grid, const MpiComm& world) {

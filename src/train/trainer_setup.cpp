@@ -46,20 +46,13 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
 #endif
 }
 
-// The backend of --device: the CPU's, or one GPU's (GEMM math from --precision, TF32 by --tf32).
+// The backend of --device: the CPU's, or the GPU setup_devices chose for this rank.
 std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig& t, int threads,
-                                             Precision precision) {
+                                             Precision precision,
+                                             [[maybe_unused]] const DeviceSetup& devices) {
 #ifdef MPITRAIN_HAVE_CUDA
-  if (t.device == "cuda") {
-    CudaOptions c;
-    c.kernels = parse_kernel_set(t.kernels);
-    c.math = precision == Precision::Bf16   ? GemmMath::Bf16
-             : precision == Precision::Fp16 ? GemmMath::Fp16
-             : t.tf32                       ? GemmMath::Tf32
-                                            : GemmMath::Fp32;
-    c.workspace_bytes = static_cast<size_t>(t.gpu_workspace_mb * (1 << 20));
-    return std::make_unique<CudaBackend<float>>(c);
-  }
+  if (t.device == "cuda")
+    return std::make_unique<CudaBackend<float>>(cuda_options(t, precision, devices));
 #endif
   return std::make_unique<CpuBackend<float>>(threads, precision);
 }
@@ -157,7 +150,7 @@ void Trainer::build_model() {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
                 t_.device == "cpu",
             "MPITRAIN_FAULT nan / drift write host memory: --device cpu only");
-    backend_ = make_backend(t_, threads_, model_options_.precision);
+    backend_ = make_backend(t_, threads_, model_options_.precision, devices_);
 #ifdef MPITRAIN_HAVE_CUDA
     if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()); gpu && root_)
       std::printf("device: %s\n", gpu->describe().c_str());

@@ -6,6 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "mpitrain/backend/precision.hpp"
+#ifdef MPITRAIN_HAVE_CUDA
+#include "mpitrain/backend/cuda_backend.hpp"
+#endif
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/monitor/nvml_power.hpp"
 #include "mpitrain/runtime/grid.hpp"
@@ -17,6 +21,9 @@ namespace mpitrain {
 
 struct DeviceSetup {
   CommKind comm = CommKind::Mpi;
+  // --device cuda: this rank's GPU among the visible ones (DeviceChoice::device), the one its
+  // backend must take (cuda_options); -1 on the CPU.
+  int device = -1;
   // --device cuda: this rank's GPU power meter where NVML loads and this rank is the first of the
   // ranks sharing its GPU (so each GPU is counted once); null otherwise.
   std::unique_ptr<NvmlPower> power;
@@ -27,6 +34,12 @@ struct DeviceSetup {
 // local rank % visible (runtime/device.hpp); rank 0 prints every rank's host, GPU and PCI bus id
 // as one table, and how ranks share GPUs; --comm auto becomes nccl unless some node shares.
 DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm& world);
+
+#ifdef MPITRAIN_HAVE_CUDA
+// The CUDA backend's options for this rank: the GPU setup_devices chose, the GEMM math from
+// --precision (TF32 by --tf32), --kernels, --gpu-workspace-mb.
+CudaOptions cuda_options(const TrainConfig& t, Precision precision, const DeviceSetup& devices);
+#endif
 
 // --micro-batch-size auto: the largest micro-batch whose planned memory (planner/memory.hpp,
 // balanced stages) fits 90% of the memory per rank — --device-memory-gib, else the GPU's free
