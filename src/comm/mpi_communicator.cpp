@@ -47,8 +47,11 @@ void reduce_pairs(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
-// The pair datatype and the operation, made for one call and freed after it (MPI handles).
-class PairReduction {
+}  // namespace
+
+// The pair datatype and the operation (MPI handles), made on the first all_reduce_each and
+// freed with the communicator.
+class MpiCommunicator::PairReduction {
  public:
   PairReduction() {
     MPI_CHECK(MPI_Type_contiguous(2, MPI_DOUBLE, &type_));
@@ -69,7 +72,7 @@ class PairReduction {
   MPI_Op op_ = MPI_OP_NULL;
 };
 
-}  // namespace
+MpiCommunicator::~MpiCommunicator() = default;
 
 void MpiCommunicator::all_reduce_each(double* data, const ReduceOp* ops, size_t n) {
   if (n > kMaxEach) MPITRAIN_THROW("all_reduce_each: " + std::to_string(n) + " values, at most " +
@@ -81,9 +84,9 @@ void MpiCommunicator::all_reduce_each(double* data, const ReduceOp* ops, size_t 
     pairs[2 * i] = static_cast<double>(static_cast<int>(ops[i]));
     pairs[2 * i + 1] = data[i];
   }
-  const PairReduction reduction;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, pairs, static_cast<int>(n), reduction.type(),
-                          reduction.op(), comm_));
+  if (!pairs_) pairs_ = std::make_unique<PairReduction>();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, pairs, static_cast<int>(n), pairs_->type(), pairs_->op(),
+                          comm_));
   for (size_t i = 0; i < n; ++i) data[i] = pairs[2 * i + 1];
 }
 

@@ -75,10 +75,8 @@ Trainer::StepEnd Trainer::step(int step) {
   apply_nan_fault(faults_, model_->layout(), model_->grads(), world_.rank(), step + 1);  // tests
   const float dloss = static_cast<float>(1.0 / tokens_per_step_);  // mean over the global batch
   const bool counts_loss = grid_->last_stage() && grid_->tp_rank() == 0;
-  const double loss = runner_->train(
-      [&](int micro, int32_t* tok, int32_t* tgt) { loader_->load(consumed_, micro, tok, tgt); },
-      static_cast<float>(dloss * scaler_->scale()),
-      [&](size_t offset) { update_->grads_ready(offset); });
+  const double loss = runner_->train(load_, static_cast<float>(dloss * scaler_->scale()),
+                                     grads_ready_);
   const double lr = lr_schedule_->at(step);
   const UpdateResult result = update_->apply(lr, counts_loss ? loss : 0.0, step + 1);
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};

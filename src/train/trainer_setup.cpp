@@ -303,6 +303,10 @@ void Trainer::build_step_parts() {
   held_bytes_[1] = static_cast<double>(optimizer_->bytes());
   held_bytes_[2] = static_cast<double>(model_->activation_bytes());
   comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);
+  load_ = [this](int micro, int32_t* tok, int32_t* tgt) {
+    loader_->load(consumed_, micro, tok, tgt);
+  };
+  grads_ready_ = [this](size_t offset) { update_->grads_ready(offset); };
   tokens_.resize(static_cast<size_t>(micro_batch_) * t_.seq_len);
   targets_.resize(tokens_.size());
 }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -88,6 +89,7 @@ class MpiCommunicator final : public Communicator {
       : MpiCommunicator(comm, "", max_count) {}
   // name: how the watchdog calls this group ("world", "tp", "dp", "pp", "mp", "embedding").
   MpiCommunicator(MPI_Comm comm, std::string name, size_t max_count = kMaxMpiCount);
+  ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
@@ -152,6 +154,8 @@ class MpiCommunicator final : public Communicator {
   uint64_t bytes_sent_ = 0;
   SlotPool<Slot> slots_;
   CallLog calls_;
+  class PairReduction;
+  std::unique_ptr<PairReduction> pairs_;  // all_reduce_each's MPI datatype and operation
 };
 
 }  // namespace mpitrain

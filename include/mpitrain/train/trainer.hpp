@@ -126,6 +126,8 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<NumericGuard> guard_;
   std::unique_ptr<UpdateStep> update_;
+  PipelineRunner::Loader load_;              // the step's micro-batches from the global order
+  std::function<void(size_t)> grads_ready_;  // starts the buckets' sync during backward
   std::unique_ptr<CheckpointStore> store_;
   std::optional<CheckpointState> state_;
   std::optional<CheckpointMirror> mirror_;  // on a device; the CPU path reads and writes in place
