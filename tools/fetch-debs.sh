@@ -20,21 +20,16 @@ DEV=(libopenmpi-dev libhdf5-openmpi-dev libboost-program-options1.74-dev libboos
 # The runtime libraries behind them; their dependencies are added below.
 RUNTIME=(libopenmpi3 libhdf5-openmpi-103-1 libboost-program-options1.74.0 libopenblas0-openmp
          libdnnl2)
-# Present on any system that can run a compiler, or unsafe to shadow (the C library and the
-# compiler's runtimes must stay the system's own).
-BASE='^(libc6|libc-bin|libgcc-s1|libstdc\+\+6|libgomp1|libatomic1|libquadmath0|gcc-[0-9]+-base|'\
-'zlib1g|libzstd1|liblzma5|libbz2-1\.0|libssl3|libcrypt1|libselinux1|libpcre2-.*|libudev1|'\
-'libtinfo6|libcap-ng0|libcap2|libaudit1|libaudit-common|libpam.*|libsystemd0|libgpg-error0|'\
-'libgcrypt20|liblz4-1|libdb5\.3|libuuid1|libblkid1|libmount1|libacl1|libattr1|libmd0|libbsd0|'\
-'libffi8|libgmp10|libtasn1-6|libp11-kit0|libunistring2|libidn2-0|libnettle8|libhogweed6|'\
-'libgnutls30|libkeyutils1|libcom-err2|libsemanage.*|libsepol2|libxml2|libicu72|'\
-'libsqlite3-0|libreadline8|libncursesw6|libedit2|'\
-'libdebian-installer4|libnewt0\.52|libslang2|libtextwrap1)$'  # the last four: debconf's front end
+# What a GPU node already has (tools/debs-base.txt, one regular expression a line).
+BASE="^($(grep -v '^#' tools/debs-base.txt | paste -sd'|'))\$"
 
-# Depends (not Recommends) of the runtime packages, recursively, that are shared libraries.
+# Depends (not Recommends) of the runtime packages, recursively, that are shared libraries: the
+# lib* packages, and the ones a library package depends on under another name (oneDNN's OpenCL
+# loader, ocl-icd-libopencl1, named only as one of alternatives). bench/gpu/preflight.sh checks
+# that every library the programs load is in the result.
 mapfile -t deps < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
                       --no-breaks --no-replaces --no-enhances "${RUNTIME[@]}" 2>/dev/null |
-                    grep -E '^lib[a-z0-9.+-]+$' | grep -Ev "$BASE" | sort -u)
+                    grep -E '^(lib[a-z0-9.+-]+|ocl-icd-libopencl1)$' | grep -Ev "$BASE" | sort -u)
 
 mkdir -p "$DIR"
 cd "$DIR"

@@ -223,7 +223,6 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   fill_random(be, model.params(), P, 0.02f, 7);
   be.set_alloc_kind(cuda::MemoryKind::Optimizer);
   Optimizer opt(be, model.layout(), OptimizerConfig{}, model.params(), 0, P, prec);
-  be.seal_memory();
   const int N = B * T;
   std::vector<int32_t> tok(N), tgt(N);
   for (int i = 0; i < N; ++i) {
@@ -232,6 +231,7 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   }
   auto* dtok = static_cast<int32_t*>(be.alloc_bytes(cuda::MemoryKind::Activations, N * 4));
   auto* dtgt = static_cast<int32_t*>(be.alloc_bytes(cuda::MemoryKind::Activations, N * 4));
+  be.seal_memory();  // after the last allocation: a sealed arena refuses new blocks
   be.to_device(dtok, tok.data(), N * 4);
   be.to_device(dtgt, tgt.data(), N * 4);
   cudaStream_t s = static_cast<cudaStream_t>(be.stream());

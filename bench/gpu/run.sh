@@ -1,214 +1,191 @@
 #!/usr/bin/env bash
 # The GPU check, for a node with nvcc and CMake (and maybe Python with PyTorch) but no package
-# registry and no MPI: builds the CUDA backend's tests and benchmark from this source tree, runs
-# the `gpu` tests, then bench/gpu/op_bench.cpp, then bench/gpu/trainer_vs_pytorch.sh (the trainer's
-# tokens/s and MFU against PyTorch) and, with more than one GPU and an mpirun, nccl-bench; writes
-# a summary table and the logs to OUT_DIR.
-# The libraries the build needs (MPI, HDF5, Boost, GoogleTest, OpenBLAS, oneDNN) travel as Debian
-# packages fetched beforehand by tools/fetch-debs.sh into third_party/debs; they are unpacked
-# here with dpkg -x into a private prefix (nothing is installed). Whole run: under 9.5 minutes
-# (a device command may run 10).
+# registry and no MPI, in steps that each write their results under OUT_DIR as they finish (a
+# step that fails or runs out of time leaves what the earlier ones wrote):
 #
-# Usage: bench/gpu/run.sh OUT_DIR
+#   step     budget  what
+#   build     240 s  unpack third_party/debs, configure, build what the gpu tests run + op-bench
+#   tests     120 s  ctest -L gpu, but not the e2e scripts, -j 4 (each test's own timeout holds)
+#   e2e       300 s  the e2e GPU scripts (--device cuda against cpu): many trainer runs; not in the
+#                    default plan, named only when there is time for it
+#   bench      60 s  op-bench: per-op time against its floor, GPT-2 small and Llama step MFU
+#   compare   180 s  bench/gpu/trainer_vs_pytorch.sh: tokens/s and MFU beside PyTorch
+#   nccl       30 s  nccl-bench, with two or more GPUs
+#
+# One command runs the steps it names, in order, each under its budget (GPU_BUDGET_<STEP>
+# overrides one), and refuses a list whose budgets add up to more than 570 s (a command on a lent
+# machine may run 600). The plan for a 15-minute loan, two commands back to back on the warm
+# machine (the build area is kept between them):
+#   bash bench/gpu/run.sh "$OUT" build tests
+#   bash bench/gpu/run.sh "$OUT" bench compare nccl
+# `bench/gpu/run.sh --plan` prints it with the budgets; bench/gpu/preflight.sh checks, without a
+# GPU, everything it needs.
+#
 # Environment: MPITRAIN_DEBS (default third_party/debs), MPITRAIN_GPU_WORK (build area, default
-#   /tmp/mpitrain-gpu), CUDA_ARCH (default: the device's, else 90), CUDNN_ROOT (default: the
-#   toolkit's cuDNN, else PyTorch's nvidia-cudnn wheel), JOBS (default nproc),
-#   MPITRAIN_CONFIGURE_ONLY=1 (stop after CMake: for checking the script without a GPU),
-#   MPITRAIN_CMAKE_EXTRA (more CMake arguments), NCCL_ROOT (default: the toolkit's NCCL, else
-#   PyTorch's nvidia-nccl wheel, else /usr's), MPITRAIN_GPU_STEPS (which of "tests bench compare
-#   nccl" to run after the build; default all), TVP_BUDGET (seconds for the comparison, 230),
-#   PEAK_TFLOPS and PYTHON (for the comparison, see trainer_vs_pytorch.sh).
+#   build-gpu/ in this tree: kept between commands on a warm machine), CUDA_ARCH (default: the
+#   device's, else 90), CUDNN_ROOT and NCCL_ROOT (default: the toolkit's, else PyTorch's wheels),
+#   JOBS (default nproc), MPITRAIN_CMAKE_EXTRA (more CMake arguments), PEAK_TFLOPS and PYTHON
+#   (for compare, see trainer_vs_pytorch.sh).
 set -uo pipefail
 
-OUT=${1:?usage: bench/gpu/run.sh OUT_DIR}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-DEBS=${MPITRAIN_DEBS:-$SRC/third_party/debs}
-WORK=${MPITRAIN_GPU_WORK:-/tmp/mpitrain-gpu}
-JOBS=${JOBS:-$(nproc)}
-BUDGET=570  # seconds for everything: 9.5 minutes (470 before the trainer-vs-PyTorch comparison)
-START=$(date +%s)
-mkdir -p "$OUT" "$WORK"
-OUT=$(cd "$OUT" && pwd)
-SUMMARY=$OUT/summary.md
-: >"$SUMMARY"
+declare -A BUDGET=([build]=240 [tests]=120 [e2e]=300 [bench]=60 [compare]=180 [nccl]=30)
+ORDER=(build tests e2e bench compare nccl)
+PLAN=("build tests" "bench compare nccl")
+MAX_COMMAND=570
+for step in "${ORDER[@]}"; do
+  var=GPU_BUDGET_${step^^}
+  [[ -n ${!var:-} ]] && BUDGET[$step]=${!var}
+done
 
-say() { echo "$*" | tee -a "$SUMMARY"; }
-left() { echo $((BUDGET - ($(date +%s) - START))); }
-# run_step NAME LOG SECONDS COMMAND...: the command under a timeout, output to LOG; status kept
-run_step() {
-  local name=$1 log=$2 limit=$3
-  shift 3
-  local t0 rc
-  t0=$(date +%s)
-  if ((limit <= 5)); then
-    say "- $name: not run (time budget spent)"
-    return 124
-  fi
-  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
-  rc=$?
-  say "- $name: exit $rc in $(($(date +%s) - t0)) s (log: $(basename "$log"))"
-  return $rc
+sum_budget() {
+  local total=0 step
+  for step in "$@"; do total=$((total + BUDGET[$step])); done
+  echo "$total"
 }
 
-say "# mpitrain GPU run, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [[ ${1:-} == --plan ]]; then
+  total=0
+  echo "GPU plan: $((${#PLAN[@]})) commands, back to back on one warm machine"
+  for steps in "${PLAN[@]}"; do
+    read -r -a list <<<"$steps"
+    t=$(sum_budget "${list[@]}")
+    total=$((total + t))
+    printf '  %-52s up to %3d s  (%s)\n' "bash bench/gpu/run.sh \"\$OUT\" $steps" "$t" \
+      "$(for s in "${list[@]}"; do printf '%s %d s, ' "$s" "${BUDGET[$s]}"; done | sed 's/, $//')"
+  done
+  echo "  total up to $total s of commands; with time left: bash bench/gpu/run.sh \"\$OUT\" e2e (up to ${BUDGET[e2e]} s)"
+  exit 0
+fi
+
+usage="usage: bench/gpu/run.sh OUT_DIR STEP... (steps: ${ORDER[*]}) | bench/gpu/run.sh --plan"
+OUT=${1:?$usage}
+shift
+(($# > 0)) || { echo "$usage" >&2; exit 2; }
+for step in "$@"; do
+  [[ -n ${BUDGET[$step]:-} ]] || { echo "run.sh: unknown step '$step' ($usage)" >&2; exit 2; }
+done
+if (($(sum_budget "$@") > MAX_COMMAND)); then
+  echo "run.sh: steps '$*' may take $(sum_budget "$@") s, more than one command's $MAX_COMMAND s: split them" >&2
+  exit 2
+fi
+
+DEBS=${MPITRAIN_DEBS:-$SRC/third_party/debs}
+WORK=${MPITRAIN_GPU_WORK:-$SRC/build-gpu}
+JOBS=${JOBS:-$(nproc)}
+BUILD=$WORK/build
+mkdir -p "$OUT" "$WORK"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(cd "$WORK" && pwd)
+[[ -d $DEBS ]] && DEBS=$(cd "$DEBS" && pwd)
+SUMMARY=$OUT/summary.md
+# shellcheck source=bench/gpu/prefix.sh
+source "$SRC/bench/gpu/prefix.sh"
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+# run_step NAME LOG SECONDS COMMAND...: the command under a timeout, output to LOG; status kept
+run_step() {
+  local name=$1 log=$2 limit=$3 t0 rc
+  shift 3
+  t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  say "- $name: exit $rc in $(($(date +%s) - t0)) of $limit s$( ((rc == 124 || rc == 137)) && echo ' (timed out)') (log: $(basename "$log"))"
+  return $rc
+}
+indent() { sed 's/^/    /'; }
+
+say "# mpitrain GPU run: $*, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 say ""
 { nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null ||
     echo "no nvidia-smi"
-  nvcc --version 2>&1 | grep release; cmake --version | head -1; } | sed 's/^/    /' | tee -a "$SUMMARY"
-
-# ---- the libraries: unpack the packages into a prefix ---------------------------------------
-PREFIX=$WORK/prefix
-[[ -d $DEBS ]] && DEBS=$(cd "$DEBS" && pwd)
-if [[ ! -d $PREFIX/usr ]]; then
-  ls "$DEBS"/*.deb >/dev/null 2>&1 || { say "no packages in $DEBS: run tools/fetch-debs.sh first"; exit 1; }
-  mkdir -p "$PREFIX"
-  for deb in "$DEBS"/*.deb; do
-    if command -v dpkg >/dev/null; then
-      dpkg -x "$deb" "$PREFIX"
-    else  # a .deb is an ar archive holding data.tar.*
-      member=$(ar t "$deb" | grep '^data\.tar')
-      (cd "$WORK" && ar x "$deb" "$member" && tar -xf "$member" -C "$PREFIX" && rm -f "$member")
-    fi
-  done
-fi
-# Debian names them mpirun.openmpi etc. behind alternatives links, which dpkg -x does not make.
-for tool in mpirun mpiexec; do
-  [[ -e $PREFIX/usr/bin/orterun && ! -e $PREFIX/usr/bin/$tool ]] && ln -s orterun "$PREFIX/usr/bin/$tool"
-done
-MA=x86_64-linux-gnu
-LIB=$PREFIX/usr/lib/$MA
-export LD_LIBRARY_PATH=$LIB:$LIB/openmpi/lib:$LIB/hdf5/openmpi:$LIB/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Open MPI from the prefix: its components are found through OPAL_PREFIX; a program run without
-# mpirun (the packages have none) is a singleton that must not look for an orted to start.
-export OPAL_PREFIX=$PREFIX/usr OMPI_MCA_ess_singleton_isolated=1
-export MPITRAIN_FORTUNES=$PREFIX/usr/share/games/fortunes PATH=$PREFIX/usr/bin:$PATH
-
-# ---- cuDNN: the toolkit's, else the one PyTorch brought (a wheel has no libcudnn.so link) ----
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-if [[ -z ${CUDNN_ROOT:-} ]]; then
-  if [[ -e $CUDA_HOME/include/cudnn_graph.h ]]; then
-    CUDNN_ROOT=$CUDA_HOME
-  elif wheel=$(python3 -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))' 2>/dev/null) ||
-       wheel=$(python3 -c 'import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null); then
-    CUDNN_ROOT=$WORK/cudnn
-    mkdir -p "$CUDNN_ROOT/lib"
-    ln -sfn "$wheel/include" "$CUDNN_ROOT/include"
-    for so in "$wheel"/lib/libcudnn*.so.*; do ln -sf "$so" "$CUDNN_ROOT/lib/"; done
-    main=("$wheel"/lib/libcudnn.so.*)
-    ln -sf "${main[0]}" "$CUDNN_ROOT/lib/libcudnn.so"
-    export LD_LIBRARY_PATH=$CUDNN_ROOT/lib:$LD_LIBRARY_PATH
-  fi
-fi
-say "    cuDNN from ${CUDNN_ROOT:-nowhere}"
-
-# ---- NCCL (for nccl-bench): the toolkit's, else PyTorch's wheel, else /usr's (which CMake is told
-# to ignore), the last two through links in the work area ------------------------------------
-if [[ -z ${NCCL_ROOT:-} && ! -e $CUDA_HOME/include/nccl.h ]]; then
-  if nccl=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null); then
-    nccl_inc=$nccl/include nccl_libs=("$nccl"/lib/libnccl.so*)
-  else
-    nccl_inc=/usr/include nccl_libs=("/usr/lib/$MA"/libnccl.so*)
-  fi
-  if [[ -e $nccl_inc/nccl.h && -e ${nccl_libs[0]} ]]; then
-    NCCL_ROOT=$WORK/nccl
-    mkdir -p "$NCCL_ROOT/include" "$NCCL_ROOT/lib"
-    ln -sf "$nccl_inc/nccl.h" "$NCCL_ROOT/include/"
-    ln -sf "${nccl_libs[0]}" "$NCCL_ROOT/lib/libnccl.so"
-    LD_LIBRARY_PATH=$(dirname "${nccl_libs[0]}"):$LD_LIBRARY_PATH
-  fi
-fi
-say "    NCCL from ${NCCL_ROOT:-the toolkit, if it has one}"
-
-ARCH=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')}
-ARCH=${ARCH:-90}
-BUILD=$WORK/build
-read -r -a extra <<<"${MPITRAIN_CMAKE_EXTRA:-}"
-say ""
-say "## steps"
-run_step "configure (CUDA arch $ARCH)" "$OUT/configure.log" "$(left)" \
-  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMPITRAIN_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" \
-  -DCUDNN_ROOT="${CUDNN_ROOT:-}" -DNCCL_ROOT="${NCCL_ROOT:-}" \
-  -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local" \
-  -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_SKIP_GUESSING=ON \
-  -DMPI_C_HEADER_DIR="$LIB/openmpi/include" -DMPI_CXX_HEADER_DIR="$LIB/openmpi/include" \
-  -DMPI_CXX_SKIP_MPICXX=ON -DMPI_C_LIB_NAMES=mpi -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" \
-  -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpiexec" \
-  -DHDF5_PREFER_PARALLEL=ON -DHDF5_C_INCLUDE_DIR="$PREFIX/usr/include/hdf5/openmpi" \
-  -DHDF5_hdf5_LIBRARY_RELEASE="$LIB/hdf5/openmpi/libhdf5.so" \
-  -DOPENBLAS_LIBRARY="$LIB/openblas-openmp/libopenblas.so" \
-  -DOPENBLAS_INCLUDE_DIR="$PREFIX/usr/include/$MA/openblas-openmp" \
-  -DDNNL_INCLUDE_DIR="$PREFIX/usr/include" -DDNNL_LIBRARY="$LIB/libdnnl.so" \
-  -DPKG_CONFIG_EXECUTABLE=/bin/false "${extra[@]}" ||
-  { tail -30 "$OUT/configure.log"; exit 1; }
-[[ ${MPITRAIN_CONFIGURE_ONLY:-0} == 1 ]] && { say "configure only: done"; exit 0; }
-
-# nccl-bench exists where CMake found NCCL
-targets=(gpu_tests gpu_graphs op-bench trainer prepare-data)
-grep -E '^NCCL_LIBRARY:FILEPATH=' "$BUILD/CMakeCache.txt" | grep -qv NOTFOUND && targets+=(nccl-bench)
-run_step "build (${targets[*]}, -j$JOBS)" "$OUT/build.log" "$(left)" \
-  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" ||
-  { grep -E 'error|Error' "$OUT/build.log" | head -30; exit 1; }
-
-STEPS=" ${MPITRAIN_GPU_STEPS:-tests bench compare nccl} "
+  nvcc --version 2>&1 | grep release; cmake --version | head -1; } | indent | tee -a "$SUMMARY"
+say "    steps: $(for s in "$@"; do printf '%s %d s, ' "$s" "${BUDGET[$s]}"; done | sed 's/, $//')"
+gpu_unpack "$DEBS" | tee -a "$SUMMARY"
+gpu_environment
+say "    cuDNN from ${CUDNN_ROOT:-nowhere}; NCCL from ${NCCL_ROOT:-the toolkit, if it has one}"
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-TVP_BUDGET=${TVP_BUDGET:-230}
-# what the comparison and nccl-bench keep back; tests get at most half of the rest, op-bench
-# what the tests leave of it
-reserve=0
-[[ $STEPS == *" compare "* ]] && reserve=$((TVP_BUDGET + 20))
-[[ $STEPS == *" nccl "* ]] && ((GPUS > 1)) && reserve=$((reserve + 60))
-tests_rc=0 bench_rc=0 tvp_rc=0 nccl_rc=0
-if [[ $STEPS == *" tests "* ]]; then
-  run_step "gpu tests (ctest -L gpu)" "$OUT/tests.log" "$((($(left) - reserve) / 2))" \
-    ctest --test-dir "$BUILD" -L gpu --output-on-failure
-  tests_rc=$?
-fi
-if [[ $STEPS == *" bench "* ]]; then
-  run_step "benchmark (op-bench)" "$OUT/bench.log" "$(($(left) - reserve - 5))" "$BUILD/op-bench"
-  bench_rc=$?
-fi
-if [[ $STEPS == *" compare "* ]]; then
-  reserve=$((reserve - TVP_BUDGET - 20))
-  tvp=$(($(left) - reserve - 20))
-  tvp=$((tvp < TVP_BUDGET ? tvp : TVP_BUDGET))
-  run_step "trainer vs PyTorch (budget $tvp s)" "$OUT/trainer_vs_pytorch.log" "$((tvp + 15))" \
+status=0
+
+step_build() {
+  local arch=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')}
+  local -a extra targets
+  read -r -a extra <<<"${MPITRAIN_CMAKE_EXTRA:-}"
+  local t0 left
+  t0=$(date +%s)
+  run_step "configure (CUDA arch ${arch:-90})" "$OUT/configure.log" "${BUDGET[build]}" \
+    gpu_configure "$BUILD" "${arch:-90}" "${extra[@]}" || { tail -30 "$OUT/configure.log"; return 1; }
+  mapfile -t targets < <(gpu_targets "$BUILD")
+  ((${#targets[@]} > 0)) || { say "- no gpu targets read back from ctest"; return 1; }
+  left=$((BUDGET[build] - ($(date +%s) - t0)))
+  run_step "build (${targets[*]}, -j$JOBS)" "$OUT/build.log" "$left" \
+    cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" ||
+    { grep -E 'error|Error' "$OUT/build.log" | head -30; return 1; }
+}
+
+step_tests() {
+  run_step "gpu tests (ctest -L gpu -E '^e2e_' -j 4)" "$OUT/tests.log" "${BUDGET[tests]}" \
+    ctest --test-dir "$BUILD" -L gpu -E '^e2e_' -j 4 --output-on-failure
+  local rc=$?
+  grep -E "tests passed|tests failed|\*\*\*|Not Run|SKIP" "$OUT/tests.log" | indent | tee -a "$SUMMARY"
+  return $rc
+}
+
+step_e2e() {
+  run_step "gpu e2e (ctest -L gpu -R '^e2e_')" "$OUT/e2e.log" "${BUDGET[e2e]}" \
+    ctest --test-dir "$BUILD" -L gpu -R '^e2e_' --output-on-failure
+  local rc=$?
+  grep -E "tests passed|tests failed|\*\*\*|within|SKIP" "$OUT/e2e.log" | indent | tee -a "$SUMMARY"
+  return $rc
+}
+
+step_bench() {
+  run_step "op-bench" "$OUT/bench.log" "${BUDGET[bench]}" "$BUILD/op-bench"
+  local rc=$?
+  say ""
+  indent <"$OUT/bench.log" | tee -a "$SUMMARY"
+  return $rc
+}
+
+step_compare() {
+  local tvp=$((BUDGET[compare] - 15))
+  run_step "trainer vs PyTorch (budget $tvp s)" "$OUT/trainer_vs_pytorch.log" "${BUDGET[compare]}" \
     env TVP_BUDGET="$tvp" bash "$SRC/bench/gpu/trainer_vs_pytorch.sh" "$BUILD" "$OUT"
-  tvp_rc=$?
-fi
-if [[ $STEPS == *" nccl "* ]]; then
+  local rc=$?
+  [[ -f $OUT/trainer-vs-pytorch.md ]] && { say ""; tee -a "$SUMMARY" <"$OUT/trainer-vs-pytorch.md"; }
+  return $rc
+}
+
+step_nccl() {
+  local mpirun
   mpirun=$(command -v "$PREFIX/usr/bin/mpirun" mpirun | head -1)
   if ((GPUS < 2)); then
-    echo "SKIP: $GPUS GPU: the collectives need two or more" >"$OUT/nccl_bench.log"
+    say "- nccl-bench: SKIP: $GPUS GPU: the collectives need two or more"
   elif [[ ! -x $BUILD/nccl-bench ]]; then
-    echo "SKIP: no nccl-bench (CMake found no NCCL; set NCCL_ROOT)" >"$OUT/nccl_bench.log"
+    say "- nccl-bench: SKIP: no nccl-bench (CMake found no NCCL; set NCCL_ROOT)"
   elif [[ -z $mpirun ]]; then
-    echo "SKIP: no mpirun (the unpacked packages have none: openmpi-bin)" >"$OUT/nccl_bench.log"
+    say "- nccl-bench: SKIP: no mpirun (the unpacked packages have none: openmpi-bin)"
   else
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run_step "nccl-bench ($GPUS GPUs)" \
-      "$OUT/nccl_bench.log" "$(($(left) - 5))" "$mpirun" --oversubscribe --bind-to none \
+      "$OUT/nccl_bench.log" "${BUDGET[nccl]}" "$mpirun" --oversubscribe --bind-to none \
       -x LD_LIBRARY_PATH -np "$GPUS" "$BUILD/nccl-bench" 256M 20
-    nccl_rc=$?
+    local rc=$?
+    indent <"$OUT/nccl_bench.log" | tee -a "$SUMMARY"
+    return $rc
   fi
-  grep -q '^SKIP' "$OUT/nccl_bench.log" && say "- nccl-bench: $(cat "$OUT/nccl_bench.log")"
-fi
+}
 
-say ""
-say "## tests"
-grep -E "tests passed|tests failed|Passed|Failed|Skipped|\*\*\*" "$OUT/tests.log" | sed 's/^/    /' | tee -a "$SUMMARY"
-say ""
-say "## benchmark"
-sed 's/^/    /' "$OUT/bench.log" | tee -a "$SUMMARY" >/dev/null
-tail -40 "$OUT/bench.log"
-if [[ -f $OUT/trainer-vs-pytorch.md ]]; then
+START=$(date +%s)
+for step in "$@"; do
   say ""
-  tee -a "$SUMMARY" <"$OUT/trainer-vs-pytorch.md"
-fi
-if [[ -f $OUT/nccl_bench.log ]] && ! grep -q '^SKIP' "$OUT/nccl_bench.log"; then
-  say ""
-  say "## nccl-bench"
-  sed 's/^/    /' "$OUT/nccl_bench.log" | tee -a "$SUMMARY"
-fi
+  say "## $step (budget ${BUDGET[$step]} s)"
+  if [[ $step != build && ! -f $BUILD/CMakeCache.txt ]]; then
+    say "- not run: no build in $BUILD (run the build step first)"
+    status=1
+    continue
+  fi
+  "step_$step" || status=1
+done
 say ""
 say "total $(($(date +%s) - START)) s"
-exit $((tests_rc != 0 || bench_rc != 0 || tvp_rc != 0 || nccl_rc != 0))
+exit $status

@@ -271,11 +271,20 @@ CommHandle MpiCommunicator::reduce_scatter_start(float* data, std::span<const si
   const size_t total = checked_blocks(counts, "reduce_scatter_start");
   const int id = acquire_slot("reduce_scatter", total * sizeof(float));
   count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
-  Slot& slot = slots_[id];
-  set_blocks(slot, counts);
-  slot.requests.push_back(MPI_REQUEST_NULL);
-  MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, slot.counts.data(), MPI_FLOAT, mpi_op(op),
-                                comm_, &slot.requests.back()));
+  // One in-place reduce per block onto its owner, all in flight together: the result lands at
+  // the block's own offset, so no copy moves it there afterwards (MPI_Ireduce_scatter's in-place
+  // form leaves it at data[0]), and the same calls serve device pointers under a CUDA-aware MPI.
+  std::vector<MPI_Request>& requests = slots_[id].requests;
+  size_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    const int count = static_cast<int>(counts[r]);
+    float* block = data + offset;
+    offset += counts[r];
+    if (count == 0) continue;
+    requests.push_back(MPI_REQUEST_NULL);
+    MPI_CHECK(MPI_Ireduce(r == rank_ ? MPI_IN_PLACE : block, block, count, MPI_FLOAT, mpi_op(op), r,
+                          comm_, &requests.back()));
+  }
   return CommHandle{id};
 }
 

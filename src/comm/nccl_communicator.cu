@@ -45,7 +45,7 @@ NcclCommunicator::Event NcclCommunicator::make_event() {
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute,
-                                   double timeout_s, size_t scratch_bytes)
+                                   double timeout_s)
     : timeout_s_(timeout_s), compute_(compute), calls_(std::move(name), world_ranks_of(comm)) {
   MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   MPI_CHECK(MPI_Comm_size(comm, &size_));
@@ -56,10 +56,9 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t
   stream_.reset(s);
   ready_ = make_event();
   blocking_done_ = make_event();
-  scratch_bytes_ = std::max(scratch_bytes, sizeof(float));  // at least the barrier's token
-  void* scratch = nullptr;
-  CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes_));
-  scratch_.reset(scratch);
+  void* token = nullptr;
+  CUDA_CHECK(cudaMalloc(&token, sizeof(float)));
+  barrier_token_.reset(token);
 
   ncclUniqueId id{};
   if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -118,8 +117,7 @@ void NcclCommunicator::settle(const char* call) {
   const Clock::time_point deadline = deadline_after(timeout_s_);
   ncclResult_t state = ncclInProgress;
   while (true) {
-    const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
-    if (rc != ncclSuccess) state = rc;
+    state = async_error();
     if (state != ncclInProgress) break;
     if (Clock::now() > deadline)
       fail(calls_.name() + " " + call + ": NCCL still in progress after " +
@@ -146,7 +144,10 @@ bool NcclCommunicator::poll_error(std::string* what) const {
   return true;
 }
 
+// Under abort_mutex_: the watchdog thread asks while the issuing thread may be aborting (or the
+// reverse), and an aborted communicator must not be asked.
 ncclResult_t NcclCommunicator::async_error() const {
+  std::lock_guard<std::mutex> lock(abort_mutex_);
   if (aborted_) return ncclInvalidUsage;  // no communicator left to ask
   ncclResult_t state = ncclSuccess;
   const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
@@ -156,6 +157,7 @@ ncclResult_t NcclCommunicator::async_error() const {
 void NcclCommunicator::abort() {
   if (comm_ == nullptr || aborted_) return;
   if (std::this_thread::get_id() != owner_) aborted_elsewhere_ = true;  // seen before aborted_
+  std::lock_guard<std::mutex> lock(abort_mutex_);
   if (aborted_.exchange(true)) return;
   ncclCommAbort(comm_);
 }
@@ -293,12 +295,12 @@ void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
   finish_blocking();
 }
 
-// NCCL has no barrier: an all-reduce of one float of scratch, completed on the host.
+// NCCL has no barrier: an all-reduce of one float, completed on the host.
 void NcclCommunicator::barrier() {
   BlockedTimer block(blocked_seconds_, calls_, "barrier", 0);
   begin();
-  NCCL_CHECK(ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat, ncclMax, comm_,
-                           stream_.get()));
+  NCCL_CHECK(ncclAllReduce(barrier_token_.get(), barrier_token_.get(), 1, ncclFloat, ncclMax,
+                           comm_, stream_.get()));
   finish_blocking();
 }
 
@@ -383,31 +385,18 @@ size_t NcclCommunicator::blocks_total(std::span<const size_t> counts, const char
 CommHandle NcclCommunicator::reduce_scatter_start(float* data, std::span<const size_t> counts,
                                                   ReduceOp op) {
   const size_t total = blocks_total(counts, "reduce_scatter_start");
-  const size_t mine = counts[rank_] * sizeof(float);
-  if (mine > scratch_bytes_) {  // larger than construction was told: grows
-    require_usable();
-    flush();
-    CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // nothing queued uses the old one
-    void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, mine));
-    scratch_.reset(p);
-    scratch_bytes_ = mine;
-  }
   const int id = acquire_slot("reduce_scatter", total * sizeof(float));
   count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
   begin();
-  auto* scratch = static_cast<float*>(scratch_.get());
   NCCL_CHECK(ncclGroupStart());
   size_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < size_; ++r) {  // in place: the owner's sum lands where its block is
     if (counts[r] > 0)
-      NCCL_CHECK(ncclReduce(data + offset, scratch, counts[r], ncclFloat, nccl_op(op), r, comm_,
-                            stream_.get()));
+      NCCL_CHECK(ncclReduce(data + offset, data + offset, counts[r], ncclFloat, nccl_op(op), r,
+                            comm_, stream_.get()));
     offset += counts[r];
   }
   NCCL_CHECK(ncclGroupEnd());
-  if (mine > 0)
-    CUDA_CHECK(cudaMemcpyAsync(data, scratch, mine, cudaMemcpyDeviceToDevice, stream_.get()));
   end_started(id);
   return CommHandle{id};
 }

@@ -168,14 +168,17 @@ CommHandle StagedMpiCommunicator::all_gather_start(const void* in, void* out, si
 CommHandle StagedMpiCommunicator::reduce_scatter_start(float* data,
                                                        std::span<const size_t> counts,
                                                        ReduceOp op) {
-  size_t total = 0;
-  for (size_t c : counts) total += c;
+  size_t total = 0, offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (static_cast<int>(r) < rank()) offset += counts[r];
+    total += counts[r];
+  }
   const int s = acquire(total * sizeof(float), "reduce_scatter_start");
   auto* h = reinterpret_cast<float*>(host(stages_[s]));
   to_host(h, data, total * sizeof(float));
   sync_compute();
-  const CommHandle mpi = mpi_.reduce_scatter_start(h, counts, op);
-  return started(s, mpi, data, 0, counts[rank()] * sizeof(float));
+  const CommHandle mpi = mpi_.reduce_scatter_start(h, counts, op);  // this rank's block at offset
+  return started(s, mpi, data + offset, offset * sizeof(float), counts[rank()] * sizeof(float));
 }
 
 CommHandle StagedMpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {

@@ -1,7 +1,6 @@
 #include "mpitrain/parallel/grad_sync.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -137,17 +136,8 @@ void GradBuckets::finish() {
     finish_topk();
   } else if (opt_.compress != GradCompress::None) {
     finish_encoded();
-  } else {
-    const int me = dp_.rank();
-    for (size_t b = 0; b < started_; ++b) {
-      dp_.wait(handles_[b]);
-      if (!opt_.zero) continue;
-      // MPI left this rank's block at the bucket's start; it belongs at its own offset.
-      float* g = grads_ + begin_[b];
-      const size_t count = blocks(b)[me];
-      const size_t at = std::max(begin_[b], zero_range(n_, dp_.size(), me).lo) - begin_[b];
-      if (count > 0 && at > 0) std::memmove(g + at, g, count * sizeof(float));
-    }
+  } else {  // zero: each rank's block of the sum is already at its own offset
+    for (size_t b = 0; b < started_; ++b) dp_.wait(handles_[b]);
   }
   started_ = 0;
 }

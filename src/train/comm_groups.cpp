@@ -38,7 +38,7 @@ CommKind resolve_comm(const std::string& option, const std::string& device, bool
 }
 
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                              int slots, double bucket_mb, bool zero) {
+                              int slots, double bucket_mb) {
   const ParamLayout layout(config, shard);
   const size_t rows = static_cast<size_t>(B) * T, activation = rows * config.d_model;
   size_t replicated = 0;
@@ -52,7 +52,6 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   s.pp_in_flight = 2 * slots + 1;
   s.dp = sizeof(float) * bucket;
   s.dp_in_flight = static_cast<int>((layout.total() + bucket - 1) / bucket);
-  s.dp_scatter = zero ? s.dp : 0;
   // Only tied copies cross the group (gpt2; llama's first and last stage hold different tables),
   // and every member must agree: an NCCL communicator is made by all of them or none.
   s.embedding = config.tied_embeddings() && layout.has(Slot::Wte)
@@ -86,14 +85,13 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
 #else
   auto* compute = static_cast<cudaStream_t>(stream);
   // One group: its data communicator over host communicator `host` (size 1: the host one).
-  // max_bytes, in_flight: the staging pool; scatter: NCCL's reduce-scatter scratch.
-  auto make = [&](MpiCommunicator& host, size_t max_bytes, int in_flight,
-                  [[maybe_unused]] size_t scatter) -> Communicator* {
+  // max_bytes, in_flight: the staging pool.
+  auto make = [&](MpiCommunicator& host, size_t max_bytes, int in_flight) -> Communicator* {
     if (host.size() == 1) return &host;
 #ifdef MPITRAIN_HAVE_NCCL
     if (kind == CommKind::Nccl) {
       auto nccl = std::make_unique<NcclCommunicator>(host.mpi(), host.calls().name() + "/nccl",
-                                                     compute, timeout_s, scatter);
+                                                     compute, timeout_s);
       device_work_.push_back(nccl.get());
       owned_.push_back(std::move(nccl));
       return owned_.back().get();
@@ -107,10 +105,10 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
           std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
     return owned_.back().get();
   };
-  tp_data_ = make(tp, sizes.tp, 0, 0);
-  dp_data_ = make(dp, sizes.dp, sizes.dp_in_flight, sizes.dp_scatter);
-  pp_data_ = make(pp, sizes.pp, sizes.pp_in_flight, 0);
-  if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, 0, 0);
+  tp_data_ = make(tp, sizes.tp, 0);
+  dp_data_ = make(dp, sizes.dp, sizes.dp_in_flight);
+  pp_data_ = make(pp, sizes.pp, sizes.pp_in_flight);
+  if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, 0);
 #endif
 }
 

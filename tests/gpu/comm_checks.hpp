@@ -53,22 +53,28 @@ inline int run_tests(int argc, char** argv, bool one_gpu_per_rank) {
   return RUN_ALL_TESTS();
 }
 
-// A device copy of a host vector; back to the host after the stream's work.
+// A device copy of a host vector, made and read back on `stream` (the communicators' compute
+// stream, non-blocking: the legacy stream's cudaMemcpy would not be ordered with it, and from
+// pageable memory it may return before the copy has landed).
 template <typename E>
 class DeviceVec {
  public:
-  explicit DeviceVec(const std::vector<E>& host) : n_(host.size()) {
+  DeviceVec(const std::vector<E>& host, cudaStream_t stream) : n_(host.size()) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, n_) * sizeof(E)));
-    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(E), cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpyAsync(ptr_, host.data(), n_ * sizeof(E), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ~DeviceVec() { cudaFree(ptr_); }
   DeviceVec(const DeviceVec&) = delete;
   DeviceVec& operator=(const DeviceVec&) = delete;
   E* get() { return ptr_; }
+  // After the stream's work so far.
   std::vector<E> host(cudaStream_t stream) const {
-    CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<E> out(n_);
-    CUDA_CHECK(cudaMemcpy(out.data(), ptr_, n_ * sizeof(E), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), ptr_, n_ * sizeof(E), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     return out;
   }
 
@@ -97,24 +103,24 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
 
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
     std::vector<float> f = values<float>(rank, n);
-    DeviceVec<float> df(f);
+    DeviceVec<float> df(f, stream);
     dev.all_reduce(df.get(), n, op);
     mpi.all_reduce(f.data(), n, op);
     EXPECT_EQ(df.host(stream), f) << "all_reduce float";
     std::vector<double> d = values<double>(rank, n);
-    DeviceVec<double> dd(d);
+    DeviceVec<double> dd(d, stream);
     dev.all_reduce(dd.get(), n, op);
     mpi.all_reduce(d.data(), n, op);
     EXPECT_EQ(dd.host(stream), d) << "all_reduce double";
     std::vector<int64_t> l = values<int64_t>(rank, n);
-    DeviceVec<int64_t> dl(l);
+    DeviceVec<int64_t> dl(l, stream);
     dev.all_reduce(dl.get(), n, op);
     mpi.all_reduce(l.data(), n, op);
     EXPECT_EQ(dl.host(stream), l) << "all_reduce int64";
   }
   {
     std::vector<float> b = values<float>(rank, n);
-    DeviceVec<float> db(b);
+    DeviceVec<float> db(b, stream);
     dev.broadcast(db.get(), n * sizeof(float), size - 1);
     mpi.broadcast(b.data(), n * sizeof(float), size - 1);
     EXPECT_EQ(db.host(stream), b) << "broadcast";
@@ -123,27 +129,27 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
   {
     const std::vector<float> in = values<float>(rank, n);
     std::vector<float> out(size * n, -1.0f);
-    DeviceVec<float> din(in), dout(out);
+    DeviceVec<float> din(in, stream), dout(out, stream);
     dev.all_gather(din.get(), dout.get(), n);
     mpi.all_gather(in.data(), out.data(), n);
     EXPECT_EQ(dout.host(stream), out) << "all_gather";
     std::vector<float> whole(size * n, -1.0f);  // in place
     std::copy(in.begin(), in.end(), whole.begin() + rank * n);
-    DeviceVec<float> dwhole(whole);
+    DeviceVec<float> dwhole(whole, stream);
     dev.all_gather(dwhole.get() + rank * n, dwhole.get(), n);
     EXPECT_EQ(dwhole.host(stream), out) << "all_gather in place";
   }
   {
     const std::vector<float> in = values<float>(rank, size * n);
     std::vector<float> out(n);
-    DeviceVec<float> din(in), dout(out);
+    DeviceVec<float> din(in, stream), dout(out, stream);
     dev.reduce_scatter(din.get(), dout.get(), n, ReduceOp::Sum);
     mpi.reduce_scatter(in.data(), out.data(), n, ReduceOp::Sum);
     EXPECT_EQ(dout.host(stream), out) << "reduce_scatter";
   }
   {  // started: two all-reduces in flight, then a ring exchange of sends and receives
     std::vector<float> a = values<float>(rank, n), b = values<float>(rank + 5, n);
-    DeviceVec<float> da(a), db(b);
+    DeviceVec<float> da(a, stream), db(b, stream);
     const CommHandle ha = dev.all_reduce_start(da.get(), n, ReduceOp::Sum);
     const CommHandle hb = dev.all_reduce_start(db.get(), n, ReduceOp::Max);
     dev.progress();
@@ -156,7 +162,7 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
 
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     const std::vector<float> mine = values<float>(rank, n);
-    DeviceVec<float> dsend(mine), drecv(std::vector<float>(n, -1.0f));
+    DeviceVec<float> dsend(mine, stream), drecv(std::vector<float>(n, -1.0f), stream);
     const CommHandle hr = dev.recv_start(drecv.get(), n, prev, 7);
     const CommHandle hs = dev.send_start(dsend.get(), n, next, 7);
     dev.wait(hs);
@@ -173,12 +179,12 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
     const size_t bytes = 37;
     std::vector<uint8_t> in(size * bytes), out(size * bytes, 0);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
-    DeviceVec<uint8_t> din(in), dout(out);
+    DeviceVec<uint8_t> din(in, stream), dout(out, stream);
     dev.wait(dev.all_to_all_start(din.get(), dout.get(), bytes));
     mpi.wait(mpi.all_to_all_start(in.data(), out.data(), bytes));
     EXPECT_EQ(dout.host(stream), out) << "all_to_all_start";
     std::vector<uint8_t> gathered(size * bytes, 0);
-    DeviceVec<uint8_t> dg(gathered);
+    DeviceVec<uint8_t> dg(gathered, stream);
     dev.wait(dev.all_gather_start(din.get(), dg.get(), bytes));
     mpi.wait(mpi.all_gather_start(in.data(), gathered.data(), bytes));
     EXPECT_EQ(dg.host(stream), gathered) << "all_gather_start (bytes)";
@@ -190,15 +196,22 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
     size_t offset = 0;
     for (int r = 0; r < rank; ++r) offset += counts[r];
     std::vector<float> rs = values<float>(rank, total);
-    DeviceVec<float> drs(rs);
+    DeviceVec<float> drs(rs, stream);
     dev.wait(dev.reduce_scatter_start(drs.get(), counts, ReduceOp::Sum));
     mpi.wait(mpi.reduce_scatter_start(rs.data(), counts, ReduceOp::Sum));
+    std::vector<float> sum(counts[rank], 0.0f);  // this rank's block, summed over the ranks
+    for (int q = 0; q < size; ++q) {
+      const std::vector<float> theirs = values<float>(q, total);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[offset + i];
+    }
     const std::vector<float> got = drs.host(stream);
-    EXPECT_TRUE(std::equal(rs.begin(), rs.begin() + counts[rank], got.begin()))
-        << "reduce_scatter_start (uneven)";
+    EXPECT_TRUE(std::equal(sum.begin(), sum.end(), got.begin() + offset))
+        << "reduce_scatter_start (uneven): the block at its own offset";
+    EXPECT_TRUE(std::equal(sum.begin(), sum.end(), rs.begin() + offset))
+        << "MpiCommunicator::reduce_scatter_start (uneven): the block at its own offset";
     std::vector<float> ag(total, -1.0f);
     for (size_t i = 0; i < counts[rank]; ++i) ag[offset + i] = static_cast<float>(rank * 1000 + i);
-    DeviceVec<float> dag(ag);
+    DeviceVec<float> dag(ag, stream);
     dev.wait(dev.all_gather_start(dag.get(), counts));
     mpi.wait(mpi.all_gather_start(ag.data(), counts));
     EXPECT_EQ(dag.host(stream), ag) << "all_gather_start (uneven)";

@@ -77,14 +77,14 @@ void train_both(const Case& k) {
   Optimizer co(cpu, cm.layout(), oc, cm.params(), 0, P, k.precision);
   gpu.set_alloc_kind(cuda::MemoryKind::Optimizer);
   Optimizer go(gpu, gm.layout(), oc, gm.params(), 0, P, k.precision);
+  std::vector<int32_t> tok(N), tgt(N);
+  DeviceInts dtok(gpu, tok), dtgt(gpu, tgt);  // before the memory is sealed
   gpu.seal_memory();
 
   const std::vector<float> p0(cm.params(), cm.params() + P);
   // Token t of the sequence is (7 t + 3) mod 61: a cycle of 61 the model learns to continue.
   std::mt19937 gen(99);
   std::uniform_int_distribution<int> start(0, 60);
-  std::vector<int32_t> tok(N), tgt(N);
-  DeviceInts dtok(gpu, tok), dtgt(gpu, tgt);  // before the memory is sealed
   double worst_loss = 0, worst_norm = 0, first_loss = 0, last_loss = 0;
   for (int step = 1; step <= steps; ++step) {
     for (int b = 0; b < B; ++b) {

@@ -38,7 +38,7 @@ TEST(NcclComm, WaitOrdersTheComputeStream) {
   NcclCommunicator nccl(MPI_COMM_WORLD, "world", compute.s);
   const size_t n = 1 << 22;
   std::vector<float> ones(n, 1.0f);
-  DeviceVec<float> data(ones), copy(std::vector<float>(n, 0.0f));
+  DeviceVec<float> data(ones, compute.s), copy(std::vector<float>(n, 0.0f), compute.s);
   nccl.reset_blocked_seconds();
   const CommHandle h = nccl.all_reduce_start(data.get(), n, ReduceOp::Sum);
   nccl.wait(h);

@@ -32,7 +32,7 @@ TEST(StagedComm, LimitsThrowWithWhatToRaise) {
   Stream compute;
   MpiCommunicator world(MPI_COMM_WORLD);
   StagedMpiCommunicator staged(world, compute.s, 4096, 1);
-  DeviceVec<float> big(std::vector<float>(2048, 1.0f));
+  DeviceVec<float> big(std::vector<float>(2048, 1.0f), compute.s);
   try {
     staged.all_reduce(big.get(), 2048, ReduceOp::Sum);
     ADD_FAILURE() << "no throw";

@@ -108,6 +108,35 @@ TEST_P(Split, ReduceScatterOutOfPlaceAndInPlace) {
   EXPECT_EQ(out, std::vector<float>(2, static_cast<float>(n - 1 + r)));
 }
 
+// The started, uneven form ZeRO-1 uses: each rank's block of the sum lands at its own offset
+// (rank 1's block empty beyond 2 ranks; two calls in flight at once, waited in the other
+// order).
+TEST(MpiCommunicator, UnevenReduceScatterLeavesEachBlockAtItsOffset) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  std::vector<size_t> counts(n);
+  for (int q = 0; q < n; ++q) counts[q] = q == 1 && n > 2 ? 0 : 5 + 3 * q;
+  size_t total = 0, offset = 0;
+  for (int q = 0; q < n; ++q) {
+    if (q < r) offset += counts[q];
+    total += counts[q];
+  }
+  std::vector<float> sum(total), max(total), expect_sum(counts[r], 0), expect_max(counts[r], -99);
+  for (size_t i = 0; i < total; ++i) sum[i] = max[i] = value(r, i);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < counts[r]; ++i) {
+      expect_sum[i] += value(q, offset + i);
+      expect_max[i] = std::max(expect_max[i], value(q, offset + i));
+    }
+  const CommHandle hs = comm.reduce_scatter_start(sum.data(), counts, ReduceOp::Sum);
+  const CommHandle hm = comm.reduce_scatter_start(max.data(), counts, ReduceOp::Max);
+  comm.progress();
+  comm.wait(hm);
+  comm.wait(hs);
+  EXPECT_EQ(std::vector<float>(sum.begin() + offset, sum.begin() + offset + counts[r]), expect_sum);
+  EXPECT_EQ(std::vector<float>(max.begin() + offset, max.begin() + offset + counts[r]), expect_max);
+}
+
 TEST_P(Split, BlockingAllReduceAndBroadcast) {
   MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
   const int r = comm.rank(), n = comm.size();

@@ -4,6 +4,7 @@
 // compressed formats stay within their error, deliver everything over steps with error feedback,
 // and hand MPI the bytes they imply.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,12 +30,13 @@ namespace {
 // operations GradBuckets starts, in order, as text in `ops` (moving no data).
 class RecordingComm final : public Communicator {
  public:
-  RecordingComm(int size, const float* base) : size_(size), base_(base) {}
+  RecordingComm(int size, const float* base, int rank = 0)
+      : size_(size), rank_(rank), base_(base) {}
   std::vector<std::pair<size_t, size_t>> started;
   std::vector<std::string> ops;
   int waits = 0;
 
-  int rank() const override { return 0; }
+  int rank() const override { return rank_; }
   int size() const override { return size_; }
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override {
     EXPECT_EQ(op, ReduceOp::Sum);
@@ -86,7 +88,7 @@ class RecordingComm final : public Communicator {
     }
     return text;
   }
-  int size_;
+  int size_, rank_;
   const float* base_;
 };
 
@@ -238,6 +240,27 @@ TEST(GradBuckets, ZeroAndCompressionStartAsBackwardReachesThem) {
   topk.finish();
   EXPECT_EQ(topk_comm.ops.size(), 3u);
   EXPECT_EQ(topk_comm.waits, 3);
+}
+
+// The plain all-reduce and ZeRO-1 leave the data to the communicator: with --device cuda the
+// gradients are device memory, which the host must not read or write. Here they are memory no
+// access is allowed to (PROT_NONE: a touch is a segfault), at rank 1 of 2, whose ZeRO block
+// [64, 100) lies inside the bucket, not at its start.
+TEST(GradBuckets, PlainAndZeroNeverTouchTheGradientsThemselves) {
+  const size_t n = 100, bytes = n * sizeof(float);
+  void* mapped = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto* g = static_cast<float*>(mapped);
+  for (bool zero : {false, true}) {
+    RecordingComm comm(2, g, 1);
+    GradBuckets buckets(comm, g, n, bytes, {.zero = zero});
+    EXPECT_EQ(buckets.owned().lo, zero ? 64u : 0u);
+    buckets.ready_from(0);
+    buckets.finish();
+    buckets.gather_params(g);
+    EXPECT_EQ(comm.waits, zero ? 2 : 1) << "zero " << zero;
+  }
+  munmap(mapped, bytes);
 }
 
 TEST(GradBuckets, DataParallelSizeOneMakesNoCalls) {

@@ -48,7 +48,7 @@ TEST(DataCallSizes, SmallGpt2) {
   // Last stage of tp 2: local wte 128 x 64; replicated: wpe is not here (first stage), the
   // largest replicated tensor is a 64-vector; B T C = 2048 floats.
   ModelShard last{2, 1, 1, 2, false, true};
-  DataCallSizes s = data_call_sizes(c, last, B, T, slots, 1.0, false);
+  DataCallSizes s = data_call_sizes(c, last, B, T, slots, 1.0);
   EXPECT_EQ(s.tp, 4u * 2048);
   EXPECT_EQ(s.pp, 4u * 2048);
   EXPECT_EQ(s.pp_in_flight, 7);
@@ -56,16 +56,14 @@ TEST(DataCallSizes, SmallGpt2) {
   const size_t total = ParamLayout(c, last).total();
   EXPECT_EQ(s.dp, 4 * total);  // a 1 MiB bucket holds the whole stage
   EXPECT_EQ(s.dp_in_flight, 1);
-  EXPECT_EQ(s.dp_scatter, 0u);  // no ZeRO: no reduce-scatter
   // First stage, no tp: wpe (32 x 64 = 2048) is replicated too; 8 KiB buckets of 2048 floats.
   ModelShard first{1, 0, 0, 1, true, false};
-  s = data_call_sizes(c, first, 1, 8, slots, 8.0 / 1024, true);
+  s = data_call_sizes(c, first, 1, 8, slots, 8.0 / 1024);
   EXPECT_EQ(s.tp, 4u * 2048);  // wpe beats B T C = 512 and 2 B T = 16
   EXPECT_EQ(s.dp, 4u * 2048);
   const size_t first_total = ParamLayout(c, first).total();
   EXPECT_EQ(s.dp_in_flight, static_cast<int>((first_total + 2047) / 2048));
   EXPECT_EQ(s.embedding, 4u * 256 * 64);  // the whole wte: no tp here
-  EXPECT_EQ(s.dp_scatter, 4u * 2048);      // ZeRO: a whole bucket may be one rank's block
 }
 
 // Llama's first stage holds wte and its last lm_head: nothing tied crosses the embedding group,
@@ -82,5 +80,5 @@ TEST(DataCallSizes, UntiedLlamaHasNoEmbeddingTraffic) {
   c.max_seq_len = 32;
   for (const ModelShard& stage : {ModelShard{1, 0, 0, 1, true, false},
                                   ModelShard{1, 0, 1, 2, false, true}})
-    EXPECT_EQ(data_call_sizes(c, stage, 2, 16, 2, 1.0, false).embedding, 0u);
+    EXPECT_EQ(data_call_sizes(c, stage, 2, 16, 2, 1.0).embedding, 0u);
 }

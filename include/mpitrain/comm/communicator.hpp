@@ -52,9 +52,10 @@ class Communicator {
   virtual CommHandle all_to_all_start(const void* in, void* out, size_t bytes) = 0;
   virtual CommHandle all_gather_start(const void* in, void* out, size_t bytes) = 0;
   // Uneven blocks, in place over data(sum of counts): rank r's block follows those of ranks < r,
-  // counts may be 0. reduce_scatter: after wait(), data[0, counts[rank]) holds this rank's block of
-  // the reduction (MPI's in-place form), the rest of data is undefined. all_gather: this rank's
-  // block is in place at the start; after wait(), every rank's is.
+  // counts may be 0; each rank's block stays at its own offset. reduce_scatter: after wait(),
+  // this rank's block of data holds the reduction of every rank's block there, the rest of data
+  // is undefined. all_gather: this rank's block is in place at the start; after wait(), every
+  // rank's is.
   virtual CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                           ReduceOp op) = 0;
   virtual CommHandle all_gather_start(float* data, std::span<const size_t> counts) = 0;

@@ -24,9 +24,8 @@
 // over an MpiCommunicator of the same group. Counts are size_t all the way (NCCL takes them).
 // bytes_sent and calls() (the watchdog's CallLog) count and record as MpiCommunicator does; a
 // started call stays "entered" and is never "blocked" in the log (the host does not block in it).
-// Uneven reduce-scatter: one ncclReduce per block onto its owner into a scratch buffer (of
-// scratch_bytes from construction, grown to a larger block on first use), then copied to
-// data[0, counts[rank]); uneven all-gather: one in-place
+// Uneven reduce-scatter: one in-place ncclReduce per block onto its owner (the sum lands at the
+// block's own offset); uneven all-gather: one in-place
 // ncclBroadcast per block from its owner; all-to-all: one ncclSend and ncclRecv per rank; each
 // group in one ncclGroupStart/End.
 //
@@ -63,11 +62,8 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
  public:
   // comm: the MPI group (not owned; used at construction only); name: for the watchdog ("tp",
   // "dp", ...); compute: the stream the trainer computes on; timeout_s: how long set-up, one
-  // blocking call or NCCL's answer to one call may take before the communicator is aborted;
-  // scratch_bytes: the largest block an uneven reduce-scatter will give this rank (so that none
-  // allocates inside a step).
-  NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute, double timeout_s = 600,
-                   size_t scratch_bytes = sizeof(float));
+  // blocking call or NCCL's answer to one call may take before the communicator is aborted.
+  NcclCommunicator(MPI_Comm comm, std::string name, cudaStream_t compute, double timeout_s = 600);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -102,7 +98,8 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   void reset_bytes_sent() override { bytes_sent_ = 0; }
 
   // True when NCCL reports an asynchronous error (a failed peer or network; *what = the error
-  // and NCCL's last message). Safe from another thread: it only reads (ncclCommGetAsyncError).
+  // and NCCL's last message). Safe from another thread: it only reads (ncclCommGetAsyncError,
+  // under the mutex abort() holds).
   bool poll_error(std::string* what) const;
   ncclResult_t async_error() const;  // ncclSuccess, ncclInProgress, or the error
 
@@ -161,12 +158,14 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   cudaStream_t compute_;
   ncclComm_t comm_ = nullptr;  // destroyed (or aborted) in the destructor
   std::atomic<bool> aborted_{false};  // read by poll_error on the watchdog thread
+  // Held by ncclCommAbort and every ncclCommGetAsyncError after construction: the two may come
+  // from different threads (the watchdog's poll, the issuing thread's abort, or the reverse).
+  mutable std::mutex abort_mutex_;
   std::atomic<bool> aborted_elsewhere_{false};  // abort() came from another thread
   std::thread::id owner_ = std::this_thread::get_id();  // the thread that makes the calls
   Stream stream_;
   Event ready_, blocking_done_;  // compute's work before an op; a blocking op's completion
-  DeviceBuffer scratch_;         // uneven reduce-scatter's block; 4-byte barrier token
-  size_t scratch_bytes_ = 0;
+  DeviceBuffer barrier_token_;   // the one float barrier() all-reduces
   double blocked_seconds_ = 0;
   uint64_t bytes_sent_ = 0;
   SlotPool<Slot> slots_;

@@ -49,7 +49,6 @@ CommKind resolve_comm(const std::string& option, const std::string& device, bool
 struct DataCallSizes {
   size_t tp = 0, dp = 0, pp = 0, embedding = 0;
   int dp_in_flight = 0, pp_in_flight = 0;
-  size_t dp_scatter = 0;  // ZeRO-1: the largest block of a bucket's reduce-scatter (NCCL scratch)
 };
 
 // For a model shard run with micro-batch B of T tokens and `slots` activation slots:
@@ -57,12 +56,11 @@ struct DataCallSizes {
 //        tensor's gradient (all blocking calls)
 //   pp   one activation; in flight: a send per slot each way and one receive (2 slots + 1)
 //   dp   one bucket (bucket_mb, at most the whole gradient); in flight: every bucket (ZeRO-1
-//        gathers all before waiting); with zero, a bucket is also the largest block its
-//        reduce-scatter can give one rank
+//        gathers all before waiting)
 //   embedding  the local wte (the tied gradient sum, blocking); 0 without tied embeddings (no
 //              data communicator for the group then)
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                              int slots, double bucket_mb, bool zero);
+                              int slots, double bucket_mb);
 
 class CommGroups {
  public:

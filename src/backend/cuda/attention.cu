@@ -9,7 +9,7 @@
 // ds = p (dp - D) / sqrt(hs); dK, dV of the block's keys are summed in registers and stored once
 // (the block is their only writer); dQ gets atomic adds (many key blocks touch a query row), so
 // the caller zeroes dqkv first. D = rowsum(dout * out) comes from the forward kernel run in its
-// "D" mode, which recomputes out instead of reading it.
+// "D" mode, which recomputes out instead of reading it (and, given lse, the log-sum-exp too).
 #include "common.cuh"
 #include "kernels.hpp"
 
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int d = lane + 32 * k;
         if (d < hs) out[orow + d] = o[i][k] * inv;
       }
-      if (lane == 0) lse[srow] = m[i] + logf(l[i]);
     }
+    if (lse != nullptr && lane == 0) lse[srow] = m[i] + logf(l[i]);
   }
 }
 

@@ -1,10 +1,13 @@
 // CUDA backend: causal self-attention. `probs` holds each score row's log-sum-exp (B,NH,T), fp32,
-// in both paths, so a forward by one path and a backward by the other agree.
+// in both paths; cuDNN's is that of the bf16/fp16 copies, so the CUDA kernels' backward (also when
+// only cuDNN's backward is unavailable) recomputes it in fp32 beside D instead of reading it:
+// statistics and recomputation always come from the same inputs and arithmetic.
 //   cudnn kernel set with bf16/fp16 GEMM math: cuDNN's fused flash attention on bf16/fp16 copies
 //     of qkv (and of dout), outputs converted back to fp32. Backward needs the forward output,
 //     which the Backend interface does not pass: the forward graph runs again to recompute it.
 //   otherwise (fp32/tf32 math, the cuda kernel set, or no cuDNN engine): the flash-style CUDA
-//     kernels in fp32; backward first recomputes D = rowsum(dout * out) into `scratch`.
+//     kernels in fp32; backward first recomputes D = rowsum(dout * out) into `scratch` and the
+//     log-sum-exp into the workspace.
 #include "context.hpp"
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
@@ -78,10 +81,11 @@ void CudaBackend<T>::attention_backward(T* dqkv, T* scratch, const T* dout, cons
     }
     fallback(c, s);
   }
-  // D = rowsum(dout * out) with out recomputed, then the gradients
-  cuda::launch_attention_forward(nullptr, nullptr, scratch, dout, qkv, B, Tlen, NH, NKV, hs,
-                                 c.stream);
-  cuda::launch_attention_backward(dqkv, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, c.stream);
+  // D = rowsum(dout * out) and the log-sum-exp, with out recomputed, then the gradients
+  Scratch::Frame f(c.scratch);
+  float* lse = f.take<float>(size_t(B) * NH * Tlen, "attention statistics (fp32, recomputed)");
+  cuda::launch_attention_forward(nullptr, lse, scratch, dout, qkv, B, Tlen, NH, NKV, hs, c.stream);
+  cuda::launch_attention_backward(dqkv, dout, qkv, lse, scratch, B, Tlen, NH, NKV, hs, c.stream);
 }
 
 template void CudaBackend<float>::attention_forward(float*, float*, const float*, int, int, int,

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Everything a GPU run (bench/gpu/run.sh on a lent machine) needs, checked here without a GPU, so
+# that the run's minutes are not spent on what could be found beforehand:
+#   1. the packages it carries: third_party/debs (fetched with tools/fetch-debs.sh if missing)
+#      unpack, and CMake configures a CUDA build against that prefix alone (as run.sh does);
+#   2. the targets the gpu-labelled tests run, read back from that configure's ctest, plus
+#      op-bench, are all built in BUILD_DIR (a CUDA build of this tree; PREFLIGHT_BUILD=1 builds
+#      them against the prefix instead: several minutes here);
+#   3. every shared library those programs load resolves, with the prefix first on the library
+#      path, to the prefix, the CUDA toolkit, or a package tools/debs-base.txt says a node has;
+#   4. the working tree plus third_party/debs fit the 64 MiB a device command may carry;
+#   5. the commands of the plan, as they will run, with their budgets.
+# Prints one line per check; exits 1 when one fails, 77 when this machine cannot check (no nvcc,
+# no apt-get to fetch the packages with).
+#
+# Usage: bench/gpu/preflight.sh [BUILD_DIR]        (default build/)
+# Environment: PREFLIGHT_WORK (scratch area, default a new directory under /tmp), PREFLIGHT_BUILD.
+set -uo pipefail
+
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD_DIR=$(cd "${1:-$SRC/build}" 2>/dev/null && pwd) || { echo "preflight: no build directory ${1:-$SRC/build}"; exit 1; }
+DEBS=$SRC/third_party/debs
+CARRY_LIMIT=$((64 << 20))
+WORK=${PREFLIGHT_WORK:-$(mktemp -d /tmp/mpitrain-preflight-XXXXXX)}
+mkdir -p "$WORK"
+failed=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; failed=1; }
+
+command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "SKIP: no nvcc here"; exit 77; }
+command -v nvcc >/dev/null || PATH=/usr/local/cuda/bin:$PATH
+
+# 1. the packages, unpacked; a configure against them alone
+if ! ls "$DEBS"/*.deb >/dev/null 2>&1; then
+  command -v apt-get >/dev/null || { echo "SKIP: no $DEBS and no apt-get to fetch it"; exit 77; }
+  bash "$SRC/tools/fetch-debs.sh" >"$WORK/fetch.log" 2>&1 || { cat "$WORK/fetch.log"; bad "tools/fetch-debs.sh failed"; exit 1; }
+fi
+# shellcheck source=bench/gpu/prefix.sh
+source "$SRC/bench/gpu/prefix.sh"
+gpu_unpack "$DEBS" >"$WORK/unpack.log" 2>&1 || { cat "$WORK/unpack.log"; bad "unpacking $DEBS"; exit 1; }
+ok "$(ls "$DEBS"/*.deb | wc -l) packages in third_party/debs unpack into $PREFIX"
+gpu_environment
+PREFIX_BUILD=$WORK/build
+if gpu_configure "$PREFIX_BUILD" 90 >"$WORK/configure.log" 2>&1; then
+  ok "CMake configures a CUDA build against the prefix alone (log: $WORK/configure.log)"
+else
+  tail -20 "$WORK/configure.log"
+  bad "CMake does not configure against the prefix alone"
+  exit 1
+fi
+for found in MPI_mpi_LIBRARY HDF5_hdf5_LIBRARY_RELEASE OPENBLAS_LIBRARY DNNL_LIBRARY; do
+  path=$(sed -n "s/^$found:[A-Z]*=//p" "$PREFIX_BUILD/CMakeCache.txt")
+  [[ $path == "$PREFIX"/* && -e $path ]] || bad "$found is '$path', not a file of the prefix"
+done
+
+# 2. what the gpu tests run, all built
+mapfile -t targets < <(gpu_targets "$PREFIX_BUILD")
+((${#targets[@]} > 1)) || { bad "no targets read back from ctest -L gpu"; exit 1; }
+ok "the gpu tests and benchmarks need: ${targets[*]}"
+if [[ ${PREFLIGHT_BUILD:-0} == 1 ]]; then
+  t0=$(date +%s)
+  if cmake --build "$PREFIX_BUILD" -j "$(nproc)" --target "${targets[@]}" >"$WORK/build.log" 2>&1; then
+    ok "built against the prefix in $(($(date +%s) - t0)) s on $(nproc) cores"
+    BUILD_DIR=$PREFIX_BUILD
+  else
+    grep -E 'error' "$WORK/build.log" | head -20
+    bad "the build against the prefix fails (log: $WORK/build.log)"
+  fi
+fi
+grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" ||
+  bad "$BUILD_DIR is not a CUDA build (MPITRAIN_CUDA=ON)"
+for t in "${targets[@]}"; do
+  [[ -x $BUILD_DIR/$t ]] || bad "$t is not built in $BUILD_DIR"
+done
+
+# 3. every library they load: from the prefix, the toolkit, or a package every node has
+BASE="^($(grep -v '^#' "$SRC/tools/debs-base.txt" | paste -sd'|'))$"
+CUDA_HOME=$(cd "$CUDA_HOME" && pwd -P)
+declare -A seen=()
+for t in "${targets[@]}"; do
+  [[ -x $BUILD_DIR/$t ]] || continue
+  while read -r name path; do
+    [[ -n ${seen[$name]:-} ]] && continue
+    seen[$name]=1
+    if [[ $path == "not found" ]]; then
+      bad "$t needs $name: not found with the prefix first on the library path"
+      continue
+    fi
+    real=$(readlink -f "$path")
+    [[ $real == "$PREFIX"/* || $real == "$CUDA_HOME"/* ]] && continue
+    [[ $name == libcuda.so* ]] && { bad "$t links the driver library $name (never link libcuda)"; continue; }
+    pkg=$(dpkg -S "$path" 2>/dev/null || dpkg -S "$real" 2>/dev/null || dpkg -S "${real/#\/usr\/lib/\/lib}" 2>/dev/null)
+    pkg=${pkg%%:*}
+    [[ -n $pkg && $pkg =~ $BASE ]] && continue
+    bad "$t loads $name from $real (package ${pkg:-none}), which neither the prefix nor a GPU node has"
+  done < <(ldd "$BUILD_DIR/$t" | awk '$2 == "=>" { print $1, ($3 == "not" ? "not found" : $3) }')
+done
+((failed)) || ok "${#seen[@]} shared libraries resolve to the prefix, the CUDA toolkit ($CUDA_HOME) or the base packages"
+
+# 4. the carried set: the working tree as the device tool copies it, plus the packages
+tree=$(cd "$SRC" && git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null |
+       awk '{ s += $1 } END { print s + 0 }')
+debs=$(du -sb "$DEBS" | cut -f1)
+total=$((tree + debs))
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+if ((total <= CARRY_LIMIT)); then
+  ok "carried: work tree $(mib "$tree") + third_party/debs $(mib "$debs") = $(mib "$total") of $(mib "$CARRY_LIMIT")"
+else
+  bad "carried: work tree $(mib "$tree") + third_party/debs $(mib "$debs") = $(mib "$total"), over $(mib "$CARRY_LIMIT")"
+fi
+
+# 5. the plan
+bash "$SRC/bench/gpu/run.sh" --plan
+echo "  each with carry [\"third_party/debs\"] and the build area build-gpu/ kept on the warm machine"
+((failed)) && { echo "preflight: FAILED"; exit 1; }
+echo "preflight: ready for a GPU"
