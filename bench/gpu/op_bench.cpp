@@ -5,13 +5,19 @@
 //      max(FLOPs / GEMM rate, bytes / copy bandwidth), bytes = each input read once, each
 //      output written once (what no implementation can avoid);
 //   3. one training step (forward, backward, gradient norm, AdamW) of GPT-2 small (T = 1024) and
-//      of a ~1B Llama-style model: ms, tokens/s and MFU = (6 N + 12 L d T) tokens/s / GEMM rate.
+//      of a ~1B Llama-style model: ms, tokens/s and MFU = (6 N + 12 L d T) tokens/s / GEMM rate;
+//   4. what only a GPU run can tell about cuDNN (printed, not judged): its version against the
+//      one built with and the CUDA runtime's; per attention head size (16 ... 128, MHA and GQA)
+//      and per fp32 norm width, whether an engine runs it or the CUDA kernel takes over, and the
+//      first call's time (the plan is built) beside a later one's (cached).
 // Times: CUDA events around each op, median of the repetitions after warm-up.
 //
 // Usage: op-bench [--kernels cudnn|cuda] [--math bf16|fp32|tf32] [--steps N] [--skip-llama]
 #include <cuda_runtime_api.h>
+#include <cudnn_graph.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -261,6 +267,84 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   return {name, ms, tps, flops_per_token * tps / (c.gemm_tflops * 1e12), P / 1e6};
 }
 
+// Host milliseconds of f and its stream's work: a first call includes building a cuDNN plan.
+double wall_ms(CudaBackend<float>& be, const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(be.stream())));
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One row: which path ran f (a fallback the backend reported during it names the CUDA kernel),
+// the first call's time and a later call's.
+void coverage_row(CudaBackend<float>& be, const std::string& what, const std::function<void()>& f) {
+  const size_t before = be.fallbacks().size();
+  const double first = wall_ms(be, f), again = wall_ms(be, f);
+  const bool fell_back = be.fallbacks().size() > before;
+  std::printf("%-34s %-13s %10.1f %10.2f\n", what.c_str(), fell_back ? "CUDA kernel" : "cuDNN",
+              first, again);
+}
+
+void cudnn_coverage() {
+  std::printf("\ncuDNN %zu (built with %d), its CUDA runtime %zu; CUDA runtime here %d\n",
+              cudnnGetVersion(), CUDNN_VERSION, cudnnGetCudartVersion(), CUDART_VERSION);
+  std::printf("%-34s %-13s %10s %10s\n", "cuDNN graph", "ran on", "first ms", "cached ms");
+  CudaOptions o;
+  o.kernels = KernelSet::Cudnn;
+  o.math = GemmMath::Bf16;  // the attention graphs take bf16 copies
+  CudaBackend<float> attn(o);
+  const int B = 2, T = 256, NH = 8;
+  for (int NKV : {NH, 2})
+    for (int hs : {16, 32, 64, 80, 128}) {
+      const size_t N = size_t(B) * T, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
+      const size_t S = attn.attention_state_size(B, T, NH);
+      float* qkv = attn.alloc(cuda::MemoryKind::Activations, N * QKV);
+      float* dqkv = attn.alloc(cuda::MemoryKind::Activations, N * QKV);
+      float* out = attn.alloc(cuda::MemoryKind::Activations, N * A);
+      float* dout = attn.alloc(cuda::MemoryKind::Activations, N * A);
+      float* probs = attn.alloc(cuda::MemoryKind::Activations, S);
+      float* scratch = attn.alloc(cuda::MemoryKind::Activations, S);
+      fill_random(attn, qkv, N * QKV, 1.0f, hs);
+      fill_random(attn, dout, N * A, 1.0f, hs + 1);
+      const std::string shape = "hs " + std::to_string(hs) + (NKV == NH ? " MHA" : " GQA 8/2");
+      coverage_row(attn, "attention fwd bf16 " + shape,
+                   [&] { attn.attention_forward(out, probs, qkv, B, T, NH, NKV, hs); });
+      coverage_row(attn, "attention bwd bf16 " + shape, [&] {
+        attn.attention_backward(dqkv, scratch, dout, qkv, probs, B, T, NH, NKV, hs);
+      });
+      for (float* p : {qkv, dqkv, out, dout, probs, scratch}) attn.free(p);
+    }
+  o.math = GemmMath::Fp32;
+  CudaBackend<float> norms(o);
+  const int rows = 2048;
+  for (int C : {64, 768, 2048}) {
+    const size_t NC = size_t(rows) * C;
+    float* x = norms.alloc(cuda::MemoryKind::Activations, NC);
+    float* y = norms.alloc(cuda::MemoryKind::Activations, NC);
+    float* dy = norms.alloc(cuda::MemoryKind::Activations, NC);
+    float* dx = norms.alloc(cuda::MemoryKind::Activations, NC);
+    float* w = norms.alloc(cuda::MemoryKind::Activations, C);
+    float* b = norms.alloc(cuda::MemoryKind::Activations, C);
+    float* dw = norms.alloc(cuda::MemoryKind::Activations, C);
+    float* db = norms.alloc(cuda::MemoryKind::Activations, C);
+    float* mean = norms.alloc(cuda::MemoryKind::Activations, rows);
+    float* rstd = norms.alloc(cuda::MemoryKind::Activations, rows);
+    fill_random(norms, x, NC, 1.0f, C);
+    fill_random(norms, dy, NC, 1.0f, C + 1);
+    fill_random(norms, w, C, 1.0f, C + 2);
+    const std::string width = " fp32 C " + std::to_string(C);
+    coverage_row(norms, "layernorm fwd" + width,
+                 [&] { norms.layernorm_forward(y, mean, rstd, x, w, b, rows, C, 1e-5f); });
+    coverage_row(norms, "layernorm bwd" + width,
+                 [&] { norms.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, rows, C); });
+    coverage_row(norms, "rmsnorm fwd" + width,
+                 [&] { norms.rmsnorm_forward(y, rstd, x, w, rows, C, 1e-5f); });
+    coverage_row(norms, "rmsnorm bwd" + width,
+                 [&] { norms.rmsnorm_backward(dx, dw, dy, x, w, rstd, rows, C); });
+    for (float* p : {x, y, dy, dx, w, b, dw, db, mean, rstd}) norms.free(p);
+  }
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -304,6 +388,7 @@ int run(int argc, char** argv) {
     rows = bench_ops(be, c);
   }
   print_rows(rows);
+  cudnn_coverage();
 
   std::vector<StepResult> steps;
   ModelConfig gpt2;

@@ -8,8 +8,8 @@
 #   tests     120 s  ctest -L gpu, but not the e2e scripts, -j 4 (each test's own timeout holds)
 #   e2e       300 s  the e2e GPU scripts (--device cuda against cpu): many trainer runs; not in the
 #                    default plan, named only when there is time for it
-#   bench      60 s  op-bench: per-op time against its floor, GPT-2 small and Llama step MFU
-#   compare   180 s  bench/gpu/trainer_vs_pytorch.sh: tokens/s and MFU beside PyTorch
+#   bench      90 s  op-bench: per-op time against its floor, cuDNN coverage, step MFU
+#   compare   170 s  bench/gpu/trainer_vs_pytorch.sh: tokens/s and MFU beside PyTorch
 #   nccl       30 s  nccl-bench, with two or more GPUs
 #
 # One command runs the steps it names, in order, each under its budget (GPU_BUDGET_<STEP>
@@ -29,7 +29,7 @@
 set -uo pipefail
 
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-declare -A BUDGET=([build]=240 [tests]=120 [e2e]=300 [bench]=60 [compare]=180 [nccl]=30)
+declare -A BUDGET=([build]=240 [tests]=120 [e2e]=300 [bench]=90 [compare]=170 [nccl]=30)
 ORDER=(build tests e2e bench compare nccl)
 PLAN=("build tests" "bench compare nccl")
 MAX_COMMAND=570
