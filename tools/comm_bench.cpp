@@ -10,7 +10,8 @@
 // algbw = S / time; busbw = algbw x factor (nccl-tests' definitions; S is the whole output of
 // all_gather and the whole input of reduce_scatter). Data are small integers, so every correct
 // result is exact and #wrong counts the elements that differ, over all ranks and iterations.
-// Exit code: 0 all correct, 1 a wrong value or a failure, 2 bad options.
+// --max-bytes is bounded by memory: three buffers of it must fit in a rank's share of the host's
+// available memory. Exit code: 0 all correct, 1 a wrong value or a failure, 2 bad options.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,8 @@
 
 #include "mpitrain/runtime/program.hpp"
 #include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/monitor/memory.hpp"
+#include "mpitrain/planner/memory.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/grid.hpp"
 
@@ -325,12 +328,22 @@ void print_ranks(const Grid& grid, bool root) {
 int run(int argc, char** argv) {
   const MpiComm world = MpiComm::world();
   const bool root = world.rank() == 0;
+  const int ranks_here = world.split_shared().size();
   Options o;
   GridShape shape;
   try {
     all_or_none(world, [&] {
       o = parse_options(argc, argv);
-      if (!o.help) shape = resolve_grid(world.size(), o.dp, o.tp, o.pp);
+      if (o.help) return;
+      shape = resolve_grid(world.size(), o.dp, o.tp, o.pp);
+      // Bench's three buffers of --max-bytes, against this rank's share of the host's memory.
+      const double room = available_memory_bytes() / ranks_here;
+      require(3.0 * o.max_bytes <= room,
+              "--max-bytes " + std::to_string(o.max_bytes) + " needs three buffers of it, " +
+                  memory_text(3.0 * o.max_bytes) + " per rank; a rank has " + memory_text(room) +
+                  " (available memory / " + std::to_string(ranks_here) +
+                  " ranks on this host): --max-bytes " +
+                  std::to_string(static_cast<long long>(room / 3 / (1 << 20))) + "M at most");
     });
   } catch (const UsageError& e) {
     if (root) std::fprintf(stderr, "comm-bench: error: %s\n", e.what());

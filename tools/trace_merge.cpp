@@ -6,8 +6,8 @@
 // INPUT: a trace file (trace-rank<R>.json) or a directory (then every trace-rank*.json in it).
 // Each must be a JSON array of trace events (or an object with a "traceEvents" array), every event
 // an object with a string "ph" and a numeric "pid", and a numeric "ts" unless it is metadata
-// ("ph": "M"); a pid may come from one file only. Exit code: 0 written, 2 bad usage or bad input
-// (one message, nothing written), 1 a failure writing FILE.
+// ("ph": "M"); a pid may come from one file only; FILE may not be one of the inputs. Exit code:
+// 0 written, 2 bad usage or bad input (one message, nothing written), 1 a failure writing FILE.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -113,7 +113,12 @@ int run(int argc, char** argv) {
 
   std::vector<Trace> traces;
   for (const std::string& input : inputs)
-    for (const std::string& file : expand(input)) traces.push_back(load(file));
+    for (const std::string& file : expand(input)) {
+      std::error_code ec;  // an --out that does not exist yet is no input
+      require(!fs::equivalent(out, file, ec),
+              "--out " + out + " is the input " + file + ": give another file to write");
+      traces.push_back(load(file));
+    }
   // A pid (rank) from two files means two runs, or one file given twice.
   std::map<double, std::string> owner;
   for (const Trace& t : traces)

@@ -57,7 +57,15 @@ std::string default_note(const po::option_description& option) {
   return text.empty() ? "" : " (default:" + std::string(1, kGlue) + text + ")";
 }
 
-std::string entry(const po::option_description& option, size_t width) {
+// "; range (0, 10]": the note given for the option, kept whole by wrap().
+std::string note_text(const po::option_description& option, const HelpNote& note) {
+  std::string text = note ? note(option.long_name()) : "";
+  if (text.empty()) return "";
+  std::replace(text.begin(), text.end(), ' ', kGlue);
+  return text.insert(0, "; ");
+}
+
+std::string entry(const po::option_description& option, size_t width, const HelpNote& note) {
   std::string out = "  ";
   out += names(option);
   if (!is_flag(option)) out.append(" ").append(placeholder(*option.semantic()));
@@ -66,8 +74,8 @@ std::string entry(const po::option_description& option, size_t width) {
     out.append("\n").append(kDescriptionColumn, ' ');
   else
     out.append(kDescriptionColumn - out.size(), ' ');
-  std::string text = wrap(option.description() + default_note(option), kDescriptionColumn,
-                          kDescriptionColumn, width);
+  std::string text = wrap(option.description() + note_text(option, note) + default_note(option),
+                          kDescriptionColumn, kDescriptionColumn, width);
   std::replace(text.begin(), text.end(), kGlue, ' ');
   return out.append(text).append("\n");
 }
@@ -107,11 +115,11 @@ std::string wrap(const std::string& text, size_t start, size_t indent, size_t wi
 }
 
 std::string format_help(const std::string& intro, const std::vector<HelpGroup>& groups,
-                        size_t width) {
+                        size_t width, const HelpNote& note) {
   std::string out = intro;
   for (const HelpGroup& group : groups) {
     out += "\n" + group.caption + ":\n";
-    for (const auto& option : group.options.options()) out += entry(*option, width);
+    for (const auto& option : group.options.options()) out += entry(*option, width, note);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include "mpitrain/app/command_line.hpp"
 #include "mpitrain/app/help_format.hpp"
+#include "mpitrain/app/option_ranges.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/optim/optimizer.hpp"
@@ -23,6 +24,70 @@ const char* const kModelOptions[] = {"arch",     "n-layer",   "n-head",     "n-k
                                      "d-model",  "d-ff",      "vocab-size", "max-seq-len",
                                      "norm-eps", "rope-theta"};
 
+// Model sizes: up to 2^28, so that the shape's int arithmetic (4 d-model, 3 d-model, the padded
+// vocabulary) cannot overflow; anything near it is refused by the memory check anyway.
+constexpr double kMaxSize = 1 << 28;
+
+// The valid range of every numeric option (seed: any 64-bit value), in --help and checked at
+// start-up for flags and config-file values alike; a value must be finite.
+const std::vector<OptionRange> kRanges = {
+    // Model
+    {"n-layer", 1, kMaxSize},
+    {"n-head", 1, kMaxSize},
+    {"n-kv-head", 0, kMaxSize},
+    {"d-model", 1, kMaxSize},
+    {"d-ff", 0, kMaxSize},
+    {"vocab-size", 0, kMaxSize},
+    {"max-seq-len", 0, kMaxSize},
+    {"norm-eps", 0, 1, true},
+    {"rope-theta", 0, kUnbounded, true},
+    // Data and evaluation
+    {"eval-interval", 0, kUnbounded},
+    {"eval-samples", 1, kUnbounded},
+    {"sample-tokens", 0, kUnbounded},
+    {"sample-temperature", 0, kUnbounded},
+    // Training
+    {"steps", 0, kUnbounded},
+    {"global-batch-size", 1, 1 << 24},
+    {"seq-len", 1, kMaxSize},
+    {"lr", 0, 10, true},
+    {"warmup-steps", 0, kUnbounded},
+    {"min-lr-ratio", 0, 1},
+    {"momentum", 0, 1, false, true},
+    {"weight-decay", 0, 10},
+    {"beta1", 0, 1, false, true},
+    {"beta2", 0, 1, false, true},
+    {"adam-eps", 0, 1, true},
+    {"grad-clip", 0, kUnbounded},
+    // Parallelism; a bucket of 1/16 MiB (16384 floats) keeps the count of buckets, each an
+    // all-reduce in flight, sane; 1 TiB exceeds any model's gradients (one bucket).
+    {"dp", 0, kUnbounded},
+    {"tp", 0, kUnbounded},
+    {"pp", 0, kUnbounded},
+    {"bucket-mb", 0.0625, 1 << 20},
+    {"zero", 0, 1},
+    {"topk-ratio", 0, 1, true},
+    // Precision and memory; fp16 loss scales are powers of two well inside 2^64
+    {"device-memory-gib", 0, kUnbounded},
+    {"initial-loss-scale", 1, 1e18},
+    {"loss-scale-window", 1, kUnbounded},
+    {"min-loss-scale", 0, 1e18, true},
+    // Checkpoints and exports
+    {"save-interval", 0, kUnbounded},
+    {"keep-last", 0, kUnbounded},
+    {"exit-after-minutes", 0, kUnbounded},
+    {"exit-at-step", 0, kUnbounded},
+    // Monitoring and failure detection
+    {"log-interval", 1, kUnbounded},
+    {"peak-gflops", 0, kUnbounded},
+    {"comm-timeout", 0, kUnbounded},
+    {"comm-timeout-startup", 0, kUnbounded},
+    {"check-replicas", 0, kUnbounded},
+    // Device
+    {"threads", 0, kUnbounded},
+    {"gpu-workspace-mb", 0, 1 << 20, true},
+};
+
 // --help's first lines (at most kHelpWidth columns).
 const char* const kIntro =
     "trainer " MPITRAIN_VERSION ": train a GPT-2 or Llama language model with MPI\n"
@@ -31,7 +96,8 @@ const char* const kIntro =
     "\n"
     "Options come from the INI file given by --config, one 'name = value' a line (the names\n"
     "below without the dashes), and flags override it; a flag given twice takes its last value.\n"
-    "A switch such as --overwrite takes no value (--overwrite=false turns it off again).\n";
+    "A switch such as --overwrite takes no value (--overwrite=false turns it off again).\n"
+    "A number must be finite and inside the range its entry names (flag or file alike).\n";
 
 // Options given as text and converted after parsing, and the INI file's name.
 struct RawText {
@@ -164,8 +230,9 @@ po::options_description memory_options(TrainConfig& t) {
       ("recompute", with_default(&t.recompute)->value_name("none|selective|full"),
        "activation recomputation in backward: the attention probabilities, or each block")
       ("device-memory-gib", with_default(&t.device_memory_gib),
-       "micro-batch-size auto: memory per rank to plan for; 0 = the GPU's free memory (cuda), "
-       "or available memory / ranks on the node (cpu)")
+       "memory per rank that the start-up check (a model that cannot fit is refused) and "
+       "micro-batch-size auto plan for; 0 = the GPU's free memory (cuda), or available memory "
+       "(or the cgroup's room) / ranks on the node (cpu)")
       ("initial-loss-scale", with_default(&t.initial_loss_scale), "fp16: the first loss scale")
       ("loss-scale-window", with_default(&t.loss_scale_window),
        "fp16: steps without overflow before the loss scale doubles")
@@ -260,10 +327,6 @@ std::vector<HelpGroup> option_groups(Options& o, RawText& raw) {
           {"Device", device_options(t)}};
 }
 
-void check_positive(int value, const char* name) {
-  require(value > 0, std::string(name) + " must be positive (got " + std::to_string(value) + ")");
-}
-
 // A positive integer written as text (an option that also takes a word, like "auto").
 int parse_positive(const std::string& text, const char* name) {
   size_t used = 0;
@@ -278,28 +341,13 @@ int parse_positive(const std::string& text, const char* name) {
   return value;
 }
 
-void check_nonnegative(double value, const char* name) {
-  require(value >= 0,
-          std::string(name) + " must not be negative (got " + std::to_string(value) + ")");
-}
-
-// Ranges and choices of the run's options; sets the fields converted from text.
+// Choices and the checks between options (ranges: kRanges); sets the fields converted from text.
 void check_train(TrainConfig& t, const RawText& raw) {
-  require(t.steps >= 0, "steps must not be negative");
-  check_positive(t.global_batch_size, "global-batch-size");
   t.micro_batch_size =
       raw.micro_batch == "auto" ? 0 : parse_positive(raw.micro_batch, "micro-batch-size");
-  check_nonnegative(t.device_memory_gib, "device-memory-gib");
   require(t.comm == "auto" || t.comm == "nccl" || t.comm == "mpi",
           "comm must be auto, nccl or mpi, not '" + t.comm + "'");
   require(t.comm != "nccl" || t.device == "cuda", "--comm nccl needs --device cuda");
-  check_positive(t.seq_len, "seq-len");
-  check_positive(t.eval_samples, "eval-samples");
-  require(t.lr > 0, "lr must be positive");
-  require(t.warmup_steps >= 0, "warmup-steps must not be negative");
-  require(t.eval_interval >= 0, "eval-interval must not be negative");
-  check_positive(t.log_interval, "log-interval");
-  require(t.threads >= 0, "threads must not be negative");
   require(t.device == "cpu" || t.device == "cuda",
           "device must be cpu or cuda, not '" + t.device + "'");
 #ifndef MPITRAIN_HAVE_CUDA
@@ -308,52 +356,20 @@ void check_train(TrainConfig& t, const RawText& raw) {
 #endif
   require(t.kernels == "cudnn" || t.kernels == "cuda",
           "kernels must be cudnn or cuda, not '" + t.kernels + "'");
-  require(t.gpu_workspace_mb > 0, "gpu-workspace-mb must be positive");
-  require(t.sample_tokens >= 0, "sample-tokens must not be negative");
-  check_nonnegative(t.min_lr_ratio, "min-lr-ratio");
-  check_nonnegative(t.weight_decay, "weight-decay");
-  check_nonnegative(t.grad_clip, "grad-clip");
-  require(t.bucket_mb > 0, "bucket-mb must be positive");
-  require(t.zero == 0 || t.zero == 1,
-          "zero must be 0 or 1 (ZeRO-1), not " + std::to_string(t.zero));
-  require(t.topk_ratio > 0 && t.topk_ratio <= 1, "topk-ratio must lie in (0, 1]");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None || t.zero == 0,
           "grad-compress " + t.grad_compress +
               " is not supported with zero 1 (ZeRO's reduce-scatter and all-gather are not "
               "compressed): use one or the other");
-  require(t.save_interval >= 0, "save-interval must not be negative");
-  require(t.keep_last >= 0, "keep-last must not be negative");
-  require(t.exit_at_step >= 0, "exit-at-step must not be negative");
-  check_nonnegative(t.comm_timeout, "comm-timeout");
-  check_nonnegative(t.comm_timeout_startup, "comm-timeout-startup");
   parse_nan_policy(t.on_nan);
-  require(t.check_replicas >= 0, "check-replicas must not be negative");
-  check_nonnegative(t.exit_after_minutes, "exit-after-minutes");
-  require(t.dp >= 0 && t.tp >= 0 && t.pp >= 0, "dp, tp and pp must not be negative");
-  check_nonnegative(t.peak_gflops, "peak-gflops");
-  check_nonnegative(t.sample_temperature, "sample-temperature");
-  require(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
-          "beta1 and beta2 must lie in [0, 1)");
-  require(t.adam_eps > 0, "adam-eps must be positive");
   parse_optimizer(t.optimizer);
-  require(t.momentum >= 0 && t.momentum < 1, "momentum must lie in [0, 1)");
   parse_precision(t.precision);
   parse_recompute(t.recompute);
-  require(t.initial_loss_scale >= 1, "initial-loss-scale must be at least 1");
-  require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale,
-          "min-loss-scale must lie in (0, initial-loss-scale]");
-  check_positive(t.loss_scale_window, "loss-scale-window");
+  require(t.min_loss_scale <= t.initial_loss_scale,
+          "min-loss-scale must not exceed initial-loss-scale");
   require(!t.train_data.empty(), "no training data: set train-data (a file made by prepare-data)");
   require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
               t.data_format == "nanogpt",
           "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
-}
-
-void check_model(const po::variables_map& vm) {
-  for (const char* name : {"n-layer", "n-head", "d-model"})
-    check_positive(vm[name].as<int>(), name);
-  for (const char* name : {"n-kv-head", "d-ff", "vocab-size", "max-seq-len"})
-    require(vm[name].as<int>() >= 0, std::string(name) + " must not be negative");
 }
 
 // Every option's final value, INI syntax (run.ini, and the options the ranks compare).
@@ -377,6 +393,8 @@ std::string effective_ini(const po::variables_map& vm) {
 
 }  // namespace
 
+const std::vector<OptionRange>& trainer_option_ranges() { return kRanges; }
+
 Options parse_options(int argc, const char* const* argv) {
   Options o;
   ModelConfig& m = o.model;
@@ -394,8 +412,11 @@ Options parse_options(int argc, const char* const* argv) {
   try {
     po::store(parse_last_wins(argc, argv, all), vm);
     if (vm.count("help") || vm.count("version")) {
-      o.print_instead = vm.count("help") ? format_help(kIntro, groups)
-                                         : std::string("trainer " MPITRAIN_BUILD_ID "\n");
+      o.print_instead =
+          vm.count("help")
+              ? format_help(kIntro, groups, kHelpWidth,
+                            [](const std::string& name) { return range_note(kRanges, name); })
+              : std::string("trainer " MPITRAIN_BUILD_ID "\n");
       return o;
     }
     if (vm.count("config")) {
@@ -413,8 +434,8 @@ Options parse_options(int argc, const char* const* argv) {
   m.arch = parse_arch(raw.arch);
   for (const char* name : kModelOptions)
     if (vm.count(name) && !vm[name].defaulted()) o.model_set.emplace_back(name);
+  check_ranges(kRanges, vm);
   check_train(o.train, raw);
-  check_model(vm);
   o.effective = effective_ini(vm);
   return o;
 }

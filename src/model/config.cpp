@@ -13,7 +13,9 @@ Arch parse_arch(const std::string& name) {
 }
 
 int default_ffn_width(Arch arch, int d_model) {
-  return arch == Arch::Gpt2 ? 4 * d_model : (8 * d_model / 3 + 63) / 64 * 64;
+  // In 64 bits: 8 d-model passes an int from d-model 2^28 (the option's bound) on.
+  const int64_t d = d_model;
+  return static_cast<int>(arch == Arch::Gpt2 ? 4 * d : (8 * d / 3 + 63) / 64 * 64);
 }
 
 void ModelConfig::validate() const {

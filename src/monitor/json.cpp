@@ -1,5 +1,7 @@
 #include "mpitrain/monitor/json.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "mpitrain/runtime/error.hpp"
@@ -224,5 +226,12 @@ const JsonValue* JsonValue::find(std::string_view key) const {
 }
 
 JsonValue parse_json(std::string_view text) { return Parser(text).document(); }
+
+std::string json_number(double value, int digits) {
+  if (!std::isfinite(value)) return "null";
+  char text[40];
+  std::snprintf(text, sizeof text, "%.*g", digits, value);
+  return text;
+}
 
 }  // namespace mpitrain

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -29,18 +30,6 @@ void RunReport::Sums::add(const StepFigures& f) {
   data_ms += f.data_ms;
   checkpoint_ms += f.checkpoint_ms;
 }
-
-namespace {
-
-// v in %.6g, or null where it is not finite (JSON has no NaN or infinity).
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-}  // namespace
 
 std::string clock_text(double seconds) {
   const long s = std::lround(std::max(0.0, seconds));
@@ -119,13 +108,8 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
   };
   std::unique_ptr<std::FILE, Close> f(std::fopen(path.c_str(), "w"));
   if (!f) MPITRAIN_THROW("cannot write " + path + ": " + std::strerror(errno));
-  // A statistic, or null when there is no step to compute it from (JSON has no NaN).
-  auto num = [&](double v) {
-    char buf[32];
-    if (n == 0) return std::string("null");
-    std::snprintf(buf, sizeof buf, "%.6g", v);
-    return std::string(buf);
-  };
+  // A statistic, or null when there is no step to compute it from or it is not finite.
+  auto num = [&](double v) { return n == 0 ? std::string("null") : json_number(v); };
   const double mean = n > 0 ? 1.0 / n : 0.0;
   std::fprintf(f.get(), "{\n  \"steps\": %d,\n  \"first_step\": %d,\n  \"last_step\": %d,\n", total,
                first_step_, last_step_);

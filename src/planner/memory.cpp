@@ -1,6 +1,7 @@
 #include "mpitrain/planner/memory.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/runtime/grid.hpp"
@@ -8,25 +9,52 @@
 
 namespace mpitrain {
 
-size_t activation_elements(const ModelConfig& c, const ModelShard& s, int B, int T, int slots,
+double activation_elements(const ModelConfig& c, const ModelShard& s, int B, int T, int slots,
                            Recompute recompute) {
-  const size_t tp = s.tp, N = static_cast<size_t>(B) * T, C = c.d_model, hs = c.head_size();
-  const size_t NH = c.n_head / tp, NKV = c.n_kv_head / tp, F = c.d_ff / tp;
-  const size_t Vl = c.padded_vocab() / tp, NC = N * C;
-  const size_t QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
-  const size_t P = static_cast<size_t>(B) * NH * T * T;
-  const size_t L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
-  const size_t block = 5 * NC + 4 * N + N * QKV + N * A + N * FC + N * F;
-  const size_t kept = recompute == Recompute::Full        ? NC
+  // In double: exact below 2^53 elements, and no overflow for absurd sizes (they are refused).
+  const double N = static_cast<double>(B) * T, C = c.d_model, hs = c.head_size();
+  const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp, F = c.d_ff / s.tp;
+  const double Vl = c.padded_vocab() / s.tp, NC = N * C;
+  const double QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
+  const double P = B * NH * T * T;
+  const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
+  const double block = 5 * NC + 4 * N + N * QKV + N * A + N * FC + N * F;
+  const double kept = recompute == Recompute::Full        ? NC
                       : recompute == Recompute::Selective ? block + NC
                                                           : block + NC + P;
-  const size_t shared = recompute == Recompute::Full        ? block + P
+  const double shared = recompute == Recompute::Full        ? block + P
                         : recompute == Recompute::Selective ? P
                                                             : 0;
-  const size_t head = s.last_stage ? NC + 2 * N + N * Vl : 0;
-  const size_t slot = NC + L * kept + head;
-  const size_t scratch = 2 * NC + N * QKV + N * A + P + N * FC + N * F + 4 * N;
+  const double head = s.last_stage ? NC + 2 * N + N * Vl : 0;
+  const double slot = NC + L * kept + head;
+  const double scratch = 2 * NC + N * QKV + N * A + P + N * FC + N * F + 4 * N;
   return shared + slots * slot + scratch;
+}
+
+double shard_params(const ModelConfig& config, const ModelShard& shard) {
+  const int layers = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
+  ModelConfig two = config;
+  two.n_layer = 2;
+  ModelShard ends = shard, one_block = shard;
+  ends.layer_begin = ends.layer_end = 0;
+  one_block.layer_begin = 0;
+  one_block.layer_end = 1;
+  const double fixed = static_cast<double>(ParamLayout(two, ends).total());
+  const double block = static_cast<double>(ParamLayout(two, one_block).total()) - fixed;
+  return fixed + layers * block;
+}
+
+std::string memory_text(double bytes) {
+  char text[32];
+  if (bytes >= (1 << 30)) std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
+  else std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1 << 20));
+  return text;
+}
+
+std::string memory_breakdown(const MemoryEstimate& e) {
+  return "params " + memory_text(e.params) + ", grads " + memory_text(e.grads) + ", optimizer " +
+         memory_text(e.optimizer) + ", master " + memory_text(e.master) + ", activations " +
+         memory_text(e.activations) + ", buffers " + memory_text(e.buffers);
 }
 
 int micro_batches(const RunShape& run, const Layout& layout) {
@@ -38,12 +66,15 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
                             double baseline_bytes) {
   const GridShape grid{layout.dp, layout.tp, layout.pp};
   const ModelShard shard = shard_of(grid, stage_first_layer, 0, stage);
-  const double n = static_cast<double>(ParamLayout(config, shard).total());
+  const double n = shard_params(config, shard);
   const bool low = run.precision != Precision::Fp32;
   const double w = run.gpu && low ? 2.0 : 4.0;  // bytes of a compute-precision element
-  // Elements of the optimizer state held here: ZeRO-1's largest piece (grad_sync.hpp), or all.
-  const FlatRange own = zero_range(static_cast<size_t>(n), layout.zero ? layout.dp : 1, 0);
-  const double sharded = static_cast<double>(own.hi - own.lo);
+  // Elements of the optimizer state held here: ZeRO-1's largest piece (grad_sync.hpp), or all;
+  // a count past size_t (an absurd model, only ever refused) as its plain share.
+  const FlatRange own =
+      n < 1e18 ? zero_range(static_cast<size_t>(n), layout.zero ? layout.dp : 1, 0) : FlatRange{};
+  const double sharded =
+      n < 1e18 ? static_cast<double>(own.hi - own.lo) : n / (layout.zero ? layout.dp : 1);
   const int m = micro_batches(run, layout);
   const int slots = pipeline_slots(run.schedule, m, layout.pp, stage);
   const double rows = static_cast<double>(layout.micro_batch) * run.seq_len;
@@ -53,9 +84,8 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
   e.grads = n * w;
   e.optimizer = 4.0 * run.optimizer_states * sharded;
   e.master = low ? 4.0 * sharded : 0.0;
-  e.activations =
-      w * static_cast<double>(activation_elements(config, shard, layout.micro_batch, run.seq_len,
-                                                  slots, layout.recompute));
+  e.activations = w * activation_elements(config, shard, layout.micro_batch, run.seq_len, slots,
+                                          layout.recompute);
   if (layout.pp > 1) e.buffers += slots * rows * config.d_model * w;  // input-gradient copies
   if (!run.gpu) {
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's

@@ -6,24 +6,6 @@
 
 namespace mpitrain {
 
-namespace {
-
-// GiB from 1 GiB up, MiB below (tiny test models).
-std::string gib(double bytes) {
-  char text[32];
-  if (bytes >= (1 << 30)) std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1 << 30));
-  else std::snprintf(text, sizeof text, "%.2f MiB", bytes / (1 << 20));
-  return text;
-}
-
-std::string breakdown(const MemoryEstimate& e) {
-  return "params " + gib(e.params) + ", grads " + gib(e.grads) + ", optimizer " +
-         gib(e.optimizer) + ", master " + gib(e.master) + ", activations " +
-         gib(e.activations) + ", buffers " + gib(e.buffers);
-}
-
-}  // namespace
-
 MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, Layout layout,
                                 double free_bytes, double margin) {
   if (margin < 0 || margin >= 1)
@@ -35,7 +17,7 @@ MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, 
   const double usable = (1 - margin) * free_bytes;
   char head[128];
   std::snprintf(head, sizeof head, "micro-batch auto: %s free, %.0f%% margin -> %s usable",
-                gib(free_bytes).c_str(), 100 * margin, gib(usable).c_str());
+                memory_text(free_bytes).c_str(), 100 * margin, memory_text(usable).c_str());
   MicroBatchPlan plan;
   plan.text = head;
   for (int b = per_rank; b >= 1; --b) {
@@ -43,15 +25,15 @@ MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, 
     layout.micro_batch = b;
     const MemoryEstimate e = layout_memory(config, run, layout, 0.0);
     plan.memory = e;
-    const std::string mb = "; mb " + std::to_string(b) + ": " + gib(e.total());
+    const std::string mb = "; mb " + std::to_string(b) + ": " + memory_text(e.total());
     if (e.total() <= usable) {
       plan.micro_batch = b;
-      plan.text += mb + " (" + breakdown(e) + ") fits -> micro-batch " + std::to_string(b);
+      plan.text += mb + " (" + memory_breakdown(e) + ") fits -> micro-batch " + std::to_string(b);
       return plan;
     }
     plan.text += mb + ", too large";
   }
-  plan.text += " (" + breakdown(plan.memory) + ") -> none fits";
+  plan.text += " (" + memory_breakdown(plan.memory) + ") -> none fits";
   return plan;
 }
 

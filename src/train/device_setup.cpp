@@ -1,5 +1,6 @@
 #include "mpitrain/train/device_setup.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/monitor/memory.hpp"
 #include "mpitrain/planner/inputs.hpp"
+#include "mpitrain/planner/memory_fit.hpp"
 #include "mpitrain/planner/micro_batch_auto.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/device.hpp"
@@ -71,21 +73,54 @@ CudaOptions cuda_options(const TrainConfig& t, Precision precision, const Device
 }
 #endif
 
+namespace {
+
+// What a rank may fill: --device-memory-gib, else the GPU's free memory now less `reserved`
+// (cuda), else the host's available memory shared by the `local_size` ranks on it.
+double memory_per_rank(const TrainConfig& t, int local_size, [[maybe_unused]] double reserved) {
+  if (t.device_memory_gib > 0) return t.device_memory_gib * (1 << 30);
+#ifdef MPITRAIN_HAVE_CUDA
+  if (t.device == "cuda") return std::max(0.0, cuda::free_device_memory() - reserved);
+#endif
+  return available_memory_bytes() / local_size;
+}
+
+const char* budget_source(const TrainConfig& t) {
+  return t.device_memory_gib > 0 ? "--device-memory-gib"
+         : t.device == "cuda"    ? "the smallest over the ranks of the GPU's free memory less "
+                                   "--gpu-workspace-mb"
+                                 : "the smallest over the ranks of the host's available memory, "
+                                   "or its cgroup's room if less, shared by its ranks";
+}
+
+}  // namespace
+
+void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
+                       const std::vector<int>& stage_first_layer, const MpiComm& world) {
+  const MpiComm node = world.split_shared();
+  double bytes = 0;
+  all_or_none(world, [&] {
+#ifdef MPITRAIN_HAVE_CUDA
+    if (t.device == "cuda" && t.device_memory_gib == 0) select_device(node.rank(), node.size());
+#endif
+    bytes = memory_per_rank(t, node.size(), t.gpu_workspace_mb * (1 << 20));
+  });
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
+  const Layout layout{shape.dp,           shape.tp,    shape.pp,
+                      t.micro_batch_size, t.zero == 1, parse_recompute(t.recompute)};
+  all_or_none(world, [&] {
+    const std::string misfit = memory_misfit(cfg, run_shape_of(t, t.device == "cuda"), layout,
+                                             stage_first_layer, bytes, budget_source(t));
+    require(misfit.empty(), misfit);
+  });
+}
+
 int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
                         const Grid& grid, const MpiComm& world) {
   if (t.micro_batch_size > 0) return t.micro_batch_size;
   const bool gpu = t.device == "cuda";
-  double bytes = t.device_memory_gib * (1 << 30);
-  all_or_none(world, [&] {
-    if (bytes > 0) return;
-#ifdef MPITRAIN_HAVE_CUDA
-    if (gpu) {
-      bytes = cuda::free_device_memory();
-      return;
-    }
-#endif
-    bytes = available_memory_bytes() / grid.local_size();
-  });
+  double bytes = 0;
+  all_or_none(world, [&] { bytes = memory_per_rank(t, grid.local_size(), 0.0); });
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
   const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero == 1, parse_recompute(t.recompute)};
   MicroBatchPlan plan;

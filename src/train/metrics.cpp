@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -43,21 +44,26 @@ void MetricsLog::step(const StepRecord& r) {
   console_line(r);
   const double step_s = 1e-3 * r.step_ms, tokens = r.tokens_per_s * step_s;
   const bool energy = r.gpu_joules >= 0 && step_s > 0 && tokens > 0;
-  std::fprintf(file_.get(),
-               "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-               "\"tokens_per_s\": %.6g, \"step_ms\": %.6g, \"mfu\": %.6g, "
-               "\"forward_ms\": %.6g, \"backward_ms\": %.6g, \"optimizer_ms\": %.6g, "
-               "\"exposed_comm_ms\": %.6g, \"data_ms\": %.6g, \"checkpoint_ms\": %.6g, "
-               "\"peak_rss_mib\": %.6g, \"dp_bytes\": %llu, \"loss_scale\": %.9g, "
-               "\"skipped_steps\": %lld",
-               r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, r.mfu, r.forward_ms,
-               r.backward_ms, r.optimizer_ms, r.exposed_comm_ms, r.data_ms, checkpoint_ms,
-               r.peak_rss_mib, static_cast<unsigned long long>(r.dp_bytes), r.loss_scale,
-               static_cast<long long>(r.skipped_steps));
-  if (energy)
-    std::fprintf(file_.get(), ", \"gpu_power_w\": %.6g, \"joules_per_token\": %.6g",
-                 r.gpu_joules / step_s, r.gpu_joules / tokens);
-  std::fprintf(file_.get(), "}\n");
+  // Non-finite values (a NaN loss or norm) as null: every line stays JSON.
+  const auto n9 = [](double v) { return json_number(v, 9); };
+  const auto n6 = [](double v) { return json_number(v, 6); };
+  std::string line = "{\"step\": " + std::to_string(r.step);
+  line += ", \"loss\": " + n9(r.loss) + ", \"lr\": " + n9(r.lr);
+  line += ", \"grad_norm\": " + n9(r.grad_norm) + ", \"tokens_per_s\": " + n6(r.tokens_per_s);
+  line += ", \"step_ms\": " + n6(r.step_ms) + ", \"mfu\": " + n6(r.mfu);
+  line += ", \"forward_ms\": " + n6(r.forward_ms) + ", \"backward_ms\": " + n6(r.backward_ms);
+  line += ", \"optimizer_ms\": " + n6(r.optimizer_ms);
+  line += ", \"exposed_comm_ms\": " + n6(r.exposed_comm_ms) + ", \"data_ms\": " + n6(r.data_ms);
+  line += ", \"checkpoint_ms\": " + n6(checkpoint_ms);
+  line += ", \"peak_rss_mib\": " + n6(r.peak_rss_mib);
+  line += ", \"dp_bytes\": " + std::to_string(r.dp_bytes);
+  line += ", \"loss_scale\": " + n9(r.loss_scale);
+  line += ", \"skipped_steps\": " + std::to_string(r.skipped_steps);
+  if (energy) {
+    line += ", \"gpu_power_w\": " + n6(r.gpu_joules / step_s);
+    line += ", \"joules_per_token\": " + n6(r.gpu_joules / tokens);
+  }
+  std::fprintf(file_.get(), "%s}\n", line.c_str());
   std::fflush(file_.get());
   if (tensorboard_) {
     const Scalar scalars[] = {{"train/loss", r.loss},
@@ -120,7 +126,8 @@ void MetricsLog::eval(int step, double val_loss) {
   std::printf("eval at step %d | val loss %.6f\n", step, val_loss);
   report_.add_eval(step, val_loss);
   std::fflush(stdout);
-  std::fprintf(file_.get(), "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
+  std::fprintf(file_.get(), "{\"step\": %d, \"val_loss\": %s}\n", step,
+               json_number(val_loss, 9).c_str());
   std::fflush(file_.get());
   if (tensorboard_) {
     const Scalar scalars[] = {{"train/val_loss", val_loss}};

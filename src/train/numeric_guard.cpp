@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace fs = std::filesystem;
@@ -152,7 +153,7 @@ std::string describe(const TensorStats& s) {
 
 std::string json_members(const TensorStats& s) {
   const bool any = s.count > s.nan + s.inf;
-  auto value = [&](double x) { return any ? number(x) : std::string("null"); };
+  auto value = [&](double x) { return any ? json_number(x) : std::string("null"); };
   const std::string elements = whole(s) ? ""
                                         : ", \"elements\": [" + std::to_string(s.begin) + ", " +
                                               std::to_string(s.begin + s.count) + "]";

@@ -114,6 +114,7 @@ void Trainer::check_inputs() {
     train_windows_ = std::make_unique<SampleWindows>(*train_src_, t_.seq_len);
     if (val_src_) val_windows_ = std::make_unique<SampleWindows>(*val_src_, t_.seq_len);
   });
+  check_memory_fits(t_, cfg_, shape_, stage_first_layer_, world_);  // before any allocation
   uint32_t max_ids[2] = {0, 0};  // train, val
   all_or_none(world_, [&] {
     max_ids[0] = local_max_token(train_src_.get(), world_);

@@ -16,14 +16,15 @@ tiny_args() {
        --sample-tokens 0 --peak-gflops 100 --threads 1
 }
 
-# Values of one key of metrics.jsonl, one per line (steps only, or evals only for val_loss).
+# Values of one key of metrics.jsonl, one per line (steps only, or evals only for val_loss); a
+# non-finite value reads null, as the trainer writes it.
 metric() {  # metric FILE KEY
   sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"
 }
 
 # Largest relative difference |a - b| / |a| between two columns of finite numbers, one per line.
 # Fails the script (FAIL naming the line) on unequal or zero line counts, on a value that is not
-# a finite decimal number (nan, inf, empty, text), or on a = 0 with b != 0.
+# a finite decimal number (null, nan, inf, empty, text), or on a = 0 with b != 0.
 max_rel_diff() {  # max_rel_diff FILE_A FILE_B
   local na nb
   na=$(wc -l < "$1") nb=$(wc -l < "$2")

@@ -1,9 +1,11 @@
 // metrics.jsonl's energy fields: present with the power and joules per token that the step's
-// energy implies, absent where a GPU has no meter (gpu_joules < 0).
+// energy implies, absent where a GPU has no meter (gpu_joules < 0); a non-finite value as null.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -55,4 +57,25 @@ TEST(MetricsEnergy, LeftOutWithoutMeters) {
   EXPECT_EQ(v.find("gpu_power_w"), nullptr) << line;
   EXPECT_EQ(v.find("joules_per_token"), nullptr) << line;
   EXPECT_NE(v.find("skipped_steps"), nullptr) << line;  // the record is still complete
+}
+
+TEST(MetricsNonFinite, WrittenAsNullAndStillJson) {
+  StepRecord r = step_with_energy(-1.0);
+  r.loss = std::numeric_limits<double>::quiet_NaN();
+  r.grad_norm = -std::numeric_limits<double>::quiet_NaN();
+  r.lr = std::numeric_limits<double>::infinity();
+  const std::string line = record_of(r);
+  const JsonValue v = parse_json(line);  // throws on nan / inf
+  EXPECT_EQ(v.find("loss")->kind, JsonValue::Kind::Null) << line;
+  EXPECT_EQ(v.find("grad_norm")->kind, JsonValue::Kind::Null) << line;
+  EXPECT_EQ(v.find("lr")->kind, JsonValue::Kind::Null) << line;
+  EXPECT_EQ(v.find("tokens_per_s")->kind, JsonValue::Kind::Number) << line;
+}
+
+TEST(MetricsNonFinite, JsonNumber) {
+  EXPECT_EQ(json_number(std::numeric_limits<double>::infinity()), "null");
+  EXPECT_EQ(json_number(-std::numeric_limits<double>::infinity()), "null");
+  EXPECT_EQ(json_number(std::nan("")), "null");
+  EXPECT_EQ(json_number(0.125), "0.125");
+  EXPECT_EQ(json_number(3.14159265358979, 9), "3.14159265");
 }

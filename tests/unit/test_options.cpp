@@ -143,7 +143,7 @@ TEST(Options, HelpReadsAsAUserWritesOptions) {
   EXPECT_NE(flattened(help).find(
                 "seconds a communication call may block once the first step has finished; "
                 "then every rank that sees it reports the call and which ranks did not "
-                "arrive, and the job exits 3; 0 = no limit (default: 100)"),
+                "arrive, and the job exits 3; 0 = no limit; range >= 0 (default: 100)"),
             std::string::npos);
 }
 
@@ -175,7 +175,7 @@ TEST(Options, BadInputIsOneClearUsageError) {
   EXPECT_NE(usage_error({"--train-data", "x", "--steps", "abc"}).find("steps"), std::string::npos);
   EXPECT_NE(usage_error({"--train-data", "x", "--no-such-option", "1"}).find("no-such-option"),
             std::string::npos);
-  EXPECT_NE(usage_error({"--train-data", "x", "--steps", "-1"}).find("steps must not be negative"),
+  EXPECT_NE(usage_error({"--train-data", "x", "--steps", "-1"}).find("steps must be >= 0 (got -1)"),
             std::string::npos);
   EXPECT_NE(usage_error({"--train-data", "x", "--arch", "bert"}).find("arch"), std::string::npos);
   EXPECT_NE(usage_error({}).find("train-data"), std::string::npos);

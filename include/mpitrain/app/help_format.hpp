@@ -5,6 +5,7 @@
 
 #include <boost/any.hpp>
 #include <boost/program_options.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,14 @@ struct HelpGroup {
 
 inline constexpr size_t kHelpWidth = 100;
 
-// `intro` as it is, then each group: "caption:" and one entry per option, its description and
-// default wrapped to `width`. The value placeholder is the option's value_name, else N
-// (integers), X (reals) or TEXT.
+// Extra text for an option's entry by its long name, "" for none ("range (0, 10]").
+using HelpNote = std::function<std::string(const std::string& long_name)>;
+
+// `intro` as it is, then each group: "caption:" and one entry per option, its description, its
+// note ("; range (0, 10]") and its default wrapped to `width`. The value placeholder is the
+// option's value_name, else N (integers), X (reals) or TEXT.
 std::string format_help(const std::string& intro, const std::vector<HelpGroup>& groups,
-                        size_t width = kHelpWidth);
+                        size_t width = kHelpWidth, const HelpNote& note = {});
 
 // A value as a user would type it: integers as such, reals in the shortest "%g" form that reads
 // back to the same value (1e-05, 0.003), strings as they are.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/app/option_ranges.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/train/train_config.hpp"
 
@@ -19,6 +20,10 @@ struct Options {
   std::vector<std::string> model_set;  // model options the user set (flag or file)
   std::string effective;               // every option's final value, INI syntax
 };
+
+// The valid range of each numeric option (app/option_ranges.hpp): --help shows them,
+// parse_options checks them.
+const std::vector<OptionRange>& trainer_option_ranges();
 
 // Parses and checks ranges; throws UsageError with one clear message. Model fields left at 0
 // (vocab-size, d-ff, n-kv-head, max-seq-len) are resolved later from the data or the model file.

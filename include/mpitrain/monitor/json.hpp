@@ -1,5 +1,5 @@
 // A small JSON reader (RFC 8259): enough to check and take apart the files the monitor writes
-// (traces, report.json) without another dependency.
+// (traces, report.json) without another dependency; and how the writers put a number.
 #pragma once
 
 #include <string>
@@ -21,6 +21,10 @@ struct JsonValue {
   // The member named key of an object, nullptr if absent (or not an object).
   const JsonValue* find(std::string_view key) const;
 };
+
+// A number as JSON text in "%.<digits>g", or null where it is not finite (JSON has no NaN or
+// infinity): what every JSON file the project writes holds for nan and inf.
+std::string json_number(double value, int digits = 6);
 
 // Throws UsageError("<what> at line L, column C") on malformed input. The values' text views
 // point into `text`, which must outlive them.

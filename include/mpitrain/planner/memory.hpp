@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "mpitrain/backend/precision.hpp"
@@ -59,8 +60,13 @@ struct RunShape {
 // with N = B*T, P = B*NHl*T*T (attention probabilities), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
-size_t activation_elements(const ModelConfig& config, const ModelShard& shard, int B, int T,
+// In double, so that absurd sizes give a figure to refuse instead of an overflow.
+double activation_elements(const ModelConfig& config, const ModelShard& shard, int B, int T,
                            int slots, Recompute recompute);
+
+// ParamLayout(config, shard).total() without listing the shard's blocks one by one (n-layer may
+// be absurd): a two-layer model's embedding, head and one block, the block counted per layer.
+double shard_params(const ModelConfig& config, const ModelShard& shard);
 
 struct MemoryEstimate {  // bytes held by one rank
   double params = 0, grads = 0, optimizer = 0, master = 0, activations = 0, buffers = 0,
@@ -69,6 +75,11 @@ struct MemoryEstimate {  // bytes held by one rank
     return params + grads + optimizer + master + activations + buffers + baseline;
   }
 };
+
+// "12.34 GiB" from 1 GiB up, "5.67 MiB" below (tiny test models).
+std::string memory_text(double bytes);
+// "params 1.45 GiB, grads 1.45 GiB, optimizer ..., master ..., activations ..., buffers ..."
+std::string memory_breakdown(const MemoryEstimate& e);
 
 // Micro-batches per step on each dp rank: global batch / (dp x micro-batch).
 int micro_batches(const RunShape& run, const Layout& layout);

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mpitrain/backend/precision.hpp"
 #ifdef MPITRAIN_HAVE_CUDA
@@ -40,6 +41,15 @@ DeviceSetup setup_devices(const TrainConfig& t, const Grid& grid, const MpiComm&
 // --precision (TF32 by --tf32), --kernels, --gpu-workspace-mb.
 CudaOptions cuda_options(const TrainConfig& t, Precision precision, const DeviceSetup& devices);
 #endif
+
+// Before any allocation: the planned memory of this rank's share of the model (planner/
+// memory_fit.hpp; parameters, gradients, optimizer state, activations at the micro-batch, or at 1
+// for auto) against what a rank has — --device-memory-gib, else the GPU's free memory less
+// --gpu-workspace-mb (its GPU is selected for that), else the host's available memory (or its
+// cgroup's room) shared by the ranks on it — the smallest over the world. UsageError with the
+// plan and what would fit otherwise.
+void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
+                       const std::vector<int>& stage_first_layer, const MpiComm& world);
 
 // --micro-batch-size auto: the largest micro-batch whose planned memory (planner/memory.hpp,
 // balanced stages) fits 90% of the memory per rank — --device-memory-gib, else the GPU's free

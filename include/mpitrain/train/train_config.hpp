@@ -15,7 +15,7 @@ struct TrainConfig {
   int global_batch_size = 8;  // sequences per optimizer step, over all ranks
   int micro_batch_size = 4;   // sequences per forward/backward on one rank; 0 = auto:
                               // the largest the memory plan fits (planner/micro_batch_auto.hpp)
-  double device_memory_gib = 0;  // what auto may fill per rank; 0 = the device's free memory
+  double device_memory_gib = 0;  // what a rank may fill (fit check, auto); 0 = free memory
   int seq_len = 64;
 
   double lr = 1e-3;
