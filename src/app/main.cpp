@@ -1,17 +1,18 @@
 // trainer: options -> training run. Exit codes: 0 done, 1 failure while working, 2 bad input
-// (reported once by rank 0, before any work), 85 stopped by a signal or the time limit after
-// saving a checkpoint (requeue and resume).
+// (reported once by rank 0, before any work), 85 stopped by a signal or the time limit (after
+// saving a checkpoint, or during start-up with none written): requeue and resume.
 #include <cstdio>
 
 #include "mpitrain/app/options.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/program.hpp"
+#include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/train/trainer.hpp"
 
 namespace {
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const mpitrain::StopSignals& signals) {
   using namespace mpitrain;
   const MpiComm world = MpiComm::world();
   Options options;
@@ -20,9 +21,14 @@ int run(int argc, char** argv) {
     if (world.rank() == 0) std::printf("%s", options.print_instead.c_str());
     return kExitOk;
   }
-  return train(options, world);
+  return train(options, world, signals);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return mpitrain::mpi_program("trainer", argc, argv, run); }
+int main(int argc, char** argv) {
+  // Before MPI_Init: a SIGTERM at any moment of start-up is a requeue (85), never a kill (143).
+  const mpitrain::StopSignals signals;
+  return mpitrain::mpi_program("trainer", argc, argv,
+                               [&](int n, char** args) { return run(n, args, signals); });
+}

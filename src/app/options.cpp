@@ -8,6 +8,7 @@
 #include "mpitrain/app/help_format.hpp"
 #include "mpitrain/app/option_ranges.hpp"
 #include "mpitrain/backend/precision.hpp"
+#include "mpitrain/io/text_file.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/optim/optimizer.hpp"
 #include "mpitrain/parallel/compression.hpp"
@@ -77,6 +78,7 @@ const std::vector<OptionRange> kRanges = {
     {"keep-last", 0, kUnbounded},
     {"exit-after-minutes", 0, kUnbounded},
     {"exit-at-step", 0, kUnbounded},
+    {"lock-wait", 0, 3600},
     // Monitoring and failure detection
     {"log-interval", 1, kUnbounded},
     {"peak-gflops", 0, kUnbounded},
@@ -126,7 +128,10 @@ po::options_description general_options(TrainConfig& t, RawText& raw) {
        "INI file with options (flags override it)")
       ("out-dir", with_default(&t.out_dir)->value_name("DIR"),
        "directory for metrics.jsonl, report.json, run.ini and checkpoints")
-      ("overwrite", flag(&t.overwrite), "allow writing into an out-dir that already holds files");
+      ("overwrite", flag(&t.overwrite), "allow writing into an out-dir that already holds files")
+      ("lock-wait", with_default(&t.lock_wait)->value_name("SECONDS"),
+       "how long to wait for another run's lock on the out-dir (<out-dir>/run.lock) before exit "
+       "2 naming its holder");
   return d;
 }
 
@@ -251,6 +256,9 @@ po::options_description checkpoint_options(TrainConfig& t) {
       ("resume", with_default(&t.resume)->value_name("auto|DIR"),
        "auto = continue from the newest valid checkpoint if there is one; or a checkpoint "
        "directory; '' = start fresh")
+      ("allow-seed-change", flag(&t.allow_seed_change),
+       "resume although the checkpoint was written under another seed (a new data order from "
+       "there on); without it that is refused")
       ("save-best", flag(&t.save_best),
        "keep the checkpoint with the lowest validation loss as best/")
       ("exit-after-minutes", with_default(&t.exit_after_minutes),
@@ -421,8 +429,7 @@ Options parse_options(int argc, const char* const* argv) {
     }
     if (vm.count("config")) {
       raw.config_file = vm["config"].as<std::string>();
-      std::ifstream in(raw.config_file);
-      require(static_cast<bool>(in), "cannot read config file '" + raw.config_file + "'");
+      std::ifstream in = open_text_file(raw.config_file, "config file");
       po::store(parse_ini(in, all), vm);  // flags stored first win
     }
     po::notify(vm);

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "mpitrain/runtime/error.hpp"
@@ -9,6 +11,19 @@
 namespace fs = std::filesystem;
 
 namespace mpitrain {
+
+namespace {
+
+// Why nothing can be created in the directory dir, "" if something can: a probe directory made
+// and removed at once. access(2) would not do: root passes it on /proc and read-only mounts.
+std::string cannot_create_in(const fs::path& dir) {
+  std::string probe = (dir / ".mpitrain-probe-XXXXXX").string();
+  if (::mkdtemp(probe.data()) == nullptr) return std::strerror(errno);
+  if (::rmdir(probe.c_str()) != 0) return "cannot remove " + probe + ": " + std::strerror(errno);
+  return "";
+}
+
+}  // namespace
 
 void require_creatable_dir(const std::string& dir, const std::string& option) {
   if (dir.empty()) return;
@@ -18,8 +33,21 @@ void require_creatable_dir(const std::string& dir, const std::string& option) {
   while (!fs::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
   require(fs::is_directory(p, ec),
           option + " " + dir + ": " + p.string() + " exists and is not a directory");
-  require(access(p.c_str(), W_OK | X_OK) == 0,
-          option + " " + dir + ": " + p.string() + " is not writable");
+  const std::string why = cannot_create_in(p);
+  require(why.empty(), option + " " + dir + ": cannot write in " + p.string() + ": " + why);
+}
+
+void require_writable_file(const std::string& file, const std::string& option) {
+  if (file.empty()) return;
+  std::error_code ec;
+  const fs::path path(file);
+  require(path.has_filename() && !fs::is_directory(path, ec),
+          option + " " + file + " is a directory; give a file name");
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  require(fs::is_directory(dir, ec),
+          option + " " + file + ": the directory " + dir.string() + " does not exist");
+  const std::string why = cannot_create_in(dir);
+  require(why.empty(), option + " " + file + ": cannot write in " + dir.string() + ": " + why);
 }
 
 }  // namespace mpitrain

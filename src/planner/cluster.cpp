@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <fstream>
 
+#include "mpitrain/io/text_file.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace po = boost::program_options;
@@ -22,8 +23,7 @@ void require_positive(double value, const std::string& what) {
 }  // namespace
 
 void read_cluster_file(const std::string& path, ClusterSpec& spec) {
-  std::ifstream in(path);
-  require(static_cast<bool>(in), "cannot read cluster file '" + path + "'");
+  std::ifstream in = open_text_file(path, "cluster file");
   po::options_description keys;
   keys.add_options()
       ("nodes", po::value(&spec.nodes))

@@ -32,4 +32,17 @@ bool StopSignals::requested() const { return stop_signal != 0; }
 
 int StopSignals::last_signal() const { return stop_signal; }
 
+void stop_if_requested(const StopSignals& signals, const MpiComm& world,
+                       const std::string& during) {
+  int sig = signals.last_signal();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, world.get()));
+  if (sig == 0) return;
+  const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR2 ? "SIGUSR2" : "SIGINT";
+  std::string message = "stopped by ";
+  message += name;
+  message += " during start-up (" + during + "), before the first step: no checkpoint written,";
+  message += " the previous one stands; exit " + std::to_string(kExitRequeue) + " = requeue me";
+  throw StopRequested(message);
+}
+
 }  // namespace mpitrain

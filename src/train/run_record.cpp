@@ -16,6 +16,7 @@ std::string resolved_ini(const std::string& effective,
   std::vector<std::pair<std::string, std::string>> values = resolved;
   values.emplace_back("overwrite", "false");
   values.emplace_back("resume", "");
+  values.emplace_back("allow-seed-change", "false");
   std::vector<bool> used(values.size(), false);
   std::istringstream in(effective);
   std::string out;

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "mpitrain/runtime/dir_lock.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace fs = std::filesystem;
@@ -41,22 +42,25 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.padded_vocab(), "the padded vocabulary");
 }
 
-void prepare_out_dir(const Options& o, const std::string& run_ini) {
+void check_out_dir(const Options& o) {
   const TrainConfig& t = o.train;
   const bool resuming = !t.resume.empty();
-  const fs::path dir(t.out_dir);
   std::error_code ec;
-  if (fs::exists(dir, ec) && !t.overwrite && !resuming) {
-    require(fs::is_directory(dir, ec), "out-dir " + t.out_dir + " exists and is not a directory");
-    require(fs::is_empty(dir, ec), "out-dir " + t.out_dir +
-                                       " already holds files; pass --overwrite or choose another");
-  }
+  if (!t.overwrite && !resuming)
+    for (const fs::directory_entry& e : fs::directory_iterator(t.out_dir, ec))
+      require(e.path().filename() == DirLock::kFileName,
+              "out-dir " + t.out_dir + " already holds files; pass --overwrite or choose another");
+  require(!ec, "cannot list out-dir " + t.out_dir + ": " + ec.message());
   for (const std::string& file : {t.export_llmc, t.export_params})
     require(file.empty() || !fs::exists(file, ec) || t.overwrite || resuming,
             file + " exists; pass --overwrite or choose another export file");
-  fs::create_directories(dir, ec);
-  require(!ec, "cannot create out-dir " + t.out_dir + ": " + ec.message());
-  if (t.overwrite && !resuming) fs::remove_all(dir / "checkpoints", ec);
+}
+
+void write_out_dir(const Options& o, const std::string& run_ini) {
+  const TrainConfig& t = o.train;
+  const fs::path dir(t.out_dir);
+  std::error_code ec;
+  if (t.overwrite && t.resume.empty()) fs::remove_all(dir / "checkpoints", ec);
   std::ofstream ini(dir / "run.ini");
   require(static_cast<bool>(ini << run_ini), "cannot write " + (dir / "run.ini").string());
 }

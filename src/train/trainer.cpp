@@ -25,7 +25,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int Trainer::run() {
-  signals_.emplace();
+  stop_if_requested(signals_, world_, "the last of the set-up");
   run_start_ = std::chrono::steady_clock::now();
   trace_.start(comms_->world);  // the timelines' common zero
   for (int step = start_step_; step < t_.steps; ++step) {
@@ -49,6 +49,12 @@ void Trainer::resume() {
     if (root_) std::printf("no checkpoint to resume from: starting fresh\n");
     return;
   }
+  // Another seed would silently change the data order from here on.
+  require(m->seed == t_.seed || t_.allow_seed_change,
+          "the checkpoint of step " + std::to_string(m->step) + " was written with seed " +
+              std::to_string(m->seed) + ", this run has seed " + std::to_string(t_.seed) +
+              ": pass --seed " + std::to_string(m->seed) +
+              " to continue its data order, or --allow-seed-change to take the new seed");
   if (mirror_) mirror_->upload();
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
@@ -159,7 +165,7 @@ Trainer::StepEnd Trainer::stop_or_save(int step) {
       seconds_since(run_start_) + 2 * slowest_step_ + 2 * last_save_ >= 60 * t_.exit_after_minutes;
   // Each reason separately, so every rank (and the message) knows all of them.
   int64_t reasons[3] = {t_.exit_at_step > 0 && step + 1 == t_.exit_at_step, time_up,
-                        signals_->requested()};
+                        signals_.requested()};
   comms_->world.all_reduce(reasons, 3, ReduceOp::Max);
   const bool stop = reasons[0] || reasons[1] || reasons[2];
   if ((t_.save_interval > 0 && ((step + 1) % t_.save_interval == 0 || last)) || stop)
@@ -250,6 +256,13 @@ double Trainer::blocked_seconds() const {
   return s;
 }
 
-int train(const Options& options, const MpiComm& world) { return Trainer(options, world).run(); }
+int train(const Options& options, const MpiComm& world, const StopSignals& signals) {
+  try {
+    return Trainer(options, world, signals).run();
+  } catch (const StopRequested& stop) {  // every rank alike, everything released
+    if (world.rank() == 0) std::printf("%s\n", stop.what());
+    return kExitRequeue;
+  }
+}
 
 }  // namespace mpitrain

@@ -1,5 +1,7 @@
 // The Trainer's set-up: every check before any work (a failure on any rank stops all alike),
 // then the parts the step loop calls, then the banner.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -78,15 +80,22 @@ double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
 
 }  // namespace
 
-Trainer::Trainer(const Options& options, const MpiComm& world)
-    : options_(options), t_(options.train), world_(world), root_(world.rank() == 0) {
+Trainer::Trainer(const Options& options, const MpiComm& world, const StopSignals& signals)
+    : options_(options),
+      t_(options.train),
+      world_(world),
+      root_(world.rank() == 0),
+      signals_(signals) {
   all_or_none(world_, [&] { faults_ = FaultPlan::from_env(); });
   // Loud, before any work: a plan exported into a production job must not go unnoticed.
   if (root_ && faults_.armed()) std::fprintf(stderr, "%s\n", faults_.warning().c_str());
   // The same build, libraries and configuration on every rank, before anything can differ.
   check_software(world_, options_.effective, faults_);
   check_inputs();
+  stop_if_requested(signals_, world_, "MPI start-up and the input and data checks");
+  lock_out_dir();
   build_model();
+  stop_if_requested(signals_, world_, "building the model");
   build_step_parts();
   print_banner();
 }
@@ -125,11 +134,27 @@ void Trainer::check_inputs() {
     require(max_ids[i] < static_cast<uint32_t>(cfg_.vocab_size),
             (i ? t_.val_data : t_.train_data) + " holds token id " + std::to_string(max_ids[i]) +
                 ", not below vocab-size " + std::to_string(cfg_.vocab_size));
-  // --trace and --tensorboard directories: checked before the out-dir is written, created after
-  // it (they may lie inside it).
+  // --trace and --tensorboard directories and the export files: checked before the out-dir is
+  // written, created after it (they may lie inside it).
   all_or_none(world_, [&] {
     require_creatable_dir(t_.trace, "trace");
     require_creatable_dir(t_.tensorboard, "tensorboard");
+    if (!root_) return;  // rank 0 writes these
+    require_creatable_dir(t_.out_dir, "out-dir");
+    require_writable_file(t_.export_llmc, "export-llmc");
+    require_writable_file(t_.export_params, "export-params");
+  });
+}
+
+void Trainer::lock_out_dir() {
+  // Rank 0 takes it; every rank learns the outcome here, before any rank writes.
+  all_or_none(world_, [&] {
+    if (!root_) return;
+    std::string holder = "host " + mpi_host_name() + " pid " + std::to_string(::getpid());
+    for (const char* job : {"SLURM_JOB_ID", "PBS_JOBID"})
+      if (const char* id = std::getenv(job)) holder += " job " + std::string(id);
+    out_dir_lock_.emplace(t_.out_dir, holder, t_.lock_wait);
+    check_out_dir(options_);  // under the lock: no other run can fill it meanwhile
   });
 }
 
@@ -195,7 +220,6 @@ void Trainer::build_model() {
     require(faults_.kind() != FaultKind::Nan || faults_.layer() < cfg_.n_layer,
             "MPITRAIN_FAULT: layer " + std::to_string(faults_.layer()) + " is not below n-layer " +
                 std::to_string(cfg_.n_layer));
-    if (root_) prepare_out_dir(options_, run_ini());
   });
 }
 
@@ -215,16 +239,6 @@ std::string Trainer::run_ini() const {
 }
 
 void Trainer::build_step_parts() {
-  std::unique_ptr<TensorBoardWriter> tensorboard;
-  all_or_none(world_, [&] {
-    if (!t_.trace.empty())
-      trace_.open(t_.trace, world_.rank(),
-                  "rank " + std::to_string(world_.rank()) + " (dp " +
-                      std::to_string(grid_->dp_rank()) + " tp " + std::to_string(grid_->tp_rank()) +
-                      " pp " + std::to_string(grid_->pp_rank()) + ")");
-    if (root_ && !t_.tensorboard.empty())
-      tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard);
-  });
   optimizer_config_ = {parse_optimizer(t_.optimizer),   static_cast<float>(t_.beta1),
                        static_cast<float>(t_.beta2),    static_cast<float>(t_.adam_eps),
                        static_cast<float>(t_.momentum), static_cast<float>(t_.weight_decay)};
@@ -275,12 +289,6 @@ void Trainer::build_step_parts() {
                                   t_.zero == 1 || grid_->dp_rank() == 0));
   if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_);
   best_val_ = std::numeric_limits<double>::quiet_NaN();
-  resume();
-  log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
-                                      t_.resume.empty() ? -1 : start_step_, std::move(tensorboard),
-                                      t_.log_interval, start_);
-  report_path_ = (fs::path(t_.out_dir) / "report.json").string();
-
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host
   // and kept (monitor/peak_cache.hpp), so that MFU compares between runs.
@@ -295,6 +303,26 @@ void Trainer::build_step_parts() {
     peak_source_ = t_.peak_gflops > 0 ? "given by --peak-gflops" : "measured now on the device";
   }
   comms_->world.all_reduce(&peak_, 1, ReduceOp::Sum);
+  resume();
+
+  // Every check has passed (the last: the checkpoint's): from here on the out-dir is written.
+  stop_if_requested(signals_, world_, "loading the checkpoint and measuring the peak");
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  all_or_none(world_, [&] {
+    if (root_) write_out_dir(options_, run_ini());
+    if (!t_.trace.empty())
+      trace_.open(t_.trace, world_.rank(),
+                  "rank " + std::to_string(world_.rank()) + " (dp " +
+                      std::to_string(grid_->dp_rank()) + " tp " + std::to_string(grid_->tp_rank()) +
+                      " pp " + std::to_string(grid_->pp_rank()) + ")");
+    if (root_ && !t_.tensorboard.empty())
+      tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard);
+  });
+  log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
+                                      t_.resume.empty() ? -1 : start_step_, std::move(tensorboard),
+                                      t_.log_interval, start_);
+  report_path_ = (fs::path(t_.out_dir) / "report.json").string();
+
   flops_per_token_ =
       6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
   tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;

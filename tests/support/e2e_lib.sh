@@ -85,3 +85,10 @@ require_cuda_trainer() {
   fi
   [ "$rc" = 0 ] || { cat "$SCRATCH/probe.log"; fail "--device cuda evaluation-only run exited $rc"; }
 }
+
+# A directory's state in lines: every entry with its type and size, and each file's checksum;
+# "absent" for no directory. Equal before and after a command: the command left it untouched.
+dir_state() {  # dir_state DIR
+  [ -e "$1" ] || { echo absent; return; }
+  (cd "$1" && find . -printf '%p %y %s\n' | sort && find . -type f -exec md5sum {} + | sort)
+}

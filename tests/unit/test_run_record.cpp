@@ -21,12 +21,13 @@ TEST(RunRecord, FloatTextIsTheShortestThatReadsBack) {
 
 TEST(RunRecord, ResolvedValuesReplaceTheOptionsAndOverwriteIsNeverKept) {
   const std::string effective =
-      "dp = 0\nlr = 0.003\noverwrite = true\nresume = auto\nthreads = 0\nvocab-size = 0\n";
+      "allow-seed-change = true\ndp = 0\nlr = 0.003\noverwrite = true\nresume = auto\n"
+      "threads = 0\nvocab-size = 0\n";
   const std::string ini = resolved_ini(
       effective, {{"dp", "2"}, {"threads", "4"}, {"vocab-size", "256"}, {"d-ff", "512"}});
   EXPECT_EQ(ini,
-            "dp = 2\nlr = 0.003\noverwrite = false\nresume = \nthreads = 4\nvocab-size = 256\n"
-            "d-ff = 512\n");
+            "allow-seed-change = false\ndp = 2\nlr = 0.003\noverwrite = false\nresume = \n"
+            "threads = 4\nvocab-size = 256\nd-ff = 512\n");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Checks an output directory option before anything is written.
+// Checks an output option before anything is written.
 #pragma once
 
 #include <string>
@@ -6,7 +6,11 @@
 namespace mpitrain {
 
 // Throws UsageError naming `option` unless dir is "" (off), an existing writable directory, or
-// could be created: its nearest existing ancestor is a writable directory.
+// could be created: its nearest existing ancestor is a directory something can be created in.
 void require_creatable_dir(const std::string& dir, const std::string& option);
+
+// Throws UsageError naming `option` unless file is "" (off) or a file name (not a directory) in
+// an existing directory that something can be created in.
+void require_writable_file(const std::string& file, const std::string& option);
 
 }  // namespace mpitrain

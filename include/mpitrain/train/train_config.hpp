@@ -9,6 +9,7 @@ namespace mpitrain {
 struct TrainConfig {
   std::string out_dir = "runs/default";
   bool overwrite = false;
+  double lock_wait = 10.0;    // s to wait for another run's lock on the out-dir, then exit 2
   std::string trace;          // a Chrome-trace timeline per rank into this directory; "" = off
   std::string tensorboard;    // TensorBoard scalar events (rank 0) into this directory; "" = off
   int steps = 100;
@@ -56,6 +57,7 @@ struct TrainConfig {
   int save_interval = 0;      // steps between checkpoints (and one at the end); 0 = none
   int keep_last = 3;          // committed step checkpoints kept; 0 = all
   std::string resume;         // "" = start fresh, "auto" = latest valid if any, else a directory
+  bool allow_seed_change = false;  // resume under another seed (a new data order from here on)
   bool save_best = false;     // keep the checkpoint with the lowest validation loss as best/
   double exit_after_minutes = 0.0;  // save and exit 85 before this much wall time; 0 = off
   int exit_at_step = 0;       // save and exit 85 after this step; 0 = off

@@ -1,8 +1,9 @@
 // A training run from options to trained model, as the step listing of docs/ARCHITECTURE.md:
 //
-//   Trainer trainer(options, world);   set-up (trainer_setup.cpp): every check before any work,
-//                                      then the grid, communicators, backend, model, optimizer
-//   trainer.run():                     resume; for each step: step(), evaluate() at the interval,
+//   Trainer trainer(options, world, signals);   set-up (trainer_setup.cpp): every check before
+//                                      any work, the out-dir lock, then the grid, communicators,
+//                                      backend, model, optimizer, resume; the out-dir written
+//   trainer.run():                     for each step: step(), evaluate() at the interval,
 //                                      save() at the interval or on a stop; finish(); export
 //
 // Each concern is a component the loop calls (PipelineRunner, UpdateStep, CheckpointStore,
@@ -30,6 +31,7 @@
 #include "mpitrain/optim/optimizer.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/runtime/dir_lock.hpp"
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/runtime/mpi.hpp"
@@ -48,8 +50,9 @@ namespace mpitrain {
 
 class Trainer {
  public:
-  // Set-up, collective over world. Throws UsageError (on every rank alike) for bad input.
-  Trainer(const Options& options, const MpiComm& world);
+  // Set-up, collective over world. Throws UsageError (on every rank alike) for bad input, and
+  // StopRequested (likewise) when a stop signal came during start-up.
+  Trainer(const Options& options, const MpiComm& world, const StopSignals& signals);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -67,13 +70,15 @@ class Trainer {
 
   // ---- set-up (trainer_setup.cpp) ----
   void check_inputs();          // options, data, model shape, layout: UsageError before any work
-  void build_model();           // grid, communicators, backend, model; the out-dir is written
-  void build_step_parts();      // runner, buckets, optimizer, update, checkpoints, metrics
+  void lock_out_dir();          // rank 0 takes the out-dir's lock, then checks what it holds
+  void build_model();           // grid, communicators, backend, model
+  void build_step_parts();      // runner, buckets, optimizer, update, checkpoints, resume, then
+                                // the out-dir written: run.ini, trace, tensorboard, metrics
   void print_banner() const;    // model, layout, batch, peak, memory per rank
   std::string run_ini() const;  // run.ini: the options with what the set-up resolved
 
   // ---- the run (trainer.cpp) ----
-  void resume();                    // --resume: the checkpoint's state, step and samples consumed
+  void resume();                    // --resume: state, step, samples consumed; its seed checked
   StepEnd step(int step);           // one optimizer step and its metrics record; step counts from 0
   double evaluate();                // mean validation loss per token
   void after_evaluation(int step);  // evaluate, log, --save-best
@@ -89,7 +94,9 @@ class Trainer {
   const TrainConfig& t_;
   const MpiComm& world_;
   const bool root_;
+  const StopSignals& signals_;  // installed by main() before MPI_Init
   FaultPlan faults_;
+  std::optional<DirLock> out_dir_lock_;  // rank 0's, held until everything else is gone
 
   // What the options and the data decide (check_inputs).
   GridShape shape_;
@@ -145,13 +152,12 @@ class Trainer {
   double tokens_per_step_ = 0.0;
   double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
-  std::optional<StopSignals> signals_;     // installed for the step loop
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();  // set-up
   std::chrono::steady_clock::time_point run_start_;                                 // the step loop
   double slowest_step_ = 0.0, last_save_ = 0.0;  // seconds, for --exit-after-minutes
 };
 
-// Trainer(options, world).run().
-int train(const Options& options, const MpiComm& world);
+// Trainer(options, world, signals).run(); a stop during start-up: its message, kExitRequeue.
+int train(const Options& options, const MpiComm& world, const StopSignals& signals);
 
 }  // namespace mpitrain

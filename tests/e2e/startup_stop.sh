@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A stop signal during start-up (data checks, model, checkpoint load, sgemm measurement) is a
+# requeue, not a kill: SIGTERM 0.1 s and 0.3 s after the ranks start gives exit 85 on every rank
+# (also when only one rank got it), the message that no checkpoint was written, and no checkpoint;
+# a run resuming from a checkpoint and stopped during its start-up leaves that checkpoint as it
+# was, and the requeued run then finishes from it.
+source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+# A larger model than tiny's: its start-up lasts ~1 s here (the first step's line 1.7 s after the
+# ranks start), so that 0.1 s and 0.3 s fall well inside it.
+# shellcheck disable=SC2046
+set -- $(tiny_args) --n-layer 6 --d-model 256
+big=("$@")
+
+# Starts the trainer on 2 ranks, signals all ranks (or only the last) DELAY s after both have
+# exec'd the trainer, and expects exit 85 with the start-up stop message and no step taken.
+stop_in_startup() {  # stop_in_startup NAME DELAY all|one TRAINER_ARGS...
+  local name=$1 delay=$2 who=$3; shift 3
+  set +e
+  $MPIRUN -np 2 "$TRAINER" "$@" > "$SCRATCH/$name.log" 2>&1 &
+  local launcher=$!
+  for _ in $(seq 1 1000); do
+    [ "$(pgrep -x trainer -P "$launcher" | wc -l)" = 2 ] && break
+    sleep 0.01
+  done
+  sleep "$delay"
+  if [ "$who" = all ]; then pkill -TERM -x trainer -P "$launcher"
+  else kill -TERM "$(pgrep -x trainer -P "$launcher" | tail -1)"; fi
+  wait "$launcher"
+  rc=$?
+  set -e
+  [ "$rc" = 85 ] || { cat "$SCRATCH/$name.log"; fail "$name: exit code $rc, expected 85"; }
+  grep -q "stopped by SIGTERM during start-up (.*), before the first step: no checkpoint written" \
+    "$SCRATCH/$name.log" || { cat "$SCRATCH/$name.log"; fail "$name: no start-up stop message"; }
+  grep -q '^step \|stopping after step' "$SCRATCH/$name.log" && fail "$name: a step was taken"
+  echo "ok: $name -> $(grep 'stopped by' "$SCRATCH/$name.log")"
+}
+
+stop_in_startup fresh_0.1s 0.1 all "${big[@]}" --steps 20 --save-interval 1 --out-dir "$SCRATCH/a"
+[ ! -e "$SCRATCH/a/checkpoints" ] || fail "fresh_0.1s: a checkpoint was written"
+stop_in_startup one_rank_0.3s 0.3 one "${big[@]}" --steps 20 --save-interval 1 --out-dir "$SCRATCH/b"
+[ ! -e "$SCRATCH/b/checkpoints" ] || fail "one_rank_0.3s: a checkpoint was written"
+
+# A run with a checkpoint, resumed and stopped during the start-up: the checkpoint stays.
+run_trainer 2 "$SCRATCH/first.log" "${big[@]}" --steps 2 --save-interval 2 --out-dir "$SCRATCH/c"
+[ "$rc" = 0 ] || { cat "$SCRATCH/first.log"; fail "the first run exited $rc"; }
+before=$(dir_state "$SCRATCH/c/checkpoints")
+for delay in 0.1 0.3; do
+  stop_in_startup "resume_${delay}s" "$delay" all "${big[@]}" --steps 4 --save-interval 1 \
+    --out-dir "$SCRATCH/c" --resume auto
+  [ "$(dir_state "$SCRATCH/c/checkpoints")" = "$before" ] ||
+    fail "resume_${delay}s: the checkpoints changed"
+done
+run_trainer 2 "$SCRATCH/requeued.log" "${big[@]}" --steps 4 --out-dir "$SCRATCH/c" --resume auto
+[ "$rc" = 0 ] || { cat "$SCRATCH/requeued.log"; fail "the requeued run exited $rc"; }
+grep -q "resumed from step 2" "$SCRATCH/requeued.log" || fail "the requeued run did not resume from step 2"
+echo "ok: the checkpoint stood through the stops; the requeued run resumed from step 2 and finished"
