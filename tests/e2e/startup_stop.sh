@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A stop signal during start-up (data checks, model, checkpoint load, sgemm measurement) is a
-# requeue, not a kill: SIGTERM 0.1 s and 0.3 s after the ranks start gives exit 85 on every rank
-# (also when only one rank got it), the message that no checkpoint was written, and no checkpoint;
+# requeue, not a kill: SIGTERM 0.1 s and 0.3 s after the ranks enter main() gives exit 85 on
+# every rank (also when only one rank got it), the message that no checkpoint was written, and
+# no checkpoint (handlers installed late would let the first step run: a failure here);
 # a run resuming from a checkpoint and stopped during its start-up leaves that checkpoint as it
 # was, and the requeued run then finishes from it.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
@@ -11,8 +12,17 @@ source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 set -- $(tiny_args) --n-layer 6 --d-model 256
 big=("$@")
 
+# Whether process PID catches SIGTERM (bit 15 of SigCgt in /proc/PID/status). Before main() the
+# dynamic loader maps the trainer's libraries (CUDA's among them: 0.1 s and more on a loaded
+# machine), and a signal then kills it as it would any program: the delays count from main().
+catches_term() {
+  local mask
+  mask=$(awk '/^SigCgt:/ { print $2 }' "/proc/$1/status" 2> /dev/null) || return 1
+  [ -n "$mask" ] && (( (16#$mask >> 14) & 1 ))
+}
+
 # Starts the trainer on 2 ranks, signals all ranks (or only the last) DELAY s after both have
-# exec'd the trainer, and expects exit 85 with the start-up stop message and no step taken.
+# entered main(), and expects exit 85 with the start-up stop message and no step taken.
 stop_in_startup() {  # stop_in_startup NAME DELAY all|one TRAINER_ARGS...
   local name=$1 delay=$2 who=$3; shift 3
   set +e
@@ -20,6 +30,12 @@ stop_in_startup() {  # stop_in_startup NAME DELAY all|one TRAINER_ARGS...
   local launcher=$!
   for _ in $(seq 1 1000); do
     [ "$(pgrep -x trainer -P "$launcher" | wc -l)" = 2 ] && break
+    sleep 0.01
+  done
+  for _ in $(seq 1 1000); do  # both in main(): the handlers are the first thing it installs
+    local pid ready=0
+    for pid in $(pgrep -x trainer -P "$launcher"); do catches_term "$pid" && ready=$((ready + 1)); done
+    [ "$ready" = 2 ] && break
     sleep 0.01
   done
   sleep "$delay"
