@@ -5,11 +5,14 @@
 //
 // The files are read as bytes and concatenated in the given order with a '\n' between them; the
 // first (1-f) of the tokens become DIR/train.*, the last f DIR/val.* (.h5 for HDF5, .bin for
-// llm.c and nanoGPT). Bad input -> one message on stderr, exit code 2, nothing written.
+// llm.c and nanoGPT), each at least 2 tokens. Both are written under temporary names, then
+// renamed into place (a kill between the two renames is flagged: kPairReplacingMarker,
+// data/token_source.hpp). Bad input -> one message on stderr, exit code 2, nothing written.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +24,9 @@
 #include "mpitrain/data/byte_tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/token_writer.hpp"
+#include "mpitrain/io/durable.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/runtime/program.hpp"
 
 namespace fs = std::filesystem;
@@ -102,37 +107,71 @@ void write(const std::string& path, const std::vector<uint32_t>& tokens, TokenFo
     write_nanogpt_bin(path, tokens);
 }
 
+// Each file needs an input token and its next-token target.
+constexpr size_t kMinTokensPerFile = 2;
+
+// Renames both temporary files into place. kPairReplacingMarker, durable before the first rename
+// and removed only once the second is, marks the moment between them when dir holds a new
+// train beside an old val: a kill there leaves it, and readers refuse the pair.
+void rename_pair(const fs::path& dir, const std::string& train, const std::string& val,
+                 const FaultPlan& faults) {
+  const std::string marker = (dir / kPairReplacingMarker).string();
+  write_file_synced(marker, fs::path(train).filename().string() + "\n" +
+                                fs::path(val).filename().string() + "\n");
+  fsync_path(dir.string());
+  rename_durably(train + ".tmp", train);
+  faults.at("pair-rename", 0, 0);  // tests: a kill between the renames
+  rename_durably(val + ".tmp", val);
+  fs::remove(marker);
+  fsync_path(dir.string());
+}
+
 int run(int argc, char** argv) {
   Options opt;
   if (!parse_options(argc, argv, opt)) return kExitOk;
+  const FaultPlan faults = FaultPlan::from_env();
+  if (faults.armed()) std::cerr << faults.warning() << "\n";
   const std::string ext = opt.format == TokenFormat::Hdf5 ? ".h5" : ".bin";
   const fs::path dir(opt.out_dir);
+  std::error_code ec;
+  require(!fs::exists(dir, ec) || fs::is_directory(dir, ec),
+          "--out-dir '" + opt.out_dir + "' exists and is not a directory");
   const std::string train_path = (dir / ("train" + ext)).string();
   const std::string val_path = (dir / ("val" + ext)).string();
   for (const auto& p : {train_path, val_path})
-    require(opt.overwrite || !fs::exists(p), "'" + p + "' exists; pass --overwrite to replace it");
+    require(opt.overwrite || !fs::exists(p, ec),
+            "'" + p + "' exists; pass --overwrite to replace it");
 
   const std::vector<uint32_t> tokens = ByteTokenizer().encode(read_inputs(opt.inputs));
   const auto n = tokens.size();
-  const auto n_val = std::max<size_t>(1, static_cast<size_t>(std::llround(opt.val_fraction * n)));
-  require(n_val < n, "the input has only " + std::to_string(n) +
-                         " bytes: too few to split into train and validation sets");
+  const auto n_val =
+      std::max(kMinTokensPerFile, static_cast<size_t>(std::llround(opt.val_fraction * n)));
+  char fraction[32];
+  std::snprintf(fraction, sizeof fraction, "%g", opt.val_fraction);
+  require(n_val + kMinTokensPerFile <= n,
+          "the input gives only " + std::to_string(n) + " tokens (one per byte): split at " +
+              "--val-fraction " + fraction + " that is " +
+              std::to_string(n > n_val ? n - n_val : 0) + " for train and " +
+              std::to_string(std::min(n, n_val)) + " for val, and each file needs at least " +
+              std::to_string(kMinTokensPerFile) + " (an input token and its next-token target)");
   const std::vector<uint32_t> train(tokens.begin(), tokens.end() - n_val);
   const std::vector<uint32_t> val(tokens.end() - n_val, tokens.end());
 
   // Write both under temporary names, then rename: no half-written outputs are left behind.
-  fs::create_directories(dir);
+  fs::create_directories(dir, ec);
+  require(!ec, "cannot create --out-dir '" + opt.out_dir + "': " + ec.message());
   const std::string train_tmp = train_path + ".tmp", val_tmp = val_path + ".tmp";
   try {
     write(train_tmp, train, opt.format);
     write(val_tmp, val, opt.format);
+    fsync_path(train_tmp);
+    fsync_path(val_tmp);
   } catch (...) {
-    fs::remove(train_tmp);
-    fs::remove(val_tmp);
+    fs::remove(train_tmp, ec);
+    fs::remove(val_tmp, ec);
     throw;
   }
-  fs::rename(train_tmp, train_path);
-  fs::rename(val_tmp, val_path);
+  rename_pair(dir, train_path, val_path, faults);
   std::cout << "train: " << train.size() << " tokens -> " << train_path << "\n"
             << "val:   " << val.size() << " tokens -> " << val_path << "\n";
   return kExitOk;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mpitrain/ckpt/checkpoint.hpp"
+#include "mpitrain/io/durable.hpp"
 #include "mpitrain/io/hdf5.hpp"
 
 namespace mpitrain {
@@ -46,16 +47,23 @@ void write_checkpoint_file(const std::string& path, const MpiComm& world,
 CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
                                    const CheckpointState& s);
 
+// The checks that the loader and ckpt-inspect share (one rank, no MPI):
+// Where load_latest looks, in order: the directory `latest` names (a plain name in dir), then
+// the step directories newest first. problem: set when `latest` names no checkpoint (the scan
+// alone then counts). UsageError when `latest` is not a regular file (see load_latest).
+std::vector<std::string> checkpoint_candidates(const std::string& dir, std::string& problem);
+// Error unless a manifest read from a file in directory dir fits it: a step-N (or step-N.old)
+// directory holds the checkpoint of step N.
+void check_step_matches_dir(const CheckpointManifest& m, const std::string& dir);
+// The tensor dataset `path` (e.g. "/params/wte") of file, as the loader reads it: float32, with
+// a checksum (into stored), of the full logical shape when shape is given. Error naming it.
+H5Handle open_tensor(hid_t file, const std::string& path, const std::vector<uint64_t>* shape,
+                     uint64_t& stored);
+
 // Text for messages and tables: "0x00c0ffee00c0ffee" (shapes: shape_text, io/hdf5.hpp).
 std::string hex_text(uint64_t x);
 
-// ---- durable file-system steps (one rank) ----------------------------------------------------
-void fsync_path(const std::string& path);  // a file or a directory
-// Writes content to path (created or truncated) and fsyncs it. With rename_durably, the two
-// halves of replacing a file atomically: write path.tmp, then rename it over path.
-void write_file_synced(const std::string& path, const std::string& content);
-// Renames from to to (a file, or a directory over none or an empty one) and fsyncs to's directory.
-void rename_durably(const std::string& from, const std::string& to);
+// ---- durable file-system steps (one rank; the plain ones in io/durable.hpp) -----------------
 // Renames tmp to final (an existing final first to final.old, removed once final is in place)
 // and fsyncs their directory.
 void replace_dir(const std::string& tmp, const std::string& final);

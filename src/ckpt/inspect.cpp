@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
+#include "mpitrain/io/file_kind.hpp"
 
 namespace fs = std::filesystem;
 
@@ -13,21 +13,21 @@ namespace mpitrain {
 
 namespace {
 
-// The checkpoint file that path means; Error with the reason if there is none.
-std::string find_file(const std::string& path) {
-  if (fs::is_regular_file(path)) return path;
+// The checkpoint file that path means, found as the trainer finds it (problem: what `latest`
+// said when it named no checkpoint); Error with the reason if there is none.
+std::string find_file(const std::string& path, std::string& problem) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
   const std::string dir = resolve_dir(path);
-  if (dir.empty()) throw Error("no such file or directory");
+  if (dir.empty()) throw Error("it " + not_regular_file_reason(path));
   const fs::path file = fs::path(dir) / kCheckpointFile;
-  if (fs::is_regular_file(file)) return file.string();
-  const fs::path latest = fs::path(dir) / "latest";
-  if (!fs::exists(latest))
-    throw Error("neither " + std::string(kCheckpointFile) + " nor latest in it");
-  std::string name;
-  std::getline(std::ifstream(latest), name);
-  const std::string named = name.empty() ? "" : resolve_dir((fs::path(dir) / name).string());
-  if (named.empty()) throw Error("latest names '" + name + "', which is not there");
-  return (fs::path(named) / kCheckpointFile).string();
+  if (fs::exists(fs::symlink_status(file, ec))) return file.string();  // open says what is wrong
+  const std::vector<std::string> found = checkpoint_candidates(dir, problem);
+  if (found.empty())
+    throw Error(problem.empty() ? "neither " + std::string(kCheckpointFile) +
+                                      " nor a checkpoint (latest, step-N/) in it"
+                                : problem);
+  return (fs::path(found.front()) / kCheckpointFile).string();
 }
 
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
@@ -35,17 +35,25 @@ herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
   return 0;
 }
 
-// The tensor names: the model's list when the manifest is readable, else what the file holds.
-std::vector<std::string> tensor_names(hid_t file, const std::optional<CheckpointManifest>& m) {
-  std::vector<std::string> names;
+struct TensorName {
+  std::string name;
+  std::optional<std::vector<uint64_t>> shape;  // the model's, when the manifest is readable
+};
+
+// The tensors: the model's list when the manifest is readable, else what the file holds.
+std::vector<TensorName> tensor_names(hid_t file, const std::optional<CheckpointManifest>& m) {
+  std::vector<TensorName> out;
   if (m) {
     const ParamLayout layout(m->model);
-    for (const ParamTensor& t : layout.tensors()) names.push_back(t.name);
+    for (const ParamTensor& t : layout.tensors())
+      out.push_back({t.name, std::vector<uint64_t>(t.global_shape.begin(), t.global_shape.end())});
   } else if (has_link(file, kParamsGroup)) {
+    std::vector<std::string> names;
     H5Handle group(H5_CHECK(H5Gopen2(file, kParamsGroup, H5P_DEFAULT)));
     H5_CHECK(H5Literate(group.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name, &names));
+    for (std::string& name : names) out.push_back({std::move(name), std::nullopt});
   }
-  return names;
+  return out;
 }
 
 // The tensor groups: the optimizer's when the manifest is readable, else those the file holds.
@@ -57,28 +65,28 @@ std::vector<std::string> group_names(hid_t file, const std::optional<CheckpointM
   return names;
 }
 
-// One table row (without the newline) for dataset path; bad is set on a problem found.
-std::string row(hid_t file, const std::string& path, bool verify, bool& bad) {
+// One table row (without the newline) for dataset path, checked as the loader checks it (a
+// problem throws); bad is set on a problem found.
+std::string row(hid_t file, const std::string& path,
+                const std::optional<std::vector<uint64_t>>& shape, bool verify, bool& bad) {
   if (!has_link(file, path)) {
     bad = true;
     return "MISSING";
   }
-  H5Handle dset = open_dataset(file, path);
+  uint64_t stored = 0;
+  H5Handle dset = open_tensor(file, path, shape ? &*shape : nullptr, stored);
   const std::vector<uint64_t> dims = dataset_dims(dset.get());
   uint64_t n = 1;
   for (uint64_t d : dims) n *= d;
-  const bool has_sum = has_attribute(dset.get(), kChecksumAttribute);
-  const uint64_t stored = has_sum ? read_attribute_uint64(dset.get(), kChecksumAttribute) : 0;
   char text[96];
   std::snprintf(text, sizeof text, "%-14s %-18s", shape_text(dims).c_str(),
-                has_sum ? hex_text(stored).c_str() : "(none)");
-  std::string out = text;
-  if (!has_sum) bad = true;
+                hex_text(stored).c_str());
+  const std::string out = text;
   if (!verify) return out;
   std::vector<float> data(n);
   H5_CHECK(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
   const uint64_t computed = checksum(data.data(), 0, n);
-  if (has_sum && computed == stored) return out + " OK";
+  if (computed == stored) return out + " OK";
   bad = true;
   return out + " MISMATCH (computed " + hex_text(computed) + ")";
 }
@@ -86,16 +94,20 @@ std::string row(hid_t file, const std::string& path, bool verify, bool& bad) {
 }  // namespace
 
 int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, std::ostream& err) {
-  std::string file_path;
+  std::string file_path, latest_problem;
   H5Handle file;
   try {
-    file_path = find_file(path);
+    file_path = find_file(path, latest_problem);
+    if (!is_hdf5_file(file_path) && not_regular_file_reason(file_path).empty())
+      throw Error("'" + file_path + "' is not an HDF5 file (no HDF5 signature)");
     file = open_file(file_path);
   } catch (const std::exception& e) {
     err << "ckpt-inspect: no readable checkpoint at '" << path << "': " << e.what() << "\n";
     return 2;
   }
-  bool bad = false;
+  bool bad = !latest_problem.empty();
+  if (bad)
+    out << "latest: BAD: " << latest_problem << "; showing the newest, as the trainer would\n";
   out << "checkpoint " << file_path << "\n";
   std::optional<CheckpointManifest> m;
   try {
@@ -106,13 +118,18 @@ int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, 
       std::snprintf(line, sizeof line, "  %-22s ", name.c_str());
       out << line << value << "\n";
     }
+    check_step_matches_dir(*m, fs::path(file_path).parent_path().string());
+    out << (m->format_version >= kManifestChecksumVersion
+                ? "manifest: checksum OK, every field in range\n"
+                : "manifest: no checksum (format version " + std::to_string(m->format_version) +
+                      ", an older build), every field in range\n");
   } catch (const std::exception& e) {
     bad = true;
     out << "manifest: BAD: " << e.what() << "\n";
   }
-  const std::vector<std::string> names = tensor_names(file.get(), m);
+  const std::vector<TensorName> names = tensor_names(file.get(), m);
   size_t width = 8;
-  for (const std::string& n : names) width = std::max(width, n.size() + 9);
+  for (const TensorName& n : names) width = std::max(width, n.name.size() + 9);
   char header[160];
   std::snprintf(header, sizeof header, "%-*s %-14s %-18s%s\n", static_cast<int>(width), "dataset",
                 "shape", "checksum", verify ? " verify" : "");
@@ -123,14 +140,14 @@ int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, 
       out << "/" << group << " MISSING\n";
       continue;
     }
-    for (const std::string& name : names) {
-      const std::string dset = dataset_path(group, name);
+    for (const TensorName& name : names) {
+      const std::string dset = dataset_path(group, name.name);
       std::string text;
       try {
-        text = row(file.get(), dset, verify, bad);
+        text = row(file.get(), dset, name.shape, verify, bad);
       } catch (const std::exception& e) {
         bad = true;
-        text = std::string("UNREADABLE: ") + e.what();
+        text = std::string("BAD: ") + e.what();
       }
       char label[160];
       std::snprintf(label, sizeof label, "%-*s ", static_cast<int>(width), dset.c_str());

@@ -1,21 +1,17 @@
 // Reading one checkpoint file: every rank its own pieces, collectively, then verification.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
+#include "mpitrain/io/file_kind.hpp"
 
 namespace fs = std::filesystem;
 
 namespace mpitrain {
 
-namespace {
-
-// The manifest must be of a format this build reads and, in a step-N directory, of step N.
-void check_manifest(const CheckpointManifest& m, const std::string& dir) {
-  if (m.format_version < 1 || m.format_version > kCheckpointFormatVersion)
-    throw Error("manifest format_version " + std::to_string(m.format_version) +
-                ", this build reads 1 to " + std::to_string(kCheckpointFormatVersion));
+void check_step_matches_dir(const CheckpointManifest& m, const std::string& dir) {
   std::string name = fs::path(dir).lexically_normal().filename().string();
   if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
   if (name.size() > 4 && name.ends_with(".old")) name.resize(name.size() - 4);
@@ -24,16 +20,16 @@ void check_manifest(const CheckpointManifest& m, const std::string& dir) {
     throw Error("manifest step " + std::to_string(m.step) + " but the directory is " + name);
 }
 
-// A dataset of the full logical shape, float32, with a checksum.
-H5Handle open_tensor(hid_t group, const std::string& path, const ParamTensor& whole,
+H5Handle open_tensor(hid_t file, const std::string& path, const std::vector<uint64_t>* shape,
                      uint64_t& stored) {
-  if (!has_link(group, whole.name)) throw Error("dataset " + path + " is missing");
-  H5Handle dset = open_dataset(group, whole.name);
+  if (!has_link(file, path)) throw Error("dataset " + path + " is missing");
+  if (const std::string kind = object_kind(file, path); kind != "dataset")
+    throw Error("dataset " + path + " is a " + kind + ", not a dataset");
+  H5Handle dset = open_dataset(file, path);
   const std::vector<uint64_t> dims = dataset_dims(dset.get());
-  const std::vector<uint64_t> want(whole.global_shape.begin(), whole.global_shape.end());
-  if (dims != want)
+  if (shape && dims != *shape)
     throw Error("dataset " + path + " has shape " + shape_text(dims) + ", expected " +
-                shape_text(want));
+                shape_text(*shape));
   H5Handle type(H5_CHECK(H5Dget_type(dset.get())));
   if (H5_CHECK(H5Tget_class(type.get())) != H5T_FLOAT || H5Tget_size(type.get()) != 4)
     throw Error("dataset " + path + " is not float32");
@@ -43,20 +39,23 @@ H5Handle open_tensor(hid_t group, const std::string& path, const ParamTensor& wh
   return dset;
 }
 
-}  // namespace
-
 CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
                                    const CheckpointState& s) {
   const std::string path = (fs::path(dir) / kCheckpointFile).string();
   H5Handle fapl, file;
   CheckpointManifest m;
   agree_on(world, path, [&] {
-    if (!fs::is_regular_file(path)) throw Error("no such file");
+    if (const std::string why = not_regular_file_reason(path); !why.empty()) throw Error(why);
     fapl = mpio_file_access(world.get());
     file = open_file(path, H5F_ACC_RDONLY, fapl.get());
     m = read_manifest(file.get());
-    check_manifest(m, dir);
+    check_step_matches_dir(m, dir);
   });
+  if (world.rank() == 0 && m.format_version < kManifestChecksumVersion)
+    std::fprintf(stderr,
+                 "checkpoint: %s: WARNING: format version %lld has no manifest checksum (written "
+                 "by an older build): its fields were range-checked only\n",
+                 path.c_str(), static_cast<long long>(m.format_version));
   // The same manifest on every rank: these checks need no agreement.
   const std::string diff = model_differences(m.model, s.config);
   if (!diff.empty())
@@ -89,10 +88,10 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
     }
     for (const std::string& group_name : groups) {
       if (!has_link(file.get(), group_name)) throw Error("group /" + group_name + " is missing");
-      H5Handle group(H5_CHECK(H5Gopen2(file.get(), group_name.c_str(), H5P_DEFAULT)));
       for (const ParamTensor& whole : full.tensors()) {
         names.push_back(dataset_path(group_name, whole.name));
-        dsets.push_back(open_tensor(group.get(), names.back(), whole, stored.emplace_back()));
+        const std::vector<uint64_t> shape(whole.global_shape.begin(), whole.global_shape.end());
+        dsets.push_back(open_tensor(file.get(), names.back(), &shape, stored.emplace_back()));
       }
     }
   });

@@ -10,6 +10,7 @@
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
+#include "mpitrain/io/file_kind.hpp"
 #include "mpitrain/runtime/agree.hpp"
 
 namespace fs = std::filesystem;
@@ -64,19 +65,35 @@ std::vector<std::string> step_dirs(const std::string& dir) {
   return out;
 }
 
-// Where to look, in order: the directory `latest` names, then the step directories newest first.
-std::vector<std::string> candidates(const std::string& dir) {
+// UsageError unless `latest` is absent or a regular file: anything else (a directory, a link, a
+// FIFO, which would block the read) was put there by hand, and a save could not replace it.
+void require_plain_latest(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / kLatest;
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(latest, ec);
+  if (!fs::exists(status) || fs::is_regular_file(status)) return;
+  const std::string what = fs::is_symlink(status) ? "is a symbolic link, not a regular file"
+                                                  : not_regular_file_reason(latest.string());
+  throw UsageError(latest.string() + " " + what +
+                   ": the checkpoint store writes it as a one-line file naming the newest "
+                   "checkpoint; move it away (nothing was changed), then resume");
+}
+
+}  // namespace
+
+std::vector<std::string> checkpoint_candidates(const std::string& dir, std::string& problem) {
+  require_plain_latest(dir);
   std::vector<std::string> out;
   const fs::path latest = fs::path(dir) / kLatest;
   if (fs::exists(latest)) {
     std::string name;
     std::getline(std::ifstream(latest), name);
-    const std::string found = name.empty() || name.find('/') != std::string::npos
-                                  ? ""
-                                  : resolve_dir((fs::path(dir) / name).string());
+    // A plain name in dir only: never a path into another run.
+    const bool plain =
+        !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
+    const std::string found = plain ? resolve_dir((fs::path(dir) / name).string()) : "";
     if (found.empty())
-      std::fprintf(stderr, "checkpoint: %s names '%s', which is not a checkpoint; scanning %s\n",
-                   latest.c_str(), name.c_str(), dir.c_str());
+      problem = latest.string() + " names '" + name + "', which is not a checkpoint in " + dir;
     else
       out.push_back(found);
   }
@@ -84,6 +101,8 @@ std::vector<std::string> candidates(const std::string& dir) {
     if (std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
   return out;
 }
+
+namespace {
 
 // Renames the committed step directories beyond the newest keep_last (keeping `committed`, a
 // name, always) to step-N.pruned, a name the loader never takes, and makes that durable before
@@ -184,12 +203,16 @@ std::string CheckpointStore::save_as(const std::string& name, const CheckpointMa
   return commit(name, m, s);
 }
 
-std::optional<CheckpointManifest> CheckpointStore::load_latest(const CheckpointState& s) {
-  std::string list;
+std::optional<CheckpointManifest> CheckpointStore::load_latest(const CheckpointState& s,
+                                                               bool fresh_over_damaged) {
+  std::string list, problem;
   on_root(world_, [&] {
-    for (const std::string& path : candidates(dir_)) list += path + "\n";
+    for (const std::string& path : checkpoint_candidates(dir_, problem)) list += path + "\n";
   });
+  if (world_.rank() == 0 && !problem.empty())
+    std::fprintf(stderr, "checkpoint: %s; scanning %s\n", problem.c_str(), dir_.c_str());
   broadcast(world_, list);
+  std::string damaged;  // their names, for the message
   for (size_t begin = 0, end; (end = list.find('\n', begin)) != std::string::npos;
        begin = end + 1) {
     const std::string path = list.substr(begin, end - begin);
@@ -200,14 +223,30 @@ std::optional<CheckpointManifest> CheckpointStore::load_latest(const CheckpointS
     } catch (const Error& e) {
       if (world_.rank() == 0)
         std::fprintf(stderr, "checkpoint: %s; trying an older one\n", e.what());
+      damaged += (damaged.empty() ? "" : ", ") + fs::path(path).filename().string();
     }
   }
-  return std::nullopt;
+  if (damaged.empty()) return std::nullopt;
+  if (fresh_over_damaged) {
+    if (world_.rank() == 0)
+      std::fprintf(stderr,
+                   "checkpoint: every checkpoint in %s is damaged; starting fresh over "
+                   "them (--overwrite)\n",
+                   dir_.c_str());
+    return std::nullopt;
+  }
+  throw UsageError("every checkpoint in " + dir_ + " is damaged (" + damaged +
+                   ", each named above); nothing was removed: look at them with ckpt-inspect "
+                   "--verify, move " +
+                   dir_ + " aside, or pass --overwrite to start fresh over them");
 }
 
 CheckpointManifest CheckpointStore::load(const std::string& path, const CheckpointState& s) {
   std::string dir;
-  on_root(world_, [&] { dir = resolve_dir(path); });
+  on_root(world_, [&] {
+    require_plain_latest(dir_);  // the next save replaces it
+    dir = resolve_dir(path);
+  });
   broadcast(world_, dir);
   require(!dir.empty(), "checkpoint directory '" + path + "' does not exist");
   try {

@@ -26,6 +26,17 @@ void require_readable_file(const std::string& path) {
   require(in.good(), "cannot read token file '" + path + "': " + std::strerror(errno));
 }
 
+// UsageError if prepare-data was stopped between renaming this file and its partner.
+void require_not_half_replaced(const std::string& path) {
+  const std::filesystem::path file(path);
+  const std::filesystem::path marker = file.parent_path() / kPairReplacingMarker;
+  std::ifstream in(marker);
+  for (std::string name; std::getline(in, name);)
+    require(name != file.filename().string(),
+            "token file '" + path + "' may not match its partner: prepare-data was stopped while " +
+                "it replaced them (" + marker.string() + " is left); run prepare-data again");
+}
+
 // The first int32 of the file (an llm.c magic?), or 0 if the file is shorter than that.
 int32_t first_int32(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -59,6 +70,7 @@ TokenFormat parse_token_format(const std::string& name) {
 
 std::unique_ptr<TokenSource> open_tokens(const std::string& path, TokenFormat format) {
   require_readable_file(path);
+  require_not_half_replaced(path);
   switch (format) {
     case TokenFormat::Hdf5:
       return open_hdf5_tokens(path);

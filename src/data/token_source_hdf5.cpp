@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/model/config.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "token_source_formats.hpp"
 
@@ -29,9 +30,11 @@ class Hdf5TokenSource final : public TokenSource {
     } catch (const Error& e) {
       throw UsageError(e.what());  // a damaged file is the user's input
     }
-    require(has_link(file_.get(), "tokens"),
-            "'" + path + "' has no dataset /tokens (an HDF5 token file holds its tokens in a " +
-                "1-D uint16 or uint32 dataset /tokens)");
+    const std::string layout =
+        " (an HDF5 token file holds its tokens in a 1-D uint16 or uint32 dataset /tokens)";
+    require(has_link(file_.get(), "tokens"), "'" + path + "' has no dataset /tokens" + layout);
+    const std::string kind = object_kind(file_.get(), "tokens");
+    require(kind == "dataset", "'" + path + "': /tokens is a " + kind + ", not a dataset" + layout);
     dset_ = open_dataset(file_.get(), "tokens");
     H5Handle type(H5_CHECK(H5Dget_type(dset_.get())));
     const bool unsigned_int = H5Tget_class(type.get()) == H5T_INTEGER &&
@@ -42,8 +45,10 @@ class Hdf5TokenSource final : public TokenSource {
     size_ = dataset_size_1d(dset_.get());
     if (has_attribute(dset_.get(), "vocab_size")) {
       vocab_size_ = read_attribute_int(dset_.get(), "vocab_size");
-      require(vocab_size_ > 0, "'" + path + "': /tokens attribute vocab_size is " +
-                                   std::to_string(vocab_size_) + "; expected a positive number");
+      require(vocab_size_ > 0 && vocab_size_ <= kMaxVocabSize,
+              "'" + path + "': /tokens attribute vocab_size is " + std::to_string(vocab_size_) +
+                  ", out of range: expected 1 to " + std::to_string(kMaxVocabSize) +
+                  " (the largest vocabulary a model can have)");
     }
     if (has_attribute(dset_.get(), "tokenizer"))
       tokenizer_ = read_attribute_string(dset_.get(), "tokenizer");

@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "mpitrain/io/file_kind.hpp"
+
 namespace mpitrain {
 
 namespace {
@@ -115,11 +117,14 @@ void H5Handle::close() {
 
 bool is_hdf5_file(const std::string& path) {
   hdf5_silence_errors();
-  return H5Fis_hdf5(path.c_str()) > 0;
+  return not_regular_file_reason(path).empty() && H5Fis_hdf5(path.c_str()) > 0;
 }
 
 H5Handle open_file(const std::string& path, unsigned flags, hid_t fapl) {
   hdf5_silence_errors();
+  // HDF5 would open a FIFO and block until a writer comes.
+  if (const std::string why = not_regular_file_reason(path); !why.empty())
+    throw Error("cannot open HDF5 file '" + path + "': it " + why);
   hid_t id = H5Fopen(path.c_str(), flags, fapl);
   if (id < 0) MPITRAIN_THROW("cannot open HDF5 file '" + path + "': " + hdf5_error_text());
   return H5Handle(id);
@@ -144,6 +149,21 @@ std::string file_name(hid_t obj) {
 
 bool has_link(hid_t loc, const std::string& name) {
   return H5_CHECK(H5Lexists(loc, name.c_str(), H5P_DEFAULT)) > 0;
+}
+
+std::string object_kind(hid_t loc, const std::string& name) {
+  H5O_info_t info;
+  H5_CHECK(H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT));
+  switch (info.type) {
+    case H5O_TYPE_GROUP:
+      return "group";
+    case H5O_TYPE_DATASET:
+      return "dataset";
+    case H5O_TYPE_NAMED_DATATYPE:
+      return "named datatype";
+    default:
+      return "object of unknown type";
+  }
 }
 
 H5Handle open_dataset(hid_t loc, const std::string& name) {

@@ -16,8 +16,10 @@ namespace mpitrain {
 
 namespace {
 
-// FaultPlan::at's callers: the checkpoint commit (ckpt/store.cpp, ckpt/write.cpp), the step loop.
-constexpr std::string_view kPhases[] = {"write", "close", "rename", "latest", "prune", "step"};
+// FaultPlan::at's callers: the checkpoint commit (ckpt/store.cpp, ckpt/write.cpp), the step loop,
+// prepare-data's renames (tools/prepare_data.cpp).
+constexpr std::string_view kPhases[] = {"write", "close", "rename",     "latest",
+                                        "prune", "step",  "pair-rename"};
 
 // Each kind: its name, the keys it requires, the keys it takes.
 struct KindSpec {

@@ -42,8 +42,10 @@ void Trainer::resume() {
   if (t_.resume.empty()) return;
   std::optional<CheckpointManifest> m;
   all_or_none(world_, [&] {
-    // The store refuses a checkpoint of another model (UsageError naming the difference).
-    m = t_.resume == "auto" ? store_->load_latest(*state_) : store_->load(t_.resume, *state_);
+    // The store refuses a checkpoint of another model (UsageError naming the difference), and
+    // a fresh start over checkpoints that are all damaged unless --overwrite.
+    m = t_.resume == "auto" ? store_->load_latest(*state_, t_.overwrite)
+                            : store_->load(t_.resume, *state_);
   });
   if (!m) {
     if (root_) std::printf("no checkpoint to resume from: starting fresh\n");

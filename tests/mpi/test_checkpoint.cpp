@@ -155,10 +155,10 @@ CheckpointManifest manifest_of(int v, const ModelConfig& c, const GridShape& sha
   m.consumed_samples = 1000 + v;
   m.seed = 0xfedcba9876543210ull + v;  // beyond int64
   m.optimizer = kind;
-  m.adam_steps = v;
+  m.adam_steps = v - v / 3;  // within the ranges read_manifest checks
   m.loss_scale = v % 2 ? 65536.0 : 1.0;
-  m.loss_scale_clean_steps = 100 + v;
-  m.skipped_steps = 3 * v;
+  m.loss_scale_clean_steps = v / 2;
+  m.skipped_steps = v / 3;
   m.val_loss = v % 2 ? 2.5 + v : std::nan("");
   m.model = c;
   m.layout = shape;
@@ -432,9 +432,11 @@ TEST_F(CheckpointTest, MissingDatasetAndWrongManifestAreNamed) {
   on_root([&] {
     H5Handle f3 = open_file(file(3), H5F_ACC_RDWR);
     H5_CHECK(H5Ldelete(f3.get(), "/params/lnf.weight", H5P_DEFAULT));
-    H5Handle f2 = open_file(file(2), H5F_ACC_RDWR);
-    H5Handle manifest(H5_CHECK(H5Gopen2(f2.get(), kManifestGroup, H5P_DEFAULT)));
-    write_attribute_int(manifest.get(), "step", 7);
+    H5Handle f2 = open_file(file(2), H5F_ACC_RDWR);  // a manifest of step 7, checksum and all
+    H5_CHECK(H5Ldelete(f2.get(), kManifestGroup, H5P_DEFAULT));
+    CheckpointManifest m7 = manifest_of(2, c, {world().size() / 2, 2, 1});
+    m7.step = 7;
+    write_manifest(f2.get(), m7);
   });
   Shard shard(c, world());
   CheckpointStore store(ckpts, world());
@@ -708,16 +710,16 @@ TEST_F(CheckpointTest, Version1LoadsAsAdamWAndNewerVersionsAreRefused) {
     for (int v : {1, 2}) {
       H5Handle f = open_file(file(v), H5F_ACC_RDWR);
       H5Handle manifest(H5_CHECK(H5Gopen2(f.get(), kManifestGroup, H5P_DEFAULT)));
-      write_attribute_int(manifest.get(), "format_version", v == 1 ? 1 : 3);
+      write_attribute_int(manifest.get(), "format_version", v == 1 ? 1 : 4);
       if (v == 2) continue;
-      for (const char* added : {"optimizer", "loss_scale_clean_steps", "skipped_steps"})
+      for (const char* added : {"optimizer", "loss_scale_clean_steps", "skipped_steps", "checksum"})
         H5_CHECK(H5Adelete(manifest.get(), added));
     }
   });
   Shard shard(c, world());
   CheckpointStore store(ckpts, world());
   const std::string err = load_error(store, (fs::path(ckpts) / step_dir_name(2)).string(), shard);
-  EXPECT_NE(err.find("manifest format_version 3, this build reads 1 to 2"), std::string::npos)
+  EXPECT_NE(err.find("manifest format_version 4, this build reads 1 to 3"), std::string::npos)
       << err;
   const CheckpointManifest m =
       store.load((fs::path(ckpts) / step_dir_name(1)).string(), shard.state());

@@ -58,7 +58,7 @@ TEST(FaultParse, KillWithAndWithoutStep) {
 }
 
 TEST(FaultParse, EveryPhase) {
-  for (const char* phase : {"write", "close", "rename", "latest", "prune", "step"})
+  for (const char* phase : {"write", "close", "rename", "latest", "prune", "step", "pair-rename"})
     EXPECT_EQ(FaultPlan::parse(std::string("kill:phase=") + phase + ":rank=0").phase(), phase);
 }
 
@@ -126,7 +126,7 @@ TEST(FaultParse, BadTextIsUsageErrorNamingTheVariable) {
 
 TEST(FaultParse, ErrorListsEveryPhase) {
   const std::string message = parse_error("kill:phase=flush:rank=0");
-  EXPECT_NE(message.find("kill:phase=write|close|rename|latest|prune|step:rank=R"),
+  EXPECT_NE(message.find("kill:phase=write|close|rename|latest|prune|step|pair-rename:rank=R"),
             std::string::npos)
       << message;
 }

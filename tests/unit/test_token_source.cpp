@@ -193,6 +193,41 @@ TEST_F(TokenSourceTest, Hdf5WithoutTokensOrWithWrongType) {
   EXPECT_NE(type_msg.find("uint16 or uint32"), std::string::npos) << type_msg;
 }
 
+TEST_F(TokenSourceTest, Hdf5TokensGroupAndVocabOutOfRangeAreNamed) {
+  {
+    H5Handle file = create_file(path("group.h5"));
+    H5Handle(H5_CHECK(H5Gcreate2(file.get(), "tokens", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  }
+  const std::string group_msg = open_error(path("group.h5"));  // a UsageError, not HDF5's stack
+  EXPECT_NE(group_msg.find(path("group.h5") + "': /tokens is a group, not a dataset"),
+            std::string::npos)
+      << group_msg;
+  for (const int64_t vocab : {int64_t{1} << 40, int64_t{0}, int64_t{-3}}) {
+    write_tokens_hdf5(path("vocab.h5"), tokens_, 70000, "bytes");
+    {
+      H5Handle file = open_file(path("vocab.h5"), H5F_ACC_RDWR);
+      H5Handle dset = open_dataset(file.get(), "tokens");
+      write_attribute_int(dset.get(), "vocab_size", vocab);
+    }
+    const std::string msg = open_error(path("vocab.h5"));
+    EXPECT_NE(msg.find("vocab_size is " + std::to_string(vocab) +
+                       ", out of range: expected 1 to 2147483520"),
+              std::string::npos)
+        << msg;
+  }
+}
+
+// prepare-data stopped between its two renames: the marker lists the pair; other files are fine.
+TEST_F(TokenSourceTest, FileOfAHalfReplacedPairIsRefused) {
+  write_tokens_hdf5(path("train.h5"), tokens_, 70000, "bytes");
+  write_tokens_hdf5(path("other.h5"), tokens_, 70000, "bytes");
+  std::ofstream(path(kPairReplacingMarker)) << "train.h5\nval.h5\n";
+  const std::string msg = open_error(path("train.h5"));
+  EXPECT_NE(msg.find("prepare-data was stopped while it replaced them"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path(kPairReplacingMarker)), std::string::npos) << msg;
+  EXPECT_EQ(open_error(path("other.h5")), "");
+}
+
 TEST_F(TokenSourceTest, Hdf5WithoutAttributes) {
   {
     H5Handle file = create_file(path("plain.h5"));

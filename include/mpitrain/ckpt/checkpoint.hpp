@@ -3,19 +3,21 @@
 // Directory <out_dir>/checkpoints (a CheckpointStore):
 //   step-00000010/checkpoint.h5   one committed checkpoint per saved step (N = optimizer steps
 //   step-00000020/checkpoint.h5   done, 8 digits when written, any number of digits when read)
-//   latest                        the newest committed directory's name, one line
+//   latest                        a regular file: the newest committed directory's name, one line
 //   best/checkpoint.h5            save_as("best"): same protocol, any name
 //   step-00000030.tmp/            a save in progress or cut short: never loaded, removed later
 //
-// checkpoint.h5 (format version 2; `h5dump -A` shows the manifest):
-//   /manifest                     attributes: the fields of CheckpointManifest, same names
+// checkpoint.h5 (format version 3; `h5dump -A` shows the manifest):
+//   /manifest                     attributes: the fields of CheckpointManifest, same names, and
+//                                 a uint64 `checksum`: CRC-32C of the fields' text (format.hpp)
 //   /params/<tensor>              float32, the tensor's FULL logical shape (names as in
 //   /<state>/<tensor>             model/params.hpp), whatever layout wrote it; each with a
 //                                 uint64 attribute `checksum` (format.hpp: layout-independent)
 // /params holds the fp32 values the optimizer updates (its master weights when the model is
 // kept in bf16/fp16); <state> are the optimizer's buffers (optim/optimizer.hpp state_names:
 // adam_m and adam_v for adamw and lamb, momentum for sgd). Version 1 (adamw only, no loss-scaler
-// counters) is read too.
+// counters) and version 2 (no manifest checksum: a warning, the fields' ranges still checked)
+// are read too.
 // Written with the MPI-IO driver and collective I/O: every rank of the world creates every
 // dataset; each element is written by exactly one rank: the writer (CheckpointState::writer)
 // whose optimizer range holds it, in the tensor's primary copy (hyperslabs); the others take
@@ -43,12 +45,12 @@
 // previous checkpoint loadable: a crash between the two renames of step 4 leaves only
 // <name>.old, which load() and load_latest() use in place of <name>.
 //
-// Loading verifies the manifest (format version; step = the number in a step-N directory name),
-// every dataset's presence, shape and checksum. Every decision is agreed by all ranks; problems
-// are reported on rank 0's stderr as "checkpoint: <file>: <what>" (e.g. "dataset /params/wte:
-// checksum mismatch (stored 0x..., computed 0x...)"). The model config must be the run's
-// (arch and every size), and so must the optimizer kind: another one is a UsageError, also from
-// load_latest.
+// Loading verifies the manifest (format version, checksum, every field's range, step = the number
+// in a step-N directory name), every dataset's presence, type, shape and checksum. Every
+// decision is agreed by all ranks; problems are reported on rank 0's stderr as "checkpoint:
+// <file>: <what>" (e.g. "dataset /params/wte: checksum mismatch (stored 0x..., computed 0x...)").
+// The model config must be the run's (arch and every size), and so must the optimizer kind: another
+// one is a UsageError, also from load_latest.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,8 @@
 
 namespace mpitrain {
 
-inline constexpr int64_t kCheckpointFormatVersion = 2;
+inline constexpr int64_t kCheckpointFormatVersion = 3;
+inline constexpr int64_t kManifestChecksumVersion = 3;  // the first whose /manifest has a checksum
 
 // Everything a checkpoint says besides the tensors. Every rank passes the same values to save.
 struct CheckpointManifest {
@@ -132,8 +135,13 @@ class CheckpointStore {
 
   // The newest valid checkpoint into s: the one `latest` names, else step-* newest first (damaged
   // ones reported on rank 0 and skipped; *.tmp never looked at). nullopt when there is none.
+  // When there are checkpoints but every one is damaged: UsageError naming them (nothing is
+  // removed, so that an operator can look before a fresh start writes over them), unless
+  // fresh_over_damaged (--overwrite), then nullopt. A `latest` that is not a regular file (a
+  // directory, a link, a FIFO: nothing the store writes) is a UsageError, from load too.
   // Both loads may have overwritten s's buffers when they fail or return nullopt.
-  std::optional<CheckpointManifest> load_latest(const CheckpointState& s);
+  std::optional<CheckpointManifest> load_latest(const CheckpointState& s,
+                                                bool fresh_over_damaged = false);
   // The checkpoint in directory `path` (or `path`.old, see above); UsageError "cannot resume
   // from <path>: <file>: <what>" if it is missing or damaged.
   CheckpointManifest load(const std::string& path, const CheckpointState& s);

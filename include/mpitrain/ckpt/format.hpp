@@ -37,7 +37,12 @@ uint64_t checksum(const float* data, uint64_t first_index, uint64_t n);
 // data: element a's value, then the rest in order.
 uint64_t range_checksum(const ParamTensor& t, const float* data, uint64_t a, uint64_t b);
 
-// The manifest as attributes of /manifest. read_manifest: Error naming what is missing or bad.
+// The manifest as attributes of /manifest, with a uint64 attribute `checksum`: CRC-32C of the
+// fields' text as manifest_fields prints them ("name=value\n" each), which covers the values as
+// read. read_manifest: Error naming what is missing or bad: a format version this build does not
+// read, a field out of its range (a negative count, counters beyond step, a model that does not
+// validate, a micro-batch or seq_len that does not fit), a checksum that is missing (format
+// version 3 on) or does not match. Versions 1 and 2 have none (checkpoint.hpp).
 void write_manifest(hid_t file, const CheckpointManifest& m);
 CheckpointManifest read_manifest(hid_t file);
 // Every field as (attribute name, text), in file order: for printing.
@@ -48,9 +53,12 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b);
 
 // ckpt-inspect: path = a checkpoint directory, its checkpoint.h5, or a checkpoints directory
 // (then the one `latest` names). Prints the manifest and one row per dataset (name, shape,
-// stored checksum; with verify also the recomputed one and OK/MISMATCH/MISSING) to out.
-// Returns 0 (all well), 1 (a mismatch, missing dataset or bad manifest) or 2 (no readable
-// file at path; the reason on err). Serial HDF5: no MPI job needed.
+// stored checksum; with verify also the recomputed one and OK/MISMATCH/MISSING/BAD) to out.
+// The manifest and datasets are checked as the loader checks them, and the checkpoint a
+// checkpoints directory means is the one the loader tries first (a `latest` naming none: BAD,
+// then the newest step). Returns 0 (all well), 1 (a mismatch, missing or bad dataset, bad
+// manifest or `latest`) or 2 (no readable file at path, e.g. a FIFO, a device, not HDF5; the
+// reason on err). Serial HDF5: no MPI job needed.
 int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, std::ostream& err);
 
 }  // namespace mpitrain

@@ -32,9 +32,15 @@ class TokenSource {  // a read-only 1-D array of token ids
   virtual const std::string& path() const = 0;
 };
 
+// The file prepare-data keeps beside a train/val pair while it renames the two into place, one
+// name a line: left behind, it says that a kill came between the renames (a new train beside the
+// old val), and open_tokens refuses each file it lists.
+inline constexpr const char* kPairReplacingMarker = "prepare-data.replacing";
+
 // Opens a token file. Auto: HDF5 by its signature, llm.c by its magic, else nanoGPT if the name
 // ends in .bin and the size is even. Missing/unreadable file, unknown or malformed content (wrong
-// magic or version, truncated shard, no /tokens, wrong dtype): UsageError naming the file.
+// magic or version, truncated shard, no /tokens or a group there, wrong dtype, a vocab_size out
+// of range), a file that kPairReplacingMarker lists: UsageError naming the file.
 std::unique_ptr<TokenSource> open_tokens(const std::string& path,
                                          TokenFormat format = TokenFormat::Auto);
 

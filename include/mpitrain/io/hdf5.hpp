@@ -90,6 +90,8 @@ std::string file_name(hid_t obj);  // the file an object lives in (for error mes
 
 // ---- 1-D datasets ---------------------------------------------------------------------------
 bool has_link(hid_t loc, const std::string& name);  // does loc/name exist
+// What the existing loc/name is: "dataset", "group", "named datatype" (for messages and checks).
+std::string object_kind(hid_t loc, const std::string& name);
 H5Handle open_dataset(hid_t loc, const std::string& name);
 // A contiguous 1-D dataset of `size` elements of file type `type` (e.g. H5T_STD_U16LE).
 H5Handle create_dataset_1d(hid_t loc, const std::string& name, hid_t type, uint64_t size);

@@ -8,6 +8,9 @@ namespace mpitrain {
 
 enum class Arch { Gpt2, Llama };
 
+// The largest vocab_size a model can have: padded_vocab() must still fit an int.
+inline constexpr int kMaxVocabSize = 2147483647 - 127;
+
 std::string to_string(Arch arch);
 Arch parse_arch(const std::string& name);  // "gpt2" | "llama"; UsageError otherwise
 // d-ff when not given: gpt2 4 d; llama 8/3 d rounded up to a multiple of 64 (Meta uses 256;

@@ -10,8 +10,9 @@
 //
 // The text is `kind:key=value:key=value...`. kill: the process SIGKILLs itself, as a node failure
 // or `kill -9` would. Phases are the points where code calls FaultPlan::at: the checkpoint
-// commit's write, close, rename, latest and prune (see ckpt/checkpoint.hpp), and step (the start
-// of a training step, where a hang happens too). Steps count from 1, as the log does; without
+// commit's write, close, rename, latest and prune (see ckpt/checkpoint.hpp), step (the start
+// of a training step, where a hang happens too), and pair-rename (prepare-data, rank 0, step 0:
+// between renaming train and val into place). Steps count from 1, as the log does; without
 // step, any step (so kill and hang at the first, nan and drift at every one). Unset or empty: no
 // fault. The other kinds are carried out by the code they test (train/numeric_guard.hpp,
 // train/replica_check.hpp, train/software_check.hpp), which asks fires().

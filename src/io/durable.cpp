@@ -1,4 +1,6 @@
-// The commit's file-system steps, each made durable with fsync before the next depends on it.
+// The durable file-system steps of io/durable.hpp.
+#include "mpitrain/io/durable.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -6,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "ckpt_io.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace fs = std::filesystem;
 
@@ -59,22 +61,6 @@ void write_file_synced(const std::string& path, const std::string& content) {
 void rename_durably(const std::string& from, const std::string& to) {
   fs::rename(from, to);
   fsync_path(parent_of(to));
-}
-
-void replace_dir(const std::string& tmp, const std::string& final) {
-  const std::string old = final + ".old";
-  if (fs::exists(final)) {
-    fs::remove_all(old);
-    fs::rename(final, old);  // from here until the next rename, old is the one to load
-  }
-  rename_durably(tmp, final);
-  fs::remove_all(old);  // also a stale one from an earlier replace cut short
-}
-
-std::string resolve_dir(const std::string& path) {
-  if (fs::is_directory(path)) return path;
-  if (fs::is_directory(path + ".old")) return path + ".old";
-  return "";
 }
 
 }  // namespace mpitrain

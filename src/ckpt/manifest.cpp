@@ -1,0 +1,245 @@
+// The checkpoint manifest: its attributes, their checksum and their ranges.
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "ckpt_io.hpp"
+#include "mpitrain/ckpt/format.hpp"
+#include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/monitor/crc32c.hpp"
+
+namespace mpitrain {
+
+namespace {
+
+// Calls f(attribute name, field, format version that added it) for every field, in file order
+// (one list for write, read, print).
+template <class M, class F>
+void for_each_field(M& m, F&& f) {
+  f("format_version", m.format_version, 1);
+  f("step", m.step, 1);
+  f("consumed_samples", m.consumed_samples, 1);
+  f("seed", m.seed, 1);
+  f("optimizer", m.optimizer, 2);
+  f("adam_steps", m.adam_steps, 1);
+  f("loss_scale", m.loss_scale, 1);
+  f("loss_scale_clean_steps", m.loss_scale_clean_steps, 2);
+  f("skipped_steps", m.skipped_steps, 2);
+  f("val_loss", m.val_loss, 1);
+  f("arch", m.model.arch, 1);
+  f("n_layer", m.model.n_layer, 1);
+  f("n_head", m.model.n_head, 1);
+  f("n_kv_head", m.model.n_kv_head, 1);
+  f("d_model", m.model.d_model, 1);
+  f("d_ff", m.model.d_ff, 1);
+  f("vocab_size", m.model.vocab_size, 1);
+  f("max_seq_len", m.model.max_seq_len, 1);
+  f("norm_eps", m.model.norm_eps, 1);
+  f("rope_theta", m.model.rope_theta, 1);
+  f("dp", m.layout.dp, 1);
+  f("tp", m.layout.tp, 1);
+  f("pp", m.layout.pp, 1);
+  f("pp_layers", m.pp_layers, 1);
+  f("global_batch_size", m.global_batch_size, 1);
+  f("micro_batch_size", m.micro_batch_size, 1);
+  f("seq_len", m.seq_len, 1);
+  f("build_id", m.build_id, 1);
+  f("wall_time", m.wall_time, 1);
+}
+
+struct FieldWriter {
+  hid_t group;
+  void operator()(const char* n, int64_t v, int) const { write_attribute_int(group, n, v); }
+  void operator()(const char* n, int v, int) const { write_attribute_int(group, n, v); }
+  void operator()(const char* n, uint64_t v, int) const { write_attribute_uint64(group, n, v); }
+  void operator()(const char* n, double v, int) const { write_attribute_double(group, n, v); }
+  void operator()(const char* n, float v, int) const { write_attribute_double(group, n, v); }
+  void operator()(const char* n, const std::string& v, int) const {
+    write_attribute_string(group, n, v);
+  }
+  void operator()(const char* n, Arch v, int) const {
+    write_attribute_string(group, n, to_string(v));
+  }
+  void operator()(const char* n, OptimizerKind v, int) const {
+    write_attribute_string(group, n, to_string(v));
+  }
+};
+
+struct FieldReader {
+  hid_t group;
+  const int64_t* version;  // the file's format version (its field is read first)
+  template <class V>
+  void operator()(const char* n, V& v, int since) const {
+    if (since > *version) return;  // not in files of this version: the default stands
+    if (!has_attribute(group, n))
+      throw Error("manifest attribute '" + std::string(n) + "' is missing");
+    read(n, v);
+  }
+  void read(const char* n, int64_t& v) const { v = read_attribute_int(group, n); }
+  void read(const char* n, int& v) const {
+    const int64_t x = read_attribute_int(group, n);
+    if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+      throw Error("manifest attribute '" + std::string(n) + "' = " + std::to_string(x) +
+                  " is out of range");
+    v = static_cast<int>(x);
+  }
+  void read(const char* n, uint64_t& v) const { v = read_attribute_uint64(group, n); }
+  void read(const char* n, double& v) const { v = read_attribute_double(group, n); }
+  void read(const char* n, float& v) const {
+    v = static_cast<float>(read_attribute_double(group, n));
+  }
+  void read(const char* n, std::string& v) const { v = read_attribute_string(group, n); }
+  void read(const char* n, Arch& v) const { v = parse_arch(read_attribute_string(group, n)); }
+  void read(const char* n, OptimizerKind& v) const {
+    v = parse_optimizer(read_attribute_string(group, n));
+  }
+};
+
+// The shortest text that reads back as v ("1e-05" for the float 1e-5f).
+template <class T>
+std::string text_of(T v) {
+  char buf[40];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, ec == std::errc() ? end : buf);
+}
+
+struct FieldPrinter {
+  std::vector<std::pair<std::string, std::string>>* out;
+  void add(const char* n, std::string v) const { out->emplace_back(n, std::move(v)); }
+  void operator()(const char* n, int64_t v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, int v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, double v, int) const { add(n, text_of(v)); }
+  void operator()(const char* n, float v, int) const { add(n, text_of(v)); }
+  void operator()(const char* n, const std::string& v, int) const { add(n, v); }
+  void operator()(const char* n, Arch v, int) const { add(n, to_string(v)); }
+  void operator()(const char* n, OptimizerKind v, int) const { add(n, to_string(v)); }
+};
+
+}  // namespace
+
+namespace {
+
+// The manifest's fields as one text ("name=value\n" each, the printed values: the shortest text
+// that reads back as each number), the input of its checksum: the checksum then covers the
+// values as read, whatever the attributes' integer widths.
+uint64_t manifest_checksum(const CheckpointManifest& m) {
+  std::string text;
+  for (const auto& [name, value] : manifest_fields(m)) {
+    text += name;
+    text += '=';
+    text += value;
+    text += '\n';
+  }
+  return crc32c(text.data(), text.size());
+}
+
+[[noreturn]] void out_of_range(const std::string& name, const std::string& value,
+                               const std::string& rule) {
+  throw Error("manifest " + name + " " + value + " is out of range: " + rule);
+}
+
+void check_count(const char* name, int64_t value, int64_t lo, int64_t hi, const std::string& rule) {
+  if (value < lo || value > hi) out_of_range(name, std::to_string(value), rule);
+}
+
+// Every field within what a save can write; Error naming the first that is not.
+void check_ranges(const CheckpointManifest& m) {
+  constexpr int64_t kMaxStep = std::numeric_limits<int>::max();  // the trainer counts in int
+  check_count("step", m.step, 0, kMaxStep, "must be from 0 to " + std::to_string(kMaxStep));
+  const uint64_t max_samples = std::numeric_limits<int64_t>::max();
+  if (m.consumed_samples < static_cast<uint64_t>(m.step) || m.consumed_samples > max_samples)
+    out_of_range("consumed_samples",
+                 std::to_string(m.consumed_samples) +
+                     (m.consumed_samples > max_samples
+                          ? " (" + std::to_string(static_cast<int64_t>(m.consumed_samples)) +
+                                " as a signed number)"
+                          : ""),
+                 "must be from step (" + std::to_string(m.step) +
+                     ", a sample per step at least) to " + std::to_string(max_samples));
+  const std::string within_step = "must be from 0 to step (" + std::to_string(m.step) + ")";
+  check_count("adam_steps", m.adam_steps, 0, m.step, within_step);
+  check_count("skipped_steps", m.skipped_steps, 0, m.step - m.adam_steps,
+              "must be from 0 to step - adam_steps (" + std::to_string(m.step - m.adam_steps) +
+                  "): a step either updates or is skipped");
+  check_count("loss_scale_clean_steps", m.loss_scale_clean_steps, 0, m.step, within_step);
+  if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0)
+    out_of_range("loss_scale", text_of(m.loss_scale), "must be a positive finite number");
+  if (!std::isnan(m.val_loss) && !(m.val_loss >= 0))
+    out_of_range("val_loss", text_of(m.val_loss), "must be a loss (>= 0) or NaN (none yet)");
+  try {
+    m.model.validate();
+  } catch (const UsageError& e) {
+    throw Error(std::string("manifest model: ") + e.what());
+  }
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  check_count("dp", m.layout.dp, 1, kMax, "must be at least 1");
+  check_count("tp", m.layout.tp, 1, kMax, "must be at least 1");
+  check_count("pp", m.layout.pp, 1, kMax, "must be at least 1");
+  check_count("global_batch_size", m.global_batch_size, 1, kMax, "must be at least 1");
+  check_count("micro_batch_size", m.micro_batch_size, 1, m.global_batch_size,
+              "must be from 1 to global_batch_size (" + std::to_string(m.global_batch_size) + ")");
+  check_count("seq_len", m.seq_len, 1, m.model.max_seq_len,
+              "must be from 1 to max_seq_len (" + std::to_string(m.model.max_seq_len) + ")");
+}
+
+}  // namespace
+
+void write_manifest(hid_t file, const CheckpointManifest& m) {
+  H5Handle group(H5_CHECK(H5Gcreate2(file, kManifestGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  for_each_field(m, FieldWriter{group.get()});
+  write_attribute_uint64(group.get(), kChecksumAttribute, manifest_checksum(m));
+}
+
+CheckpointManifest read_manifest(hid_t file) {
+  if (!has_link(file, kManifestGroup)) throw Error("the group /manifest is missing");
+  H5Handle group(H5_CHECK(H5Gopen2(file, kManifestGroup, H5P_DEFAULT)));
+  CheckpointManifest m;
+  try {
+    FieldReader{group.get(), &kCheckpointFormatVersion}("format_version", m.format_version, 1);
+    if (m.format_version < 1 || m.format_version > kCheckpointFormatVersion)
+      throw Error("manifest format_version " + std::to_string(m.format_version) +
+                  ", this build reads 1 to " + std::to_string(kCheckpointFormatVersion));
+    for_each_field(m, FieldReader{group.get(), &m.format_version});
+    check_ranges(m);
+    // Present: always checked, so that a flipped format_version cannot pass for an older file.
+    const bool has_sum = has_attribute(group.get(), kChecksumAttribute);
+    if (!has_sum && m.format_version >= kManifestChecksumVersion)
+      throw Error("manifest has no checksum (format version " + std::to_string(m.format_version) +
+                  " files have one)");
+    const uint64_t computed = manifest_checksum(m);
+    const uint64_t stored = has_sum ? read_attribute_uint64(group.get(), kChecksumAttribute) : 0;
+    if (has_sum && stored != computed)
+      throw Error("manifest checksum mismatch (stored " + hex_text(stored) + ", computed " +
+                  hex_text(computed) + "): an attribute of /manifest was changed");
+  } catch (const Error& e) {  // a wrong attribute type is a UsageError in io/: here it is damage
+    throw Error(e.what());
+  }
+  return m;
+}
+
+std::vector<std::pair<std::string, std::string>> manifest_fields(const CheckpointManifest& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for_each_field(m, FieldPrinter{&out});
+  return out;
+}
+
+std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
+  std::string diff;
+  auto cmp = [&](const char* name, const std::string& x, const std::string& y) {
+    if (x == y) return;
+    if (!diff.empty()) diff += ", ";
+    diff += std::string(name) + " " + x + " vs " + y;
+  };
+  cmp("arch", to_string(a.arch), to_string(b.arch));
+  cmp("n_layer", std::to_string(a.n_layer), std::to_string(b.n_layer));
+  cmp("n_head", std::to_string(a.n_head), std::to_string(b.n_head));
+  cmp("n_kv_head", std::to_string(a.n_kv_head), std::to_string(b.n_kv_head));
+  cmp("d_model", std::to_string(a.d_model), std::to_string(b.d_model));
+  cmp("d_ff", std::to_string(a.d_ff), std::to_string(b.d_ff));
+  cmp("vocab_size", std::to_string(a.vocab_size), std::to_string(b.vocab_size));
+  cmp("max_seq_len", std::to_string(a.max_seq_len), std::to_string(b.max_seq_len));
+  return diff;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,149 @@
+// The checkpoint manifest on a real HDF5 file: its checksum finds a changed attribute, every
+// field's range is checked on read, and files of format version 2 (no checksum) still read.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "mpitrain/ckpt/format.hpp"
+#include "mpitrain/io/hdf5.hpp"
+
+using namespace mpitrain;
+
+namespace {
+
+CheckpointManifest sample_manifest() {  // a checkpoint of step 6 as a save writes it
+  CheckpointManifest m;
+  m.step = 6;
+  m.consumed_samples = 48;
+  m.seed = 1234;
+  m.adam_steps = 6;
+  m.loss_scale = 1.0;
+  m.loss_scale_clean_steps = 6;
+  m.val_loss = 2.5;
+  m.model.n_layer = 2;
+  m.model.d_model = 64;
+  m.model.d_ff = 256;
+  m.model.max_seq_len = 32;
+  m.layout = GridShape{2, 1, 1};
+  m.global_batch_size = 8;
+  m.micro_batch_size = 2;
+  m.seq_len = 32;
+  return m;
+}
+
+class ManifestTest : public ::testing::Test {  // one file in a fresh temporary directory
+ protected:
+  void SetUp() override {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "mpitrain-manifest-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void write(const CheckpointManifest& m) {
+    H5Handle file = create_file(path());
+    write_manifest(file.get(), m);
+  }
+  // Changes /manifest in place (attributes as a hostile or broken writer leaves them).
+  void edit(const std::function<void(hid_t manifest)>& change) {
+    H5Handle file = open_file(path(), H5F_ACC_RDWR);
+    H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
+    change(group.get());
+  }
+  // read_manifest's Error message, "" if it reads.
+  std::string read_error() {
+    H5Handle file = open_file(path());
+    try {
+      read_manifest(file.get());
+    } catch (const UsageError& e) {
+      return std::string("UsageError: ") + e.what();  // damage is never the user's input
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::string path() const { return (dir_ / "checkpoint.h5").string(); }
+
+  std::filesystem::path dir_;
+};
+
+}  // namespace
+
+TEST_F(ManifestTest, RoundTripsWithAChecksum) {
+  const CheckpointManifest m = sample_manifest();
+  write(m);
+  H5Handle file = open_file(path());
+  EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));
+  H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
+  EXPECT_TRUE(has_attribute(group.get(), kChecksumAttribute));
+}
+
+TEST_F(ManifestTest, AFlippedBitIsAChecksumMismatch) {
+  write(sample_manifest());
+  edit([](hid_t g) { write_attribute_int(g, "adam_steps", 2); });  // 6 -> 2: one bit
+  EXPECT_NE(read_error().find("manifest checksum mismatch (stored 0x"), std::string::npos)
+      << read_error();
+}
+
+TEST_F(ManifestTest, EveryFieldOutOfRangeIsNamed) {
+  struct Case {
+    std::function<void(CheckpointManifest&)> change;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {[](auto& m) { m.consumed_samples = static_cast<uint64_t>(-7); },
+       "manifest consumed_samples 18446744073709551609 (-7 as a signed number) is out of range"},
+      {[](auto& m) { m.consumed_samples = 5; }, "manifest consumed_samples 5 is out of range"},
+      {[](auto& m) { m.step = -1; }, "manifest step -1 is out of range"},
+      {[](auto& m) { m.step = int64_t{1} << 40; }, "manifest step 1099511627776 is out of range"},
+      {[](auto& m) { m.adam_steps = 7; }, "manifest adam_steps 7 is out of range"},
+      {[](auto& m) { m.adam_steps = -2; }, "manifest adam_steps -2 is out of range"},
+      {[](auto& m) { m.skipped_steps = 1; }, "manifest skipped_steps 1 is out of range"},
+      {[](auto& m) { m.loss_scale_clean_steps = -1; }, "manifest loss_scale_clean_steps -1"},
+      {[](auto& m) { m.loss_scale = std::numeric_limits<double>::infinity(); },
+       "manifest loss_scale inf is out of range"},
+      {[](auto& m) { m.loss_scale = 0; }, "manifest loss_scale 0 is out of range"},
+      {[](auto& m) { m.val_loss = -1; }, "manifest val_loss -1 is out of range"},
+      {[](auto& m) { m.model.n_head = 0; }, "manifest model: n-head must be at least 1"},
+      {[](auto& m) { m.model.vocab_size = 1; }, "manifest model: vocab-size must be at least 2"},
+      {[](auto& m) { m.layout.tp = 0; }, "manifest tp 0 is out of range"},
+      {[](auto& m) { m.micro_batch_size = 9; }, "manifest micro_batch_size 9 is out of range"},
+      {[](auto& m) { m.global_batch_size = 0; }, "manifest global_batch_size 0 is out of range"},
+      {[](auto& m) { m.seq_len = 33; }, "manifest seq_len 33 is out of range"},
+  };
+  for (const Case& c : cases) {
+    CheckpointManifest m = sample_manifest();
+    c.change(m);
+    write(m);  // with a checksum that matches: only the range check can find these
+    const std::string err = read_error();
+    EXPECT_NE(err.find(c.expected), std::string::npos) << c.expected << " -> " << err;
+  }
+  CheckpointManifest none = sample_manifest();
+  none.val_loss = std::nan("");  // no validation yet
+  write(none);
+  EXPECT_EQ(read_error(), "");
+}
+
+TEST_F(ManifestTest, Version2WithoutChecksumReadsButVersion3MustHaveOne) {
+  write(sample_manifest());
+  edit([](hid_t g) { H5_CHECK(H5Adelete(g, kChecksumAttribute)); });
+  EXPECT_NE(read_error().find("manifest has no checksum (format version 3 files have one)"),
+            std::string::npos)
+      << read_error();
+  edit([](hid_t g) { write_attribute_int(g, "format_version", 2); });  // an older build's file
+  EXPECT_EQ(read_error(), "");
+  edit([](hid_t g) { write_attribute_int(g, "consumed_samples", -7); });  // ranges still count
+  EXPECT_NE(read_error().find("consumed_samples"), std::string::npos) << read_error();
+}
+
+TEST_F(ManifestTest, AVersionFlippedDownIsStillChecked) {
+  write(sample_manifest());
+  edit([](hid_t g) { write_attribute_int(g, "format_version", 2); });  // 3 -> 2: one bit
+  EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+}
