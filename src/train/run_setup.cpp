@@ -1,5 +1,7 @@
 #include "mpitrain/train/run_setup.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -54,6 +56,14 @@ void prepare_out_dir(const Options& o, const std::string& run_ini) {
   for (const std::string& file : {t.export_llmc, t.export_params})
     require(file.empty() || !fs::exists(file, ec) || t.overwrite || resuming,
             file + " exists; pass --overwrite or choose another export file");
+  require(t.export_hf.empty() || !fs::exists(t.export_hf, ec) ||
+              (fs::is_directory(t.export_hf, ec) && fs::is_empty(t.export_hf, ec)),
+          "export-hf " + t.export_hf + " exists and is not an empty directory: choose another");
+  if (!t.export_hf.empty()) {
+    const fs::path parent = fs::absolute(t.export_hf, ec).parent_path();
+    require(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
+            "export-hf " + t.export_hf + ": " + parent.string() + " is not a writable directory");
+  }
   fs::create_directories(dir, ec);
   require(!ec, "cannot create out-dir " + t.out_dir + ": " + ec.message());
   if (t.overwrite && !resuming) fs::remove_all(dir / "checkpoints", ec);
