@@ -13,7 +13,7 @@
 #                                 test the report (e.g. "hdf5,gtest"); never installs anything
 set -euo pipefail
 
-readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl fortunes matplotlib)
+readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl json fortunes matplotlib torch)
 
 # Per dependency: what it is, its Debian packages, a typical module name, a Spack spec.
 declare -A WHAT=(
@@ -26,8 +26,10 @@ declare -A WHAT=(
   [gtest]="GoogleTest"
   [openblas]="OpenBLAS, OpenMP build"
   [dnnl]="oneDNN (bf16 GEMMs on the CPU)"
+  [json]="nlohmann-json (Hugging Face export)"
   [fortunes]="fortunes text (the sample data)"
   [matplotlib]="matplotlib for Python 3 (tools/plot)"
+  [torch]="PyTorch for Python 3 (tests: the HF export's reference)"
 )
 declare -A APT=(
   [compiler]="g++"
@@ -39,8 +41,10 @@ declare -A APT=(
   [gtest]="libgtest-dev"
   [openblas]="libopenblas-openmp-dev"
   [dnnl]="libdnnl-dev"
+  [json]="nlohmann-json3-dev"
   [fortunes]="fortunes"
   [matplotlib]="python3-matplotlib"
+  [torch]="python3-torch"
 )
 declare -A MODULE=(
   [compiler]="gcc"
@@ -52,8 +56,10 @@ declare -A MODULE=(
   [gtest]="googletest"
   [openblas]="openblas"
   [dnnl]="onednn"
+  [json]="-"
   [fortunes]="-"
   [matplotlib]="python"
+  [torch]="pytorch"
 )
 declare -A SPACK=(
   [compiler]="gcc@12"
@@ -65,8 +71,10 @@ declare -A SPACK=(
   [gtest]="googletest"
   [openblas]="openblas threads=openmp"
   [dnnl]="onednn"
+  [json]="nlohmann-json"
   [fortunes]="-"
   [matplotlib]="py-matplotlib"
+  [torch]="py-torch"
 )
 FOUND_CXX=""    # "g++ 12.2.0", for the all-present line
 FOUND_CMAKE=""  # "3.25.1"
@@ -205,6 +213,16 @@ check_dnnl() {
   return 1
 }
 
+check_json() {
+  local prefix
+  local -a dirs
+  mapfile -t dirs < <(prefixes)
+  for prefix in "${dirs[@]}"; do
+    [[ -f $prefix/include/nlohmann/json.hpp ]] && return 0
+  done
+  return 1
+}
+
 check_fortunes() {
   [[ -f $FORTUNES_FILE ]]
 }
@@ -216,6 +234,13 @@ check_matplotlib() {
     command -v "$py" >/dev/null 2>&1 && "$py" -c "$find" 2>/dev/null && return 0
   done
   return 1
+}
+
+# The tests' PyTorch reference (tests/support/hf_reference.py) runs on Debian's /usr/bin/python3
+# (found, not imported: an import takes seconds).
+check_torch() {
+  /usr/bin/python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' \
+    >/dev/null 2>&1
 }
 
 assumed_missing() {
@@ -306,7 +331,8 @@ main() {
   check_all
   if [[ ${#MISSING[@]} -eq 0 ]]; then
     echo "install-deps: all present ($FOUND_CXX, cmake $FOUND_CMAKE, Open MPI, parallel HDF5," \
-      "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, fortunes, matplotlib)"
+      "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json, fortunes, matplotlib," \
+      "PyTorch)"
     return 0
   fi
 

@@ -151,8 +151,9 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
       ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
       ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)")
-      ("init-from", with_default(&t.init_from)->value_name("FILE"),
-       "start from an llm.c GPT-2 model file (its header sets the shape)");
+      ("init-from", with_default(&t.init_from)->value_name("PATH"),
+       "start from an llm.c GPT-2 model file or a Hugging Face directory (config.json and "
+       "model.safetensors, gpt2 or llama): it sets the shape");
   return d;
 }
 
@@ -268,7 +269,10 @@ po::options_description checkpoint_options(TrainConfig& t) {
       ("export-llmc", with_default(&t.export_llmc)->value_name("FILE"),
        "at the end, write the gpt2 model in llm.c's format to this file")
       ("export-params", with_default(&t.export_params)->value_name("FILE"),
-       "at the end, write every parameter with its full shape to this HDF5 file");
+       "at the end, write every parameter with its full shape to this HDF5 file")
+      ("export-hf", with_default(&t.export_hf)->value_name("DIR"),
+       "at the end, write a Hugging Face checkpoint (config.json, model.safetensors) to this "
+       "new directory");
   return d;
 }
 

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "mpitrain/io/out_file.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/tensor/bf16.hpp"
 
@@ -147,50 +148,6 @@ void check_same(const std::string& path, const ModelConfig& file, const ModelCon
   same("seq-len", file.max_seq_len, want.max_seq_len);
   same("norm-eps", file.norm_eps, want.norm_eps);
 }
-
-// A file being written through a POSIX fd, so that it can be fsync'ed before the rename; removed
-// on destruction unless committed.
-class OutFile {
- public:
-  explicit OutFile(std::string path)
-      : path_(std::move(path)),
-        fd_(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw UsageError(path_ + ": cannot create: " + std::strerror(errno));
-  }
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  OutFile(const OutFile&) = delete;
-  OutFile& operator=(const OutFile&) = delete;
-
-  void write(const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t n = ::write(fd_, p, bytes);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) MPITRAIN_THROW(path_ + ": write failed: " + std::strerror(n < 0 ? errno : EIO));
-      p += n;
-      bytes -= static_cast<size_t>(n);
-    }
-  }
-
-  // fsync, close and rename to final_path.
-  void commit(const std::string& final_path) {
-    if (::fsync(fd_) != 0) MPITRAIN_THROW(path_ + ": fsync failed: " + std::strerror(errno));
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) MPITRAIN_THROW(path_ + ": close failed: " + std::strerror(errno));
-    if (::rename(path_.c_str(), final_path.c_str()) != 0)
-      MPITRAIN_THROW("rename " + path_ + " -> " + final_path + " failed: " + std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string path_;
-  int fd_;
-  bool committed_ = false;
-};
 
 }  // namespace
 

@@ -50,4 +50,21 @@ void require_writable_file(const std::string& file, const std::string& option) {
   require(why.empty(), option + " " + file + ": cannot write in " + dir.string() + ": " + why);
 }
 
+void require_new_dir(const std::string& dir, const std::string& option) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  const fs::path path = fs::absolute(dir, ec);
+  require(!ec, option + " " + dir + ": " + ec.message());
+  if (fs::exists(path, ec)) {
+    require(fs::is_directory(path, ec) && fs::is_empty(path, ec),
+            option + " " + dir + " exists and is not an empty directory: choose another");
+    return;
+  }
+  const fs::path parent = path.parent_path();
+  require(fs::is_directory(parent, ec),
+          option + " " + dir + ": the directory " + parent.string() + " does not exist");
+  const std::string why = cannot_create_in(parent);
+  require(why.empty(), option + " " + dir + ": cannot write in " + parent.string() + ": " + why);
+}
+
 }  // namespace mpitrain

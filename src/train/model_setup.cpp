@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -23,8 +24,15 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource& train_data
   ModelConfig m = o.model;
   if (!o.train.init_from.empty()) {
     const std::string& file = o.train.init_from;
-    require(m.arch == Arch::Gpt2, "init-from reads llm.c GPT-2 files: arch must be gpt2");
-    ModelConfig f = read_llmc_config(file);
+    const bool hf = is_hf_dir(file);
+    require(hf || m.arch == Arch::Gpt2,
+            "init-from: " + file + " is not a Hugging Face directory, and llm.c files hold gpt2 "
+            "models: arch must be gpt2");
+    ModelConfig f = hf ? read_hf_config(file) : read_llmc_config(file);
+    require(!hf || std::find(o.model_set.begin(), o.model_set.end(), "arch") == o.model_set.end() ||
+                m.arch == f.arch,
+            "arch = " + to_string(m.arch) + " disagrees with the init-from model " + file + " (" +
+                to_string(f.arch) + ")");
     require_same(o, "n-layer", m.n_layer, f.n_layer, file);
     require_same(o, "n-head", m.n_head, f.n_head, file);
     require_same(o, "n-kv-head", m.n_kv_head, f.n_kv_head, file);
@@ -32,7 +40,7 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource& train_data
     require_same(o, "d-ff", m.d_ff, f.d_ff, file);
     require_same(o, "vocab-size", m.vocab_size, f.vocab_size, file);
     require_same(o, "max-seq-len", m.max_seq_len, f.max_seq_len, file);
-    f.norm_eps = m.norm_eps;
+    if (!hf) f.norm_eps = m.norm_eps;  // llm.c files do not record it
     m = f;
   }
   if (m.vocab_size == 0) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/memory.hpp"
 #include "mpitrain/runtime/agree.hpp"
@@ -203,7 +204,8 @@ int Trainer::finish(int exit_code) {
 
 int Trainer::export_and_sample() {
   const bool want_full =
-      !t_.export_llmc.empty() || !t_.export_params.empty() || t_.sample_tokens > 0;
+      !t_.export_llmc.empty() || !t_.export_params.empty() || !t_.export_hf.empty() ||
+      t_.sample_tokens > 0;
   if (!want_full) return kExitOk;
   std::vector<float> full = gather_parameters(*model_, *grid_, stage_first_layer_, world_);
   if (!root_) return kExitOk;
@@ -214,6 +216,11 @@ int Trainer::export_and_sample() {
   if (!t_.export_params.empty()) {
     write_parameters_hdf5(t_.export_params, cfg_, full);
     std::printf("wrote the parameters to %s\n", t_.export_params.c_str());
+  }
+  if (!t_.export_hf.empty()) {
+    save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data());
+    std::printf("exported the model to %s (Hugging Face: config.json, model.safetensors)\n",
+                t_.export_hf.c_str());
   }
   if (t_.sample_tokens > 0) {
     if (backend_->host_memory()) {

@@ -16,6 +16,7 @@
 #include "mpitrain/backend/cuda_backend.hpp"
 #endif
 #include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/output_dir.hpp"
 #include "mpitrain/monitor/peak_cache.hpp"
@@ -143,6 +144,7 @@ void Trainer::check_inputs() {
     require_creatable_dir(t_.out_dir, "out-dir");
     require_writable_file(t_.export_llmc, "export-llmc");
     require_writable_file(t_.export_params, "export-params");
+    require_new_dir(t_.export_hf, "export-hf");
   });
 }
 
@@ -211,7 +213,10 @@ void Trainer::build_model() {
       model_->init(t_.seed);
     } else {
       std::vector<float> full(full_layout_->total()), local(model_->num_params());
-      load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
+      if (is_hf_dir(t_.init_from))
+        load_hf_model(t_.init_from, cfg_, *full_layout_, full.data());
+      else
+        load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
       for (const ParamTensor& p : model_->layout().tensors())
         take_shard(p, full.data() + full_layout_->tensors()[p.global_index].offset,
                    local.data() + p.offset);

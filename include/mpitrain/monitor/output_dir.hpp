@@ -13,4 +13,8 @@ void require_creatable_dir(const std::string& dir, const std::string& option);
 // an existing directory that something can be created in.
 void require_writable_file(const std::string& file, const std::string& option);
 
+// Throws UsageError naming `option` unless dir is "" (off), an empty directory, or a new name in
+// an existing directory that something can be created in (an export written whole).
+void require_new_dir(const std::string& dir, const std::string& option);
+
 }  // namespace mpitrain

@@ -44,9 +44,10 @@ struct TrainConfig {
   std::string train_data;
   std::string val_data;
   std::string data_format = "auto";
-  std::string init_from;      // llm.c GPT-2 model file, "" = random initialisation
+  std::string init_from;      // llm.c GPT-2 file or HF directory, "" = random initialisation
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
   std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
+  std::string export_hf;      // write a Hugging Face checkpoint directory here, "" = no
 
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (backend/precision.hpp)
   std::string recompute = "none";   // none | selective | full (model/model.hpp)

@@ -1,0 +1,113 @@
+"""A reference forward of a Hugging Face checkpoint directory, written from transformers' own
+conventions (not from mpitrain's code) in plain PyTorch, without the transformers package:
+GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, tied head) and LlamaForCausalLM
+(RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU, own head). safetensors is read by
+hand: u64 header length, JSON header, raw little-endian tensors.
+
+  hf_reference.py DIR PROMPT N WINDOW  ->  prints PROMPT and its greedy continuation of N byte
+                                           tokens (context: the last WINDOW), as the trainer's
+                                           sample prints them
+"""
+import json
+import math
+import struct
+import sys
+
+import torch
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def load(directory):
+    with open(f"{directory}/config.json") as f:
+        config = json.load(f)
+    with open(f"{directory}/model.safetensors", "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    tensors = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = t["data_offsets"]
+        raw = bytearray(data[begin:end])
+        tensors[name] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).float().reshape(t["shape"])
+    return config, tensors
+
+
+def causal_attention(q, k, v):  # (heads, T, hs) each
+    T, hs = q.shape[1], q.shape[2]
+    scores = q @ k.transpose(1, 2) / math.sqrt(hs)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
+def gpt2_logits(c, w, ids):
+    T, C, H = len(ids), c["n_embd"], c["n_head"]
+    eps = c["layer_norm_epsilon"]
+    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][:T]
+
+    def ln(x, p):
+        return torch.nn.functional.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps)
+
+    def conv1d(x, p):  # HF Conv1D: x @ W (in, out) + b
+        return x @ w[p + ".weight"] + w[p + ".bias"]
+
+    for l in range(c["n_layer"]):
+        h = f"transformer.h.{l}."
+        q, k, v = conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(C, dim=-1)
+        heads = [t.reshape(T, H, C // H).transpose(0, 1) for t in (q, k, v)]
+        y = causal_attention(*heads).transpose(0, 1).reshape(T, C)
+        x = x + conv1d(y, h + "attn.c_proj")
+        m = torch.nn.functional.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
+        x = x + conv1d(m, h + "mlp.c_proj")
+    return ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
+
+
+def llama_logits(c, w, ids):
+    T, C, H = len(ids), c["hidden_size"], c["num_attention_heads"]
+    KV = c.get("num_key_value_heads", H)
+    hs = C // H
+    eps, theta = c["rms_norm_eps"], c.get("rope_theta", 10000.0)
+
+    def rms(x, p):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p]
+
+    def rotate_half(x):
+        return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
+
+    inv = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    emb = torch.cat((angles, angles), dim=-1)
+    cos, sin = emb.cos().float(), emb.sin().float()
+
+    x = w["model.embed_tokens.weight"][ids]
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        a = rms(x, p + "input_layernorm.weight")
+        q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, hs).transpose(0, 1)
+        k = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
+        v = (a @ w[p + "self_attn.v_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, C)
+        x = x + y @ w[p + "self_attn.o_proj.weight"].T
+        m = rms(x, p + "post_attention_layernorm.weight")
+        gate = torch.nn.functional.silu(m @ w[p + "mlp.gate_proj.weight"].T)
+        x = x + (gate * (m @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+    return rms(x, "model.norm.weight") @ w["lm_head.weight"].T
+
+
+def main():
+    directory, prompt, n, window = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    config, weights = load(directory)
+    forward = gpt2_logits if config["model_type"] == "gpt2" else llama_logits
+    ids = list(prompt.encode())
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(forward(config, weights, torch.tensor(ids[-window:]))[-1].argmax()))
+    sys.stdout.buffer.write(bytes(ids) + b"\n")
+
+
+if __name__ == "__main__":
+    main()
