@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything a GPU run (bench/gpu/run.sh on a lent machine) needs, checked here without a GPU, so
 # that the run's minutes are not spent on what could be found beforehand:
-#   1. the packages it carries: third_party/debs (fetched with tools/fetch-debs.sh if missing)
-#      unpack, and CMake configures a CUDA build against that prefix alone (as run.sh does);
+#   1. the packages it carries: third_party/debs (fetched anew with tools/fetch-debs.sh where
+#      apt-get works) unpack, and CMake configures a CUDA build against that prefix alone (as
+#      run.sh does);
 #   2. the targets the gpu-labelled tests run, read back from that configure's ctest, plus
 #      op-bench, are all built in BUILD_DIR (a CUDA build of this tree; PREFLIGHT_BUILD=1 builds
 #      them against the prefix instead: several minutes here);
@@ -14,7 +15,8 @@
 # no apt-get to fetch the packages with).
 #
 # Usage: bench/gpu/preflight.sh [BUILD_DIR]        (default build/)
-# Environment: PREFLIGHT_WORK (scratch area, default a new directory under /tmp), PREFLIGHT_BUILD.
+# Environment: PREFLIGHT_WORK (scratch area, default a new directory under /tmp), PREFLIGHT_BUILD,
+#   PREFLIGHT_FETCH=0 (check the packages already in third_party/debs, fetch nothing).
 set -uo pipefail
 
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,9 +33,13 @@ command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "SKIP:
 command -v nvcc >/dev/null || PATH=/usr/local/cuda/bin:$PATH
 
 # 1. the packages, unpacked; a configure against them alone
-if ! ls "$DEBS"/*.deb >/dev/null 2>&1; then
-  command -v apt-get >/dev/null || { echo "SKIP: no $DEBS and no apt-get to fetch it"; exit 77; }
+# Fetched anew where apt-get works, so that the set follows tools/fetch-debs.sh's list (a
+# package added to the build is carried too); else the set already there is checked.
+if command -v apt-get >/dev/null && [[ ${PREFLIGHT_FETCH:-1} == 1 ]]; then
   bash "$SRC/tools/fetch-debs.sh" >"$WORK/fetch.log" 2>&1 || { cat "$WORK/fetch.log"; bad "tools/fetch-debs.sh failed"; exit 1; }
+elif ! ls "$DEBS"/*.deb >/dev/null 2>&1; then
+  echo "SKIP: no $DEBS and no apt-get to fetch it"
+  exit 77
 fi
 # shellcheck source=bench/gpu/prefix.sh
 source "$SRC/bench/gpu/prefix.sh"
