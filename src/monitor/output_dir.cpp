@@ -23,6 +23,14 @@ std::string cannot_create_in(const fs::path& dir) {
   return "";
 }
 
+// `dir` must be an existing directory something can be created in; `what` opens the message.
+void require_room_in(const fs::path& dir, const std::string& what) {
+  std::error_code ec;
+  require(fs::is_directory(dir, ec), what + ": the directory " + dir.string() + " does not exist");
+  const std::string why = cannot_create_in(dir);
+  require(why.empty(), what + ": cannot write in " + dir.string() + ": " + why);
+}
+
 }  // namespace
 
 void require_creatable_dir(const std::string& dir, const std::string& option) {
@@ -43,11 +51,8 @@ void require_writable_file(const std::string& file, const std::string& option) {
   const fs::path path(file);
   require(path.has_filename() && !fs::is_directory(path, ec),
           option + " " + file + " is a directory; give a file name");
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  require(fs::is_directory(dir, ec),
-          option + " " + file + ": the directory " + dir.string() + " does not exist");
-  const std::string why = cannot_create_in(dir);
-  require(why.empty(), option + " " + file + ": cannot write in " + dir.string() + ": " + why);
+  require_room_in(path.parent_path().empty() ? fs::path(".") : path.parent_path(),
+                  option + " " + file);
 }
 
 void require_new_dir(const std::string& dir, const std::string& option) {
@@ -60,11 +65,7 @@ void require_new_dir(const std::string& dir, const std::string& option) {
             option + " " + dir + " exists and is not an empty directory: choose another");
     return;
   }
-  const fs::path parent = path.parent_path();
-  require(fs::is_directory(parent, ec),
-          option + " " + dir + ": the directory " + parent.string() + " does not exist");
-  const std::string why = cannot_create_in(parent);
-  require(why.empty(), option + " " + dir + ": cannot write in " + parent.string() + ": " + why);
+  require_room_in(path.parent_path(), option + " " + dir);
 }
 
 }  // namespace mpitrain
