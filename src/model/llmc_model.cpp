@@ -184,8 +184,7 @@ void load_llmc_model(const std::string& path, const ModelConfig& config, const P
   }
 }
 
-void save_llmc_model(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
-                     const float* params, LlmcDtype dtype) {
+void require_llmc_expressible(const std::string& path, const ModelConfig& config) {
   require(config.arch == Arch::Gpt2,
           path + ": llm.c's model format holds gpt2 models only, not " + to_string(config.arch));
   require(config.d_ff == 4 * config.d_model,
@@ -193,6 +192,11 @@ void save_llmc_model(const std::string& path, const ModelConfig& config, const P
               std::to_string(4 * config.d_model) + "), got " + std::to_string(config.d_ff));
   require(config.norm_eps == kNormEps,
           path + ": llm.c's models use norm-eps 1e-05, got " + show(config.norm_eps));
+}
+
+void save_llmc_model(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
+                     const float* params, LlmcDtype dtype) {
+  require_llmc_expressible(path, config);
   check_layout(config, layout);
 
   std::array<int32_t, kHeaderInts> h{};

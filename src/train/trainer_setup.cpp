@@ -143,6 +143,7 @@ void Trainer::check_inputs() {
     if (!root_) return;  // rank 0 writes these
     require_creatable_dir(t_.out_dir, "out-dir");
     require_writable_file(t_.export_llmc, "export-llmc");
+    if (!t_.export_llmc.empty()) require_llmc_expressible(t_.export_llmc, cfg_);
     require_writable_file(t_.export_params, "export-params");
     require_new_dir(t_.export_hf, "export-hf");
   });

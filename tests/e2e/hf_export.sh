@@ -7,8 +7,8 @@
 #     step: a wrong layout, transposition or RoPE order changes them within a few tokens);
 #   - --init-from the directory evaluates to the exported run's validation loss exactly and
 #     exports byte-identical safetensors (fp32 both ways: nothing is rounded);
-#   - an export directory that holds files, one under a missing directory, and a config of
-#     another model_type are refused with exit 2 before any step.
+#   - an export directory that holds files, one under a missing directory, a config of another
+#     model_type, and --export-llmc of a llama model are refused with exit 2 before any step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   fail "/usr/bin/python3 has no torch (python3-torch): make test installs it (tools/install-deps.sh)"
@@ -55,6 +55,8 @@ refused() {  # refused WHAT PATTERN ARGS...: exit 2, the message, no step taken
 }
 refused "a non-empty export dir" "is not an empty directory" --export-hf "$SCRATCH/gpt2-hf" --out-dir "$SCRATCH/r"
 refused "a missing parent" "does not exist" --export-hf "$SCRATCH/none/hf" --out-dir "$SCRATCH/r"
+refused "llm.c's format for llama" "holds gpt2 models only" --arch llama --export-llmc "$SCRATCH/l.bin" \
+  --out-dir "$SCRATCH/r"
 mkdir -p "$SCRATCH/bert"
 cp "$SCRATCH/gpt2-hf/model.safetensors" "$SCRATCH/bert/"
 echo '{"model_type": "bert", "vocab_size": 256}' > "$SCRATCH/bert/config.json"

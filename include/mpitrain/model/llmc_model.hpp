@@ -30,6 +30,10 @@ ModelConfig read_llmc_config(const std::string& path);
 void load_llmc_model(const std::string& path, const ModelConfig& config, const ParamLayout& layout,
                      float* params);
 
+// UsageError naming path when llm.c's format cannot hold the model (not gpt2, d_ff != 4 d_model,
+// norm_eps != 1e-5): checked before training, so that --export-llmc cannot fail at the end.
+void require_llmc_expressible(const std::string& path, const ModelConfig& config);
+
 // Writes a gpt2 model (bf16: round to nearest even, NaN stays NaN) to path + ".tmp", syncs it and
 // renames it to path, so path never holds a partial file. UsageError for a config llm.c cannot
 // express (not gpt2, d_ff != 4 d_model, norm_eps != 1e-5) or a path that cannot be created;
