@@ -24,6 +24,11 @@ po::parsed_options parse_last_wins(int argc, const char* const* argv,
   } catch (const po::unknown_option& e) {
     throw_with_suggestion(e, desc);
   }
+  for (const po::option& o : flags.options)
+    if (o.string_key.empty() || o.position_key >= 0)  // a word that belongs to no option
+      throw po::error("unexpected argument '" +
+                      (o.original_tokens.empty() ? std::string() : o.original_tokens[0]) +
+                      "': every value follows its option (--name value)");
   for (size_t i = 0; i < flags.options.size(); ++i)
     for (size_t j = i + 1; j < flags.options.size(); ++j)
       if (flags.options[j].string_key == flags.options[i].string_key) {

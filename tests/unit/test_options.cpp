@@ -57,6 +57,12 @@ TEST(Options, TheLastOfARepeatedFlagWins) {
   EXPECT_DOUBLE_EQ(o.train.lr, 0.1);
 }
 
+// A word that belongs to no option is refused, not dropped (where does "banana" go?).
+TEST(Options, AStrayWordIsRefused) {
+  const std::string stray = usage_error({"--train-data", "a.h5", "banana", "--steps", "3"});
+  EXPECT_NE(stray.find("unexpected argument 'banana'"), std::string::npos) << stray;
+}
+
 TEST(Options, FlagsOverrideTheIniFile) {
   const std::string path = testing::TempDir() + "/options_test.ini";
   {

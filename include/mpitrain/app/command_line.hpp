@@ -10,7 +10,7 @@ namespace mpitrain {
 
 // boost::program_options::parse_command_line, keeping only the last occurrence of each option;
 // throws Boost's errors as that does, an unknown option's as a po::error ending in
-// " (did you mean --steps?)" when a known name is near.
+// " (did you mean --steps?)" when a known name is near, and a word outside any option as one.
 boost::program_options::parsed_options parse_last_wins(
     int argc, const char* const* argv, const boost::program_options::options_description& desc);
 
