@@ -7,6 +7,23 @@
 
 namespace mpitrain {
 
+namespace {
+
+// Uneven blocks in rank order: where `rank`'s block starts, and the floats of all of them.
+struct BlockSpan {
+  size_t offset = 0, total = 0;
+};
+BlockSpan block_span(std::span<const size_t> counts, int rank) {
+  BlockSpan b;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (static_cast<int>(r) < rank) b.offset += counts[r];
+    b.total += counts[r];
+  }
+  return b;
+}
+
+}  // namespace
+
 void StagedMpiCommunicator::HostDeleter::operator()(void* p) const { cudaFreeHost(p); }
 void StagedMpiCommunicator::EventDeleter::operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
 
@@ -168,11 +185,7 @@ CommHandle StagedMpiCommunicator::all_gather_start(const void* in, void* out, si
 CommHandle StagedMpiCommunicator::reduce_scatter_start(float* data,
                                                        std::span<const size_t> counts,
                                                        ReduceOp op) {
-  size_t total = 0, offset = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    if (static_cast<int>(r) < rank()) offset += counts[r];
-    total += counts[r];
-  }
+  const auto [offset, total] = block_span(counts, rank());
   const int s = acquire(total * sizeof(float), "reduce_scatter_start");
   auto* h = reinterpret_cast<float*>(host(stages_[s]));
   to_host(h, data, total * sizeof(float));
@@ -182,11 +195,7 @@ CommHandle StagedMpiCommunicator::reduce_scatter_start(float* data,
 }
 
 CommHandle StagedMpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
-  size_t total = 0, offset = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    if (static_cast<int>(r) < rank()) offset += counts[r];
-    total += counts[r];
-  }
+  const auto [offset, total] = block_span(counts, rank());
   const int s = acquire(total * sizeof(float), "all_gather_start");
   auto* h = reinterpret_cast<float*>(host(stages_[s]));
   if (static_cast<size_t>(rank()) < counts.size())
