@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "mpitrain/data/byte_tokenizer.hpp"
+#include "mpitrain/data/tokenizer.hpp"
 
 namespace mpitrain {
 
@@ -36,25 +36,23 @@ void generate(Model<float>& model, std::vector<int32_t>& tokens, int n, int wind
 }
 
 void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vector<float>& params,
-                  const std::string& tokenizer, Backend<float>& backend) {
+                  const Tokenizer* tokenizer, Backend<float>& backend) {
   Model<float> model(cfg, backend, ModelShard{}, 1, t.seq_len);
   std::copy(params.begin(), params.end(), model.params());
-  const bool bytes = tokenizer == ByteTokenizer::kName;
   std::vector<int32_t> text;
-  if (bytes) {
-    for (uint32_t id : ByteTokenizer().encode(t.sample_prompt.empty() ? "\n" : t.sample_prompt))
+  if (tokenizer) {
+    for (uint32_t id : tokenizer->encode(t.sample_prompt.empty() ? "\n" : t.sample_prompt))
       text.push_back(static_cast<int32_t>(id));
-  } else {
-    text.push_back(0);
   }
+  if (text.empty()) text.push_back(0);
   const size_t prompt = text.size();
   Rng rng(t.seed, rng_stream::kSampling);
   generate(model, text, t.sample_tokens, t.seq_len, t.sample_temperature, rng);
   std::printf("---- sample (%d tokens, temperature %.2f) ----\n", t.sample_tokens,
               t.sample_temperature);
-  if (bytes) {
+  if (tokenizer) {
     std::printf("%s%s\n", t.sample_prompt.c_str(),
-                ByteTokenizer().decode(text.data() + prompt, text.size() - prompt).c_str());
+                tokenizer->decode(text.data() + prompt, text.size() - prompt).c_str());
   } else {
     for (size_t i = prompt; i < text.size(); ++i) std::printf("%d ", text[i]);
     std::printf("\n");

@@ -224,10 +224,10 @@ int Trainer::export_and_sample() {
   }
   if (t_.sample_tokens > 0) {
     if (backend_->host_memory()) {
-      print_sample(t_, cfg_, full, train_src_->tokenizer(), *backend_);
+      print_sample(t_, cfg_, full, tokenizer_.get(), *backend_);
     } else {  // the device's memory is sealed: the sample runs on the CPU
       CpuBackend<float> cpu(threads_);
-      print_sample(t_, cfg_, full, train_src_->tokenizer(), cpu);
+      print_sample(t_, cfg_, full, tokenizer_.get(), cpu);
     }
   }
   return kExitOk;

@@ -111,6 +111,7 @@ void Trainer::check_inputs() {
     const TokenFormat format = parse_token_format(t_.data_format);
     train_src_ = open_tokens(t_.train_data, format);
     if (!t_.val_data.empty()) val_src_ = open_tokens(t_.val_data, format);
+    tokenizer_ = recorded_tokenizer(*train_src_);
     cfg_ = resolve_model_config(options_, *train_src_);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mpitrain/data/byte_tokenizer.hpp"
+#include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/token_writer.hpp"
 #include "mpitrain/io/hdf5.hpp"

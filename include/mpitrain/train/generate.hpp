@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/runtime/rng.hpp"
 #include "mpitrain/train/train_config.hpp"
@@ -18,9 +19,9 @@ void generate(Model<float>& model, std::vector<int32_t>& tokens, int n, int wind
               double temperature, Rng& rng);
 
 // The text sample printed at the end of a run: a single-rank copy of the whole model (params in
-// the single-rank layout) continues the prompt (a newline if empty); byte tokens are printed as
-// text, other tokenizers' ids as numbers.
+// the single-rank layout) continues the prompt (a newline if empty), encoded and decoded with the
+// tokenizer; without one (nothing recorded for the data) it starts from token 0 and prints ids.
 void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vector<float>& params,
-                  const std::string& tokenizer, Backend<float>& backend);
+                  const Tokenizer* tokenizer, Backend<float>& backend);
 
 }  // namespace mpitrain

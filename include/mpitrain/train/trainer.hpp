@@ -23,6 +23,7 @@
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/data/samples.hpp"
 #include "mpitrain/data/token_source.hpp"
+#include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/monitor/tensorboard.hpp"
 #include "mpitrain/monitor/trace.hpp"
@@ -104,6 +105,7 @@ class Trainer {
   PipelineSchedule schedule_{};
   std::unique_ptr<TokenSource> train_src_, val_src_;
   std::unique_ptr<SampleWindows> train_windows_, val_windows_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // the training data's, for the sample; null if unknown
   ModelConfig cfg_;
 
   // The machinery (build_model, build_step_parts), destroyed in the reverse order.

@@ -1,4 +1,5 @@
-#include "mpitrain/data/byte_tokenizer.hpp"
+// The byte tokenizer, and the tokenizer recorded beside a token file.
+#include "mpitrain/data/tokenizer.hpp"
 
 namespace mpitrain {
 
@@ -18,6 +19,11 @@ std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
       text += "<|" + std::to_string(ids[i]) + "|>";
   }
   return text;
+}
+
+std::unique_ptr<Tokenizer> recorded_tokenizer(const TokenSource& src) {
+  if (src.tokenizer() == ByteTokenizer::kName) return std::make_unique<ByteTokenizer>();
+  return nullptr;
 }
 
 }  // namespace mpitrain
