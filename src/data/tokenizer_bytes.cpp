@@ -1,4 +1,4 @@
-// The byte tokenizer, and the tokenizer recorded beside a token file.
+// The byte tokenizer: one token per byte.
 #include "mpitrain/data/tokenizer.hpp"
 
 namespace mpitrain {
@@ -19,11 +19,6 @@ std::string ByteTokenizer::decode(const int32_t* ids, size_t n) const {
       text += "<|" + std::to_string(ids[i]) + "|>";
   }
   return text;
-}
-
-std::unique_ptr<Tokenizer> recorded_tokenizer(const TokenSource& src) {
-  if (src.tokenizer() == ByteTokenizer::kName) return std::make_unique<ByteTokenizer>();
-  return nullptr;
 }
 
 }  // namespace mpitrain

@@ -43,9 +43,20 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const int32_t* ids, size_t n) const override;
 };
 
-// The tokenizer recorded for a token file: kTokenizerFile in the file's directory, else the
-// byte tokenizer when the file names "bytes" (HDF5 attribute); nullptr when nothing is recorded.
-// A descriptor that is malformed or names files that are missing: UsageError naming it.
+// A tokenizer from PATH: a kTokenizerFile descriptor, or a directory holding one. UsageError
+// naming the path when it is none of these, malformed, or names files that are missing.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+// The descriptor recorded for a token file: kTokenizerFile in its directory; "" if none.
+std::string tokenizer_descriptor_of(const std::string& token_file);
+
+// Copies a descriptor and the files it names into dir (created if missing; files there are
+// replaced): a run directory keeps the tokenizer of its data (monitor/output_dir.hpp).
+void copy_tokenizer(const std::string& descriptor, const std::string& dir);
+
+// The tokenizer recorded for a token file: its tokenizer_descriptor_of, else the byte tokenizer
+// when the file names "bytes" (HDF5 attribute); nullptr when nothing is recorded. A descriptor that
+// is malformed or names files that are missing: UsageError naming it.
 std::unique_ptr<Tokenizer> recorded_tokenizer(const TokenSource& src);
 
 }  // namespace mpitrain
