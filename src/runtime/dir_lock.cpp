@@ -73,7 +73,8 @@ bool cannot_lock_here(int err) { return err == ENOSYS || err == ENOLCK || err ==
 
 }  // namespace
 
-DirLock::DirLock(const std::string& dir, const std::string& holder, double wait_seconds)
+DirLock::DirLock(const std::string& dir, const std::string& holder, double wait_seconds,
+                 const StopSignals& signals)
     : dir_(dir), path_((fs::path(dir) / kFileName).string()) {
   std::error_code ec;
   fs::path missing;
@@ -113,6 +114,7 @@ DirLock::DirLock(const std::string& dir, const std::string& holder, double wait_
         throw UsageError("out-dir " + dir + " is in use by another run: " + held_by + " holds " +
                          path_ + " (waited " + seconds + " s, --lock-wait)");
       }
+      if (signals.requested()) throw StopRequested("a stop signal while waiting for " + path_);
       if (!told)
         std::fprintf(stderr, "out-dir lock: %s is held by %s; waiting up to %g s\n", path_.c_str(),
                      held_by.c_str(), wait_seconds);

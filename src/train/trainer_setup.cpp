@@ -157,9 +157,14 @@ void Trainer::lock_out_dir() {
     std::string holder = "host " + mpi_host_name() + " pid " + std::to_string(::getpid());
     for (const char* job : {"SLURM_JOB_ID", "PBS_JOBID"})
       if (const char* id = std::getenv(job)) holder += " job " + std::string(id);
-    out_dir_lock_.emplace(t_.out_dir, holder, t_.lock_wait);
+    try {
+      out_dir_lock_.emplace(t_.out_dir, holder, t_.lock_wait, signals_);
+    } catch (const StopRequested&) {
+      return;  // a stop while waiting: agreed on below, like any start-up stop
+    }
     check_out_dir(options_);  // under the lock: no other run can fill it meanwhile
   });
+  stop_if_requested(signals_, world_, "waiting for the out-dir lock");
 }
 
 void Trainer::build_model() {

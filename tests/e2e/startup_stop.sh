@@ -4,7 +4,8 @@
 # every rank (also when only one rank got it), the message that no checkpoint was written, and
 # no checkpoint (handlers installed late would let the first step run: a failure here);
 # a run resuming from a checkpoint and stopped during its start-up leaves that checkpoint as it
-# was, and the requeued run then finishes from it.
+# was, and the requeued run then finishes from it; a run waiting for another run's out-dir lock
+# and stopped there exits 85 at once, the other run's lock untouched.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 # A larger model than tiny's: its start-up lasts ~1 s here (the first step's line 1.7 s after the
 # ranks start), so that 0.1 s and 0.3 s fall well inside it.
@@ -70,3 +71,27 @@ run_trainer 2 "$SCRATCH/requeued.log" "${big[@]}" --steps 4 --out-dir "$SCRATCH/
 [ "$rc" = 0 ] || { cat "$SCRATCH/requeued.log"; fail "the requeued run exited $rc"; }
 grep -q "resumed from step 2" "$SCRATCH/requeued.log" || fail "the requeued run did not resume from step 2"
 echo "ok: the checkpoint stood through the stops; the requeued run resumed from step 2 and finished"
+
+# Stopped while waiting for the out-dir lock (--lock-wait 60): exit 85 within seconds, not a
+# refusal after the wait; the holder's lock file as it was.
+$MPIRUN -np 1 "$TRAINER" "${big[@]}" --steps 100000 --out-dir "$SCRATCH/held" > "$SCRATCH/holder.log" 2>&1 &
+holder=$!
+trap 'pkill -KILL -P "$holder" 2> /dev/null || true; rm -rf "$SCRATCH"' EXIT
+for _ in $(seq 1 500); do [ -s "$SCRATCH/held/run.lock" ] && break; sleep 0.02; done
+lock_before=$(cat "$SCRATCH/held/run.lock")
+$MPIRUN -np 2 "$TRAINER" "${big[@]}" --steps 2 --out-dir "$SCRATCH/held" --resume auto --lock-wait 60 \
+  > "$SCRATCH/waiter.log" 2>&1 &
+waiter=$!
+for _ in $(seq 1 1000); do grep -q 'waiting up to 60 s' "$SCRATCH/waiter.log" && break; sleep 0.01; done
+grep -q 'waiting up to 60 s' "$SCRATCH/waiter.log" || { cat "$SCRATCH/waiter.log"; fail "the second run never waited"; }
+SECONDS=0
+pkill -TERM -x trainer -P "$waiter"
+set +e; wait "$waiter"; rc=$?; set -e
+[ "$rc" = 85 ] || { cat "$SCRATCH/waiter.log"; fail "stopped while waiting for the lock: exit $rc, expected 85"; }
+(( SECONDS < 10 )) || fail "the stop took ${SECONDS} s: it waited for the lock"  # measured: < 1 s
+grep -q "stopped by SIGTERM during start-up (waiting for the out-dir lock)" "$SCRATCH/waiter.log" ||
+  { cat "$SCRATCH/waiter.log"; fail "no start-up stop message naming the lock wait"; }
+[ "$(cat "$SCRATCH/held/run.lock")" = "$lock_before" ] || fail "the holder's lock file changed"
+pkill -TERM -P "$holder"
+wait "$holder" || true
+echo "ok: stopped while waiting for the out-dir lock -> exit 85 in ${SECONDS} s, the holder's lock untouched"

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/runtime/unique_fd.hpp"
 
 namespace mpitrain {
@@ -20,8 +21,10 @@ class DirLock {
   static constexpr const char* kFileName = "run.lock";
 
   // Creates dir (and its missing parents) if need be, then takes the lock; notes go to stderr.
-  // `holder` is this process as the record names it ("host H pid P").
-  DirLock(const std::string& dir, const std::string& holder, double wait_seconds);
+  // `holder` is this process as the record names it ("host H pid P"). While it waits, a stop
+  // signal (signals.hpp) ends the wait: StopRequested, with nothing left behind.
+  DirLock(const std::string& dir, const std::string& holder, double wait_seconds,
+          const StopSignals& signals);
   // Removes the lock file while still holding it, then the directories it created if they are
   // empty: a run refused at start-up leaves the out-dir as it found it.
   ~DirLock();
