@@ -7,10 +7,13 @@
 // ||out - ref||_F / ||ref||_F <= 2 u sqrt(K), i.e. 1.2e-7 at K = 1, 3.8e-6 at K = 1024 —
 // ~1e-6 for the K of a few hundred used here, and 3 orders below one bf16 rounding (2^-9).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -215,13 +218,22 @@ TEST(CpuBf16Gemm, RoundsOperandsThatAreNotBf16) {
 }
 
 // The fallback of CPUs without bf16 instructions (AVX2-only ones; forced elsewhere by capping
-// oneDNN's ISA at AVX2 before its first use, which ctest's one process per test allows): the
-// backend says once why, reports no bf16 GEMMs, and every product is the fp32 sgemm path's,
-// bit for bit, on bf16 values and on others alike (it does not round: the model's own rounding
-// of activations and weights is what makes them bf16).
+// oneDNN's ISA at AVX2 before its first use): the backend says once why, reports no bf16 GEMMs,
+// and every product is the fp32 sgemm path's, bit for bit, on bf16 values and on others alike
+// (it does not round: the model's own rounding of activations and weights is what makes them
+// bf16). In a process that has used oneDNN already (the whole binary run at once, not ctest's
+// one test per process) the cap is refused, and the test runs itself in a fresh process.
 TEST(CpuBf16Gemm, FallbackWithoutBf16InstructionsIsTheSgemmPathBitForBit) {
-  ASSERT_EQ(dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2), dnnl::status::success)
-      << "oneDNN was used before this test capped its ISA";
+  if (dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) != dnnl::status::success) {
+    const testing::TestInfo* me = testing::UnitTest::GetInstance()->current_test_info();
+    const std::string command =
+        std::filesystem::read_symlink("/proc/self/exe").string() +
+        " --gtest_brief=1 --gtest_filter=" + std::string(me->test_suite_name()) + "." + me->name();
+    const int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "in a fresh process (" << command << "): status " << status;
+    return;
+  }
   testing::internal::CaptureStderr();
   CpuBackend<float> fallback(2, Precision::Bf16), sgemm(2);
   const std::string said = testing::internal::GetCapturedStderr();
