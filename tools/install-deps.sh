@@ -13,7 +13,8 @@
 #                                 test the report (e.g. "hdf5,gtest"); never installs anything
 set -euo pipefail
 
-readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl json fortunes matplotlib torch)
+readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl json sentencepiece pcre2 fortunes
+                matplotlib torch node)
 
 # Per dependency: what it is, its Debian packages, a typical module name, a Spack spec.
 declare -A WHAT=(
@@ -27,9 +28,12 @@ declare -A WHAT=(
   [openblas]="OpenBLAS, OpenMP build"
   [dnnl]="oneDNN (bf16 GEMMs on the CPU)"
   [json]="nlohmann-json (Hugging Face export)"
+  [sentencepiece]="SentencePiece + spm_encode (tokenizers)"
+  [pcre2]="PCRE2 (GPT-2 tokenizer's pre-tokenizer)"
   [fortunes]="fortunes text (the sample data)"
   [matplotlib]="matplotlib for Python 3 (tools/plot)"
   [torch]="PyTorch for Python 3 (tests: the HF export's reference)"
+  [node]="Node.js + npm (tests: GPT-2 vocabulary)"
 )
 declare -A APT=(
   [compiler]="g++"
@@ -42,9 +46,12 @@ declare -A APT=(
   [openblas]="libopenblas-openmp-dev"
   [dnnl]="libdnnl-dev"
   [json]="nlohmann-json3-dev"
+  [sentencepiece]="libsentencepiece-dev sentencepiece pkg-config"
+  [pcre2]="libpcre2-dev pkg-config"
   [fortunes]="fortunes"
   [matplotlib]="python3-matplotlib"
   [torch]="python3-torch"
+  [node]="nodejs npm"
 )
 declare -A MODULE=(
   [compiler]="gcc"
@@ -57,9 +64,12 @@ declare -A MODULE=(
   [openblas]="openblas"
   [dnnl]="onednn"
   [json]="-"
+  [sentencepiece]="sentencepiece"
+  [pcre2]="pcre2"
   [fortunes]="-"
   [matplotlib]="python"
   [torch]="pytorch"
+  [node]="nodejs"
 )
 declare -A SPACK=(
   [compiler]="gcc@12"
@@ -72,9 +82,12 @@ declare -A SPACK=(
   [openblas]="openblas threads=openmp"
   [dnnl]="onednn"
   [json]="nlohmann-json"
+  [sentencepiece]="sentencepiece"
+  [pcre2]="pcre2"
   [fortunes]="-"
   [matplotlib]="py-matplotlib"
   [torch]="py-torch"
+  [node]="node-js"
 )
 FOUND_CXX=""    # "g++ 12.2.0", for the all-present line
 FOUND_CMAKE=""  # "3.25.1"
@@ -223,6 +236,24 @@ check_json() {
   return 1
 }
 
+# A library found through pkg-config (as CMake finds it), with the pkg-config tool itself.
+check_pkg_config() {
+  command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1"
+}
+
+check_sentencepiece() {
+  check_pkg_config sentencepiece && command -v spm_encode >/dev/null 2>&1
+}
+
+check_pcre2() {
+  check_pkg_config libpcre2-8
+}
+
+# tools/fetch-gpt2-vocab.sh runs npm; the GPT-2 known-answer test runs the reference on node.
+check_node() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1
+}
+
 check_fortunes() {
   [[ -f $FORTUNES_FILE ]]
 }
@@ -298,9 +329,9 @@ print_report() {
   local blocker=$1 dep modules="" specs=""
   echo "install-deps: missing ${#MISSING[@]} of ${#DEPS[@]} dependencies; cannot install them here ($blocker)."
   echo
-  printf '  %-10s %-41s %-14s %-24s %s\n' DEPENDENCY WHAT MODULE SPACK DEBIAN/UBUNTU
+  printf '  %-13s %-41s %-14s %-24s %s\n' DEPENDENCY WHAT MODULE SPACK DEBIAN/UBUNTU
   for dep in "${MISSING[@]}"; do
-    printf '  %-10s %-41s %-14s %-24s %s\n' "$dep" "${WHAT[$dep]}" "${MODULE[$dep]}" \
+    printf '  %-13s %-41s %-14s %-24s %s\n' "$dep" "${WHAT[$dep]}" "${MODULE[$dep]}" \
       "${SPACK[$dep]}" "${APT[$dep]}"
     [[ ${MODULE[$dep]} != - ]] && modules+=" ${MODULE[$dep]}"
     [[ ${SPACK[$dep]} != - ]] && specs+=" ${SPACK[$dep]}"
@@ -331,8 +362,8 @@ main() {
   check_all
   if [[ ${#MISSING[@]} -eq 0 ]]; then
     echo "install-deps: all present ($FOUND_CXX, cmake $FOUND_CMAKE, Open MPI, parallel HDF5," \
-      "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json, fortunes, matplotlib," \
-      "PyTorch)"
+      "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json, SentencePiece, PCRE2," \
+      "fortunes, matplotlib, PyTorch, Node.js)"
     return 0
   fi
 

@@ -301,8 +301,29 @@ void load_hf_model(const std::string& dir, const ModelConfig& config, const Para
   }
 }
 
+namespace {
+
+// Copies the tokenizer's files into dir under the names of transformers' tokenizers:
+// GPT2Tokenizer's vocab.json + merges.txt, LlamaTokenizer's tokenizer.model.
+void save_hf_tokenizer(const Tokenizer& tok, const fs::path& dir) {
+  const std::vector<std::pair<std::string, std::string>> hf_names = {
+      {"encoder", "vocab.json"}, {"merges", "merges.txt"}, {"model", "tokenizer.model"}};
+  for (const TokenizerFile& f : tok.files()) {
+    const auto hf = std::find_if(hf_names.begin(), hf_names.end(),
+                                 [&](const auto& r) { return r.first == f.role; });
+    if (hf == hf_names.end()) continue;  // llm.c's decoder-only file: transformers reads none
+    std::error_code ec;
+    fs::copy_file(f.path, dir / hf->second, fs::copy_options::overwrite_existing, ec);
+    if (ec)
+      MPITRAIN_THROW("cannot copy '" + f.path + "' into " + dir.string() + ": " + ec.message());
+    fsync_path((dir / hf->second).string());
+  }
+}
+
+}  // namespace
+
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   const float* params) {
+                   const float* params, const Tokenizer* tokenizer) {
   std::error_code ec;
   require(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)),
           dir + " exists and is not an empty directory");
@@ -335,6 +356,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, const Para
   }
   weights.commit((fs::path(tmp) / kWeights).string());
   write_file_synced((fs::path(tmp) / kConfig).string(), config_json(config).dump(2) + "\n");
+  if (tokenizer) save_hf_tokenizer(*tokenizer, tmp);
   fsync_path(tmp);
   if (fs::exists(dir, ec)) fs::remove(dir, ec);  // the empty directory the check allowed
   rename_durably(tmp, dir);

@@ -218,7 +218,7 @@ int Trainer::export_and_sample() {
     std::printf("wrote the parameters to %s\n", t_.export_params.c_str());
   }
   if (!t_.export_hf.empty()) {
-    save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data());
+    save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data(), tokenizer_.get());
     std::printf("exported the model to %s (Hugging Face: config.json, model.safetensors)\n",
                 t_.export_hf.c_str());
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prepare-data end to end: each output format on a small text file, and the exit-code-2 cases
 # (missing input, existing output without --overwrite leaves the old file unchanged, --out-dir a
-# file, an input too small); a kill between the two renames is flagged to the trainer.
+# file, an input too small); a kill between the renames is flagged to the trainer.
 set -euo pipefail
 
 prepare=${BUILD_DIR:?BUILD_DIR is not set}/prepare-data
@@ -80,8 +80,8 @@ else
     "$work/a.txt" >"$work/stdout" 2>"$work/stderr" || rc=$?
   [[ $rc -eq 137 ]] || fail "the killed prepare-data exited $rc: $(cat "$work/stderr")"
   [[ $(md5sum <"$work/hdf5/val.h5") == "$old_val" ]] || fail "the kill did not come between the renames"
-  [[ $(cat "$work/hdf5/prepare-data.replacing") == $'train.h5\nval.h5' ]] ||
-    fail "no marker listing the pair after the kill"
+  [[ $(cat "$work/hdf5/prepare-data.replacing") == $'train.h5\nval.h5\ntokenizer.json' ]] ||
+    fail "no marker listing the outputs after the kill"
   set +e
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ${MPIRUN:-mpirun} -np 1 "$BUILD_DIR/trainer" \
     --train-data "$work/hdf5/train.h5" --val-data "$work/hdf5/val.h5" --seq-len 8 --n-layer 1 \

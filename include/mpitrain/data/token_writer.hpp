@@ -16,6 +16,9 @@ void write_tokens_hdf5(const std::string& path, const std::vector<uint32_t>& tok
 // llm.c shard, magic 20240520 version 1 (uint16); tokens must be <= 65535.
 void write_llmc_shard(const std::string& path, const std::vector<uint32_t>& tokens);
 
+// llm.c shard, magic 20240801 version 7 (uint32): for vocabularies beyond uint16.
+void write_llmc_shard_u32(const std::string& path, const std::vector<uint32_t>& tokens);
+
 // nanoGPT raw uint16, no header; tokens must be <= 65535.
 void write_nanogpt_bin(const std::string& path, const std::vector<uint32_t>& tokens);
 

@@ -3,14 +3,15 @@
 // prepare-data writes, beside the token files it makes, `tokenizer.json` (kTokenizerFile):
 //   {"name": "bytes" | "gpt2" | "sentencepiece", "vocab_size": N, "files": {ROLE: FILE, ...}}
 // with copies of the files it names in the same directory (gpt2: "encoder" = encoder.json and
-// "merges" = vocab.bpe; sentencepiece: "model" = tokenizer.model; bytes: none). That descriptor
-// is how a token file records its tokenizer; HDF5 token files also name it in their `tokenizer`
-// attribute.
+// "merges" = vocab.bpe, or "decoder" = llm.c's gpt2_tokenizer.bin, which only decodes;
+// sentencepiece: "model" = tokenizer.model; bytes: none). That descriptor is how a token file
+// records its tokenizer; HDF5 token files also name it in their `tokenizer` attribute.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,14 @@ namespace mpitrain {
 
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
 
+// A file a tokenizer is read from: its role in the descriptor, where it is now, and the name a
+// copy gets beside token files.
+struct TokenizerFile {
+  std::string role;
+  std::string path;
+  std::string copy_name;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -29,6 +38,11 @@ class Tokenizer {
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
   // Ids back to text; an id the tokenizer does not know is rendered as "<|id|>".
   virtual std::string decode(const int32_t* ids, size_t n) const = 0;
+  // The token prepare-data puts before each document (GPT-2's <|endoftext|>, SentencePiece's
+  // BOS); none for bytes, whose documents prepare-data separates with '\n'.
+  virtual std::optional<uint32_t> document_start() const { return std::nullopt; }
+  // The files this tokenizer was read from (none for bytes).
+  virtual std::vector<TokenizerFile> files() const { return {}; }
 };
 
 // The byte-level tokenizer: one token per byte, vocabulary 256.
@@ -43,9 +57,14 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const int32_t* ids, size_t n) const override;
 };
 
-// A tokenizer from PATH: a kTokenizerFile descriptor, or a directory holding one. UsageError
-// naming the path when it is none of these, malformed, or names files that are missing.
+// A tokenizer from PATH: a kTokenizerFile descriptor, a directory holding one (or GPT-2's
+// encoder.json + vocab.bpe, or a tokenizer.model), a SentencePiece `.model`, or llm.c's
+// gpt2_tokenizer.bin (decode only: its encode is a UsageError). UsageError naming the path when
+// it is none of these, malformed, or names files that are missing.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+// The kTokenizerFile text for tok, naming each of its files by its copy_name.
+std::string tokenizer_descriptor_json(const Tokenizer& tok);
 
 // The descriptor recorded for a token file: kTokenizerFile in its directory; "" if none.
 std::string tokenizer_descriptor_of(const std::string& token_file);

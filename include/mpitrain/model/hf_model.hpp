@@ -24,6 +24,7 @@
 
 #include <string>
 
+#include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
 
@@ -42,10 +43,12 @@ ModelConfig read_hf_config(const std::string& dir);
 void load_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
                    float* params);
 
-// Writes config.json and model.safetensors (fp32) into dir.tmp, syncs them and renames it to dir
-// (dir must not exist or be an empty directory), so dir never holds a partial checkpoint.
+// Writes config.json and model.safetensors (fp32) into dir.tmp, with the tokenizer's files when
+// one is given (gpt2: vocab.json + merges.txt, sentencepiece: tokenizer.model; bytes and llm.c's
+// decode-only gpt2_tokenizer.bin: none), syncs them and renames it to dir (dir must not exist
+// or be an empty directory), so dir never holds a partial checkpoint.
 // UsageError when dir holds files or cannot be created; Error if writing fails midway.
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   const float* params);
+                   const float* params, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace mpitrain

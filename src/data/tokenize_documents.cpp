@@ -1,0 +1,50 @@
+// Documents tokenized by a pool of threads, each taking the next untaken document.
+#include "mpitrain/data/tokenize_documents.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace mpitrain {
+
+std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
+                                                      const std::vector<std::string>& documents,
+                                                      int threads) {
+  std::vector<std::vector<uint32_t>> tokens(documents.size());
+  const std::vector<uint32_t> separator =
+      tok.document_start() ? std::vector<uint32_t>{} : tok.encode("\n");
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;  // that of the first document that failed, as a serial run would
+  size_t error_at = documents.size();
+  const auto work = [&] {
+    for (size_t i = next++; i < documents.size(); i = next++) {
+      try {
+        std::vector<uint32_t>& out = tokens[i];
+        if (const auto start = tok.document_start())
+          out.push_back(*start);
+        else if (i > 0)
+          out = separator;
+        const std::vector<uint32_t> body = tok.encode(documents[i]);
+        out.insert(out.end(), body.begin(), body.end());
+      } catch (...) {
+        const std::lock_guard lock(error_mutex);
+        if (i < error_at) {
+          error = std::current_exception();
+          error_at = i;
+        }
+      }
+    }
+  };
+  const size_t n = std::min<size_t>(std::max(threads, 1), documents.size());
+  std::vector<std::jthread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  pool.clear();  // joins
+  if (error) std::rethrow_exception(error);
+  return tokens;
+}
+
+}  // namespace mpitrain

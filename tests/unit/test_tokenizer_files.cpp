@@ -1,0 +1,124 @@
+// Tokenizers as files: descriptors, llm.c's gpt2_tokenizer.bin, the uint32 llm.c shard, and
+// documents tokenized on several threads.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mpitrain/data/gpt2_tokenizer.hpp"
+#include "mpitrain/data/token_source.hpp"
+#include "mpitrain/data/token_writer.hpp"
+#include "mpitrain/data/tokenize_documents.hpp"
+#include "mpitrain/data/tokenizer.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+using namespace mpitrain;
+
+namespace {
+
+class TokenizerFilesTest : public ::testing::Test {  // a fresh temporary directory per test
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "mpitrain-tok-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // llm.c's gpt2_tokenizer.bin holding tokens, version 2 with end-of-text id eot.
+  void write_llmc_tokenizer(const std::string& file, const std::vector<std::string>& tokens,
+                            int32_t eot) const {
+    std::array<int32_t, 256> header{};
+    header[0] = Gpt2Tokenizer::kLlmcMagic;
+    header[1] = 2;
+    header[2] = static_cast<int32_t>(tokens.size());
+    header[3] = eot;
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), sizeof header);
+    for (const auto& t : tokens) out << static_cast<char>(t.size()) << t;
+  }
+
+  // The message of the UsageError that load_tokenizer(file) throws ("" if none).
+  static std::string load_error(const std::string& file) {
+    try {
+      load_tokenizer(file);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(TokenizerFilesTest, ByteDescriptorRoundTrips) {
+  std::ofstream(path(kTokenizerFile)) << tokenizer_descriptor_json(ByteTokenizer());
+  const auto tok = load_tokenizer(dir_.string());
+  EXPECT_EQ(tok->name(), "bytes");
+  EXPECT_EQ(tok->vocab_size(), 256);
+}
+
+TEST_F(TokenizerFilesTest, DescriptorNamingAMissingRoleIsRefused) {
+  std::ofstream(path(kTokenizerFile)) << R"({"name": "gpt2", "files": {}})";
+  EXPECT_NE(load_error(path(kTokenizerFile)).find("names tokenizer 'gpt2' but no files.encoder"),
+            std::string::npos)
+      << load_error(path(kTokenizerFile));
+}
+
+TEST_F(TokenizerFilesTest, DirectoryWithoutTokenizerIsRefused) {
+  EXPECT_NE(load_error(dir_.string()).find("holds no tokenizer"), std::string::npos);
+  EXPECT_NE(load_error(path("none.model")).find("does not exist"), std::string::npos);
+}
+
+TEST_F(TokenizerFilesTest, LlmcTokenizerDecodesAndRefusesToEncode) {
+  write_llmc_tokenizer(path("gpt2_tokenizer.bin"), {"He", "llo", " world", "<|endoftext|>"}, 3);
+  const auto tok = load_tokenizer(path("gpt2_tokenizer.bin"));
+  EXPECT_EQ(tok->name(), "gpt2");
+  EXPECT_EQ(tok->vocab_size(), 4);
+  EXPECT_EQ(tok->document_start(), 3u);
+  const std::vector<int32_t> ids = {0, 1, 2, 3, 9};
+  EXPECT_EQ(tok->decode(ids.data(), ids.size()), "Hello world<|endoftext|><|9|>");
+  try {
+    tok->encode("Hello");
+    FAIL() << "encode with gpt2_tokenizer.bin did not throw";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "llm.c's gpt2_tokenizer.bin only decodes; give encoder.json + vocab.bpe");
+  }
+}
+
+TEST_F(TokenizerFilesTest, LlmcTokenizerWithEndOfTextOutsideIsRefused) {
+  write_llmc_tokenizer(path("t.bin"), {"a", "b"}, 7);
+  EXPECT_NE(load_error(path("t.bin")).find("end-of-text id 7 is not in its vocabulary"),
+            std::string::npos)
+      << load_error(path("t.bin"));
+}
+
+TEST_F(TokenizerFilesTest, LlmcUint32ShardReadsBack) {
+  const std::vector<uint32_t> tokens = {0, 65535, 65536, 128255, 7};
+  write_llmc_shard_u32(path("shard.bin"), tokens);
+  const auto src = open_tokens(path("shard.bin"), TokenFormat::Llmc);
+  ASSERT_EQ(src->size(), tokens.size());
+  std::vector<int32_t> back(tokens.size());
+  src->read(0, tokens.size(), back.data());
+  EXPECT_EQ(std::vector<uint32_t>(back.begin(), back.end()), tokens);
+}
+
+TEST(TokenizeDocuments, ThreadsGiveTheSerialResult) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < 9; ++i)
+    docs.push_back(std::string(1000 + 37 * i, static_cast<char>('a' + i)));
+  const ByteTokenizer tok;
+  const auto serial = tokenize_documents(tok, docs, 1);
+  EXPECT_EQ(tokenize_documents(tok, docs, 4), serial);
+  ASSERT_EQ(serial.size(), docs.size());
+  EXPECT_EQ(serial[0].size(), docs[0].size());  // no separator before the first document
+  EXPECT_EQ(serial[1].front(), static_cast<uint32_t>('\n'));
+}
+
+}  // namespace
