@@ -21,10 +21,6 @@ namespace mpitrain {
 
 namespace {
 
-const char* const kModelOptions[] = {"arch",     "n-layer",   "n-head",     "n-kv-head",
-                                     "d-model",  "d-ff",      "vocab-size", "max-seq-len",
-                                     "norm-eps", "rope-theta"};
-
 // Model sizes: up to 2^28, so that the shape's int arithmetic (4 d-model, 3 d-model, the padded
 // vocabulary) cannot overflow; anything near it is refused by the memory check anyway.
 constexpr double kMaxSize = 1 << 28;
@@ -47,6 +43,8 @@ const std::vector<OptionRange> kRanges = {
     {"eval-samples", 1, kUnbounded},
     {"sample-tokens", 0, kUnbounded},
     {"sample-temperature", 0, kUnbounded},
+    {"sample-top-k", 0, kUnbounded},
+    {"sample-top-p", 0, 1, true},
     // Training
     {"steps", 0, kUnbounded},
     {"global-batch-size", 1, 1 << 24},
@@ -161,7 +159,8 @@ po::options_description data_options(TrainConfig& t) {
   po::options_description d;
   d.add_options()
       ("train-data", with_default(&t.train_data)->value_name("FILE"),
-       "training tokens: HDF5 (/tokens), llm.c shard or nanoGPT .bin (required)")
+       "training tokens: HDF5 (/tokens), llm.c shard or nanoGPT .bin (required, except by "
+       "--steps 0 from an explicit --resume)")
       ("val-data", with_default(&t.val_data)->value_name("FILE"),
        "validation tokens (same formats); '' = none")
       ("data-format", with_default(&t.data_format)->value_name("auto|hdf5|llmc|nanogpt"),
@@ -174,7 +173,14 @@ po::options_description data_options(TrainConfig& t) {
       ("sample-prompt", with_default(&t.sample_prompt),
        "text the sample starts from; '' = a newline")
       ("sample-temperature", with_default(&t.sample_temperature),
-       "sampling temperature; 0 = greedy");
+       "sampling temperature, applied after the top-k and top-p filters; 0 = greedy")
+      ("sample-top-k", with_default(&t.sample_top_k),
+       "sample among the k most likely tokens only; 0 = all")
+      ("sample-top-p", with_default(&t.sample_top_p),
+       "then among the fewest most likely tokens whose probability sums to p (nucleus); 1 = all")
+      ("tokenizer", with_default(&t.tokenizer)->value_name("PATH"),
+       "tokenizer of the sample (a tokenizer.json or a directory holding one), over the one the "
+       "data records or the resumed run's <run dir>/tokenizer/; '' = those");
   return d;
 }
 
@@ -254,9 +260,10 @@ po::options_description checkpoint_options(TrainConfig& t) {
        "steps between checkpoints under <out-dir>/checkpoints, plus one at the end; 0 = none")
       ("keep-last", with_default(&t.keep_last),
        "step checkpoints kept (older ones deleted); 0 = all")
-      ("resume", with_default(&t.resume)->value_name("auto|DIR"),
-       "auto = continue from the newest valid checkpoint if there is one; or a checkpoint "
-       "directory; '' = start fresh")
+      ("resume", with_default(&t.resume)->value_name("auto|PATH"),
+       "auto = continue from the newest valid checkpoint in out-dir if there is one; or a run "
+       "directory, its checkpoints/ (both: the newest valid checkpoint), a step-N directory or "
+       "its checkpoint.h5, whose model shape then needs no model options; '' = start fresh")
       ("allow-seed-change", flag(&t.allow_seed_change),
        "resume although the checkpoint was written under another seed (a new data order from "
        "there on); without it that is refused")
@@ -378,7 +385,10 @@ void check_train(TrainConfig& t, const RawText& raw) {
   parse_recompute(t.recompute);
   require(t.min_loss_scale <= t.initial_loss_scale,
           "min-loss-scale must not exceed initial-loss-scale");
-  require(!t.train_data.empty(), "no training data: set train-data (a file made by prepare-data)");
+  require(!t.train_data.empty() || (t.steps == 0 && !t.resume.empty() && t.resume != "auto"),
+          t.steps == 0 ? "no training data: set train-data (a file made by prepare-data), or "
+                         "--resume a checkpoint to evaluate or sample it"
+                       : "no training data: set train-data (a file made by prepare-data)");
   require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
               t.data_format == "nanogpt",
           "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
@@ -443,8 +453,8 @@ Options parse_options(int argc, const char* const* argv) {
   }
 
   m.arch = parse_arch(raw.arch);
-  for (const char* name : kModelOptions)
-    if (vm.count(name) && !vm[name].defaulted()) o.model_set.emplace_back(name);
+  for (const auto& [name, value] : vm)
+    if (!value.defaulted()) o.given.push_back(name);
   check_ranges(kRanges, vm);
   check_train(o.train, raw);
   o.effective = effective_ini(vm);

@@ -1,26 +1,71 @@
 #include "mpitrain/train/model_setup.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/run_record.hpp"
 
 namespace mpitrain {
 
 namespace {
 
-void require_same(const Options& o, const char* name, int set_value, int file_value,
-                  const std::string& file) {
-  if (std::find(o.model_set.begin(), o.model_set.end(), name) == o.model_set.end()) return;
-  require(set_value == file_value, std::string(name) + " = " + std::to_string(set_value) +
-                                       " disagrees with the init-from model " + file + " (" +
-                                       std::to_string(file_value) + ")");
+bool given(const Options& o, const char* name) {
+  return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
+}
+
+// A model option the user set must equal the model file's (source: "the init-from model F").
+template <class V>
+void require_same(const Options& o, const char* name, V set_value, V file_value,
+                  const std::string& source) {
+  if (!given(o, name)) return;
+  const auto text = [](V v) {
+    if constexpr (std::is_same_v<V, Arch>) return to_string(v);
+    else if constexpr (std::is_floating_point_v<V>) return float_text(v);
+    else return std::to_string(v);
+  };
+  require(set_value == file_value, std::string(name) + " = " + text(set_value) +
+                                       " disagrees with " + source + " (" + text(file_value) + ")");
+}
+
+// Every model option the user set must equal the model file's f; norms: also norm-eps and
+// rope-theta (files that record them).
+void require_given_match(const Options& o, const ModelConfig& f, const std::string& source,
+                         bool norms) {
+  const ModelConfig& m = o.model;
+  require_same(o, "arch", m.arch, f.arch, source);
+  require_same(o, "n-layer", m.n_layer, f.n_layer, source);
+  require_same(o, "n-head", m.n_head, f.n_head, source);
+  require_same(o, "n-kv-head", m.n_kv_head, f.n_kv_head, source);
+  require_same(o, "d-model", m.d_model, f.d_model, source);
+  require_same(o, "d-ff", m.d_ff, f.d_ff, source);
+  require_same(o, "vocab-size", m.vocab_size, f.vocab_size, source);
+  require_same(o, "max-seq-len", m.max_seq_len, f.max_seq_len, source);
+  if (!norms) return;
+  require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
+  require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
 }
 
 }  // namespace
 
-ModelConfig resolve_model_config(const Options& o, const TokenSource& train_data) {
+void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std::string& path,
+                              int dp) {
+  require(o.train.init_from.empty(),
+          "init-from and --resume " + path + " both set the weights: give one of them");
+  require_given_match(o, c.model, "the checkpoint " + path, true);
+  o.model = c.model;
+  TrainConfig& t = o.train;
+  if (!given(o, "seq-len")) t.seq_len = static_cast<int>(c.seq_len);
+  if (!given(o, "seed")) t.seed = c.seed;
+  if (!given(o, "optimizer")) t.optimizer = to_string(c.optimizer);
+  if (!given(o, "global-batch-size")) t.global_batch_size = static_cast<int>(c.global_batch_size);
+  if (!given(o, "micro-batch-size") && t.global_batch_size % (dp * c.micro_batch_size) == 0)
+    t.micro_batch_size = static_cast<int>(c.micro_batch_size);
+}
+
+ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data) {
   ModelConfig m = o.model;
   if (!o.train.init_from.empty()) {
     const std::string& file = o.train.init_from;
@@ -29,24 +74,15 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource& train_data
             "init-from: " + file + " is not a Hugging Face directory, and llm.c files hold gpt2 "
             "models: arch must be gpt2");
     ModelConfig f = hf ? read_hf_config(file) : read_llmc_config(file);
-    require(!hf || std::find(o.model_set.begin(), o.model_set.end(), "arch") == o.model_set.end() ||
-                m.arch == f.arch,
-            "arch = " + to_string(m.arch) + " disagrees with the init-from model " + file + " (" +
-                to_string(f.arch) + ")");
-    require_same(o, "n-layer", m.n_layer, f.n_layer, file);
-    require_same(o, "n-head", m.n_head, f.n_head, file);
-    require_same(o, "n-kv-head", m.n_kv_head, f.n_kv_head, file);
-    require_same(o, "d-model", m.d_model, f.d_model, file);
-    require_same(o, "d-ff", m.d_ff, f.d_ff, file);
-    require_same(o, "vocab-size", m.vocab_size, f.vocab_size, file);
-    require_same(o, "max-seq-len", m.max_seq_len, f.max_seq_len, file);
+    require_given_match(o, f, "the init-from model " + file, false);  // llm.c: gpt2, as above
     if (!hf) f.norm_eps = m.norm_eps;  // llm.c files do not record it
     m = f;
   }
   if (m.vocab_size == 0) {
-    require(train_data.vocab_size() > 0,
-            train_data.path() + " declares no vocabulary size: set vocab-size");
-    m.vocab_size = static_cast<int>(train_data.vocab_size());
+    require(train_data && train_data->vocab_size() > 0,
+            (train_data ? train_data->path() : "no training data") +
+                " declares no vocabulary size: set vocab-size");
+    m.vocab_size = static_cast<int>(train_data->vocab_size());
   }
   if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
   if (m.d_ff == 0) m.d_ff = default_ffn_width(m.arch, m.d_model);
@@ -55,9 +91,11 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource& train_data
   require(o.train.seq_len <= m.max_seq_len,
           "seq-len " + std::to_string(o.train.seq_len) + " exceeds the model's " +
               std::to_string(m.max_seq_len) + " positions (max-seq-len)");
-  require(train_data.vocab_size() <= m.vocab_size,
-          train_data.path() + " declares vocab_size " + std::to_string(train_data.vocab_size()) +
-              ", more than the model's vocab-size " + std::to_string(m.vocab_size));
+  if (train_data)
+    require(train_data->vocab_size() <= m.vocab_size,
+            train_data->path() + " declares vocab_size " +
+                std::to_string(train_data->vocab_size()) + ", more than the model's vocab-size " +
+                std::to_string(m.vocab_size));
   return m;
 }
 

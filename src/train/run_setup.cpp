@@ -42,9 +42,8 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.padded_vocab(), "the padded vocabulary");
 }
 
-void check_out_dir(const Options& o) {
+void check_out_dir(const Options& o, bool resuming) {
   const TrainConfig& t = o.train;
-  const bool resuming = !t.resume.empty();
   std::error_code ec;
   if (!t.overwrite && !resuming)
     for (const fs::directory_entry& e : fs::directory_iterator(t.out_dir, ec))
@@ -56,11 +55,11 @@ void check_out_dir(const Options& o) {
             file + " exists; pass --overwrite or choose another export file");
 }
 
-void write_out_dir(const Options& o, const std::string& run_ini) {
+void write_out_dir(const Options& o, const std::string& run_ini, bool resuming) {
   const TrainConfig& t = o.train;
   const fs::path dir(t.out_dir);
   std::error_code ec;
-  if (t.overwrite && t.resume.empty()) fs::remove_all(dir / "checkpoints", ec);
+  if (t.overwrite && !resuming) fs::remove_all(dir / "checkpoints", ec);
   std::ofstream ini(dir / "run.ini");
   require(static_cast<bool>(ini << run_ini), "cannot write " + (dir / "run.ini").string());
 }

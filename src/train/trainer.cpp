@@ -34,7 +34,7 @@ int Trainer::run() {
     after_evaluation(step);
     if (const StepEnd end = stop_or_save(step); end.stop) return finish(end.exit_code);
   }
-  if (val_windows_ && t_.steps == 0) log_->eval(0, evaluate());  // evaluation only
+  if (val_windows_ && t_.steps == 0) log_->eval(start_step_, evaluate());  // evaluation only
   finish(kExitOk);
   return export_and_sample();
 }
@@ -45,10 +45,15 @@ void Trainer::resume() {
   all_or_none(world_, [&] {
     // The store refuses a checkpoint of another model (UsageError naming the difference), and
     // a fresh start over checkpoints that are all damaged unless --overwrite.
-    m = t_.resume == "auto" ? store_->load_latest(*state_, t_.overwrite)
-                            : store_->load(t_.resume, *state_);
+    if (t_.resume == "auto")
+      m = store_->load_latest(*state_, t_.overwrite);
+    else if (!resume_source_->step.empty())
+      m = store_->load(resume_source_->step, *state_);
+    else  // the newest valid checkpoint of another directory (find_resume_source saw one)
+      m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(*state_);
   });
   if (!m) {
+    require(t_.resume == "auto", "--resume " + t_.resume + ": no valid checkpoint in it");
     if (root_) std::printf("no checkpoint to resume from: starting fresh\n");
     return;
   }

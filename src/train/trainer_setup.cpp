@@ -27,7 +27,9 @@
 #include "mpitrain/train/model_setup.hpp"
 #include "mpitrain/train/run_record.hpp"
 #include "mpitrain/train/run_setup.hpp"
+#include "mpitrain/train/sample_tokenizer.hpp"
 #include "mpitrain/train/software_check.hpp"
+#include "mpitrain/train/work_check.hpp"
 
 namespace fs = std::filesystem;
 
@@ -83,7 +85,7 @@ double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
 
 Trainer::Trainer(const Options& options, const MpiComm& world, const StopSignals& signals)
     : options_(options),
-      t_(options.train),
+      t_(options_.train),
       world_(world),
       root_(world.rank() == 0),
       signals_(signals) {
@@ -106,13 +108,22 @@ Trainer::~Trainer() = default;
 void Trainer::check_inputs() {
   all_or_none(world_, [&] {
     shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp);
+    if (!t_.resume.empty() && t_.resume != "auto") {  // every rank finds the same
+      resume_source_ = find_resume_source(t_.resume);
+      take_checkpoint_settings(options_, resume_source_->manifest, t_.resume, shape_.dp);
+    }
     schedule_ = parse_pipeline_schedule(t_.pp_schedule);
     parse_lr_decay(t_.lr_schedule);
     const TokenFormat format = parse_token_format(t_.data_format);
-    train_src_ = open_tokens(t_.train_data, format);
+    if (!t_.train_data.empty()) train_src_ = open_tokens(t_.train_data, format);
     if (!t_.val_data.empty()) val_src_ = open_tokens(t_.val_data, format);
-    tokenizer_ = recorded_tokenizer(*train_src_);
-    cfg_ = resolve_model_config(options_, *train_src_);
+    SampleTokenizer chosen =
+        choose_sample_tokenizer(t_.tokenizer, train_src_.get(),
+                                resume_source_ ? resume_source_->run_dir : "", val_src_.get());
+    tokenizer_ = std::move(chosen.tokenizer);
+    tokenizer_descriptor_ = chosen.descriptor;
+    cfg_ = resolve_model_config(options_, train_src_.get());
+    check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
     stage_first_layer_ = pipeline_layer_split(cfg_.n_layer, shape_.pp, t_.pp_layers);
@@ -122,7 +133,7 @@ void Trainer::check_inputs() {
         "global-batch-size " + std::to_string(t_.global_batch_size) +
             " must be divisible by dp x micro-batch-size = " + std::to_string(shape_.dp) + " x " +
             std::to_string(t_.micro_batch_size));
-    train_windows_ = std::make_unique<SampleWindows>(*train_src_, t_.seq_len);
+    if (train_src_) train_windows_ = std::make_unique<SampleWindows>(*train_src_, t_.seq_len);
     if (val_src_) val_windows_ = std::make_unique<SampleWindows>(*val_src_, t_.seq_len);
   });
   check_memory_fits(t_, cfg_, shape_, stage_first_layer_, world_);  // before any allocation
@@ -141,8 +152,14 @@ void Trainer::check_inputs() {
   all_or_none(world_, [&] {
     require_creatable_dir(t_.trace, "trace");
     require_creatable_dir(t_.tensorboard, "tensorboard");
+    continues_run_ = t_.resume == "auto" ||
+                     (resume_source_ && is_run_dir(resume_source_->run_dir, t_.out_dir));
     if (!root_) return;  // rank 0 writes these
     require_creatable_dir(t_.out_dir, "out-dir");
+    require(!resume_source_ || t_.steps > resume_source_->manifest.step || !continues_run_,
+            "out-dir " + t_.out_dir + " is the run that wrote the checkpoint: evaluating or "
+            "sampling it without training would replace its run.ini, metrics.jsonl and "
+            "report.json; give --out-dir a new directory");
     require_writable_file(t_.export_llmc, "export-llmc");
     if (!t_.export_llmc.empty()) require_llmc_expressible(t_.export_llmc, cfg_);
     require_writable_file(t_.export_params, "export-params");
@@ -162,7 +179,7 @@ void Trainer::lock_out_dir() {
     } catch (const StopRequested&) {
       return;  // a stop while waiting: agreed on below, like any start-up stop
     }
-    check_out_dir(options_);  // under the lock: no other run can fill it meanwhile
+    check_out_dir(options_, continues_run_);  // under the lock: no other run can fill it
   });
   stop_if_requested(signals_, world_, "waiting for the out-dir lock");
 }
@@ -238,6 +255,14 @@ void Trainer::build_model() {
 std::string Trainer::run_ini() const {
   const auto text = [](auto v) { return std::to_string(v); };
   return resolved_ini(options_.effective, {{"dp", text(shape_.dp)},
+                                           {"arch", to_string(cfg_.arch)},
+                                           {"n-layer", text(cfg_.n_layer)},
+                                           {"n-head", text(cfg_.n_head)},
+                                           {"d-model", text(cfg_.d_model)},
+                                           {"seq-len", text(t_.seq_len)},
+                                           {"seed", text(t_.seed)},
+                                           {"optimizer", t_.optimizer},
+                                           {"global-batch-size", text(t_.global_batch_size)},
                                            {"tp", text(shape_.tp)},
                                            {"pp", text(shape_.pp)},
                                            {"threads", text(threads_)},
@@ -256,9 +281,11 @@ void Trainer::build_step_parts() {
                        static_cast<float>(t_.momentum), static_cast<float>(t_.weight_decay)};
   lr_schedule_ = LrSchedule{parse_lr_decay(t_.lr_schedule), t_.lr, t_.lr * t_.min_lr_ratio,
                             t_.warmup_steps, t_.steps};
-  order_.emplace(train_windows_->count(), t_.seed, t_.shuffle);
-  loader_.emplace(*train_windows_, *order_, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
-                  shape_.dp);
+  if (train_windows_) {
+    order_.emplace(train_windows_->count(), t_.seed, t_.shuffle);
+    loader_.emplace(*train_windows_, *order_, t_.global_batch_size, micro_batch_,
+                    grid_->dp_rank(), shape_.dp);
+  }
   runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_, micro_batches_,
                                              micro_batch_, t_.seq_len, &trace_,
                                              [this] { return blocked_seconds(); });
@@ -321,7 +348,9 @@ void Trainer::build_step_parts() {
   stop_if_requested(signals_, world_, "loading the checkpoint and measuring the peak");
   std::unique_ptr<TensorBoardWriter> tensorboard;
   all_or_none(world_, [&] {
-    if (root_) write_out_dir(options_, run_ini());
+    if (root_) write_out_dir(options_, run_ini(), continues_run_);
+    if (root_ && !tokenizer_descriptor_.empty())
+      keep_tokenizer(tokenizer_descriptor_, (fs::path(t_.out_dir) / kRunTokenizerDir).string());
     if (!t_.trace.empty())
       trace_.open(t_.trace, world_.rank(),
                   "rank " + std::to_string(world_.rank()) + " (dp " +
@@ -331,7 +360,7 @@ void Trainer::build_step_parts() {
       tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard);
   });
   log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
-                                      t_.resume.empty() ? -1 : start_step_, std::move(tensorboard),
+                                      continues_run_ ? start_step_ : -1, std::move(tensorboard),
                                       t_.log_interval, start_);
   report_path_ = (fs::path(t_.out_dir) / "report.json").string();
 
@@ -360,7 +389,7 @@ void Trainer::print_banner() const {
       MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head,
       cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
       count_text(static_cast<double>(full_layout_->total())).c_str(),
-      static_cast<size_t>(train_src_->size()));
+      static_cast<size_t>(train_src_ ? train_src_->size() : 0));
   const auto count = [](int n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };

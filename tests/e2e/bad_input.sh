@@ -72,6 +72,17 @@ else
 fi
 for d in o16 o17 o18; do [ ! -e "$SCRATCH/$d" ] || fail "a rejected --device run created $d"; done
 
+# What could only fail at the end, refused at start-up (no out-dir created): a sample filter the
+# model cannot meet, --steps 0 with nothing to do, --save-best without validation data, two
+# exports into one file.
+expect_usage_error top_k_vocab "sample-top-k 300 exceeds the vocabulary (256 tokens)" "${tiny[@]}" --sample-tokens 8 --sample-top-k 300 --out-dir "$SCRATCH/o20"
+expect_usage_error top_p_zero "sample-top-p must be in (0, 1] (got 0)" "${tiny[@]}" --sample-top-p 0 --out-dir "$SCRATCH/o20"
+expect_usage_error nothing_to_do "--steps 0 trains nothing, and nothing else is asked" "${tiny[@]}" --steps 0 --val-data "" --out-dir "$SCRATCH/o20"
+expect_usage_error best_without_val "save-best keeps the checkpoint of the lowest validation loss: it needs val-data" "${tiny[@]}" --save-best --val-data "" --out-dir "$SCRATCH/o20"
+expect_usage_error same_export "export-llmc and export-params name the same file $SCRATCH/m.bin" "${tiny[@]}" --export-llmc "$SCRATCH/m.bin" --export-params "$SCRATCH/m.bin" --out-dir "$SCRATCH/o20"
+expect_usage_error bad_tokenizer "$SCRATCH/short.txt' is not a tokenizer descriptor" "${tiny[@]}" --tokenizer "$SCRATCH/short.txt" --out-dir "$SCRATCH/o20"
+[ ! -e "$SCRATCH/o20" ] && [ ! -e "$SCRATCH/m.bin" ] || fail "a run refused at start-up wrote something"
+
 # An out-dir that already holds a run is left exactly as it was.
 mkdir -p "$SCRATCH/previous"
 echo '{"step": 1, "loss": 1}' > "$SCRATCH/previous/metrics.jsonl"

@@ -47,7 +47,7 @@ TEST(Options, DefaultsAndFlags) {
   EXPECT_TRUE(o.train.overwrite);
   EXPECT_TRUE(o.train.shuffle);
   EXPECT_EQ(o.model.vocab_size, 0);  // resolved later from the data
-  EXPECT_EQ(o.model_set, std::vector<std::string>{"arch"});
+  EXPECT_EQ(o.given, (std::vector<std::string>{"arch", "overwrite", "steps", "train-data"}));
   EXPECT_NE(o.effective.find("steps = 7"), std::string::npos);
 }
 

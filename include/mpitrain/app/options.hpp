@@ -17,7 +17,7 @@ struct Options {
   ModelConfig model;
   TrainConfig train;
   std::string print_instead;           // --help or --version: rank 0 prints this, exit 0
-  std::vector<std::string> model_set;  // model options the user set (flag or file)
+  std::vector<std::string> given;      // the options the user set (flag or file)
   std::string effective;               // every option's final value, INI syntax
 };
 

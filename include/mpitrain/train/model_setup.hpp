@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mpitrain/app/options.hpp"
+#include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/data/token_source.hpp"
 
 namespace mpitrain {
@@ -9,6 +10,14 @@ namespace mpitrain {
 // Fills what options left at 0: vocab-size from the data's declared vocab_size, n-kv-head =
 // n-head, d-ff by the architecture's rule, max-seq-len = seq-len. With init-from, the llm.c
 // file's header is the shape, and a model option the user set that disagrees is a UsageError.
-ModelConfig resolve_model_config(const Options& options, const TokenSource& train_data);
+// train_data: null when there is none (evaluating a checkpoint).
+ModelConfig resolve_model_config(const Options& options, const TokenSource* train_data);
+
+// An explicit --resume PATH: the checkpoint's model is the shape (a model option the user set
+// that disagrees: UsageError naming it and both values; init-from with it: UsageError), and
+// seq-len, seed, optimizer, global-batch-size and micro-batch-size (when the batch divides by dp x
+// it) are the checkpoint's unless the user set them.
+void take_checkpoint_settings(Options& options, const CheckpointManifest& checkpoint,
+                              const std::string& path, int dp);
 
 }  // namespace mpitrain

@@ -21,12 +21,13 @@ uint32_t local_max_token(const TokenSource* src, const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).
 void check_tensor_parallel(const ModelConfig& m, int tp);
 // Refuses (UsageError) an out-dir that holds anything but its lock file, or an existing export
-// file, unless --overwrite (or --resume, which continues the run that is there). Writes nothing:
-// called under the out-dir's lock (runtime/dir_lock.hpp), before any other check can fail.
-void check_out_dir(const Options& o);
+// file, unless --overwrite or resuming (--resume auto, or a checkpoint of the run in out-dir: it
+// continues the run that is there). Writes nothing: called under the out-dir's lock
+// (runtime/dir_lock.hpp), before any other check can fail.
+void check_out_dir(const Options& o, bool resuming);
 // Once every check has passed: records the run in <out-dir>/run.ini (train/run_record.hpp). A
-// fresh run with --overwrite drops the old run's checkpoints, so that a later --resume auto
-// cannot pick them up.
-void write_out_dir(const Options& o, const std::string& run_ini);
+// run with --overwrite that is not resuming (as check_out_dir) drops the old run's checkpoints,
+// so that a later --resume auto cannot pick them up.
+void write_out_dir(const Options& o, const std::string& run_ini, bool resuming);
 
 }  // namespace mpitrain

@@ -81,6 +81,9 @@ struct TrainConfig {
   int sample_tokens = 128;    // text generated at the end; 0 = none
   std::string sample_prompt;  // "" = start from a newline
   double sample_temperature = 0.8;
+  int sample_top_k = 0;       // sample among the k most likely tokens; 0 = all
+  double sample_top_p = 1.0;  // then the nucleus of this probability; 1 = all
+  std::string tokenizer;      // the sample's tokenizer over the data's (data/tokenizer.hpp)
 };
 
 }  // namespace mpitrain

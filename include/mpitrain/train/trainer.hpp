@@ -21,6 +21,7 @@
 #include "mpitrain/app/options.hpp"
 #include "mpitrain/backend/backend.hpp"
 #include "mpitrain/ckpt/checkpoint.hpp"
+#include "mpitrain/ckpt/resume_source.hpp"
 #include "mpitrain/data/samples.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/tokenizer.hpp"
@@ -91,7 +92,7 @@ class Trainer {
   const float* host_params();      // the parameters in host memory (for the replica check)
   double blocked_seconds() const;  // over every communicator, since the reset
 
-  const Options& options_;
+  Options options_;  // a copy: an explicit --resume completes it from the checkpoint
   const TrainConfig& t_;
   const MpiComm& world_;
   const bool root_;
@@ -105,7 +106,10 @@ class Trainer {
   PipelineSchedule schedule_{};
   std::unique_ptr<TokenSource> train_src_, val_src_;
   std::unique_ptr<SampleWindows> train_windows_, val_windows_;
-  std::unique_ptr<Tokenizer> tokenizer_;  // the training data's, for the sample; null if unknown
+  std::unique_ptr<Tokenizer> tokenizer_;  // the sample's (train/sample_tokenizer.hpp); or null
+  std::string tokenizer_descriptor_;      // its file, copied into <out-dir>/tokenizer/; or ""
+  std::optional<ResumeSource> resume_source_;  // an explicit --resume PATH
+  bool continues_run_ = false;                 // resuming the run in out-dir (auto, or its own)
   ModelConfig cfg_;
 
   // The machinery (build_model, build_step_parts), destroyed in the reverse order.
