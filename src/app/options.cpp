@@ -173,11 +173,12 @@ po::options_description data_options(TrainConfig& t) {
       ("sample-prompt", with_default(&t.sample_prompt),
        "text the sample starts from; '' = a newline")
       ("sample-temperature", with_default(&t.sample_temperature),
-       "sampling temperature, applied after the top-k and top-p filters; 0 = greedy")
+       "sampling temperature: softmax(logits / T), before the top-k and top-p cuts; 0 = greedy")
       ("sample-top-k", with_default(&t.sample_top_k),
        "sample among the k most likely tokens only; 0 = all")
       ("sample-top-p", with_default(&t.sample_top_p),
-       "then among the fewest most likely tokens whose probability sums to p (nucleus); 1 = all")
+       "then among the fewest most likely of those whose tempered probability sums to p "
+       "(nucleus); 1 = all")
       ("tokenizer", with_default(&t.tokenizer)->value_name("PATH"),
        "tokenizer of the sample (a tokenizer.json or a directory holding one), over the one the "
        "data records or the resumed run's <run dir>/tokenizer/; '' = those");

@@ -12,7 +12,8 @@ namespace mpitrain {
 
 namespace {
 
-// The ids the top-k and top-p filters keep, most likely first (all V unfiltered, in id order).
+// The ids the top-k and top-p filters keep, most likely first (all V unfiltered, in id order);
+// temperature > 0.
 std::vector<int> kept_tokens(const float* logits, int V, const SamplingConfig& c) {
   std::vector<int> ids(V);
   std::iota(ids.begin(), ids.end(), 0);
@@ -23,12 +24,16 @@ std::vector<int> kept_tokens(const float* logits, int V, const SamplingConfig& c
   });
   ids.resize(k);
   if (c.top_p >= 1) return ids;
+  // The nucleus of the tempered distribution softmax(logits / temperature) over the k.
   const double top = logits[ids[0]];
+  const auto tempered = [&](int id) {
+    return std::exp((static_cast<double>(logits[id]) - top) / c.temperature);
+  };
   double z = 0;
-  for (int id : ids) z += std::exp(static_cast<double>(logits[id]) - top);
+  for (int id : ids) z += tempered(id);
   double mass = 0;
   size_t n = 0;
-  while (n < ids.size() && mass < c.top_p) mass += std::exp(logits[ids[n++]] - top) / z;
+  while (n < ids.size() && mass < c.top_p) mass += tempered(ids[n++]) / z;
   ids.resize(std::max<size_t>(n, 1));
   return ids;
 }

@@ -1,4 +1,5 @@
-// The sample's token choice: top-k, then top-p (nucleus), then temperature, on hand-made logits
+// The sample's token choice: temperature, then top-k, then top-p (nucleus) on the tempered
+// distribution (Hugging Face's order), on hand-made logits
 // against a double-precision reference; greedy at temperature 0 and top-k 1; the draws a seed
 // gives are the same every time.
 #include <gtest/gtest.h>
@@ -20,7 +21,7 @@ namespace {
 const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 0.5f, 3.0f, -1.0f, 2.5f, 0.0f};
 
 // The reference: every id ranked by (logit desc, id asc), the first k, then the fewest of those
-// whose softmax over the k reaches p, each weighted exp((logit - max) / temperature).
+// whose tempered softmax over the k reaches p, each weighted exp((logit - max) / temperature).
 std::vector<double> reference(const SamplingConfig& c) {
   const int V = static_cast<int>(kLogits.size());
   std::vector<int> ids(V);
@@ -28,10 +29,10 @@ std::vector<double> reference(const SamplingConfig& c) {
   std::stable_sort(ids.begin(), ids.end(), [](int a, int b) { return kLogits[a] > kLogits[b]; });
   ids.resize(c.top_k > 0 ? c.top_k : V);
   double z = 0;
-  for (int id : ids) z += std::exp(static_cast<double>(kLogits[id]) - 3.0);
+  for (int id : ids) z += std::exp((static_cast<double>(kLogits[id]) - 3.0) / c.temperature);
   size_t n = 0;
   for (double mass = 0; n < ids.size() && mass < c.top_p; ++n)
-    mass += std::exp(static_cast<double>(kLogits[ids[n]]) - 3.0) / z;
+    mass += std::exp((static_cast<double>(kLogits[ids[n]]) - 3.0) / c.temperature) / z;
   std::vector<double> w(V, 0.0);
   for (size_t i = 0; i < n; ++i)
     w[ids[i]] = std::exp((static_cast<double>(kLogits[ids[i]]) - 3.0) / c.temperature);
@@ -87,6 +88,14 @@ TEST(Sampling, TopPKeepsTheSmallestNucleus) {
   }
   const std::vector<double> half = weights({1.0, 0, 0.5});
   EXPECT_EQ(std::count_if(half.begin(), half.end(), [](double w) { return w > 0; }), 2);
+}
+
+TEST(Sampling, TopPCutsTheTemperedDistribution) {
+  // At temperature 0.25 ids 1 and 4 hold 0.464 each of the tempered softmax: p = 0.9 keeps
+  // those two; the untempered one (0.307 each, then 6: 0.186, 2: 0.113) would need four.
+  const std::vector<double> w = weights({0.25, 0, 0.9});
+  EXPECT_EQ(std::count_if(w.begin(), w.end(), [](double x) { return x > 0; }), 2);
+  expect_near_all(w, reference({0.25, 0, 0.9}));
 }
 
 TEST(Sampling, TopPAppliesToTheTopKSurvivors) {

@@ -12,10 +12,11 @@
 
 namespace mpitrain {
 
-// How the next token is drawn from the logits: the top_k most likely tokens (0 = all), of them
-// the fewest most likely whose probabilities (softmax of the logits, over those k) sum to at
-// least top_p (1 = all), then one of those drawn from softmax(logits / temperature);
-// temperature 0 = the most likely token (greedy). Ties rank the lower id first.
+// How the next token is drawn from the logits, in Hugging Face's order: the distribution
+// softmax(logits / temperature), cut to its top_k most likely tokens (0 = all), of them the
+// fewest most likely whose probabilities (renormalised over those k) sum to at least top_p
+// (1 = all), and one of those drawn; temperature 0 = the most likely token (greedy). Ties rank
+// the lower id first.
 struct SamplingConfig {
   double temperature = 0.0;
   int top_k = 0;
