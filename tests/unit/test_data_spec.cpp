@@ -24,14 +24,14 @@ class DataSpecTest : public ::testing::Test {  // shards a_0.bin .. a_2.bin and 
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     for (int i = 0; i < 3; ++i)
-      write_llmc_shard(path("a_" + std::to_string(i) + ".bin"), ids(100 + i));
+      write_llmc_shard(path("a_" + std::to_string(i) + ".bin"), ids(100 + i, 100 * i));
     write_tokens_hdf5(path("b.h5"), ids(50), 256, "bytes");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static std::vector<uint32_t> ids(size_t n) {
+  static std::vector<uint32_t> ids(size_t n, uint32_t first = 0) {  // first, first + 1, ... mod 256
     std::vector<uint32_t> v(n);
-    std::iota(v.begin(), v.end(), 0u);
+    std::iota(v.begin(), v.end(), first);
     for (uint32_t& x : v) x %= 256;
     return v;
   }
@@ -65,8 +65,11 @@ TEST_F(DataSpecTest, GlobsExpandSortedAndListsConcatenate) {
   EXPECT_EQ(data.component(0).count(), 12u + 12 + 12 + 6);
   std::vector<int32_t> in(8), tgt(8);
   data.all().read(12, in.data(), tgt.data());  // a_1.bin's first sample
-  EXPECT_EQ(in[0], 0);
-  EXPECT_EQ(tgt[7], 8);
+  EXPECT_EQ(in[0], 100);
+  EXPECT_EQ(tgt[7], 108);
+  data.all().read(41, in.data(), tgt.data());  // b.h5's last: tokens 40 .. 48
+  EXPECT_EQ(in[0], 40);
+  EXPECT_EQ(tgt[7], 48);
 }
 
 TEST_F(DataSpecTest, WeightsAreNormalisedPerEntry) {
