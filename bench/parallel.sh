@@ -77,7 +77,7 @@ if [[ ! -f $data/train.h5 ]]; then
 fi
 
 common=(--arch gpt2 --seq-len 64 --vocab-size 512 --global-batch-size 8 --micro-batch-size 2
-        --threads 1 --sample-tokens 0 --eval-interval 0 --val-data '' --peak-gflops 100
+        --threads 1 --sample-tokens 0 --eval-interval 0 --peak-gflops 100
         --train-data "$data/train.h5" --overwrite)
 mem_model=(--n-layer 8 --n-head 8 --d-model 256 --steps 2)
 dp_model=(--n-layer 8 --n-head 8 --d-model 384 --steps "$dp_steps")

@@ -1,5 +1,7 @@
 #include "mpitrain/app/command_line.hpp"
 
+#include <algorithm>
+
 #include "mpitrain/app/suggest.hpp"
 
 namespace po = boost::program_options;
@@ -17,7 +19,8 @@ namespace {
 }  // namespace
 
 po::parsed_options parse_last_wins(int argc, const char* const* argv,
-                                   const po::options_description& desc) {
+                                   const po::options_description& desc,
+                                   const std::vector<std::string>& lists) {
   po::parsed_options flags(&desc);
   try {
     flags = po::parse_command_line(argc, argv, desc);
@@ -32,6 +35,10 @@ po::parsed_options parse_last_wins(int argc, const char* const* argv,
   for (size_t i = 0; i < flags.options.size(); ++i)
     for (size_t j = i + 1; j < flags.options.size(); ++j)
       if (flags.options[j].string_key == flags.options[i].string_key) {
+        const std::string& name = flags.options[i].string_key;
+        if (std::find(lists.begin(), lists.end(), name) != lists.end())
+          throw po::error("--" + name + " is given twice; give a list instead: --" + name +
+                          " a.h5,b.h5");
         flags.options.erase(flags.options.begin() + i--);
         break;
       }

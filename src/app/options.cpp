@@ -158,13 +158,22 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
 po::options_description data_options(TrainConfig& t) {
   po::options_description d;
   d.add_options()
-      ("train-data", with_default(&t.train_data)->value_name("FILE"),
-       "training tokens: HDF5 (/tokens), llm.c shard or nanoGPT .bin (required, except by "
-       "--steps 0 from an explicit --resume)")
-      ("val-data", with_default(&t.val_data)->value_name("FILE"),
-       "validation tokens (same formats); '' = none")
+      ("train-data", with_default(&t.train_data)->value_name("SPEC"),
+       "training tokens (required, except by --steps 0 from an explicit --resume): HDF5 (/tokens), llm.c shards, nanoGPT .bin, mixed; a "
+       "comma-separated list of files and globs ('shards/fw_train_*.bin,extra.h5'), concatenated, "
+       "or a blend with a weight on every entry ('0.7:web/*.bin, 0.3:code.h5', normalised); "
+       "give it once")
+      ("val-data", with_default(&t.val_data)->value_name("SPEC"),
+       "validation tokens, the same syntax; evaluation reads the first eval-samples of the "
+       "files in order (weights ignored); '' = none")
       ("data-format", with_default(&t.data_format)->value_name("auto|hdf5|llmc|nanogpt"),
-       "format of the token files; auto detects it")
+       "format of the token files; auto detects it per file")
+      ("skip-data-check", flag(&t.skip_data_check),
+       "skip the start-up scan (split over the ranks) that every token id is below vocab-size: "
+       "for trusted data only, an id out of range is then undefined behaviour")
+      ("prefetch", flag(&t.prefetch),
+       "read the next micro-batches in a background thread while the step computes (not for "
+       "chunked or compressed HDF5 files, which are read on the main thread); false = in step")
       ("shuffle", flag(&t.shuffle), "a seeded permutation of the samples per epoch")
       ("eval-interval", with_default(&t.eval_interval),
        "steps between validation losses; 0 = only at the end")
@@ -268,6 +277,9 @@ po::options_description checkpoint_options(TrainConfig& t) {
       ("allow-seed-change", flag(&t.allow_seed_change),
        "resume although the checkpoint was written under another seed (a new data order from "
        "there on); without it that is refused")
+      ("allow-data-change", flag(&t.allow_data_change),
+       "resume although the training data differ from those the checkpoint records (other "
+       "files, token counts or weights); without it that is refused")
       ("save-best", flag(&t.save_best),
        "keep the checkpoint with the lowest validation loss as best/")
       ("exit-after-minutes", with_default(&t.exit_after_minutes),
@@ -433,7 +445,7 @@ Options parse_options(int argc, const char* const* argv) {
 
   po::variables_map vm;
   try {
-    po::store(parse_last_wins(argc, argv, all), vm);
+    po::store(parse_last_wins(argc, argv, all, {"train-data", "val-data"}), vm);
     if (vm.count("help") || vm.count("version")) {
       o.print_instead =
           vm.count("help")

@@ -12,6 +12,10 @@ namespace mpitrain {
 
 namespace {
 
+// The "version" of a field that any version may hold or lack (written, read, printed and
+// checksummed only when not empty), so that files from before it still read.
+constexpr int kOptionalField = 0;
+
 // Calls f(attribute name, field, format version that added it) for every field, in file order
 // (one list for write, read, print).
 template <class M, class F>
@@ -45,6 +49,7 @@ void for_each_field(M& m, F&& f) {
   f("seq_len", m.seq_len, 1);
   f("build_id", m.build_id, 1);
   f("wall_time", m.wall_time, 1);
+  f("data", m.data, kOptionalField);
 }
 
 struct FieldWriter {
@@ -54,8 +59,8 @@ struct FieldWriter {
   void operator()(const char* n, uint64_t v, int) const { write_attribute_uint64(group, n, v); }
   void operator()(const char* n, double v, int) const { write_attribute_double(group, n, v); }
   void operator()(const char* n, float v, int) const { write_attribute_double(group, n, v); }
-  void operator()(const char* n, const std::string& v, int) const {
-    write_attribute_string(group, n, v);
+  void operator()(const char* n, const std::string& v, int since) const {
+    if (since != kOptionalField || !v.empty()) write_attribute_string(group, n, v);
   }
   void operator()(const char* n, Arch v, int) const {
     write_attribute_string(group, n, to_string(v));
@@ -71,6 +76,7 @@ struct FieldReader {
   template <class V>
   void operator()(const char* n, V& v, int since) const {
     if (since > *version) return;  // not in files of this version: the default stands
+    if (since == kOptionalField && !has_attribute(group, n)) return;
     if (!has_attribute(group, n))
       throw Error("manifest attribute '" + std::string(n) + "' is missing");
     read(n, v);
@@ -111,7 +117,9 @@ struct FieldPrinter {
   void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
   void operator()(const char* n, double v, int) const { add(n, text_of(v)); }
   void operator()(const char* n, float v, int) const { add(n, text_of(v)); }
-  void operator()(const char* n, const std::string& v, int) const { add(n, v); }
+  void operator()(const char* n, const std::string& v, int since) const {
+    if (since != kOptionalField || !v.empty()) add(n, v);
+  }
   void operator()(const char* n, Arch v, int) const { add(n, to_string(v)); }
   void operator()(const char* n, OptimizerKind v, int) const { add(n, to_string(v)); }
 };

@@ -30,8 +30,25 @@ void SampleWindows::read(uint64_t sample, int32_t* inputs, int32_t* targets) con
   std::copy(window.begin() + 1, window.end(), targets);
 }
 
-SampleOrder::SampleOrder(uint64_t n_samples, uint64_t seed, bool shuffle)
-    : n_(n_samples), seed_(seed), shuffle_(shuffle) {
+Corpus::Corpus(const std::vector<const TokenSource*>& files, int seq_len) : first_{0} {
+  if (files.empty()) MPITRAIN_THROW("Corpus: no files");
+  for (const TokenSource* f : files) {
+    windows_.emplace_back(*f, seq_len);
+    first_.push_back(first_.back() + windows_.back().count());
+  }
+}
+
+void Corpus::read(uint64_t sample, int32_t* inputs, int32_t* targets) const {
+  if (sample >= count())
+    MPITRAIN_THROW("sample " + std::to_string(sample) + " is out of range (" +
+                   std::to_string(count()) + " samples in " + std::to_string(windows_.size()) +
+                   " files)");
+  const size_t f = std::upper_bound(first_.begin(), first_.end(), sample) - first_.begin() - 1;
+  windows_[f].read(sample - first_[f], inputs, targets);
+}
+
+SampleOrder::SampleOrder(uint64_t n_samples, uint64_t seed, bool shuffle, uint64_t stream)
+    : n_(n_samples), seed_(seed), shuffle_(shuffle), stream_(stream) {
   if (n_ == 0) MPITRAIN_THROW("SampleOrder: no samples");
 }
 
@@ -41,7 +58,7 @@ uint64_t SampleOrder::at(uint64_t k) const {
   if (epoch != cached_epoch_) {
     perm_.resize(n_);
     std::iota(perm_.begin(), perm_.end(), uint64_t{0});
-    Rng rng(seed_, rng_stream::kDataOrder + epoch);
+    Rng rng(seed_, stream_ + epoch);
     for (uint64_t j = n_ - 1; j > 0; --j) std::swap(perm_[j], perm_[rng.below(j + 1)]);
     cached_epoch_ = epoch;
   }

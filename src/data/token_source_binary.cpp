@@ -1,5 +1,6 @@
-// Token files without HDF5: llm.c shards (int32[256] header + uint16/uint32 tokens) and nanoGPT
-// raw uint16. The file is mapped read-only once; read() copies (and widens) out of the mapping.
+// Token files read out of a read-only mapping: llm.c shards (int32[256] header + uint16/uint32
+// tokens), nanoGPT raw uint16, and the raw data of a contiguous HDF5 /tokens (map_tokens). The file
+// is mapped once; read() copies (and widens) out of the mapping.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -65,12 +66,14 @@ class MappedTokenSource final : public TokenSource {
  public:
   // `count` tokens of `width` bytes (2 or 4) after `header` bytes of the file behind fd.
   MappedTokenSource(std::string path, const Fd& fd, uint64_t bytes, uint64_t header, int width,
-                    uint64_t count)
+                    uint64_t count, int64_t vocab_size, std::string tokenizer)
       : path_(std::move(path)),
         map_(fd, bytes, path_),
         header_(header),
         width_(width),
-        size_(count) {}
+        size_(count),
+        vocab_size_(vocab_size),
+        tokenizer_(std::move(tokenizer)) {}
 
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, uint64_t count, int32_t* out) const override {
@@ -87,9 +90,10 @@ class MappedTokenSource final : public TokenSource {
     const auto* u16 = reinterpret_cast<const uint16_t*>(src);
     std::copy(u16, u16 + count, out);
   }
-  int64_t vocab_size() const override { return -1; }
-  std::string tokenizer() const override { return ""; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::string tokenizer() const override { return tokenizer_; }
   const std::string& path() const override { return path_; }
+  bool concurrent_reads() const override { return true; }
 
  private:
   std::string path_;
@@ -97,6 +101,8 @@ class MappedTokenSource final : public TokenSource {
   uint64_t header_;  // bytes before the first token
   int width_;        // bytes per token
   uint64_t size_;    // tokens
+  int64_t vocab_size_;
+  std::string tokenizer_;
 };
 
 }  // namespace
@@ -127,7 +133,7 @@ std::unique_ptr<TokenSource> open_llmc_tokens(const std::string& path) {
                                  std::to_string(count) + " tokens (" + std::to_string(expected) +
                                  " bytes with the header), but the file has " +
                                  std::to_string(bytes) + " bytes");
-  return std::make_unique<MappedTokenSource>(path, fd, bytes, kHeaderBytes, width, count);
+  return std::make_unique<MappedTokenSource>(path, fd, bytes, kHeaderBytes, width, count, -1, "");
 }
 
 std::unique_ptr<TokenSource> open_nanogpt_tokens(const std::string& path) {
@@ -135,7 +141,19 @@ std::unique_ptr<TokenSource> open_nanogpt_tokens(const std::string& path) {
   const uint64_t bytes = file_bytes(fd, path);
   require(bytes % 2 == 0, "'" + path + "' has an odd size (" + std::to_string(bytes) +
                               " bytes); a nanoGPT .bin file holds uint16 tokens");
-  return std::make_unique<MappedTokenSource>(path, fd, bytes, 0, 2, bytes / 2);
+  return std::make_unique<MappedTokenSource>(path, fd, bytes, 0, 2, bytes / 2, -1, "");
+}
+
+std::unique_ptr<TokenSource> map_tokens(const std::string& path, uint64_t offset, int width,
+                                        uint64_t count, int64_t vocab_size,
+                                        const std::string& tokenizer) {
+  Fd fd(path);
+  const uint64_t bytes = file_bytes(fd, path);
+  require(offset <= bytes && count <= (bytes - offset) / width,
+          "'" + path + "' is truncated: its " + std::to_string(count) + " tokens at byte " +
+              std::to_string(offset) + " end past the file's " + std::to_string(bytes) + " bytes");
+  return std::make_unique<MappedTokenSource>(path, fd, bytes, offset, width, count, vocab_size,
+                                             tokenizer);
 }
 
 }  // namespace mpitrain

@@ -1,5 +1,8 @@
 // Token files in HDF5: dataset /tokens (1-D uint16 or uint32) with optional attributes
-// `vocab_size` and `tokenizer` on that dataset. Reads are hyperslabs converted to int32.
+// `vocab_size` and `tokenizer` on that dataset. A contiguous, unfiltered little-endian /tokens is
+// then read out of a mapping of its raw data (map_tokens: no HDF5 call after open); any other
+// layout by hyperslabs converted to int32.
+#include <optional>
 #include <utility>
 
 #include "mpitrain/io/hdf5.hpp"
@@ -54,6 +57,22 @@ class Hdf5TokenSource final : public TokenSource {
       tokenizer_ = read_attribute_string(dset_.get(), "tokenizer");
   }
 
+  // Where /tokens' raw data lies in the file, when a plain mapping can read it: contiguous (no
+  // chunks, so no filters), allocated, little-endian.
+  std::optional<uint64_t> raw_offset() const {
+    H5Handle plist(H5_CHECK(H5Dget_create_plist(dset_.get())));
+    if (H5_CHECK(H5Pget_layout(plist.get())) != H5D_CONTIGUOUS) return std::nullopt;
+    H5Handle type(H5_CHECK(H5Dget_type(dset_.get())));
+    if (H5_CHECK(H5Tget_order(type.get())) != H5T_ORDER_LE) return std::nullopt;
+    const haddr_t offset = H5Dget_offset(dset_.get());  // HADDR_UNDEF: not allocated (empty)
+    if (offset == HADDR_UNDEF) return std::nullopt;
+    return static_cast<uint64_t>(offset);
+  }
+  int width() const {
+    H5Handle type(H5_CHECK(H5Dget_type(dset_.get())));
+    return static_cast<int>(H5Tget_size(type.get()));
+  }
+
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, uint64_t count, int32_t* out) const override {
     read_1d(dset_.get(), H5T_NATIVE_INT32, offset, count, out);
@@ -74,7 +93,11 @@ class Hdf5TokenSource final : public TokenSource {
 }  // namespace
 
 std::unique_ptr<TokenSource> open_hdf5_tokens(const std::string& path) {
-  return std::make_unique<Hdf5TokenSource>(path);
+  auto src = std::make_unique<Hdf5TokenSource>(path);
+  if (const std::optional<uint64_t> offset = src->raw_offset())
+    return map_tokens(path, *offset, src->width(), src->size(), src->vocab_size(),
+                      src->tokenizer());
+  return src;
 }
 
 }  // namespace mpitrain

@@ -4,10 +4,10 @@
 
 namespace mpitrain {
 
-BatchLoader::BatchLoader(const SampleWindows& windows, const SampleOrder& order, int global_batch,
-                         int micro_batch, int dp_rank, int dp_size)
-    : windows_(windows),
-      order_(order),
+BatchLoader::BatchLoader(SampleStream& stream, int seq_len, int global_batch, int micro_batch,
+                         int dp_rank, int dp_size)
+    : stream_(stream),
+      seq_len_(seq_len),
       global_batch_(global_batch),
       micro_batch_(micro_batch),
       dp_rank_(dp_rank),
@@ -17,13 +17,13 @@ BatchLoader::BatchLoader(const SampleWindows& windows, const SampleOrder& order,
     MPITRAIN_THROW("global batch not divisible by dp x micro-batch");
 }
 
-void BatchLoader::load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets) const {
+void BatchLoader::load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets) {
   const uint64_t first = consumed +
                          static_cast<uint64_t>(dp_rank_) * (global_batch_ / dp_size_) +
                          static_cast<uint64_t>(micro) * micro_batch_;
   for (int i = 0; i < micro_batch_; ++i) {
-    const size_t row = static_cast<size_t>(i) * windows_.seq_len();
-    windows_.read(order_.at(first + i), tokens + row, targets + row);
+    const size_t row = static_cast<size_t>(i) * seq_len_;
+    stream_.read(first + i, tokens + row, targets + row);
   }
 }
 

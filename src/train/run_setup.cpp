@@ -7,7 +7,9 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/dir_lock.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -24,11 +26,32 @@ int resolve_threads(int requested, const char* omp_num_threads, int usable_cpus)
   return from_env > 0 ? from_env : std::max(1, usable_cpus);
 }
 
-uint32_t local_max_token(const TokenSource* src, const MpiComm& world) {
-  if (src == nullptr || src->size() == 0) return 0;
-  const uint64_t n = src->size(), per = (n + world.size() - 1) / world.size();
-  const uint64_t begin = std::min(n, per * world.rank()), end = std::min(n, begin + per);
-  return begin < end ? max_token(*src, begin, end) : 0;
+void check_token_ids(const Dataset* train, const Dataset* val, int vocab_size,
+                     const MpiComm& world) {
+  std::vector<const TokenSource*> files;
+  for (const Dataset* d : {train, val})
+    if (d)
+      for (const auto& f : d->files()) files.push_back(f.get());
+  uint64_t total = 0;
+  for (const TokenSource* f : files) total += f->size();
+  const uint64_t per = (total + world.size() - 1) / world.size();
+  const uint64_t mine = per * world.rank(), mine_end = std::min(total, mine + per);
+  std::vector<uint32_t> max_ids(files.size(), 0);  // per file, over this rank's share
+  all_or_none(world, [&] {
+    uint64_t first = 0;  // the file's first token in the whole sequence
+    for (size_t i = 0; i < files.size(); first += files[i++]->size()) {
+      const uint64_t begin = std::max(mine, first);
+      const uint64_t end = std::min(mine_end, first + files[i]->size());
+      if (begin < end) max_ids[i] = max_token(*files[i], begin - first, end - first);
+    }
+  });
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, max_ids.data(), static_cast<int>(max_ids.size()),
+                          MPI_UINT32_T, MPI_MAX, world.get()));
+  for (size_t i = 0; i < files.size(); ++i)
+    require(max_ids[i] < static_cast<uint32_t>(vocab_size),
+            files[i]->path() + " holds token id " + std::to_string(max_ids[i]) +
+                ", not below vocab-size " + std::to_string(vocab_size) +
+                (files.size() > 1 ? " (every file of a list shares the vocabulary)" : ""));
 }
 
 void check_tensor_parallel(const ModelConfig& m, int tp) {

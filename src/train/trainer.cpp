@@ -63,6 +63,13 @@ void Trainer::resume() {
               std::to_string(m->seed) + ", this run has seed " + std::to_string(t_.seed) +
               ": pass --seed " + std::to_string(m->seed) +
               " to continue its data order, or --allow-seed-change to take the new seed");
+  // Other files, counts or weights would silently change the data order from here on (no
+  // training data: --steps 0, nothing to continue).
+  const std::string data_change =
+      m->data.empty() || !train_ ? "" : data_differences(m->data, train_->record());
+  require(data_change.empty() || t_.allow_data_change,
+          "the checkpoint of step " + std::to_string(m->step) + " was trained on other data (" +
+              data_change + "): give its data, or --allow-data-change to go on with these");
   if (mirror_) mirror_->upload();
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
@@ -254,6 +261,7 @@ CheckpointManifest Trainer::manifest(int step) const {
   m.global_batch_size = t_.global_batch_size;
   m.micro_batch_size = micro_batch_;
   m.seq_len = t_.seq_len;
+  m.data = train_ ? train_->record() : "";
   return m;
 }
 

@@ -115,14 +115,20 @@ void Trainer::check_inputs() {
     schedule_ = parse_pipeline_schedule(t_.pp_schedule);
     parse_lr_decay(t_.lr_schedule);
     const TokenFormat format = parse_token_format(t_.data_format);
-    if (!t_.train_data.empty()) train_src_ = open_tokens(t_.train_data, format);
-    if (!t_.val_data.empty()) val_src_ = open_tokens(t_.val_data, format);
+    if (!t_.train_data.empty())
+      train_.emplace(parse_data_spec(t_.train_data, "train-data"), format, t_.seq_len, "train-data");
+    if (!t_.val_data.empty()) {
+      val_.emplace(parse_data_spec(t_.val_data, "val-data"), format, t_.seq_len, "val-data");
+      val_windows_ = &val_->all();
+    }
+    const TokenSource* train_first = train_ ? &train_->first() : nullptr;
     SampleTokenizer chosen =
-        choose_sample_tokenizer(t_.tokenizer, train_src_.get(),
-                                resume_source_ ? resume_source_->run_dir : "", val_src_.get());
+        choose_sample_tokenizer(t_.tokenizer, train_first,
+                                resume_source_ ? resume_source_->run_dir : "",
+                                val_ ? &val_->first() : nullptr);
     tokenizer_ = std::move(chosen.tokenizer);
     tokenizer_descriptor_ = chosen.descriptor;
-    cfg_ = resolve_model_config(options_, train_src_.get());
+    cfg_ = resolve_model_config(options_, train_first);
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
@@ -133,20 +139,10 @@ void Trainer::check_inputs() {
         "global-batch-size " + std::to_string(t_.global_batch_size) +
             " must be divisible by dp x micro-batch-size = " + std::to_string(shape_.dp) + " x " +
             std::to_string(t_.micro_batch_size));
-    if (train_src_) train_windows_ = std::make_unique<SampleWindows>(*train_src_, t_.seq_len);
-    if (val_src_) val_windows_ = std::make_unique<SampleWindows>(*val_src_, t_.seq_len);
   });
   check_memory_fits(t_, cfg_, shape_, stage_first_layer_, world_);  // before any allocation
-  uint32_t max_ids[2] = {0, 0};  // train, val
-  all_or_none(world_, [&] {
-    max_ids[0] = local_max_token(train_src_.get(), world_);
-    max_ids[1] = local_max_token(val_src_.get(), world_);
-  });
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, max_ids, 2, MPI_UINT32_T, MPI_MAX, world_.get()));
-  for (int i = 0; i < 2; ++i)
-    require(max_ids[i] < static_cast<uint32_t>(cfg_.vocab_size),
-            (i ? t_.val_data : t_.train_data) + " holds token id " + std::to_string(max_ids[i]) +
-                ", not below vocab-size " + std::to_string(cfg_.vocab_size));
+  if (!t_.skip_data_check)
+    check_token_ids(train_ ? &*train_ : nullptr, val_ ? &*val_ : nullptr, cfg_.vocab_size, world_);
   // --trace and --tensorboard directories and the export files: checked before the out-dir is
   // written, created after it (they may lie inside it).
   all_or_none(world_, [&] {
@@ -281,10 +277,16 @@ void Trainer::build_step_parts() {
                        static_cast<float>(t_.momentum), static_cast<float>(t_.weight_decay)};
   lr_schedule_ = LrSchedule{parse_lr_decay(t_.lr_schedule), t_.lr, t_.lr * t_.min_lr_ratio,
                             t_.warmup_steps, t_.steps};
-  if (train_windows_) {
-    order_.emplace(train_windows_->count(), t_.seed, t_.shuffle);
-    loader_.emplace(*train_windows_, *order_, t_.global_batch_size, micro_batch_,
-                    grid_->dp_rank(), shape_.dp);
+  if (train_) {
+    stream_.emplace(*train_, t_.seed, t_.shuffle);
+    loader_.emplace(*stream_, t_.seq_len, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
+                    shape_.dp);
+    std::string hdf5_file;  // a file only HDF5 reads: on the main thread, so no prefetch
+    if (t_.prefetch && train_->concurrent_reads(&hdf5_file))
+      prefetch_ = std::make_unique<BatchPrefetcher>(*loader_, std::clamp(micro_batches_, 2, 16));
+    else if (t_.prefetch && root_)
+      std::printf("prefetch off: %s is a chunked or compressed HDF5 file, read on the main thread\n",
+                  hdf5_file.c_str());
   }
   runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_, micro_batches_,
                                              micro_batch_, t_.seq_len, &trace_,
@@ -374,7 +376,10 @@ void Trainer::build_step_parts() {
   held_bytes_[2] = static_cast<double>(model_->activation_bytes());
   comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);
   load_ = [this](int micro, int32_t* tok, int32_t* tgt) {
-    loader_->load(consumed_, micro, tok, tgt);
+    if (prefetch_)
+      prefetch_->load(consumed_, micro, tok, tgt);
+    else
+      loader_->load(consumed_, micro, tok, tgt);
   };
   grads_ready_ = [this](size_t offset) { update_->grads_ready(offset); };
   tokens_.resize(static_cast<size_t>(micro_batch_) * t_.seq_len);
@@ -385,11 +390,12 @@ void Trainer::print_banner() const {
   if (!root_) return;
   std::printf(
       "mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
-      "training data\n",
+      "training data in %zu %s\n",
       MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head,
       cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
       count_text(static_cast<double>(full_layout_->total())).c_str(),
-      static_cast<size_t>(train_src_ ? train_src_->size() : 0));
+      static_cast<size_t>(train_ ? train_->tokens() : 0), train_ ? train_->files().size() : 0,
+      train_ && train_->files().size() == 1 ? "file" : "files");
   const auto count = [](int n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };

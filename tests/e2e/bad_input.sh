@@ -19,20 +19,21 @@ expect_usage_error() {  # [NP=ranks] expect_usage_error NAME EXPECTED_TEXT TRAIN
 }
 
 # shellcheck disable=SC2046
-set -- $(tiny_args) --steps 2
-tiny=("$@")
+set -- $(tiny_model_args) --steps 2
+model=("$@")  # for the cases with their own data
+tiny=(--train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5" "${model[@]}")
 printf 'a small text' > "$SCRATCH/short.txt"
 "$BUILD_DIR/prepare-data" --out-dir "$SCRATCH/short" "$SCRATCH/short.txt" > /dev/null
 "$BUILD_DIR/prepare-data" --out-dir "$SCRATCH/shard" --format llmc "$SOURCE_DIR/README.md" > /dev/null
 head -c 4096 /dev/urandom > "$SCRATCH/garbage.bin"
 
-expect_usage_error missing_data "$SCRATCH/nope.h5" "${tiny[@]}" --train-data "$SCRATCH/nope.h5" --out-dir "$SCRATCH/o1"
+expect_usage_error missing_data "$SCRATCH/nope.h5" "${model[@]}" --train-data "$SCRATCH/nope.h5" --out-dir "$SCRATCH/o1"
 expect_usage_error heads "must be a positive multiple of n-head" "${tiny[@]}" --n-head 3 --out-dir "$SCRATCH/o2"
 expect_usage_error gqa_on_gpt2 "n-kv-head must equal n-head" "${tiny[@]}" --n-kv-head 2 --out-dir "$SCRATCH/o3"
 expect_usage_error batch_split "must be divisible by dp x micro-batch-size" "${tiny[@]}" --global-batch-size 6 --out-dir "$SCRATCH/o4"
-expect_usage_error token_range "holds token id" "${tiny[@]}" --train-data "$SCRATCH/shard/train.bin" --val-data "" --vocab-size 64 --out-dir "$SCRATCH/o5"
+expect_usage_error token_range "holds token id" "${model[@]}" --train-data "$SCRATCH/shard/train.bin" --vocab-size 64 --out-dir "$SCRATCH/o5"
 expect_usage_error declared_vocab "declares vocab_size 256" "${tiny[@]}" --vocab-size 100 --out-dir "$SCRATCH/o6"
-expect_usage_error too_short "$SCRATCH/short/train.h5" "${tiny[@]}" --train-data "$SCRATCH/short/train.h5" --val-data "" --out-dir "$SCRATCH/o7"
+expect_usage_error too_short "$SCRATCH/short/train.h5" "${model[@]}" --train-data "$SCRATCH/short/train.h5" --out-dir "$SCRATCH/o7"
 expect_usage_error bad_init "$SCRATCH/garbage.bin" "${tiny[@]}" --init-from "$SCRATCH/garbage.bin" --out-dir "$SCRATCH/o8"
 expect_usage_error bad_option "unrecognised option '--bogus'" "${tiny[@]}" --bogus 1
 expect_usage_error bad_number "steps" "${tiny[@]}" --steps many

@@ -5,7 +5,7 @@
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 EDIT="$BUILD_DIR/h5-edit"
 # shellcheck disable=SC2046
-set -- $(tiny_args) --steps 2 --val-data ""
+set -- $(tiny_model_args) --steps 2
 tiny=("$@")
 
 expect_refused() {  # expect_refused NAME EXPECTED_TEXT TRAIN_FILE

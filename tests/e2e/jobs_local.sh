@@ -71,7 +71,7 @@ pbs_run() {  # pbs_run LOG JOBID EXTRA-ARGS: the job script as PBS would start i
   rc=$?
   set -e
 }
-PBS_ARGS=$(tiny_args | sed 's/--train-data [^ ]* --val-data [^ ]* *//')
+PBS_ARGS=$(tiny_model_args)
 PBS_ARGS="$PBS_ARGS --steps 60 --save-interval 100"
 pbs_run "$SCRATCH/pbs1.log" 1.test "--exit-at-step 20"
 [ "$rc" = 0 ] || { cat "$SCRATCH/pbs1.log"; fail "train.pbs: exit $rc after the trainer's 85, expected 0 (resubmitted)"; }

@@ -63,6 +63,21 @@ TEST(Options, AStrayWordIsRefused) {
   EXPECT_NE(stray.find("unexpected argument 'banana'"), std::string::npos) << stray;
 }
 
+// A second --train-data is a list meant, not an override: refused, naming the list syntax.
+TEST(Options, DataGivenTwiceIsRefused) {
+  for (const char* name : {"--train-data", "--val-data"}) {
+    const std::string twice = usage_error({"--train-data", "a.h5", name, "b.h5", name, "c.h5"});
+    EXPECT_NE(twice.find(std::string(name) + " is given twice; give a list instead"),
+              std::string::npos)
+        << twice;
+  }
+  const std::string path = testing::TempDir() + "/options_data.ini";
+  std::ofstream(path) << "train-data = 0.7:web/*.bin, 0.3:code.h5\n";
+  EXPECT_EQ(parse({"--config", path}).train.train_data, "0.7:web/*.bin, 0.3:code.h5");
+  EXPECT_EQ(parse({"--config", path, "--train-data", "b.h5"}).train.train_data, "b.h5");
+  std::remove(path.c_str());
+}
+
 TEST(Options, FlagsOverrideTheIniFile) {
   const std::string path = testing::TempDir() + "/options_test.ini";
   {

@@ -88,6 +88,30 @@ TEST_F(TokenSourceTest, Hdf5Uint16RoundTrip) {
   EXPECT_EQ(read_attribute_int(dset.get(), "vocab_size"), 50257);
 }
 
+TEST_F(TokenSourceTest, ContiguousHdf5IsMappedChunkedIsReadThroughHdf5) {
+  write_tokens_hdf5(path("flat.h5"), tokens_, 50257, "gpt2");  // prepare-data's layout
+  EXPECT_TRUE(open_tokens(path("flat.h5"))->concurrent_reads());
+  {  // the same tokens chunked and deflated, as h5repack or another writer may leave them
+    H5Handle file = create_file(path("packed.h5"));
+    const hsize_t n = tokens_.size(), chunk = 64;
+    H5Handle space(H5Screate_simple(1, &n, nullptr));
+    H5Handle plist(H5Pcreate(H5P_DATASET_CREATE));
+    ASSERT_GE(H5Pset_chunk(plist.get(), 1, &chunk), 0);
+    ASSERT_GE(H5Pset_deflate(plist.get(), 6), 0);
+    H5Handle dset(H5Dcreate2(file.get(), "tokens", H5T_STD_U16LE, space.get(), H5P_DEFAULT,
+                             plist.get(), H5P_DEFAULT));
+    ASSERT_GE(H5Dwrite(dset.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                       tokens_.data()),
+              0);
+  }
+  const auto flat = open_tokens(path("flat.h5")), packed = open_tokens(path("packed.h5"));
+  EXPECT_FALSE(packed->concurrent_reads());
+  EXPECT_EQ(flat->vocab_size(), 50257);
+  EXPECT_EQ(flat->tokenizer(), "gpt2");
+  EXPECT_EQ(read_all(*flat), tokens_);
+  EXPECT_EQ(read_all(*packed), tokens_);
+}
+
 TEST_F(TokenSourceTest, Hdf5Uint32RoundTrip) {
   std::vector<uint32_t> big = {0, 65535, 65536, 100000, 128255};
   write_tokens_hdf5(path("t.h5"), big, 128256, "llama3");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mpitrain/data/token_source.hpp"
+#include "mpitrain/runtime/rng.hpp"
 
 namespace mpitrain {
 
@@ -25,13 +26,31 @@ class SampleWindows {
   uint64_t count_;
 };
 
-// The one global order of samples: the k-th sample of the stream, epochs concatenated
+// Files concatenated into one sample space: file f's windows follow file f-1's, and no sample
+// crosses a file boundary (each file has its own SampleWindows).
+class Corpus {
+ public:
+  // UsageError as SampleWindows for a file shorter than one sample; the sources must outlive this.
+  Corpus(const std::vector<const TokenSource*>& files, int seq_len);
+  uint64_t count() const { return first_.back(); }  // the files' samples, summed
+  int seq_len() const { return windows_.front().seq_len(); }
+  // Sample `sample` of the concatenation, as SampleWindows::read.
+  void read(uint64_t sample, int32_t* inputs, int32_t* targets) const;
+
+ private:
+  std::vector<SampleWindows> windows_;  // one per file
+  std::vector<uint64_t> first_;         // first_[f]: file f's first sample; back(): count
+};
+
+// The one order of a sample space: the k-th sample of the stream, epochs concatenated
 // (epoch = k / n). With shuffle, each epoch is a Fisher–Yates permutation drawn from
-// Rng(seed, epoch), so the sequence does not depend on the number of ranks or on how it is
-// queried. Without shuffle, k % n.
+// Rng(seed, stream + epoch), so the sequence does not depend on the number of ranks or on how it
+// is queried. Without shuffle, k % n.
 class SampleOrder {
  public:
-  SampleOrder(uint64_t n_samples, uint64_t seed, bool shuffle);  // n_samples > 0
+  // n_samples > 0; stream: the first of this order's Rng streams (runtime/rng.hpp).
+  SampleOrder(uint64_t n_samples, uint64_t seed, bool shuffle,
+              uint64_t stream = rng_stream::kDataOrder);
   uint64_t n_samples() const { return n_; }
   // The sample index at stream position k. Caches the current epoch's permutation (n * 8
   // bytes): O(1) amortised for increasing k; not thread-safe (the cache is mutable).
@@ -41,6 +60,7 @@ class SampleOrder {
   uint64_t n_;
   uint64_t seed_;
   bool shuffle_;
+  uint64_t stream_;
   mutable uint64_t cached_epoch_ = UINT64_MAX;
   mutable std::vector<uint64_t> perm_;  // permutation of epoch cached_epoch_
 };

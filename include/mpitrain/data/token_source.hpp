@@ -5,9 +5,11 @@
 //   llm.c    — int32[256] header ([0] magic, [1] version, [2] count), then the tokens:
 //              magic 20240520 version 1 = uint16, magic 20240801 version 7 = uint32.
 //   nanoGPT  — raw uint16 tokens, no header (train.bin / val.bin).
-// Files are opened once; read() is cheap (a hyperslab or a copy out of a read-only mapping) and
-// may be called often. HDF5-backed sources must not be used concurrently with other HDF5 calls
-// (this HDF5 build is not thread-safe); the llm.c and nanoGPT sources may.
+// Files are opened once; read() is cheap (a copy out of a read-only mapping, or a hyperslab) and
+// may be called often. An HDF5 file whose /tokens is contiguous, unfiltered and little-endian (what
+// prepare-data writes) is mapped like the others after open: no HDF5 call after that. Any other
+// HDF5 layout is read through HDF5, which must then stay on one thread (this HDF5 build is not
+// thread-safe): concurrent_reads() says which.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,8 @@ class TokenSource {  // a read-only 1-D array of token ids
   virtual int64_t vocab_size() const = 0;     // declared by the file; -1 if none (llm.c, nanoGPT)
   virtual std::string tokenizer() const = 0;  // declared tokenizer ("bytes", "gpt2"), "" if none
   virtual const std::string& path() const = 0;
+  // read() may run on another thread than other HDF5 calls (a mapped file, no HDF5 library).
+  virtual bool concurrent_reads() const { return false; }
 };
 
 // The file prepare-data keeps beside a train/val pair while it renames the two into place, one

@@ -17,6 +17,8 @@ namespace rng_stream {
 inline constexpr uint64_t kDataOrder = 0;             // + epoch: the per-epoch sample permutation
 inline constexpr uint64_t kParamInit = 1ull << 40;    // + tensor index: initial parameter values
 inline constexpr uint64_t kSampling = 2ull << 40;     // text generation
+// + (component << 32) + epoch: blend component c >= 1's permutations (0 uses kDataOrder)
+inline constexpr uint64_t kBlendOrder = 3ull << 40;
 }  // namespace rng_stream
 
 class Rng {

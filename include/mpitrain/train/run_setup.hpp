@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "mpitrain/app/options.hpp"
-#include "mpitrain/data/token_source.hpp"
+#include "mpitrain/data/dataset.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 
@@ -16,8 +16,11 @@ namespace mpitrain {
 // number: unset), else `usable_cpus`, the CPUs this rank may keep busy (fair_cpu_share of
 // runtime/affinity.hpp: its allowed CPUs, those shared with other ranks split among them).
 int resolve_threads(int requested, const char* omp_num_threads, int usable_cpus);
-// Largest token id in this rank's share of the file (0 for no file).
-uint32_t local_max_token(const TokenSource* src, const MpiComm& world);
+// UsageError naming the first file (train, then val) that holds a token id >= vocab_size. The
+// files' tokens, taken as one sequence, are split into one contiguous share per rank: each rank
+// scans only its share, whatever the number and sizes of the files. Collective over world.
+void check_token_ids(const Dataset* train, const Dataset* val, int vocab_size,
+                     const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).
 void check_tensor_parallel(const ModelConfig& m, int tp);
 // Refuses (UsageError) an out-dir that holds anything but its lock file, or an existing export

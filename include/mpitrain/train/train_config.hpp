@@ -41,9 +41,11 @@ struct TrainConfig {
 
   uint64_t seed = 1337;
   bool shuffle = true;
-  std::string train_data;
+  std::string train_data;     // a data spec: [WEIGHT:]PATH_OR_GLOB,... (data/data_spec.hpp)
   std::string val_data;
   std::string data_format = "auto";
+  bool skip_data_check = false;  // no start-up scan of every token id against the vocabulary
+  bool prefetch = true;          // read the next micro-batches in a background thread
   std::string init_from;      // llm.c GPT-2 file or HF directory, "" = random initialisation
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
   std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
@@ -59,6 +61,7 @@ struct TrainConfig {
   int keep_last = 3;          // committed step checkpoints kept; 0 = all
   std::string resume;         // "" = start fresh, "auto" = latest valid if any, else a directory
   bool allow_seed_change = false;  // resume under another seed (a new data order from here on)
+  bool allow_data_change = false;  // resume on other training data than the checkpoint records
   bool save_best = false;     // keep the checkpoint with the lowest validation loss as best/
   double exit_after_minutes = 0.0;  // save and exit 85 before this much wall time; 0 = off
   int exit_at_step = 0;       // save and exit 85 after this step; 0 = off

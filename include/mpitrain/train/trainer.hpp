@@ -22,7 +22,8 @@
 #include "mpitrain/backend/backend.hpp"
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/ckpt/resume_source.hpp"
-#include "mpitrain/data/samples.hpp"
+#include "mpitrain/data/dataset.hpp"
+#include "mpitrain/data/sample_stream.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/model.hpp"
@@ -40,6 +41,7 @@
 #include "mpitrain/runtime/signals.hpp"
 #include "mpitrain/runtime/watchdog.hpp"
 #include "mpitrain/train/batch_loader.hpp"
+#include "mpitrain/train/batch_prefetch.hpp"
 #include "mpitrain/train/checkpoint_mirror.hpp"
 #include "mpitrain/train/comm_groups.hpp"
 #include "mpitrain/train/device_setup.hpp"
@@ -104,8 +106,8 @@ class Trainer {
   GridShape shape_;
   std::vector<int> stage_first_layer_;
   PipelineSchedule schedule_{};
-  std::unique_ptr<TokenSource> train_src_, val_src_;
-  std::unique_ptr<SampleWindows> train_windows_, val_windows_;
+  std::optional<Dataset> train_, val_;  // --train-data (none: --steps 0), --val-data
+  const Corpus* val_windows_ = nullptr;  // val_'s files in order; null without --val-data
   std::unique_ptr<Tokenizer> tokenizer_;  // the sample's (train/sample_tokenizer.hpp); or null
   std::string tokenizer_descriptor_;      // its file, copied into <out-dir>/tokenizer/; or ""
   std::optional<ResumeSource> resume_source_;  // an explicit --resume PATH
@@ -130,8 +132,9 @@ class Trainer {
   TraceRecorder trace_;
   OptimizerConfig optimizer_config_{};
   std::optional<LrSchedule> lr_schedule_;
-  std::optional<SampleOrder> order_;
+  std::optional<SampleStream> stream_;
   std::optional<BatchLoader> loader_;
+  std::unique_ptr<BatchPrefetcher> prefetch_;  // --prefetch on mapped files: reads loader_ ahead
   std::unique_ptr<PipelineRunner> runner_;
   std::unique_ptr<GradBuckets> buckets_;
   bool tied_copies_ = false;
