@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Downloads (does not install) the Debian packages that building and running mpitrain needs on a
 # machine that has a compiler, CMake and CUDA but no package registry and no MPI — a GPU node:
-# Open MPI, parallel HDF5, Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json, and
+# Open MPI, parallel HDF5, Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json,
+# SentencePiece, PCRE2's headers, and
 # the libraries they load, minus what every Linux system has (C and C++ runtimes, zlib, OpenSSL).
 # bench/gpu/run.sh unpacks them with `dpkg -x` into a prefix there and points CMake at it.
 #
@@ -15,11 +16,11 @@ DIR=${1:-third_party/debs}
 # What the build compiles and links against (headers, .so links, CMake package files); mpirun
 # for the tests and benchmarks over several ranks; the sample corpus the tests train on.
 DEV=(libopenmpi-dev libhdf5-openmpi-dev libboost-program-options1.74-dev libboost1.74-dev
-     libgtest-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev openmpi-bin openmpi-common fortunes
-     fortunes-min)
+     libgtest-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libsentencepiece-dev
+     libpcre2-dev openmpi-bin openmpi-common fortunes fortunes-min)
 # The runtime libraries behind them; their dependencies are added below.
 RUNTIME=(libopenmpi3 libhdf5-openmpi-103-1 libboost-program-options1.74.0 libopenblas0-openmp
-         libdnnl2)
+         libdnnl2 libsentencepiece0)
 # What a GPU node already has (tools/debs-base.txt, one regular expression a line).
 BASE="^($(grep -v '^#' tools/debs-base.txt | paste -sd'|'))\$"
 

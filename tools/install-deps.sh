@@ -46,8 +46,8 @@ declare -A APT=(
   [openblas]="libopenblas-openmp-dev"
   [dnnl]="libdnnl-dev"
   [json]="nlohmann-json3-dev"
-  [sentencepiece]="libsentencepiece-dev sentencepiece pkg-config"
-  [pcre2]="libpcre2-dev pkg-config"
+  [sentencepiece]="libsentencepiece-dev sentencepiece"
+  [pcre2]="libpcre2-dev"
   [fortunes]="fortunes"
   [matplotlib]="python3-matplotlib"
   [torch]="python3-torch"
@@ -236,17 +236,29 @@ check_json() {
   return 1
 }
 
-# A library found through pkg-config (as CMake finds it), with the pkg-config tool itself.
-check_pkg_config() {
-  command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "$1"
+# A header and a shared library under one prefix, as CMake's find_path / find_library look.
+check_header_and_library() {  # check_header_and_library HEADER LIBRARY...
+  local prefix header=$1 lib
+  shift
+  local -a dirs
+  mapfile -t dirs < <(prefixes)
+  for prefix in "${dirs[@]}"; do
+    [[ -f $prefix/include/$header ]] || continue
+    for lib in "$@"; do
+      first_existing "$prefix"/lib{,64,/"$MULTIARCH"}/"$lib" >/dev/null || continue 2
+    done
+    return 0
+  done
+  return 1
 }
 
 check_sentencepiece() {
-  check_pkg_config sentencepiece && command -v spm_encode >/dev/null 2>&1
+  check_header_and_library sentencepiece_processor.h libsentencepiece.so libsentencepiece_train.so &&
+    command -v spm_encode >/dev/null 2>&1
 }
 
 check_pcre2() {
-  check_pkg_config libpcre2-8
+  check_header_and_library pcre2.h libpcre2-8.so
 }
 
 # tools/fetch-gpt2-vocab.sh runs npm; the GPT-2 known-answer test runs the reference on node.

@@ -23,7 +23,13 @@ po::parsed_options parse_last_wins(int argc, const char* const* argv,
                                    const std::vector<std::string>& lists) {
   po::parsed_options flags(&desc);
   try {
-    flags = po::parse_command_line(argc, argv, desc);
+    // Whole names only: Boost's default guesses "--lr-schedul" to mean --lr-schedule, so a typo
+    // (or a future option sharing a prefix) would silently pick an option.
+    namespace style = po::command_line_style;
+    flags = po::command_line_parser(argc, argv)
+                .options(desc)
+                .style(style::default_style & ~style::allow_guessing)
+                .run();
   } catch (const po::unknown_option& e) {
     throw_with_suggestion(e, desc);
   }

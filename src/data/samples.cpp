@@ -1,6 +1,7 @@
 #include "mpitrain/data/samples.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -9,6 +10,17 @@
 #include "mpitrain/runtime/rng.hpp"
 
 namespace mpitrain {
+
+namespace {
+
+// splitmix64's finaliser: a bijective 64-bit mix whose every output bit depends on every input bit.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
 
 SampleWindows::SampleWindows(const TokenSource& src, int seq_len) : src_(src), seq_len_(seq_len) {
   if (seq_len <= 0) MPITRAIN_THROW("SampleWindows: seq_len " + std::to_string(seq_len));
@@ -54,15 +66,35 @@ SampleOrder::SampleOrder(uint64_t n_samples, uint64_t seed, bool shuffle, uint64
 
 uint64_t SampleOrder::at(uint64_t k) const {
   const uint64_t epoch = k / n_, i = k % n_;
-  if (!shuffle_) return i;
-  if (epoch != cached_epoch_) {
-    perm_.resize(n_);
-    std::iota(perm_.begin(), perm_.end(), uint64_t{0});
-    Rng rng(seed_, stream_ + epoch);
-    for (uint64_t j = n_ - 1; j > 0; --j) std::swap(perm_[j], perm_[rng.below(j + 1)]);
-    cached_epoch_ = epoch;
+  if (!shuffle_ || n_ == 1) return i;
+  Rng rng(seed_, stream_ + epoch);
+  if (n_ <= kStoredPermutationMax) {  // Fisher–Yates, exactly uniform; kept for the epoch
+    if (epoch != cached_epoch_) {
+      perm_.resize(n_);
+      std::iota(perm_.begin(), perm_.end(), uint64_t{0});
+      for (uint64_t j = n_ - 1; j > 0; --j) std::swap(perm_[j], perm_[rng.below(j + 1)]);
+      cached_epoch_ = epoch;
+    }
+    return perm_[i];
   }
-  return perm_[i];
+  // A 6-round Feistel network on the 2h-bit words (the smallest even width with 2^2h >= n, so
+  // fewer than 4n words), its round keys from the epoch's stream. Walking the cycle of i until
+  // it lands below n gives a bijection of [0, n) (fewer than 4 steps on average).
+  uint64_t keys[6];
+  for (uint64_t& key : keys) key = rng.next_u64();
+  const int h = (std::bit_width(n_ - 1) + 1) / 2;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  uint64_t x = i;
+  do {
+    uint64_t left = x >> h, right = x & mask;
+    for (const uint64_t key : keys) {
+      const uint64_t next = left ^ (mix64(right ^ key) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << h) | right;
+  } while (x >= n_);
+  return x;
 }
 
 }  // namespace mpitrain

@@ -78,8 +78,8 @@ for d in o16 o17 o18; do [ ! -e "$SCRATCH/$d" ] || fail "a rejected --device run
 # exports into one file.
 expect_usage_error top_k_vocab "sample-top-k 300 exceeds the vocabulary (256 tokens)" "${tiny[@]}" --sample-tokens 8 --sample-top-k 300 --out-dir "$SCRATCH/o20"
 expect_usage_error top_p_zero "sample-top-p must be in (0, 1] (got 0)" "${tiny[@]}" --sample-top-p 0 --out-dir "$SCRATCH/o20"
-expect_usage_error nothing_to_do "--steps 0 trains nothing, and nothing else is asked" "${tiny[@]}" --steps 0 --val-data "" --out-dir "$SCRATCH/o20"
-expect_usage_error best_without_val "save-best keeps the checkpoint of the lowest validation loss: it needs val-data" "${tiny[@]}" --save-best --val-data "" --out-dir "$SCRATCH/o20"
+expect_usage_error nothing_to_do "--steps 0 trains nothing, and nothing else is asked" --train-data "$DATA_DIR/train.h5" "${model[@]}" --steps 0 --out-dir "$SCRATCH/o20"
+expect_usage_error best_without_val "save-best keeps the checkpoint of the lowest validation loss: it needs val-data" --train-data "$DATA_DIR/train.h5" "${model[@]}" --save-best --out-dir "$SCRATCH/o20"
 expect_usage_error same_export "export-llmc and export-params name the same file $SCRATCH/m.bin" "${tiny[@]}" --export-llmc "$SCRATCH/m.bin" --export-params "$SCRATCH/m.bin" --out-dir "$SCRATCH/o20"
 expect_usage_error bad_tokenizer "$SCRATCH/short.txt' is not a tokenizer descriptor" "${tiny[@]}" --tokenizer "$SCRATCH/short.txt" --out-dir "$SCRATCH/o20"
 [ ! -e "$SCRATCH/o20" ] && [ ! -e "$SCRATCH/m.bin" ] || fail "a run refused at start-up wrote something"

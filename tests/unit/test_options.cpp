@@ -181,6 +181,10 @@ TEST(Options, AnUnknownOptionNamesTheNearest) {
             std::string::npos);
   EXPECT_EQ(usage_error({"--train-data", "x", "--bogus", "1"}).find("did you mean"),
             std::string::npos);
+  // A prefix is not taken for the option it begins (Boost's default would guess it).
+  EXPECT_NE(usage_error({"--train-data", "x", "--lr-schedul", "linear"})
+                .find("unrecognised option '--lr-schedul' (did you mean --lr-schedule?)"),
+            std::string::npos);
   const std::string path = testing::TempDir() + "/options_typo.ini";
   std::ofstream(path) << "train-data = a.h5\nlr-schedul = linear\n";
   const std::string in_file = usage_error({"--config", path});

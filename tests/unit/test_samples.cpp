@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -115,4 +117,48 @@ TEST(SampleOrder, NoShuffleIsSequential) {
   for (uint64_t k = 0; k < 30; ++k) EXPECT_EQ(order.at(k), k % 7);
   EXPECT_EQ(SampleOrder(1, 5, true).at(12), 0u);
   EXPECT_THROW(SampleOrder(0, 5, true), Error);
+}
+
+// Every ordering of 4 samples comes out about equally often over seeds: the stored shuffle
+// draws from all 24 permutations alike. 24000 seeds: 1000 each, a binomial's sd ~31; allow 200.
+TEST(SampleOrder, SeedsDrawEveryPermutationAlike) {
+  std::map<std::vector<uint64_t>, int> seen;
+  for (uint64_t seed = 0; seed < 24000; ++seed) ++seen[stream(SampleOrder(4, seed, true), 1)];
+  ASSERT_EQ(seen.size(), 24u);
+  for (const auto& [perm, count] : seen) EXPECT_NEAR(count, 1000, 200);
+}
+
+// Above kStoredPermutationMax the computed (Feistel) permutation: each epoch a permutation, the
+// next epoch another, and where sample 0 lands spread evenly over seeds (8 ranges, 4000 seeds:
+// 500 each, a binomial's sd ~21; allow 100).
+TEST(SampleOrder, ComputedPermutationOfALargeSpace) {
+  const uint64_t n = SampleOrder::kStoredPermutationMax + 12345;
+  const SampleOrder order(n, 3, true);
+  std::vector<bool> seen(n);
+  uint64_t same_in_next_epoch = 0;
+  for (uint64_t k = 0; k < n; ++k) {
+    const uint64_t s = order.at(k);
+    ASSERT_LT(s, n);
+    ASSERT_FALSE(seen[s]) << "sample " << s << " twice in one epoch";
+    seen[s] = true;
+    same_in_next_epoch += order.at(n + k) == s;
+  }
+  EXPECT_LT(same_in_next_epoch, 20u);  // a new permutation matches the old in ~1 place
+  std::vector<int> ranges(8, 0);
+  for (uint64_t seed = 0; seed < 4000; ++seed) ++ranges[SampleOrder(n, seed, true).at(0) * 8 / n];
+  for (int r = 0; r < 8; ++r) EXPECT_NEAR(ranges[r], 500, 100) << "range " << r;
+}
+
+// No state grows with n: an order over 10^15 samples answers at once, in range, and a run of
+// positions gives distinct samples (as a permutation must).
+TEST(SampleOrder, HugeSampleCountsNeedNoMemory) {
+  const uint64_t n = 1000000000000000ULL;
+  const SampleOrder order(n, 7, true);
+  std::set<uint64_t> got;
+  for (uint64_t k = n - 500; k < n + 500; ++k) {  // across the first epoch boundary
+    const uint64_t s = order.at(k);
+    ASSERT_LT(s, n);
+    if (k < n) got.insert(s);
+  }
+  EXPECT_EQ(got.size(), 500u);
 }

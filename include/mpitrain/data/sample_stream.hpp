@@ -19,7 +19,7 @@ namespace mpitrain {
 class SampleStream {
  public:
   SampleStream(const Dataset& data, uint64_t seed, bool shuffle);  // data must outlive this
-  // inputs, targets: seq_len each. Not thread-safe (the orders cache their epoch).
+  // inputs, targets: seq_len each. Not thread-safe (the blend walks on from its last query).
   void read(uint64_t k, int32_t* inputs, int32_t* targets);
 
  private:

@@ -43,17 +43,20 @@ class Corpus {
 };
 
 // The one order of a sample space: the k-th sample of the stream, epochs concatenated
-// (epoch = k / n). With shuffle, each epoch is a Fisher–Yates permutation drawn from
-// Rng(seed, stream + epoch), so the sequence does not depend on the number of ranks or on how it
-// is queried. Without shuffle, k % n.
+// (epoch = k / n). With shuffle, each epoch is a permutation drawn from Rng(seed, stream +
+// epoch), so the sequence does not depend on the number of ranks or on how it is queried:
+// up to kStoredPermutationMax samples a Fisher–Yates shuffle, kept for the current epoch (at
+// most 8 MiB); above, a seeded Feistel network computed per query (samples.cpp): no memory and
+// no start-up cost that grows with the dataset. Without shuffle, k % n.
 class SampleOrder {
  public:
   // n_samples > 0; stream: the first of this order's Rng streams (runtime/rng.hpp).
   SampleOrder(uint64_t n_samples, uint64_t seed, bool shuffle,
               uint64_t stream = rng_stream::kDataOrder);
   uint64_t n_samples() const { return n_; }
-  // The sample index at stream position k. Caches the current epoch's permutation (n * 8
-  // bytes): O(1) amortised for increasing k; not thread-safe (the cache is mutable).
+  static constexpr uint64_t kStoredPermutationMax = uint64_t{1} << 20;
+  // The sample index at stream position k: O(1) amortised for increasing k. Not thread-safe
+  // (the stored permutation is a cache).
   uint64_t at(uint64_t k) const;
 
  private:
@@ -62,7 +65,7 @@ class SampleOrder {
   bool shuffle_;
   uint64_t stream_;
   mutable uint64_t cached_epoch_ = UINT64_MAX;
-  mutable std::vector<uint64_t> perm_;  // permutation of epoch cached_epoch_
+  mutable std::vector<uint64_t> perm_;  // the permutation of epoch cached_epoch_
 };
 
 }  // namespace mpitrain
