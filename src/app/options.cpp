@@ -145,7 +145,8 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("d-model", with_default(&m.d_model), "model width")
       ("d-ff", with_default(&m.d_ff),
        "MLP hidden width; 0 = 4 d-model (gpt2), 8/3 d-model rounded up to 64 (llama)")
-      ("vocab-size", with_default(&m.vocab_size), "vocabulary; 0 = the training data's vocab_size")
+      ("vocab-size", with_default(&m.vocab_size),
+       "vocabulary; 0 = the training data's vocab_size, else its recorded tokenizer's")
       ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
       ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
       ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)")

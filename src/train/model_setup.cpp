@@ -65,7 +65,8 @@ void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std
     t.micro_batch_size = static_cast<int>(c.micro_batch_size);
 }
 
-ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data) {
+ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data,
+                                 int64_t tokenizer_vocab) {
   ModelConfig m = o.model;
   if (!o.train.init_from.empty()) {
     const std::string& file = o.train.init_from;
@@ -79,10 +80,12 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
     m = f;
   }
   if (m.vocab_size == 0) {
-    require(train_data && train_data->vocab_size() > 0,
-            (train_data ? train_data->path() : "no training data") +
-                " declares no vocabulary size: set vocab-size");
-    m.vocab_size = static_cast<int>(train_data->vocab_size());
+    const int64_t declared =
+        train_data && train_data->vocab_size() > 0 ? train_data->vocab_size() : tokenizer_vocab;
+    require(declared > 0, (train_data ? train_data->path() : "no training data") +
+                              " declares no vocabulary size and records no tokenizer: set "
+                              "vocab-size");
+    m.vocab_size = static_cast<int>(declared);
   }
   if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
   if (m.d_ff == 0) m.d_ff = default_ffn_width(m.arch, m.d_model);

@@ -128,7 +128,15 @@ void Trainer::check_inputs() {
                                 val_ ? &val_->first() : nullptr);
     tokenizer_ = std::move(chosen.tokenizer);
     tokenizer_descriptor_ = chosen.descriptor;
-    cfg_ = resolve_model_config(options_, train_first);
+    // The training data's recorded tokenizer sets the vocabulary of files that declare none
+    // (llm.c, nanoGPT): usually the sample's, read once.
+    const std::string data_tokenizer =
+        train_first ? tokenizer_descriptor_of(train_first->path()) : "";
+    const int64_t tokenizer_vocab =
+        data_tokenizer.empty()                  ? -1
+        : data_tokenizer == tokenizer_descriptor_ ? tokenizer_->vocab_size()
+                                                  : load_tokenizer(data_tokenizer)->vocab_size();
+    cfg_ = resolve_model_config(options_, train_first, tokenizer_vocab);
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The trainer's end-of-run sample decodes with the data's tokenizer: a few steps on GPT-2-tokenized
-# nanoGPT data (the .bin format that records nothing itself: tokenizer.json beside it does) and on
+# nanoGPT data (the .bin format that records nothing itself: tokenizer.json beside it does, and
+# sets the model's vocabulary, 50257, with no --vocab-size; the banner says V50257) and on
 # SentencePiece HDF5 data; the sample starts with --sample-prompt and is text, not ids. The
 # --export-hf directory holds the tokenizer in transformers' names (GPT2Tokenizer's vocab.json +
 # merges.txt, LlamaTokenizer's tokenizer.model).
@@ -16,15 +17,15 @@ mapfile -t docs < <(corpus_files "$SCRATCH/docs" 2 30000)
 prompt="The meaning of life is"
 for data in gpt2/train.bin spm/train.h5; do
   dir=$SCRATCH/${data%%/*}
-  extra=()
-  [[ $data == *.bin ]] && extra=(--vocab-size 50257)  # nanoGPT files carry no vocabulary size
   read -ra args < <(tiny_args)
   args=("${args[@]:4}")  # not the sample data: tiny_args starts with --train-data X --val-data Y
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $MPIRUN -np 1 "$TRAINER" "${args[@]}" \
-    --train-data "$SCRATCH/$data" --val-data "$dir/val.${data##*.}" "${extra[@]}" --steps 3 \
+    --train-data "$SCRATCH/$data" --val-data "$dir/val.${data##*.}" --steps 3 \
     --sample-tokens 12 --sample-prompt "$prompt" --export-hf "$dir/hf" --out-dir "$dir/run" \
     >"$dir/log" 2>&1 ||
     fail "training on $data: $(tail -n 20 "$dir/log")"
+  [[ $data != *.bin ]] || grep -q ' V50257 ' "$dir/log" ||
+    fail "$data: the vocabulary is not the recorded tokenizer's 50257: $(grep mpitrain "$dir/log")"
   sample=$(sed -n '/^---- sample/,/^----$/p' "$dir/log" | sed '1d;$d')
   [[ -n $sample ]] || fail "$data: no sample printed: $(tail -n 20 "$dir/log")"
   [[ $sample == "$prompt"* ]] || fail "$data: the sample does not start with the prompt: $sample"

@@ -7,11 +7,13 @@
 
 namespace mpitrain {
 
-// Fills what options left at 0: vocab-size from the data's declared vocab_size, n-kv-head =
-// n-head, d-ff by the architecture's rule, max-seq-len = seq-len. With init-from, the llm.c
-// file's header is the shape, and a model option the user set that disagrees is a UsageError.
-// train_data: null when there is none (evaluating a checkpoint).
-ModelConfig resolve_model_config(const Options& options, const TokenSource* train_data);
+// Fills what options left at 0: vocab-size from the data's declared vocab_size, else from its
+// recorded tokenizer's (tokenizer_vocab; -1: none), n-kv-head = n-head, d-ff by the
+// architecture's rule, max-seq-len = seq-len. With init-from, the llm.c file's header is the
+// shape, and a model option the user set that disagrees is a UsageError. train_data: null when
+// there is none (evaluating a checkpoint).
+ModelConfig resolve_model_config(const Options& options, const TokenSource* train_data,
+                                 int64_t tokenizer_vocab);
 
 // An explicit --resume PATH: the checkpoint's model is the shape (a model option the user set
 // that disagrees: UsageError naming it and both values; init-from with it: UsageError), and
