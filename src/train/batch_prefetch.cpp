@@ -36,12 +36,19 @@ void BatchPrefetcher::read_ahead(Key next) {
   const size_t n = static_cast<size_t>(loader_.micro_batch()) * loader_.seq_len();
   try {
     for (;; next = after(next)) {
+      Batch b;
       {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [&] { return stopping_ || queue_.size() < depth_; });
         if (stopping_) return;
+        if (!spare_.empty()) {  // a buffer load() has emptied: no allocation in the steady state
+          b = std::move(spare_.back());
+          spare_.pop_back();
+        }
       }
-      Batch b{next, std::vector<int32_t>(n), std::vector<int32_t>(n)};
+      b.key = next;
+      b.tokens.resize(n);
+      b.targets.resize(n);
       loader_.load(next.consumed, next.micro, b.tokens.data(), b.targets.data());
       {
         const std::lock_guard lock(mutex_);
@@ -76,6 +83,8 @@ void BatchPrefetcher::load(uint64_t consumed, int micro, int32_t* tokens, int32_
   }
   std::copy(b.tokens.begin(), b.tokens.end(), tokens);
   std::copy(b.targets.begin(), b.targets.end(), targets);
+  const std::lock_guard spare_lock(mutex_);
+  spare_.push_back(std::move(b));
 }
 
 }  // namespace mpitrain

@@ -37,7 +37,7 @@ class BatchPrefetcher {
     bool operator==(const Key&) const = default;
   };
   struct Batch {
-    Key key;
+    Key key{0, 0};
     std::vector<int32_t> tokens, targets;
   };
   void start(Key first);
@@ -50,6 +50,7 @@ class BatchPrefetcher {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Batch> queue_;
+  std::vector<Batch> spare_;  // emptied batches, their buffers reused by the reader
   std::exception_ptr error_;
   bool stopping_ = false;
   bool running_ = false;
