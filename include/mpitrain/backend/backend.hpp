@@ -14,12 +14,17 @@
 //   - The QKV activation of one token is laid out [q (NH*hs) | k (NKV*hs) | v (NKV*hs)]; query
 //     head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV == NH is plain MHA).
 //   - No op allocates: scratch is passed in.
+//   - Compute tensors (activations, activation gradients, the compute weights) are Buf / CBuf
+//     (backend/buf.hpp): stored in the run's storage type, read as T, rounded when written;
+//     parameter gradients, norm statistics, attention state, the loss and the optimizer's
+//     buffers are T*. An op's Bufs are all of one storage type.
 // T (the scalar) is float in the trainer and double in the gradient-check tests.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "mpitrain/backend/buf.hpp"
 #include "mpitrain/backend/precision.hpp"
 
 namespace mpitrain {
@@ -35,9 +40,16 @@ class Backend {
 
   // ---- memory ------------------------------------------------------------------------------
   virtual T* alloc(size_t n) = 0;  // zero-filled, 64-byte aligned
-  virtual void free(T* p) = 0;
-  virtual void zero(T* x, size_t n) = 0;
-  virtual void copy(T* dst, const T* src, size_t n) = 0;
+  // n elements of storage type dtype, zero-filled, 64-byte aligned (Fp32: alloc(n)).
+  virtual Buf<T> alloc(size_t n, Precision dtype) = 0;
+  virtual void free(void* p) = 0;  // what either alloc returned (its data())
+  // Whether compute tensors can be stored as dtype (Fp32 always).
+  virtual bool stores(Precision dtype) const = 0;
+  virtual void zero(Buf<T> x, size_t n) = 0;
+  virtual void copy(Buf<T> dst, CBuf<T> src, size_t n) = 0;  // same storage type
+  // dst = src converted to dst's type: exact when widening, rounded to nearest even when
+  // narrowing (fp16 overflowing to inf). The optimizer writes the compute weights with it.
+  virtual void convert(Buf<T> dst, CBuf<T> src, size_t n) = 0;
   // x = the nearest value of precision p (round to nearest even; fp16 overflows to inf): how a
   // tensor stored in bf16/fp16 is kept in T containers (backend/precision.hpp). fp32: no-op.
   virtual void round_to(T* x, size_t n, Precision p) = 0;
@@ -46,71 +58,74 @@ class Backend {
 
   // ---- host <-> backend memory: host code reads and writes backend memory only through these -
   virtual bool host_memory() const = 0;  // backend pointers are host memory (CPU: true)
-  virtual void upload(T* dst, const T* host_src, size_t n) = 0;    // synchronous
-  virtual void download(T* host_dst, const T* src, size_t n) = 0;  // synchronous
+  // Synchronous; host values are T, converted to / from the backend tensor's type as convert().
+  virtual void upload(Buf<T> dst, const T* host_src, size_t n) = 0;
+  virtual void download(T* host_dst, CBuf<T> src, size_t n) = 0;
   // Token / target ids in backend memory (zero-filled), filled from the host.
   virtual int32_t* alloc_ids(size_t n) = 0;
   virtual void free_ids(int32_t* p) = 0;
   virtual void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) = 0;
 
   // ---- matmul: out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC); bias may be null ----------
-  virtual void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
-                              int OC) = 0;
+  virtual void matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N,
+                              int IC, int OC) = 0;
   // dinp(N,IC) = dout @ weight (overwritten; skipped if null); dweight(OC,IC) += dout^T @ inp;
   // dbias(OC) += column sums of dout (skipped if null).
-  virtual void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                               const T* weight, int N, int IC, int OC) = 0;
+  virtual void matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp,
+                               CBuf<T> weight, int N, int IC, int OC) = 0;
 
   // ---- embeddings, vocabulary-parallel: this rank holds rows [v0, v0 + Vl) of wte --------
   // out(B,T,C) = wte[tokens - v0] for tokens in that range, else 0; + wpe[t] if wpe is non-null.
   // Under tensor parallelism the ranks' outputs are summed (all-reduce), so only one passes wpe.
-  virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
-                                 int Tlen, int C, int v0, int Vl) = 0;
+  virtual void embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe,
+                                 int B, int Tlen, int C, int v0, int Vl) = 0;
   // dwte[tokens[n] - v0] += dout[n] for tokens in range; dwpe[t] += sum over b of dout[b,t]
   // (dwpe may be null).
-  virtual void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B,
+  virtual void embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const int32_t* tokens, int B,
                                   int Tlen, int C, int v0, int Vl) = 0;
 
   // ---- norms over the last dim C of N rows -------------------------------------------------
   // LayerNorm: out = (x - mean) * rstd * w + b; saves mean(N), rstd(N).
-  virtual void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b,
+  virtual void layernorm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, CBuf<T> w, CBuf<T> b,
                                  int N, int C, T eps) = 0;
   // dinp += (not =) the input gradient, so the residual stream's gradient can flow through.
-  virtual void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+  virtual void layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                                   const T* mean, const T* rstd, int N, int C) = 0;
   // RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd(N).
-  virtual void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, T eps) = 0;
+  virtual void rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w, int N, int C,
+                               T eps) = 0;
   // dinp += the input gradient (as layernorm_backward).
-  virtual void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
+  virtual void rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                                 const T* rstd, int N, int C) = 0;
 
   // ---- pointwise ---------------------------------------------------------------------------
   // out = a + b (n elements); used for the residual stream.
-  virtual void add(T* out, const T* a, const T* b, size_t n) = 0;
+  virtual void add(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n) = 0;
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-  virtual void gelu_forward(T* out, const T* inp, size_t n) = 0;
-  virtual void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) = 0;  // dinp =
+  virtual void gelu_forward(Buf<T> out, CBuf<T> inp, size_t n) = 0;
+  virtual void gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) = 0;  // dinp =
   // SwiGLU on rows of inp(N, 2F) = [gate (F) | up (F)]: out(N,F) = silu(gate) * up.
-  virtual void swiglu_forward(T* out, const T* inp, int N, int F) = 0;
-  virtual void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) = 0;  // dinp =
+  virtual void swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) = 0;
+  virtual void swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) = 0;  // dinp =
 
   // ---- rotary position embedding, in place on the q and k parts of qkv(B,T,(NH+2NKV)*hs) -----
   // Pairs (2i, 2i+1) of each head rotate by angle t * theta^(-2i/hs) (the interleaved pairs of
   // Meta's original Llama code). backward applies the inverse rotation to dqkv in place.
-  virtual void rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
-  virtual void rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
+  virtual void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
+  virtual void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
 
   // ---- causal self-attention ---------------------------------------------------------------
   // out(B,T,NH*hs) = softmax(q k^T / sqrt(hs), causal) v per head; saves probs(B,NH,T,T).
   // `probs` is the backend's saved state, opaque to the caller, attention_state_size() elements:
   // the CPU backend keeps the probabilities there (B*NH*T*T); the CUDA backend (flash attention)
   // only each row's log-sum-exp (B*NH*T), and uses `scratch` (as large) in backward for the
-  // rows' D = rowsum(dout * out). Both must come from the same backend's forward.
+  // rows' D = rowsum(dout * out). Both must come from the same backend's forward, and backward
+  // is given forward's output `out` too (flash attention needs it; the CPU does not).
   virtual size_t attention_state_size(int B, int Tlen, int NH) const = 0;
-  virtual void attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
-                                 int hs) = 0;
+  virtual void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
+                                 int NKV, int hs) = 0;
   // dqkv (overwritten) from dout; scratch holds attention_state_size() elements.
-  virtual void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
+  virtual void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
                                   const T* probs, int B, int Tlen, int NH, int NKV, int hs) = 0;
 
   // ---- softmax cross-entropy, vocabulary-parallel ------------------------------------------
@@ -118,15 +133,15 @@ class Backend {
   // Three phases; under tensor parallelism the caller all-reduces between them (MAX over row_max,
   // SUM over stats), so no rank ever holds the full logits. With one rank: no communication.
   // 1) row_max(N) = max of this rank's real columns (-inf if it holds none)
-  virtual void ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) = 0;
+  virtual void ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) = 0;
   // 2) stats(2N) = [sum of exp(logit - row_max) over real columns | the target's logit if this
   //    rank holds it, else 0]
-  virtual void ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N,
+  virtual void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N,
                         int Vl, int v0, int V) = 0;
   // 3) losses[n] = log(sumexp) + row_max - target logit. If dloss != 0, logits is overwritten by
   //    its gradient (softmax - onehot(target)) * dloss, zero in padding columns. Returns the sum
   //    of the N losses in double.
-  virtual double ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets,
+  virtual double ce_loss(Buf<T> logits, const T* row_max, const T* stats, const int32_t* targets,
                          T* losses, int N, int Vl, int v0, int V, T dloss) = 0;
 
   // ---- optimizer ---------------------------------------------------------------------------

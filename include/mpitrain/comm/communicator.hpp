@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "mpitrain/backend/precision.hpp"
 #include "mpitrain/comm/call_tracking.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/watchdog.hpp"
@@ -36,6 +37,10 @@ class Communicator {
   virtual void all_reduce(float* data, size_t n, ReduceOp op) = 0;
   virtual void all_reduce(double* data, size_t n, ReduceOp op) = 0;
   virtual void all_reduce(int64_t* data, size_t n, ReduceOp op) = 0;
+  // 2-byte tensors (bf16 / fp16 bits, dtype says which): a Sum whose every partial sum is
+  // rounded to dtype, as a GPU library's bf16 all-reduce is; with 2 ranks the result is
+  // round(a + b), the fp32 sum rounded once. Other operations throw Error.
+  virtual void all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // out(size * n) = every rank's in(n), in rank order.
@@ -47,6 +52,9 @@ class Communicator {
   virtual CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) = 0;
   virtual CommHandle send_start(const float* data, size_t n, int peer, int tag) = 0;
   virtual CommHandle recv_start(float* data, size_t n, int peer, int tag) = 0;
+  // The same for 2-byte elements (a bf16 / fp16 tensor's bits): n elements of 2 bytes.
+  virtual CommHandle send_start(const uint16_t* data, size_t n, int peer, int tag) = 0;
+  virtual CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) = 0;
   // Raw bytes (compressed data), out(size * bytes) in rank order. all_to_all: block r of
   // in(size * bytes) goes to rank r; all_gather: in(bytes) goes to every rank.
   virtual CommHandle all_to_all_start(const void* in, void* out, size_t bytes) = 0;
@@ -59,6 +67,7 @@ class Communicator {
   virtual CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                           ReduceOp op) = 0;
   virtual CommHandle all_gather_start(float* data, std::span<const size_t> counts) = 0;
+  virtual CommHandle all_gather_start(uint16_t* data, std::span<const size_t> counts) = 0;  // 2-byte
   virtual void wait(CommHandle handle) = 0;
   // Lets started operations advance without waiting: MPI moves non-blocking collectives forward
   // only inside MPI calls, so code that computes between start and wait calls this now and then.
@@ -104,6 +113,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
   void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  void all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) override;
   // In place, each value with its own operation (ops[i] for data[i], n <= kMaxEach): several
   // host figures of different kinds in one call, e.g. a peak (max) and an energy (sum).
   static constexpr size_t kMaxEach = 16;
@@ -116,12 +126,15 @@ class MpiCommunicator final : public Communicator {
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
   CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
-  // These four are not split: a count, block or offset above max_count throws.
+  CommHandle send_start(const uint16_t* data, size_t n, int peer, int tag) override;
+  CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) override;
+  // These five are not split: a count, block or offset above max_count throws.
   CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
   CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
+  CommHandle all_gather_start(uint16_t* data, std::span<const size_t> counts) override;
   void wait(CommHandle handle) override;
   void progress() override;
 
