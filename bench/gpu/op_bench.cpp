@@ -184,7 +184,7 @@ std::vector<Row> bench_ops(CudaBackend<float>& be, const Ceilings& c) {
   add("attention fwd (causal, 12x64)", att_flops, 4.0 * (3 * NC + NC),
       [&] { be.attention_forward(y, lse, qkv, B, T, NH, NH, hs); });
   add("attention bwd", 2.5 * att_flops, 4.0 * (3 * NC + 2 * NC + 3 * NC),
-      [&] { be.attention_backward(dqkv, D, dy, qkv, lse, B, T, NH, NH, hs); });
+      [&] { be.attention_backward(dqkv, D, dy, qkv, y, lse, B, T, NH, NH, hs); });
   add("layernorm fwd", 8.0 * NC, 4.0 * 2 * NC,
       [&] { be.layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C, 1e-5f); });
   add("layernorm bwd (dx +=, dw, db)", 10.0 * NC, 4.0 * 4 * NC,
@@ -310,7 +310,7 @@ void cudnn_coverage() {
       coverage_row(attn, "attention fwd bf16 " + shape,
                    [&] { attn.attention_forward(out, probs, qkv, B, T, NH, NKV, hs); });
       coverage_row(attn, "attention bwd bf16 " + shape, [&] {
-        attn.attention_backward(dqkv, scratch, dout, qkv, probs, B, T, NH, NKV, hs);
+        attn.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs);
       });
       for (float* p : {qkv, dqkv, out, dout, probs, scratch}) attn.free(p);
     }

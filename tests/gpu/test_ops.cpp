@@ -10,6 +10,7 @@
 //   cuDNN attention     2e-2 in bf16, 4e-3 in fp16 (q, k, v, P and the gradients in bf16 / fp16)
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -322,6 +323,7 @@ TEST(GpuOps, Rope) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
+// Backward is given forward's output, as the model passes it.
 auto attention_op(int B, int T, int NH, int NKV, int hs) {
   return [=](auto& be, auto& m) -> Outputs {
     const size_t QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs, P = size_t(B) * NH * T * T;
@@ -332,7 +334,7 @@ auto attention_op(int B, int T, int NH, int NKV, int hs) {
     auto* dout = m.in(random_floats(size_t(B) * T * A, 2));
     auto* dqkv = m.out(size_t(B) * T * QKV);
     auto* scratch = m.out(P);
-    be.attention_backward(dqkv, scratch, dout, qkv, probs, B, T, NH, NKV, hs);
+    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs);
     return {m.read(out, size_t(B) * T * A), m.read(dqkv, size_t(B) * T * QKV)};
   };
 }
@@ -351,6 +353,52 @@ TEST(GpuOps, AttentionCudnn) {
   compare("cuDNN attention mha fp16", attention_op(2, 128, 4, 4, 64), {kCudnnFp16}, 4e-3);
   // bf16 math with our kernels: attention stays fp32 there
   compare("attention cuda/bf16", attention_op(2, 72, 4, 2, 80), {kCudaBf16}, kTol);
+}
+
+TEST(GpuOps, AttentionBackwardReadsTheForwardOutput) {
+  // Both kernel sets take the output given instead of recomputing the forward: a NaN output
+  // reaches the q and k gradients (through D = rowsum(dout * out)).
+  const int B = 1, T = 64, NH = 2, hs = 64;
+  const size_t QKV = size_t(3 * NH) * hs, A = size_t(NH) * hs, N = size_t(B) * T;
+  for (const Config& c : {kCudaFp32, kCudnnBf16}) {
+    CudaBackend<float> gpu(options(c));
+    DeviceVec qkv(gpu, random_floats(N * QKV, 1, -2.0f, 2.0f)), dout(gpu, random_floats(N * A, 2));
+    DeviceVec out(gpu, N * A), probs(gpu, gpu.attention_state_size(B, T, NH));
+    DeviceVec scratch(gpu, gpu.attention_state_size(B, T, NH)), dqkv(gpu, N * QKV);
+    gpu.attention_forward(out.get(), probs.get(), qkv.get(), B, T, NH, NH, hs);
+    out.poison();
+    gpu.attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), out.get(), probs.get(),
+                           B, T, NH, NH, hs);
+    const std::vector<float> g = dqkv.download();
+    EXPECT_TRUE(std::isnan(g[0]) && std::isnan(g[NH * hs]))
+        << c.name << ": q " << g[0] << ", k " << g[NH * hs];
+    EXPECT_TRUE(gpu.fallbacks().empty()) << c.name << ": " << gpu.fallbacks().front();
+  }
+}
+
+TEST(GpuOps, TwoByteTensorsAreRefused) {
+  // This backend keeps compute tensors in fp32: a 2-byte Buf is an Error, never read as floats.
+  CudaBackend<float> gpu(options(kCudaFp32));
+  EXPECT_TRUE(gpu.stores(Precision::Fp32));
+  EXPECT_FALSE(gpu.stores(Precision::Bf16));
+  EXPECT_FALSE(gpu.stores(Precision::Fp16));
+  EXPECT_THROW(gpu.alloc(16, Precision::Bf16), Error);
+  DeviceVec x(gpu, random_floats(16, 1)), y(gpu, 16);
+  const Buf<float> half(x.get(), Precision::Bf16);
+  EXPECT_THROW(gpu.add(y.get(), half, x.get(), 8), Error);
+  EXPECT_THROW(gpu.convert(y.get(), half, 8), Error);
+  try {
+    gpu.upload(half, std::vector<float>(8).data(), 8);
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stored in bf16"), std::string::npos) << e.what();
+  }
+  const Buf<float> full = gpu.alloc(16, Precision::Fp32);  // fp32: alloc(n)
+  gpu.convert(full, x.get(), 16);                          // fp32 to fp32: a copy
+  std::vector<float> back(16);
+  gpu.download(back.data(), full, 16);
+  EXPECT_EQ(back, x.download());
+  gpu.free(full.data());
 }
 
 // ---- cross-entropy ------------------------------------------------------------------------------

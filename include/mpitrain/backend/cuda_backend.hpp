@@ -12,14 +12,20 @@
 // bf16 / fp16 (operands rounded to nearest even into bf16 / fp16 copies, fp32 accumulation and
 // fp32 output — what CpuBackend computes on operands that round_to left in bf16 / fp16).
 //
+// Storage: every tensor on the GPU is fp32 for now — the compute tensors (activations, their
+// gradients, the compute copy of the weights) too: stores() is true for Fp32 only, so under
+// --precision bf16|fp16 the model keeps them in fp32 containers rounded by round_to, and the
+// GEMMs and cuDNN attention cast them to bf16 / fp16 per call. A Buf stored in 2 bytes throws
+// Error. Holding compute tensors in 2 bytes on the GPU (no per-call casts) is the next step.
+//
 // Memory (cuda/arena.hpp): alloc() draws from the arena of the kind set by set_alloc_kind()
 // (default activations); the backend's own scratch comes from the workspace arena, sized at
 // construction. seal_memory() after set-up fixes the footprint; memory_report() is the plan.
 //
 // Attention's saved state (backend.hpp): `probs` holds the log-sum-exp of each score row,
-// (B,NH,T) floats, ln(sum_j e^(s_j)) with s = q k^T / sqrt(hs) (cuDNN's "Stats"); backward
-// recomputes the forward output it needs (the Backend interface does not pass it) and uses
-// `scratch` for the row sums D = rowsum(dout * out) (B,NH,T).
+// (B,NH,T) floats, ln(sum_j e^(s_j)) with s = q k^T / sqrt(hs) (cuDNN's "Stats"); backward reads
+// it and forward's output `out` (nothing of the forward is recomputed) and uses `scratch` for the
+// row sums D = rowsum(dout * out) (B,NH,T).
 //
 // Not deterministic bit for bit: the embedding's and attention's gradients use atomic adds.
 // Everything else (every reduction, the losses, sum of squares) has a fixed order.
@@ -83,58 +89,62 @@ class CudaBackend final : public Backend<T> {
   void* stream() const;  // the cudaStream_t every op runs on
 
   // ---- Backend ----------------------------------------------------------------------------
+  // Compute tensors are fp32 here (see above): a Buf of another type throws Error.
   T* alloc(size_t n) override;
-  void free(T* p) override;
-  void zero(T* x, size_t n) override;
-  void copy(T* dst, const T* src, size_t n) override;
+  Buf<T> alloc(size_t n, Precision dtype) override;  // fp32 only
+  void free(void* p) override;
+  bool stores(Precision dtype) const override { return dtype == Precision::Fp32; }
+  void zero(Buf<T> x, size_t n) override;
+  void copy(Buf<T> dst, CBuf<T> src, size_t n) override;
+  void convert(Buf<T> dst, CBuf<T> src, size_t n) override;  // fp32 to fp32: a copy
   void round_to(T* x, size_t n, Precision p) override;
   void set_alloc_kind(AllocKind kind) override;  // Params/Grads/Optimizer/Activations arenas
   bool host_memory() const override { return false; }
-  void upload(T* dst, const T* host_src, size_t n) override;    // to_device
-  void download(T* host_dst, const T* src, size_t n) override;  // to_host
+  void upload(Buf<T> dst, const T* host_src, size_t n) override;  // to_device
+  void download(T* host_dst, CBuf<T> src, size_t n) override;     // to_host
   int32_t* alloc_ids(size_t n) override;                        // activations arena
   void free_ids(int32_t* p) override;
   void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) override;
 
-  void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
+  void matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N, int IC,
                       int OC) override;
-  void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+  void matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp, CBuf<T> weight,
                        int N, int IC, int OC) override;
 
-  void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tlen,
-                         int C, int v0, int Vl) override;
-  void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tlen,
+  void embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe, int B,
+                         int Tlen, int C, int v0, int Vl) override;
+  void embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const int32_t* tokens, int B, int Tlen,
                           int C, int v0, int Vl) override;
 
-  void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+  void layernorm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, CBuf<T> w, CBuf<T> b, int N,
                          int C, T eps) override;
-  void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+  void layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                           const T* mean, const T* rstd, int N, int C) override;
-  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, T eps) override;
-  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd,
+  void rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w, int N, int C, T eps) override;
+  void rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w, const T* rstd,
                         int N, int C) override;
 
-  void add(T* out, const T* a, const T* b, size_t n) override;
-  void gelu_forward(T* out, const T* inp, size_t n) override;
-  void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) override;
-  void swiglu_forward(T* out, const T* inp, int N, int F) override;
-  void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) override;
+  void add(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n) override;
+  void gelu_forward(Buf<T> out, CBuf<T> inp, size_t n) override;
+  void gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) override;
+  void swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) override;
+  void swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) override;
 
-  void rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
-  void rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+  void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+  void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
 
   size_t attention_state_size(int B, int Tlen, int NH) const override {  // log-sum-exp per row
     return static_cast<size_t>(B) * NH * Tlen;
   }
-  void attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
+  void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH, int NKV,
                          int hs) override;
-  void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs, int B,
-                          int Tlen, int NH, int NKV, int hs) override;
+  void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
+                          const T* probs, int B, int Tlen, int NH, int NKV, int hs) override;
 
-  void ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) override;
-  void ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
+  void ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) override;
+  void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
                 int v0, int V) override;
-  double ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
+  double ce_loss(Buf<T> logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
                  int N, int Vl, int v0, int V, T dloss) override;
 
   double sum_squares(const T* x, size_t n) override;

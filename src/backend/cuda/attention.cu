@@ -8,8 +8,8 @@
 // query tile at or after the keys, recompute p = e^(s - lse), dp = dout . v,
 // ds = p (dp - D) / sqrt(hs); dK, dV of the block's keys are summed in registers and stored once
 // (the block is their only writer); dQ gets atomic adds (many key blocks touch a query row), so
-// the caller zeroes dqkv first. D = rowsum(dout * out) comes from the forward kernel run in its
-// "D" mode, which recomputes out instead of reading it (and, given lse, the log-sum-exp too).
+// the caller zeroes dqkv first. D = rowsum(dout * out) comes from the forward's output (one warp
+// per row, before), lse from the forward: nothing of the forward is recomputed.
 #include "common.cuh"
 #include "kernels.hpp"
 
@@ -36,8 +36,7 @@ size_t backward_smem(int hs) {
 // DPL: output dims per lane (hs <= 32 * DPL).
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_forward_kernel(float* out, float* lse, float* D, const float* dout, const float* qkv,
-                             Shape sh) {
+    attention_forward_kernel(float* out, float* lse, const float* qkv, Shape sh) {
   extern __shared__ float smem[];
   const int hs = sh.hs, T = sh.T;
   float* Qs = smem;                   // [kTile][hs]
@@ -107,25 +106,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (t >= T) continue;
     const float inv = 1.0f / l[i];
     const size_t orow = (size_t(b) * T + t) * A + size_t(h) * hs;
-    const size_t srow = (size_t(b) * sh.NH + h) * T + t;
-    if (dout != nullptr) {
-      float dsum = 0.0f;
 #pragma unroll
-      for (int k = 0; k < DPL; ++k) {
-        const int d = lane + 32 * k;
-        if (d < hs) dsum += o[i][k] * inv * dout[orow + d];
-      }
-      dsum = warp_sum(dsum);
-      if (lane == 0) D[srow] = dsum;
-    } else {
-#pragma unroll
-      for (int k = 0; k < DPL; ++k) {
-        const int d = lane + 32 * k;
-        if (d < hs) out[orow + d] = o[i][k] * inv;
-      }
+    for (int k = 0; k < DPL; ++k) {
+      const int d = lane + 32 * k;
+      if (d < hs) out[orow + d] = o[i][k] * inv;
     }
-    if (lse != nullptr && lane == 0) lse[srow] = m[i] + logf(l[i]);
+    if (lane == 0) lse[(size_t(b) * sh.NH + h) * T + t] = m[i] + logf(l[i]);
   }
+}
+
+// D(B,NH,T) = rowsum(dout * out) over each head's hs dims, one warp per row; lane sums dims lane,
+// lane + 32, ... in order, then the warp: the order of a warp's output dims in the forward.
+__global__ void attention_d_kernel(float* D, const float* dout, const float* out, Shape sh) {
+  const size_t rows = size_t(sh.B) * sh.NH * sh.T;
+  const size_t r = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;  // uniform over the warp
+  const size_t b = r / (size_t(sh.NH) * sh.T), h = r / sh.T % sh.NH, t = r % sh.T;
+  const size_t orow = (b * sh.T + t) * sh.NH * sh.hs + h * sh.hs;
+  float dsum = 0.0f;
+  for (int d = lane; d < sh.hs; d += 32) dsum += out[orow + d] * dout[orow + d];
+  dsum = warp_sum(dsum);
+  if (lane == 0) D[r] = dsum;
 }
 
 template <int DPL>
@@ -260,8 +262,8 @@ void check_shape(const Shape& sh) {
 
 }  // namespace
 
-void launch_attention_forward(float* out, float* lse, float* D, const float* dout, const float* qkv,
-                              int B, int T, int NH, int NKV, int hs, cudaStream_t s) {
+void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
+                              int NKV, int hs, cudaStream_t s) {
   const Shape sh{B, T, NH, NKV, hs};
   check_shape(sh);
   if (B == 0 || T == 0) return;
@@ -271,9 +273,20 @@ void launch_attention_forward(float* out, float* lse, float* D, const float* dou
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<DPL>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)));
-    attention_forward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(out, lse, D, dout, qkv, sh);
+    attention_forward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, sh);
     CUDA_CHECK_LAUNCH();
   });
+}
+
+void launch_attention_d(float* D, const float* dout, const float* out, int B, int T, int NH, int hs,
+                        cudaStream_t s) {
+  const Shape sh{B, T, NH, NH, hs};
+  const size_t rows = size_t(B) * NH * T;
+  if (rows == 0) return;
+  const int threads = kWarps * 32;
+  const size_t blocks = (rows * 32 + threads - 1) / threads;
+  attention_d_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(D, dout, out, sh);
+  CUDA_CHECK_LAUNCH();
 }
 
 void launch_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,

@@ -1,20 +1,23 @@
 // CUDA backend: causal self-attention. `probs` holds each score row's log-sum-exp (B,NH,T), fp32,
-// in both paths; cuDNN's is that of the bf16/fp16 copies, so the CUDA kernels' backward (also when
-// only cuDNN's backward is unavailable) recomputes it in fp32 beside D instead of reading it:
-// statistics and recomputation always come from the same inputs and arithmetic.
+// written by the forward that ran; backward reads it and forward's output `out` (the Backend
+// interface passes it) and recomputes nothing of the forward.
 //   cudnn kernel set with bf16/fp16 GEMM math: cuDNN's fused flash attention on bf16/fp16 copies
-//     of qkv (and of dout), outputs converted back to fp32. Backward needs the forward output,
-//     which the Backend interface does not pass: the forward graph runs again to recompute it.
+//     of qkv (and of out and dout in backward), outputs converted back to fp32 (out is forward's
+//     output widened, so its copy holds forward's bits again).
 //   otherwise (fp32/tf32 math, the cuda kernel set, or no cuDNN engine): the flash-style CUDA
-//     kernels in fp32; backward first recomputes D = rowsum(dout * out) into `scratch` and the
-//     log-sum-exp into the workspace.
+//     kernels in fp32; backward first computes D = rowsum(dout * out) into `scratch`.
+// Where cuDNN has an engine for one direction only, the other reads what it saved: under
+// --precision bf16|fp16 qkv is already rounded, so both saw the same values and their statistics
+// differ by fp32 rounding (the order of the sums) only.
 #include "context.hpp"
+#include "fp32_tensors.hpp"
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
 
 namespace mpitrain {
 
+using cuda::fp32;
 using cuda::Scratch;
 
 namespace {
@@ -40,9 +43,11 @@ void fallback(cuda::Context& c, const cuda::SdpaShape& s) {
 }  // namespace
 
 template <typename T>
-void CudaBackend<T>::attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH,
-                                       int NKV, int hs) {
+void CudaBackend<T>::attention_forward(Buf<T> out_buf, T* probs, CBuf<T> qkv_buf, int B, int Tlen,
+                                       int NH, int NKV, int hs) {
   cuda::Context& c = *ctx_;
+  T* out = fp32(out_buf);
+  const T* qkv = fp32(qkv_buf);
   cuda::SdpaShape s{};
   if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
     const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
@@ -56,13 +61,16 @@ void CudaBackend<T>::attention_forward(T* out, T* probs, const T* qkv, int B, in
     }
     fallback(c, s);
   }
-  cuda::launch_attention_forward(out, probs, nullptr, nullptr, qkv, B, Tlen, NH, NKV, hs, c.stream);
+  cuda::launch_attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, c.stream);
 }
 
 template <typename T>
-void CudaBackend<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
-                                        const T* probs, int B, int Tlen, int NH, int NKV, int hs) {
+void CudaBackend<T>::attention_backward(Buf<T> dqkv_buf, T* scratch, CBuf<T> dout_buf,
+                                        CBuf<T> qkv_buf, CBuf<T> out_buf, const T* probs, int B,
+                                        int Tlen, int NH, int NKV, int hs) {
   cuda::Context& c = *ctx_;
+  T* dqkv = fp32(dqkv_buf);
+  const T *dout = fp32(dout_buf), *qkv = fp32(qkv_buf), *out = fp32(out_buf);
   cuda::SdpaShape s{};
   if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
     const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
@@ -71,26 +79,23 @@ void CudaBackend<T>::attention_backward(T* dqkv, T* scratch, const T* dout, cons
     uint16_t* o16 = f.take<uint16_t>(N * A, "attention output copy");
     uint16_t* do16 = f.take<uint16_t>(N * A, "attention output gradient copy");
     uint16_t* dqkv16 = f.take<uint16_t>(N * QKV, "attention qkv gradient copy");
-    float* stats = f.take<float>(size_t(B) * NH * Tlen, "attention statistics (recomputed)");
     cuda::launch_cast_down(qkv16, qkv, N, QKV, QKV, s.io, c.stream);
+    cuda::launch_cast_down(o16, out, N, A, A, s.io, c.stream);
     cuda::launch_cast_down(do16, dout, N, A, A, s.io, c.stream);
-    if (c.cudnn->sdpa_forward(s, o16, stats, qkv16, c.scratch) &&
-        c.cudnn->sdpa_backward(s, dqkv16, qkv16, o16, do16, probs, c.scratch)) {
+    if (c.cudnn->sdpa_backward(s, dqkv16, qkv16, o16, do16, probs, c.scratch)) {
       cuda::launch_cast_up(dqkv, dqkv16, N * QKV, s.io, c.stream);
       return;
     }
     fallback(c, s);
   }
-  // D = rowsum(dout * out) and the log-sum-exp, with out recomputed, then the gradients
-  Scratch::Frame f(c.scratch);
-  float* lse = f.take<float>(size_t(B) * NH * Tlen, "attention statistics (fp32, recomputed)");
-  cuda::launch_attention_forward(nullptr, lse, scratch, dout, qkv, B, Tlen, NH, NKV, hs, c.stream);
-  cuda::launch_attention_backward(dqkv, dout, qkv, lse, scratch, B, Tlen, NH, NKV, hs, c.stream);
+  cuda::launch_attention_d(scratch, dout, out, B, Tlen, NH, hs, c.stream);
+  cuda::launch_attention_backward(dqkv, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, c.stream);
 }
 
-template void CudaBackend<float>::attention_forward(float*, float*, const float*, int, int, int,
+template void CudaBackend<float>::attention_forward(Buf<float>, float*, CBuf<float>, int, int, int,
                                                     int, int);
-template void CudaBackend<float>::attention_backward(float*, float*, const float*, const float*,
-                                                     const float*, int, int, int, int, int);
+template void CudaBackend<float>::attention_backward(Buf<float>, float*, CBuf<float>, CBuf<float>,
+                                                     CBuf<float>, const float*, int, int, int, int,
+                                                     int);
 
 }  // namespace mpitrain

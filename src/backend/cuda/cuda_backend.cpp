@@ -8,12 +8,14 @@
 #include <type_traits>
 
 #include "context.hpp"
+#include "fp32_tensors.hpp"
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda/device.hpp"
 
 namespace mpitrain {
 
+using cuda::fp32;
 using cuda::MemoryKind;
 using cuda::Scratch;
 
@@ -178,6 +180,12 @@ T* CudaBackend<T>::alloc(size_t n) {
 }
 
 template <typename T>
+Buf<T> CudaBackend<T>::alloc(size_t n, Precision dtype) {
+  cuda::require_fp32(dtype);
+  return alloc(n);
+}
+
+template <typename T>
 void CudaBackend<T>::free_bytes(void* p) {
   if (p == nullptr) return;
   for (int k = 0; k < cuda::kMemoryKinds; ++k) {
@@ -188,7 +196,7 @@ void CudaBackend<T>::free_bytes(void* p) {
 }
 
 template <typename T>
-void CudaBackend<T>::free(T* p) {
+void CudaBackend<T>::free(void* p) {
   free_bytes(p);
 }
 
@@ -218,13 +226,13 @@ void CudaBackend<T>::to_host(void* dst, const void* src, size_t bytes) {
 }
 
 template <typename T>
-void CudaBackend<T>::upload(T* dst, const T* host_src, size_t n) {
-  to_device(dst, host_src, n * sizeof(T));
+void CudaBackend<T>::upload(Buf<T> dst, const T* host_src, size_t n) {
+  to_device(fp32(dst), host_src, n * sizeof(T));
 }
 
 template <typename T>
-void CudaBackend<T>::download(T* host_dst, const T* src, size_t n) {
-  to_host(host_dst, src, n * sizeof(T));
+void CudaBackend<T>::download(T* host_dst, CBuf<T> src, size_t n) {
+  to_host(host_dst, fp32(src), n * sizeof(T));
 }
 
 template <typename T>
@@ -253,14 +261,20 @@ void* CudaBackend<T>::stream() const {
 }
 
 template <typename T>
-void CudaBackend<T>::zero(T* x, size_t n) {
-  if (n > 0) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(T), ctx_->stream));
+void CudaBackend<T>::zero(Buf<T> x, size_t n) {
+  if (n > 0) CUDA_CHECK(cudaMemsetAsync(fp32(x), 0, n * sizeof(T), ctx_->stream));
 }
 
 template <typename T>
-void CudaBackend<T>::copy(T* dst, const T* src, size_t n) {
+void CudaBackend<T>::copy(Buf<T> dst, CBuf<T> src, size_t n) {
   if (n > 0)
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, ctx_->stream));
+    CUDA_CHECK(cudaMemcpyAsync(fp32(dst), fp32(src), n * sizeof(T), cudaMemcpyDeviceToDevice,
+                               ctx_->stream));
+}
+
+template <typename T>
+void CudaBackend<T>::convert(Buf<T> dst, CBuf<T> src, size_t n) {
+  copy(dst, src, n);  // both fp32 (copy checks): the one conversion this backend has
 }
 
 template <typename T>
@@ -271,14 +285,16 @@ void CudaBackend<T>::round_to(T* x, size_t n, Precision p) {
 // ---- embeddings -------------------------------------------------------------------------------
 
 template <typename T>
-void CudaBackend<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+void CudaBackend<T>::embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe,
                                        int B, int Tlen, int C, int v0, int Vl) {
-  cuda::launch_embedding_forward(out, tokens, wte, wpe, B, Tlen, C, v0, Vl, ctx_->stream);
+  cuda::launch_embedding_forward(fp32(out), tokens, fp32(wte), fp32(wpe), B, Tlen, C, v0, Vl,
+                                 ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens,
+void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, CBuf<T> dout_buf, const int32_t* tokens,
                                         int B, int Tlen, int C, int v0, int Vl) {
+  const T* dout = fp32(dout_buf);
   cuda::launch_embedding_backward_wte(dwte, dout, tokens, B * Tlen, C, v0, Vl, ctx_->stream);
   if (dwpe == nullptr) return;
   // dwpe(T,C) += sum over b of dout[b]: column sums of dout seen as (B, T*C)
@@ -290,18 +306,22 @@ void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const i
 // ---- norms ------------------------------------------------------------------------------------
 
 template <typename T>
-void CudaBackend<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w,
-                                       const T* b, int N, int C, T eps) {
+void CudaBackend<T>::layernorm_forward(Buf<T> out_buf, T* mean, T* rstd, CBuf<T> inp_buf,
+                                       CBuf<T> w_buf, CBuf<T> b_buf, int N, int C, T eps) {
   cuda::Context& c = *ctx_;
+  T* out = fp32(out_buf);
+  const T *inp = fp32(inp_buf), *w = fp32(w_buf), *b = fp32(b_buf);
   if (c.cudnn && c.cudnn->norm_forward(true, N, C, out, mean, rstd, inp, w, b, eps, c.scratch))
     return;
   cuda::launch_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, c.stream);
 }
 
 template <typename T>
-void CudaBackend<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C,
-                                     T eps) {
+void CudaBackend<T>::rmsnorm_forward(Buf<T> out_buf, T* rstd, CBuf<T> inp_buf, CBuf<T> w_buf, int N,
+                                     int C, T eps) {
   cuda::Context& c = *ctx_;
+  T* out = fp32(out_buf);
+  const T *inp = fp32(inp_buf), *w = fp32(w_buf);
   if (c.cudnn &&
       c.cudnn->norm_forward(false, N, C, out, nullptr, rstd, inp, w, nullptr, eps, c.scratch))
     return;
@@ -335,74 +355,76 @@ void norm_backward(cuda::Context& c, bool layer, float* dinp, float* dw, float* 
 }  // namespace
 
 template <typename T>
-void CudaBackend<T>::layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp,
-                                        const T* w, const T* mean, const T* rstd, int N, int C) {
-  norm_backward(*ctx_, true, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+void CudaBackend<T>::layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp,
+                                        CBuf<T> w, const T* mean, const T* rstd, int N, int C) {
+  norm_backward(*ctx_, true, fp32(dinp), dw, db, fp32(dout), fp32(inp), fp32(w), mean, rstd, N, C);
 }
 
 template <typename T>
-void CudaBackend<T>::rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w,
+void CudaBackend<T>::rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                                       const T* rstd, int N, int C) {
-  norm_backward(*ctx_, false, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C);
+  norm_backward(*ctx_, false, fp32(dinp), dw, nullptr, fp32(dout), fp32(inp), fp32(w), nullptr,
+                rstd, N, C);
 }
 
 // ---- pointwise and RoPE -----------------------------------------------------------------------
 
 template <typename T>
-void CudaBackend<T>::add(T* out, const T* a, const T* b, size_t n) {
-  cuda::launch_add(out, a, b, n, ctx_->stream);
+void CudaBackend<T>::add(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n) {
+  cuda::launch_add(fp32(out), fp32(a), fp32(b), n, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::gelu_forward(T* out, const T* inp, size_t n) {
-  cuda::launch_gelu_forward(out, inp, n, ctx_->stream);
+void CudaBackend<T>::gelu_forward(Buf<T> out, CBuf<T> inp, size_t n) {
+  cuda::launch_gelu_forward(fp32(out), fp32(inp), n, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-  cuda::launch_gelu_backward(dinp, inp, dout, n, ctx_->stream);
+void CudaBackend<T>::gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) {
+  cuda::launch_gelu_backward(fp32(dinp), fp32(inp), fp32(dout), n, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::swiglu_forward(T* out, const T* inp, int N, int F) {
-  cuda::launch_swiglu_forward(out, inp, N, F, ctx_->stream);
+void CudaBackend<T>::swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) {
+  cuda::launch_swiglu_forward(fp32(out), fp32(inp), N, F, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) {
-  cuda::launch_swiglu_backward(dinp, inp, dout, N, F, ctx_->stream);
+void CudaBackend<T>::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) {
+  cuda::launch_swiglu_backward(fp32(dinp), fp32(inp), fp32(dout), N, F, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  cuda::launch_rope(qkv, B, Tlen, NH, NKV, hs, theta, +1, ctx_->stream);
+void CudaBackend<T>::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+  cuda::launch_rope(fp32(qkv), B, Tlen, NH, NKV, hs, theta, +1, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  cuda::launch_rope(dqkv, B, Tlen, NH, NKV, hs, theta, -1, ctx_->stream);
+void CudaBackend<T>::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+  cuda::launch_rope(fp32(dqkv), B, Tlen, NH, NKV, hs, theta, -1, ctx_->stream);
 }
 
 // ---- cross-entropy ----------------------------------------------------------------------------
 
 template <typename T>
-void CudaBackend<T>::ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) {
-  cuda::launch_ce_row_max(logits, row_max, N, Vl, v0, V, ctx_->stream);
+void CudaBackend<T>::ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) {
+  cuda::launch_ce_row_max(fp32(logits), row_max, N, Vl, v0, V, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats,
+void CudaBackend<T>::ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats,
                               int N, int Vl, int v0, int V) {
-  cuda::launch_ce_stats(logits, row_max, targets, stats, N, Vl, v0, V, ctx_->stream);
+  cuda::launch_ce_stats(fp32(logits), row_max, targets, stats, N, Vl, v0, V, ctx_->stream);
 }
 
 template <typename T>
-double CudaBackend<T>::ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets,
-                               T* losses, int N, int Vl, int v0, int V, T dloss) {
+double CudaBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
+                               const int32_t* targets, T* losses, int N, int Vl, int v0, int V,
+                               T dloss) {
   Scratch::Frame frame(ctx_->scratch);
   double* row_loss = frame.take<double>(std::max(N, 1), "per-row losses");
   double* total = frame.take<double>(1, "loss total");
-  cuda::launch_ce_loss(logits, row_max, stats, targets, losses, row_loss, N, Vl, v0, V, dloss,
+  cuda::launch_ce_loss(fp32(logits), row_max, stats, targets, losses, row_loss, N, Vl, v0, V, dloss,
                        ctx_->stream);
   cuda::launch_sum_doubles(total, row_loss, static_cast<size_t>(N), ctx_->stream);
   return ctx_->read_double(total);

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "context.hpp"
+#include "fp32_tensors.hpp"
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
@@ -84,9 +85,12 @@ void require_rows(int rows, const char* what) {
 }  // namespace
 
 template <typename T>
-void CudaBackend<T>::matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
-                                    int IC, int OC) {
+void CudaBackend<T>::matmul_forward(Buf<T> out_buf, CBuf<T> inp_buf, CBuf<T> weight_buf,
+                                    CBuf<T> bias_buf, int N, int IC, int OC) {
   cuda::Context& c = *ctx_;
+  T* out = cuda::fp32(out_buf);
+  const T *inp = cuda::fp32(inp_buf), *weight = cuda::fp32(weight_buf),
+          *bias = cuda::fp32(bias_buf);
   const GemmMath math = c.options.math;
   if (N == 0) return;
   if (c.options.kernels == KernelSet::Cuda)
@@ -131,9 +135,12 @@ void CudaBackend<T>::matmul_forward(T* out, const T* inp, const T* weight, const
 }
 
 template <typename T>
-void CudaBackend<T>::matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                                     const T* weight, int N, int IC, int OC) {
+void CudaBackend<T>::matmul_backward(Buf<T> dinp_buf, T* dweight, T* dbias, CBuf<T> dout_buf,
+                                     CBuf<T> inp_buf, CBuf<T> weight_buf, int N, int IC, int OC) {
   cuda::Context& c = *ctx_;
+  T* dinp = cuda::fp32(dinp_buf);
+  const T *dout = cuda::fp32(dout_buf), *inp = cuda::fp32(inp_buf),
+          *weight = cuda::fp32(weight_buf);
   const GemmMath math = c.options.math;
   if (N == 0) return;
   if (c.options.kernels == KernelSet::Cuda) {
@@ -202,9 +209,9 @@ void CudaBackend<T>::matmul_backward(T* dinp, T* dweight, T* dbias, const T* dou
   }
 }
 
-template void CudaBackend<float>::matmul_forward(float*, const float*, const float*, const float*,
+template void CudaBackend<float>::matmul_forward(Buf<float>, CBuf<float>, CBuf<float>, CBuf<float>,
                                                  int, int, int);
-template void CudaBackend<float>::matmul_backward(float*, float*, float*, const float*,
-                                                  const float*, const float*, int, int, int);
+template void CudaBackend<float>::matmul_backward(Buf<float>, float*, float*, CBuf<float>,
+                                                  CBuf<float>, CBuf<float>, int, int, int);
 
 }  // namespace mpitrain

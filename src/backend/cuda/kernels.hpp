@@ -64,11 +64,13 @@ void launch_rope(float* qkv, int B, int T, int NH, int NKV, int hs, float theta,
 
 // ---- attention (attention.cu), flash-style in fp32 ---------------------------------------------
 // hs <= 256. out(B,T,NH*hs) and lse(B,NH,T) = ln sum_j e^(q.k_j/sqrt(hs)), causal; query head h
-// reads kv head h/(NH/NKV). If dout is non-null, out is not written; instead D(B,NH,T) =
-// rowsum(dout * out) is (backward's preprocessing, without a stored out), and lse where non-null.
-void launch_attention_forward(float* out, float* lse, float* D, const float* dout, const float* qkv,
-                              int B, int T, int NH, int NKV, int hs, cudaStream_t s);
-// dqkv (overwritten) from dout, lse and D.
+// reads kv head h/(NH/NKV).
+void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
+                              int NKV, int hs, cudaStream_t s);
+// D(B,NH,T) = rowsum(dout * out) per head, from forward's out: backward's preprocessing.
+void launch_attention_d(float* D, const float* dout, const float* out, int B, int T, int NH, int hs,
+                        cudaStream_t s);
+// dqkv (overwritten) from dout, forward's lse and D.
 void launch_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                const float* D, int B, int T, int NH, int NKV, int hs,
                                cudaStream_t s);
