@@ -14,6 +14,10 @@ void CudaAwareMpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) 
   sync().all_reduce(data, n, op);
 }
 
+void CudaAwareMpiCommunicator::all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) {
+  sync().all_reduce(data, n, dtype, op);
+}
+
 void CudaAwareMpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   sync().broadcast(data, bytes, root);
 }
@@ -39,6 +43,14 @@ CommHandle CudaAwareMpiCommunicator::recv_start(float* data, size_t n, int peer,
   return sync().recv_start(data, n, peer, tag);
 }
 
+CommHandle CudaAwareMpiCommunicator::send_start(const uint16_t* data, size_t n, int peer, int tag) {
+  return sync().send_start(data, n, peer, tag);
+}
+
+CommHandle CudaAwareMpiCommunicator::recv_start(uint16_t* data, size_t n, int peer, int tag) {
+  return sync().recv_start(data, n, peer, tag);
+}
+
 CommHandle CudaAwareMpiCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
   return sync().all_to_all_start(in, out, bytes);
 }
@@ -54,6 +66,11 @@ CommHandle CudaAwareMpiCommunicator::reduce_scatter_start(float* data,
 }
 
 CommHandle CudaAwareMpiCommunicator::all_gather_start(float* data,
+                                                      std::span<const size_t> counts) {
+  return sync().all_gather_start(data, counts);
+}
+
+CommHandle CudaAwareMpiCommunicator::all_gather_start(uint16_t* data,
                                                       std::span<const size_t> counts) {
   return sync().all_gather_start(data, counts);
 }

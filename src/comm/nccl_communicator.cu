@@ -23,6 +23,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// The element type of 2-byte tensors where NCCL only moves them (send, receive, broadcast):
+// any 2-byte type moves the bits unchanged.
+constexpr ncclDataType_t kTwoBytes = ncclFloat16;
+
 using Clock = std::chrono::steady_clock;
 
 // seconds <= 0: no deadline.
@@ -254,9 +258,9 @@ void NcclCommunicator::flush() {
   NCCL_CHECK(ncclGroupStart());
   for (const P2p& p : queued_) {
     if (p.send)
-      NCCL_CHECK(ncclSend(p.data, p.n, ncclFloat, p.peer, comm_, stream_.get()));
+      NCCL_CHECK(ncclSend(p.data, p.n, p.type, p.peer, comm_, stream_.get()));
     else
-      NCCL_CHECK(ncclRecv(p.data, p.n, ncclFloat, p.peer, comm_, stream_.get()));
+      NCCL_CHECK(ncclRecv(p.data, p.n, p.type, p.peer, comm_, stream_.get()));
   }
   NCCL_CHECK(ncclGroupEnd());
   for (const P2p& p : queued_) {
@@ -285,6 +289,19 @@ void NcclCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
 
 void NcclCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
   all_reduce_typed(data, n, ncclInt64, op);
+}
+
+// NCCL sums 2-byte floats as the interface says: each partial sum rounded to the type.
+void NcclCommunicator::all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) {
+  if (op != ReduceOp::Sum || dtype == Precision::Fp32) {
+    std::string msg = calls_.name();
+    msg += " all_reduce of 2-byte elements: only a Sum of bf16 or fp16, not a ";
+    msg += op == ReduceOp::Sum ? "Sum" : op == ReduceOp::Max ? "Max" : "Min";
+    msg += " of ";
+    msg += to_string(dtype);
+    MPITRAIN_THROW(msg);
+  }
+  all_reduce_typed(data, n, dtype == Precision::Bf16 ? ncclBfloat16 : ncclFloat16, op);
 }
 
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -331,21 +348,31 @@ CommHandle NcclCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op
   return CommHandle{id};
 }
 
-CommHandle NcclCommunicator::send_start(const float* data, size_t n, int peer, int) {
-  const int id = acquire_slot("send", n * sizeof(float), peer);
-  count_sent(point_bus_bytes(n * sizeof(float), size_));
+template <typename E>
+CommHandle NcclCommunicator::p2p_start(bool send, E* data, size_t n, ncclDataType_t type,
+                                       int peer) {
+  const int id = acquire_slot(send ? "send" : "recv", n * sizeof(E), peer);
+  if (send) count_sent(point_bus_bytes(n * sizeof(E), size_));
   after_compute();
-  queued_.push_back({true, const_cast<float*>(data), n, peer, id});
+  queued_.push_back({send, data, n, type, peer, id});
   slots_[id].queued = true;
   return CommHandle{id};
 }
 
+CommHandle NcclCommunicator::send_start(const float* data, size_t n, int peer, int) {
+  return p2p_start(true, const_cast<float*>(data), n, ncclFloat, peer);
+}
+
 CommHandle NcclCommunicator::recv_start(float* data, size_t n, int peer, int) {
-  const int id = acquire_slot("recv", n * sizeof(float), peer);
-  after_compute();
-  queued_.push_back({false, data, n, peer, id});
-  slots_[id].queued = true;
-  return CommHandle{id};
+  return p2p_start(false, data, n, ncclFloat, peer);
+}
+
+CommHandle NcclCommunicator::send_start(const uint16_t* data, size_t n, int peer, int) {
+  return p2p_start(true, const_cast<uint16_t*>(data), n, kTwoBytes, peer);
+}
+
+CommHandle NcclCommunicator::recv_start(uint16_t* data, size_t n, int peer, int) {
+  return p2p_start(false, data, n, kTwoBytes, peer);
 }
 
 CommHandle NcclCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
@@ -401,22 +428,32 @@ CommHandle NcclCommunicator::reduce_scatter_start(float* data, std::span<const s
   return CommHandle{id};
 }
 
-CommHandle NcclCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+template <typename E>
+CommHandle NcclCommunicator::all_gather_typed(E* data, std::span<const size_t> counts,
+                                              ncclDataType_t type) {
   const size_t total = blocks_total(counts, "all_gather_start");
-  const int id = acquire_slot("all_gather", total * sizeof(float));
-  count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
+  const int id = acquire_slot("all_gather", total * sizeof(E));
+  count_sent(blocks_bus_bytes(total * sizeof(E), counts[rank_] * sizeof(E), size_));
   begin();
   NCCL_CHECK(ncclGroupStart());
   size_t offset = 0;
   for (int r = 0; r < size_; ++r) {
     if (counts[r] > 0)
-      NCCL_CHECK(ncclBroadcast(data + offset, data + offset, counts[r], ncclFloat, r, comm_,
-                               stream_.get()));
+      NCCL_CHECK(
+          ncclBroadcast(data + offset, data + offset, counts[r], type, r, comm_, stream_.get()));
     offset += counts[r];
   }
   NCCL_CHECK(ncclGroupEnd());
   end_started(id);
   return CommHandle{id};
+}
+
+CommHandle NcclCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+  return all_gather_typed(data, counts, ncclFloat);
+}
+
+CommHandle NcclCommunicator::all_gather_start(uint16_t* data, std::span<const size_t> counts) {
+  return all_gather_typed(data, counts, kTwoBytes);
 }
 
 void NcclCommunicator::wait(CommHandle handle) {

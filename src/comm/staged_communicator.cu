@@ -9,7 +9,7 @@ namespace mpitrain {
 
 namespace {
 
-// Uneven blocks in rank order: where `rank`'s block starts, and the floats of all of them.
+// Uneven blocks in rank order: where `rank`'s block starts, and the elements of all of them.
 struct BlockSpan {
   size_t offset = 0, total = 0;
 };
@@ -85,14 +85,14 @@ CommHandle StagedMpiCommunicator::started(int stage, CommHandle mpi, void* dst, 
   return CommHandle{stage};
 }
 
-template <typename E>
-void StagedMpiCommunicator::all_reduce_typed(E* data, size_t n, ReduceOp op) {
+template <typename E, typename... How>
+void StagedMpiCommunicator::all_reduce_typed(E* data, size_t n, How... how) {
   const size_t bytes = n * sizeof(E);
   need(bytes, "all_reduce");
   auto* h = reinterpret_cast<E*>(host(blocking_));
   to_host(h, data, bytes);
   sync_compute();
-  mpi_.all_reduce(h, n, op);
+  mpi_.all_reduce(h, n, how...);
   to_device(data, h, bytes);
 }
 
@@ -106,6 +106,10 @@ void StagedMpiCommunicator::all_reduce(double* data, size_t n, ReduceOp op) {
 
 void StagedMpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
   all_reduce_typed(data, n, op);
+}
+
+void StagedMpiCommunicator::all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) {
+  all_reduce_typed(data, n, dtype, op);
 }
 
 void StagedMpiCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -146,20 +150,38 @@ CommHandle StagedMpiCommunicator::all_reduce_start(float* data, size_t n, Reduce
   return started(s, mpi_.all_reduce_start(h, n, op), data, 0, bytes);
 }
 
-CommHandle StagedMpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
-  const size_t bytes = n * sizeof(float);
+template <typename E>
+CommHandle StagedMpiCommunicator::send_typed(const E* data, size_t n, int peer, int tag) {
+  const size_t bytes = n * sizeof(E);
   const int s = acquire(bytes, "send_start");
-  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  auto* h = reinterpret_cast<E*>(host(stages_[s]));
   to_host(h, data, bytes);
   sync_compute();
   return started(s, mpi_.send_start(h, n, peer, tag), nullptr, 0, 0);
 }
 
-CommHandle StagedMpiCommunicator::recv_start(float* data, size_t n, int peer, int tag) {
-  const size_t bytes = n * sizeof(float);
+template <typename E>
+CommHandle StagedMpiCommunicator::recv_typed(E* data, size_t n, int peer, int tag) {
+  const size_t bytes = n * sizeof(E);
   const int s = acquire(bytes, "recv_start");
-  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  auto* h = reinterpret_cast<E*>(host(stages_[s]));
   return started(s, mpi_.recv_start(h, n, peer, tag), data, 0, bytes);
+}
+
+CommHandle StagedMpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
+  return send_typed(data, n, peer, tag);
+}
+
+CommHandle StagedMpiCommunicator::recv_start(float* data, size_t n, int peer, int tag) {
+  return recv_typed(data, n, peer, tag);
+}
+
+CommHandle StagedMpiCommunicator::send_start(const uint16_t* data, size_t n, int peer, int tag) {
+  return send_typed(data, n, peer, tag);
+}
+
+CommHandle StagedMpiCommunicator::recv_start(uint16_t* data, size_t n, int peer, int tag) {
+  return recv_typed(data, n, peer, tag);
 }
 
 // Staging: in(size * bytes), then out(size * bytes).
@@ -194,14 +216,23 @@ CommHandle StagedMpiCommunicator::reduce_scatter_start(float* data,
   return started(s, mpi, data + offset, offset * sizeof(float), counts[rank()] * sizeof(float));
 }
 
-CommHandle StagedMpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+template <typename E>
+CommHandle StagedMpiCommunicator::all_gather_typed(E* data, std::span<const size_t> counts) {
   const auto [offset, total] = block_span(counts, rank());
-  const int s = acquire(total * sizeof(float), "all_gather_start");
-  auto* h = reinterpret_cast<float*>(host(stages_[s]));
+  const int s = acquire(total * sizeof(E), "all_gather_start");
+  auto* h = reinterpret_cast<E*>(host(stages_[s]));
   if (static_cast<size_t>(rank()) < counts.size())
-    to_host(h + offset, data + offset, counts[rank()] * sizeof(float));
+    to_host(h + offset, data + offset, counts[rank()] * sizeof(E));
   sync_compute();
-  return started(s, mpi_.all_gather_start(h, counts), data, 0, total * sizeof(float));
+  return started(s, mpi_.all_gather_start(h, counts), data, 0, total * sizeof(E));
+}
+
+CommHandle StagedMpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+  return all_gather_typed(data, counts);
+}
+
+CommHandle StagedMpiCommunicator::all_gather_start(uint16_t* data, std::span<const size_t> counts) {
+  return all_gather_typed(data, counts);
 }
 
 void StagedMpiCommunicator::wait(CommHandle handle) {

@@ -1,13 +1,15 @@
 // Shared by the MPI tests of the device-memory communicators (test_nccl_comm, test_staged_comm):
 // a main that skips without the GPUs it needs, and every Communicator operation run on device
 // buffers through the communicator under test and on host copies through MpiCommunicator over
-// the same ranks, compared element for element. The values are small integers, so every sum is
-// exact whatever order the ranks are added in.
+// the same ranks, compared element for element (2-byte tensors bit for bit). The values are small
+// integers, so every sum is exact whatever order the ranks are added in (in bf16 and fp16 too:
+// all below 256).
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +18,8 @@
 
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda/device.hpp"
+#include "mpitrain/backend/precision.hpp"
+#include "mpitrain/comm/bus_bytes.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/runtime/device.hpp"
 #include "mpitrain/runtime/mpi.hpp"
@@ -89,6 +93,81 @@ std::vector<E> values(int rank, size_t n) {
   std::vector<E> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<E>((rank + 1) * (i % 7 + 1) - 3 * (i % 2));
   return v;
+}
+
+// The bits of f as a 2-byte tensor of type p.
+inline std::vector<uint16_t> bits_of(const std::vector<float>& f, Precision p) {
+  std::vector<uint16_t> v(f.size());
+  for (size_t i = 0; i < f.size(); ++i)
+    v[i] = p == Precision::Bf16 ? to_bf16_bits(f[i]) : to_fp16_bits(f[i]);
+  return v;
+}
+
+// values() as a 2-byte tensor of type p (exact: small integers).
+inline std::vector<uint16_t> two_byte_values(int rank, size_t n, Precision p) {
+  return bits_of(values<float>(rank, n), p);
+}
+
+// The 2-byte operations (bf16 / fp16 bits): the all-reduce (Sum; other operations throw), a
+// ring of sends and receives, the uneven all-gather; each counts 2 bytes an element.
+inline void check_two_byte(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stream) {
+  const int rank = mpi.rank(), size = mpi.size();
+  const size_t n = 1000;
+  for (Precision p : {Precision::Bf16, Precision::Fp16}) {
+    SCOPED_TRACE(to_string(p));
+    std::vector<uint16_t> h = two_byte_values(rank, n, p);
+    DeviceVec<uint16_t> d(h, stream);
+    const uint64_t before = dev.bytes_sent();
+    dev.all_reduce(d.get(), n, p, ReduceOp::Sum);
+    EXPECT_EQ(dev.bytes_sent() - before, all_reduce_bus_bytes(2 * n, size));
+    mpi.all_reduce(h.data(), n, p, ReduceOp::Sum);
+    EXPECT_EQ(d.host(stream), h) << "all_reduce 2-byte";
+    std::vector<float> sum(n, 0.0f);  // exact, in fp32 and in p
+    for (int q = 0; q < size; ++q) {
+      const std::vector<float> theirs = values<float>(q, n);
+      for (size_t i = 0; i < n; ++i) sum[i] += theirs[i];
+    }
+    EXPECT_EQ(h, bits_of(sum, p)) << "MpiCommunicator's 2-byte all_reduce";
+    EXPECT_THROW(dev.all_reduce(d.get(), n, p, ReduceOp::Max), Error);
+    EXPECT_THROW(mpi.all_reduce(h.data(), n, p, ReduceOp::Max), Error);
+  }
+
+  const Precision p = Precision::Bf16;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  const std::vector<uint16_t> mine = two_byte_values(rank, n, p);
+  DeviceVec<uint16_t> dsend(mine, stream), drecv(std::vector<uint16_t>(n, 0xffff), stream);
+  const uint64_t before = dev.bytes_sent();
+  const CommHandle hr = dev.recv_start(drecv.get(), n, prev, 9);
+  const CommHandle hs = dev.send_start(dsend.get(), n, next, 9);
+  dev.wait(hs);
+  dev.wait(hr);
+  EXPECT_EQ(dev.bytes_sent() - before, point_bus_bytes(2 * n, size));
+  std::vector<uint16_t> got(n, 0xffff);
+  const CommHandle mr = mpi.recv_start(got.data(), n, prev, 9);
+  const CommHandle ms = mpi.send_start(mine.data(), n, next, 9);
+  mpi.wait(ms);
+  mpi.wait(mr);
+  EXPECT_EQ(drecv.host(stream), got) << "send/recv ring 2-byte";
+  EXPECT_EQ(got, two_byte_values(prev, n, p));
+
+  std::vector<size_t> counts(size);
+  for (int r = 0; r < size; ++r) counts[r] = r == 1 ? 0 : 101 + 13 * r;  // odd: 2-byte offsets
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  size_t offset = 0;
+  for (int r = 0; r < rank; ++r) offset += counts[r];
+  std::vector<uint16_t> ag(total, 0xffff);
+  const std::vector<uint16_t> block = two_byte_values(rank, counts[rank], p);
+  std::copy(block.begin(), block.end(), ag.begin() + offset);
+  DeviceVec<uint16_t> dag(ag, stream);
+  dev.wait(dev.all_gather_start(dag.get(), counts));
+  mpi.wait(mpi.all_gather_start(ag.data(), counts));
+  EXPECT_EQ(dag.host(stream), ag) << "all_gather_start 2-byte (uneven)";
+  size_t at = 0;
+  for (int r = 0; r < size; ++r) {
+    const std::vector<uint16_t> theirs = two_byte_values(r, counts[r], p);
+    EXPECT_TRUE(std::equal(theirs.begin(), theirs.end(), ag.begin() + at)) << "block of " << r;
+    at += counts[r];
+  }
 }
 
 // The communicator under test (`dev`, device memory) against `mpi` (host) for every operation;
@@ -216,6 +295,7 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
     mpi.wait(mpi.all_gather_start(ag.data(), counts));
     EXPECT_EQ(dag.host(stream), ag) << "all_gather_start (uneven)";
   }
+  check_two_byte(dev, mpi, stream);
   EXPECT_EQ(dev.bytes_sent(), mpi.bytes_sent());
   EXPECT_EQ(dev.bytes_sent() == 0, size == 1);
 }

@@ -6,7 +6,7 @@
 // the host waits for the compute stream (the kernels that wrote the buffers have finished; this
 // wait counts as blocked time). A blocking call has completed on return; a started one when its
 // wait() returns (the host blocks in it, as with host memory); kernels queued after either see
-// the result.
+// the result. 2-byte tensors (bf16 / fp16 bits) go to MpiCommunicator's 2-byte calls alike.
 #pragma once
 
 #include "mpitrain/comm/device_mpi_communicator.hpp"
@@ -21,6 +21,7 @@ class CudaAwareMpiCommunicator final : public DeviceMpiCommunicator {
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
   void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  void all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
@@ -28,11 +29,14 @@ class CudaAwareMpiCommunicator final : public DeviceMpiCommunicator {
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
   CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
+  CommHandle send_start(const uint16_t* data, size_t n, int peer, int tag) override;
+  CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) override;
   CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
   CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
+  CommHandle all_gather_start(uint16_t* data, std::span<const size_t> counts) override;
   void wait(CommHandle handle) override { mpi_.wait(handle); }
 
  private:

@@ -27,7 +27,9 @@
 // Uneven reduce-scatter: one in-place ncclReduce per block onto its owner (the sum lands at the
 // block's own offset); uneven all-gather: one in-place
 // ncclBroadcast per block from its owner; all-to-all: one ncclSend and ncclRecv per rank; each
-// group in one ncclGroupStart/End.
+// group in one ncclGroupStart/End. 2-byte tensors (bf16 / fp16 bits): the all-reduce is NCCL's
+// ncclBfloat16 / ncclFloat16 ncclSum (other operations throw Error); sends, receives and the
+// uneven all-gather move them as a 2-byte type; bytes and the log count 2 bytes an element.
 //
 // Failures: every NCCL result is checked (NCCL_CHECK-like: ncclGetErrorString and
 // ncclGetLastError in the message). abort() ends the communicator (ncclCommAbort) so that
@@ -76,6 +78,7 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
   void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  void all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) override;  // ncclSum
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
   void all_gather(const float* in, float* out, size_t n) override;
@@ -84,11 +87,14 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
   CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
+  CommHandle send_start(const uint16_t* data, size_t n, int peer, int tag) override;
+  CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) override;
   CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
   CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
+  CommHandle all_gather_start(uint16_t* data, std::span<const size_t> counts) override;
   void wait(CommHandle handle) override;      // stream ordering, see above
   void progress() override;                   // issues queued sends/receives; checks for errors
 
@@ -129,11 +135,12 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
     bool busy = false, queued = false;  // queued: a send/receive not yet issued
     CallInfo call;
   };
-  // A send or receive waiting for the next flush().
+  // A send or receive waiting for the next flush(): n elements of type.
   struct P2p {
     bool send;
-    float* data;
+    void* data;
     size_t n;
+    ncclDataType_t type;
     int peer, slot;
   };
 
@@ -150,6 +157,10 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   void require_usable() const;
   template <typename E>
   void all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op);
+  template <typename E>
+  CommHandle p2p_start(bool send, E* data, size_t n, ncclDataType_t type, int peer);
+  template <typename E>
+  CommHandle all_gather_typed(E* data, std::span<const size_t> counts, ncclDataType_t type);
   size_t blocks_total(std::span<const size_t> counts, const char* op) const;
   void count_sent(uint64_t bytes) { if (size_ > 1) bytes_sent_ += bytes; }
 

@@ -17,6 +17,7 @@
 // throws Error naming the figure to raise. A buffer becomes free when its host->device copy has
 // completed (an event).
 //
+// 2-byte tensors (bf16 / fp16 bits) go the same way, to MpiCommunicator's 2-byte calls.
 // calls(), bytes_sent() are the MpiCommunicator's (the watchdog watches its CallLog); blocked
 // seconds are the MPI calls' plus the host's waits for the staging copies.
 #pragma once
@@ -42,6 +43,7 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
   void all_reduce(int64_t* data, size_t n, ReduceOp op) override;
+  void all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
@@ -49,11 +51,14 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
   CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
+  CommHandle send_start(const uint16_t* data, size_t n, int peer, int tag) override;
+  CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) override;
   CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
   CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
+  CommHandle all_gather_start(uint16_t* data, std::span<const size_t> counts) override;
   void wait(CommHandle handle) override;  // MPI wait (host), then host->device on compute
 
  private:
@@ -80,8 +85,16 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
   void to_device(void* dst, const void* src, size_t bytes);  // queued on compute
   CommHandle started(int stage, CommHandle mpi, void* dst, size_t offset, size_t bytes);
   static Stage make_stage(size_t bytes);
+  // The MPI all-reduce of E on a staged copy of data; how: its trailing arguments (op, or
+  // dtype and op for 2-byte elements).
+  template <typename E, typename... How>
+  void all_reduce_typed(E* data, size_t n, How... how);
   template <typename E>
-  void all_reduce_typed(E* data, size_t n, ReduceOp op);
+  CommHandle send_typed(const E* data, size_t n, int peer, int tag);
+  template <typename E>
+  CommHandle recv_typed(E* data, size_t n, int peer, int tag);
+  template <typename E>
+  CommHandle all_gather_typed(E* data, std::span<const size_t> counts);
 
   size_t max_bytes_;
   Stage blocking_;
