@@ -3,7 +3,8 @@
 // (initialised by the CPU model — Model::init writes host memory — and copied to the GPU) on
 // the same batches of learnable data (each row a stretch of one periodic sequence, the target
 // its next token: on the CPU the loss falls from 5.7 (ln V) to 3.4 in these steps, so a loss
-// compared is one that moves).
+// compared is one that moves). Under bf16 the CPU model keeps its compute tensors in 2 bytes
+// where CpuBackend stores them, the GPU in rounded fp32 containers: the same rounding points.
 // Token buffers are allocated before seal_memory() and uploaded per step.
 // Tolerances, relative, per step (not yet measured on a GPU: each case prints its figures, and
 // the first GPU run sets them to a few times what it measures):
@@ -63,7 +64,9 @@ void train_both(const Case& k) {
   const float lr = 1e-3f, dloss = 1.0f / N;
 
   CpuBackend<float> cpu(2);
-  Model<float> cm(cfg, cpu, {}, B, T, 1, nullptr, mo);
+  ModelOptions cpu_mo = mo;  // the CPU's 2-byte path where it has one (the same bits as emulated)
+  if (cpu.stores(k.precision)) cpu_mo.storage = k.precision;
+  Model<float> cm(cfg, cpu, {}, B, T, 1, nullptr, cpu_mo);
   cm.init(1234);
   CudaOptions o;
   o.kernels = k.kernels;
@@ -73,7 +76,13 @@ void train_both(const Case& k) {
   Model<float> gm(cfg, gpu, {}, B, T, 1, nullptr, mo);
   const size_t P = cm.num_params();
   ASSERT_EQ(P, gm.num_params());
-  gpu.to_device(gm.params(), cm.params(), P * sizeof(float));
+  auto cpu_params = [&] {  // the CPU model's compute weights as floats
+    std::vector<float> host(P);
+    cpu.download(host.data(), cm.params(), P);
+    return host;
+  };
+  const std::vector<float> p0 = cpu_params();
+  gpu.upload(gm.params(), p0.data(), P);
   Optimizer co(cpu, cm.layout(), oc, cm.params(), 0, P, k.precision);
   gpu.set_alloc_kind(cuda::MemoryKind::Optimizer);
   Optimizer go(gpu, gm.layout(), oc, gm.params(), 0, P, k.precision);
@@ -81,7 +90,6 @@ void train_both(const Case& k) {
   DeviceInts dtok(gpu, tok), dtgt(gpu, tgt);  // before the memory is sealed
   gpu.seal_memory();
 
-  const std::vector<float> p0(cm.params(), cm.params() + P);
   // Token t of the sequence is (7 t + 3) mod 61: a cycle of 61 the model learns to continue.
   std::mt19937 gen(99);
   std::uniform_int_distribution<int> start(0, 60);
@@ -114,11 +122,12 @@ void train_both(const Case& k) {
     go.step(gm.grads(), lr, 1.0f);
   }
   std::vector<float> params(P);
-  gpu.to_host(params.data(), gm.params(), P * sizeof(float));
+  gpu.download(params.data(), gm.params(), P);
+  const std::vector<float> cpu_now = cpu_params();
   double diff2 = 0, moved2 = 0;  // ||p_gpu - p_cpu||^2, ||p_cpu - p_0||^2
   for (size_t i = 0; i < P; ++i) {
-    diff2 += std::pow(static_cast<double>(params[i]) - cm.params()[i], 2);
-    moved2 += std::pow(static_cast<double>(cm.params()[i]) - p0[i], 2);
+    diff2 += std::pow(static_cast<double>(params[i]) - cpu_now[i], 2);
+    moved2 += std::pow(static_cast<double>(cpu_now[i]) - p0[i], 2);
   }
   const double param_rel = std::sqrt(diff2 / moved2);
   EXPECT_LT(last_loss, 0.9 * first_loss) << "the data is not being learnt: nothing to compare";
