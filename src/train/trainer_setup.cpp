@@ -389,9 +389,10 @@ void Trainer::build_step_parts() {
   flops_per_token_ =
       6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
   tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
-  // What each rank holds (the largest of all ranks): parameters and gradients, optimizer state
-  // (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO-1), activations.
-  held_bytes_[0] = 2.0 * sizeof(float) * model_->num_params();
+  // What each rank holds (the largest of all ranks): the compute copy of the parameters (in its
+  // storage type) and the fp32 gradients, optimizer state (with the fp32 master under bf16/fp16;
+  // 1/dp of it with ZeRO-1), activations.
+  held_bytes_[0] = static_cast<double>(model_->param_bytes() + sizeof(float) * model_->num_params());
   held_bytes_[1] = static_cast<double>(optimizer_->bytes());
   held_bytes_[2] = static_cast<double>(model_->activation_bytes());
   comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);
@@ -428,10 +429,12 @@ void Trainer::print_banner() const {
       peak_source_.c_str());
   std::printf(
       "per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
-      "(%s%s) | activations %.2f MiB (%s, recompute %s)",
+      "(%s%s) | activations %.2f MiB (%s%s, recompute %s)",
       held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
       to_string(optimizer_config_.kind).c_str(), t_.zero ? ", ZeRO-1" : "",
-      held_bytes_[2] / (1 << 20), t_.precision.c_str(), t_.recompute.c_str());
+      held_bytes_[2] / (1 << 20), t_.precision.c_str(),
+      model_options_.storage != model_options_.precision ? " in fp32 containers" : "",
+      t_.recompute.c_str());
   if (shape_.pp > 1)
     std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
                 to_string(schedule_).c_str(), shape_.pp,
