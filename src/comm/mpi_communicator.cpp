@@ -47,7 +47,40 @@ void reduce_pairs(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
+// Sums of 2-byte values for all_reduce(uint16_t*): each partial sum in fp32, rounded to the type.
+template <Precision P>
+void sum_halves(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    if constexpr (P == Precision::Bf16)
+      b[i] = to_bf16_bits(from_bf16_bits(a[i]) + from_bf16_bits(b[i]));
+    else
+      b[i] = to_fp16_bits(from_fp16_bits(a[i]) + from_fp16_bits(b[i]));
+  }
+}
+
 }  // namespace
+
+// The MPI operations summing bf16 and fp16 values, made on the first 2-byte all_reduce and freed
+// with the communicator.
+class MpiCommunicator::HalfSums {
+ public:
+  HalfSums() {
+    MPI_CHECK(MPI_Op_create(sum_halves<Precision::Bf16>, /*commute=*/1, &bf16_));
+    MPI_CHECK(MPI_Op_create(sum_halves<Precision::Fp16>, /*commute=*/1, &fp16_));
+  }
+  ~HalfSums() {
+    MPI_Op_free(&fp16_);
+    MPI_Op_free(&bf16_);
+  }
+  HalfSums(const HalfSums&) = delete;
+  HalfSums& operator=(const HalfSums&) = delete;
+  MPI_Op sum(Precision dtype) const { return dtype == Precision::Bf16 ? bf16_ : fp16_; }
+
+ private:
+  MPI_Op bf16_ = MPI_OP_NULL, fp16_ = MPI_OP_NULL;
+};
 
 // The pair datatype and the operation (MPI handles), made on the first all_reduce_each and
 // freed with the communicator.
@@ -114,6 +147,18 @@ void MpiCommunicator::all_reduce(int64_t* data, size_t n, ReduceOp op) {
   BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(int64_t));
   count_sent(all_reduce_bus_bytes(n * sizeof(int64_t), size_));
   all_reduce_chunked(comm_, max_count_, data, n, MPI_INT64_T, op);
+}
+
+void MpiCommunicator::all_reduce(uint16_t* data, size_t n, Precision dtype, ReduceOp op) {
+  if (op != ReduceOp::Sum || dtype == Precision::Fp32)
+    MPITRAIN_THROW("a 2-byte all_reduce is a bf16 or fp16 sum");
+  BlockedTimer timer(blocked_seconds_, calls_, "all_reduce", n * sizeof(uint16_t));
+  count_sent(all_reduce_bus_bytes(n * sizeof(uint16_t), size_));
+  if (!half_sums_) half_sums_ = std::make_unique<HalfSums>();
+  for_each_chunk(n, max_count_, [&](size_t off, int count) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, count, MPI_UINT16_T, half_sums_->sum(dtype),
+                            comm_));
+  });
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -193,25 +238,36 @@ CommHandle MpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op)
 }
 
 // Pieces of one message share the tag: MPI keeps their order between the same two ranks.
-CommHandle MpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
-  const int id = acquire_slot("send", n * sizeof(float), peer);
-  count_sent(point_bus_bytes(n * sizeof(float), size_));
+template <typename E>
+CommHandle MpiCommunicator::point_start(bool send, E* data, size_t n, MPI_Datatype type, int peer,
+                                        int tag) {
+  const int id = acquire_slot(send ? "send" : "recv", n * sizeof(E), peer);
+  if (send) count_sent(point_bus_bytes(n * sizeof(E), size_));
   std::vector<MPI_Request>& requests = slots_[id].requests;
   for_each_chunk(n, max_count_, [&](size_t off, int count) {
     requests.push_back(MPI_REQUEST_NULL);
-    MPI_CHECK(MPI_Isend(data + off, count, MPI_FLOAT, peer, tag, comm_, &requests.back()));
+    if (send)
+      MPI_CHECK(MPI_Isend(data + off, count, type, peer, tag, comm_, &requests.back()));
+    else
+      MPI_CHECK(MPI_Irecv(data + off, count, type, peer, tag, comm_, &requests.back()));
   });
   return CommHandle{id};
 }
 
+CommHandle MpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
+  return point_start(true, const_cast<float*>(data), n, MPI_FLOAT, peer, tag);
+}
+
 CommHandle MpiCommunicator::recv_start(float* data, size_t n, int peer, int tag) {
-  const int id = acquire_slot("recv", n * sizeof(float), peer);
-  std::vector<MPI_Request>& requests = slots_[id].requests;
-  for_each_chunk(n, max_count_, [&](size_t off, int count) {
-    requests.push_back(MPI_REQUEST_NULL);
-    MPI_CHECK(MPI_Irecv(data + off, count, MPI_FLOAT, peer, tag, comm_, &requests.back()));
-  });
-  return CommHandle{id};
+  return point_start(false, data, n, MPI_FLOAT, peer, tag);
+}
+
+CommHandle MpiCommunicator::send_start(const uint16_t* data, size_t n, int peer, int tag) {
+  return point_start(true, const_cast<uint16_t*>(data), n, MPI_UINT16_T, peer, tag);
+}
+
+CommHandle MpiCommunicator::recv_start(uint16_t* data, size_t n, int peer, int tag) {
+  return point_start(false, data, n, MPI_UINT16_T, peer, tag);
 }
 
 int MpiCommunicator::checked_count(size_t count, const char* op) const {
@@ -288,16 +344,26 @@ CommHandle MpiCommunicator::reduce_scatter_start(float* data, std::span<const si
   return CommHandle{id};
 }
 
-CommHandle MpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+template <typename E>
+CommHandle MpiCommunicator::gather_blocks_start(E* data, std::span<const size_t> counts,
+                                                MPI_Datatype type) {
   const size_t total = checked_blocks(counts, "all_gather_start");
-  const int id = acquire_slot("all_gather", total * sizeof(float));
-  count_sent(blocks_bus_bytes(total * sizeof(float), counts[rank_] * sizeof(float), size_));
+  const int id = acquire_slot("all_gather", total * sizeof(E));
+  count_sent(blocks_bus_bytes(total * sizeof(E), counts[rank_] * sizeof(E), size_));
   Slot& slot = slots_[id];
   set_blocks(slot, counts);
   slot.requests.push_back(MPI_REQUEST_NULL);
   MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, slot.counts.data(),
-                            slot.displs.data(), MPI_FLOAT, comm_, &slot.requests.back()));
+                            slot.displs.data(), type, comm_, &slot.requests.back()));
   return CommHandle{id};
+}
+
+CommHandle MpiCommunicator::all_gather_start(float* data, std::span<const size_t> counts) {
+  return gather_blocks_start(data, counts, MPI_FLOAT);
+}
+
+CommHandle MpiCommunicator::all_gather_start(uint16_t* data, std::span<const size_t> counts) {
+  return gather_blocks_start(data, counts, MPI_UINT16_T);
 }
 
 void MpiCommunicator::wait(CommHandle handle) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -52,59 +53,72 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const size_t FC = config_.arch == Arch::Llama ? 2 * F : F;
   const size_t P = backend_.attention_state_size(max_batch, max_seq, n_local_heads_);
   const size_t L = s.layer_end - s.layer_begin;
-  const size_t head = s.last_stage ? N * C + 2 * N + N * Vl : 0;
 
-  // One allocation for all activations, carved in the order the header lists them. A block's
-  // full set without probs and res3; what each slot keeps per block depends on recomputation.
-  const size_t block = 5 * N * C + 4 * N + N * QKV + N * A + N * FC + N * F;
+  if (options_.storage != Precision::Fp32 && options_.storage != options_.precision)
+    MPITRAIN_THROW("compute tensors stored as " + to_string(options_.storage) + " in a " +
+                   to_string(options_.precision) + " model");
+  if (!backend_.stores(options_.storage))
+    MPITRAIN_THROW("this backend does not store compute tensors as " + to_string(options_.storage));
+
+  // Two allocations, carved in the order the header lists the buffers: the compute tensors (in
+  // the storage type) and their fp32 statistics. A block's full set without probs and res3;
+  // what each slot keeps per block depends on recomputation.
+  const size_t block = 5 * N * C + N * QKV + N * A + N * FC + N * F, block_stats = 4 * N;
   const Recompute rc = options_.recompute;
-  const size_t kept_per_layer = rc == Recompute::Full        ? N * C
-                                : rc == Recompute::Selective ? block + N * C
-                                                             : block + N * C + P;
-  const size_t shared = rc == Recompute::Full ? block + P : rc == Recompute::Selective ? P : 0;
-  const size_t per_slot = N * C + L * kept_per_layer + head;
-  const size_t grad_acts = 2 * N * C + N * QKV + N * A + P + N * FC + N * F + 4 * N;
-  activation_count_ = shared + slots * per_slot + grad_acts;
+  const bool full = rc == Recompute::Full, none = rc == Recompute::None;
+  const size_t kept = full ? N * C : block + N * C, kept_stats = full ? 0 : block_stats;
+  const size_t per_slot = N * C + L * kept + (s.last_stage ? N * C + N * Vl : 0);
+  const size_t per_slot_stats = L * (kept_stats + (none ? P : 0)) + (s.last_stage ? 2 * N : 0);
+  const size_t grad_acts = 2 * N * C + N * QKV + N * A + N * FC + N * F;
+  const size_t grad_stats = P + 4 * N;
+  activation_count_ = (full ? block : 0) + slots * per_slot + grad_acts;
+  stats_count_ = (full ? block_stats : 0) + (none ? 0 : P) + slots * per_slot_stats + grad_stats;
   backend_.set_alloc_kind(AllocKind::Activations);
-  acts_ = backend_.alloc(activation_count_);
-  T* cursor = acts_;
-  auto take = [&](size_t n) { T* ptr = cursor; cursor += n; return ptr; };
+  acts_ = backend_.alloc(activation_count_, options_.storage);
+  stats_ = backend_.alloc(stats_count_);
+  Buf<T> cursor = acts_;
+  T* stats_cursor = stats_;
+  auto take = [&](size_t n) { Buf<T> b = cursor; cursor = cursor + n; return b; };
+  auto take_stats = [&](size_t n) { T* ptr = stats_cursor; stats_cursor += n; return ptr; };
   auto carve_block = [&](LayerActs& a) {  // everything but probs and res3
-    a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
+    a.ln1 = take(N * C); a.ln1_mean = take_stats(N); a.ln1_rstd = take_stats(N);
     a.qkv = take(N * QKV);
     a.atty = take(N * A);
     a.attproj = take(N * C); a.res2 = take(N * C);
-    a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
+    a.ln2 = take(N * C); a.ln2_mean = take_stats(N); a.ln2_rstd = take_stats(N);
     a.fch = take(N * FC); a.fch_act = take(N * F);
     a.fcproj = take(N * C);
   };
   LayerActs work{};  // recomputed buffers, shared by every block of every slot
-  if (rc == Recompute::Full) carve_block(work);
-  if (rc != Recompute::None) work.probs = take(P);
+  if (full) carve_block(work);
+  if (!none) work.probs = take_stats(P);
   slots_.resize(slots);
   for (SlotActs& sa : slots_) {
     sa.encoded = take(N * C);
     sa.layers.resize(L);
     for (LayerActs& a : sa.layers) {
       a = work;
-      if (rc != Recompute::Full) carve_block(a);
-      if (rc == Recompute::None) a.probs = take(P);
+      if (!full) carve_block(a);
+      if (none) a.probs = take_stats(P);
       a.res3 = take(N * C);
     }
-    sa.lnf = sa.lnf_mean = sa.lnf_rstd = sa.logits = nullptr;
+    sa.lnf = sa.logits = nullptr;
+    sa.lnf_mean = sa.lnf_rstd = nullptr;
     if (s.last_stage) {
-      sa.lnf = take(N * C); sa.lnf_mean = take(N); sa.lnf_rstd = take(N);
+      sa.lnf = take(N * C); sa.lnf_mean = take_stats(N); sa.lnf_rstd = take_stats(N);
       sa.logits = take(N * Vl);
     }
   }
   grad_.dres = take(N * C); grad_.dln = take(N * C);
-  grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take(P);
+  grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take_stats(P);
   grad_.dfch = take(N * FC); grad_.dfch_act = take(N * F);
-  grad_.losses = take(N); grad_.row_max = take(N); grad_.ce_stats = take(2 * N);
-  if (cursor != acts_ + activation_count_) MPITRAIN_THROW("activation layout does not add up");
+  grad_.losses = take_stats(N); grad_.row_max = take_stats(N); grad_.ce_stats = take_stats(2 * N);
+  if (cursor.data() != (acts_ + activation_count_).data() ||
+      stats_cursor != stats_ + stats_count_)
+    MPITRAIN_THROW("activation layout does not add up");
 
   backend_.set_alloc_kind(AllocKind::Params);
-  params_ = backend_.alloc(layout_.total());
+  params_ = backend_.alloc(layout_.total(), options_.storage);
   backend_.set_alloc_kind(AllocKind::Grads);
   grads_ = backend_.alloc(layout_.total());
   backend_.set_alloc_kind(AllocKind::Activations);
@@ -113,8 +127,9 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
 template <typename T>
 Model<T>::~Model() {
   backend_.free(grads_);
-  backend_.free(params_);
-  backend_.free(acts_);
+  backend_.free(params_.data());
+  backend_.free(stats_);
+  backend_.free(acts_.data());
 }
 
 template <typename T>
@@ -131,12 +146,17 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
 }
 
 template <typename T>
-void Model<T>::tp_sum(T* x, size_t n) {
-  if (tp_) tp_->all_reduce(x, n, ReduceOp::Sum);
+void Model<T>::tp_sum(Buf<T> x, size_t n) {
+  if (!tp_) return;
+  lp(x, n);
+  if (T* full = x.full())
+    tp_->all_reduce(full, n, ReduceOp::Sum);
+  else if constexpr (std::is_same_v<T, float>)
+    tp_->all_reduce(x.half(), n, x.dtype(), ReduceOp::Sum);
 }
 
 template <typename T>
-void Model<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, Slot w, Slot b, int layer,
+void Model<T>::norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer,
                             int N) {
   const int C = config_.d_model;
   if (config_.arch == Arch::Gpt2)
@@ -147,8 +167,8 @@ void Model<T>::norm_forward(T* out, T* mean, T* rstd, const T* inp, Slot w, Slot
 }
 
 template <typename T>
-void Model<T>::norm_backward(T* dinp, const T* dout, const T* inp, const T* mean, const T* rstd,
-                             Slot w, Slot b, int layer, int N) {
+void Model<T>::norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean,
+                             const T* rstd, Slot w, Slot b, int layer, int N) {
   const int C = config_.d_model;
   if (config_.arch == Arch::Gpt2)
     backend_.layernorm_backward(dinp, g(w, layer), g(b, layer), dout, inp, p(w, layer), mean, rstd,
@@ -166,13 +186,13 @@ double Model<T>::loss(SlotActs& a, const int32_t* targets, int N, T dloss) {
   if (tp_) tp_->all_reduce(grad_.row_max, N, ReduceOp::Max);
   backend_.ce_stats(a.logits, grad_.row_max, targets, grad_.ce_stats, N, local_vocab_,
                     vocab_start_, V);
-  tp_sum(grad_.ce_stats, 2 * static_cast<size_t>(N));
+  if (tp_) tp_->all_reduce(grad_.ce_stats, 2 * static_cast<size_t>(N), ReduceOp::Sum);
   return backend_.ce_loss(a.logits, grad_.row_max, grad_.ce_stats, targets, grad_.losses, N,
                           local_vocab_, vocab_start_, V, dloss);
 }
 
 template <typename T>
-void Model<T>::block_forward(LayerActs& a, const T* x, int l, int B, int Tlen) {
+void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const size_t NF = static_cast<size_t>(N) * F;
   // attention half: res2 = x + proj(attn(norm(x)))
@@ -219,13 +239,13 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   SlotActs& sa = slots_[slot];
 
   if (s.first_stage) {
-    const T* wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
+    const CBuf<T> wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
     backend_.embedding_forward(sa.encoded, tokens, p(Slot::Wte), wpe, B, Tlen, C, vocab_start_,
                                local_vocab_);
     tp_sum(sa.encoded, NC);
     lp(sa.encoded, NC);
   }
-  const T* x = sa.encoded;  // (N,C) the residual stream entering each block
+  CBuf<T> x = sa.encoded;  // (N,C) the residual stream entering each block
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
     block_forward(sa.layers[i], x, s.layer_begin + i, B, Tlen);
     x = sa.layers[i].res3;
@@ -254,7 +274,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
 
   if (s.last_stage) {
     // head: logits hold dlogits (left by forward's cross-entropy)
-    const T* x = sa.layers.back().res3;
+    const CBuf<T> x = sa.layers.back().res3;
     lp(sa.logits, static_cast<size_t>(N) * local_vocab_);
     backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, sa.lnf, p(head_slot()), N,
                              C, local_vocab_);
@@ -268,7 +288,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   for (int i = s.layer_end - s.layer_begin - 1; i >= 0; --i) {
     const int l = s.layer_begin + i;
     LayerActs& a = sa.layers[i];
-    const T* x = i == 0 ? sa.encoded : sa.layers[i - 1].res3;
+    const CBuf<T> x = i == 0 ? sa.encoded : sa.layers[i - 1].res3;
     if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
     backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l), d.dres,
@@ -293,8 +313,8 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
       backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
       lp(a.atty, static_cast<size_t>(N) * A);
     }
-    backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.probs, B, Tlen, NH, NKV,
-                                hs);
+    backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
+                                NKV, hs);
     lp(d.dqkv, static_cast<size_t>(N) * QKV);
     if (llama) {
       backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));

@@ -29,7 +29,7 @@ std::vector<std::string> state_names(OptimizerKind kind) {
 }
 
 Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
-                     const OptimizerConfig& config, float* params, size_t lo, size_t hi,
+                     const OptimizerConfig& config, Buf<float> params, size_t lo, size_t hi,
                      Precision precision, NormGroups groups)
     : backend_(backend),
       layout_(layout),
@@ -51,9 +51,9 @@ Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
   const size_t n = hi - lo;
   if (separate_master()) {
     master_ = backend_.alloc(n);
-    backend_.copy(master_, params_ + lo, n);
+    backend_.convert(master_, params_ + lo, n);  // the compute copy's values, as Megatron does
   } else {
-    master_ = params_ + lo;
+    master_ = params_.full() + lo;
   }
   for (size_t b = 0; b < state_names(config.kind).size(); ++b) state_.push_back(backend_.alloc(n));
   if (config.kind == OptimizerKind::Lamb) norms_.assign(2 * tensors.size(), 0.0);
@@ -85,9 +85,9 @@ void Optimizer::step(const float* grads, float lr, float grad_scale) {
                               grad_scale);
     }
   }
-  if (separate_master()) {  // the compute copy: the master rounded to the storage precision
-    backend_.copy(params_ + lo_, master_, hi_ - lo_);
-    backend_.round_to(params_ + lo_, hi_ - lo_, precision_);
+  if (separate_master()) {  // the compute copy: the master rounded to the precision
+    backend_.convert(params_ + lo_, master_, hi_ - lo_);  // 2-byte storage: rounded as written
+    if (float* emulated = params_.full()) backend_.round_to(emulated + lo_, hi_ - lo_, precision_);
   }
 }
 

@@ -187,11 +187,14 @@ void GradBuckets::finish_topk() {
   }
 }
 
-void GradBuckets::gather_params(float* params) {
+void GradBuckets::gather_params(Buf<float> params) {
   if (!opt_.zero || dp_.size() == 1) return;
   if (started_ != 0) MPITRAIN_THROW("gather_params() while the gradient sync is in flight");
-  for (size_t b = 0; b < begin_.size(); ++b)
-    handles_[b] = dp_.all_gather_start(params + begin_[b], blocks(b));
+  for (size_t b = 0; b < begin_.size(); ++b) {  // the compute copy, in its storage type
+    const Buf<float> bucket = params + begin_[b];
+    handles_[b] = bucket.full() ? dp_.all_gather_start(bucket.full(), blocks(b))
+                                : dp_.all_gather_start(bucket.half(), blocks(b));
+  }
   for (size_t b = 0; b < begin_.size(); ++b) dp_.wait(handles_[b]);
 }
 

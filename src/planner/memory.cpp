@@ -9,8 +9,8 @@
 
 namespace mpitrain {
 
-double activation_elements(const ModelConfig& c, const ModelShard& s, int B, int T, int slots,
-                           Recompute recompute) {
+ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s, int B, int T,
+                                       int slots, Recompute recompute) {
   // In double: exact below 2^53 elements, and no overflow for absurd sizes (they are refused).
   const double N = static_cast<double>(B) * T, C = c.d_model, hs = c.head_size();
   const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp, F = c.d_ff / s.tp;
@@ -18,17 +18,20 @@ double activation_elements(const ModelConfig& c, const ModelShard& s, int B, int
   const double QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
   const double P = B * NH * T * T;
   const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
-  const double block = 5 * NC + 4 * N + N * QKV + N * A + N * FC + N * F;
-  const double kept = recompute == Recompute::Full        ? NC
-                      : recompute == Recompute::Selective ? block + NC
-                                                          : block + NC + P;
-  const double shared = recompute == Recompute::Full        ? block + P
-                        : recompute == Recompute::Selective ? P
-                                                            : 0;
-  const double head = s.last_stage ? NC + 2 * N + N * Vl : 0;
-  const double slot = NC + L * kept + head;
-  const double scratch = 2 * NC + N * QKV + N * A + P + N * FC + N * F + 4 * N;
-  return shared + slots * slot + scratch;
+  const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
+  const double block = 5 * NC + N * QKV + N * A + N * FC + N * F, block_stats = 4 * N;
+  ActivationElements e;
+  e.compute = (full ? block : 0) + slots * (NC + L * (full ? NC : block + NC) +
+                                            (s.last_stage ? NC + N * Vl : 0)) +
+              2 * NC + N * QKV + N * A + N * FC + N * F;
+  e.stats = (full ? block_stats + P : none ? 0 : P) +
+            slots * (L * ((full ? 0 : block_stats) + (none ? P : 0)) + (s.last_stage ? 2 * N : 0)) +
+            P + 4 * N;
+  return e;
+}
+
+double compute_bytes(const RunShape& run) {
+  return !run.gpu && run.precision != Precision::Fp32 ? 2.0 : 4.0;
 }
 
 double shard_params(const ModelConfig& config, const ModelShard& shard) {
@@ -68,7 +71,7 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
   const ModelShard shard = shard_of(grid, stage_first_layer, 0, stage);
   const double n = shard_params(config, shard);
   const bool low = run.precision != Precision::Fp32;
-  const double w = run.gpu && low ? 2.0 : 4.0;  // bytes of a compute-precision element
+  const double w = compute_bytes(run);
   // Elements of the optimizer state held here: ZeRO-1's largest piece (grad_sync.hpp), or all;
   // a count past size_t (an absurd model, only ever refused) as its plain share.
   const FlatRange own =
@@ -81,11 +84,12 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
 
   MemoryEstimate e;
   e.params = n * w;
-  e.grads = n * w;
+  e.grads = n * 4.0;
   e.optimizer = 4.0 * run.optimizer_states * sharded;
   e.master = low ? 4.0 * sharded : 0.0;
-  e.activations = w * activation_elements(config, shard, layout.micro_batch, run.seq_len, slots,
-                                          layout.recompute);
+  e.activations =
+      activation_elements(config, shard, layout.micro_batch, run.seq_len, slots, layout.recompute)
+          .bytes(w);
   if (layout.pp > 1) e.buffers += slots * rows * config.d_model * w;  // input-gradient copies
   if (!run.gpu) {
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's

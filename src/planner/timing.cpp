@@ -60,7 +60,7 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   const GridShape grid{layout.dp, layout.tp, layout.pp};
   const std::vector<int> first = pipeline_layer_split(config.n_layer, layout.pp, "");
   const int m = micro_batches(run, layout);
-  const double w = run.gpu && run.precision != Precision::Fp32 ? 2.0 : 4.0;
+  const double w = compute_bytes(run);
   const double tokens = static_cast<double>(layout.micro_batch) * run.seq_len;  // per micro-batch
   const double act_bytes = tokens * config.d_model * w;  // one (B, T, C) activation
   // More CPU ranks than cores: a busy rank runs on a whole core while others wait, and a message

@@ -21,10 +21,10 @@ std::vector<float> gather_parameters(const Model<float>& model, const Grid& grid
                                      const MpiComm& world) {
   const ModelConfig& cfg = model.config();
   std::vector<float> host;  // a copy of this rank's parameters when they live on a device
-  const float* params = model.params();
-  if (!model.backend().host_memory()) {
+  const float* params = model.backend().host_memory() ? model.params().full() : nullptr;
+  if (params == nullptr) {  // on a device, or stored in 2 bytes: widened to fp32 (exact)
     host.resize(model.num_params());
-    model.backend().download(host.data(), params, host.size());
+    model.backend().download(host.data(), model.params(), host.size());
     params = host.data();
   }
   if (world.rank() != 0) {

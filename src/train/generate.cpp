@@ -71,10 +71,12 @@ void generate(Model<float>& model, std::vector<int32_t>& tokens, int n, int wind
               const SamplingConfig& c, Rng& rng) {
   const int V = model.config().vocab_size;
   std::vector<double> weights(V);
+  std::vector<float> logits(V);  // the last row's, as fp32 on the host
   for (int i = 0; i < n; ++i) {
     const int len = std::min<int>(window, static_cast<int>(tokens.size()));
     model.forward(0, tokens.data() + tokens.size() - len, nullptr, 1, len, 0.0f);
-    tokens.push_back(sample_token(model.logits_row(0, len - 1), V, c, rng, weights));
+    model.backend().download(logits.data(), model.logits_row(0, len - 1), logits.size());
+    tokens.push_back(sample_token(logits.data(), V, c, rng, weights));
   }
 }
 
@@ -99,7 +101,7 @@ std::vector<int32_t> prompt_tokens(const std::string& prompt, const Tokenizer* t
 void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vector<float>& params,
                   const Tokenizer* tokenizer, Backend<float>& backend) {
   Model<float> model(cfg, backend, ModelShard{}, 1, t.seq_len);
-  std::copy(params.begin(), params.end(), model.params());
+  backend.upload(model.params(), params.data(), params.size());
   std::vector<int32_t> text = prompt_tokens(t.sample_prompt, tokenizer, cfg.vocab_size);
   const size_t prompt = text.size();
   Rng rng(t.seed, rng_stream::kSampling);

@@ -22,7 +22,9 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
   const size_t rows = static_cast<size_t>(batch) * seq_len;
   tokens_.resize(micro_batches * rows);
   targets_.resize(micro_batches * rows);
-  if (pp_) dinput_ = model.backend().alloc(slots_ * rows * model.config().d_model);
+  if (pp_)
+    dinput_ = model.backend().alloc(slots_ * rows * model.config().d_model,
+                                    model.options().storage);
   out_sends_.resize(slots_);
   grad_sends_.resize(slots_);
   if (!model.backend().host_memory()) {
@@ -32,7 +34,7 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
 }
 
 PipelineRunner::~PipelineRunner() {
-  if (dinput_) model_.backend().free(dinput_);
+  if (dinput_) model_.backend().free(dinput_.data());
   if (!device_tokens_) return;
   model_.backend().free_ids(device_targets_);
   model_.backend().free_ids(device_tokens_);
@@ -57,6 +59,17 @@ void PipelineRunner::wait_recv(CommHandle h, const char* name, int micro) {
   pp_->wait(h);
 }
 
+// Stage boundaries travel in the storage type: 2-byte messages under 2-byte storage.
+CommHandle PipelineRunner::send_start(CBuf<float> x, size_t n, int peer, int tag) {
+  if (const float* full = x.full()) return pp_->send_start(full, n, peer, tag);
+  return pp_->send_start(x.half(), n, peer, tag);
+}
+
+CommHandle PipelineRunner::recv_start(Buf<float> x, size_t n, int peer, int tag) {
+  if (float* full = x.full()) return pp_->recv_start(full, n, peer, tag);
+  return pp_->recv_start(x.half(), n, peer, tag);
+}
+
 template <typename Pass>
 void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&& pass) {
   const double blocked_before = blocked_seconds_ ? blocked_seconds_() : 0.0;
@@ -77,13 +90,13 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
   if (pp_) {
     wait_send(out_sends_[slot], micro);  // the slot's previous output has left
     if (stage_ > 0)
-      wait_recv(pp_->recv_start(model_.input(slot), n, stage_ - 1, 2 * micro),
+      wait_recv(recv_start(model_.input(slot), n, stage_ - 1, 2 * micro),
                 "pp recv activations", micro);
   }
   compute(name, micro, &times_.forward,
           [&] { loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss); });
   if (pp_ && stage_ < stages_ - 1) {
-    out_sends_[slot] = pp_->send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
+    out_sends_[slot] = send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
     if (!send_with_next) pp_->progress();
   }
 }
@@ -94,15 +107,15 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
   const size_t n = static_cast<size_t>(batch_) * seq_len_ * model_.config().d_model;
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_ && stage_ < stages_ - 1)
-    wait_recv(pp_->recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1),
+    wait_recv(recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1),
               "pp recv gradients", micro);
   compute("backward", micro, &times_.backward,
           [&] { model_.backward(slot, tokens, batch_, seq_len_, grads_ready); });
   if (pp_ && stage_ > 0) {
     wait_send(grad_sends_[slot], micro);
-    float* buf = dinput_ + slot * n;
+    const Buf<float> buf = dinput_ + slot * n;
     model_.backend().copy(buf, model_.input_grad(), n);
-    grad_sends_[slot] = pp_->send_start(buf, n, stage_ - 1, 2 * micro + 1);
+    grad_sends_[slot] = send_start(buf, n, stage_ - 1, 2 * micro + 1);
     if (!send_with_next) pp_->progress();
   }
 }

@@ -158,12 +158,16 @@ bool replicas_agree(const ParamLayout& layout, const float* params, MpiCommunica
   return false;
 }
 
-void apply_drift_fault(const FaultPlan& faults, const ParamLayout& layout, float* params,
+void apply_drift_fault(const FaultPlan& faults, const ParamLayout& layout, Buf<float> params,
                        int world_rank, int64_t step) {
   if (!faults.fires(FaultKind::Drift, world_rank, step) || layout.tensors().empty()) return;
   const ParamTensor& t = layout.tensors()[layout.tensors().size() / 2];
-  float& x = params[t.offset];
-  x = std::nextafter(x, x < 0 ? -INFINITY : INFINITY);
+  if (float* full = params.full()) {
+    float& x = full[t.offset];
+    x = std::nextafter(x, x < 0 ? -INFINITY : INFINITY);
+  } else {
+    ++params.half()[t.offset];  // sign and magnitude: one 2-byte ulp away from zero
+  }
   std::fprintf(stderr, "fault injection: rank %d moves %s[0] by one ulp after step %lld\n",
                world_rank, t.name.c_str(), static_cast<long long>(step));
 }

@@ -42,6 +42,12 @@ int Trainer::run() {
 void Trainer::resume() {
   if (t_.resume.empty()) return;
   std::optional<CheckpointManifest> m;
+  // A 2-byte compute copy on the host loads through fp32 values, converted once read.
+  std::vector<float> load_params;
+  if (state_->params == nullptr) {
+    load_params.resize(model_->num_params());
+    state_->params = load_params.data();
+  }
   all_or_none(world_, [&] {
     // The store refuses a checkpoint of another model (UsageError naming the difference), and
     // a fresh start over checkpoints that are all damaged unless --overwrite.
@@ -52,6 +58,10 @@ void Trainer::resume() {
     else  // the newest valid checkpoint of another directory (find_resume_source saw one)
       m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(*state_);
   });
+  if (!load_params.empty()) {
+    if (m) backend_->upload(model_->params(), load_params.data(), load_params.size());
+    state_->params = nullptr;
+  }
   if (!m) {
     require(t_.resume == "auto", "--resume " + t_.resume + ": no valid checkpoint in it");
     if (root_) std::printf("no checkpoint to resume from: starting fresh\n");
@@ -266,7 +276,7 @@ CheckpointManifest Trainer::manifest(int step) const {
 }
 
 const float* Trainer::host_params() {
-  if (backend_->host_memory()) return model_->params();
+  if (backend_->host_memory() && model_->params().full()) return model_->params().full();
   params_copy_.resize(model_->num_params());
   backend_->download(params_copy_.data(), model_->params(), params_copy_.size());
   return params_copy_.data();

@@ -62,6 +62,15 @@ std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig&
   return std::make_unique<CpuBackend<float>>(threads, precision);
 }
 
+// How the compute tensors are held under `precision`: in 2 bytes where the backend stores them,
+// else fp32 containers rounded by the model (the emulated path; the GPU backend's way today).
+// MPITRAIN_PRECISION_STORAGE=fp32 asks for the emulated path: the tests' oracle.
+Precision compute_storage(Precision precision, const Backend<float>& backend) {
+  const char* forced = std::getenv("MPITRAIN_PRECISION_STORAGE");
+  if (forced != nullptr && std::string(forced) == "fp32") return Precision::Fp32;
+  return backend.stores(precision) ? precision : Precision::Fp32;
+}
+
 // GFLOP/s of the backend's matmul_forward (in its GEMM math) on n x n x n, inputs of ordinary
 // magnitude: the MFU peak of a device. Runs before the memory is sealed; frees what it takes.
 double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
@@ -207,6 +216,7 @@ void Trainer::build_model() {
                 t_.device == "cpu",
             "MPITRAIN_FAULT nan / drift write host memory: --device cpu only");
     backend_ = make_backend(t_, threads_, model_options_.precision, devices_);
+    model_options_.storage = compute_storage(model_options_.precision, *backend_);
 #ifdef MPITRAIN_HAVE_CUDA
     if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()); gpu && root_)
       std::printf("device: %s\n", gpu->describe().c_str());
@@ -308,6 +318,9 @@ void Trainer::build_step_parts() {
   // norms are host vectors: the host communicators.
   tied_copies_ = cfg_.tied_embeddings() && shape_.pp > 1 && comms_->embedding;
   const FlatRange own = buckets_->owned();
+  // The emulated path rounds its fp32 containers before the master is taken from them.
+  if (float* emulated = model_->params().full())
+    backend_->round_to(emulated, model_->num_params(), model_options_.precision);
   backend_->set_alloc_kind(AllocKind::Optimizer);
   optimizer_ =
       std::make_unique<Optimizer>(*backend_, model_->layout(), optimizer_config_, model_->params(),
@@ -315,7 +328,6 @@ void Trainer::build_step_parts() {
                                   NormGroups{t_.zero ? &comms_->dp : nullptr, &comms_->tp,
                                              tied_copies_ ? &*comms_->embedding : nullptr});
   backend_->set_alloc_kind(AllocKind::Activations);
-  backend_->round_to(model_->params(), model_->num_params(), model_options_.precision);
 #ifdef MPITRAIN_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get())) {  // the footprint is fixed
     gpu->seal_memory();
@@ -334,7 +346,7 @@ void Trainer::build_step_parts() {
 
   store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
                                              world_, t_.keep_last, faults_);
-  state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params(), *optimizer_,
+  state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params().full(), *optimizer_,
                                   t_.zero == 1 || grid_->dp_rank() == 0));
   if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_);
   best_val_ = std::numeric_limits<double>::quiet_NaN();

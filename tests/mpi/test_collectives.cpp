@@ -182,6 +182,59 @@ TEST_P(Split, NonBlockingAllReduceAndRing) {
   }
 }
 
+// 2-byte tensors (bf16 / fp16 bits): the sum of small integers is exact in both types, so it
+// compares with == whatever order MPI adds in; with 2 ranks, a sum that lies halfway between two
+// values of the type rounds to the even one (1 + 1.5 ulp -> 1 + 2 ulp), as round(a + b) does.
+// Point-to-point and the uneven all-gather move the bits unchanged.
+TEST_P(Split, TwoByteAllReduceSendRecvAndAllGather) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int r = comm.rank(), n = comm.size();
+  const size_t count = 11;
+  for (Precision p : {Precision::Bf16, Precision::Fp16}) {
+    const auto bits = [p](float x) { return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x); };
+    const auto value_of = [p](uint16_t h) {
+      return p == Precision::Bf16 ? from_bf16_bits(h) : from_fp16_bits(h);
+    };
+    std::vector<uint16_t> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = bits(value(r, i));
+    comm.all_reduce(x.data(), count, p, ReduceOp::Sum);
+    for (size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (int q = 0; q < n; ++q) sum += value(q, i);
+      EXPECT_EQ(value_of(x[i]), sum) << to_string(p) << " element " << i;
+    }
+    if (n == 2) {
+      const float ulp = p == Precision::Bf16 ? 0x1p-7f : 0x1p-10f;
+      uint16_t tie = bits(r == 0 ? 1.0f + ulp : ulp / 2);
+      comm.all_reduce(&tie, 1, p, ReduceOp::Sum);
+      EXPECT_EQ(value_of(tie), 1.0f + 2 * ulp) << to_string(p);
+    }
+  }
+  EXPECT_THROW(comm.all_reduce(std::vector<uint16_t>(1).data(), 1, Precision::Bf16, ReduceOp::Max),
+               Error);
+  std::vector<uint16_t> sent(count), got(count, 0);
+  for (size_t i = 0; i < count; ++i) sent[i] = static_cast<uint16_t>(0x8001u + 977u * i + r);
+  const CommHandle hr = comm.recv_start(got.data(), count, (r - 1 + n) % n, 6);
+  const CommHandle hs = comm.send_start(sent.data(), count, (r + 1) % n, 6);
+  comm.wait(hs);
+  comm.wait(hr);
+  for (size_t i = 0; i < count; ++i)
+    EXPECT_EQ(got[i], static_cast<uint16_t>(0x8001u + 977u * i + (r - 1 + n) % n));
+  std::vector<size_t> counts(n);
+  size_t total = 0, mine = 0;
+  for (int q = 0; q < n; ++q) {
+    counts[q] = q + 1;  // rank q's block: q + 1 elements
+    if (q < r) mine += counts[q];
+    total += counts[q];
+  }
+  std::vector<uint16_t> gathered(total, 0);
+  for (size_t k = 0; k < counts[r]; ++k) gathered[mine + k] = static_cast<uint16_t>(0xabc0u + r);
+  comm.wait(comm.all_gather_start(gathered.data(), counts));
+  size_t at = 0;
+  for (int q = 0; q < n; ++q)
+    for (size_t k = 0; k < counts[q]; ++k) EXPECT_EQ(gathered[at++], 0xabc0u + q);
+}
+
 TEST(MpiCommunicator, WaitOnAHandleNotPendingThrows) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   EXPECT_THROW(comm.wait(CommHandle{}), Error);

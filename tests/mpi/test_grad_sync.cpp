@@ -48,12 +48,15 @@ class RecordingComm final : public Communicator {
   void all_reduce(float*, size_t, ReduceOp) override { unexpected(); }
   void all_reduce(double*, size_t, ReduceOp) override { unexpected(); }
   void all_reduce(int64_t*, size_t, ReduceOp) override { unexpected(); }
+  void all_reduce(uint16_t*, size_t, Precision, ReduceOp) override { unexpected(); }
   void broadcast(void*, size_t, int) override { unexpected(); }
   void barrier() override { unexpected(); }
   void all_gather(const float*, float*, size_t) override { unexpected(); }
   void reduce_scatter(const float*, float*, size_t, ReduceOp) override { unexpected(); }
   CommHandle send_start(const float*, size_t, int, int) override { unexpected(); }
   CommHandle recv_start(float*, size_t, int, int) override { unexpected(); }
+  CommHandle send_start(const uint16_t*, size_t, int, int) override { unexpected(); }
+  CommHandle recv_start(uint16_t*, size_t, int, int) override { unexpected(); }
   CommHandle all_to_all_start(const void*, void*, size_t bytes) override {
     return log("all_to_all " + std::to_string(bytes));
   }
@@ -68,6 +71,7 @@ class RecordingComm final : public Communicator {
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override {
     return log("all_gather " + blocks(data, counts));
   }
+  CommHandle all_gather_start(uint16_t*, std::span<const size_t>) override { unexpected(); }
   double blocked_seconds() const override { return 0; }
   void reset_blocked_seconds() override {}
   uint64_t bytes_sent() const override { unexpected(); }

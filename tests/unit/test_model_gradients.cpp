@@ -42,7 +42,7 @@ void check_all_gradients(Arch arch) {
   for (const ParamTensor& t : model.layout().tensors()) {
     const bool vocab_table = t.slot == Slot::Wte || t.slot == Slot::LmHead;
     const size_t real = vocab_table ? static_cast<size_t>(cfg.vocab_size) * cfg.d_model : t.numel;
-    for (size_t j = 0; j < real; ++j) model.params()[t.offset + j] += 0.1 * rng.normal();
+    for (size_t j = 0; j < real; ++j) model.params().full()[t.offset + j] += 0.1 * rng.normal();
   }
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (int i = 0; i < B * T; ++i) {
@@ -61,7 +61,7 @@ void check_all_gradients(Arch arch) {
   size_t nonzero = 0;
   for (const ParamTensor& t : model.layout().tensors()) {
     for (size_t j = 0; j < t.numel; ++j) {
-      double& w = model.params()[t.offset + j];
+      double& w = model.params().full()[t.offset + j];
       const double saved = w;
       w = saved + h;
       const double up = loss();

@@ -37,11 +37,12 @@ struct Result {
 // Two micro-batches in two slots, run as a pipeline would: F0 F1 B0 B1, so the buffers that
 // recomputation shares between slots are overwritten between a forward and its backward.
 Result run(Arch arch, ModelOptions options, float dloss = 1.0f / 32, size_t* activation_bytes = nullptr) {
-  CpuBackend<float> backend(1);
+  CpuBackend<float> backend(1, options.precision);
   const int B = 2, T = 8;
   Model<float> model(small(arch), backend, {}, B, T, 2, nullptr, options);
-  model.init(3);
-  backend.round_to(model.params(), model.num_params(), options.precision);  // compute weights
+  model.init(3);  // 2-byte storage: rounded as written; fp32 containers: rounded here
+  if (float* emulated = model.params().full())
+    backend.round_to(emulated, model.num_params(), options.precision);
   Rng rng(5, 0);
   std::vector<int32_t> tokens(2 * B * T), targets(2 * B * T);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -52,7 +53,10 @@ Result run(Arch arch, ModelOptions options, float dloss = 1.0f / 32, size_t* act
   model.zero_grads();
   for (int m = 0; m < 2; ++m) {
     r.losses.push_back(model.forward(m, tokens.data() + m * B * T, targets.data() + m * B * T, B, T, dloss));
-    if (m == 0) r.output.assign(model.output(0), model.output(0) + B * T * 32);
+    if (m == 0) {
+      r.output.resize(B * T * 32);
+      backend.download(r.output.data(), model.output(0), r.output.size());
+    }
   }
   for (int m = 0; m < 2; ++m) model.backward(m, tokens.data() + m * B * T, B, T);
   r.grads.assign(model.grads(), model.grads() + model.num_params());
@@ -87,6 +91,33 @@ TEST_P(Recomputation, IsBitIdenticalAndSavesMemory) {
 INSTANTIATE_TEST_SUITE_P(Model, Recomputation,
                          ::testing::Combine(::testing::Values(Arch::Gpt2, Arch::Llama),
                                             ::testing::Values(Precision::Fp32, Precision::Bf16)));
+
+// Compute tensors held in 2 bytes give the bits of the emulated path (fp32 containers rounded
+// after each op): the same rounding points, the same float arithmetic between them. Losses,
+// parameter gradients and the stage output are compared bit for bit, for both architectures,
+// both 2-byte types and every recomputation mode; the activations take exactly half the bytes
+// of the emulated path's compute tensors (the fp32 statistics unchanged).
+class TwoByteStorage
+    : public ::testing::TestWithParam<std::tuple<Arch, Precision, Recompute>> {};
+
+TEST_P(TwoByteStorage, GivesTheEmulatedPathsBits) {
+  const auto [arch, precision, recompute] = GetParam();
+  size_t emulated_bytes = 0, stored_bytes = 0;
+  const Result emulated = run(arch, {precision, recompute, Precision::Fp32}, 1.0f / 32, &emulated_bytes);
+  const Result stored = run(arch, {precision, recompute, precision}, 1.0f / 32, &stored_bytes);
+  ASSERT_EQ(stored.losses.size(), emulated.losses.size());
+  for (size_t m = 0; m < emulated.losses.size(); ++m) EXPECT_EQ(stored.losses[m], emulated.losses[m]);
+  EXPECT_TRUE(same_bits(stored.grads, emulated.grads));
+  EXPECT_TRUE(same_bits(stored.output, emulated.output));
+  EXPECT_LT(stored_bytes, emulated_bytes);
+  EXPECT_GT(stored_bytes, emulated_bytes / 2);  // the fp32 statistics stay 4 bytes
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Model, TwoByteStorage,
+    ::testing::Combine(::testing::Values(Arch::Gpt2, Arch::Llama),
+                       ::testing::Values(Precision::Bf16, Precision::Fp16),
+                       ::testing::Values(Recompute::None, Recompute::Selective, Recompute::Full)));
 
 // Low precision: every activation the stage hands on is a value of that precision, and the loss
 // stays within the precision's reach of fp32's. bf16 keeps 8 significant bits (relative step

@@ -65,10 +65,10 @@ RunShape tiny_run() {  // 4 sequences of 4 tokens per step, fp32 on CPU
 //   full:      kept 64, shared 1120 + 64 = 1184, slot 1296, total 1184 + 1296 + 992 = 3472
 TEST(PlannerMemory, ActivationsOfATinyModelByHand) {
   const ModelShard whole;
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::None), 4656u);
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Selective), 4592u);
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Full), 3472u);
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 3, Recompute::None), 3 * 3664u + 992u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::None).total(), 4656u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Selective).total(), 4592u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Full).total(), 3472u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 3, Recompute::None).total(), 3 * 3664u + 992u);
 }
 
 TEST(PlannerMemory, OneRankFp32ByHand) {
@@ -92,22 +92,26 @@ TEST(PlannerMemory, ZeroShardsTheOptimizerStateAndTheMaster) {
   RunShape run = tiny_run();
   run.precision = Precision::Bf16;
   run.global_batch = 8;
-  // dp2, micro-batch 2: m = 2. bf16 on CPU keeps float containers plus an fp32 master copy.
+  // dp2, micro-batch 2: m = 2. bf16 on CPU keeps the compute tensors in 2 bytes plus an fp32
+  // master copy; of the 4656 activation elements, 304 are fp32 statistics: 2 layers x (4N norm
+  // statistics + P probabilities) + 2N (lnf), and the scratch's P + 4N (N = 8, P = 64).
   const Layout plain{2, 1, 1, 2, false, Recompute::None}, zero{2, 1, 1, 2, true, Recompute::None};
   const MemoryEstimate a = layout_memory(tiny(), run, plain, 0.0);
   const MemoryEstimate b = layout_memory(tiny(), run, zero, 0.0);
-  EXPECT_DOUBLE_EQ(a.params, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(a.params, 2816 * 2.0);
+  EXPECT_DOUBLE_EQ(a.grads, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(a.activations, 4352 * 2.0 + 304 * 4.0);
   EXPECT_DOUBLE_EQ(a.optimizer, 2816 * 8.0);
   EXPECT_DOUBLE_EQ(a.master, 2816 * 4.0);
   EXPECT_DOUBLE_EQ(b.optimizer, 1408 * 8.0);  // 2816 / dp
   EXPECT_DOUBLE_EQ(b.master, 1408 * 4.0);
   EXPECT_DOUBLE_EQ(a.activations, b.activations);
-  // On a GPU the compute copy, the gradients and the activations take 2 bytes.
+  // The GPU backend keeps its compute tensors in fp32 containers today.
   run.gpu = true;
   const MemoryEstimate g = layout_memory(tiny(), run, zero, 0.0);
-  EXPECT_DOUBLE_EQ(g.params, 2816 * 2.0);
-  EXPECT_DOUBLE_EQ(g.grads, 2816 * 2.0);
-  EXPECT_DOUBLE_EQ(g.activations, 4656 * 2.0);
+  EXPECT_DOUBLE_EQ(g.params, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(g.grads, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(g.activations, 4656 * 4.0);
   EXPECT_DOUBLE_EQ(g.master, 1408 * 4.0);
 }
 
@@ -146,13 +150,17 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
         for (int stage = 0; stage < pp; ++stage) {
           const ModelShard shard = shard_of({1, tp, pp}, first, 0, stage);
           for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-            const int slots = pp - stage;
-            Model<float> model(config, backend, shard, 2, 4, slots, &self, {Precision::Fp32, rc});
-            EXPECT_EQ(model.activation_bytes(),
-                      activation_elements(config, shard, 2, 4, slots, rc) * sizeof(float))
-                << to_string(config.arch) << " tp " << tp << " stage " << stage << "/" << pp
-                << " recompute " << to_string(rc);
-            EXPECT_EQ(model.num_params(), ParamLayout(config, shard).total());
+            for (Precision storage : {Precision::Fp32, Precision::Bf16}) {  // 4 and 2 bytes
+              const int slots = pp - stage;
+              Model<float> model(config, backend, shard, 2, 4, slots, &self,
+                                 {storage, rc, storage});
+              const double w = storage == Precision::Fp32 ? 4.0 : 2.0;
+              EXPECT_EQ(model.activation_bytes(),
+                        activation_elements(config, shard, 2, 4, slots, rc).bytes(w))
+                  << to_string(config.arch) << " tp " << tp << " stage " << stage << "/" << pp
+                  << " recompute " << to_string(rc) << " storage " << to_string(storage);
+              EXPECT_EQ(model.param_bytes(), ParamLayout(config, shard).total() * w);
+            }
           }
         }
       }

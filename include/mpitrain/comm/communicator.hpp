@@ -160,6 +160,11 @@ class MpiCommunicator final : public Communicator {
   void set_blocks(Slot& slot, std::span<const size_t> counts);  // counts, displs as MPI ints
   int checked_count(size_t count, const char* op) const;        // throws above max_count
   void count_sent(uint64_t bytes) { bytes_sent_ += bytes; }  // bus bytes: 0 on one rank
+  // The float and 2-byte forms of send/recv and of the uneven all_gather.
+  template <typename E>
+  CommHandle point_start(bool send, E* data, size_t n, MPI_Datatype type, int peer, int tag);
+  template <typename E>
+  CommHandle gather_blocks_start(E* data, std::span<const size_t> counts, MPI_Datatype type);
 
   MPI_Comm comm_;
   size_t max_count_;
@@ -170,6 +175,8 @@ class MpiCommunicator final : public Communicator {
   CallLog calls_;
   class PairReduction;
   std::unique_ptr<PairReduction> pairs_;  // all_reduce_each's MPI datatype and operation
+  class HalfSums;
+  std::unique_ptr<HalfSums> half_sums_;  // the 2-byte all_reduce's MPI operations
 };
 
 }  // namespace mpitrain

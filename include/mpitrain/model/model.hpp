@@ -16,9 +16,15 @@
 //
 // Memory savers (ModelOptions):
 //   precision bf16/fp16: every activation and activation gradient is rounded to that precision
-//             as it is written (the values a GPU run keeps; backend/precision.hpp), the compute
-//             weights are rounded by whoever writes them (the optimizer from its fp32 master);
-//             parameter gradients, norm statistics and the loss stay fp32.
+//             as it is written (backend/precision.hpp), the compute weights are rounded by
+//             whoever writes them (the optimizer from its fp32 master); parameter gradients,
+//             norm statistics, the attention state and the loss stay fp32. `storage` says how
+//             the compute tensors are held: in 2 bytes (storage = precision, where the backend
+//             stores() it: the backend rounds as it writes), or in fp32 containers that the
+//             model rounds after each op (storage Fp32: the emulated path, the tests' oracle and
+//             the GPU backend's way today). Both give the same bits: the rounding points are the
+//             same, tensor-parallel partial sums included (rounded before they are summed, as a
+//             2-byte message is).
 //   recompute selective: the attention state (the CPU's probabilities) is not kept per layer;
 //             backward recomputes them from the kept qkv, one layer at a time.
 //   recompute full: a slot keeps only each block's output (the next block's input); backward
@@ -49,6 +55,7 @@ std::string to_string(Recompute r);
 struct ModelOptions {
   Precision precision = Precision::Fp32;
   Recompute recompute = Recompute::None;
+  Precision storage = Precision::Fp32;  // Fp32, or precision itself (2-byte compute tensors)
 };
 
 template <typename T>
@@ -64,12 +71,18 @@ class Model {
   const ModelConfig& config() const { return config_; }
   Backend<T>& backend() const { return backend_; }
   const ParamLayout& layout() const { return layout_; }
-  T* params() { return params_; }
-  const T* params() const { return params_; }
+  // The compute copy of this rank's parameters, in the storage type; gradients are T.
+  Buf<T> params() { return params_; }
+  CBuf<T> params() const { return params_; }
   T* grads() { return grads_; }
   size_t num_params() const { return layout_.total(); }  // held by this rank
   const ModelOptions& options() const { return options_; }
-  size_t activation_bytes() const { return activation_count_ * sizeof(T); }  // all slots + scratch
+  // Bytes of all activation slots and scratch: compute tensors in the storage type, the fp32
+  // statistics beside them.
+  size_t activation_bytes() const {
+    return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T);
+  }
+  size_t param_bytes() const { return layout_.total() * element_bytes<T>(options_.storage); }
 
   // Deterministic initialisation from seed: every tensor of the whole model from its own RNG
   // stream (seed, global tensor index), then this rank keeps its part — so the values do not
@@ -91,11 +104,11 @@ class Model {
                 const std::function<void(size_t)>& grads_ready = {});
   void zero_grads();
 
-  // Pipeline stage boundaries, (B, Tlen, C) each.
-  T* input(int slot) { return slots_[slot].encoded; }
-  const T* output(int slot) const { return slots_[slot].layers.back().res3; }
-  T* output_grad() { return grad_.dres; }
-  const T* input_grad() const { return grad_.dres; }
+  // Pipeline stage boundaries, (B, Tlen, C) each, in the storage type.
+  Buf<T> input(int slot) { return slots_[slot].encoded; }
+  CBuf<T> output(int slot) const { return slots_[slot].layers.back().res3; }
+  Buf<T> output_grad() { return grad_.dres; }
+  CBuf<T> input_grad() const { return grad_.dres; }
 
   // Gradients of the tensors replicated over tp, averaged over tp (no-op with tp = 1): keeps
   // the replicas' updates identical. Call after the step's last backward.
@@ -105,33 +118,35 @@ class Model {
   double grad_square_sum(size_t lo = 0, size_t hi = SIZE_MAX);
 
   // Logits of row n = b*Tlen + t after a forward without targets (single rank): Vp values, the
-  // first V real; backend memory.
-  const T* logits_row(int slot, int n) const {
+  // first V real; backend memory, in the storage type.
+  CBuf<T> logits_row(int slot, int n) const {
     return slots_[slot].logits + static_cast<size_t>(n) * local_vocab_;
   }
 
  private:
+  // Compute tensors are Buf (the storage type), statistics T* (fp32 or double).
+  using B_ = Buf<T>;
   struct LayerActs {
-    T *ln1, *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
-    T *qkv;                        // (N, (NHl+2NKVl)hs), after RoPE for llama
-    T *atty, *probs;               // (N, NHl hs), attention_state_size (CPU: B,NHl,T,T)
-    T *attproj, *res2;             // (N,C), (N,C) = input + attproj
-    T *ln2, *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
-    T *fch, *fch_act;              // (N, Fl or 2Fl), (N, Fl)
-    T *fcproj, *res3;              // (N,C), (N,C) = res2 + fcproj: the block's output
+    B_ ln1; T *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
+    B_ qkv;                          // (N, (NHl+2NKVl)hs), after RoPE for llama
+    B_ atty; T* probs;               // (N, NHl hs), attention_state_size (CPU: B,NHl,T,T)
+    B_ attproj, res2;                // (N,C), (N,C) = input + attproj
+    B_ ln2; T *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
+    B_ fch, fch_act;                 // (N, Fl or 2Fl), (N, Fl)
+    B_ fcproj, res3;                 // (N,C), (N,C) = res2 + fcproj: the block's output
   };
   struct SlotActs {
-    T* encoded;                    // (N,C) the stage's input (embedding output on stage 0)
-    std::vector<LayerActs> layers; // this stage's blocks
-    T *lnf, *lnf_mean, *lnf_rstd;  // (N,C) (N) (N)   last stage only
-    T* logits;                     // (N, Vl)          last stage only; dlogits after forward
+    B_ encoded;                      // (N,C) the stage's input (embedding output on stage 0)
+    std::vector<LayerActs> layers;   // this stage's blocks
+    B_ lnf; T *lnf_mean, *lnf_rstd;  // (N,C) (N) (N)   last stage only
+    B_ logits;                       // (N, Vl)          last stage only; dlogits after forward
   };
   struct GradActs {
-    T *dres;                       // (N,C) gradient of the residual stream
-    T *dln;                        // (N,C) gradient at a norm's output
-    T *dqkv, *datty, *att_scratch; // (N,QKVl), (N,NHl hs), attention_state_size
-    T *dfch, *dfch_act;            // (N,Fl or 2Fl), (N,Fl)
-    T *losses, *row_max, *ce_stats;// (N), (N), (2N) cross-entropy scratch
+    B_ dres;                         // (N,C) gradient of the residual stream
+    B_ dln;                          // (N,C) gradient at a norm's output
+    B_ dqkv, datty; T* att_scratch;  // (N,QKVl), (N,NHl hs), attention_state_size
+    B_ dfch, dfch_act;               // (N,Fl or 2Fl), (N,Fl)
+    T *losses, *row_max, *ce_stats;  // (N), (N), (2N) cross-entropy scratch
   };
 
   // This rank's sizes for a (B, Tlen) batch: rows, width, local MLP width, head size, local
@@ -141,27 +156,33 @@ class Model {
     size_t NC;
   };
   Dims dims(int B, int Tlen) const;
-  const T* p(Slot slot, int layer = -1) const { return params_ + layout_.offset(slot, layer); }
+  CBuf<T> p(Slot slot, int layer = -1) const { return params_ + layout_.offset(slot, layer); }
   T* g(Slot slot, int layer = -1) { return grads_ + layout_.offset(slot, layer); }
-  const T* maybe_p(Slot slot, int layer = -1) const {
+  CBuf<T> maybe_p(Slot slot, int layer = -1) const {
     return layout_.has(slot, layer) ? p(slot, layer) : nullptr;
   }
   T* maybe_g(Slot slot, int layer = -1) { return layout_.has(slot, layer) ? g(slot, layer) : nullptr; }
   // Biases of row-parallel layers are added once, by tp rank 0, before the all-reduce.
-  const T* row_parallel_bias(Slot slot, int layer) const {
+  CBuf<T> row_parallel_bias(Slot slot, int layer) const {
     return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
   }
   Slot head_slot() const { return config_.tied_embeddings() ? Slot::Wte : Slot::LmHead; }
-  void norm_forward(T* out, T* mean, T* rstd, const T* inp, Slot w, Slot b, int layer, int N);
-  void norm_backward(T* dinp, const T* dout, const T* inp, const T* mean, const T* rstd, Slot w,
+  void norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer, int N);
+  void norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);
-  void tp_sum(T* x, size_t n);  // all-reduce over tp (g in forward, f in backward)
-  // x = round_to(x, precision): a tensor written in the run's precision.
-  void lp(T* x, size_t n) {
-    if (options_.precision != Precision::Fp32) backend_.round_to(x, n, options_.precision);
+  // All-reduce of a compute tensor over tp (g in forward, f in backward): 2-byte messages under
+  // 2-byte storage; the emulated path rounds the partial sums first, as those messages are.
+  void tp_sum(Buf<T> x, size_t n);
+  bool emulated() const {
+    return options_.precision != Precision::Fp32 && options_.storage == Precision::Fp32;
+  }
+  // The emulated path: x = round_to(x, precision) after an op wrote it (2-byte storage: the
+  // backend has rounded it already).
+  void lp(Buf<T> x, size_t n) {
+    if (emulated()) backend_.round_to(x.full(), n, options_.precision);
   }
   // Block i of slot sa (global layer l) on input x(N,C): fills a, ends with a.res3.
-  void block_forward(LayerActs& a, const T* x, int l, int B, int Tlen);
+  void block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen);
   double loss(SlotActs& a, const int32_t* targets, int N, T dloss);
 
   ModelConfig config_;
@@ -171,10 +192,11 @@ class Model {
   Communicator* tp_;
   int max_batch_, max_seq_;
   int n_local_heads_, n_local_kv_heads_, local_ff_, local_vocab_, vocab_start_;
-  T* params_ = nullptr;
+  Buf<T> params_;
   T* grads_ = nullptr;
-  T* acts_ = nullptr;  // one block holding every activation buffer
-  size_t activation_count_ = 0;
+  Buf<T> acts_;        // one block holding every compute activation buffer
+  T* stats_ = nullptr;  // and one for their fp32 statistics and scratch
+  size_t activation_count_ = 0, stats_count_ = 0;
   std::vector<SlotActs> slots_;
   GradActs grad_;
 };

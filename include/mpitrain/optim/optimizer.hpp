@@ -21,8 +21,9 @@
 // double sums.
 //
 // Master weights (precision bf16/fp16): the optimizer keeps fp32 copies of params[lo, hi),
-// taken from params at construction, updates them, and writes params[lo, hi) =
-// round_to(master, precision). For fp32 the master is params[lo, hi) itself (no copy).
+// taken from the compute copy at construction, updates them, and writes params[lo, hi) =
+// round_to(master, precision) — a 2-byte compute copy or fp32 containers. For fp32 the master
+// is params[lo, hi) itself (no copy).
 #pragma once
 
 #include <cstddef>
@@ -64,11 +65,14 @@ struct NormGroups {
 
 class Optimizer {
  public:
-  // params: layout.total() floats, outliving the optimizer. Updates params[lo, hi) (lo <= hi <=
-  // layout.total()). precision: how params are stored (bf16/fp16: a separate fp32 master).
+  // params: the compute copy, layout.total() elements outliving the optimizer, in fp32 or in 2
+  // bytes. Updates params[lo, hi) (lo <= hi <= layout.total()). precision bf16/fp16: a separate
+  // fp32 master, taken from the compute copy's values (as Megatron does), written back to it
+  // rounded after each step (2-byte storage: by convert; fp32 containers: round_to).
   // Every rank of each group in `groups` must construct its optimizer with the same layout.
   Optimizer(Backend<float>& backend, const ParamLayout& layout, const OptimizerConfig& config,
-            float* params, size_t lo, size_t hi, Precision precision, NormGroups groups = {});
+            Buf<float> params, size_t lo, size_t hi, Precision precision,
+            NormGroups groups = {});
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -101,7 +105,7 @@ class Optimizer {
   Backend<float>& backend_;
   const ParamLayout& layout_;
   OptimizerConfig config_;
-  float* params_;
+  Buf<float> params_;
   size_t lo_, hi_;
   Precision precision_;
   NormGroups groups_;

@@ -35,6 +35,7 @@
 #include <span>
 #include <vector>
 
+#include "mpitrain/backend/buf.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/parallel/compression.hpp"
 
@@ -71,8 +72,9 @@ class GradBuckets {
   // Start whatever is left, complete all, and reset for the next step.
   void finish();
   // zero: params[owned()] updated on every rank -> every rank's params(n) whole. Not during a
-  // step's sync (between ready_from and finish). Nothing to do without zero.
-  void gather_params(float* params);
+  // step's sync (between ready_from and finish). Nothing to do without zero. params is the
+  // compute copy: 2-byte messages when it is stored in 2 bytes.
+  void gather_params(Buf<float> params);
 
   // Adds this rank's error-feedback residuals (int8, topk; else nothing) into dense(n) at the
   // positions they belong to: summed over dp, what the syncs so far have still to deliver.

@@ -1,15 +1,17 @@
 // What one rank of a layout holds: the planner's memory model.
 //
 // Per rank of pipeline stage s (every tp rank of a stage holds the same amount), in bytes:
-//   params       P_s x w        P_s = ParamLayout(config, shard of s).total(); w = 4 (fp32, and
-//                               every tensor on CPU: float containers), 2 on GPU in bf16/fp16
-//   grads        P_s x w
+//   params       P_s x w        P_s = ParamLayout(config, shard of s).total(); w = the compute
+//                               tensors' bytes: 4 (fp32; bf16/fp16 on the GPU, which keeps them
+//                               in fp32 containers today), 2 in bf16/fp16 on the CPU
+//   grads        P_s x 4        parameter gradients stay fp32
 //   optimizer    S x 4 k        the optimizer's k fp32 state buffers (adamw, lamb: m and v; sgd:
 //                               momentum) for S = P_s, or with ZeRO-1 the largest piece of
 //                               zero_range(P_s, dp) (about P_s / dp)
 //   master       S x 4          the fp32 master copy, only in bf16/fp16
-//   activations  A_s x w        A_s = activation_elements(): the Model's buffers for the slots
-//                               the schedule keeps (pipeline_slots) and the backward scratch
+//   activations  A_s x w + S_s x 4   activation_elements(): the Model's compute buffers A_s for
+//                               the slots the schedule keeps (pipeline_slots) and the backward
+//                               scratch, and their fp32 statistics S_s
 //   buffers      the pipeline's token lists (2 m B T int32, CPU only), its input-gradient copies
 //                (slots B T C x w, pp > 1), and on CPU one gradient bucket (--bucket-mb) that
 //                MPI's non-blocking all-reduce copies (dp > 1)
@@ -46,23 +48,33 @@ struct RunShape {
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   double bucket_mb = 25.0;  // data-parallel gradient bucket (MiB)
   int optimizer_states = 2; // fp32 buffers per parameter: adamw, lamb 2 (m, v); sgd 1
-  bool gpu = false;         // false: every tensor in 4-byte float containers (CPU backend)
+  bool gpu = false;         // true: the GPU backend, whose compute tensors stay 4-byte today
 };
 
 // Elements of the activation buffers Model allocates for `shard` with `slots` micro-batches of
-// B sequences of T tokens in flight, plus its backward scratch (model.cpp's constructor):
-//   block   = 5NC + 4N + N*QKV + N*A + N*FC + N*Fl      a block's buffers but probs and res3
+// B sequences of T tokens in flight, plus its backward scratch (model.cpp's constructor), as the
+// sum of compute tensors (the storage type) + fp32 statistics (norm mean/rstd, attention state
+// P, cross-entropy scratch):
+//   block   = 5NC + N*QKV + N*A + N*FC + N*Fl + 4N      a block's buffers but probs and res3
 //   kept    = none: block + NC + P   selective: block + NC   full: NC        per layer per slot
 //   shared  = none: 0   selective: P   full: block + P                       once
-//   slot    = NC (stage input) + L*kept + [NC + 2N + N*Vl  on the last stage]
-//   scratch = 2NC + N*QKV + N*A + P + N*FC + N*Fl + 4N
+//   slot    = NC (stage input) + L*kept + [NC + N*Vl + 2N  on the last stage]
+//   scratch = 2NC + N*QKV + N*A + N*FC + N*Fl + P + 4N
 //   total   = shared + slots*slot + scratch
 // with N = B*T, P = B*NHl*T*T (attention probabilities), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
 // In double, so that absurd sizes give a figure to refuse instead of an overflow.
-double activation_elements(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                           int slots, Recompute recompute);
+// Bytes of one compute-tensor element (the w above; also what tp and pp messages carry).
+double compute_bytes(const RunShape& run);
+
+struct ActivationElements {
+  double compute = 0, stats = 0;
+  double total() const { return compute + stats; }
+  double bytes(double compute_bytes) const { return compute * compute_bytes + stats * 4; }
+};
+ActivationElements activation_elements(const ModelConfig& config, const ModelShard& shard, int B,
+                                       int T, int slots, Recompute recompute);
 
 // ParamLayout(config, shard).total() without listing the shard's blocks one by one (n-layer may
 // be absurd): a two-layer model's embedding, head and one block, the block counted per layer.

@@ -62,6 +62,8 @@ class PipelineRunner {
  private:
   // send_with_next: the pass's send is left for the communicator to issue with the next pass's
   // receive (see train()); otherwise it is issued at once (progress()).
+  CommHandle send_start(CBuf<float> x, size_t n, int peer, int tag);  // in x's storage type
+  CommHandle recv_start(Buf<float> x, size_t n, int peer, int tag);
   void forward(int micro, int rows, float dloss, const char* name, bool send_with_next);
   void backward(int micro, const std::function<void(size_t)>& grads_ready, bool send_with_next);
   void upload_ids(size_t n);  // the first n tokens and targets, to the device buffers (if any)
@@ -80,7 +82,7 @@ class PipelineRunner {
   std::vector<int32_t> tokens_, targets_;     // (m, B, T) each: kept until the micro's backward
   int32_t* device_tokens_ = nullptr;          // their copies in backend memory (non-host backend)
   int32_t* device_targets_ = nullptr;
-  float* dinput_ = nullptr;                   // (slots, B, T, C): input gradients being sent
+  Buf<float> dinput_;                         // (slots, B, T, C): input gradients being sent
   std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
   double loss_ = 0.0;
   TraceRecorder* trace_;

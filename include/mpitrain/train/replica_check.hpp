@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "mpitrain/backend/buf.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/params.hpp"
 #include "mpitrain/runtime/fault.hpp"
@@ -28,7 +29,7 @@ bool replicas_agree(const ParamLayout& layout, const float* params, MpiCommunica
 
 // MPITRAIN_FAULT=drift:rank=R[:step=S]: after step S's update, rank R moves element 0 of the
 // middle tensor it holds by one ulp.
-void apply_drift_fault(const FaultPlan& faults, const ParamLayout& layout, float* params,
+void apply_drift_fault(const FaultPlan& faults, const ParamLayout& layout, Buf<float> params,
                        int world_rank, int64_t step);
 
 }  // namespace mpitrain
