@@ -2,25 +2,35 @@
 // the qkv layout through leading-dimension strides (no copies), inside an OpenMP loop over heads
 // (OpenBLAS's OpenMP build runs single-threaded inside a parallel region). The full T x T score
 // matrix is computed and the future masked: simpler than blocking, and T x T x hs is small next
-// to the projections.
+// to the projections. On 2-byte tensors: whole sequences at a time staged (cpu_storage.hpp); the
+// probabilities stay in T.
 #include <cmath>
 
 #include "cpu_kernels.hpp"
+#include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 
 namespace mpitrain {
 
 using cpu::gemm;
 
+namespace {
+
+// Whether the loop over heads runs in a parallel region (its gemms then single-threaded) or on
+// the calling thread (OpenBLAS threads each gemm): decided on the whole call's shape, and kept
+// for the blocks of a staged call, so both run every gemm alike and give the same bits.
+bool heads_in_parallel(int B, int Tlen, int NH, int hs, int loop) {
+  return static_cast<size_t>(B) * NH * Tlen * Tlen * hs > cpu::kParallelWork && loop > 1;
+}
+
 // per (b,h), g = h / (NH/NKV):  S = q k_g^T / sqrt(hs)  (T,T);  P = causal softmax(S) (rows in
 // place; P[t, j>t] = 0);  y = P v_g  (T,hs) into out[b, :, h*hs : (h+1)*hs]
 template <typename T>
-void CpuBackend<T>::attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH,
-                                      int NKV, int hs) {
+void attention_forward_kernel(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
+                              int hs, bool parallel) {
   const int QKV = (NH + 2 * NKV) * hs, A = NH * hs, group = NH / NKV;
   const T scale = T(1) / std::sqrt(T(hs));
-  const size_t work = static_cast<size_t>(B) * NH * Tlen * Tlen * hs;
-#pragma omp parallel for schedule(static) if (work > cpu::kParallelWork && B * NH > 1)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH, g = h / group;
     const T* q = qkv + static_cast<size_t>(b) * Tlen * QKV + h * hs;
@@ -54,12 +64,11 @@ void CpuBackend<T>::attention_forward(T* out, T* probs, const T* qkv, int B, int
 //   dq_h = dS k_g;  dk_g += dS^T q_h          (the first head of the group overwrites: beta = 0)
 // dS lives in scratch (B,NH,T,T).
 template <typename T>
-void CpuBackend<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
-                                       const T* probs, int B, int Tlen, int NH, int NKV, int hs) {
+void attention_backward_kernel(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs,
+                               int B, int Tlen, int NH, int NKV, int hs, bool parallel) {
   const int QKV = (NH + 2 * NKV) * hs, A = NH * hs, group = NH / NKV;
   const T scale = T(1) / std::sqrt(T(hs));
-  const size_t work = static_cast<size_t>(B) * NH * Tlen * Tlen * hs;
-#pragma omp parallel for schedule(static) if (work > cpu::kParallelWork && B * NKV > 1)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int bg = 0; bg < B * NKV; ++bg) {
     const int b = bg / NKV, g = bg % NKV;
     const size_t base = static_cast<size_t>(b) * Tlen * QKV;
@@ -93,10 +102,56 @@ void CpuBackend<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const
   }
 }
 
-#define MPITRAIN_INSTANTIATE(T)                                                                 \
-  template void CpuBackend<T>::attention_forward(T*, T*, const T*, int, int, int, int, int);    \
-  template void CpuBackend<T>::attention_backward(T*, T*, const T*, const T*, const T*, int,    \
-                                                  int, int, int, int);
+// Elements per sequence of qkv, out (and dout) and the probabilities: a staged call's strides.
+struct SequenceSizes {
+  size_t qkv, out, probs;
+  SequenceSizes(int Tlen, int NH, int NKV, int hs)
+      : qkv(static_cast<size_t>(Tlen) * (NH + 2 * NKV) * hs),
+        out(static_cast<size_t>(Tlen) * NH * hs),
+        probs(static_cast<size_t>(NH) * Tlen * Tlen) {}
+};
+
+}  // namespace
+
+template <typename T>
+void CpuBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
+                                      int NKV, int hs) {
+  const bool parallel = heads_in_parallel(B, Tlen, NH, hs, B * NH);
+  if (!cpu::staged(out, qkv))
+    return attention_forward_kernel(out.full(), probs, qkv.full(), B, Tlen, NH, NKV, hs, parallel);
+  const SequenceSizes seq(Tlen, NH, NKV, hs);
+  cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
+    T* o = staging_->take<T>(cpu::kSlotC, nb * seq.out);
+    attention_forward_kernel(o, probs + b0 * seq.probs,
+                             staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb,
+                             Tlen, NH, NKV, hs, parallel);
+    cpu::narrow(out + b0 * seq.out, o, nb * seq.out);
+  });
+}
+
+template <typename T>
+void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
+                                       CBuf<T> /*out*/, const T* probs, int B, int Tlen, int NH,
+                                       int NKV, int hs) {
+  const bool parallel = heads_in_parallel(B, Tlen, NH, hs, B * NKV);
+  if (!cpu::staged(dqkv, dout, qkv))
+    return attention_backward_kernel(dqkv.full(), scratch, dout.full(), qkv.full(), probs, B, Tlen,
+                                     NH, NKV, hs, parallel);
+  const SequenceSizes seq(Tlen, NH, NKV, hs);
+  cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
+    T* d = staging_->take<T>(cpu::kSlotC, nb * seq.qkv);
+    attention_backward_kernel(d, scratch + b0 * seq.probs,
+                              staging_->widened(cpu::kSlotA, dout + b0 * seq.out, nb * seq.out),
+                              staging_->widened(cpu::kSlotB, qkv + b0 * seq.qkv, nb * seq.qkv),
+                              probs + b0 * seq.probs, nb, Tlen, NH, NKV, hs, parallel);
+    cpu::narrow(dqkv + b0 * seq.qkv, d, nb * seq.qkv);
+  });
+}
+
+#define MPITRAIN_INSTANTIATE(T)                                                                    \
+  template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int);    \
+  template void CpuBackend<T>::attention_backward(Buf<T>, T*, CBuf<T>, CBuf<T>, CBuf<T>, const T*, \
+                                                  int, int, int, int, int);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

@@ -1,10 +1,12 @@
-// CPU backend: the linear layer, one gemm per product: OpenBLAS, or oneDNN's bf16 matmul when the
-// backend is constructed for bf16 (cpu_matmul_bf16.cpp).
+// CPU backend: the linear layer. Products run one OpenBLAS gemm (fp32 backends), oneDNN's bf16
+// matmul (cpu_matmul_bf16.cpp) or the blocked sgemm (cpu_blocked_gemm.cpp): cpu_backend.hpp.
 #include <cstring>
 #include <type_traits>
 
+#include "cpu_blocked_gemm.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_matmul_bf16.hpp"
+#include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -15,11 +17,13 @@ using cpu::kParallelWork;
 
 template <typename T>
 CpuBackend<T>::CpuBackend(int threads, Precision matmul_precision) : CpuBackend(threads) {
-  if (matmul_precision != Precision::Bf16) return;
+  if (matmul_precision == Precision::Fp32) return;
   if constexpr (std::is_same_v<T, float>) {
-    bf16_.reset(new cpu::Bf16Matmul());  // after the thread count is set: oneDNN plans with it
+    precision_ = matmul_precision;
+    // after the thread count is set: oneDNN plans with it
+    if (matmul_precision == Precision::Bf16) bf16_.reset(new cpu::Bf16Matmul());
   } else {
-    MPITRAIN_THROW("bf16 GEMMs are for CpuBackend<float>");
+    MPITRAIN_THROW("bf16 / fp16 products are for CpuBackend<float>");
   }
 }
 
@@ -29,53 +33,106 @@ bool CpuBackend<T>::bf16_gemms() const {
 }
 
 template <typename T>
-void CpuBackend<T>::product(bool ta, bool tb, int M, int N, int K, const T* A, const T* B,
-                            bool accumulate, T* C, bool a_unchanged) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16_ != nullptr && bf16_->multiply(ta, tb, M, N, K, A, B, accumulate, C, a_unchanged))
-      return;
+void CpuBackend<T>::product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
+                            bool accumulate, Buf<T> C, bool a_unchanged) {
+  if (precision_ == Precision::Fp32 && !A.half() && !B.half() && !C.half()) {
+    gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, T(1), A.full(),
+         ta ? M : K, B.full(), tb ? K : N, accumulate ? T(1) : T(0), C.full(), N);
+    return;
   }
-  gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, T(1), A, ta ? M : K,
-       B, tb ? K : N, accumulate ? T(1) : T(0), C, N);
+  if (bf16_product(ta, tb, M, N, K, A, B, accumulate, C, a_unchanged)) return;
+  cpu::blocked_product(*staging_, ta, tb, M, N, K, A, B, accumulate, C);
+}
+
+// Operands in bf16 are read in place, float ones converted (cpu_matmul_bf16.hpp). A bf16 C is
+// computed in row blocks of fp32 scratch (starting from its values when accumulating) and rounded.
+template <typename T>
+bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
+                                 bool accumulate, Buf<T> C, bool a_unchanged) {
+  if constexpr (std::is_same_v<T, float>) {
+    const auto readable = [](Precision p) { return p == Precision::Fp32 || p == Precision::Bf16; };
+    if (!bf16_gemms() || !readable(A.dtype()) || !readable(B.dtype()) || !readable(C.dtype()))
+      return false;
+    const bool a16 = A.dtype() == Precision::Bf16, b16 = B.dtype() == Precision::Bf16;
+    if (float* c = C.full())
+      return bf16_->multiply(ta, tb, M, N, K, A.data(), a16, B.data(), b16, accumulate, c,
+                             a_unchanged);
+    if (ta) return false;  // a 2-byte C is an activation: A = its rows' inputs, never transposed
+    const int rows =
+        static_cast<int>(std::max<size_t>(16, cpu::kTileElems / std::max(N, 1) / 16 * 16));
+    const int last = M % rows;
+    if ((M >= rows && !bf16_->has_kernel(false, tb, rows, N, K, accumulate)) ||
+        (last != 0 && !bf16_->has_kernel(false, tb, last, N, K, accumulate)))
+      return false;
+    float* block = staging_->take<float>(cpu::kSlotC, static_cast<size_t>(std::min(rows, M)) * N);
+    for (int m0 = 0; m0 < M; m0 += rows) {
+      const int mt = std::min(rows, M - m0);
+      const size_t at = static_cast<size_t>(m0) * N, n = static_cast<size_t>(mt) * N;
+      if (accumulate) cpu::widen(block, CBuf<T>(C + at), n);
+      bf16_->multiply(false, tb, mt, N, K, (A + static_cast<size_t>(m0) * K).data(), a16, B.data(),
+                      b16, accumulate, block, false);
+      cpu::narrow(C + at, block, n);
+    }
+    return true;
+  } else {
+    return false;
+  }
 }
 
 // out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC): rows of out start as bias, then accumulate.
 template <typename T>
-void CpuBackend<T>::matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
+void CpuBackend<T>::matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N,
                                    int IC, int OC) {
-  if (bias != nullptr) {
+  if (bias) {
+    const size_t row = OC * out.element_size();
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * OC > kParallelWork)
-    for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(T));
+    for (int n = 0; n < N; ++n)
+      std::memcpy((out + static_cast<size_t>(n) * OC).data(), bias.data(), row);
   }
-  product(false, true, N, OC, IC, inp, weight, bias != nullptr, out, false);
+  product(false, true, N, OC, IC, inp, weight, static_cast<bool>(bias), out, false);
 }
+
+namespace {
+// dbias(OC) += sum_n dout[n,:] over N rows (column blocks, rows in order)
+template <typename T>
+void add_column_sums(T* dbias, const T* dout, int N, int OC) {
+  cpu::for_column_blocks(OC, N, [&](int c0, int c1) {
+    for (int n = 0; n < N; ++n) {
+      const T* d = dout + static_cast<size_t>(n) * OC;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) dbias[c] += d[c];
+    }
+  });
+}
+}  // namespace
 
 // dinp(N,IC) = dout(N,OC) @ weight(OC,IC)            (overwritten; skipped if null)
-// dweight(OC,IC) += dout^T @ inp(N,IC)               (accumulated)
+// dweight(OC,IC) += dout^T @ inp(N,IC)               (accumulated, fp32)
 // dbias(OC) += sum_n dout[n,:]                       (column blocks, rows in order)
 template <typename T>
-void CpuBackend<T>::matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                                    const T* weight, int N, int IC, int OC) {
-  if (dinp != nullptr) product(false, false, N, IC, OC, dout, weight, false, dinp, false);
+void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp,
+                                    CBuf<T> weight, int N, int IC, int OC) {
+  if (dinp) product(false, false, N, IC, OC, dout, weight, false, dinp, false);
   // dout is dinp's A too: its bf16 copy from that product is reused.
-  product(true, false, OC, IC, N, dout, inp, true, dweight, dinp != nullptr);
-  if (dbias != nullptr) {
-    cpu::for_column_blocks(OC, N, [&](int c0, int c1) {
-      for (int n = 0; n < N; ++n) {
-        const T* d = dout + static_cast<size_t>(n) * OC;
-#pragma omp simd
-        for (int c = c0; c < c1; ++c) dbias[c] += d[c];
-      }
-    });
+  product(true, false, OC, IC, N, dout, inp, true, dweight, static_cast<bool>(dinp));
+  if (dbias == nullptr) return;
+  if (const T* d = dout.full()) {
+    add_column_sums(dbias, d, N, OC);
+    return;
   }
+  cpu::for_row_blocks(N, OC, [&](size_t n0, size_t rows) {
+    const size_t at = n0 * OC;
+    add_column_sums(dbias, staging_->widened(cpu::kSlotD, dout + at, rows * OC),
+                    static_cast<int>(rows), OC);
+  });
 }
 
-#define MPITRAIN_INSTANTIATE(T)                                                                    \
-  template CpuBackend<T>::CpuBackend(int, Precision);                                              \
-  template bool CpuBackend<T>::bf16_gemms() const;                                                 \
-  template void CpuBackend<T>::matmul_forward(T*, const T*, const T*, const T*, int, int, int);    \
-  template void CpuBackend<T>::matmul_backward(T*, T*, T*, const T*, const T*, const T*, int, int, \
-                                               int);
+#define MPITRAIN_INSTANTIATE(T)                                                                  \
+  template CpuBackend<T>::CpuBackend(int, Precision);                                            \
+  template bool CpuBackend<T>::bf16_gemms() const;                                               \
+  template void CpuBackend<T>::matmul_forward(Buf<T>, CBuf<T>, CBuf<T>, CBuf<T>, int, int, int); \
+  template void CpuBackend<T>::matmul_backward(Buf<T>, T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int,   \
+                                               int, int);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

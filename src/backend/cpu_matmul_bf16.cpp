@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 #include <utility>
 
@@ -39,21 +37,6 @@ bool has_bf16_instructions(dnnl::cpu_isa isa) {
 
 }  // namespace
 
-void ScratchBuffer::Free::operator()(void* p) const { std::free(p); }
-
-void* ScratchBuffer::reserve(size_t bytes) {
-  bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  if (bytes > bytes_) {
-    data_.reset();  // the old contents are not needed: free first, keeping the peak low
-    bytes_ = 0;
-    void* p = std::aligned_alloc(64, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    data_.reset(p);
-    bytes_ = bytes;
-  }
-  return data_.get();
-}
-
 void Bf16MatmulDelete::operator()(Bf16Matmul* p) const { delete p; }
 
 Bf16Matmul::Bf16Matmul() {
@@ -74,7 +57,8 @@ Bf16Matmul::Bf16Matmul() {
 void Bf16Matmul::say_fallback(const char* why) {
   if (said_fallback_) return;
   said_fallback_ = true;
-  std::fprintf(stderr, "bf16 GEMMs: %s; running fp32 sgemm on the bf16 values instead\n", why);
+  std::fprintf(stderr, "bf16 GEMMs: %s; running blocked fp32 sgemm on the bf16 values instead\n",
+               why);
 }
 
 Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
@@ -116,26 +100,36 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
   return plans_.emplace(k, std::move(p)).first->second;
 }
 
-bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
-                          bool accumulate, float* C, bool a_unchanged) {
+bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const void* A, bool a_bf16,
+                          const void* B, bool b_bf16, bool accumulate, float* C, bool a_unchanged) {
   Plan& p = plan({M, N, K, ta, tb, accumulate});
   if (!p.bf16) {
     a_source_ = nullptr;
     return false;
   }
   const size_t na = static_cast<size_t>(M) * K, nb = static_cast<size_t>(K) * N;
-  // a_ already holds >= na elements when the copy is reused, so reserve keeps it.
-  auto* a = static_cast<uint16_t*>(a_.reserve(na * sizeof(uint16_t)));
-  if (!(a_unchanged && A == a_source_ && na == a_count_)) {
-    to_bf16(a, A, na);
-    a_source_ = A;
-    a_count_ = na;
+  const void* a = A;
+  if (!a_bf16) {
+    // a_ already holds >= na elements when the copy is reused, so reserve keeps it.
+    auto* bits = static_cast<uint16_t*>(a_.reserve(na * sizeof(uint16_t)));
+    if (!(a_unchanged && A == a_source_ && na == a_count_)) {
+      to_bf16(bits, static_cast<const float*>(A), na);
+      a_source_ = static_cast<const float*>(A);
+      a_count_ = na;
+    }
+    a = bits;
+  } else {
+    a_source_ = nullptr;
   }
-  auto* b = static_cast<uint16_t*>(b_.reserve(nb * sizeof(uint16_t)));
-  to_bf16(b, B, nb);
+  const void* b = B;
+  if (!b_bf16) {
+    auto* bits = static_cast<uint16_t*>(b_.reserve(nb * sizeof(uint16_t)));
+    to_bf16(bits, static_cast<const float*>(B), nb);
+    b = bits;
+  }
   try {
-    p.a.set_data_handle(a);
-    p.b.set_data_handle(b);
+    p.a.set_data_handle(const_cast<void*>(a));  // oneDNN only reads its source operands
+    p.b.set_data_handle(const_cast<void*>(b));
     p.c.set_data_handle(C);
     p.scratchpad.set_data_handle(scratchpad_.reserve(p.scratchpad.get_desc().get_size()));
     p.matmul.execute(stream_, {{DNNL_ARG_SRC, p.a},

@@ -1,6 +1,7 @@
-// Private to the CPU backend: bf16 matrix products through oneDNN. Operands that hold bf16 values
-// in float containers are converted to bf16 (exact: their low 16 bits are zero) into scratch
-// buffers; oneDNN's matmul multiplies them with fp32 accumulation into an fp32 result.
+// Private to the CPU backend: bf16 matrix products through oneDNN. bf16 operands are read where
+// they lie; operands in float containers are converted to bf16 (exact where they hold bf16
+// values: their low 16 bits are zero) into scratch buffers. oneDNN's matmul multiplies them with
+// fp32 accumulation into an fp32 result.
 //
 // One primitive per shape (M, N, K, transpositions, accumulate), created on first use and kept;
 // the scratch buffers (both operands and oneDNN's scratchpad, which it is told to take from us)
@@ -14,20 +15,9 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "cpu_storage.hpp"
+
 namespace mpitrain::cpu {
-
-// A 64-byte aligned buffer that only grows; its contents are not kept when it does.
-class ScratchBuffer {
- public:
-  void* reserve(size_t bytes);  // at least `bytes`, reallocated only when larger than before
-
- private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> data_;
-  size_t bytes_ = 0;
-};
 
 class Bf16Matmul {
  public:
@@ -42,7 +32,16 @@ class Bf16Matmul {
   // a_unchanged: A's values have not changed since the previous call; if that call converted
   // the same A (pointer and size), its bf16 copy is reused (matmul_backward's dout).
   bool multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
-                bool accumulate, float* C, bool a_unchanged = false);
+                bool accumulate, float* C, bool a_unchanged = false) {
+    return multiply(ta, tb, M, N, K, A, false, B, false, accumulate, C, a_unchanged);
+  }
+  // The same with each operand either bf16 bits read in place (a_bf16 / b_bf16) or floats.
+  bool multiply(bool ta, bool tb, int M, int N, int K, const void* A, bool a_bf16, const void* B,
+                bool b_bf16, bool accumulate, float* C, bool a_unchanged);
+  // Whether multiply runs a bf16 kernel for this shape (creating its primitive).
+  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate) {
+    return plan({M, N, K, ta, tb, accumulate}).bf16;
+  }
 
  private:
   struct Key {

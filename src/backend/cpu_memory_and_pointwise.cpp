@@ -1,13 +1,18 @@
-// CPU backend: construction, memory, embeddings and the pointwise ops (add, GELU, SwiGLU).
+// CPU backend: construction, memory, embeddings and the pointwise ops (add, GELU, SwiGLU). On
+// 2-byte tensors the pointwise ops and the embedding backward run staged (cpu_storage.hpp); the
+// embedding forward adds the two rows' widened values directly, as the fp32 kernel adds them.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "cpu_kernels.hpp"
+#include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
@@ -15,39 +20,83 @@ using cpu::exp_fast;
 using cpu::kParallelWork;
 
 template <typename T>
-CpuBackend<T>::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+CpuBackend<T>::CpuBackend(int threads)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()), staging_(new cpu::Staging()) {
   omp_set_num_threads(threads_);
   openblas_set_num_threads(threads_);
 }
 
 // ---- memory -------------------------------------------------------------------------------
 
-template <typename T>
-T* CpuBackend<T>::alloc(size_t n) {
-  const size_t bytes = std::max<size_t>(64, (n * sizeof(T) + 63) / 64 * 64);
+namespace {
+void* zeroed_aligned(size_t bytes) {
+  bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, bytes);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, bytes);
-  return static_cast<T*>(p);
+  return p;
+}
+constexpr size_t kChunkBytes = 4 * kParallelWork;  // per task of the parallel memset / memcpy
+}  // namespace
+
+template <typename T>
+T* CpuBackend<T>::alloc(size_t n) {
+  return static_cast<T*>(zeroed_aligned(n * sizeof(T)));
 }
 
 template <typename T>
-void CpuBackend<T>::free(T* p) {
+Buf<T> CpuBackend<T>::alloc(size_t n, Precision dtype) {
+  if (dtype == Precision::Fp32) return alloc(n);
+  if (!stores(dtype)) MPITRAIN_THROW("CpuBackend<double> stores compute tensors in double only");
+  return {zeroed_aligned(n * element_bytes<T>(dtype)), dtype};
+}
+
+template <typename T>
+void CpuBackend<T>::free(void* p) {
   std::free(p);
 }
 
 template <typename T>
-void CpuBackend<T>::zero(T* x, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 16 * kParallelWork)
-  for (size_t i = 0; i < n; i += kParallelWork)
-    std::memset(x + i, 0, std::min(kParallelWork, n - i) * sizeof(T));
+bool CpuBackend<T>::stores(Precision dtype) const {
+  return dtype == Precision::Fp32 || std::is_same_v<T, float>;
 }
 
 template <typename T>
-void CpuBackend<T>::copy(T* dst, const T* src, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 16 * kParallelWork)
-  for (size_t i = 0; i < n; i += kParallelWork)
-    std::memcpy(dst + i, src + i, std::min(kParallelWork, n - i) * sizeof(T));
+void CpuBackend<T>::zero(Buf<T> x, size_t n) {
+  auto* p = static_cast<char*>(x.data());
+  const size_t bytes = n * x.element_size();
+#pragma omp parallel for schedule(static) if (bytes > 16 * kChunkBytes)
+  for (size_t i = 0; i < bytes; i += kChunkBytes)
+    std::memset(p + i, 0, std::min(kChunkBytes, bytes - i));
+}
+
+template <typename T>
+void CpuBackend<T>::copy(Buf<T> dst, CBuf<T> src, size_t n) {
+  if (dst.dtype() != src.dtype()) MPITRAIN_THROW("copy between storage types: use convert");
+  auto* d = static_cast<char*>(dst.data());
+  const auto* s = static_cast<const char*>(src.data());
+  const size_t bytes = n * dst.element_size();
+#pragma omp parallel for schedule(static) if (bytes > 16 * kChunkBytes)
+  for (size_t i = 0; i < bytes; i += kChunkBytes)
+    std::memcpy(d + i, s + i, std::min(kChunkBytes, bytes - i));
+}
+
+template <typename T>
+void CpuBackend<T>::convert(Buf<T> dst, CBuf<T> src, size_t n) {
+  if (dst.dtype() == src.dtype()) {
+    copy(dst, src, n);
+  } else if (T* d = dst.full()) {
+    cpu::widen(d, src, n);
+  } else if (const T* s = src.full()) {
+    cpu::narrow(dst, s, n);
+  } else {  // bf16 <-> fp16: through the exact float value, rounded once
+    const uint16_t* s16 = src.half();
+    uint16_t* d16 = dst.half();
+    const Precision from = src.dtype(), to = dst.dtype();
+#pragma omp parallel for simd schedule(static) if (n > kParallelWork)
+    for (size_t i = 0; i < n; ++i)
+      d16[i] = cpu::narrow_one(cpu::widen_one<float>(s16[i], from), to);
+  }
 }
 
 template <typename T>
@@ -83,29 +132,29 @@ namespace {
 inline bool holds(int32_t token, int v0, int Vl) {
   return static_cast<uint32_t>(token - v0) < static_cast<uint32_t>(Vl);
 }
-}  // namespace
 
-// out(B,T,C) = (wte[tokens[b,t] - v0] if held, else 0) + (wpe[t] if wpe)
-template <typename T>
-void CpuBackend<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                                      int B, int Tlen, int C, int v0, int Vl) {
+// out(B,T,C) = (wte[tokens[b,t] - v0] if held, else 0) + (wpe[t] if wpe), on elements of type E
+// (T, or 2-byte bits): a copied row is exact, sum(e, p) adds one element of each.
+template <typename E, class Sum>
+void embedding_rows(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int Tlen,
+                    int C, int v0, int Vl, Sum&& sum) {
   const int N = B * Tlen;
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * C > kParallelWork)
   for (int n = 0; n < N; ++n) {
-    T* o = out + static_cast<size_t>(n) * C;
-    const T* p = wpe != nullptr ? wpe + static_cast<size_t>(n % Tlen) * C : nullptr;
+    E* o = out + static_cast<size_t>(n) * C;
+    const E* p = wpe != nullptr ? wpe + static_cast<size_t>(n % Tlen) * C : nullptr;
     if (holds(tokens[n], v0, Vl)) {
-      const T* e = wte + static_cast<size_t>(tokens[n] - v0) * C;
+      const E* e = wte + static_cast<size_t>(tokens[n] - v0) * C;
       if (p != nullptr) {
 #pragma omp simd
-        for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+        for (int c = 0; c < C; ++c) o[c] = sum(e[c], p[c]);
       } else {
-        std::memcpy(o, e, C * sizeof(T));
+        std::memcpy(o, e, C * sizeof(E));
       }
     } else if (p != nullptr) {
-      std::memcpy(o, p, C * sizeof(T));
+      std::memcpy(o, p, C * sizeof(E));
     } else {
-      std::memset(o, 0, C * sizeof(T));
+      std::memset(o, 0, C * sizeof(E));
     }
   }
 }
@@ -113,8 +162,8 @@ void CpuBackend<T>::embedding_forward(T* out, const int32_t* tokens, const T* wt
 // dwte[tokens[n] - v0] += dout[n] for held tokens; dwpe[t] += sum_b dout[b,t] (all tokens).
 // Parallel over column blocks: repeated tokens never race and the order of the additions is fixed.
 template <typename T>
-void CpuBackend<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens,
-                                       int B, int Tlen, int C, int v0, int Vl) {
+void embedding_backward_kernel(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B,
+                               int Tlen, int C, int v0, int Vl) {
   const int N = B * Tlen;
   cpu::for_column_blocks(C, N, [&](int c0, int c1) {
     for (int n = 0; n < N; ++n) {
@@ -133,11 +182,48 @@ void CpuBackend<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const in
   });
 }
 
+}  // namespace
+
+// 2-byte rows: the sum of the widened values, rounded, as the fp32 kernel adds them.
+template <typename T>
+void CpuBackend<T>::embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe,
+                                      int B, int Tlen, int C, int v0, int Vl) {
+  if (!cpu::staged(out, wte, wpe))
+    return embedding_rows(out.full(), tokens, wte.full(), wpe.full(), B, Tlen, C, v0, Vl,
+                          [](T e, T p) { return e + p; });
+  if constexpr (!std::is_same_v<T, float>)
+    MPITRAIN_THROW("CpuBackend<double> has no 2-byte tensors");
+  const Precision dtype = out.dtype();
+  embedding_rows(out.half(), tokens, wte.half(), wpe ? wpe.half() : nullptr, B, Tlen, C, v0, Vl,
+                 [dtype](uint16_t e, uint16_t p) {
+                   return cpu::narrow_one(
+                       cpu::widen_one<float>(e, dtype) + cpu::widen_one<float>(p, dtype), dtype);
+                 });
+}
+
+// 2-byte dout: whole sequences at a time (positions restart at each), in order.
+template <typename T>
+void CpuBackend<T>::embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const int32_t* tokens, int B,
+                                       int Tlen, int C, int v0, int Vl) {
+  if (!cpu::staged(dout)) {
+    embedding_backward_kernel(dwte, dwpe, dout.full(), tokens, B, Tlen, C, v0, Vl);
+    return;
+  }
+  const size_t seq = static_cast<size_t>(Tlen) * C;
+  cpu::for_sequence_blocks(B, seq, [&](int b0, int nb) {
+    const T* d = staging_->widened(cpu::kSlotA, dout + b0 * seq, nb * seq);
+    embedding_backward_kernel(dwte, dwpe, d, tokens + static_cast<size_t>(b0) * Tlen, nb, Tlen, C,
+                              v0, Vl);
+  });
+}
+
 // ---- pointwise ----------------------------------------------------------------------------
+
+namespace {
 
 // out = a + b
 template <typename T>
-void CpuBackend<T>::add(T* out, const T* a, const T* b, size_t n) {
+void add_kernel(T* out, const T* a, const T* b, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelWork)
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
@@ -145,13 +231,11 @@ void CpuBackend<T>::add(T* out, const T* a, const T* b, size_t n) {
 // GELU (tanh approximation), using 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + e^-2u):
 //   out = x s,  s = 1 / (1 + e^-2u),  u = k0 (x + k1 x^3)
 // (accurate in relative terms for any x, unlike 1 + tanh(u) for very negative x).
-namespace {
 constexpr double kGeluK0 = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double kGeluK1 = 0.044715;
-}  // namespace
 
 template <typename T>
-void CpuBackend<T>::gelu_forward(T* out, const T* inp, size_t n) {
+void gelu_forward_kernel(T* out, const T* inp, size_t n) {
   const T k0 = T(kGeluK0), k1 = T(kGeluK1);
 #pragma omp parallel for simd schedule(static) if (n > kParallelWork / 4)
   for (size_t i = 0; i < n; ++i) {
@@ -163,7 +247,7 @@ void CpuBackend<T>::gelu_forward(T* out, const T* inp, size_t n) {
 
 // dinp = dout (s + x 2u' s (1 - s)),  u' = k0 (1 + 3 k1 x^2),  1 - s = e s with e = e^-2u
 template <typename T>
-void CpuBackend<T>::gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
+void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
   const T k0 = T(kGeluK0), k1 = T(kGeluK1);
 #pragma omp parallel for simd schedule(static) if (n > kParallelWork / 4)
   for (size_t i = 0; i < n; ++i) {
@@ -178,8 +262,8 @@ void CpuBackend<T>::gelu_backward(T* dinp, const T* inp, const T* dout, size_t n
 
 // SwiGLU on rows [gate (F) | up (F)]: out(N,F) = silu(g) up, silu(g) = g sig(g)
 template <typename T>
-void CpuBackend<T>::swiglu_forward(T* out, const T* inp, int N, int F) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * F > kParallelWork / 4)
+void swiglu_forward_kernel(T* out, const T* inp, int N, int F) {
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * F > kParallelWork / 4)
   for (int n = 0; n < N; ++n) {
     const T* g = inp + static_cast<size_t>(n) * 2 * F;
     const T* u = g + F;
@@ -191,8 +275,8 @@ void CpuBackend<T>::swiglu_forward(T* out, const T* inp, int N, int F) {
 
 // dgate = dout up sig(g) (1 + g (1 - sig(g))),  dup = dout silu(g)   (dinp(N,2F) overwritten)
 template <typename T>
-void CpuBackend<T>::swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * F > kParallelWork / 4)
+void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int N, int F) {
+#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * F > kParallelWork / 4)
   for (int n = 0; n < N; ++n) {
     const T* g = inp + static_cast<size_t>(n) * 2 * F;
     const T* u = g + F;
@@ -209,22 +293,86 @@ void CpuBackend<T>::swiglu_backward(T* dinp, const T* inp, const T* dout, int N,
   }
 }
 
-#define MPITRAIN_INSTANTIATE(T)                                                                  \
-  template CpuBackend<T>::CpuBackend(int);                                                       \
-  template T* CpuBackend<T>::alloc(size_t);                                                      \
-  template void CpuBackend<T>::free(T*);                                                         \
-  template void CpuBackend<T>::zero(T*, size_t);                                                 \
-  template void CpuBackend<T>::copy(T*, const T*, size_t);                                       \
-  template void CpuBackend<T>::round_to(T*, size_t, Precision);                                  \
-  template void CpuBackend<T>::embedding_forward(T*, const int32_t*, const T*, const T*, int, int, \
-                                                 int, int, int);                                 \
-  template void CpuBackend<T>::embedding_backward(T*, T*, const T*, const int32_t*, int, int,    \
-                                                  int, int, int);                                \
-  template void CpuBackend<T>::add(T*, const T*, const T*, size_t);                              \
-  template void CpuBackend<T>::gelu_forward(T*, const T*, size_t);                               \
-  template void CpuBackend<T>::gelu_backward(T*, const T*, const T*, size_t);                    \
-  template void CpuBackend<T>::swiglu_forward(T*, const T*, int, int);                           \
-  template void CpuBackend<T>::swiglu_backward(T*, const T*, const T*, int, int);
+// out = f(a, b) on 2-byte tensors of n elements (b may be null), a block of elements at a time:
+// widened, the kernel, the output rounded.
+template <typename T, class F>
+void staged_elementwise(cpu::Staging& staging, Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n, F&& f) {
+  cpu::for_row_blocks(n, 1, [&](size_t i, size_t k) {
+    T* o = staging.take<T>(cpu::kSlotC, k);
+    f(o, staging.widened(cpu::kSlotA, a + i, k),
+      b ? staging.widened(cpu::kSlotB, b + i, k) : nullptr, k);
+    cpu::narrow(out + i, o, k);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void CpuBackend<T>::add(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n) {
+  if (!cpu::staged(out, a, b)) return add_kernel(out.full(), a.full(), b.full(), n);
+  staged_elementwise(*staging_, out, a, b, n, add_kernel<T>);
+}
+
+template <typename T>
+void CpuBackend<T>::gelu_forward(Buf<T> out, CBuf<T> inp, size_t n) {
+  if (!cpu::staged(out, inp)) return gelu_forward_kernel(out.full(), inp.full(), n);
+  staged_elementwise(*staging_, out, inp, CBuf<T>(), n,
+                     [](T* o, const T* x, const T*, size_t k) { gelu_forward_kernel(o, x, k); });
+}
+
+template <typename T>
+void CpuBackend<T>::gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) {
+  if (!cpu::staged(dinp, inp, dout))
+    return gelu_backward_kernel(dinp.full(), inp.full(), dout.full(), n);
+  staged_elementwise(*staging_, dinp, inp, dout, n, gelu_backward_kernel<T>);
+}
+
+// SwiGLU on 2-byte tensors: blocks of rows.
+template <typename T>
+void CpuBackend<T>::swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) {
+  if (!cpu::staged(out, inp)) return swiglu_forward_kernel(out.full(), inp.full(), N, F);
+  const size_t F1 = F, F2 = 2 * F1;
+  cpu::for_row_blocks(N, F2, [&](size_t n0, size_t rows) {
+    T* o = staging_->take<T>(cpu::kSlotC, rows * F1);
+    swiglu_forward_kernel(o, staging_->widened(cpu::kSlotA, inp + n0 * F2, rows * F2),
+                          static_cast<int>(rows), F);
+    cpu::narrow(out + n0 * F1, o, rows * F1);
+  });
+}
+
+template <typename T>
+void CpuBackend<T>::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) {
+  if (!cpu::staged(dinp, inp, dout))
+    return swiglu_backward_kernel(dinp.full(), inp.full(), dout.full(), N, F);
+  const size_t F1 = F, F2 = 2 * F1;
+  cpu::for_row_blocks(N, F2, [&](size_t n0, size_t rows) {
+    T* d = staging_->take<T>(cpu::kSlotC, rows * F2);
+    swiglu_backward_kernel(d, staging_->widened(cpu::kSlotA, inp + n0 * F2, rows * F2),
+                           staging_->widened(cpu::kSlotB, dout + n0 * F1, rows * F1),
+                           static_cast<int>(rows), F);
+    cpu::narrow(dinp + n0 * F2, d, rows * F2);
+  });
+}
+
+#define MPITRAIN_INSTANTIATE(T)                                                                   \
+  template CpuBackend<T>::CpuBackend(int);                                                        \
+  template T* CpuBackend<T>::alloc(size_t);                                                       \
+  template Buf<T> CpuBackend<T>::alloc(size_t, Precision);                                        \
+  template void CpuBackend<T>::free(void*);                                                       \
+  template bool CpuBackend<T>::stores(Precision) const;                                           \
+  template void CpuBackend<T>::zero(Buf<T>, size_t);                                              \
+  template void CpuBackend<T>::copy(Buf<T>, CBuf<T>, size_t);                                     \
+  template void CpuBackend<T>::convert(Buf<T>, CBuf<T>, size_t);                                  \
+  template void CpuBackend<T>::round_to(T*, size_t, Precision);                                   \
+  template void CpuBackend<T>::embedding_forward(Buf<T>, const int32_t*, CBuf<T>, CBuf<T>, int,   \
+                                                 int, int, int, int);                             \
+  template void CpuBackend<T>::embedding_backward(T*, T*, CBuf<T>, const int32_t*, int, int, int, \
+                                                  int, int);                                      \
+  template void CpuBackend<T>::add(Buf<T>, CBuf<T>, CBuf<T>, size_t);                             \
+  template void CpuBackend<T>::gelu_forward(Buf<T>, CBuf<T>, size_t);                             \
+  template void CpuBackend<T>::gelu_backward(Buf<T>, CBuf<T>, CBuf<T>, size_t);                   \
+  template void CpuBackend<T>::swiglu_forward(Buf<T>, CBuf<T>, int, int);                         \
+  template void CpuBackend<T>::swiglu_backward(Buf<T>, CBuf<T>, CBuf<T>, int, int);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

@@ -1,7 +1,9 @@
-// CPU backend: rotary position embedding, in place on the q and k heads of qkv(B,T,QKV).
+// CPU backend: rotary position embedding, in place on the q and k heads of qkv(B,T,QKV). On
+// 2-byte tensors: whole sequences at a time staged (cpu_storage.hpp; v round-trips exactly).
 #include <cmath>
 
 #include "cpu_kernels.hpp"
+#include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -44,22 +46,36 @@ void rope_rotate(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta, doub
   }
 }
 
+// rope_rotate on qkv of any storage type: 2-byte sequences through fp32 scratch.
+template <typename T>
+void rope_any(cpu::Staging& staging, Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta,
+              double sign) {
+  if (!cpu::staged(qkv)) return rope_rotate(qkv.full(), B, Tlen, NH, NKV, hs, theta, sign);
+  const size_t seq = static_cast<size_t>(Tlen) * (NH + 2 * NKV) * hs;
+  cpu::for_sequence_blocks(B, seq, [&](int b0, int nb) {
+    T* x = staging.take<T>(cpu::kSlotA, nb * seq);
+    cpu::widen(x, CBuf<T>(qkv + b0 * seq), nb * seq);
+    rope_rotate(x, nb, Tlen, NH, NKV, hs, theta, sign);
+    cpu::narrow(qkv + b0 * seq, x, nb * seq);
+  });
+}
+
 }  // namespace
 
 template <typename T>
-void CpuBackend<T>::rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  rope_rotate(qkv, B, Tlen, NH, NKV, hs, theta, +1.0);
+void CpuBackend<T>::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+  rope_any(*staging_, qkv, B, Tlen, NH, NKV, hs, theta, +1.0);
 }
 
 // the rotation is orthogonal: its backward is the inverse rotation of dq, dk (dv untouched)
 template <typename T>
-void CpuBackend<T>::rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  rope_rotate(dqkv, B, Tlen, NH, NKV, hs, theta, -1.0);
+void CpuBackend<T>::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+  rope_any(*staging_, dqkv, B, Tlen, NH, NKV, hs, theta, -1.0);
 }
 
-#define MPITRAIN_INSTANTIATE(T)                                                         \
-  template void CpuBackend<T>::rope_forward(T*, int, int, int, int, int, T);            \
-  template void CpuBackend<T>::rope_backward(T*, int, int, int, int, int, T);
+#define MPITRAIN_INSTANTIATE(T)                                                  \
+  template void CpuBackend<T>::rope_forward(Buf<T>, int, int, int, int, int, T); \
+  template void CpuBackend<T>::rope_backward(Buf<T>, int, int, int, int, int, T);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

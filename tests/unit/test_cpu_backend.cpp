@@ -376,13 +376,13 @@ void attention_grad_check(int B, int T, int NH, int NKV, int hs) {
     EXPECT_NEAR(s, 1.0, 1e-14);
     for (int j = r % T + 1; j < T; ++j) EXPECT_EQ(probs[r * T + j], 0.0);
   }
-  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), probs.data(), B, T, NH,
-                        NKV, hs);
+  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
+                        B, T, NH, NKV, hs);
   const Vec d1 = dqkv;
   expect_grad("dqkv", qkv, d1, loss);
   loss();
-  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), probs.data(), B, T, NH,
-                        NKV, hs);
+  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
+                        B, T, NH, NKV, hs);
   for (size_t i = 0; i < dqkv.size(); ++i) EXPECT_EQ(dqkv[i], d1[i]) << "dqkv is overwritten";
 }
 
@@ -400,8 +400,8 @@ TEST(CpuAttention, CausalNoGradientToTheFuture) {
     for (int t = 0; t <= t0; ++t)
       for (int i = 0; i < NH * hs; ++i) R[(b * T + t) * NH * hs + i] = std::sin(1.0 + i + t + b);
   be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
-  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), probs.data(), B, T, NH,
-                        NKV, hs);
+  be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
+                        B, T, NH, NKV, hs);
   double past = 0;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)

@@ -219,10 +219,12 @@ TEST(CpuBf16Gemm, RoundsOperandsThatAreNotBf16) {
 
 // The fallback of CPUs without bf16 instructions (AVX2-only ones; forced elsewhere by capping
 // oneDNN's ISA at AVX2 before its first use): the backend says once why, reports no bf16 GEMMs,
-// and every product is the fp32 sgemm path's, bit for bit, on bf16 values and on others alike
-// (it does not round: the model's own rounding of activations and weights is what makes them
-// bf16). In a process that has used oneDNN already (the whole binary run at once, not ctest's
-// one test per process) the cap is refused, and the test runs itself in a fresh process.
+// and runs the blocked sgemm, which on these shapes (each product one tile) is the fp32 sgemm
+// path's, bit for bit, on bf16 values and on others alike (it does not round operands: the
+// model's own rounding of activations and weights is what makes them bf16). Multi-tile shapes:
+// test_cpu_storage.cpp. In a process that has used oneDNN already (the whole binary run at once,
+// not ctest's one test per process) the cap is refused, and the test runs itself in a fresh
+// process.
 TEST(CpuBf16Gemm, FallbackWithoutBf16InstructionsIsTheSgemmPathBitForBit) {
   if (dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) != dnnl::status::success) {
     const testing::TestInfo* me = testing::UnitTest::GetInstance()->current_test_info();
@@ -239,7 +241,8 @@ TEST(CpuBf16Gemm, FallbackWithoutBf16InstructionsIsTheSgemmPathBitForBit) {
   const std::string said = testing::internal::GetCapturedStderr();
   EXPECT_FALSE(fallback.bf16_gemms());
   EXPECT_NE(said.find("bf16 GEMMs: this CPU has no bf16 instructions"), std::string::npos) << said;
-  EXPECT_NE(said.find("running fp32 sgemm on the bf16 values instead"), std::string::npos) << said;
+  EXPECT_NE(said.find("running blocked fp32 sgemm on the bf16 values instead"), std::string::npos)
+      << said;
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(name(s));
     const size_t ni = static_cast<size_t>(s.N) * s.IC, nw = static_cast<size_t>(s.OC) * s.IC,

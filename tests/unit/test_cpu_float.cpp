@@ -162,9 +162,9 @@ TEST(CpuFloat, RopeAndAttention) {
   EXPECT_LT(out.err(), kTol);
   EXPECT_LT(probs.err(), kTol);
   be.f.attention_backward(dqkv.f.data(), scratch.f.data(), dout.f.data(), qkv.f.data(),
-                          probs.f.data(), B, T, NH, NKV, hs);
+                          out.f.data(), probs.f.data(), B, T, NH, NKV, hs);
   be.d.attention_backward(dqkv.d.data(), scratch.d.data(), dout.d.data(), qkv.d.data(),
-                          probs.d.data(), B, T, NH, NKV, hs);
+                          out.d.data(), probs.d.data(), B, T, NH, NKV, hs);
   EXPECT_LT(dqkv.err(), kTol);
   be.f.rope_backward(dqkv.f.data(), B, T, NH, NKV, hs, 10000.0f);
   be.d.rope_backward(dqkv.d.data(), B, T, NH, NKV, hs, 10000.0);

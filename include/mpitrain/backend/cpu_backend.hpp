@@ -7,14 +7,25 @@
 // columns and the scalar sums over fixed chunks, so every result is bitwise deterministic and
 // independent of the thread count (the gemms inside OpenBLAS and oneDNN are the only exception).
 //
-// bf16 GEMMs (CpuBackend<float> constructed with Precision::Bf16): matmul_forward/backward run
-// oneDNN bf16 matmuls with fp32 accumulation into fp32 results. Their operands must already hold
-// bf16 values in float containers (the model rounds them), so the float -> bf16 conversion into
-// the backend's scratch buffers is exact and the results equal the sgemm path's up to summation
-// order. One oneDNN primitive per shape, created on first use and cached; the scratch buffers
-// (both operands, oneDNN's scratchpad) only grow when a larger shape is first seen, so steady-state
-// steps allocate nothing of their own. A CPU without bf16 instructions (or a shape oneDNN has
-// only reference code for) runs sgemm instead, said once on stderr. Fp32 and Fp16: sgemm.
+// Compute tensors: Fp32 (T) always; CpuBackend<float> also stores them in bf16 / fp16 (2 bytes).
+// An op on 2-byte tensors widens a block of rows of its inputs into fp32 scratch the backend owns
+// (a few MB, grown on first use; one whole sequence for attention and rope), runs the fp32 kernel
+// on the block and rounds its outputs into the 2-byte tensor: bit for bit the emulated path (fp32
+// containers of rounded values, the same kernel, round_to). Parameter gradients, norm statistics,
+// attention probabilities and the loss stay in T.
+//
+// Products (the linear layer) of a backend constructed for bf16 or fp16:
+//   - bf16 on a CPU with bf16 instructions (AVX512-BF16 / AMX; bf16_gemms()): oneDNN bf16 matmuls
+//     reading 2-byte operands as they lie in memory (fp32-container operands are converted into
+//     scratch), fp32 accumulation into an fp32 result, then the bias and rounding as for sgemm.
+//     One primitive per shape, created on first use and cached. Where oneDNN has only reference
+//     code for a shape, the blocked sgemm below runs instead, said once on stderr.
+//   - otherwise (fp16 always: no CPU here has fp16 arithmetic): blocked sgemm. Tiles of A, B (and
+//     C where it is 2-byte) widened to fp32 scratch (at most 4 MiB each), one sgemm per tile, the
+//     C tile spanning the smaller operand's whole dimension so the larger operand is converted
+//     once per call; K is split only where a full-K tile would not fit. The tiling depends only
+//     on the shapes, so fp32-container and 2-byte operands give the same bits.
+// A backend constructed for fp32 runs one sgemm per product, as before.
 #pragma once
 
 #include <memory>
@@ -29,69 +40,77 @@ class Bf16Matmul;  // src/backend/cpu_matmul_bf16.hpp
 struct Bf16MatmulDelete {
   void operator()(Bf16Matmul* p) const;
 };
+class Staging;  // src/backend/cpu_storage.hpp: the scratch of the 2-byte ops
+struct StagingDelete {
+  void operator()(Staging* p) const;
+};
 }  // namespace cpu
 
 template <typename T>
 class CpuBackend final : public Backend<T> {
  public:
   explicit CpuBackend(int threads);  // threads <= 0: keep the current OpenMP default
-  // matmul_precision Bf16: the bf16 GEMMs above (float only: Error for double).
+  // matmul_precision Bf16 / Fp16: the products above (float only: Error for double).
   CpuBackend(int threads, Precision matmul_precision);
   int threads() const { return threads_; }
   bool bf16_gemms() const;  // constructed for bf16 on a CPU with bf16 instructions
 
   T* alloc(size_t n) override;
-  void free(T* p) override;
-  void zero(T* x, size_t n) override;
-  void copy(T* dst, const T* src, size_t n) override;
+  Buf<T> alloc(size_t n, Precision dtype) override;
+  void free(void* p) override;
+  bool stores(Precision dtype) const override;
+  void zero(Buf<T> x, size_t n) override;
+  void copy(Buf<T> dst, CBuf<T> src, size_t n) override;
+  void convert(Buf<T> dst, CBuf<T> src, size_t n) override;
   void round_to(T* x, size_t n, Precision p) override;
   void set_alloc_kind(AllocKind) override {}  // one pool: host memory
   bool host_memory() const override { return true; }
-  void upload(T* dst, const T* host_src, size_t n) override { copy(dst, host_src, n); }
-  void download(T* host_dst, const T* src, size_t n) override { copy(host_dst, src, n); }
+  void upload(Buf<T> dst, const T* host_src, size_t n) override { convert(dst, host_src, n); }
+  void download(T* host_dst, CBuf<T> src, size_t n) override { convert(host_dst, src, n); }
   int32_t* alloc_ids(size_t n) override;
   void free_ids(int32_t* p) override;
   void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) override;
 
-  void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
+  void matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N, int IC,
                       int OC) override;
-  void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                       const T* weight, int N, int IC, int OC) override;
+  void matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp, CBuf<T> weight,
+                       int N, int IC, int OC) override;
 
-  void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tlen,
-                         int C, int v0, int Vl) override;
-  void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tlen,
+  void embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe, int B,
+                         int Tlen, int C, int v0, int Vl) override;
+  void embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const int32_t* tokens, int B, int Tlen,
                           int C, int v0, int Vl) override;
 
-  void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
+  void layernorm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, CBuf<T> w, CBuf<T> b, int N,
                          int C, T eps) override;
-  void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+  void layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                           const T* mean, const T* rstd, int N, int C) override;
-  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, T eps) override;
-  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd,
+  void rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w, int N, int C, T eps) override;
+  void rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w, const T* rstd,
                         int N, int C) override;
 
-  void add(T* out, const T* a, const T* b, size_t n) override;
-  void gelu_forward(T* out, const T* inp, size_t n) override;
-  void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) override;
-  void swiglu_forward(T* out, const T* inp, int N, int F) override;
-  void swiglu_backward(T* dinp, const T* inp, const T* dout, int N, int F) override;
+  void add(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n) override;
+  void gelu_forward(Buf<T> out, CBuf<T> inp, size_t n) override;
+  void gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) override;
+  void swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) override;
+  void swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) override;
 
-  void rope_forward(T* qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
-  void rope_backward(T* dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+  void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+  void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
 
   size_t attention_state_size(int B, int Tlen, int NH) const override {  // the probabilities
     return static_cast<size_t>(B) * NH * Tlen * Tlen;
   }
-  void attention_forward(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
+  void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH, int NKV,
                          int hs) override;
-  void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs, int B,
-                          int Tlen, int NH, int NKV, int hs) override;
+  // `out` is not read: the probabilities are kept.
+  void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
+                          const T* probs, int B, int Tlen, int NH, int NKV, int hs) override;
 
-  void ce_row_max(const T* logits, T* row_max, int N, int Vl, int v0, int V) override;
-  void ce_stats(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
+  void ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) override;
+  void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
                 int v0, int V) override;
-  double ce_loss(T* logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
+  double ce_loss(Buf<T> logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
                  int N, int Vl, int v0, int V, T dloss) override;
 
   double sum_squares(const T* x, size_t n) override;
@@ -108,13 +127,18 @@ class CpuBackend final : public Backend<T> {
 
  private:
   // C(M,N) = op(A)(M,K) @ op(B)(K,N) (+ C when accumulate), row-major, contiguous: A is stored
-  // (K,M) when ta, B (N,K) when tb. bf16 kernels where the backend has them, else the gemm.
+  // (K,M) when ta, B (N,K) when tb; C is rounded to its type. The paths of the header comment.
   // a_unchanged: A is unchanged since the previous product (its bf16 copy may be reused).
-  void product(bool ta, bool tb, int M, int N, int K, const T* A, const T* B, bool accumulate,
-               T* C, bool a_unchanged);
+  void product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B, bool accumulate,
+               Buf<T> C, bool a_unchanged);
+  // The oneDNN bf16 path of product; false (nothing written) where it does not run.
+  bool bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B, bool accumulate,
+                    Buf<T> C, bool a_unchanged);
 
   int threads_;
+  Precision precision_ = Precision::Fp32;                         // of the products
   std::unique_ptr<cpu::Bf16Matmul, cpu::Bf16MatmulDelete> bf16_;  // null unless built for bf16
+  std::unique_ptr<cpu::Staging, cpu::StagingDelete> staging_;
 };
 
 }  // namespace mpitrain

@@ -1,0 +1,30 @@
+// Private to the CPU backend: the blocked sgemm of products on 2-byte (or 2-byte-valued) tensors
+// where no bf16 kernel runs. Tiles of op(A), op(B) and, where C is 2-byte, C are widened into
+// fp32 scratch; one gemm per tile. The tiling depends only on (M, N, K), never on the operands'
+// storage types, so fp32 containers of rounded values and 2-byte tensors give the same bits.
+#pragma once
+
+#include "cpu_storage.hpp"
+#include "mpitrain/backend/buf.hpp"
+
+namespace mpitrain::cpu {
+
+// Elements of one tile of A, B or C: 4 MiB of floats each.
+inline constexpr size_t kTileElems = size_t{1} << 20;
+
+// The tile sizes for C(M,N) = op(A)(M,K) op(B)(K,N): rows of op(A), columns of op(B), and the
+// K chunk, each a whole dimension or a multiple of 16, and every tile within kTileElems.
+struct Tiling {
+  int m, n, k;
+};
+Tiling tiling(int M, int N, int K);
+
+// C(M,N) = op(A) op(B) (+ C when accumulate) as CpuBackend::product (cpu_backend.hpp), in tiles
+// of tiling(M, N, K); C rounded to its type. Outer loop over the larger operand's tiles, so with
+// the smaller operand's dimension in one tile (up to kTileElems / 16) each of its tiles is
+// converted once; a K split accumulates in the fp32 C tile.
+template <typename T>
+void blocked_product(Staging& staging, bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
+                     bool accumulate, Buf<T> C);
+
+}  // namespace mpitrain::cpu

@@ -1,0 +1,161 @@
+// Private to the CPU backend: 2-byte compute tensors (bf16 / fp16 bits). An op on 2-byte tensors
+// widens its inputs, a block of rows at a time, into fp32 scratch the backend owns (Staging), runs
+// the fp32 kernel on the block and rounds the outputs into the 2-byte tensor (round to nearest
+// even): the bits of the emulated path (fp32 containers holding the rounded values -> the same
+// kernel -> round_to), with scratch bounded by a few MB, never a whole-tensor fp32 copy.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "cpu_kernels.hpp"
+#include "mpitrain/backend/buf.hpp"
+#include "mpitrain/backend/precision.hpp"
+
+namespace mpitrain::cpu {
+
+// A 64-byte aligned buffer that only grows; its contents are not kept when it does.
+class ScratchBuffer {
+ public:
+  void* reserve(size_t bytes);  // at least `bytes`, reallocated only when larger than before
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t bytes_ = 0;
+};
+
+// Elements of one staged tensor block: 1 MiB of floats. A block holds at least 16 rows (or one
+// whole sequence where an op needs them), so a single row larger than that still fits.
+inline constexpr size_t kBlockElems = size_t{1} << 18;
+
+// The scratch slots of the staged ops, one tensor each.
+enum Slot : int { kSlotA, kSlotB, kSlotC, kSlotD, kSlotWeight, kSlotBias, kSlots };
+
+class Staging {
+ public:
+  template <typename T>
+  T* take(Slot slot, size_t n) {
+    return static_cast<T*>(slots_[slot].reserve(n * sizeof(T)));
+  }
+  // src's n elements as T: src itself when it is Fp32 (or null), else widened into the slot.
+  template <typename T>
+  const T* widened(Slot slot, CBuf<T> src, size_t n);
+
+ private:
+  ScratchBuffer slots_[kSlots];
+};
+
+template <typename T>
+inline T widen_one(uint16_t bits, Precision p) {
+  return static_cast<T>(p == Precision::Bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits));
+}
+inline uint16_t narrow_one(float x, Precision p) {
+  return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x);
+}
+
+// dst[0, n) = src's elements as T (exact), on the calling thread.
+template <typename T>
+void widen_row(T* dst, CBuf<T> src, size_t n) {
+  if (const T* s = src.full()) {
+    std::memcpy(dst, s, n * sizeof(T));
+  } else if (src.dtype() == Precision::Bf16) {
+    const uint16_t* h = src.half();
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(from_bf16_bits(h[i]));
+  } else {
+    const uint16_t* h = src.half();
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(from_fp16_bits(h[i]));
+  }
+}
+
+// dst[0, n) = src rounded to dst's type, on the calling thread (T = double rounds through float,
+// as CpuBackend<double>::round_to does).
+template <typename T>
+void narrow_row(Buf<T> dst, const T* src, size_t n) {
+  if (T* d = dst.full()) {
+    std::memcpy(d, src, n * sizeof(T));
+  } else if (dst.dtype() == Precision::Bf16) {
+    uint16_t* h = dst.half();
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) h[i] = to_bf16_bits(static_cast<float>(src[i]));
+  } else {
+    uint16_t* h = dst.half();
+    for (size_t i = 0; i < n; ++i) h[i] = to_fp16_bits(static_cast<float>(src[i]));
+  }
+}
+
+// The same over n elements, in parallel chunks when n is large.
+template <typename T>
+void widen(T* dst, CBuf<T> src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 4 * kParallelWork)
+  for (size_t i = 0; i < n; i += kParallelWork)
+    widen_row(dst + i, src + i, std::min(kParallelWork, n - i));
+}
+template <typename T>
+void narrow(Buf<T> dst, const T* src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 4 * kParallelWork)
+  for (size_t i = 0; i < n; i += kParallelWork)
+    narrow_row(dst + i, src + i, std::min(kParallelWork, n - i));
+}
+
+// dst (rows r0..r1, contiguous) = columns [c0, c1) of those rows of the row-major matrix src with
+// ld columns, as T; narrow_block writes such a block back, rounded.
+template <typename T>
+void widen_block(T* dst, CBuf<T> src, size_t ld, size_t r0, size_t r1, size_t c0, size_t c1) {
+  const size_t w = c1 - c0;
+#pragma omp parallel for schedule(static) if ((r1 - r0) * w > 4 * kParallelWork)
+  for (size_t r = r0; r < r1; ++r) widen_row(dst + (r - r0) * w, src + (r * ld + c0), w);
+}
+template <typename T>
+void narrow_block(Buf<T> dst, size_t ld, size_t r0, size_t r1, size_t c0, size_t c1, const T* src) {
+  const size_t w = c1 - c0;
+#pragma omp parallel for schedule(static) if ((r1 - r0) * w > 4 * kParallelWork)
+  for (size_t r = r0; r < r1; ++r) narrow_row(dst + (r * ld + c0), src + (r - r0) * w, w);
+}
+
+template <typename T>
+const T* Staging::widened(Slot slot, CBuf<T> src, size_t n) {
+  if (!src || src.full()) return src.full();
+  T* dst = take<T>(slot, n);
+  widen(dst, src, n);
+  return dst;
+}
+
+// Whether an op runs staged: its compute tensors (null ones aside) are 2-byte. They must all be
+// of one storage type (backend.hpp); Error otherwise.
+[[noreturn]] void throw_mixed_storage();
+template <typename... B>
+bool staged(const B&... bufs) {
+  bool half = false, full = false;
+  const auto see = [&](bool present, Precision dtype) {
+    if (present) (dtype == Precision::Fp32 ? full : half) = true;
+  };
+  (see(static_cast<bool>(bufs), bufs.dtype()), ...);
+  if (half && full) throw_mixed_storage();
+  return half;
+}
+
+// f(first, count) over blocks of [0, rows) rows of row_elems elements: as many rows as fit
+// kBlockElems, a multiple of 16 (each block then starts at the same 64-byte alignment in the
+// scratch as in the tensor, for any row size), at least 16.
+template <class F>
+void for_row_blocks(size_t rows, size_t row_elems, F&& f) {
+  const size_t per = std::max<size_t>(16, kBlockElems / std::max<size_t>(row_elems, 1) / 16 * 16);
+  for (size_t r = 0; r < rows; r += per) f(r, std::min(per, rows - r));
+}
+
+// The same over whole sequences (B of them, seq_elems elements each), at least one per block.
+template <class F>
+void for_sequence_blocks(int B, size_t seq_elems, F&& f) {
+  const int per =
+      static_cast<int>(std::max<size_t>(1, kBlockElems / std::max<size_t>(seq_elems, 1)));
+  for (int b = 0; b < B; b += per) f(b, std::min(per, B - b));
+}
+
+}  // namespace mpitrain::cpu
