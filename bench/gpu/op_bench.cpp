@@ -226,7 +226,7 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   mo.precision = prec;
   Model<float> model(cfg, be, {}, B, T, 1, nullptr, mo);
   const size_t P = model.num_params();
-  fill_random(be, model.params(), P, 0.02f, 7);
+  fill_random(be, model.params().full(), P, 0.02f, 7);  // storage fp32 (the default)
   be.set_alloc_kind(cuda::MemoryKind::Optimizer);
   Optimizer opt(be, model.layout(), OptimizerConfig{}, model.params(), 0, P, prec);
   const int N = B * T;
