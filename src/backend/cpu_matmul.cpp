@@ -44,8 +44,10 @@ void CpuBackend<T>::product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CB
   cpu::blocked_product(*staging_, ta, tb, M, N, K, A, B, accumulate, C);
 }
 
-// Operands in bf16 are read in place, float ones converted (cpu_matmul_bf16.hpp). A bf16 C is
-// computed in row blocks of fp32 scratch (starting from its values when accumulating) and rounded.
+// Operands in bf16 are read in place, float ones converted (cpu_matmul_bf16.hpp). With A not
+// transposed (out, dinp) the rows of C go in blocks, whatever C's type, so fp32-container and
+// 2-byte tensors run the same oneDNN shapes; a 2-byte block is computed in fp32 scratch (starting
+// from its values when accumulating) and rounded.
 template <typename T>
 bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
                                  bool accumulate, Buf<T> C, bool a_unchanged) {
@@ -54,24 +56,31 @@ bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> 
     if (!bf16_gemms() || !readable(A.dtype()) || !readable(B.dtype()) || !readable(C.dtype()))
       return false;
     const bool a16 = A.dtype() == Precision::Bf16, b16 = B.dtype() == Precision::Bf16;
-    if (float* c = C.full())
-      return bf16_->multiply(ta, tb, M, N, K, A.data(), a16, B.data(), b16, accumulate, c,
-                             a_unchanged);
-    if (ta) return false;  // a 2-byte C is an activation: A = its rows' inputs, never transposed
+    const size_t na = static_cast<size_t>(M) * K, nb = static_cast<size_t>(K) * N;
+    float* const c32 = C.full();
+    if (ta) {  // dweight: an fp32 parameter gradient, one product
+      if (c32 == nullptr || !bf16_->has_kernel(ta, tb, M, N, K, accumulate)) return false;
+      return bf16_->multiply(ta, tb, M, N, K, bf16_->operand_a(A.data(), a16, na, a_unchanged),
+                             bf16_->operand_b(B.data(), b16, nb), accumulate, c32);
+    }
     const int rows =
         static_cast<int>(std::max<size_t>(16, cpu::kTileElems / std::max(N, 1) / 16 * 16));
     const int last = M % rows;
     if ((M >= rows && !bf16_->has_kernel(false, tb, rows, N, K, accumulate)) ||
         (last != 0 && !bf16_->has_kernel(false, tb, last, N, K, accumulate)))
       return false;
-    float* block = staging_->take<float>(cpu::kSlotC, static_cast<size_t>(std::min(rows, M)) * N);
+    const uint16_t* a = bf16_->operand_a(A.data(), a16, na, a_unchanged);
+    const uint16_t* b = bf16_->operand_b(B.data(), b16, nb);
+    float* block =
+        c32 ? nullptr
+            : staging_->take<float>(cpu::kSlotC, static_cast<size_t>(std::min(rows, M)) * N);
     for (int m0 = 0; m0 < M; m0 += rows) {
       const int mt = std::min(rows, M - m0);
       const size_t at = static_cast<size_t>(m0) * N, n = static_cast<size_t>(mt) * N;
-      if (accumulate) cpu::widen(block, CBuf<T>(C + at), n);
-      bf16_->multiply(false, tb, mt, N, K, (A + static_cast<size_t>(m0) * K).data(), a16, B.data(),
-                      b16, accumulate, block, false);
-      cpu::narrow(C + at, block, n);
+      if (block && accumulate) cpu::widen(block, CBuf<T>(C + at), n);
+      bf16_->multiply(false, tb, mt, N, K, a + static_cast<size_t>(m0) * K, b, accumulate,
+                      c32 ? c32 + at : block);
+      if (block) cpu::narrow(C + at, block, n);
     }
     return true;
   } else {

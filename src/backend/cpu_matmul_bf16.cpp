@@ -100,36 +100,45 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
   return plans_.emplace(k, std::move(p)).first->second;
 }
 
-bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const void* A, bool a_bf16,
-                          const void* B, bool b_bf16, bool accumulate, float* C, bool a_unchanged) {
-  Plan& p = plan({M, N, K, ta, tb, accumulate});
-  if (!p.bf16) {
+const uint16_t* Bf16Matmul::operand_a(const void* A, bool is_bf16, size_t n, bool a_unchanged) {
+  if (is_bf16) {
+    a_source_ = nullptr;  // a_ is not this A's copy
+    return static_cast<const uint16_t*>(A);
+  }
+  // a_ already holds >= n elements when the copy is reused, so reserve keeps it.
+  auto* bits = static_cast<uint16_t*>(a_.reserve(n * sizeof(uint16_t)));
+  if (!(a_unchanged && A == a_source_ && n == a_count_)) {
+    to_bf16(bits, static_cast<const float*>(A), n);
+    a_source_ = static_cast<const float*>(A);
+    a_count_ = n;
+  }
+  return bits;
+}
+
+const uint16_t* Bf16Matmul::operand_b(const void* B, bool is_bf16, size_t n) {
+  if (is_bf16) return static_cast<const uint16_t*>(B);
+  auto* bits = static_cast<uint16_t*>(b_.reserve(n * sizeof(uint16_t)));
+  to_bf16(bits, static_cast<const float*>(B), n);
+  return bits;
+}
+
+bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
+                          bool accumulate, float* C, bool a_unchanged) {
+  if (!has_kernel(ta, tb, M, N, K, accumulate)) {
     a_source_ = nullptr;
     return false;
   }
-  const size_t na = static_cast<size_t>(M) * K, nb = static_cast<size_t>(K) * N;
-  const void* a = A;
-  if (!a_bf16) {
-    // a_ already holds >= na elements when the copy is reused, so reserve keeps it.
-    auto* bits = static_cast<uint16_t*>(a_.reserve(na * sizeof(uint16_t)));
-    if (!(a_unchanged && A == a_source_ && na == a_count_)) {
-      to_bf16(bits, static_cast<const float*>(A), na);
-      a_source_ = static_cast<const float*>(A);
-      a_count_ = na;
-    }
-    a = bits;
-  } else {
-    a_source_ = nullptr;
-  }
-  const void* b = B;
-  if (!b_bf16) {
-    auto* bits = static_cast<uint16_t*>(b_.reserve(nb * sizeof(uint16_t)));
-    to_bf16(bits, static_cast<const float*>(B), nb);
-    b = bits;
-  }
+  return multiply(ta, tb, M, N, K, operand_a(A, false, static_cast<size_t>(M) * K, a_unchanged),
+                  operand_b(B, false, static_cast<size_t>(K) * N), accumulate, C);
+}
+
+bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
+                          const uint16_t* b, bool accumulate, float* C) {
+  Plan& p = plan({M, N, K, ta, tb, accumulate});
+  if (!p.bf16) return false;
   try {
-    p.a.set_data_handle(const_cast<void*>(a));  // oneDNN only reads its source operands
-    p.b.set_data_handle(const_cast<void*>(b));
+    p.a.set_data_handle(const_cast<uint16_t*>(a));  // oneDNN only reads its source operands
+    p.b.set_data_handle(const_cast<uint16_t*>(b));
     p.c.set_data_handle(C);
     p.scratchpad.set_data_handle(scratchpad_.reserve(p.scratchpad.get_desc().get_size()));
     p.matmul.execute(stream_, {{DNNL_ARG_SRC, p.a},

@@ -32,16 +32,18 @@ class Bf16Matmul {
   // a_unchanged: A's values have not changed since the previous call; if that call converted
   // the same A (pointer and size), its bf16 copy is reused (matmul_backward's dout).
   bool multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
-                bool accumulate, float* C, bool a_unchanged = false) {
-    return multiply(ta, tb, M, N, K, A, false, B, false, accumulate, C, a_unchanged);
-  }
-  // The same with each operand either bf16 bits read in place (a_bf16 / b_bf16) or floats.
-  bool multiply(bool ta, bool tb, int M, int N, int K, const void* A, bool a_bf16, const void* B,
-                bool b_bf16, bool accumulate, float* C, bool a_unchanged);
+                bool accumulate, float* C, bool a_unchanged = false);
+  // The same on operands that are bf16 bits (operand_a / operand_b).
+  bool multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
+                bool accumulate, float* C);
   // Whether multiply runs a bf16 kernel for this shape (creating its primitive).
   bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate) {
     return plan({M, N, K, ta, tb, accumulate}).bf16;
   }
+  // The n elements of an operand as bf16 bits: itself where it is bf16 already, else its floats
+  // converted into scratch (A's copy reused where a_unchanged and it is the same A, as above).
+  const uint16_t* operand_a(const void* A, bool is_bf16, size_t n, bool a_unchanged);
+  const uint16_t* operand_b(const void* B, bool is_bf16, size_t n);
 
  private:
   struct Key {
