@@ -1,9 +1,9 @@
 // Low-precision number formats, as a GPU stores them: bf16 (8-bit exponent, 7-bit mantissa) and
 // IEEE fp16 (5-bit exponent, 10-bit mantissa), both rounded to nearest, ties to even.
 //
-// The CPU backend keeps every tensor in float containers; a tensor "in bf16" holds only values
-// that bf16 can represent (round_to applied after each op that writes it), so the numbers are
-// what a GPU run in that precision computes, while the bytes stay 4 per element.
+// A compute tensor in bf16 / fp16 is either held in 2 bytes (the bits below; backend/buf.hpp) or,
+// on the emulated path, in fp32 containers holding only values of the format (round_to applied
+// after each op that writes it): the same numbers either way.
 #pragma once
 
 #include <cstdint>
