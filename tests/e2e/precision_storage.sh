@@ -42,6 +42,22 @@ for arch in gpt2 llama; do
   done
 done
 
+# A checkpoint holds the fp32 master and state, whatever the storage: a 2-byte run stopped at step
+# 2 and resumed on the emulated path goes on with the very losses of the uninterrupted run.
+# shellcheck disable=SC2046
+set -- $(tiny_args) --precision bf16 --steps 4
+run_trainer 1 "$SCRATCH/across-a.log" "$@" --out-dir "$SCRATCH/across" --exit-at-step 2
+[ "$rc" = 85 ] || { cat "$SCRATCH/across-a.log"; fail "first piece exited $rc"; }
+MPITRAIN_PRECISION_STORAGE=fp32 run_trainer 1 "$SCRATCH/across-b.log" "$@" \
+  --out-dir "$SCRATCH/across" --resume auto
+[ "$rc" = 0 ] || { cat "$SCRATCH/across-b.log"; fail "resumed piece exited $rc"; }
+metric "$SCRATCH/across/metrics.jsonl" loss > "$SCRATCH/across.loss"
+cmp -s "$SCRATCH/across.loss" "$SCRATCH/gpt2-bf16-1--2byte.loss" || {
+  paste "$SCRATCH/across.loss" "$SCRATCH/gpt2-bf16-1--2byte.loss"
+  fail "resumed across storage types: losses differ"
+}
+echo "2-byte run resumed on the emulated path: losses equal the uninterrupted run's"
+
 # Memory, one rank, a model whose weights and activations dominate the process (4 blocks, d 256,
 # vocabulary 8192, T 128, micro-batch 4): the trainer's accounting shows the compute weights
 # halved (parameters + gradients (2 + 4) / (4 + 4) = 0.75 of the emulated run's) and the
