@@ -111,9 +111,8 @@ Ceilings measure_ceilings(CudaBackend<float>& be) {
   double gemm_ms = 0;
   {
     cuda::LtGemm gemm(lt, ws, size_t{32} << 20);
-    const cuda::LtCall call{true, false, M,          M, M,       CUDA_R_16BF, CUBLAS_COMPUTE_32F,
-                            x16,  M,     y16,        M, d,       CUDA_R_32F,  M,
-                            nullptr, CUDA_R_32F, false};
+    const cuda::LtCall call{true, false, M, M,          M, CUDA_R_16BF, CUBLAS_COMPUTE_32F, x16,  M,
+                            y16,  M,     d, CUDA_R_32F, M, nullptr,     CUDA_R_32F,         false};
     gemm_ms = time_ms(
         s,
         [&] {

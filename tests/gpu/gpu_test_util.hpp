@@ -45,8 +45,8 @@ inline std::vector<float> rounding_cases() {
 // LayerNorm (layer) or RMSNorm forward then backward on any backend and tensor types; mean and
 // db are unused by RMSNorm.
 template <class Be, class Out, class In, class S>
-void norm_forward_backward(Be& be, bool layer, Out out, S* mean, S* rstd, In x, In w, In b,
-                           In dy, Out dx, S* dw, S* db, int N, int C, S eps) {
+void norm_forward_backward(Be& be, bool layer, Out out, S* mean, S* rstd, In x, In w, In b, In dy,
+                           Out dx, S* dw, S* db, int N, int C, S eps) {
   if (layer) {
     be.layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
     be.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);

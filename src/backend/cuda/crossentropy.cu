@@ -72,15 +72,14 @@ __global__ void ce_loss_kernel(Out logits, const float* row_max, const float* st
 
 }  // namespace
 
-void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V,
-                       cudaStream_t s) {
+void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V, cudaStream_t s) {
   if (N == 0) return;
   ce_row_max_kernel<<<N, 512, 0, s>>>(logits, row_max, Vl, v0, V);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_ce_stats(In logits, const float* row_max, const int32_t* targets,
-                     float* stats, int N, int Vl, int v0, int V, cudaStream_t s) {
+void launch_ce_stats(In logits, const float* row_max, const int32_t* targets, float* stats, int N,
+                     int Vl, int v0, int V, cudaStream_t s) {
   if (N == 0) return;
   ce_stats_kernel<<<N, 512, 0, s>>>(logits, row_max, targets, stats, N, Vl, v0, V);
   CUDA_CHECK_LAUNCH();

@@ -102,8 +102,8 @@ void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, C
   }
   cuda::launch_attention_d(scratch, dout, out, B, Tlen, NH, hs, c.stream);
   if (dqkv.dtype() == Precision::Fp32)
-    return cuda::launch_attention_backward(dqkv.full(), dout, qkv, probs, scratch, B, Tlen, NH,
-                                           NKV, hs, c.stream);
+    return cuda::launch_attention_backward(dqkv.full(), dout, qkv, probs, scratch, B, Tlen, NH, NKV,
+                                           hs, c.stream);
   Scratch::Frame f(c.scratch);
   float* sums = f.take<float>(N * QKV, "attention qkv gradient sums");
   cuda::launch_attention_backward(sums, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, c.stream);

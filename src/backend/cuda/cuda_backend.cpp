@@ -342,8 +342,7 @@ void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const in
 
 namespace {
 // cuDNN's norm graphs: one storage type for x, y, dy, dx and the weights (statistics fp32).
-bool cudnn_norm(const cuda::Context& c, std::initializer_list<cuda::In> tensors,
-                Precision& io) {
+bool cudnn_norm(const cuda::Context& c, std::initializer_list<cuda::In> tensors, Precision& io) {
   if (!c.cudnn) return false;
   io = tensors.begin()->dtype();
   for (const cuda::In& t : tensors)
@@ -377,8 +376,8 @@ void CudaBackend<T>::rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w
 }
 
 namespace {
-// Norm backward: cuDNN writes dx (in the io type), dw, db (fp32), which are then added (the
-// Backend accumulates); the CUDA kernels accumulate directly.
+// Norm backward: cuDNN writes dx, dw, db (fp32), which are then added (the Backend accumulates;
+// a 2-byte dinp rounds once); the CUDA kernels accumulate directly.
 void norm_backward(cuda::Context& c, bool layer, cuda::Out dinp, float* dw, float* db,
                    cuda::In dout, cuda::In inp, cuda::In w, const float* mean, const float* rstd,
                    int N, int C) {
@@ -386,11 +385,11 @@ void norm_backward(cuda::Context& c, bool layer, cuda::Out dinp, float* dw, floa
   Precision io{};
   if (cudnn_norm(c, {dinp, dout, inp, w}, io)) {
     Scratch::Frame frame(c.scratch);
-    float* dx = frame.take<float>(NC, "norm input gradient");  // fp32: dinp rounds once
+    float* dx = frame.take<float>(NC, "norm input gradient");
     float* dw_t = frame.take<float>(C, "norm weight gradient");
     float* db_t = layer ? frame.take<float>(C, "norm bias gradient") : nullptr;
-    if (c.cudnn->norm_backward(layer, N, C, io, dx, dw_t, db_t, dout.data(), inp.data(),
-                               w.data(), mean, rstd, c.scratch)) {
+    if (c.cudnn->norm_backward(layer, N, C, io, dx, dw_t, db_t, dout.data(), inp.data(), w.data(),
+                               mean, rstd, c.scratch)) {
       cuda::launch_accumulate(dinp, dx, NC, c.stream);
       cuda::launch_accumulate(dw, dw_t, C, c.stream);
       if (layer) cuda::launch_accumulate(db, db_t, C, c.stream);

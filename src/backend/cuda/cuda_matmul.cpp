@@ -37,8 +37,7 @@ cublasComputeType_t compute_type(GemmMath m) {
 }
 
 // Our kernel on rows [n0, n1) of the batch.
-void own_forward(cuda::Context& c, Out out, In inp, In w, In bias, int n0, int n1,
-                 int IC, int OC) {
+void own_forward(cuda::Context& c, Out out, In inp, In w, In bias, int n0, int n1, int IC, int OC) {
   cuda::launch_gemm(out + size_t(n0) * OC, inp + size_t(n0) * IC, w, bias, n1 - n0, OC, IC, IC, 1,
                     1, IC, OC, false, operand_precision(c.options.math), c.stream);
 }
@@ -63,9 +62,7 @@ cudaDataType_t lt_type(Precision p) {
 }
 
 // Bytes per row of an operand that must be cast into the workspace (0: read in place).
-size_t cast_bytes(In x, Precision io, int cols) {
-  return x.dtype() == io ? 0 : size_t(cols) * 2;
-}
+size_t cast_bytes(In x, Precision io, int cols) { return x.dtype() == io ? 0 : size_t(cols) * 2; }
 
 // Rows per chunk so that `row_bytes` per row fit in what the frame has left (multiples of 128).
 int chunk_rows(const Scratch::Frame& f, int N, size_t row_bytes, const char* what) {
@@ -110,7 +107,8 @@ void CudaBackend<T>::matmul_forward(Buf<T> out_buf, CBuf<T> inp_buf, CBuf<T> wei
   const GemmMath math = c.options.math;
   const Precision io = operand_precision(math);
   if (N == 0) return;
-  if (c.options.kernels == KernelSet::Cuda || (io == Precision::Fp32 && !all_fp32({out, inp, weight, bias})))
+  if (c.options.kernels == KernelSet::Cuda ||
+      (io == Precision::Fp32 && !all_fp32({out, inp, weight, bias})))
     return own_forward(c, out, inp, weight, bias, 0, N, IC, OC);
   Scratch::Frame f(c.scratch);
   const void* w = operand(f, c, weight, io, OC, IC, "low-precision weight copy");
@@ -191,9 +189,9 @@ void CudaBackend<T>::matmul_backward(Buf<T> dinp_buf, T* dweight, T* dbias, CBuf
           own_dinp(c, dinp, dout, weight, n0, n1, IC, OC);
         }
       }
-      const LtCall call{false,   true,       IC, OC,      nc,         lt_type(io),
-                        compute_type(math), x, IC, d,  OC,      dweight,
-                        CUDA_R_32F,         IC, nullptr, CUDA_R_32F, true};
+      const LtCall call{false,   true,       IC,  OC, nc,      lt_type(io), compute_type(math),
+                        x,       IC,         d,   OC, dweight, CUDA_R_32F,  IC,
+                        nullptr, CUDA_R_32F, true};
       if (!c.gemm->run(call, c.stream)) {
         fallback(c, "matmul backward (weight)", N, IC, OC);
         own_dweight(c, dweight, dout, inp, n0, n1, IC, OC);

@@ -98,10 +98,9 @@ bool CudnnOps::norm_forward(bool layer, int N, int C, Precision io, void* out, f
                             float* rstd, const void* inp, const void* w, const void* b, float eps,
                             Scratch& ws) {
   if (!aligned({out, mean, rstd, inp, w, b})) return false;
-  const dnn::Plan* plan =
-      plan_for(key_of("norm forward", layer, N, C, io),
-               [&] { return norm_forward_graph(layer, N, C, io); },
-               {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
+  const dnn::Plan* plan = plan_for(key_of("norm forward", layer, N, C, io),
+                                   [&] { return norm_forward_graph(layer, N, C, io); },
+                                   {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
   if (plan == nullptr) return false;
   Scratch::Frame frame(ws);
   void* work = frame.bytes(static_cast<size_t>(plan->workspace_bytes()), "cuDNN norm workspace");

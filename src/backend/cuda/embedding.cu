@@ -25,8 +25,8 @@ __global__ void embedding_forward_kernel(Out out, const int32_t* tokens, In wte,
 }
 
 // one block per row n: dwte[tok - v0, :] += dout[n, :] (atomic: tokens repeat)
-__global__ void embedding_backward_kernel(float* dwte, In dout, const int32_t* tokens,
-                                          int C, int v0, int Vl) {
+__global__ void embedding_backward_kernel(float* dwte, In dout, const int32_t* tokens, int C,
+                                          int v0, int Vl) {
   const int n = blockIdx.x;
   const int32_t tok = tokens[n];
   if (!holds(tok, v0, Vl)) return;
@@ -37,7 +37,8 @@ __global__ void embedding_backward_kernel(float* dwte, In dout, const int32_t* t
 
 }  // namespace
 
-void launch_embedding_forward(Out out, const int32_t* tokens, In wte, In wpe, int B, int T, int C, int v0, int Vl, cudaStream_t s) {
+void launch_embedding_forward(Out out, const int32_t* tokens, In wte, In wpe, int B, int T, int C,
+                              int v0, int Vl, cudaStream_t s) {
   const size_t n = size_t(B) * T * C;
   if (n == 0) return;
   embedding_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, B * T, T, C, v0,
@@ -45,8 +46,8 @@ void launch_embedding_forward(Out out, const int32_t* tokens, In wte, In wpe, in
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_embedding_backward_wte(float* dwte, In dout, const int32_t* tokens, int N,
-                                   int C, int v0, int Vl, cudaStream_t s) {
+void launch_embedding_backward_wte(float* dwte, In dout, const int32_t* tokens, int N, int C,
+                                   int v0, int Vl, cudaStream_t s) {
   if (N == 0 || C == 0) return;
   embedding_backward_kernel<<<N, kThreads, 0, s>>>(dwte, dout, tokens, C, v0, Vl);
   CUDA_CHECK_LAUNCH();

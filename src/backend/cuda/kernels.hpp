@@ -31,16 +31,16 @@ void launch_convert(Out dst, In src, size_t rows, size_t cols, size_t ld, cudaSt
 // ---- column sums (reduce.cu): out[c] += sum over rows of x[r*cols + c], in a fixed order -----
 // scratch: colsum_scratch(rows, cols) floats.
 size_t colsum_scratch(int rows, int cols);
-void launch_colsum_accumulate(float* out, In x, int rows, int cols, float* scratch,
-                              cudaStream_t s);
+void launch_colsum_accumulate(float* out, In x, int rows, int cols, float* scratch, cudaStream_t s);
 // Sum of n doubles in a fixed order, written to *out (device).
 void launch_sum_doubles(double* out, const double* x, size_t n, cudaStream_t s);
 
 // ---- embeddings (embedding.cu) ----------------------------------------------------------------
-void launch_embedding_forward(Out out, const int32_t* tokens, In wte, In wpe, int B, int T, int C, int v0, int Vl, cudaStream_t s);
+void launch_embedding_forward(Out out, const int32_t* tokens, In wte, In wpe, int B, int T, int C,
+                              int v0, int Vl, cudaStream_t s);
 // dwte rows of held tokens += dout rows (atomic adds); dwpe via launch_colsum_accumulate.
-void launch_embedding_backward_wte(float* dwte, In dout, const int32_t* tokens, int N,
-                                   int C, int v0, int Vl, cudaStream_t s);
+void launch_embedding_backward_wte(float* dwte, In dout, const int32_t* tokens, int N, int C,
+                                   int v0, int Vl, cudaStream_t s);
 
 // ---- norms (norms.cu) -------------------------------------------------------------------------
 void launch_layernorm_forward(Out out, float* mean, float* rstd, In inp, In w, In b, int N, int C,
@@ -69,10 +69,9 @@ void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, c
                                int B, int T, int NH, int NKV, int hs, cudaStream_t s);
 
 // ---- cross-entropy (crossentropy.cu); row_loss(N) doubles for the fixed-order total ----------
-void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V,
-                       cudaStream_t s);
-void launch_ce_stats(In logits, const float* row_max, const int32_t* targets,
-                     float* stats, int N, int Vl, int v0, int V, cudaStream_t s);
+void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V, cudaStream_t s);
+void launch_ce_stats(In logits, const float* row_max, const int32_t* targets, float* stats, int N,
+                     int Vl, int v0, int V, cudaStream_t s);
 void launch_ce_loss(Out logits, const float* row_max, const float* stats, const int32_t* targets,
                     float* losses, double* row_loss, int N, int Vl, int v0, int V, float dloss,
                     cudaStream_t s);
@@ -101,8 +100,7 @@ void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t
 // bias(N) per row] [+ C if accumulate], element (m,k) of A at A[m*sam + k*sak], (k,n) of B at
 // B[k*sbk + n*sbn], C row-major with ldc. Operands are rounded to `operands` (fp32: as they are)
 // before the products; fp32 accumulation; C written in its type.
-void launch_gemm(Out C, In A, In B, In bias, int M, int N, int K,
-                 long sam, long sak, long sbk, long sbn, int ldc, bool accumulate,
-                 Precision operands, cudaStream_t s);
+void launch_gemm(Out C, In A, In B, In bias, int M, int N, int K, long sam, long sak, long sbk,
+                 long sbn, int ldc, bool accumulate, Precision operands, cudaStream_t s);
 
 }  // namespace mpitrain::cuda

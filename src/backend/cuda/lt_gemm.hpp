@@ -41,9 +41,8 @@ class LtGemm {
 
  private:
   struct Plan;
-  using Key =
-      std::tuple<bool, bool, int, int, int, int, int, int, int, int, bool, bool, int, int, int, int,
-                 int>;
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, bool, bool, int, int,
+                         int, int, int>;
   cublasLtHandle_t handle_;
   void* workspace_;
   size_t workspace_bytes_;

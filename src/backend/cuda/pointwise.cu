@@ -18,9 +18,7 @@ __global__ void add_kernel(Out out, In a, In b, size_t n) {
   GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
-__global__ void accumulate_kernel(Out y, In x, size_t n) {
-  GRID_STRIDE(i, n) y[i] += x[i];
-}
+__global__ void accumulate_kernel(Out y, In x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
 
 __global__ void scale_kernel(float* x, float a, size_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 
