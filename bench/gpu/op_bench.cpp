@@ -68,7 +68,7 @@ double time_ms(cudaStream_t s, const std::function<void()>& f, int warm = 2, int
 }
 
 // Fills device memory with uniform values in [-scale, scale) (never zeros: see METHOD).
-void fill_random(CudaBackend<float>& be, float* p, size_t n, float scale, uint64_t seed) {
+void fill_random(CudaBackend<float>& be, Buf<float> p, size_t n, float scale, uint64_t seed) {
   std::vector<float> host(std::min<size_t>(n, size_t{1} << 24));
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (float& v : host) {
@@ -76,7 +76,7 @@ void fill_random(CudaBackend<float>& be, float* p, size_t n, float scale, uint64
     v = scale * (static_cast<float>(x >> 40) / 8388608.0f - 1.0f);
   }
   for (size_t i = 0; i < n; i += host.size())
-    be.to_device(p + i, host.data(), std::min(host.size(), n - i) * sizeof(float));
+    be.upload(p + i, host.data(), std::min(host.size(), n - i));
 }
 
 struct Ceilings {
@@ -102,17 +102,17 @@ Ceilings measure_ceilings(CudaBackend<float>& be) {
   auto* x16 = static_cast<uint16_t*>(be.alloc_bytes(cuda::MemoryKind::Workspace, mm * 2));
   auto* y16 = static_cast<uint16_t*>(be.alloc_bytes(cuda::MemoryKind::Workspace, mm * 2));
   fill_random(be, x, mm, 1.0f, 2);
-  cuda::launch_cast_down(x16, x, M, M, M, Precision::Bf16, s);
+  cuda::launch_convert(cuda::Out(x16, Precision::Bf16), x, M, M, M, s);
   fill_random(be, x, mm, 1.0f, 3);
-  cuda::launch_cast_down(y16, x, M, M, M, Precision::Bf16, s);
+  cuda::launch_convert(cuda::Out(y16, Precision::Bf16), x, M, M, M, s);
   void* ws = be.alloc_bytes(cuda::MemoryKind::Workspace, size_t{32} << 20);
   cublasLtHandle_t lt;
   CUBLAS_CHECK(cublasLtCreate(&lt));
   double gemm_ms = 0;
   {
     cuda::LtGemm gemm(lt, ws, size_t{32} << 20);
-    const cuda::LtCall call{true, false, M, M, M,       CUDA_R_16BF, CUBLAS_COMPUTE_32F, x16, M,
-                            y16,  M,     d, M, nullptr, false};
+    const cuda::LtCall call{true, false, M, M,          M, CUDA_R_16BF, CUBLAS_COMPUTE_32F, x16,  M,
+                            y16,  M,     d, CUDA_R_32F, M, nullptr,     CUDA_R_32F,         false};
     gemm_ms = time_ms(
         s,
         [&] {
@@ -224,9 +224,10 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   const Precision prec = a.math == GemmMath::Bf16 ? Precision::Bf16 : Precision::Fp32;
   ModelOptions mo;
   mo.precision = prec;
+  if (be.stores(prec)) mo.storage = prec;  // bf16: 2-byte compute tensors, as the trainer runs
   Model<float> model(cfg, be, {}, B, T, 1, nullptr, mo);
   const size_t P = model.num_params();
-  fill_random(be, model.params().full(), P, 0.02f, 7);  // storage fp32 (the default)
+  fill_random(be, model.params(), P, 0.02f, 7);
   be.set_alloc_kind(cuda::MemoryKind::Optimizer);
   Optimizer opt(be, model.layout(), OptimizerConfig{}, model.params(), 0, P, prec);
   const int N = B * T;

@@ -31,7 +31,7 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
 }
 
 double compute_bytes(const RunShape& run) {
-  return !run.gpu && run.precision != Precision::Fp32 ? 2.0 : 4.0;
+  return run.precision != Precision::Fp32 ? 2.0 : 4.0;  // both backends store bf16/fp16 in 2
 }
 
 double shard_params(const ModelConfig& config, const ModelShard& shard) {

@@ -63,7 +63,7 @@ std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig&
 }
 
 // How the compute tensors are held under `precision`: in 2 bytes where the backend stores them,
-// else fp32 containers rounded by the model (the emulated path; the GPU backend's way today).
+// else fp32 containers rounded by the model (the emulated path).
 // MPITRAIN_PRECISION_STORAGE=fp32 asks for the emulated path: the tests' oracle.
 Precision compute_storage(Precision precision, const Backend<float>& backend) {
   const char* forced = std::getenv("MPITRAIN_PRECISION_STORAGE");

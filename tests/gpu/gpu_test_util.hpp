@@ -31,6 +31,31 @@ double rel_l2(const std::vector<A>& a, const std::vector<B>& b) {
   return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+// Values that test rounding to bf16 / fp16: beyond fp16's range (overflow to inf), fp16
+// subnormals, a bf16 tie, and 65520 (fp16: rounds to inf).
+inline std::vector<float> rounding_cases() {
+  std::vector<float> x = random_floats(4096, 1, -70000.0f, 70000.0f);
+  const std::vector<float> small = random_floats(1024, 2, -1e-6f, 1e-6f);
+  x.insert(x.end(), small.begin(), small.end());
+  x.push_back(1.0f + 1.0f / 256);
+  x.push_back(65520.0f);
+  return x;
+}
+
+// LayerNorm (layer) or RMSNorm forward then backward on any backend and tensor types; mean and
+// db are unused by RMSNorm.
+template <class Be, class Out, class In, class S>
+void norm_forward_backward(Be& be, bool layer, Out out, S* mean, S* rstd, In x, In w, In b, In dy,
+                           Out dx, S* dw, S* db, int N, int C, S eps) {
+  if (layer) {
+    be.layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+    be.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+  } else {
+    be.rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    be.rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+  }
+}
+
 // A device buffer of the backend, freed with it.
 class DeviceVec {
  public:

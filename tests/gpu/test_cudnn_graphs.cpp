@@ -33,11 +33,13 @@ TEST(CudnnGraphs, UnsupportedShapesAreRecognised) {
 }
 
 TEST(CudnnGraphs, Norms) {
-  for (bool layer : {true, false}) {
-    auto fwd = norm_forward_graph(layer, 8192, 768);
-    ASSERT_NO_THROW(fwd->finalize(nullptr)) << fwd->name();
-    auto bwd = norm_backward_graph(layer, 8192, 768);
-    ASSERT_NO_THROW(bwd->finalize(nullptr)) << bwd->name();
+  for (Precision io : {Precision::Fp32, Precision::Bf16, Precision::Fp16}) {
+    for (bool layer : {true, false}) {
+      auto fwd = norm_forward_graph(layer, 8192, 768, io);
+      ASSERT_NO_THROW(fwd->finalize(nullptr)) << fwd->name();
+      auto bwd = norm_backward_graph(layer, 8192, 768, io);
+      ASSERT_NO_THROW(bwd->finalize(nullptr)) << bwd->name();
+    }
   }
 }
 

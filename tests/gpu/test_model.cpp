@@ -4,7 +4,8 @@
 // the same batches of learnable data (each row a stretch of one periodic sequence, the target
 // its next token: on the CPU the loss falls from 5.7 (ln V) to 3.4 in these steps, so a loss
 // compared is one that moves). Under bf16 the CPU model keeps its compute tensors in 2 bytes
-// where CpuBackend stores them, the GPU in rounded fp32 containers: the same rounding points.
+// where CpuBackend stores them; the GPU in 2 bytes too (its storage under bf16 math) or, in the
+// emulated cases, in rounded fp32 containers: the same rounding points either way.
 // Token buffers are allocated before seal_memory() and uploaded per step.
 // Tolerances, relative, per step (not yet measured on a GPU: each case prints its figures, and
 // the first GPU run sets them to a few times what it measures):
@@ -52,10 +53,12 @@ struct Case {
   GemmMath math;
   Precision precision;  // the model's activations and weights
   double tol, param_tol;
+  bool gpu_two_byte = true;  // false: the GPU's emulated path (fp32 containers)
 };
 
 void train_both(const Case& k) {
-  SCOPED_TRACE(to_string(k.arch) + " " + to_string(k.kernels) + "/" + to_string(k.math));
+  SCOPED_TRACE(to_string(k.arch) + " " + to_string(k.kernels) + "/" + to_string(k.math) +
+               (k.gpu_two_byte ? "" : " emulated"));
   const ModelConfig cfg = small(k.arch);
   const int B = 4, T = 64, N = B * T, steps = 8;
   ModelOptions mo;
@@ -73,7 +76,12 @@ void train_both(const Case& k) {
   o.math = k.math;
   o.workspace_bytes = size_t{256} << 20;
   CudaBackend<float> gpu(o);
-  Model<float> gm(cfg, gpu, {}, B, T, 1, nullptr, mo);
+  ModelOptions gpu_mo = mo;
+  if (k.gpu_two_byte && gpu.stores(k.precision)) gpu_mo.storage = k.precision;
+  if (k.gpu_two_byte) {
+    ASSERT_TRUE(gpu_mo.storage == cpu_mo.storage) << "the GPU stores what the CPU does";
+  }
+  Model<float> gm(cfg, gpu, {}, B, T, 1, nullptr, gpu_mo);
   const size_t P = cm.num_params();
   ASSERT_EQ(P, gm.num_params());
   auto cpu_params = [&] {  // the CPU model's compute weights as floats
@@ -157,6 +165,12 @@ TEST(GpuModel, Gpt2Bf16) {
 TEST(GpuModel, LlamaBf16) {
   train_both({Arch::Llama, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
   train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
+}
+
+TEST(GpuModel, Bf16EmulatedOnTheGpu) {
+  // MPITRAIN_PRECISION_STORAGE=fp32's path: GPU fp32 containers against the CPU's 2-byte tensors
+  train_both({Arch::Gpt2, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2, false});
+  train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2, false});
 }
 
 }  // namespace

@@ -106,12 +106,12 @@ TEST(PlannerMemory, ZeroShardsTheOptimizerStateAndTheMaster) {
   EXPECT_DOUBLE_EQ(b.optimizer, 1408 * 8.0);  // 2816 / dp
   EXPECT_DOUBLE_EQ(b.master, 1408 * 4.0);
   EXPECT_DOUBLE_EQ(a.activations, b.activations);
-  // The GPU backend keeps its compute tensors in fp32 containers today.
+  // The GPU backend keeps its compute tensors in 2 bytes too (no host-side token buffers).
   run.gpu = true;
   const MemoryEstimate g = layout_memory(tiny(), run, zero, 0.0);
-  EXPECT_DOUBLE_EQ(g.params, 2816 * 4.0);
+  EXPECT_DOUBLE_EQ(g.params, 2816 * 2.0);
   EXPECT_DOUBLE_EQ(g.grads, 2816 * 4.0);
-  EXPECT_DOUBLE_EQ(g.activations, 4656 * 4.0);
+  EXPECT_DOUBLE_EQ(g.activations, 4352 * 2.0 + 304 * 4.0);
   EXPECT_DOUBLE_EQ(g.master, 1408 * 4.0);
 }
 

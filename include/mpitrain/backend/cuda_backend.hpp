@@ -9,14 +9,18 @@
 //   cuda   our own CUDA kernel for every op (tiled GEMM, flash-style attention): no library but
 //          the runtime; the second reference of the tests.
 // GEMM math: fp32 (exact fp32 products), tf32 (tensor cores, 10-bit mantissa; only when asked),
-// bf16 / fp16 (operands rounded to nearest even into bf16 / fp16 copies, fp32 accumulation and
-// fp32 output — what CpuBackend computes on operands that round_to left in bf16 / fp16).
+// bf16 / fp16 (bf16 / fp16 operands, fp32 accumulation — what CpuBackend computes on the same
+// 2-byte operands).
 //
-// Storage: every tensor on the GPU is fp32 for now — the compute tensors (activations, their
-// gradients, the compute copy of the weights) too: stores() is true for Fp32 only, so under
-// --precision bf16|fp16 the model keeps them in fp32 containers rounded by round_to, and the
-// GEMMs and cuDNN attention cast them to bf16 / fp16 per call. A Buf stored in 2 bytes throws
-// Error. Holding compute tensors in 2 bytes on the GPU (no per-call casts) is the next step.
+// Storage: under bf16 / fp16 math, stores() is true for that type: the compute tensors
+// (activations, their gradients, the compute copy of the weights and biases) are 2 bytes each,
+// and every op reads them as they lie in memory (cuBLASLt A/B/D and cuDNN attention / norm I/O in
+// that type; the CUDA kernels load them as float and round what they write, nearest even, fp16
+// overflowing to inf). The weights' compute copy is written once per step by convert(). fp32
+// stays fp32: parameter gradients (cuBLASLt accumulates dW in fp32, beta = 1), master weights,
+// optimizer state, norm statistics, attention's log-sum-exp, cross-entropy statistics, the loss.
+// Fp32 Bufs still work under bf16 / fp16 math (the emulated path, MPITRAIN_PRECISION_STORAGE=fp32:
+// GEMM and cuDNN operands cast per call into the workspace).
 //
 // Memory (cuda/arena.hpp): alloc() draws from the arena of the kind set by set_alloc_kind()
 // (default activations); the backend's own scratch comes from the workspace arena, sized at
@@ -54,7 +58,7 @@ struct CudaOptions {
   int device = 0;
   KernelSet kernels = KernelSet::Cudnn;
   GemmMath math = GemmMath::Fp32;
-  size_t workspace_bytes = size_t{1} << 30;  // bf16 operand copies, cuBLASLt/cuDNN workspaces
+  size_t workspace_bytes = size_t{1} << 30;  // cuBLASLt/cuDNN workspaces, emulated-path copies
 };
 
 namespace cuda {
@@ -89,19 +93,20 @@ class CudaBackend final : public Backend<T> {
   void* stream() const;  // the cudaStream_t every op runs on
 
   // ---- Backend ----------------------------------------------------------------------------
-  // Compute tensors are fp32 here (see above): a Buf of another type throws Error.
   T* alloc(size_t n) override;
-  Buf<T> alloc(size_t n, Precision dtype) override;  // fp32 only
+  Buf<T> alloc(size_t n, Precision dtype) override;  // a type stores() refuses throws Error
   void free(void* p) override;
-  bool stores(Precision dtype) const override { return dtype == Precision::Fp32; }
+  // Fp32, and the 2-byte type of the GEMM math (bf16 math: Bf16; fp16 math: Fp16).
+  bool stores(Precision dtype) const override;
   void zero(Buf<T> x, size_t n) override;
   void copy(Buf<T> dst, CBuf<T> src, size_t n) override;
-  void convert(Buf<T> dst, CBuf<T> src, size_t n) override;  // fp32 to fp32: a copy
+  void convert(Buf<T> dst, CBuf<T> src, size_t n) override;  // device kernel, nearest even
   void round_to(T* x, size_t n, Precision p) override;
   void set_alloc_kind(AllocKind kind) override;  // Params/Grads/Optimizer/Activations arenas
   bool host_memory() const override { return false; }
-  void upload(Buf<T> dst, const T* host_src, size_t n) override;  // to_device
-  void download(T* host_dst, CBuf<T> src, size_t n) override;     // to_host
+  // to_device / to_host; 2-byte tensors converted on the host in pieces of 1 Mi elements.
+  void upload(Buf<T> dst, const T* host_src, size_t n) override;
+  void download(T* host_dst, CBuf<T> src, size_t n) override;
   int32_t* alloc_ids(size_t n) override;                        // activations arena
   void free_ids(int32_t* p) override;
   void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) override;

@@ -2,8 +2,7 @@
 //
 // Per rank of pipeline stage s (every tp rank of a stage holds the same amount), in bytes:
 //   params       P_s x w        P_s = ParamLayout(config, shard of s).total(); w = the compute
-//                               tensors' bytes: 4 (fp32; bf16/fp16 on the GPU, which keeps them
-//                               in fp32 containers today), 2 in bf16/fp16 on the CPU
+//                               tensors' bytes: 4 in fp32, 2 in bf16/fp16 (CPU and GPU)
 //   grads        P_s x 4        parameter gradients stay fp32
 //   optimizer    S x 4 k        the optimizer's k fp32 state buffers (adamw, lamb: m and v; sgd:
 //                               momentum) for S = P_s, or with ZeRO-1 the largest piece of
@@ -48,7 +47,7 @@ struct RunShape {
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   double bucket_mb = 25.0;  // data-parallel gradient bucket (MiB)
   int optimizer_states = 2; // fp32 buffers per parameter: adamw, lamb 2 (m, v); sgd 1
-  bool gpu = false;         // true: the GPU backend, whose compute tensors stay 4-byte today
+  bool gpu = false;         // true: the GPU backend (no host-side token and bucket buffers)
 };
 
 // Elements of the activation buffers Model allocates for `shard` with `slots` micro-batches of

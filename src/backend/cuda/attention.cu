@@ -36,7 +36,7 @@ size_t backward_smem(int hs) {
 // DPL: output dims per lane (hs <= 32 * DPL).
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_forward_kernel(float* out, float* lse, const float* qkv, Shape sh) {
+    attention_forward_kernel(Out out, float* lse, In qkv, Shape sh) {
   extern __shared__ float smem[];
   const int hs = sh.hs, T = sh.T;
   float* Qs = smem;                   // [kTile][hs]
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int g = h / (sh.NH / sh.NKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t row = sh.qkv_row(), A = size_t(sh.NH) * hs;
-  const float* base = qkv + size_t(b) * T * row;
+  const In base = qkv + size_t(b) * T * row;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
 
   for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // D(B,NH,T) = rowsum(dout * out) over each head's hs dims, one warp per row; lane sums dims lane,
 // lane + 32, ... in order, then the warp: the order of a warp's output dims in the forward.
-__global__ void attention_d_kernel(float* D, const float* dout, const float* out, Shape sh) {
+__global__ void attention_d_kernel(float* D, In dout, In out, Shape sh) {
   const size_t rows = size_t(sh.B) * sh.NH * sh.T;
   const size_t r = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -132,8 +132,8 @@ __global__ void attention_d_kernel(float* D, const float* dout, const float* out
 
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_backward_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                              const float* D, Shape sh) {
+    attention_backward_kernel(float* dqkv, In dout, In qkv, const float* lse, const float* D,
+                              Shape sh) {
   extern __shared__ float smem[];
   constexpr int EPT = kTile * 32 * DPL / (kWarps * 32);  // dK/dV elements per thread (hs=32 DPL)
   const int hs = sh.hs, T = sh.T;
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int group = sh.NH / sh.NKV, nq = (T + kTile - 1) / kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t row = sh.qkv_row(), A = size_t(sh.NH) * hs;
-  const float* base = qkv + size_t(b) * T * row;
+  const In base = qkv + size_t(b) * T * row;
   float* dbase = dqkv + size_t(b) * T * row;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
 
@@ -262,8 +262,8 @@ void check_shape(const Shape& sh) {
 
 }  // namespace
 
-void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
-                              int NKV, int hs, cudaStream_t s) {
+void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
+                              cudaStream_t s) {
   const Shape sh{B, T, NH, NKV, hs};
   check_shape(sh);
   if (B == 0 || T == 0) return;
@@ -278,8 +278,7 @@ void launch_attention_forward(float* out, float* lse, const float* qkv, int B, i
   });
 }
 
-void launch_attention_d(float* D, const float* dout, const float* out, int B, int T, int NH, int hs,
-                        cudaStream_t s) {
+void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s) {
   const Shape sh{B, T, NH, NH, hs};
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
@@ -289,9 +288,8 @@ void launch_attention_d(float* D, const float* dout, const float* out, int B, in
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                               const float* D, int B, int T, int NH, int NKV, int hs,
-                               cudaStream_t s) {
+void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
+                               int B, int T, int NH, int NKV, int hs, cudaStream_t s) {
   const Shape sh{B, T, NH, NKV, hs};
   check_shape(sh);
   if (B == 0 || T == 0) return;

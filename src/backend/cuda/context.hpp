@@ -61,16 +61,17 @@ class CudnnOps {
            std::function<void(const std::string&)> report)
       : handle_(handle), stream_(stream), report_(std::move(report)) {}
   // Each returns false when cuDNN has no engine for the shape: the caller runs its kernel.
-  // qkv16 / o16 / do16 / dqkv16: bf16 or fp16 copies (s.io) in the packed layouts.
+  // qkv16 / o16 / do16 / dqkv16: bf16 or fp16 (s.io) tensors or copies in the packed layouts.
   bool sdpa_forward(const SdpaShape& s, void* o16, float* stats, const void* qkv16, Scratch& ws);
   bool sdpa_backward(const SdpaShape& s, void* dqkv16, const void* qkv16, const void* o16,
                      const void* do16, const float* stats, Scratch& ws);
-  bool norm_forward(bool layer, int N, int C, float* out, float* mean, float* rstd,
-                    const float* inp, const float* w, const float* b, float eps, Scratch& ws);
-  // dx, dw, db written (not accumulated) — the caller adds them.
-  bool norm_backward(bool layer, int N, int C, float* dx, float* dw, float* db, const float* dout,
-                     const float* inp, const float* w, const float* mean, const float* rstd,
-                     Scratch& ws);
+  // out, inp, w, b, dout in the io type; dx (fp32), dw, db written (not accumulated) — the
+  // caller adds them.
+  bool norm_forward(bool layer, int N, int C, Precision io, void* out, float* mean, float* rstd,
+                    const void* inp, const void* w, const void* b, float eps, Scratch& ws);
+  bool norm_backward(bool layer, int N, int C, Precision io, float* dx, float* dw, float* db,
+                     const void* dout, const void* inp, const void* w, const float* mean,
+                     const float* rstd, Scratch& ws);
 
  private:
   struct Entry {

@@ -15,10 +15,10 @@ __device__ __forceinline__ int real_columns(int Vl, int v0, int V) {
   return min(max(V - v0, 0), Vl);
 }
 
-__global__ void ce_row_max_kernel(const float* logits, float* row_max, int Vl, int v0, int V) {
+__global__ void ce_row_max_kernel(In logits, float* row_max, int Vl, int v0, int V) {
   __shared__ float sh[32];
   const int n = blockIdx.x, R = real_columns(Vl, v0, V);
-  const float* x = logits + size_t(n) * Vl;
+  const In x = logits + size_t(n) * Vl;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < R; j += blockDim.x) m = fmaxf(m, x[j]);
   m = block_max(m, sh);
@@ -26,11 +26,11 @@ __global__ void ce_row_max_kernel(const float* logits, float* row_max, int Vl, i
 }
 
 // stats[n] = sum_{j<R} e^(x_j - m) (summed in double), stats[N + n] = x_target or 0
-__global__ void ce_stats_kernel(const float* logits, const float* row_max, const int32_t* targets,
+__global__ void ce_stats_kernel(In logits, const float* row_max, const int32_t* targets,
                                 float* stats, int N, int Vl, int v0, int V) {
   __shared__ double sh[32];
   const int n = blockIdx.x, R = real_columns(Vl, v0, V);
-  const float* x = logits + size_t(n) * Vl;
+  const In x = logits + size_t(n) * Vl;
   const float m = row_max[n];
   double z = 0.0;
   for (int j = threadIdx.x; j < R; j += blockDim.x) z += expf(x[j] - m);
@@ -44,7 +44,7 @@ __global__ void ce_stats_kernel(const float* logits, const float* row_max, const
 
 // loss = log Z + m - x_t (double); with dloss != 0: x_j = e^(x_j - m) (dloss / Z) - [j == t] dloss
 // for j < R, 0 for the padding columns.
-__global__ void ce_loss_kernel(float* logits, const float* row_max, const float* stats,
+__global__ void ce_loss_kernel(Out logits, const float* row_max, const float* stats,
                                const int32_t* targets, float* losses, double* row_loss, int N,
                                int Vl, int v0, int V, float dloss) {
   const int n = blockIdx.x, R = real_columns(Vl, v0, V);
@@ -56,31 +56,36 @@ __global__ void ce_loss_kernel(float* logits, const float* row_max, const float*
     row_loss[n] = loss;
   }
   if (dloss == 0.0f) return;
-  float* x = logits + size_t(n) * Vl;
+  const Out x = logits + size_t(n) * Vl;
   const float s = static_cast<float>(1.0 / z) * dloss;
-  for (int j = threadIdx.x; j < Vl; j += blockDim.x) x[j] = j < R ? expf(x[j] - m) * s : 0.0f;
-  __syncthreads();
   const int t = targets[n] - v0;
-  if (threadIdx.x == 0 && t >= 0 && t < R) x[t] -= dloss;
+  // the target's -dloss in the same expression: a 2-byte logit is rounded once, as in fp32
+  for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+    if (j >= R) {
+      x[j] = 0.0f;
+      continue;
+    }
+    const float g = expf(x[j] - m) * s;
+    x[j] = j == t ? g - dloss : g;
+  }
 }
 
 }  // namespace
 
-void launch_ce_row_max(const float* logits, float* row_max, int N, int Vl, int v0, int V,
-                       cudaStream_t s) {
+void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V, cudaStream_t s) {
   if (N == 0) return;
   ce_row_max_kernel<<<N, 512, 0, s>>>(logits, row_max, Vl, v0, V);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_ce_stats(const float* logits, const float* row_max, const int32_t* targets,
-                     float* stats, int N, int Vl, int v0, int V, cudaStream_t s) {
+void launch_ce_stats(In logits, const float* row_max, const int32_t* targets, float* stats, int N,
+                     int Vl, int v0, int V, cudaStream_t s) {
   if (N == 0) return;
   ce_stats_kernel<<<N, 512, 0, s>>>(logits, row_max, targets, stats, N, Vl, v0, V);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_ce_loss(float* logits, const float* row_max, const float* stats, const int32_t* targets,
+void launch_ce_loss(Out logits, const float* row_max, const float* stats, const int32_t* targets,
                     float* losses, double* row_loss, int N, int Vl, int v0, int V, float dloss,
                     cudaStream_t s) {
   if (N == 0) return;

@@ -1,23 +1,25 @@
 // CUDA backend: causal self-attention. `probs` holds each score row's log-sum-exp (B,NH,T), fp32,
 // written by the forward that ran; backward reads it and forward's output `out` (the Backend
 // interface passes it) and recomputes nothing of the forward.
-//   cudnn kernel set with bf16/fp16 GEMM math: cuDNN's fused flash attention on bf16/fp16 copies
-//     of qkv (and of out and dout in backward), outputs converted back to fp32 (out is forward's
-//     output widened, so its copy holds forward's bits again).
+//   cudnn kernel set with bf16/fp16 GEMM math: cuDNN's fused flash attention reading and writing
+//     qkv, out, dout, dqkv in place when they are stored in that type (the 2-byte path), else on
+//     bf16/fp16 copies converted back to fp32 (the emulated path: out is forward's output
+//     widened, so its copy holds forward's bits again).
 //   otherwise (fp32/tf32 math, the cuda kernel set, or no cuDNN engine): the flash-style CUDA
-//     kernels in fp32; backward first computes D = rowsum(dout * out) into `scratch`.
+//     kernels computing in fp32 on tensors of any storage type; backward first computes
+//     D = rowsum(dout * out) into `scratch`, and sums a 2-byte dqkv in fp32 workspace first.
 // Where cuDNN has an engine for one direction only, the other reads what it saved: under
 // --precision bf16|fp16 qkv is already rounded, so both saw the same values and their statistics
 // differ by fp32 rounding (the order of the sums) only.
 #include "context.hpp"
-#include "fp32_tensors.hpp"
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
 
 namespace mpitrain {
 
-using cuda::fp32;
+using cuda::In;
+using cuda::Out;
 using cuda::Scratch;
 
 namespace {
@@ -40,23 +42,38 @@ void fallback(cuda::Context& c, const cuda::SdpaShape& s) {
                     "; using the CUDA attention kernel");
 }
 
+// n elements of x in the io type: in place when stored so, else a copy in the frame.
+const void* as_io(Scratch::Frame& f, cuda::Context& c, In x, Precision io, size_t n,
+                  const char* what) {
+  if (x.dtype() == io) return x.data();
+  const Out copy(f.bytes(n * 2, what), io);
+  cuda::launch_convert(copy, x, 1, n, n, c.stream);
+  return copy.data();
+}
+
+// Where cuDNN writes an io-type result for dst: dst itself, or a frame buffer that
+// finish_io converts into dst afterwards.
+void* io_target(Scratch::Frame& f, Out dst, Precision io, size_t n, const char* what) {
+  return dst.dtype() == io ? dst.data() : f.bytes(n * 2, what);
+}
+void finish_io(cuda::Context& c, Out dst, const void* written, Precision io, size_t n) {
+  if (written != dst.data()) cuda::launch_convert(dst, In(written, io), 1, n, n, c.stream);
+}
+
 }  // namespace
 
 template <typename T>
-void CudaBackend<T>::attention_forward(Buf<T> out_buf, T* probs, CBuf<T> qkv_buf, int B, int Tlen,
-                                       int NH, int NKV, int hs) {
+void CudaBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
+                                       int NKV, int hs) {
   cuda::Context& c = *ctx_;
-  T* out = fp32(out_buf);
-  const T* qkv = fp32(qkv_buf);
   cuda::SdpaShape s{};
   if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
     const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
     Scratch::Frame f(c.scratch);
-    uint16_t* qkv16 = f.take<uint16_t>(N * QKV, "attention qkv copy");
-    uint16_t* o16 = f.take<uint16_t>(N * A, "attention output copy");
-    cuda::launch_cast_down(qkv16, qkv, N, QKV, QKV, s.io, c.stream);
+    const void* qkv16 = as_io(f, c, qkv, s.io, N * QKV, "attention qkv copy");
+    void* o16 = io_target(f, out, s.io, N * A, "attention output copy");
     if (c.cudnn->sdpa_forward(s, o16, probs, qkv16, c.scratch)) {
-      cuda::launch_cast_up(out, o16, N * A, s.io, c.stream);
+      finish_io(c, out, o16, s.io, N * A);
       return;
     }
     fallback(c, s);
@@ -65,31 +82,32 @@ void CudaBackend<T>::attention_forward(Buf<T> out_buf, T* probs, CBuf<T> qkv_buf
 }
 
 template <typename T>
-void CudaBackend<T>::attention_backward(Buf<T> dqkv_buf, T* scratch, CBuf<T> dout_buf,
-                                        CBuf<T> qkv_buf, CBuf<T> out_buf, const T* probs, int B,
-                                        int Tlen, int NH, int NKV, int hs) {
+void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
+                                        CBuf<T> out, const T* probs, int B, int Tlen, int NH,
+                                        int NKV, int hs) {
   cuda::Context& c = *ctx_;
-  T* dqkv = fp32(dqkv_buf);
-  const T *dout = fp32(dout_buf), *qkv = fp32(qkv_buf), *out = fp32(out_buf);
+  const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
   cuda::SdpaShape s{};
   if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
-    const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
     Scratch::Frame f(c.scratch);
-    uint16_t* qkv16 = f.take<uint16_t>(N * QKV, "attention qkv copy");
-    uint16_t* o16 = f.take<uint16_t>(N * A, "attention output copy");
-    uint16_t* do16 = f.take<uint16_t>(N * A, "attention output gradient copy");
-    uint16_t* dqkv16 = f.take<uint16_t>(N * QKV, "attention qkv gradient copy");
-    cuda::launch_cast_down(qkv16, qkv, N, QKV, QKV, s.io, c.stream);
-    cuda::launch_cast_down(o16, out, N, A, A, s.io, c.stream);
-    cuda::launch_cast_down(do16, dout, N, A, A, s.io, c.stream);
+    const void* qkv16 = as_io(f, c, qkv, s.io, N * QKV, "attention qkv copy");
+    const void* o16 = as_io(f, c, out, s.io, N * A, "attention output copy");
+    const void* do16 = as_io(f, c, dout, s.io, N * A, "attention output gradient copy");
+    void* dqkv16 = io_target(f, dqkv, s.io, N * QKV, "attention qkv gradient copy");
     if (c.cudnn->sdpa_backward(s, dqkv16, qkv16, o16, do16, probs, c.scratch)) {
-      cuda::launch_cast_up(dqkv, dqkv16, N * QKV, s.io, c.stream);
+      finish_io(c, dqkv, dqkv16, s.io, N * QKV);
       return;
     }
     fallback(c, s);
   }
   cuda::launch_attention_d(scratch, dout, out, B, Tlen, NH, hs, c.stream);
-  cuda::launch_attention_backward(dqkv, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, c.stream);
+  if (dqkv.dtype() == Precision::Fp32)
+    return cuda::launch_attention_backward(dqkv.full(), dout, qkv, probs, scratch, B, Tlen, NH, NKV,
+                                           hs, c.stream);
+  Scratch::Frame f(c.scratch);
+  float* sums = f.take<float>(N * QKV, "attention qkv gradient sums");
+  cuda::launch_attention_backward(sums, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, c.stream);
+  cuda::launch_convert(dqkv, sums, 1, N * QKV, N * QKV, c.stream);
 }
 
 template void CudaBackend<float>::attention_forward(Buf<float>, float*, CBuf<float>, int, int, int,

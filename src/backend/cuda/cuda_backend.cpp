@@ -3,19 +3,20 @@
 // which also convert precisions, are in cuda_matmul.cpp and cuda_attention.cpp.
 #include "mpitrain/backend/cuda_backend.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <type_traits>
+#include <vector>
 
 #include "context.hpp"
-#include "fp32_tensors.hpp"
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda/device.hpp"
 
 namespace mpitrain {
 
-using cuda::fp32;
 using cuda::MemoryKind;
 using cuda::Scratch;
 
@@ -181,8 +182,17 @@ T* CudaBackend<T>::alloc(size_t n) {
 
 template <typename T>
 Buf<T> CudaBackend<T>::alloc(size_t n, Precision dtype) {
-  cuda::require_fp32(dtype);
-  return alloc(n);
+  if (!stores(dtype))
+    throw Error("CUDA backend: no " + to_string(dtype) + " storage under GEMM math " +
+                to_string(ctx_->options.math));
+  return {alloc_bytes(ctx_->alloc_kind, n * element_bytes<T>(dtype)), dtype};
+}
+
+template <typename T>
+bool CudaBackend<T>::stores(Precision dtype) const {
+  const GemmMath m = ctx_->options.math;
+  return dtype == Precision::Fp32 || (dtype == Precision::Bf16 && m == GemmMath::Bf16) ||
+         (dtype == Precision::Fp16 && m == GemmMath::Fp16);
 }
 
 template <typename T>
@@ -225,14 +235,37 @@ void CudaBackend<T>::to_host(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
 }
 
+namespace {
+// Host-side pieces of a 2-byte upload / download: bounded host memory, no fp32 device copy.
+constexpr size_t kHostPiece = size_t{1} << 20;  // elements
+uint16_t to_bits(float x, Precision p) {
+  return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x);
+}
+float from_bits(uint16_t b, Precision p) {
+  return p == Precision::Bf16 ? from_bf16_bits(b) : from_fp16_bits(b);
+}
+}  // namespace
+
 template <typename T>
 void CudaBackend<T>::upload(Buf<T> dst, const T* host_src, size_t n) {
-  to_device(fp32(dst), host_src, n * sizeof(T));
+  if (dst.dtype() == Precision::Fp32) return to_device(dst.full(), host_src, n * sizeof(T));
+  std::vector<uint16_t> bits(std::min(n, kHostPiece));
+  for (size_t i0 = 0; i0 < n; i0 += kHostPiece) {
+    const size_t m = std::min(kHostPiece, n - i0);
+    for (size_t i = 0; i < m; ++i) bits[i] = to_bits(host_src[i0 + i], dst.dtype());
+    to_device(dst.half() + i0, bits.data(), m * 2);
+  }
 }
 
 template <typename T>
 void CudaBackend<T>::download(T* host_dst, CBuf<T> src, size_t n) {
-  to_host(host_dst, fp32(src), n * sizeof(T));
+  if (src.dtype() == Precision::Fp32) return to_host(host_dst, src.full(), n * sizeof(T));
+  std::vector<uint16_t> bits(std::min(n, kHostPiece));
+  for (size_t i0 = 0; i0 < n; i0 += kHostPiece) {
+    const size_t m = std::min(kHostPiece, n - i0);
+    to_host(bits.data(), src.half() + i0, m * 2);
+    for (size_t i = 0; i < m; ++i) host_dst[i0 + i] = from_bits(bits[i], src.dtype());
+  }
 }
 
 template <typename T>
@@ -262,19 +295,23 @@ void* CudaBackend<T>::stream() const {
 
 template <typename T>
 void CudaBackend<T>::zero(Buf<T> x, size_t n) {
-  if (n > 0) CUDA_CHECK(cudaMemsetAsync(fp32(x), 0, n * sizeof(T), ctx_->stream));
+  if (n > 0) CUDA_CHECK(cudaMemsetAsync(x.data(), 0, n * x.element_size(), ctx_->stream));
 }
 
 template <typename T>
 void CudaBackend<T>::copy(Buf<T> dst, CBuf<T> src, size_t n) {
+  if (dst.dtype() != src.dtype())
+    MPITRAIN_THROW("copy: " + to_string(src.dtype()) + " into " + to_string(dst.dtype()) +
+                   " (convert changes types)");
   if (n > 0)
-    CUDA_CHECK(cudaMemcpyAsync(fp32(dst), fp32(src), n * sizeof(T), cudaMemcpyDeviceToDevice,
-                               ctx_->stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n * dst.element_size(),
+                               cudaMemcpyDeviceToDevice, ctx_->stream));
 }
 
 template <typename T>
 void CudaBackend<T>::convert(Buf<T> dst, CBuf<T> src, size_t n) {
-  copy(dst, src, n);  // both fp32 (copy checks): the one conversion this backend has
+  if (dst.dtype() == src.dtype()) return copy(dst, src, n);
+  cuda::launch_convert(dst, src, 1, n, n, ctx_->stream);
 }
 
 template <typename T>
@@ -287,14 +324,12 @@ void CudaBackend<T>::round_to(T* x, size_t n, Precision p) {
 template <typename T>
 void CudaBackend<T>::embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe,
                                        int B, int Tlen, int C, int v0, int Vl) {
-  cuda::launch_embedding_forward(fp32(out), tokens, fp32(wte), fp32(wpe), B, Tlen, C, v0, Vl,
-                                 ctx_->stream);
+  cuda::launch_embedding_forward(out, tokens, wte, wpe, B, Tlen, C, v0, Vl, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, CBuf<T> dout_buf, const int32_t* tokens,
+void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const int32_t* tokens,
                                         int B, int Tlen, int C, int v0, int Vl) {
-  const T* dout = fp32(dout_buf);
   cuda::launch_embedding_backward_wte(dwte, dout, tokens, B * Tlen, C, v0, Vl, ctx_->stream);
   if (dwpe == nullptr) return;
   // dwpe(T,C) += sum over b of dout[b]: column sums of dout seen as (B, T*C)
@@ -305,42 +340,56 @@ void CudaBackend<T>::embedding_backward(T* dwte, T* dwpe, CBuf<T> dout_buf, cons
 
 // ---- norms ------------------------------------------------------------------------------------
 
+namespace {
+// cuDNN's norm graphs: one storage type for x, y, dy, dx and the weights (statistics fp32).
+bool cudnn_norm(const cuda::Context& c, std::initializer_list<cuda::In> tensors, Precision& io) {
+  if (!c.cudnn) return false;
+  io = tensors.begin()->dtype();
+  for (const cuda::In& t : tensors)
+    if (!(t == nullptr) && t.dtype() != io) return false;
+  return true;
+}
+}  // namespace
+
 template <typename T>
-void CudaBackend<T>::layernorm_forward(Buf<T> out_buf, T* mean, T* rstd, CBuf<T> inp_buf,
-                                       CBuf<T> w_buf, CBuf<T> b_buf, int N, int C, T eps) {
+void CudaBackend<T>::layernorm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, CBuf<T> w,
+                                       CBuf<T> b, int N, int C, T eps) {
   cuda::Context& c = *ctx_;
-  T* out = fp32(out_buf);
-  const T *inp = fp32(inp_buf), *w = fp32(w_buf), *b = fp32(b_buf);
-  if (c.cudnn && c.cudnn->norm_forward(true, N, C, out, mean, rstd, inp, w, b, eps, c.scratch))
+  Precision io{};
+  if (cudnn_norm(c, {out, inp, w, b}, io) &&
+      c.cudnn->norm_forward(true, N, C, io, out.data(), mean, rstd, inp.data(), w.data(), b.data(),
+                            eps, c.scratch))
     return;
   cuda::launch_layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, c.stream);
 }
 
 template <typename T>
-void CudaBackend<T>::rmsnorm_forward(Buf<T> out_buf, T* rstd, CBuf<T> inp_buf, CBuf<T> w_buf, int N,
-                                     int C, T eps) {
+void CudaBackend<T>::rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w, int N, int C,
+                                     T eps) {
   cuda::Context& c = *ctx_;
-  T* out = fp32(out_buf);
-  const T *inp = fp32(inp_buf), *w = fp32(w_buf);
-  if (c.cudnn &&
-      c.cudnn->norm_forward(false, N, C, out, nullptr, rstd, inp, w, nullptr, eps, c.scratch))
+  Precision io{};
+  if (cudnn_norm(c, {out, inp, w}, io) &&
+      c.cudnn->norm_forward(false, N, C, io, out.data(), nullptr, rstd, inp.data(), w.data(),
+                            nullptr, eps, c.scratch))
     return;
   cuda::launch_rmsnorm_forward(out, rstd, inp, w, N, C, eps, c.stream);
 }
 
 namespace {
-// Norm backward: cuDNN writes dx, dw, db, which are then added (the Backend accumulates);
-// the CUDA kernels accumulate directly.
-void norm_backward(cuda::Context& c, bool layer, float* dinp, float* dw, float* db,
-                   const float* dout, const float* inp, const float* w, const float* mean,
-                   const float* rstd, int N, int C) {
+// Norm backward: cuDNN writes dx, dw, db (fp32), which are then added (the Backend accumulates;
+// a 2-byte dinp rounds once); the CUDA kernels accumulate directly.
+void norm_backward(cuda::Context& c, bool layer, cuda::Out dinp, float* dw, float* db,
+                   cuda::In dout, cuda::In inp, cuda::In w, const float* mean, const float* rstd,
+                   int N, int C) {
   const size_t NC = static_cast<size_t>(N) * C;
-  if (c.cudnn) {
+  Precision io{};
+  if (cudnn_norm(c, {dinp, dout, inp, w}, io)) {
     Scratch::Frame frame(c.scratch);
     float* dx = frame.take<float>(NC, "norm input gradient");
     float* dw_t = frame.take<float>(C, "norm weight gradient");
     float* db_t = layer ? frame.take<float>(C, "norm bias gradient") : nullptr;
-    if (c.cudnn->norm_backward(layer, N, C, dx, dw_t, db_t, dout, inp, w, mean, rstd, c.scratch)) {
+    if (c.cudnn->norm_backward(layer, N, C, io, dx, dw_t, db_t, dout.data(), inp.data(), w.data(),
+                               mean, rstd, c.scratch)) {
       cuda::launch_accumulate(dinp, dx, NC, c.stream);
       cuda::launch_accumulate(dw, dw_t, C, c.stream);
       if (layer) cuda::launch_accumulate(db, db_t, C, c.stream);
@@ -357,64 +406,63 @@ void norm_backward(cuda::Context& c, bool layer, float* dinp, float* dw, float* 
 template <typename T>
 void CudaBackend<T>::layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp,
                                         CBuf<T> w, const T* mean, const T* rstd, int N, int C) {
-  norm_backward(*ctx_, true, fp32(dinp), dw, db, fp32(dout), fp32(inp), fp32(w), mean, rstd, N, C);
+  norm_backward(*ctx_, true, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
 template <typename T>
 void CudaBackend<T>::rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                                       const T* rstd, int N, int C) {
-  norm_backward(*ctx_, false, fp32(dinp), dw, nullptr, fp32(dout), fp32(inp), fp32(w), nullptr,
-                rstd, N, C);
+  norm_backward(*ctx_, false, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C);
 }
 
 // ---- pointwise and RoPE -----------------------------------------------------------------------
 
 template <typename T>
 void CudaBackend<T>::add(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n) {
-  cuda::launch_add(fp32(out), fp32(a), fp32(b), n, ctx_->stream);
+  cuda::launch_add(out, a, b, n, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::gelu_forward(Buf<T> out, CBuf<T> inp, size_t n) {
-  cuda::launch_gelu_forward(fp32(out), fp32(inp), n, ctx_->stream);
+  cuda::launch_gelu_forward(out, inp, n, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) {
-  cuda::launch_gelu_backward(fp32(dinp), fp32(inp), fp32(dout), n, ctx_->stream);
+  cuda::launch_gelu_backward(dinp, inp, dout, n, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) {
-  cuda::launch_swiglu_forward(fp32(out), fp32(inp), N, F, ctx_->stream);
+  cuda::launch_swiglu_forward(out, inp, N, F, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) {
-  cuda::launch_swiglu_backward(fp32(dinp), fp32(inp), fp32(dout), N, F, ctx_->stream);
+  cuda::launch_swiglu_backward(dinp, inp, dout, N, F, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  cuda::launch_rope(fp32(qkv), B, Tlen, NH, NKV, hs, theta, +1, ctx_->stream);
+  cuda::launch_rope(qkv, B, Tlen, NH, NKV, hs, theta, +1, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  cuda::launch_rope(fp32(dqkv), B, Tlen, NH, NKV, hs, theta, -1, ctx_->stream);
+  cuda::launch_rope(dqkv, B, Tlen, NH, NKV, hs, theta, -1, ctx_->stream);
 }
 
 // ---- cross-entropy ----------------------------------------------------------------------------
 
 template <typename T>
 void CudaBackend<T>::ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) {
-  cuda::launch_ce_row_max(fp32(logits), row_max, N, Vl, v0, V, ctx_->stream);
+  cuda::launch_ce_row_max(logits, row_max, N, Vl, v0, V, ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats,
                               int N, int Vl, int v0, int V) {
-  cuda::launch_ce_stats(fp32(logits), row_max, targets, stats, N, Vl, v0, V, ctx_->stream);
+  cuda::launch_ce_stats(logits, row_max, targets, stats, N, Vl, v0, V, ctx_->stream);
 }
 
 template <typename T>
@@ -424,7 +472,7 @@ double CudaBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
   Scratch::Frame frame(ctx_->scratch);
   double* row_loss = frame.take<double>(std::max(N, 1), "per-row losses");
   double* total = frame.take<double>(1, "loss total");
-  cuda::launch_ce_loss(fp32(logits), row_max, stats, targets, losses, row_loss, N, Vl, v0, V, dloss,
+  cuda::launch_ce_loss(logits, row_max, stats, targets, losses, row_loss, N, Vl, v0, V, dloss,
                        ctx_->stream);
   cuda::launch_sum_doubles(total, row_loss, static_cast<size_t>(N), ctx_->stream);
   return ctx_->read_double(total);

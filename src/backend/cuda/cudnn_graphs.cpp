@@ -220,28 +220,32 @@ std::string norm_name(const char* what, bool layer, int N, int C) {
 }
 }  // namespace
 
-std::unique_ptr<Graph> norm_forward_graph(bool layer, int N, int C) {
-  auto g = std::make_unique<Graph>(norm_name("forward", layer, N, C));
-  const auto f = CUDNN_DATA_FLOAT;
-  const auto& x = g->tensor(uid::X, f, rows_c(N, C), rows_c_strides(C));
-  const auto& y = g->tensor(uid::Y, f, rows_c(N, C), rows_c_strides(C));
-  const auto& gamma = g->tensor(uid::Gamma, f, channel(C), rows_c_strides(C));
+cudnnDataType_t norm_io_type(Precision io) {
+  return io == Precision::Fp32 ? CUDNN_DATA_FLOAT : io_type(io);
+}
+
+std::unique_ptr<Graph> norm_forward_graph(bool layer, int N, int C, Precision io) {
+  auto g = std::make_unique<Graph>(norm_name("forward", layer, N, C) + " " + to_string(io));
+  const auto f = CUDNN_DATA_FLOAT, t = norm_io_type(io);
+  const auto& x = g->tensor(uid::X, t, rows_c(N, C), rows_c_strides(C));
+  const auto& y = g->tensor(uid::Y, t, rows_c(N, C), rows_c_strides(C));
+  const auto& gamma = g->tensor(uid::Gamma, t, channel(C), rows_c_strides(C));
   const auto& inv_var = g->tensor(uid::InvVar, f, stat(N), kOnes);
   const auto& eps = g->scalar(uid::Eps);
   const Descriptor* beta =
-      layer ? &g->tensor(uid::Beta, f, channel(C), rows_c_strides(C)) : nullptr;
+      layer ? &g->tensor(uid::Beta, t, channel(C), rows_c_strides(C)) : nullptr;
   const Descriptor* mean = layer ? &g->tensor(uid::Mean, f, stat(N), kOnes) : nullptr;
   g->norm_forward(layer ? CUDNN_LAYER_NORM : CUDNN_RMS_NORM, x, gamma, beta, eps, y, mean, inv_var);
   return g;
 }
 
-std::unique_ptr<Graph> norm_backward_graph(bool layer, int N, int C) {
-  auto g = std::make_unique<Graph>(norm_name("backward", layer, N, C));
-  const auto f = CUDNN_DATA_FLOAT;
-  const auto& x = g->tensor(uid::X, f, rows_c(N, C), rows_c_strides(C));
-  const auto& dy = g->tensor(uid::dY, f, rows_c(N, C), rows_c_strides(C));
+std::unique_ptr<Graph> norm_backward_graph(bool layer, int N, int C, Precision io) {
+  auto g = std::make_unique<Graph>(norm_name("backward", layer, N, C) + " " + to_string(io));
+  const auto f = CUDNN_DATA_FLOAT, t = norm_io_type(io);
+  const auto& x = g->tensor(uid::X, t, rows_c(N, C), rows_c_strides(C));
+  const auto& dy = g->tensor(uid::dY, t, rows_c(N, C), rows_c_strides(C));
   const auto& dx = g->tensor(uid::dX, f, rows_c(N, C), rows_c_strides(C));
-  const auto& gamma = g->tensor(uid::Gamma, f, channel(C), rows_c_strides(C));
+  const auto& gamma = g->tensor(uid::Gamma, t, channel(C), rows_c_strides(C));
   const auto& dgamma = g->tensor(uid::dGamma, f, channel(C), rows_c_strides(C));
   const auto& inv_var = g->tensor(uid::InvVar, f, stat(N), kOnes);
   const Descriptor* mean = layer ? &g->tensor(uid::Mean, f, stat(N), kOnes) : nullptr;

@@ -16,9 +16,9 @@ std::string key_of(const char* what, const SdpaShape& s) {
          std::to_string(s.NH) + " " + std::to_string(s.NKV) + " " + std::to_string(s.hs) + " " +
          to_string(s.io);
 }
-std::string key_of(const char* what, bool layer, int N, int C) {
+std::string key_of(const char* what, bool layer, int N, int C, Precision io) {
   return std::string(what) + (layer ? " layer " : " rms ") + std::to_string(N) + " " +
-         std::to_string(C);
+         std::to_string(C) + " " + to_string(io);
 }
 void* mut(const void* p) { return const_cast<void*>(p); }
 // The graphs declare 16-byte aligned tensors (as cuDNN's frontend does); a pointer that is not
@@ -94,13 +94,13 @@ bool CudnnOps::sdpa_backward(const SdpaShape& s, void* dqkv16, const void* qkv16
   return true;
 }
 
-bool CudnnOps::norm_forward(bool layer, int N, int C, float* out, float* mean, float* rstd,
-                            const float* inp, const float* w, const float* b, float eps,
+bool CudnnOps::norm_forward(bool layer, int N, int C, Precision io, void* out, float* mean,
+                            float* rstd, const void* inp, const void* w, const void* b, float eps,
                             Scratch& ws) {
   if (!aligned({out, mean, rstd, inp, w, b})) return false;
-  const dnn::Plan* plan =
-      plan_for(key_of("norm forward", layer, N, C), [&] { return norm_forward_graph(layer, N, C); },
-               {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
+  const dnn::Plan* plan = plan_for(key_of("norm forward", layer, N, C, io),
+                                   [&] { return norm_forward_graph(layer, N, C, io); },
+                                   {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
   if (plan == nullptr) return false;
   Scratch::Frame frame(ws);
   void* work = frame.bytes(static_cast<size_t>(plan->workspace_bytes()), "cuDNN norm workspace");
@@ -115,12 +115,12 @@ bool CudnnOps::norm_forward(bool layer, int N, int C, float* out, float* mean, f
   return true;
 }
 
-bool CudnnOps::norm_backward(bool layer, int N, int C, float* dx, float* dw, float* db,
-                             const float* dout, const float* inp, const float* w, const float* mean,
-                             const float* rstd, Scratch& ws) {
+bool CudnnOps::norm_backward(bool layer, int N, int C, Precision io, float* dx, float* dw,
+                             float* db, const void* dout, const void* inp, const void* w,
+                             const float* mean, const float* rstd, Scratch& ws) {
   if (!aligned({dx, dw, db, dout, inp, w, mean, rstd})) return false;
-  const dnn::Plan* plan = plan_for(key_of("norm backward", layer, N, C),
-                                   [&] { return norm_backward_graph(layer, N, C); },
+  const dnn::Plan* plan = plan_for(key_of("norm backward", layer, N, C, io),
+                                   [&] { return norm_backward_graph(layer, N, C, io); },
                                    {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
   if (plan == nullptr) return false;
   Scratch::Frame frame(ws);

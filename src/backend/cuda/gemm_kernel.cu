@@ -13,8 +13,8 @@ namespace {
 constexpr int BM = 64, BN = 64, BK = 16, kGemmThreads = 256;
 
 __global__ void __launch_bounds__(kGemmThreads)
-    gemm_kernel(float* C, const float* A, const float* B, const float* bias, int M, int N, int K,
-                long sam, long sak, long sbk, long sbn, int ldc, bool accumulate, Precision p) {
+    gemm_kernel(Out C, In A, In B, In bias, int M, int N, int K, long sam, long sak, long sbk,
+                long sbn, int ldc, bool accumulate, Precision p) {
   __shared__ float As[BK][BM + 1];
   __shared__ float Bs[BK][BN + 1];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -57,17 +57,16 @@ __global__ void __launch_bounds__(kGemmThreads)
       if (n >= N) continue;
       float c = acc[i][j];
       if (bias != nullptr) c += bias[n];
-      float* out = C + size_t(m) * ldc + n;
-      *out = accumulate ? *out + c : c;
+      const size_t at = size_t(m) * ldc + n;
+      C[at] = accumulate ? C[at] + c : c;
     }
   }
 }
 
 }  // namespace
 
-void launch_gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K,
-                 long sam, long sak, long sbk, long sbn, int ldc, bool accumulate,
-                 Precision operands, cudaStream_t s) {
+void launch_gemm(Out C, In A, In B, In bias, int M, int N, int K, long sam, long sak, long sbk,
+                 long sbn, int ldc, bool accumulate, Precision operands, cudaStream_t s) {
   if (M == 0 || N == 0) return;
   const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
   gemm_kernel<<<grid, kGemmThreads, 0, s>>>(C, A, B, bias, M, N, K, sam, sak, sbk, sbn, ldc,

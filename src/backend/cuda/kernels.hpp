@@ -1,6 +1,8 @@
 // The CUDA kernels of the backend, as launch functions (defined in the *.cu files beside this,
-// called from the C++ side). float data, every launch on the given stream and checked with
-// CUDA_CHECK_LAUNCH. Shapes and conventions as in backend.hpp; only what differs is said here.
+// called from the C++ side), every launch on the given stream and checked with CUDA_CHECK_LAUNCH.
+// Compute tensors are In / Out views (tensor_view.hpp: fp32, bf16 or fp16 storage, read as
+// float, written rounded to their type); statistics, parameter gradients and optimizer state are
+// float. Shapes and conventions as in backend.hpp; only what differs is said here.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,78 +11,68 @@
 #include <cstdint>
 
 #include "mpitrain/backend/precision.hpp"
+#include "tensor_view.hpp"
 
 namespace mpitrain::cuda {
 
 // ---- pointwise (pointwise.cu) ---------------------------------------------------------------
-void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t s);
-void launch_accumulate(float* y, const float* x, size_t n, cudaStream_t s);  // y += x
+void launch_add(Out out, In a, In b, size_t n, cudaStream_t s);
+void launch_accumulate(Out y, In x, size_t n, cudaStream_t s);  // y += x
 void launch_scale(float* x, float a, size_t n, cudaStream_t s);
-void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t s);
-void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                          cudaStream_t s);
-void launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s);
-void launch_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
-                            cudaStream_t s);
+void launch_gelu_forward(Out out, In inp, size_t n, cudaStream_t s);
+void launch_gelu_backward(Out dinp, In inp, In dout, size_t n, cudaStream_t s);
+void launch_swiglu_forward(Out out, In inp, int N, int F, cudaStream_t s);
+void launch_swiglu_backward(Out dinp, In inp, In dout, int N, int F, cudaStream_t s);
 void launch_round(float* x, size_t n, Precision p, cudaStream_t s);
-// dst (bf16 or fp16 bits, 2 bytes each) = src rounded to nearest even; rows x cols taken from
-// src with leading dimension ld (elements), written densely.
-void launch_cast_down(uint16_t* dst, const float* src, size_t rows, size_t cols, size_t ld,
-                      Precision p, cudaStream_t s);
-// dst = src (bf16 or fp16 bits), dense n elements.
-void launch_cast_up(float* dst, const uint16_t* src, size_t n, Precision p, cudaStream_t s);
+// dst = src in dst's type (rounded to nearest even where it narrows); rows x cols taken from src
+// with leading dimension ld (elements), written densely.
+void launch_convert(Out dst, In src, size_t rows, size_t cols, size_t ld, cudaStream_t s);
 
 // ---- column sums (reduce.cu): out[c] += sum over rows of x[r*cols + c], in a fixed order -----
 // scratch: colsum_scratch(rows, cols) floats.
 size_t colsum_scratch(int rows, int cols);
-void launch_colsum_accumulate(float* out, const float* x, int rows, int cols, float* scratch,
-                              cudaStream_t s);
+void launch_colsum_accumulate(float* out, In x, int rows, int cols, float* scratch, cudaStream_t s);
 // Sum of n doubles in a fixed order, written to *out (device).
 void launch_sum_doubles(double* out, const double* x, size_t n, cudaStream_t s);
 
 // ---- embeddings (embedding.cu) ----------------------------------------------------------------
-void launch_embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                              int B, int T, int C, int v0, int Vl, cudaStream_t s);
+void launch_embedding_forward(Out out, const int32_t* tokens, In wte, In wpe, int B, int T, int C,
+                              int v0, int Vl, cudaStream_t s);
 // dwte rows of held tokens += dout rows (atomic adds); dwpe via launch_colsum_accumulate.
-void launch_embedding_backward_wte(float* dwte, const float* dout, const int32_t* tokens, int N,
-                                   int C, int v0, int Vl, cudaStream_t s);
+void launch_embedding_backward_wte(float* dwte, In dout, const int32_t* tokens, int N, int C,
+                                   int v0, int Vl, cudaStream_t s);
 
 // ---- norms (norms.cu) -------------------------------------------------------------------------
-void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                              const float* w, const float* b, int N, int C, float eps,
-                              cudaStream_t s);
-void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
-                            float eps, cudaStream_t s);
+void launch_layernorm_forward(Out out, float* mean, float* rstd, In inp, In w, In b, int N, int C,
+                              float eps, cudaStream_t s);
+void launch_rmsnorm_forward(Out out, float* rstd, In inp, In w, int N, int C, float eps,
+                            cudaStream_t s);
 // dinp += input gradient; dw (and db unless null) += parameter gradients. mean null = RMSNorm.
 // scratch: norm_backward_scratch(N, C) floats.
 size_t norm_backward_scratch(int N, int C);
-void launch_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int N, int C,
-                          float* scratch, cudaStream_t s);
+void launch_norm_backward(Out dinp, float* dw, float* db, In dout, In inp, In w, const float* mean,
+                          const float* rstd, int N, int C, float* scratch, cudaStream_t s);
 
 // ---- RoPE (rope.cu): sign +1 forward, -1 the inverse rotation (backward) ----------------------
-void launch_rope(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
+void launch_rope(Out qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
                  cudaStream_t s);
 
 // ---- attention (attention.cu), flash-style in fp32 ---------------------------------------------
 // hs <= 256. out(B,T,NH*hs) and lse(B,NH,T) = ln sum_j e^(q.k_j/sqrt(hs)), causal; query head h
 // reads kv head h/(NH/NKV).
-void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH,
-                              int NKV, int hs, cudaStream_t s);
+void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
+                              cudaStream_t s);
 // D(B,NH,T) = rowsum(dout * out) per head, from forward's out: backward's preprocessing.
-void launch_attention_d(float* D, const float* dout, const float* out, int B, int T, int NH, int hs,
-                        cudaStream_t s);
-// dqkv (overwritten) from dout, forward's lse and D.
-void launch_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                               const float* D, int B, int T, int NH, int NKV, int hs,
-                               cudaStream_t s);
+void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s);
+// dqkv (overwritten; fp32: the query gradients are atomic sums) from dout, forward's lse and D.
+void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
+                               int B, int T, int NH, int NKV, int hs, cudaStream_t s);
 
 // ---- cross-entropy (crossentropy.cu); row_loss(N) doubles for the fixed-order total ----------
-void launch_ce_row_max(const float* logits, float* row_max, int N, int Vl, int v0, int V,
-                       cudaStream_t s);
-void launch_ce_stats(const float* logits, const float* row_max, const int32_t* targets,
-                     float* stats, int N, int Vl, int v0, int V, cudaStream_t s);
-void launch_ce_loss(float* logits, const float* row_max, const float* stats, const int32_t* targets,
+void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V, cudaStream_t s);
+void launch_ce_stats(In logits, const float* row_max, const int32_t* targets, float* stats, int N,
+                     int Vl, int v0, int V, cudaStream_t s);
+void launch_ce_loss(Out logits, const float* row_max, const float* stats, const int32_t* targets,
                     float* losses, double* row_loss, int N, int Vl, int v0, int V, float dloss,
                     cudaStream_t s);
 
@@ -107,9 +99,8 @@ void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t
 // ------------------------------------------------- C(M,N) = alpha-free: C = A(M,K) B(K,N) [+
 // bias(N) per row] [+ C if accumulate], element (m,k) of A at A[m*sam + k*sak], (k,n) of B at
 // B[k*sbk + n*sbn], C row-major with ldc. Operands are rounded to `operands` (fp32: as they are)
-// before the products; fp32 accumulation.
-void launch_gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K,
-                 long sam, long sak, long sbk, long sbn, int ldc, bool accumulate,
-                 Precision operands, cudaStream_t s);
+// before the products; fp32 accumulation; C written in its type.
+void launch_gemm(Out C, In A, In B, In bias, int M, int N, int K, long sam, long sak, long sbk,
+                 long sbn, int ldc, bool accumulate, Precision operands, cudaStream_t s);
 
 }  // namespace mpitrain::cuda

@@ -51,7 +51,9 @@ bool LtGemm::run(const LtCall& c, cudaStream_t stream) {
                 c.accumulate,
                 align_a,
                 align_b,
-                std::min(align_d, align_bias ? align_bias : 256)};
+                std::min(align_d, align_bias ? align_bias : 256),
+                c.d_type,
+                c.bias ? c.bias_type : 0};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto plan = std::make_unique<Plan>();
@@ -66,9 +68,8 @@ bool LtGemm::run(const LtCall& c, cudaStream_t stream) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                 &epilogue, sizeof epilogue));
     if (c.bias) {
-      const cudaDataType_t bias_type = CUDA_R_32F;
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                  &bias_type, sizeof bias_type));
+                                                  &c.bias_type, sizeof c.bias_type));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &c.bias, sizeof c.bias));
     }
@@ -77,7 +78,7 @@ bool LtGemm::run(const LtCall& c, cudaStream_t stream) {
                                             c.trans_a ? c.m : c.k, c.lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, c.ab_type, c.trans_b ? c.n : c.k,
                                             c.trans_b ? c.k : c.n, c.ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, CUDA_R_32F, c.m, c.n, c.ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, c.d_type, c.m, c.n, c.ldd));
 
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));

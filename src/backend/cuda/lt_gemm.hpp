@@ -1,5 +1,6 @@
 // cuBLASLt matmuls in column-major terms: D(m,n) = op(A)(m,k) op(B)(k,n) [+ bias(m) per column]
-// [+ C, with C = D], fp32 output and accumulation. A and B are fp32, or bf16/fp16 copies. The
+// [+ C, with C = D], fp32 accumulation. A and B are fp32, or bf16/fp16 (tensors as they lie in
+// memory, or copies); D and the bias fp32 or the A/B type. The
 // descriptors, layouts and the algorithm (heuristics, best first) are made once per distinct
 // call shape — sizes, types, transposes, epilogue, accumulate, pointer alignments — and cached.
 #pragma once
@@ -21,9 +22,11 @@ struct LtCall {
   int lda;
   const void* B;
   int ldb;
-  float* D;
+  void* D;
+  cudaDataType_t d_type;  // CUDA_R_32F or ab_type
   int ldd;
-  const float* bias;  // null: no epilogue
+  const void* bias;  // null: no epilogue
+  cudaDataType_t bias_type;
   bool accumulate;    // D += product
 };
 
@@ -38,8 +41,8 @@ class LtGemm {
 
  private:
   struct Plan;
-  using Key =
-      std::tuple<bool, bool, int, int, int, int, int, int, int, int, bool, bool, int, int, int>;
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, bool, bool, int, int,
+                         int, int, int>;
   cublasLtHandle_t handle_;
   void* workspace_;
   size_t workspace_bytes_;

@@ -12,11 +12,11 @@ constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 
 // mean = sum x / C; rstd = 1/sqrt(sum (x-mean)^2 / C + eps); out = (x-mean) rstd w + b
 // RMS (mean == nullptr): rstd = 1/sqrt(sum x^2 / C + eps); out = x rstd w
-__global__ void norm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                    const float* w, const float* b, int N, int C, float eps) {
+__global__ void norm_forward_kernel(Out out, float* mean, float* rstd, In inp, In w, In b, int N,
+                                    int C, float eps) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (n >= N) return;
-  const float* x = inp + size_t(n) * C;
+  const In x = inp + size_t(n) * C;
   float m = 0.0f;
   if (mean != nullptr) {
     float s = 0.0f;
@@ -26,7 +26,7 @@ __global__ void norm_forward_kernel(float* out, float* mean, float* rstd, const 
   float v = 0.0f;
   for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
   const float r = 1.0f / sqrtf(warp_sum(v) / C + eps);
-  float* o = out + size_t(n) * C;
+  const Out o = out + size_t(n) * C;
   for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + (b != nullptr ? b[c] : 0.0f);
   if (lane == 0) {
     if (mean != nullptr) mean[n] = m;
@@ -36,13 +36,12 @@ __global__ void norm_forward_kernel(float* out, float* mean, float* rstd, const 
 
 // norm = (x - mean) rstd (mean 0 for RMS); dnorm = dout w
 // dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm))   (no mean(dnorm) term for RMS)
-__global__ void norm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                           const float* w, const float* mean, const float* rstd,
-                                           int N, int C) {
+__global__ void norm_backward_input_kernel(Out dinp, In dout, In inp, In w, const float* mean,
+                                           const float* rstd, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (n >= N) return;
-  const float* x = inp + size_t(n) * C;
-  const float* d = dout + size_t(n) * C;
+  const In x = inp + size_t(n) * C;
+  const In d = dout + size_t(n) * C;
   const float m = mean != nullptr ? mean[n] : 0.0f, r = rstd[n];
   float dn_sum = 0.0f, dnn_sum = 0.0f;
   for (int c = lane; c < C; c += 32) {
@@ -52,14 +51,15 @@ __global__ void norm_backward_input_kernel(float* dinp, const float* dout, const
   }
   const float dn_mean = mean != nullptr ? warp_sum(dn_sum) / C : 0.0f;
   const float dnn_mean = warp_sum(dnn_sum) / C;
-  float* di = dinp + size_t(n) * C;
+  const Out di = dinp + size_t(n) * C;
   for (int c = lane; c < C; c += 32)
     di[c] += r * (d[c] * w[c] - dn_mean - (x[c] - m) * r * dnn_mean);
 }
 
 // per (n, c): [dout norm, dout]
 struct NormParamValue {
-  const float *dout, *inp, *mean, *rstd;
+  In dout, inp;
+  const float *mean, *rstd;
   int C;
   __device__ void operator()(int n, int c, float* v) const {
     const size_t i = size_t(n) * C + c;
@@ -71,17 +71,16 @@ struct NormParamValue {
 
 }  // namespace
 
-void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                              const float* w, const float* b, int N, int C, float eps,
-                              cudaStream_t s) {
+void launch_layernorm_forward(Out out, float* mean, float* rstd, In inp, In w, In b, int N, int C,
+                              float eps, cudaStream_t s) {
   if (N == 0) return;
   norm_forward_kernel<<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, s>>>(
       out, mean, rstd, inp, w, b, N, C, eps);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
-                            float eps, cudaStream_t s) {
+void launch_rmsnorm_forward(Out out, float* rstd, In inp, In w, int N, int C, float eps,
+                            cudaStream_t s) {
   if (N == 0) return;
   norm_forward_kernel<<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, s>>>(
       out, nullptr, rstd, inp, w, nullptr, N, C, eps);
@@ -92,9 +91,8 @@ size_t norm_backward_scratch(int N, int C) {
   return 2 * static_cast<size_t>(colsum::chunks(N)) * static_cast<size_t>(C);
 }
 
-void launch_norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int N, int C,
-                          float* scratch, cudaStream_t s) {
+void launch_norm_backward(Out dinp, float* dw, float* db, In dout, In inp, In w, const float* mean,
+                          const float* rstd, int N, int C, float* scratch, cudaStream_t s) {
   if (N == 0) return;
   norm_backward_input_kernel<<<(N + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, s>>>(
       dinp, dout, inp, w, mean, rstd, N, C);

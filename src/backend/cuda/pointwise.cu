@@ -14,18 +14,16 @@ constexpr float kGeluK1 = 0.044715f;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < (n); \
        i += size_t{gridDim.x} * blockDim.x)
 
-__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
+__global__ void add_kernel(Out out, In a, In b, size_t n) {
   GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
-__global__ void accumulate_kernel(float* y, const float* x, size_t n) {
-  GRID_STRIDE(i, n) y[i] += x[i];
-}
+__global__ void accumulate_kernel(Out y, In x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
 
 __global__ void scale_kernel(float* x, float a, size_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 
 // out = x / (1 + e^-2u), u = k0 (x + k1 x^3)   (0.5 (1 + tanh u) = sigmoid(2u))
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+__global__ void gelu_forward_kernel(Out out, In inp, size_t n) {
   GRID_STRIDE(i, n) {
     const float x = inp[i];
     const float u = kGeluK0 * (x + kGeluK1 * x * x * x);
@@ -34,7 +32,7 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
 }
 
 // dinp = dout (s + x 2u' s (1 - s)), 1 - s = e s
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+__global__ void gelu_backward_kernel(Out dinp, In inp, In dout, size_t n) {
   GRID_STRIDE(i, n) {
     const float x = inp[i];
     const float u = kGeluK0 * (x + kGeluK1 * x * x * x);
@@ -46,7 +44,7 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 }
 
 // out(N,F) = silu(gate) up on rows [gate (F) | up (F)]
-__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int F) {
+__global__ void swiglu_forward_kernel(Out out, In inp, int N, int F) {
   GRID_STRIDE(i, size_t(N) * F) {
     const size_t n = i / F, f = i % F;
     const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
@@ -54,8 +52,7 @@ __global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int F
   }
 }
 
-__global__ void swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, int N,
-                                       int F) {
+__global__ void swiglu_backward_kernel(Out dinp, In inp, In dout, int N, int F) {
   GRID_STRIDE(i, size_t(N) * F) {
     const size_t n = i / F, f = i % F;
     const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f], d = dout[i];
@@ -70,33 +67,21 @@ __global__ void round_kernel(float* x, size_t n, Precision p) {
   GRID_STRIDE(i, n) x[i] = round_to_device(x[i], p);
 }
 
-__global__ void cast_down_kernel(uint16_t* dst, const float* src, size_t rows, size_t cols,
-                                 size_t ld, Precision p) {
-  GRID_STRIDE(i, rows * cols) {
-    const float x = src[(i / cols) * ld + i % cols];
-    dst[i] = p == Precision::Bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x))
-                                  : __half_as_ushort(__float2half_rn(x));
-  }
-}
-
-__global__ void cast_up_kernel(float* dst, const uint16_t* src, size_t n, Precision p) {
-  GRID_STRIDE(i, n) {
-    dst[i] = p == Precision::Bf16 ? __bfloat162float(__ushort_as_bfloat16(src[i]))
-                                  : __half2float(__ushort_as_half(src[i]));
-  }
+__global__ void convert_kernel(Out dst, In src, size_t rows, size_t cols, size_t ld) {
+  GRID_STRIDE(i, rows * cols) dst[i] = src[(i / cols) * ld + i % cols];
 }
 
 #undef GRID_STRIDE
 
 }  // namespace
 
-void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t s) {
+void launch_add(Out out, In a, In b, size_t n, cudaStream_t s) {
   if (n == 0) return;
   add_kernel<<<grid_for(n), kThreads, 0, s>>>(out, a, b, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_accumulate(float* y, const float* x, size_t n, cudaStream_t s) {
+void launch_accumulate(Out y, In x, size_t n, cudaStream_t s) {
   if (n == 0) return;
   accumulate_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
   CUDA_CHECK_LAUNCH();
@@ -108,28 +93,26 @@ void launch_scale(float* x, float a, size_t n, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t s) {
+void launch_gelu_forward(Out out, In inp, size_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, inp, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                          cudaStream_t s) {
+void launch_gelu_backward(Out dinp, In inp, In dout, size_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s) {
+void launch_swiglu_forward(Out out, In inp, int N, int F, cudaStream_t s) {
   const size_t n = size_t(N) * F;
   if (n == 0) return;
   swiglu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, inp, N, F);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
-                            cudaStream_t s) {
+void launch_swiglu_backward(Out dinp, In inp, In dout, int N, int F, cudaStream_t s) {
   const size_t n = size_t(N) * F;
   if (n == 0) return;
   swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dinp, inp, dout, N, F);
@@ -142,18 +125,9 @@ void launch_round(float* x, size_t n, Precision p, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_cast_down(uint16_t* dst, const float* src, size_t rows, size_t cols, size_t ld,
-                      Precision p, cudaStream_t s) {
+void launch_convert(Out dst, In src, size_t rows, size_t cols, size_t ld, cudaStream_t s) {
   if (rows * cols == 0) return;
-  if (p == Precision::Fp32) MPITRAIN_THROW("cast_down: the target must be bf16 or fp16");
-  cast_down_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(dst, src, rows, cols, ld, p);
-  CUDA_CHECK_LAUNCH();
-}
-
-void launch_cast_up(float* dst, const uint16_t* src, size_t n, Precision p, cudaStream_t s) {
-  if (n == 0) return;
-  if (p == Precision::Fp32) MPITRAIN_THROW("cast_up: the source must be bf16 or fp16");
-  cast_up_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, src, n, p);
+  convert_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(dst, src, rows, cols, ld);
   CUDA_CHECK_LAUNCH();
 }
 

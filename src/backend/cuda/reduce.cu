@@ -7,7 +7,7 @@ namespace mpitrain::cuda {
 namespace {
 
 struct PlainValue {
-  const float* x;
+  In x;
   int cols;
   __device__ void operator()(int r, int c, float* v) const { v[0] = x[size_t(r) * cols + c]; }
 };
@@ -27,7 +27,7 @@ size_t colsum_scratch(int rows, int cols) {
   return static_cast<size_t>(colsum::chunks(rows)) * static_cast<size_t>(cols);
 }
 
-void launch_colsum_accumulate(float* out, const float* x, int rows, int cols, float* scratch,
+void launch_colsum_accumulate(float* out, In x, int rows, int cols, float* scratch,
                               cudaStream_t s) {
   colsum::run<1>(out, nullptr, rows, cols, scratch, PlainValue{x, cols}, s);
 }

@@ -11,7 +11,7 @@ namespace {
 constexpr int kMaxHalf = 512;  // head size <= 1024
 
 // one block per (t, b)
-__global__ void rope_kernel(float* qkv, int T, int NH, int NKV, int hs, double theta, int sign) {
+__global__ void rope_kernel(Out qkv, int T, int NH, int NKV, int hs, double theta, int sign) {
   __shared__ float cs[kMaxHalf], sn[kMaxHalf];
   const int t = blockIdx.x, b = blockIdx.y, half = hs / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -22,11 +22,11 @@ __global__ void rope_kernel(float* qkv, int T, int NH, int NKV, int hs, double t
     sn[i] = static_cast<float>(s);
   }
   __syncthreads();
-  float* row = qkv + (size_t(b) * T + t) * size_t(NH + 2 * NKV) * hs;
+  const Out row = qkv + (size_t(b) * T + t) * size_t(NH + 2 * NKV) * hs;
   const int pairs = (NH + NKV) * half;  // q heads then k heads are contiguous
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int h = p / half, i = p % half;
-    float* x = row + size_t(h) * hs + 2 * i;
+    const Out x = row + size_t(h) * hs + 2 * i;
     const float x0 = x[0], x1 = x[1];
     x[0] = x0 * cs[i] - x1 * sn[i];
     x[1] = x0 * sn[i] + x1 * cs[i];
@@ -35,7 +35,7 @@ __global__ void rope_kernel(float* qkv, int T, int NH, int NKV, int hs, double t
 
 }  // namespace
 
-void launch_rope(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
+void launch_rope(Out qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
                  cudaStream_t s) {
   if (hs % 2 != 0 || hs > 2 * kMaxHalf)
     MPITRAIN_THROW("rope: head size must be even and at most " + std::to_string(2 * kMaxHalf));

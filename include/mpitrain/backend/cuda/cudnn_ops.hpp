@@ -65,8 +65,9 @@ std::unique_ptr<dnn::Graph> sdpa_forward_graph(const SdpaShape& s);
 std::unique_ptr<dnn::Graph> sdpa_backward_graph(const SdpaShape& s);
 
 // LayerNorm (layer = true) or RMSNorm over rows of C: X, Y (N,C); Gamma, Beta (C); Mean, InvVar
-// (N); Eps by value. Backward: dX, dGamma, dBeta written (not accumulated).
-std::unique_ptr<dnn::Graph> norm_forward_graph(bool layer, int N, int C);
-std::unique_ptr<dnn::Graph> norm_backward_graph(bool layer, int N, int C);
+// (N); Eps by value. Backward: dX, dGamma, dBeta written (not accumulated). X, Y, dY, Gamma,
+// Beta in the io type (fp32, bf16 or fp16); statistics, dX, dGamma, dBeta fp32.
+std::unique_ptr<dnn::Graph> norm_forward_graph(bool layer, int N, int C, Precision io);
+std::unique_ptr<dnn::Graph> norm_backward_graph(bool layer, int N, int C, Precision io);
 
 }  // namespace mpitrain::cuda
