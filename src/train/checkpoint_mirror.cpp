@@ -2,16 +2,14 @@
 
 namespace mpitrain {
 
-CheckpointMirror::CheckpointMirror(Backend<float>& backend, CheckpointState& state)
+CheckpointMirror::CheckpointMirror(Backend<float>& backend, CheckpointState& state,
+                                   Buf<float> params)
     : backend_(backend) {
-  const bool separate_master = state.master != state.params + state.lo;
+  const bool separate_master = !params.full() || state.master != params.full() + state.lo;
   const size_t n = state.hi - state.lo;
-  mirror(state.params, state.layout.total());
-  if (separate_master)
-    mirror(state.master, n);
-  else
-    state.master = state.params + state.lo;
-  for (float*& b : state.state) mirror(b, n);
+  state.params = mirror(params, state.layout.total());
+  state.master = separate_master ? mirror(state.master, n) : state.params + state.lo;
+  for (float*& b : state.state) b = mirror(b, n);
 }
 
 void CheckpointMirror::download() {
@@ -22,9 +20,9 @@ void CheckpointMirror::upload() {
   for (Buffer& b : buffers_) backend_.upload(b.device, b.host.data(), b.host.size());
 }
 
-void CheckpointMirror::mirror(float*& p, size_t n) {
-  buffers_.push_back({p, std::vector<float>(n)});
-  p = buffers_.back().host.data();  // a vector's storage stays put when the vector moves
+float* CheckpointMirror::mirror(Buf<float> device, size_t n) {
+  buffers_.push_back({device, std::vector<float>(n)});
+  return buffers_.back().host.data();  // a vector's storage stays put when the vector moves
 }
 
 }  // namespace mpitrain

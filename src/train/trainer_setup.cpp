@@ -348,7 +348,7 @@ void Trainer::build_step_parts() {
                                              world_, t_.keep_last, faults_);
   state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params().full(), *optimizer_,
                                   t_.zero == 1 || grid_->dp_rank() == 0));
-  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_);
+  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, model_->params());
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host

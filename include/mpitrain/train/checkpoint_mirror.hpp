@@ -12,17 +12,18 @@ namespace mpitrain {
 class CheckpointMirror {
  public:
   // Re-points state's params, master and optimizer buffers at host copies (the master stays a
-  // view into params where it is one).
-  CheckpointMirror(Backend<float>& backend, CheckpointState& state);
+  // view into params where it is one). params: the model's compute copy, whose host copy is
+  // fp32 whatever its storage type (converted both ways).
+  CheckpointMirror(Backend<float>& backend, CheckpointState& state, Buf<float> params);
   void download();  // device -> the copies
   void upload();    // the copies -> device
 
  private:
   struct Buffer {
-    float* device;
+    Buf<float> device;
     std::vector<float> host;
   };
-  void mirror(float*& p, size_t n);
+  float* mirror(Buf<float> device, size_t n);  // the host copy
 
   Backend<float>& backend_;
   std::vector<Buffer> buffers_;
