@@ -95,7 +95,7 @@ void CpuBackend<T>::convert(Buf<T> dst, CBuf<T> src, size_t n) {
     const Precision from = src.dtype(), to = dst.dtype();
 #pragma omp parallel for simd schedule(static) if (n > kParallelWork)
     for (size_t i = 0; i < n; ++i)
-      d16[i] = cpu::narrow_one(cpu::widen_one<float>(s16[i], from), to);
+      d16[i] = to_half_bits(from_half_bits(s16[i], from), to);
   }
 }
 
@@ -196,8 +196,8 @@ void CpuBackend<T>::embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T>
   const Precision dtype = out.dtype();
   embedding_rows(out.half(), tokens, wte.half(), wpe ? wpe.half() : nullptr, B, Tlen, C, v0, Vl,
                  [dtype](uint16_t e, uint16_t p) {
-                   return cpu::narrow_one(
-                       cpu::widen_one<float>(e, dtype) + cpu::widen_one<float>(p, dtype), dtype);
+                   return to_half_bits(
+                       from_half_bits(e, dtype) + from_half_bits(p, dtype), dtype);
                  });
 }
 

@@ -51,14 +51,6 @@ class Staging {
   ScratchBuffer slots_[kSlots];
 };
 
-template <typename T>
-inline T widen_one(uint16_t bits, Precision p) {
-  return static_cast<T>(p == Precision::Bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits));
-}
-inline uint16_t narrow_one(float x, Precision p) {
-  return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x);
-}
-
 // dst[0, n) = src's elements as T (exact), on the calling thread.
 template <typename T>
 void widen_row(T* dst, CBuf<T> src, size_t n) {

@@ -52,12 +52,8 @@ template <Precision P>
 void sum_halves(void* in, void* inout, int* len, MPI_Datatype*) {
   const uint16_t* a = static_cast<const uint16_t*>(in);
   uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    if constexpr (P == Precision::Bf16)
-      b[i] = to_bf16_bits(from_bf16_bits(a[i]) + from_bf16_bits(b[i]));
-    else
-      b[i] = to_fp16_bits(from_fp16_bits(a[i]) + from_fp16_bits(b[i]));
-  }
+  for (int i = 0; i < *len; ++i)
+    b[i] = to_half_bits(from_half_bits(a[i], P) + from_half_bits(b[i], P), P);
 }
 
 }  // namespace

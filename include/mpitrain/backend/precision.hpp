@@ -68,6 +68,14 @@ inline float from_fp16_bits(uint16_t h) {
   return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
+// The 2-byte bits of x in p (Bf16 or Fp16), rounded to nearest even; and back, exactly.
+inline uint16_t to_half_bits(float x, Precision p) {
+  return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x);
+}
+inline float from_half_bits(uint16_t bits, Precision p) {
+  return p == Precision::Bf16 ? from_bf16_bits(bits) : from_fp16_bits(bits);
+}
+
 // x rounded to the nearest value of precision p (identity for fp32).
 inline float round_to(float x, Precision p) {
   switch (p) {

@@ -238,12 +238,6 @@ void CudaBackend<T>::to_host(void* dst, const void* src, size_t bytes) {
 namespace {
 // Host-side pieces of a 2-byte upload / download: bounded host memory, no fp32 device copy.
 constexpr size_t kHostPiece = size_t{1} << 20;  // elements
-uint16_t to_bits(float x, Precision p) {
-  return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x);
-}
-float from_bits(uint16_t b, Precision p) {
-  return p == Precision::Bf16 ? from_bf16_bits(b) : from_fp16_bits(b);
-}
 }  // namespace
 
 template <typename T>
@@ -252,7 +246,7 @@ void CudaBackend<T>::upload(Buf<T> dst, const T* host_src, size_t n) {
   std::vector<uint16_t> bits(std::min(n, kHostPiece));
   for (size_t i0 = 0; i0 < n; i0 += kHostPiece) {
     const size_t m = std::min(kHostPiece, n - i0);
-    for (size_t i = 0; i < m; ++i) bits[i] = to_bits(host_src[i0 + i], dst.dtype());
+    for (size_t i = 0; i < m; ++i) bits[i] = to_half_bits(host_src[i0 + i], dst.dtype());
     to_device(dst.half() + i0, bits.data(), m * 2);
   }
 }
@@ -264,7 +258,7 @@ void CudaBackend<T>::download(T* host_dst, CBuf<T> src, size_t n) {
   for (size_t i0 = 0; i0 < n; i0 += kHostPiece) {
     const size_t m = std::min(kHostPiece, n - i0);
     to_host(bits.data(), src.half() + i0, m * 2);
-    for (size_t i = 0; i < m; ++i) host_dst[i0 + i] = from_bits(bits[i], src.dtype());
+    for (size_t i = 0; i < m; ++i) host_dst[i0 + i] = from_half_bits(bits[i], src.dtype());
   }
 }
 
