@@ -91,7 +91,7 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
     index_[key(slot, layer)] = static_cast<int>(tensors_.size());
     tensors_.push_back({std::move(name), slot, layer, std::move(shape), std::move(global_shape),
                         split_dim, split_dim >= 0 ? pieces : std::vector<ShardPiece>{}, total_,
-                        numel, decay, gi, primary});
+                        numel, decay, gi, primary, -1});
     total_ += numel;
   };
   const std::vector<ShardPiece> none;
@@ -118,6 +118,22 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
   add(Slot::LnfW, -1, {C}, false, true, last, -1, none);
   if (bias) add(Slot::LnfB, -1, {C}, false, true, last, -1, none);
   if (!cfg.tied_embeddings()) add(Slot::LmHead, -1, {Vp, C}, true, true, last, 0, vocab_rows);
+  // Units: a block, or one tensor outside the blocks (the final norm's bias joins its weight).
+  for (size_t k = 0; k < tensors_.size(); ++k) {
+    const ParamTensor& t = tensors_[k];
+    const bool joins = k > 0 && (t.layer >= 0 ? t.layer == tensors_[k - 1].layer
+                                              : t.slot == Slot::LnfB);
+    if (!joins) units_.push_back({t.offset, t.offset});
+    units_.back().hi = t.offset + t.numel;
+    tensors_[k].unit = static_cast<int>(units_.size()) - 1;
+  }
+}
+
+int ParamLayout::unit_of(Slot slot, int layer) const {
+  if (!has(slot, layer))
+    MPITRAIN_THROW(std::string("no parameter ") + slot_name(slot) + " in layer " +
+                   std::to_string(layer));
+  return tensors_[index_[key(slot, layer)]].unit;
 }
 
 bool ParamLayout::has(Slot slot, int layer) const {

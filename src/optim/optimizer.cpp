@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -29,31 +30,30 @@ std::vector<std::string> state_names(OptimizerKind kind) {
 }
 
 Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
-                     const OptimizerConfig& config, Buf<float> params, size_t lo, size_t hi,
+                     const OptimizerConfig& config, Buf<float> params, ShardRanges owned,
                      Precision precision, NormGroups groups)
     : backend_(backend),
       layout_(layout),
       config_(config),
       params_(params),
-      lo_(lo),
-      hi_(hi),
+      owned_(std::move(owned)),
       precision_(precision),
       groups_(groups) {
-  if (lo > hi || hi > layout.total())
-    MPITRAIN_THROW("optimizer range [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                   ") is not inside the " + std::to_string(layout.total()) + " parameters");
+  if (!owned_.ranges().empty() && owned_.ranges().back().hi > layout.total())
+    MPITRAIN_THROW("optimizer range ending at " + std::to_string(owned_.ranges().back().hi) +
+                   " is not inside the " + std::to_string(layout.total()) + " parameters");
   const std::vector<ParamTensor>& tensors = layout.tensors();
   for (size_t k = 0; k < tensors.size(); ++k) {
-    const size_t begin = std::max(lo, tensors[k].offset);
-    const size_t end = std::min(hi, tensors[k].offset + tensors[k].numel);
-    if (begin < end) segments_.push_back({k, begin, end});
+    const ShardRanges::Overlap o =
+        owned_.overlap(tensors[k].offset, tensors[k].offset + tensors[k].numel);
+    if (o.size() > 0) segments_.push_back({k, o.at, o.size()});
   }
-  const size_t n = hi - lo;
+  const size_t n = owned_.size();
   if (separate_master()) {
     master_ = backend_.alloc(n);
-    backend_.convert(master_, params_ + lo, n);  // the compute copy's values, as Megatron does
+    backend_.convert(master_, params_, n);  // the compute copy's values, as Megatron does
   } else {
-    master_ = params_.full() + lo;
+    master_ = params_.full();
   }
   for (size_t b = 0; b < state_names(config.kind).size(); ++b) state_.push_back(backend_.alloc(n));
   if (config.kind == OptimizerKind::Lamb) norms_.assign(2 * tensors.size(), 0.0);
@@ -65,7 +65,7 @@ Optimizer::~Optimizer() {
 }
 
 size_t Optimizer::bytes() const {
-  return (hi_ - lo_) * sizeof(float) * (state_.size() + (separate_master() ? 1 : 0));
+  return owned_.size() * sizeof(float) * (state_.size() + (separate_master() ? 1 : 0));
 }
 
 void Optimizer::step(const float* grads, float lr, float grad_scale) {
@@ -76,18 +76,19 @@ void Optimizer::step(const float* grads, float lr, float grad_scale) {
   } else {
     for (const Segment& s : segments_) {
       const float wd = layout_.tensors()[s.tensor].decay ? c.weight_decay : 0.0f;
-      const size_t at = s.begin - lo_, n = s.end - s.begin;
+      const size_t at = s.at, n = s.n;
       if (c.kind == OptimizerKind::AdamW)
-        backend_.adamw(master_ + at, grads + s.begin, state_[0] + at, state_[1] + at, n, lr,
-                       c.beta1, c.beta2, c.eps, wd, t_, grad_scale);
+        backend_.adamw(master_ + at, grads + at, state_[0] + at, state_[1] + at, n, lr, c.beta1,
+                       c.beta2, c.eps, wd, t_, grad_scale);
       else
-        backend_.sgd_momentum(master_ + at, grads + s.begin, state_[0] + at, n, lr, c.momentum, wd,
+        backend_.sgd_momentum(master_ + at, grads + at, state_[0] + at, n, lr, c.momentum, wd,
                               grad_scale);
     }
   }
   if (separate_master()) {  // the compute copy: the master rounded to the precision
-    backend_.convert(params_ + lo_, master_, hi_ - lo_);  // 2-byte storage: rounded as written
-    if (float* emulated = params_.full()) backend_.round_to(emulated + lo_, hi_ - lo_, precision_);
+    const size_t n = owned_.size();
+    backend_.convert(params_, master_, n);  // 2-byte storage: rounded as written
+    if (float* emulated = params_.full()) backend_.round_to(emulated, n, precision_);
   }
 }
 
@@ -98,13 +99,12 @@ void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
   // without decay take the AdamW step (trust ratio 1) right away.
   std::fill(norms_.begin(), norms_.end(), 0.0);
   for (const Segment& s : segments_) {
-    const size_t at = s.begin - lo_, n = s.end - s.begin;
+    const size_t at = s.at, n = s.n;
     if (tensors[s.tensor].decay)
-      backend_.lamb_moments(master_ + at, grads + s.begin, state_[0] + at, state_[1] + at, n,
-                            c.beta1, c.beta2, c.eps, c.weight_decay, t_, grad_scale,
-                            &norms_[2 * s.tensor]);
+      backend_.lamb_moments(master_ + at, grads + at, state_[0] + at, state_[1] + at, n, c.beta1,
+                            c.beta2, c.eps, c.weight_decay, t_, grad_scale, &norms_[2 * s.tensor]);
     else
-      backend_.adamw(master_ + at, grads + s.begin, state_[0] + at, state_[1] + at, n, lr, c.beta1,
+      backend_.adamw(master_ + at, grads + at, state_[0] + at, state_[1] + at, n, lr, c.beta1,
                      c.beta2, c.eps, 0.0f, t_, grad_scale);
   }
   // The whole tensors' sums: over the ranges of the dp group, then over tp for split tensors
@@ -125,8 +125,7 @@ void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
     if (!tensors[s.tensor].decay) continue;
     const double w = std::sqrt(norms_[2 * s.tensor]), u = std::sqrt(norms_[2 * s.tensor + 1]);
     const double ratio = w > 0 && u > 0 ? w / u : 1.0;
-    const size_t at = s.begin - lo_;
-    backend_.lamb_update(master_ + at, state_[0] + at, state_[1] + at, s.end - s.begin,
+    backend_.lamb_update(master_ + s.at, state_[0] + s.at, state_[1] + s.at, s.n,
                          static_cast<float>(lr * ratio), c.beta1, c.beta2, c.eps, c.weight_decay,
                          t_);
   }

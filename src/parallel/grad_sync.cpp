@@ -6,12 +6,6 @@
 
 namespace mpitrain {
 
-FlatRange zero_range(size_t n, int ranks, int rank) {
-  const size_t per = ((n + ranks - 1) / ranks + 15) / 16 * 16;
-  const size_t lo = std::min(n, static_cast<size_t>(rank) * per);
-  return {lo, std::min(n, lo + per)};
-}
-
 GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket_bytes,
                          const GradSyncOptions& options)
     : dp_(dp), grads_(grads), n_(n), opt_(options) {

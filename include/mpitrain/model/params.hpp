@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "mpitrain/model/config.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 
 namespace mpitrain {
 
@@ -69,6 +70,7 @@ struct ParamTensor {
   // This rank's copy is the one that counts once for the global grad norm and for gathering:
   // false for replicated tensors on tp ranks > 0 and for the tied wte copy on the last stage.
   bool primary;
+  int unit = -1;  // index into ParamLayout::units()
 };
 
 class ParamLayout {
@@ -82,6 +84,12 @@ class ParamLayout {
   size_t offset(Slot slot, int layer = -1) const;
   const ParamTensor& find(const std::string& name) const;  // Error if absent
   const ModelShard& shard() const { return shard_; }
+  // The units ZeRO-2/3 gather and reduce-scatter whole, in flat order, each a contiguous range:
+  // every block is one; outside the blocks, wte, wpe, the final norm (weight and bias) and
+  // lm_head are one each (wte alone, so that its tied copy on the last stage is cut into the same
+  // pieces as the first stage's).
+  const std::vector<FlatRange>& units() const { return units_; }
+  int unit_of(Slot slot, int layer = -1) const;  // the unit of a tensor this shard holds
   // Parameters of the WHOLE model (whatever this shard holds) that take part in matrix products
   // (all but the embedding lookups wte/wpe, with the output head counted whether tied or not):
   // the N of the MFU formula.
@@ -91,6 +99,7 @@ class ParamLayout {
   ModelShard shard_;
   std::vector<ParamTensor> tensors_;
   std::vector<int> index_;  // (slot, layer) -> position in tensors_, -1 if absent
+  std::vector<FlatRange> units_;
   int n_layer_;
   size_t total_ = 0;
   size_t matmul_params_ = 0;

@@ -1,8 +1,10 @@
-// The optimizer: AdamW, SGD with momentum or LAMB over a contiguous range [lo, hi) of one rank's
-// flat parameter buffer, with fp32 master weights when the parameters are kept in bf16/fp16.
+// The optimizer: AdamW, SGD with momentum or LAMB over the parts of one rank's flat parameter
+// buffer it owns (parallel/shard_ranges.hpp), with fp32 master weights when the parameters are
+// kept in bf16/fp16.
 //
-// The range is the whole buffer without ZeRO; with ZeRO-1 it is this data-parallel rank's part
-// (the caller's choice: the gradient sync decides it), and the state lives only for the range.
+// The parts are the whole buffer without ZeRO; with ZeRO-1 this data-parallel rank's range, with
+// ZeRO-2/3 its piece of every unit (the caller's choice: the gradient sync decides it). The
+// parameters, gradients, master and state it sees are compact: the owned elements back to back.
 // Every kind uses decoupled weight decay, on the tensors ParamLayout marks (matrices and
 // embeddings; never norms and biases), and takes the learning rate of the step from the caller
 // (the schedule). With g = grad_scale * grad:
@@ -20,10 +22,10 @@
 // wherever it lies (backend/cpu_optimizer.cpp), so a layout changes only the order of the norms'
 // double sums.
 //
-// Master weights (precision bf16/fp16): the optimizer keeps fp32 copies of params[lo, hi),
-// taken from the compute copy at construction, updates them, and writes params[lo, hi) =
-// round_to(master, precision) — a 2-byte compute copy or fp32 containers. For fp32 the master
-// is params[lo, hi) itself (no copy).
+// Master weights (precision bf16/fp16): the optimizer keeps fp32 copies of its parameters,
+// taken from the compute copy at construction, updates them, and writes the compute copy =
+// round_to(master, precision) — 2 bytes or fp32 containers. For fp32 the master is the
+// parameters themselves (no copy).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +35,7 @@
 #include "mpitrain/backend/backend.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/params.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 
 namespace mpitrain {
 
@@ -57,7 +60,7 @@ struct OptimizerConfig {
 // The groups LAMB reduces its per-tensor squared norms over; nullptr where this rank is alone.
 // Unused by adamw and sgd.
 struct NormGroups {
-  Communicator* dp = nullptr;    // ZeRO only: the group whose ranges split this stage's buffer
+  Communicator* dp = nullptr;    // ZeRO only: the group whose shards split this stage's buffer
   Communicator* tp = nullptr;    // the tensor-parallel group
   Communicator* tied = nullptr;  // gpt2 with pp > 1, first and last stage: the embedding group,
                                  // so that both copies of the tied wte take the same ratio
@@ -65,30 +68,30 @@ struct NormGroups {
 
 class Optimizer {
  public:
-  // params: the compute copy, layout.total() elements outliving the optimizer, in fp32 or in 2
-  // bytes. Updates params[lo, hi) (lo <= hi <= layout.total()). precision bf16/fp16: a separate
+  // params: the compute copy of the owned elements (owned.size(), compact), outliving the
+  // optimizer, in fp32 or in 2 bytes; owned lies inside layout.total(). precision bf16/fp16: a
+  // separate
   // fp32 master, taken from the compute copy's values (as Megatron does), written back to it
   // rounded after each step (2-byte storage: by convert; fp32 containers: round_to).
   // Every rank of each group in `groups` must construct its optimizer with the same layout.
   Optimizer(Backend<float>& backend, const ParamLayout& layout, const OptimizerConfig& config,
-            Buf<float> params, size_t lo, size_t hi, Precision precision,
+            Buf<float> params, ShardRanges owned, Precision precision,
             NormGroups groups = {});
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of the range from grads[lo, hi) (grads: the flat buffer, layout.total()) scaled
-  // by grad_scale (clipping x 1 / loss scale). LAMB: collective over `groups`.
+  // One update of the owned elements from grads (compact, owned.size()) scaled by grad_scale
+  // (clipping x 1 / loss scale). LAMB: collective over `groups`.
   void step(const float* grads, float lr, float grad_scale);
 
   const OptimizerConfig& config() const { return config_; }
-  size_t lo() const { return lo_; }
-  size_t hi() const { return hi_; }
+  const ShardRanges& owned() const { return owned_; }
   Precision precision() const { return precision_; }
   bool separate_master() const { return precision_ != Precision::Fp32; }
-  // The fp32 values of [lo, hi): hi - lo floats (params + lo when not separate).
+  // The fp32 values of the owned elements, compact (params itself when not separate).
   float* master() { return master_; }
-  // The state buffers, named as state_names(kind), each hi - lo floats in the layout's order.
+  // The state buffers, named as state_names(kind), each owned().size() floats, compact.
   const std::vector<float*>& state() { return state_; }
   // Bytes this optimizer allocated (state and separate master): 1/dp of it per rank with ZeRO.
   size_t bytes() const;
@@ -96,9 +99,9 @@ class Optimizer {
   void set_steps_taken(int t) { t_ = t; }  // after loading the state
 
  private:
-  // The part [begin, end) of one tensor (index into layout.tensors()) inside [lo, hi).
+  // The owned part of one tensor (index into layout.tensors()): n elements at compact `at`.
   struct Segment {
-    size_t tensor, begin, end;
+    size_t tensor, at, n;
   };
   void lamb_step(const float* grads, float lr, float grad_scale);
 
@@ -106,7 +109,7 @@ class Optimizer {
   const ParamLayout& layout_;
   OptimizerConfig config_;
   Buf<float> params_;
-  size_t lo_, hi_;
+  ShardRanges owned_;
   Precision precision_;
   NormGroups groups_;
   std::vector<Segment> segments_;

@@ -38,16 +38,9 @@
 #include "mpitrain/backend/buf.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/parallel/compression.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 
 namespace mpitrain {
-
-struct FlatRange {
-  size_t lo = 0, hi = 0;  // [lo, hi)
-};
-
-// ZeRO-1's split of n floats over `ranks`: pieces of ceil(n / ranks) rounded up to 16 floats, in
-// rank order; the last pieces may be shorter or empty.
-FlatRange zero_range(size_t n, int ranks, int rank);
 
 struct GradSyncOptions {
   bool zero = false;  // ZeRO-1 (not with compression)

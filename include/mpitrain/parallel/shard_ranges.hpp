@@ -1,0 +1,52 @@
+// The parts of a stage's flat parameter buffer that one rank holds, kept back to back.
+//
+// Every buffer that covers only part of the flat buffer (the optimizer's master and state, and
+// under ZeRO-2/3 the gradient and parameter shards) is "compact": the ranges' elements in order,
+// with no gaps. Flat offset f of range i sits at compact offset at(i) + (f - ranges()[i].lo).
+//   whole(n)        no ZeRO: one range [0, n), compact = flat
+//   ZeRO-1          one range [lo, hi): compact = flat - lo
+//   ZeRO-2 / 3      one range per unit (ParamLayout::units()): this rank's piece of the unit
+// Example, units [0, 40) and [40, 100), 2 ranks, pieces rounded up to 16 elements: rank 0 holds
+// [0, 32) [40, 72) (compact 0..31, 32..63), rank 1 holds [32, 40) [72, 100) (compact 0..7, 8..35).
+// A tensor lies in one unit, so it meets at most one range (overlap()).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace mpitrain {
+
+struct FlatRange {
+  size_t lo = 0, hi = 0;  // [lo, hi)
+  size_t size() const { return hi - lo; }
+};
+
+// The split of n elements over `ranks`: pieces of ceil(n / ranks) rounded up to 16 elements, in
+// rank order; the last pieces may be shorter or empty (ZeRO-1's ranges, ZeRO-2/3's unit pieces).
+FlatRange zero_range(size_t n, int ranks, int rank);
+
+class ShardRanges {
+ public:
+  ShardRanges() = default;
+  // Sorted, disjoint ranges; empty ones are dropped. Error if they overlap or are out of order.
+  explicit ShardRanges(std::vector<FlatRange> ranges);
+  static ShardRanges whole(size_t n) { return ShardRanges({{0, n}}); }
+
+  const std::vector<FlatRange>& ranges() const { return ranges_; }
+  size_t size() const { return size_; }       // elements held
+  size_t at(size_t i) const { return at_[i]; }  // compact offset of range i
+  // The part of [lo, hi) that is held, with its compact offset (begin == end: none). Error if
+  // more than one range meets [lo, hi).
+  struct Overlap {
+    size_t begin = 0, end = 0, at = 0;  // flat [begin, end) at compact [at, at + end - begin)
+    size_t size() const { return end - begin; }
+  };
+  Overlap overlap(size_t lo, size_t hi) const;
+
+ private:
+  std::vector<FlatRange> ranges_;
+  std::vector<size_t> at_;
+  size_t size_ = 0;
+};
+
+}  // namespace mpitrain
