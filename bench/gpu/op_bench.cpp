@@ -229,7 +229,8 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   const size_t P = model.num_params();
   fill_random(be, model.params(), P, 0.02f, 7);
   be.set_alloc_kind(cuda::MemoryKind::Optimizer);
-  Optimizer opt(be, model.layout(), OptimizerConfig{}, model.params(), 0, P, prec);
+  Optimizer opt(be, model.layout(), OptimizerConfig{}, model.params(), ShardRanges::whole(P),
+                prec);
   const int N = B * T;
   std::vector<int32_t> tok(N), tgt(N);
   for (int i = 0; i < N; ++i) {
@@ -249,7 +250,8 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
         model.zero_grads();
         loss = model.forward(0, dtok, dtgt, B, T, 1.0f / N);
         model.backward(0, dtok, B, T);
-        const double norm = std::sqrt(model.grad_square_sum());
+        const double norm =
+            std::sqrt(model.grad_square_sum(model.grads(), ShardRanges::whole(P)));
         opt.step(model.grads(), 1e-4f, norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f);
       },
       2, a.steps);

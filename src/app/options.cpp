@@ -64,7 +64,8 @@ const std::vector<OptionRange> kRanges = {
     {"tp", 0, kUnbounded},
     {"pp", 0, kUnbounded},
     {"bucket-mb", 0.0625, 1 << 20},
-    {"zero", 0, 1},
+    {"zero", 0, 3},
+    {"zero-shard-size", 0, 1 << 20},
     {"topk-ratio", 0, 1, true},
     // Precision and memory; fp16 loss scales are powers of two well inside 2^64
     {"device-memory-gib", 0, kUnbounded},
@@ -234,12 +235,23 @@ po::options_description parallel_options(TrainConfig& t) {
       ("pp-schedule", with_default(&t.pp_schedule)->value_name("gpipe|1f1b"), "pipeline schedule")
       ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket (MiB)")
       ("zero", with_default(&t.zero),
-       "1 = ZeRO-1: optimizer state and master weights sharded over dp (reduce-scatter the "
-       "gradients, update the own shard, all-gather the parameters); 0 = replicated")
+       "sharding over dp: 1 = ZeRO-1, optimizer state and master weights (reduce-scatter the "
+       "gradients, update the own shard, all-gather the parameters); 2 = also the gradients, "
+       "reduce-scattered block by block during backward; 3 = also the parameters (FSDP), "
+       "all-gathered block by block before use; 0 = replicated")
+      ("zero3-reshard-after-forward", flag(&t.zero3_reshard_after_forward),
+       "zero 3: free each block's gathered parameters after its forward and gather them again "
+       "for its backward (false: keep every gathered block until the update: less "
+       "communication, the memory of the whole stage)")
+      ("zero3-prefetch", flag(&t.zero3_prefetch),
+       "zero 3: start the next block's all-gather while the current block computes")
+      ("zero-shard-size", with_default(&t.zero_shard_size),
+       "zero 2/3: shard over groups of this many data-parallel ranks and replicate across the "
+       "groups (hybrid sharding, FSDP's HSDP); 0 = the whole data-parallel group")
       ("grad-compress", with_default(&t.grad_compress)->value_name("none|bf16|fp16|int8|topk"),
        "data-parallel gradient compression: bf16, fp16 (2 bytes a value), int8 (1 byte + a scale "
        "per chunk) or topk (the largest --topk-ratio of each bucket); int8 and topk keep error "
-       "feedback. Sums are taken in fp32. Not with --zero 1")
+       "feedback. Sums are taken in fp32. Not with --zero")
       ("topk-ratio", with_default(&t.topk_ratio), "topk: fraction of each bucket's values sent");
   return d;
 }
@@ -322,7 +334,8 @@ po::options_description monitoring_options(TrainConfig& t) {
        "skip (no update that step, counted); fp16 runs skip and lower the loss scale instead")
       ("check-replicas", with_default(&t.check_replicas),
        "every N steps compare a checksum of the data-parallel replicas' parameters; a difference "
-       "stops the run (exit 1); 0 = off");
+       "stops the run (exit 1); 0 = off (and by default under --zero 3, where no rank holds a "
+       "whole copy)");
   return d;
 }
 
@@ -390,9 +403,12 @@ void check_train(TrainConfig& t, const RawText& raw) {
   require(t.kernels == "cudnn" || t.kernels == "cuda",
           "kernels must be cudnn or cuda, not '" + t.kernels + "'");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None || t.zero == 0,
-          "grad-compress " + t.grad_compress +
-              " is not supported with zero 1 (ZeRO's reduce-scatter and all-gather are not "
-              "compressed): use one or the other");
+          "grad-compress " + t.grad_compress + " is not supported with zero " +
+              std::to_string(t.zero) +
+              " (ZeRO's reduce-scatter and all-gather are not compressed): use one or the other");
+  require(t.zero_shard_size == 0 || t.zero >= 2,
+          "zero-shard-size " + std::to_string(t.zero_shard_size) +
+              " (hybrid sharding) needs --zero 2 or 3");
   parse_nan_policy(t.on_nan);
   parse_optimizer(t.optimizer);
   parse_precision(t.precision);

@@ -117,24 +117,66 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
       stats_cursor != stats_ + stats_count_)
     MPITRAIN_THROW("activation layout does not add up");
 
+  if (options_.lend_params && !options_.lend_grads)
+    MPITRAIN_THROW("parameters lent without their gradients");
   backend_.set_alloc_kind(AllocKind::Params);
-  params_ = backend_.alloc(layout_.total(), options_.storage);
+  if (!options_.lend_params) params_ = backend_.alloc(layout_.total(), options_.storage);
   backend_.set_alloc_kind(AllocKind::Grads);
-  grads_ = backend_.alloc(layout_.total());
+  if (!options_.lend_grads) grads_ = backend_.alloc(layout_.total());
   backend_.set_alloc_kind(AllocKind::Activations);
+  for (const FlatRange& u : layout_.units()) {  // lent units: null until taken
+    unit_params_.push_back(params_ ? CBuf<T>(params_ + u.lo) : CBuf<T>(nullptr));
+    unit_grads_.push_back(grads_ ? grads_ + u.lo : nullptr);
+  }
 }
 
 template <typename T>
 Model<T>::~Model() {
-  backend_.free(grads_);
-  backend_.free(params_.data());
+  if (grads_) backend_.free(grads_);
+  if (params_) backend_.free(params_.data());
   backend_.free(stats_);
   backend_.free(acts_.data());
 }
 
 template <typename T>
 void Model<T>::zero_grads() {
-  backend_.zero(grads_, layout_.total());
+  if (grads_) backend_.zero(grads_, layout_.total());
+}
+
+template <typename T>
+void Model<T>::take_params(int u, bool backward) {
+  if (u >= 0 && options_.lend_params) unit_params_[u] = lender_->params(u, backward);
+}
+
+template <typename T>
+void Model<T>::give_params(int u, bool backward) {
+  if (u < 0 || !options_.lend_params) return;
+  lender_->params_done(u, backward);
+  unit_params_[u] = nullptr;
+}
+
+template <typename T>
+void Model<T>::take_grads(int u) {
+  if (u >= 0 && options_.lend_grads && !unit_grads_[u]) unit_grads_[u] = lender_->grads(u);
+}
+
+template <typename T>
+void Model<T>::give_grads(int u) {
+  if (u < 0 || !options_.lend_grads) return;
+  lender_->grads_done(u);
+  unit_grads_[u] = nullptr;
+}
+
+template <typename T>
+std::array<int, 2> Model<T>::embedding_units() const {
+  if (!layout_.shard().first_stage) return {-1, -1};
+  return {layout_.unit_of(Slot::Wte), layout_.has(Slot::Wpe) ? layout_.unit_of(Slot::Wpe) : -1};
+}
+
+template <typename T>
+std::array<int, 2> Model<T>::head_units() const {
+  if (!layout_.shard().last_stage) return {-1, -1};
+  return {layout_.unit_of(Slot::LnfW), layout_.unit_of(head_slot())};
 }
 
 template <typename T>
@@ -239,21 +281,30 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   SlotActs& sa = slots_[slot];
 
   if (s.first_stage) {
+    const std::array<int, 2> units = embedding_units();
+    for (int u : units) take_params(u, false);
     const CBuf<T> wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
     backend_.embedding_forward(sa.encoded, tokens, p(Slot::Wte), wpe, B, Tlen, C, vocab_start_,
                                local_vocab_);
+    for (int u : units) give_params(u, false);
     tp_sum(sa.encoded, NC);
     lp(sa.encoded, NC);
   }
   CBuf<T> x = sa.encoded;  // (N,C) the residual stream entering each block
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
-    block_forward(sa.layers[i], x, s.layer_begin + i, B, Tlen);
+    const int l = s.layer_begin + i, u = layout_.unit_of(Slot::Ln1W, l);
+    take_params(u, false);
+    block_forward(sa.layers[i], x, l, B, Tlen);
+    give_params(u, false);
     x = sa.layers[i].res3;
   }
   if (!s.last_stage) return 0.0;
+  const std::array<int, 2> units = head_units();
+  for (int u : units) take_params(u, false);
   norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, x, Slot::LnfW, Slot::LnfB, -1, N);
   lp(sa.lnf, NC);
   backend_.matmul_forward(sa.logits, sa.lnf, p(head_slot()), nullptr, N, C, local_vocab_);
+  for (int u : units) give_params(u, false);
   lp(sa.logits, static_cast<size_t>(N) * local_vocab_);  // the loss itself is taken in fp32
   return targets ? loss(sa, targets, N, dloss) : 0.0;
 }
@@ -272,8 +323,14 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     if (grads_ready) grads_ready(offset);
   };
 
+  const std::array<int, 2> embedding = embedding_units();
   if (s.last_stage) {
     // head: logits hold dlogits (left by forward's cross-entropy)
+    const std::array<int, 2> units = head_units();
+    for (int u : units) {
+      take_params(u, true);
+      take_grads(u);
+    }
     const CBuf<T> x = sa.layers.back().res3;
     lp(sa.logits, static_cast<size_t>(N) * local_vocab_);
     backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, sa.lnf, p(head_slot()), N,
@@ -283,12 +340,18 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     backend_.zero(d.dres, NC);
     norm_backward(d.dres, d.dln, x, sa.lnf_mean, sa.lnf_rstd, Slot::LnfW, Slot::LnfB, -1, N);
     lp(d.dres, NC);
+    for (int u : units) give_params(u, true);
+    give_grads(units[0]);
+    if (units[1] != embedding[0]) give_grads(units[1]);  // the tied wte waits for the embedding
     ready(layout_.offset(Slot::LnfW));
   }
   for (int i = s.layer_end - s.layer_begin - 1; i >= 0; --i) {
     const int l = s.layer_begin + i;
     LayerActs& a = sa.layers[i];
     const CBuf<T> x = i == 0 ? sa.encoded : sa.layers[i - 1].res3;
+    const int u = layout_.unit_of(Slot::Ln1W, l);
+    take_params(u, true);
+    take_grads(u);
     if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
     backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l), d.dres,
@@ -326,32 +389,38 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     lp(d.dln, NC);
     norm_backward(d.dres, d.dln, x, a.ln1_mean, a.ln1_rstd, Slot::Ln1W, Slot::Ln1B, l, N);
     lp(d.dres, NC);
+    give_params(u, true);
+    give_grads(u);
     ready(layout_.offset(Slot::Ln1W, l));
   }
   if (s.first_stage) {
+    for (int u : embedding) take_grads(u);
     backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), d.dres, tokens, B, Tlen, C,
                                 vocab_start_, local_vocab_);
+    for (int u : embedding) give_grads(u);
     ready(0);
   }
 }
 
 template <typename T>
-void Model<T>::sync_replicated_grads() {
+void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
   if (!tp_) return;
   const T inv = T(1) / static_cast<T>(tp_->size());
   for (const ParamTensor& t : layout_.tensors()) {
     if (t.split_dim >= 0) continue;
-    tp_->all_reduce(grads_ + t.offset, t.numel, ReduceOp::Sum);
-    backend_.scale(grads_ + t.offset, inv, t.numel);
+    const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
+    if (o.size() == 0) continue;  // the same on every tp rank
+    tp_->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
+    backend_.scale(grads + o.at, inv, o.size());
   }
 }
 
 template <typename T>
-double Model<T>::grad_square_sum(size_t lo, size_t hi) {
+double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held) const {
   double sum = 0.0;
   for (const ParamTensor& t : layout_.tensors()) {
-    const size_t b = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
-    if (t.primary && b < e) sum += backend_.sum_squares(grads_ + b, e - b);
+    const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
+    if (t.primary && o.size() > 0) sum += backend_.sum_squares(grads + o.at, o.size());
   }
   return sum;
 }

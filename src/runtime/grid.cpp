@@ -76,8 +76,9 @@ GridShape resolve_grid(int world_size, int dp, int tp, int pp) {
   return GridShape{dp, tp, pp};
 }
 
-std::vector<int> Grid::members(const GridShape& s, Group g, int rank) {
+std::vector<int> Grid::members(const GridShape& s, Group g, int rank, int shard_size) {
   const int t = rank % s.tp, d = rank / s.tp % s.dp, p = rank / (s.tp * s.dp);
+  const int D = shard_size > 0 ? shard_size : s.dp;
   std::vector<int> out;
   switch (g) {
     case Group::Tp:
@@ -93,6 +94,12 @@ std::vector<int> Grid::members(const GridShape& s, Group g, int rank) {
       for (int i = 0; i < s.pp; ++i)
         for (int j = 0; j < s.tp; ++j) out.push_back(world_rank(s, d, j, i));
       break;
+    case Group::DpShard:
+      for (int i = d / D * D; i < d / D * D + D; ++i) out.push_back(world_rank(s, i, t, p));
+      break;
+    case Group::DpReplica:
+      for (int i = d % D; i < s.dp; i += D) out.push_back(world_rank(s, i, t, p));
+      break;
     case Group::Embedding:
       if (p == 0 || p == s.pp - 1) {
         out.push_back(world_rank(s, d, t, 0));
@@ -105,15 +112,33 @@ std::vector<int> Grid::members(const GridShape& s, Group g, int rank) {
 
 // Each group is one MPI_Comm_split: the color names the group (its first member), the key
 // orders ranks as members() does.
-Grid::Grid(const MpiComm& world, GridShape shape)
+namespace {
+
+int checked_shard_size(const GridShape& shape, int shard_size) {
+  if (shard_size <= 0) return shape.dp;
+  if (shape.dp % shard_size != 0)
+    throw UsageError("zero-shard-size " + std::to_string(shard_size) +
+                     " does not divide the data-parallel size " + std::to_string(shape.dp) +
+                     ": use a divisor of it, or 0 (shard over the whole data-parallel group)");
+  return shard_size;
+}
+
+}  // namespace
+
+Grid::Grid(const MpiComm& world, GridShape shape, int shard_size)
     : shape_(shape),
+      shard_size_(checked_shard_size(shape, shard_size)),
       dp_rank_(world.rank() / shape.tp % shape.dp),
       tp_rank_(world.rank() % shape.tp),
       pp_rank_(world.rank() / (shape.tp * shape.dp)),
       tp_(world.split(members(shape, Group::Tp, world.rank())[0], tp_rank_)),
       dp_(world.split(members(shape, Group::Dp, world.rank())[0], dp_rank_)),
       pp_(world.split(members(shape, Group::Pp, world.rank())[0], pp_rank_)),
-      mp_(world.split(members(shape, Group::ModelParallel, world.rank())[0], world.rank())) {
+      mp_(world.split(members(shape, Group::ModelParallel, world.rank())[0], world.rank())),
+      dp_shard_(world.split(members(shape, Group::DpShard, world.rank(), shard_size_)[0],
+                            dp_rank_ % shard_size_)),
+      dp_replica_(world.split(members(shape, Group::DpReplica, world.rank(), shard_size_)[0],
+                              dp_rank_ / shard_size_)) {
   if (shape.size() != world.size()) MPITRAIN_THROW("grid does not match the world size");
   const MpiComm node = world.split_shared();
   local_rank_ = node.rank();

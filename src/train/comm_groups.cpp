@@ -38,7 +38,7 @@ CommKind resolve_comm(const std::string& option, const std::string& device, bool
 }
 
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                              int slots, double bucket_mb) {
+                              int slots, double bucket_mb, int zero) {
   const ParamLayout layout(config, shard);
   const size_t rows = static_cast<size_t>(B) * T, activation = rows * config.d_model;
   size_t replicated = 0;
@@ -52,6 +52,12 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   s.pp_in_flight = 2 * slots + 1;
   s.dp = sizeof(float) * bucket;
   s.dp_in_flight = static_cast<int>((layout.total() + bucket - 1) / bucket);
+  if (zero >= 2) {
+    size_t unit = 0;
+    for (const FlatRange& u : layout.units()) unit = std::max(unit, u.size());
+    s.dp = sizeof(float) * unit;
+    s.dp_in_flight = static_cast<int>(2 * layout.units().size());
+  }
   // Only tied copies cross the group (gpt2; llama's first and last stage hold different tables),
   // and every member must agree: an NCCL communicator is made by all of them or none.
   s.embedding = config.tied_embeddings() && layout.has(Slot::Wte)
@@ -72,6 +78,12 @@ CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
   if (grid.embedding()) {
     embedding.emplace(grid.embedding()->get(), "embedding");
     embedding_data_ = &*embedding;
+  }
+  if (grid.shard_size() < grid.shape().dp) {
+    shard.emplace(grid.dp_shard().get(), "dp-shard");
+    replica.emplace(grid.dp_replica().get(), "dp-replica");
+    shard_data_ = &*shard;
+    replica_data_ = &*replica;
   }
 }
 
@@ -109,12 +121,16 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
   dp_data_ = make(dp, sizes.dp, sizes.dp_in_flight);
   pp_data_ = make(pp, sizes.pp, sizes.pp_in_flight);
   if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, 0);
+  if (shard) shard_data_ = make(*shard, sizes.dp, sizes.dp_in_flight);
+  if (replica) replica_data_ = make(*replica, sizes.dp, 0);
 #endif
 }
 
 std::vector<const CallLog*> CommGroups::host_logs() const {
   std::vector<const CallLog*> logs = {&world.calls(), &tp.calls(), &dp.calls(), &pp.calls()};
   if (embedding) logs.push_back(&embedding->calls());
+  if (shard) logs.push_back(&shard->calls());
+  if (replica) logs.push_back(&replica->calls());
   return logs;
 }
 
@@ -130,6 +146,8 @@ std::vector<Communicator*> CommGroups::blocking() {
   add(&dp, dp_data_);
   add(&pp, pp_data_);
   if (embedding) add(&*embedding, embedding_data_);
+  if (shard) add(&*shard, shard_data_);
+  if (replica) add(&*replica, replica_data_);
   return all;
 }
 

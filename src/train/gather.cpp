@@ -16,12 +16,14 @@ ModelShard shard_of(const GridShape& shape, const std::vector<int>& stage_first_
   return s;
 }
 
-std::vector<float> gather_parameters(const Model<float>& model, const Grid& grid,
-                                     const std::vector<int>& stage_first_layer,
+std::vector<float> gather_parameters(const Model<float>& model, const float* stage,
+                                     const Grid& grid, const std::vector<int>& stage_first_layer,
                                      const MpiComm& world) {
   const ModelConfig& cfg = model.config();
   std::vector<float> host;  // a copy of this rank's parameters when they live on a device
-  const float* params = model.backend().host_memory() ? model.params().full() : nullptr;
+  const float* params = stage ? stage
+                        : model.backend().host_memory() ? model.params().full()
+                                                        : nullptr;
   if (params == nullptr) {  // on a device, or stored in 2 bytes: widened to fp32 (exact)
     host.resize(model.num_params());
     model.backend().download(host.data(), model.params(), host.size());

@@ -55,22 +55,18 @@ struct FirstTensor {
   double min, max, mean, std;
 };
 
-// The elements [begin, end) of tensor p that lie in the flat range [lo, hi), as offsets into
-// the flat buffer (empty: begin == end).
-struct Part {
-  size_t begin, end;
-};
-Part part_of(const ParamTensor& p, size_t lo, size_t hi) {
-  const size_t begin = std::max(lo, p.offset), end = std::min(hi, p.offset + p.numel);
-  return begin < end ? Part{begin, end} : Part{0, 0};
+// The held elements of tensor p: flat [begin, end) at compact `at` (empty: begin == end).
+using Part = ShardRanges::Overlap;
+Part part_of(const ParamTensor& p, const ShardRanges& held) {
+  return held.overlap(p.offset, p.offset + p.numel);
 }
 
 TensorStats part_stats(const ParamTensor& p, const float* grads, Part part) {
-  return tensor_stats(grads + part.begin, p.shape, part.begin - p.offset, part.end - part.begin);
+  return tensor_stats(grads + part.at, p.shape, part.begin - p.offset, part.size());
 }
 
-// JSON objects (comma-separated) for this rank's non-finite tensors (in [lo, hi)) and loss.
-std::string local_findings(const ParamLayout& layout, const float* grads, size_t lo, size_t hi,
+// JSON objects (comma-separated) for this rank's non-finite tensors (held part) and loss.
+std::string local_findings(const ParamLayout& layout, const float* grads, const ShardRanges& held,
                            double loss, int rank) {
   std::string out;
   auto add = [&](const std::string& object) {
@@ -80,8 +76,8 @@ std::string local_findings(const ParamLayout& layout, const float* grads, size_t
   if (!std::isfinite(loss))
     add("{\"rank\": " + std::to_string(rank) + ", \"loss\": \"" + number(loss) + "\"}");
   for (const ParamTensor& p : layout.tensors()) {
-    const Part part = part_of(p, lo, hi);
-    if (all_finite(grads + part.begin, part.end - part.begin)) continue;
+    const Part part = part_of(p, held);
+    if (all_finite(grads + part.at, part.size())) continue;
     add("{\"rank\": " + std::to_string(rank) + ", \"tensor\": \"" + p.name + "\", \"layer\": " +
         std::to_string(p.layer) + ", \"global_shape\": " + shape_text(p.global_shape) + ", " +
         json_members(part_stats(p, grads, part)) + "}");
@@ -178,23 +174,22 @@ std::string NonFinite::describe() const {
 
 NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, double loss,
                          MpiCommunicator& world) {
-  return find_nonfinite(layout, grads, 0, layout.total(), loss, world);
+  return find_nonfinite(layout, grads, ShardRanges::whole(layout.total()), loss, world);
 }
 
-NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, size_t lo, size_t hi,
+NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, const ShardRanges& held,
                          double loss, MpiCommunicator& world) {
   int64_t first = INT64_MAX;  // global index of this rank's first non-finite gradient tensor
-  if (lo < hi && !all_finite(grads + lo, hi - lo))
+  if (!all_finite(grads, held.size()))
     for (const ParamTensor& p : layout.tensors()) {
-      const Part part = part_of(p, lo, hi);
-      if (!all_finite(grads + part.begin, part.end - part.begin))
+      const Part part = part_of(p, held);
+      if (!all_finite(grads + part.at, part.size()))
         first = std::min<int64_t>(first, p.global_index);
     }
   int64_t agreed[2] = {first, std::isfinite(loss) ? 1 : 0};  // min over ranks of both
   world.all_reduce(agreed, 2, ReduceOp::Min);
   NonFinite r;
-  r.lo = lo;
-  r.hi = hi;
+  r.held = held;
   r.loss = agreed[1] == 0;
   r.found = r.loss || agreed[0] != INT64_MAX;
   if (agreed[0] == INT64_MAX) return r;
@@ -205,7 +200,7 @@ NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, size_t l
   if (owner == world.rank()) {
     for (const ParamTensor& p : layout.tensors()) {
       if (p.global_index != first) continue;
-      const TensorStats s = part_stats(p, grads, part_of(p, lo, hi));
+      const TensorStats s = part_stats(p, grads, part_of(p, held));
       std::snprintf(t.name, sizeof t.name, "%s", p.name.c_str());
       t.layer = p.layer;
       t.ndim = static_cast<int32_t>(std::min<size_t>(s.shape.size(), 4));
@@ -256,7 +251,7 @@ StepVerdict NumericGuard::apply(const NonFinite& finding, const ParamLayout& lay
   }
   // Stop: every rank's findings to rank 0, which writes them.
   const std::string mine =
-      local_findings(layout, grads, finding.lo, finding.hi, loss, world_.rank());
+      local_findings(layout, grads, finding.held, loss, world_.rank());
   int length = static_cast<int>(mine.size());
   std::vector<int> lengths(root ? world_.size() : 0), displs(lengths.size());
   MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, world_.mpi()));
@@ -296,10 +291,13 @@ StepVerdict NumericGuard::apply(const NonFinite& finding, const ParamLayout& lay
 }
 
 void apply_nan_fault(const FaultPlan& faults, const ParamLayout& layout, float* grads,
-                     int world_rank, int64_t step) {
+                     const ShardRanges& held, int world_rank, int64_t step) {
   if (!faults.fires(FaultKind::Nan, world_rank, step) || !layout.has(Slot::ProjW, faults.layer()))
     return;
-  grads[layout.offset(Slot::ProjW, faults.layer())] = std::numeric_limits<float>::quiet_NaN();
+  const size_t at = layout.offset(Slot::ProjW, faults.layer());
+  const ShardRanges::Overlap o = held.overlap(at, at + 1);
+  if (o.size() == 0) return;  // another rank's shard
+  grads[o.at] = std::numeric_limits<float>::quiet_NaN();
   std::fprintf(stderr,
                "fault injection: rank %d puts a NaN into h.%d.attn.proj.weight's "
                "gradient in step %lld\n",

@@ -45,7 +45,7 @@ void Trainer::resume() {
   // A 2-byte compute copy on the host loads through fp32 values, converted once read.
   std::vector<float> load_params;
   if (state_->params == nullptr) {
-    load_params.resize(model_->num_params());
+    load_params.resize(state_->params_held.size());
     state_->params = load_params.data();
   }
   all_or_none(world_, [&] {
@@ -58,8 +58,10 @@ void Trainer::resume() {
     else  // the newest valid checkpoint of another directory (find_resume_source saw one)
       m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(*state_);
   });
-  if (!load_params.empty()) {
-    if (m) backend_->upload(model_->params(), load_params.data(), load_params.size());
+  if (!load_params.empty()) {  // the whole stage, or under ZeRO-3 the owned pieces
+    if (m)
+      backend_->upload(t_.zero == 3 ? sync_->owned_params() : model_->params(),
+                       load_params.data(), load_params.size());
     state_->params = nullptr;
   }
   if (!m) {
@@ -81,6 +83,7 @@ void Trainer::resume() {
           "the checkpoint of step " + std::to_string(m->step) + " was trained on other data (" +
               data_change + "): give its data, or --allow-data-change to go on with these");
   if (mirror_) mirror_->upload();
+  if (t_.zero == 2) sharded_->owned_from_whole();  // its compute pieces from the loaded whole
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
   best_val_ = m->val_loss;
@@ -102,8 +105,9 @@ Trainer::StepEnd Trainer::step(int step) {
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
   comms_->dp_data().reset_bytes_sent();
-  model_->zero_grads();
-  apply_nan_fault(faults_, model_->layout(), model_->grads(), world_.rank(), step + 1);  // tests
+  sync_->zero_grads();
+  apply_nan_fault(faults_, model_->layout(), sync_->owned_grads(), sync_->owned(), world_.rank(),
+                  step + 1);  // tests
   const float dloss = static_cast<float>(1.0 / tokens_per_step_);  // mean over the global batch
   const bool counts_loss = grid_->last_stage() && grid_->tp_rank() == 0;
   const double loss = runner_->train(load_, static_cast<float>(dloss * scaler_->scale()),
@@ -113,7 +117,8 @@ Trainer::StepEnd Trainer::step(int step) {
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};
   const double optimizer_seconds = update_->optimizer_seconds();
   // Replica drift: every --check-replicas steps the data-parallel copies must be identical.
-  apply_drift_fault(faults_, model_->layout(), model_->params(), world_.rank(), step + 1);
+  if (model_->params())  // ZeRO-3 holds no whole copy (and refuses --check-replicas)
+    apply_drift_fault(faults_, model_->layout(), model_->params(), world_.rank(), step + 1);
   if (t_.check_replicas > 0 && (step + 1) % t_.check_replicas == 0 &&
       !replicas_agree(model_->layout(), host_params(), comms_->dp, comms_->world, step + 1))
     return {true, kExitFailure};
@@ -229,7 +234,11 @@ int Trainer::export_and_sample() {
       !t_.export_llmc.empty() || !t_.export_params.empty() || !t_.export_hf.empty() ||
       t_.sample_tokens > 0;
   if (!want_full) return kExitOk;
-  std::vector<float> full = gather_parameters(*model_, *grid_, stage_first_layer_, world_);
+  // ZeRO-3: the stage's units gathered first, on the host.
+  const std::vector<float> stage =
+      t_.zero == 3 ? sharded_->gather_whole(comms_->dp_shard()) : std::vector<float>{};
+  std::vector<float> full = gather_parameters(*model_, stage.empty() ? nullptr : stage.data(),
+                                              *grid_, stage_first_layer_, world_);
   if (!root_) return kExitOk;
   if (!t_.export_llmc.empty()) {
     save_llmc_model(t_.export_llmc, cfg_, *full_layout_, full.data(), LlmcDtype::Fp32);

@@ -117,6 +117,18 @@ Trainer::~Trainer() = default;
 void Trainer::check_inputs() {
   all_or_none(world_, [&] {
     shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp);
+    require(t_.zero_shard_size == 0 || shape_.dp % t_.zero_shard_size == 0,
+            "zero-shard-size " + std::to_string(t_.zero_shard_size) +
+                " does not divide the data-parallel size " + std::to_string(shape_.dp) +
+                ": use a divisor of it, or 0 (shard over the whole data-parallel group)");
+    if (t_.zero == 3 && t_.check_replicas > 0) {  // no copies to compare: the default goes off
+      const std::vector<std::string>& given = options_.given;
+      require(std::find(given.begin(), given.end(), "check-replicas") == given.end(),
+              "check-replicas compares the data-parallel copies of the parameters, and under "
+              "--zero 3 each rank holds only its own piece of them: use --zero 2 or less, or "
+              "--check-replicas 0");
+      options_.train.check_replicas = 0;
+    }
     if (!t_.resume.empty() && t_.resume != "auto") {  // every rank finds the same
       resume_source_ = find_resume_source(t_.resume);
       take_checkpoint_settings(options_, resume_source_->manifest, t_.resume, shape_.dp);
@@ -198,7 +210,7 @@ void Trainer::lock_out_dir() {
 }
 
 void Trainer::build_model() {
-  grid_.emplace(world_, shape_);
+  grid_.emplace(world_, shape_, t_.zero >= 2 ? t_.zero_shard_size : 0);
   full_layout_.emplace(cfg_);
   comms_ = std::make_unique<CommGroups>(world_, *grid_);  // host communicators now, device below
   devices_ = setup_devices(t_, *grid_, world_);           // GPU choice and table, --comm, power
@@ -210,7 +222,8 @@ void Trainer::build_model() {
   for (const std::string& warning : affinity_warnings(world_, *node_, node_cpus, threads_))
     if (root_) std::fprintf(stderr, "%s\n", warning.c_str());
   allowed_cpus_ = format_cpu_list(node_cpus.cpus[node_cpus.me]);
-  model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute)};
+  model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute),
+                    Precision::Fp32, t_.zero >= 2, t_.zero == 3};
   all_or_none(world_, [&] {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
                 t_.device == "cpu",
@@ -234,7 +247,7 @@ void Trainer::build_model() {
     all_or_none(world_, [&] {
       comms_->use_device(
           devices_.comm, gpu->stream(),
-          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb),
+          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb, t_.zero),
           std::max(t_.comm_timeout, t_.comm_timeout_startup));
     });
 #endif
@@ -247,18 +260,33 @@ void Trainer::build_model() {
   all_or_none(world_, [&] {
     model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, t_.seq_len, slots,
                                             &comms_->tp_data(), model_options_);
+    if (t_.zero >= 2) {  // ZeRO-2/3: the units' shards, lent to the model as it computes them
+      sharded_ = std::make_unique<ShardedUnits>(
+          *backend_, model_->layout(), comms_->dp_shard_data(), comms_->dp_replica_data(),
+          model_options_.storage,
+          ShardingOptions{t_.zero, t_.zero3_reshard_after_forward, t_.zero3_prefetch},
+          model_->params());
+      model_->set_lender(sharded_.get());
+    }
+    const bool zero3 = t_.zero == 3;
     if (t_.init_from.empty()) {
-      model_->init(t_.seed);
+      if (zero3)  // one tensor at a time into the shards: never the whole stage on the host
+        initial_tensors<float>(cfg_, model_->layout(), t_.seed,
+                               [&](const ParamTensor& p, const float* v) { sharded_->set_tensor(p, v); });
+      else
+        model_->init(t_.seed);
     } else {
       std::vector<float> full(full_layout_->total()), local(model_->num_params());
       if (is_hf_dir(t_.init_from))
         load_hf_model(t_.init_from, cfg_, *full_layout_, full.data());
       else
         load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
-      for (const ParamTensor& p : model_->layout().tensors())
+      for (const ParamTensor& p : model_->layout().tensors()) {
         take_shard(p, full.data() + full_layout_->tensors()[p.global_index].offset,
                    local.data() + p.offset);
-      backend_->upload(model_->params(), local.data(), local.size());
+        if (zero3) sharded_->set_tensor(p, local.data() + p.offset);
+      }
+      if (!zero3) backend_->upload(model_->params(), local.data(), local.size());
     }
     require(faults_.kind() != FaultKind::Nan || faults_.layer() < cfg_.n_layer,
             "MPITRAIN_FAULT: layer " + std::to_string(faults_.layer()) + " is not below n-layer " +
@@ -309,24 +337,32 @@ void Trainer::build_step_parts() {
   runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_, micro_batches_,
                                              micro_batch_, t_.seq_len, &trace_,
                                              [this] { return blocked_seconds(); });
-  buckets_ = std::make_unique<GradBuckets>(
-      comms_->dp_data(), model_->grads(), model_->num_params(),
-      static_cast<size_t>(t_.bucket_mb * (1 << 20)),
-      GradSyncOptions{t_.zero == 1, parse_grad_compress(t_.grad_compress), t_.topk_ratio});
-  // The optimizer updates this rank's range of the parameters (all of them without ZeRO-1), from
-  // fp32 master weights taken before the compute copy is rounded to the run's precision. Its
-  // norms are host vectors: the host communicators.
+  if (sharded_) {
+    sync_ = sharded_.get();
+  } else {
+    buckets_ = std::make_unique<GradBuckets>(
+        comms_->dp_data(), model_->grads(), model_->num_params(),
+        static_cast<size_t>(t_.bucket_mb * (1 << 20)),
+        GradSyncOptions{t_.zero == 1, parse_grad_compress(t_.grad_compress), t_.topk_ratio});
+    bucket_sync_ = std::make_unique<BucketSync>(*buckets_, *model_);
+    sync_ = bucket_sync_.get();
+  }
+  // The optimizer updates this rank's owned part of the parameters (all of them without ZeRO),
+  // from fp32 master weights taken before the compute copy is rounded to the run's precision.
+  // Its norms are host vectors: the host communicators.
   tied_copies_ = cfg_.tied_embeddings() && shape_.pp > 1 && comms_->embedding;
-  const FlatRange own = buckets_->owned();
   // The emulated path rounds its fp32 containers before the master is taken from them.
   if (float* emulated = model_->params().full())
     backend_->round_to(emulated, model_->num_params(), model_options_.precision);
+  if (t_.zero == 2) sharded_->owned_from_whole();
+  if (float* emulated = t_.zero == 3 ? sync_->owned_params().full() : nullptr)
+    backend_->round_to(emulated, sync_->owned().size(), model_options_.precision);
   backend_->set_alloc_kind(AllocKind::Optimizer);
-  optimizer_ =
-      std::make_unique<Optimizer>(*backend_, model_->layout(), optimizer_config_, model_->params(),
-                                  own.lo, own.hi, model_options_.precision,
-                                  NormGroups{t_.zero ? &comms_->dp : nullptr, &comms_->tp,
-                                             tied_copies_ ? &*comms_->embedding : nullptr});
+  optimizer_ = std::make_unique<Optimizer>(
+      *backend_, model_->layout(), optimizer_config_, sync_->owned_params(), sync_->owned(),
+      model_options_.precision,
+      NormGroups{t_.zero ? &comms_->dp_shard() : nullptr, &comms_->tp,
+                 tied_copies_ ? &*comms_->embedding : nullptr});
   backend_->set_alloc_kind(AllocKind::Activations);
 #ifdef MPITRAIN_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get())) {  // the footprint is fixed
@@ -338,17 +374,24 @@ void Trainer::build_step_parts() {
       LossScalerConfig{model_options_.precision == Precision::Fp16, t_.initial_loss_scale,
                        t_.loss_scale_window, t_.min_loss_scale});
   guard_ = std::make_unique<NumericGuard>(parse_nan_policy(t_.on_nan), t_.out_dir, comms_->world);
+  // The ranks whose owned parts add up to the stage once: the shard group's (every dp rank under
+  // ZeRO-1, the first replica's under hybrid sharding), else data-parallel rank 0.
+  const bool counts_once = t_.zero == 1 || (t_.zero >= 2 ? grid_->dp_replica().rank() == 0
+                                                         : grid_->dp_rank() == 0);
   update_ = std::make_unique<UpdateStep>(
-      *model_, *buckets_, *optimizer_, *scaler_, *guard_,
-      UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr,
-                   t_.zero == 1 || grid_->dp_rank() == 0},
+      *model_, *sync_, *optimizer_, *scaler_, *guard_,
+      UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once},
       t_.grad_clip, &trace_);
 
   store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
                                              world_, t_.keep_last, faults_);
-  state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params().full(), *optimizer_,
-                                  t_.zero == 1 || grid_->dp_rank() == 0));
-  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, model_->params());
+  // The parameters this rank loads: the whole stage, or under ZeRO-3 its pieces.
+  const Buf<float> held_params = t_.zero == 3 ? sync_->owned_params() : model_->params();
+  state_.emplace(checkpoint_state(
+      cfg_, model_->layout(), held_params.full(),
+      t_.zero == 3 ? sync_->owned() : ShardRanges::whole(model_->num_params()), *optimizer_,
+      counts_once));
+  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, held_params);
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host
@@ -390,9 +433,10 @@ void Trainer::build_step_parts() {
       6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
   tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   // What each rank holds (the largest of all ranks): the compute copy of the parameters (in its
-  // storage type) and the fp32 gradients, optimizer state (with the fp32 master under bf16/fp16;
-  // 1/dp of it with ZeRO-1), activations.
-  held_bytes_[0] = static_cast<double>(model_->param_bytes() + sizeof(float) * model_->num_params());
+  // storage type) and the fp32 gradients (ZeRO-2/3: their shards and unit buffers), optimizer
+  // state (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO), activations.
+  held_bytes_[0] = static_cast<double>(model_->param_bytes() + model_->grad_bytes() +
+                                       (sharded_ ? sharded_->bytes() : 0));
   held_bytes_[1] = static_cast<double>(optimizer_->bytes());
   held_bytes_[2] = static_cast<double>(model_->activation_bytes());
   comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);
@@ -405,6 +449,16 @@ void Trainer::build_step_parts() {
   grads_ready_ = [this](size_t offset) { update_->grads_ready(offset); };
   tokens_.resize(static_cast<size_t>(micro_batch_) * t_.seq_len);
   targets_.resize(tokens_.size());
+}
+
+std::string Trainer::zero_text() const {
+  if (t_.zero == 0) return "";
+  std::string text = ", ZeRO-" + std::to_string(t_.zero);
+  if (t_.zero >= 2 && grid_->shard_size() < shape_.dp)
+    text += " hybrid: " + std::to_string(grid_->shard_size()) + " x " +
+            std::to_string(shape_.dp / grid_->shard_size()) + " replicas";
+  if (t_.zero == 3 && !t_.zero3_reshard_after_forward) text += ", kept gathered";
+  return text;
 }
 
 void Trainer::print_banner() const {
@@ -431,7 +485,7 @@ void Trainer::print_banner() const {
       "per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
       "(%s%s) | activations %.2f MiB (%s%s, recompute %s)",
       held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
-      to_string(optimizer_config_.kind).c_str(), t_.zero ? ", ZeRO-1" : "",
+      to_string(optimizer_config_.kind).c_str(), zero_text().c_str(),
       held_bytes_[2] / (1 << 20), t_.precision.c_str(),
       model_options_.storage != model_options_.precision ? " in fp32 containers" : "",
       t_.recompute.c_str());
@@ -439,7 +493,11 @@ void Trainer::print_banner() const {
     std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
                 to_string(schedule_).c_str(), shape_.pp,
                 100.0 * pipeline_bubble(micro_batches_, shape_.pp));
-  if (shape_.dp > 1) std::printf(" | %zu gradient buckets", buckets_->buckets());
+  if (shape_.dp > 1 && buckets_) std::printf(" | %zu gradient buckets", buckets_->buckets());
+  if (sharded_)
+    std::printf(" | %zu units sharded over %d ranks%s", model_->layout().units().size(),
+                grid_->shard_size(),
+                t_.zero == 3 ? (t_.zero3_prefetch ? ", prefetch on" : ", prefetch off") : "");
   std::printf("\n");
   std::fflush(stdout);
 }

@@ -6,11 +6,11 @@
 
 namespace mpitrain {
 
-UpdateStep::UpdateStep(Model<float>& model, GradBuckets& buckets, Optimizer& optimizer,
+UpdateStep::UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer,
                        LossScaler& scaler, NumericGuard& guard, UpdateGroups groups,
                        double grad_clip, TraceRecorder* trace)
     : model_(model),
-      buckets_(buckets),
+      sync_(sync),
       optimizer_(optimizer),
       scaler_(scaler),
       guard_(guard),
@@ -21,20 +21,26 @@ UpdateStep::UpdateStep(Model<float>& model, GradBuckets& buckets, Optimizer& opt
 
 void UpdateStep::grads_ready(size_t offset) {
   if (tied_wte_) offset = std::max(offset, tied_wte_->offset + tied_wte_->numel);
-  buckets_.ready_from(offset);
+  sync_.ready_from(offset);
 }
 
 UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
   optimizer_seconds_ = 0.0;
-  if (tied_wte_)
+  const bool whole_grads = model_.grads() != nullptr;  // ZeRO 0/1: summed before the dp sync
+  if (tied_wte_ && whole_grads)
     groups_.tied->all_reduce(model_.grads() + tied_wte_->offset, tied_wte_->numel, ReduceOp::Sum);
   {
     TraceScope wait(trace_, TraceLane::Comm, "dp grad sync wait");
-    buckets_.finish();
+    sync_.finish();
   }
-  model_.sync_replicated_grads();
-  const FlatRange own = buckets_.owned();
-  double sums[2] = {groups_.counts_norm ? model_.grad_square_sum(own.lo, own.hi) : 0.0, loss};
+  const ShardRanges& own = sync_.owned();
+  float* grads = sync_.owned_grads();
+  if (tied_wte_ && !whole_grads) {
+    const ShardRanges::Overlap o = own.overlap(tied_wte_->offset, tied_wte_->offset + tied_wte_->numel);
+    groups_.tied->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
+  }
+  model_.sync_replicated_grads(grads, own);
+  double sums[2] = {groups_.counts_norm ? model_.grad_square_sum(grads, own) : 0.0, loss};
   groups_.world->all_reduce(sums, 2, ReduceOp::Sum);
   const double scale = scaler_.scale();
   const double norm = std::sqrt(sums[0]) / scale;
@@ -43,22 +49,21 @@ UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
       scaler_.update(true);
       return {norm, sums[1], StepVerdict::Skip};
     }
-    const float* grads = model_.grads();
+    const float* seen = grads;
     std::vector<float> host;  // the guard reads host memory
     if (!model_.backend().host_memory()) {
-      host.resize(model_.num_params());
+      host.resize(own.size());
       model_.backend().download(host.data(), grads, host.size());
-      grads = host.data();
+      seen = host.data();
     }
-    const NonFinite finding =
-        find_nonfinite(model_.layout(), grads, own.lo, own.hi, loss, *groups_.world);
-    return {norm, sums[1], guard_.apply(finding, model_.layout(), grads, loss, step)};
+    const NonFinite finding = find_nonfinite(model_.layout(), seen, own, loss, *groups_.world);
+    return {norm, sums[1], guard_.apply(finding, model_.layout(), seen, loss, step)};
   }
   scaler_.update(false);
   const double clip = grad_clip_ > 0 && norm > grad_clip_ ? grad_clip_ / norm : 1.0;
   TraceScope region(trace_, TraceLane::Compute, "optimizer", &optimizer_seconds_);
-  optimizer_.step(model_.grads(), static_cast<float>(lr), static_cast<float>(clip / scale));
-  buckets_.gather_params(model_.params());
+  optimizer_.step(grads, static_cast<float>(lr), static_cast<float>(clip / scale));
+  sync_.params_updated();
   return {norm, sums[1], StepVerdict::Update};
 }
 

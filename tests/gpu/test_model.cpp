@@ -91,9 +91,9 @@ void train_both(const Case& k) {
   };
   const std::vector<float> p0 = cpu_params();
   gpu.upload(gm.params(), p0.data(), P);
-  Optimizer co(cpu, cm.layout(), oc, cm.params(), 0, P, k.precision);
+  Optimizer co(cpu, cm.layout(), oc, cm.params(), ShardRanges::whole(P), k.precision);
   gpu.set_alloc_kind(cuda::MemoryKind::Optimizer);
-  Optimizer go(gpu, gm.layout(), oc, gm.params(), 0, P, k.precision);
+  Optimizer go(gpu, gm.layout(), oc, gm.params(), ShardRanges::whole(P), k.precision);
   std::vector<int32_t> tok(N), tgt(N);
   DeviceInts dtok(gpu, tok), dtgt(gpu, tgt);  // before the memory is sealed
   gpu.seal_memory();
@@ -118,7 +118,9 @@ void train_both(const Case& k) {
     const double lg = gm.forward(0, dtok.get(), dtgt.get(), B, T, dloss);
     cm.backward(0, tok.data(), B, T);
     gm.backward(0, dtok.get(), B, T);
-    const double nc = std::sqrt(cm.grad_square_sum()), ng = std::sqrt(gm.grad_square_sum());
+    const ShardRanges all = ShardRanges::whole(P);
+    const double nc = std::sqrt(cm.grad_square_sum(cm.grads(), all));
+    const double ng = std::sqrt(gm.grad_square_sum(gm.grads(), all));
     EXPECT_LT(std::abs(lg - lc) / std::abs(lc), k.tol)
         << "step " << step << " loss cpu " << lc << " gpu " << lg;
     EXPECT_LT(std::abs(ng - nc) / nc, k.tol)

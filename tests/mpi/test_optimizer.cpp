@@ -74,7 +74,8 @@ std::vector<float> single_rank_result(const ModelConfig& cfg, OptimizerKind kind
   CpuBackend<float> backend(1);
   OptimizerConfig oc;
   oc.kind = kind;
-  Optimizer opt(backend, whole, oc, params.data(), 0, whole.total(), Precision::Fp32);
+  Optimizer opt(backend, whole, oc, params.data(), ShardRanges::whole(whole.total()),
+                Precision::Fp32);
   for (int t = 1; t <= kSteps; ++t)
     opt.step(random_floats(whole.total(), 100 + t).data(), kLr, kGradScale);
   return params;
@@ -86,17 +87,39 @@ struct Outcome {
   bool tied_copies_equal = true;
 };
 
-// kSteps of `kind` on this rank's shard of `shape`, the range its dp rank owns with zero (cut at
-// arbitrary points, not at tensors nor vectors), against the single-rank result.
-Outcome run_layout(const ModelConfig& cfg, const GridShape& shape, bool zero, OptimizerKind kind,
+// What a dp rank owns: all (zero 0); one range cut at arbitrary points, not at tensors nor vectors
+// (zero 1); its zero_range piece of every unit (zero 3, as ZeRO-2/3 shard).
+ShardRanges owned_by(const ParamLayout& layout, int dp, int rank, int zero) {
+  const size_t n = layout.total();
+  if (zero == 0) return ShardRanges::whole(n);
+  if (zero == 1) return ShardRanges({{n * rank / dp, n * (rank + 1) / dp}});
+  std::vector<FlatRange> pieces;
+  for (const FlatRange& u : layout.units()) {
+    const FlatRange p = zero_range(u.size(), dp, rank);
+    pieces.push_back({u.lo + p.lo, u.lo + p.hi});
+  }
+  return ShardRanges(pieces);
+}
+
+std::vector<float> compact_of(const std::vector<float>& flat, const ShardRanges& owned) {
+  std::vector<float> out;
+  for (const FlatRange& r : owned.ranges())
+    out.insert(out.end(), flat.data() + r.lo, flat.data() + r.hi);
+  return out;
+}
+
+bool holds(const ShardRanges& owned, size_t i) { return owned.overlap(i, i + 1).size() == 1; }
+
+// kSteps of `kind` on this rank's shard of `shape`, the part its dp rank owns (owned_by), against
+// the single-rank result.
+Outcome run_layout(const ModelConfig& cfg, const GridShape& shape, int zero, OptimizerKind kind,
                    const std::vector<float>& expected_full) {
   const Grid grid(world(), shape);
   const ParamLayout whole(cfg);
   const ParamLayout layout(cfg, shard_of(shape, pipeline_layer_split(cfg.n_layer, shape.pp, ""),
                                          grid.tp_rank(), grid.pp_rank()));
   const size_t n = layout.total();
-  const size_t lo = zero ? n * grid.dp_rank() / shape.dp : 0;
-  const size_t hi = zero ? n * (grid.dp_rank() + 1) / shape.dp : n;
+  const ShardRanges owned = owned_by(layout, shape.dp, grid.dp_rank(), zero);
   MpiCommunicator dp(grid.dp().get()), tp(grid.tp().get());
   std::optional<MpiCommunicator> emb;
   if (grid.embedding() && shape.pp > 1 && layout.has(Slot::Wte))
@@ -107,16 +130,22 @@ Outcome run_layout(const ModelConfig& cfg, const GridShape& shape, bool zero, Op
   CpuBackend<float> backend(1);
   OptimizerConfig oc;
   oc.kind = kind;
-  Optimizer opt(backend, layout, oc, params.data(), lo, hi, Precision::Fp32, groups);
+  std::vector<float> held = compact_of(params, owned);
+  Optimizer opt(backend, layout, oc, held.data(), owned, Precision::Fp32, groups);
   for (int t = 1; t <= kSteps; ++t) {
     const std::vector<float> grads =
         local_part(layout, whole, random_floats(whole.total(), 100 + t));
-    opt.step(grads.data(), kLr, kGradScale);
+    opt.step(compact_of(grads, owned).data(), kLr, kGradScale);
+  }
+  for (size_t k = 0; k < owned.ranges().size(); ++k) {  // back to their flat places
+    const FlatRange& r = owned.ranges()[k];
+    std::copy(held.begin() + owned.at(k), held.begin() + owned.at(k) + r.size(), params.data() + r.lo);
   }
 
   Outcome out;
   const std::vector<float> expected = local_part(layout, whole, expected_full);
-  for (size_t i = lo; i < hi; ++i) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!holds(owned, i)) continue;
     ++out.compared;
     out.differing += std::memcmp(&params[i], &expected[i], 4) != 0;
     out.worst = std::max(out.worst, static_cast<double>(std::abs(params[i] - expected[i])));
@@ -129,7 +158,7 @@ Outcome run_layout(const ModelConfig& cfg, const GridShape& shape, bool zero, Op
     float* copy = copies.data() + (grid.first_stage() ? 0 : wte_whole.numel);
     for_each_run(w, [&](uint64_t global, uint64_t local, uint64_t count) {
       for (uint64_t k = 0; k < count; ++k)
-        if (w.offset + local + k >= lo && w.offset + local + k < hi)
+        if (holds(owned, w.offset + local + k))
           copy[global + k] = params[w.offset + local + k];
     });
   }
@@ -146,9 +175,9 @@ Outcome run_layout(const ModelConfig& cfg, const GridShape& shape, bool zero, Op
   return out;
 }
 
-std::string name(const GridShape& s, bool zero) {
+std::string name(const GridShape& s, int zero) {
   return "dp" + std::to_string(s.dp) + " tp" + std::to_string(s.tp) + " pp" + std::to_string(s.pp) +
-         (zero ? " zero" : "");
+         (zero ? " zero " + std::to_string(zero) : "");
 }
 
 }  // namespace
@@ -159,7 +188,7 @@ TEST(OptimizerLayouts, ElementwiseKindsAreBitIdenticalUnderEveryLayout) {
   for (OptimizerKind kind : {OptimizerKind::AdamW, OptimizerKind::Sgd}) {
     const std::vector<float> expected = single_rank_result(cfg, kind);
     for (const GridShape& shape : shapes_of(cfg, world().size()))
-      for (bool zero : {false, true}) {
+      for (int zero : {0, 1, 3}) {
         const Outcome o = run_layout(cfg, shape, zero, kind, expected);
         const int64_t held = static_cast<int64_t>(ParamLayout(cfg).total());
         EXPECT_GE(o.compared, held) << to_string(kind) << " " << name(shape, zero);
@@ -178,7 +207,7 @@ TEST(OptimizerLayouts, LambUsesWholeTensorNormsUnderEveryLayout) {
   const ModelConfig cfg = small_model();
   const std::vector<float> expected = single_rank_result(cfg, OptimizerKind::Lamb);
   for (const GridShape& shape : shapes_of(cfg, world().size()))
-    for (bool zero : {false, true}) {
+    for (int zero : {0, 1, 3}) {
       const Outcome o = run_layout(cfg, shape, zero, OptimizerKind::Lamb, expected);
       EXPECT_LE(o.worst, 2.5e-7) << name(shape, zero);
       EXPECT_TRUE(o.tied_copies_equal) << name(shape, zero);

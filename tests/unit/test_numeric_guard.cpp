@@ -111,9 +111,10 @@ TEST(FindNonFinite, OnlyTheOwnRangeUnderZero) {
   grads[lo - 1] = kNaN;  // outside: not this rank's to judge
   grads[hi] = kNaN;
   MpiCommunicator world(MPI_COMM_WORLD);
-  EXPECT_FALSE(find_nonfinite(layout, grads.data(), lo, hi, 1.0, world).found);
+  const ShardRanges own({{lo, hi}});  // compact: grads + lo
+  EXPECT_FALSE(find_nonfinite(layout, grads.data() + lo, own, 1.0, world).found);
   grads[lo + 3] = kNaN;
-  const NonFinite r = find_nonfinite(layout, grads.data(), lo, hi, 1.0, world);
+  const NonFinite r = find_nonfinite(layout, grads.data() + lo, own, 1.0, world);
   EXPECT_TRUE(r.found);
   EXPECT_EQ(r.tensor, "h.0.mlp.fc.weight");
   EXPECT_EQ(r.stats.begin, 10u);
@@ -189,10 +190,11 @@ TEST(NanFault, PoisonsItsBlocksProjectionInItsStep) {
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.0f);
   const FaultPlan plan = FaultPlan::parse("nan:layer=2:step=4");
-  apply_nan_fault(plan, layout, grads.data(), 0, 3);
-  apply_nan_fault(FaultPlan(), layout, grads.data(), 0, 4);
+  const ShardRanges all = ShardRanges::whole(layout.total());
+  apply_nan_fault(plan, layout, grads.data(), all, 0, 3);
+  apply_nan_fault(FaultPlan(), layout, grads.data(), all, 0, 4);
   for (float g : grads) ASSERT_FALSE(std::isnan(g));
-  apply_nan_fault(plan, layout, grads.data(), 0, 4);
+  apply_nan_fault(plan, layout, grads.data(), all, 0, 4);
   size_t nans = 0;
   for (float g : grads) nans += std::isnan(g);
   EXPECT_EQ(nans, 1u);
@@ -200,6 +202,16 @@ TEST(NanFault, PoisonsItsBlocksProjectionInItsStep) {
   // A stage without block 2 holds nothing to poison.
   const ParamLayout stage(small_config(), ModelShard{1, 0, 0, 2, true, false});
   std::vector<float> stage_grads(stage.total(), 0.0f);
-  apply_nan_fault(plan, stage, stage_grads.data(), 0, 4);
+  apply_nan_fault(plan, stage, stage_grads.data(), ShardRanges::whole(stage.total()), 0, 4);
   for (float g : stage_grads) ASSERT_FALSE(std::isnan(g));
+  // Under ZeRO-2/3 the rank whose piece of block 2 holds the element, at its compact place.
+  const size_t at = layout.offset(Slot::ProjW, 2);
+  const ShardRanges piece({{0, 8}, {at, at + 4}});
+  std::vector<float> shard(piece.size(), 0.0f);
+  apply_nan_fault(plan, layout, shard.data(), piece, 0, 4);
+  EXPECT_TRUE(std::isnan(shard[8]));
+  const ShardRanges other({{at + 1, at + 4}});
+  std::vector<float> none(other.size(), 0.0f);
+  apply_nan_fault(plan, layout, none.data(), other, 0, 4);
+  for (float g : none) ASSERT_FALSE(std::isnan(g));
 }

@@ -96,7 +96,7 @@ void expect_matches_reference(OptimizerKind kind) {
   Reference ref{std::vector<double>(params.begin(), params.end()), std::vector<double>(n, 0.0),
                 std::vector<double>(n, 0.0)};
   CpuBackend<float> backend(1);
-  Optimizer opt(backend, layout, c, params.data(), 0, n, Precision::Fp32);
+  Optimizer opt(backend, layout, c, params.data(), ShardRanges::whole(n), Precision::Fp32);
   for (int t = 1; t <= kSteps; ++t) {
     const std::vector<float> grad = random_floats(n, 100 + t);
     opt.step(grad.data(), kLr, kGradScale);
@@ -127,12 +127,14 @@ void expect_range_equals_part(OptimizerKind kind, size_t lo, size_t hi) {
   const std::vector<float> start = random_floats(n, 2);
   std::vector<float> whole = start, part = start;
   CpuBackend<float> backend(1);
-  Optimizer all(backend, layout, config_of(kind), whole.data(), 0, n, Precision::Fp32);
-  Optimizer some(backend, layout, config_of(kind), part.data(), lo, hi, Precision::Fp32);
+  Optimizer all(backend, layout, config_of(kind), whole.data(), ShardRanges::whole(n),
+                Precision::Fp32);
+  Optimizer some(backend, layout, config_of(kind), part.data() + lo, ShardRanges({{lo, hi}}),
+                 Precision::Fp32);
   for (int t = 1; t <= kSteps; ++t) {
     const std::vector<float> grad = random_floats(n, 200 + t);
     all.step(grad.data(), kLr, kGradScale);
-    some.step(grad.data(), kLr, kGradScale);
+    some.step(grad.data() + lo, kLr, kGradScale);
   }
   const std::string what =
       to_string(kind) + " [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
@@ -183,16 +185,18 @@ TEST(Optimizer, MasterWeightsAreFp32AndParamsTheirRounding) {
       // LAMB over a range cutting tensors would need a dp group: whole buffer for it.
       const size_t a = kind == OptimizerKind::Lamb ? 0 : lo,
                    b = kind == OptimizerKind::Lamb ? n : hi;
-      Optimizer reference(backend, layout, config_of(kind), fp32.data(), a, b, Precision::Fp32);
-      Optimizer opt(backend, layout, config_of(kind), low.data(), a, b, precision);
+      const ShardRanges range({{a, b}});
+      Optimizer reference(backend, layout, config_of(kind), fp32.data() + a, range,
+                          Precision::Fp32);
+      Optimizer opt(backend, layout, config_of(kind), low.data() + a, range, precision);
       ASSERT_TRUE(opt.separate_master());
       ASSERT_NE(opt.master(), low.data() + a);
       EXPECT_EQ(std::memcmp(opt.master(), start.data() + a, (b - a) * 4), 0) << what;
       EXPECT_EQ(opt.bytes(), (b - a) * 4 * (opt.state().size() + 1)) << what;
       for (int t = 1; t <= kSteps; ++t) {
         const std::vector<float> grad = random_floats(n, 300 + t);
-        reference.step(grad.data(), kLr, kGradScale);
-        opt.step(grad.data(), kLr, kGradScale);
+        reference.step(grad.data() + a, kLr, kGradScale);
+        opt.step(grad.data() + a, kLr, kGradScale);
         ASSERT_EQ(std::memcmp(opt.master(), fp32.data() + a, (b - a) * 4), 0)
             << what << " step " << t;
         size_t wrong = 0;
@@ -210,13 +214,13 @@ TEST(Optimizer, Fp32MasterIsTheParamsThemselves) {
   const ParamLayout layout(small_model());
   std::vector<float> params(layout.total(), 0.5f);
   CpuBackend<float> backend(1);
-  Optimizer opt(backend, layout, config_of(OptimizerKind::AdamW), params.data(), 10, 100,
-                Precision::Fp32);
+  Optimizer opt(backend, layout, config_of(OptimizerKind::AdamW), params.data() + 10,
+                ShardRanges({{10, 100}}), Precision::Fp32);
   EXPECT_FALSE(opt.separate_master());
   EXPECT_EQ(opt.master(), params.data() + 10);
   EXPECT_EQ(opt.bytes(), 90u * 4 * 2);
-  EXPECT_THROW(Optimizer(backend, layout, config_of(OptimizerKind::Sgd), params.data(), 10,
-                         layout.total() + 1, Precision::Fp32),
+  EXPECT_THROW(Optimizer(backend, layout, config_of(OptimizerKind::Sgd), params.data() + 10,
+                         ShardRanges({{10, layout.total() + 1}}), Precision::Fp32),
                Error);
 }
 

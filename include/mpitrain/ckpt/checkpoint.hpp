@@ -110,6 +110,7 @@ struct CheckpointState {
   const ParamLayout& layout;  // this rank's shard
   float* params;
   size_t lo, hi;
+  ShardRanges params_held;  // TEMPORARY (integration stub)
   float* master;
   OptimizerKind optimizer;
   std::vector<float*> state;  // in state_names(optimizer) order
@@ -120,7 +121,8 @@ struct CheckpointState {
 // The state of `optimizer` (over params, the buffer of `layout`) for saving and loading.
 // writer: without ZeRO data-parallel rank 0, with ZeRO every rank.
 CheckpointState checkpoint_state(const ModelConfig& config, const ParamLayout& layout,
-                                 float* params, Optimizer& optimizer, bool writer);
+                                 float* params, const ShardRanges& params_held,
+                                 Optimizer& optimizer, bool writer);
 
 class CheckpointStore {
  public:

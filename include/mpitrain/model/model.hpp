@@ -31,11 +31,20 @@
 //             recomputes the block's forward (tensor-parallel sums included) before its backward.
 // Recomputation runs the same kernels on the same inputs, so losses and gradients are identical
 // bit for bit to keeping everything.
+//   lend_grads / lend_params (ZeRO-2 / ZeRO-3, train/sharded_units.hpp): the model holds no
+//             whole gradient buffer (and no whole parameter buffer); a UnitLender lends it each
+//             unit's (ParamLayout::units()) gradients, and parameters, while it computes that
+//             unit, in the order the passes need them:
+//               forward   wte, wpe | block l0 .. | lnf, head (lm_head or the tied wte)
+//               backward  lnf, head | block .. l0 | wte, wpe   (grads; params but for wte, wpe)
+//             grads_done(u) comes once the backward has written all of u's gradients: the tied
+//             wte of a single-stage gpt2 (head and embedding) only after the embedding.
 //
 // Shapes: B batch, Tlen sequence, C d_model, hs head size; local (this rank's) counts: NHl query
 // heads, NKVl kv heads, Fl = d_ff/tp, Vl = padded vocab/tp; N = B*Tlen rows.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -56,7 +65,31 @@ struct ModelOptions {
   Precision precision = Precision::Fp32;
   Recompute recompute = Recompute::None;
   Precision storage = Precision::Fp32;  // Fp32, or precision itself (2-byte compute tensors)
+  bool lend_grads = false;   // ZeRO-2/3: gradients lent per unit (set_lender)
+  bool lend_params = false;  // ZeRO-3: parameters too
 };
+
+// Who lends a unit's tensors to a Model under ZeRO-2/3. Pointers are to the unit's element 0
+// (flat offset units()[u].lo); backward: the pass is a backward (params for recomputation and
+// the input gradients).
+template <typename T>
+class UnitLender {
+ public:
+  virtual ~UnitLender() = default;
+  // Unit u's parameters, whole, in the storage type; valid until params_done(u, backward).
+  virtual CBuf<T> params(int u, bool backward) = 0;
+  virtual void params_done(int u, bool backward) = 0;
+  // Unit u's gradients for this micro-batch's backward, zeroed: the backward ops add into them
+  // until grads_done(u).
+  virtual T* grads(int u) = 0;
+  virtual void grads_done(int u) = 0;
+};
+
+// Model::init's values, one tensor at a time: take(t, this rank's part of t, t.numel values on
+// the host), for a caller that keeps them elsewhere (ZeRO-3's shards). T = float.
+template <typename T>
+void initial_tensors(const ModelConfig& config, const ParamLayout& layout, uint64_t seed,
+                     const std::function<void(const ParamTensor&, const T*)>& take);
 
 template <typename T>
 class Model {
@@ -69,9 +102,12 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
+  void set_lender(UnitLender<T>* lender) { lender_ = lender; }
   Backend<T>& backend() const { return backend_; }
   const ParamLayout& layout() const { return layout_; }
-  // The compute copy of this rank's parameters, in the storage type; gradients are T.
+  // The compute copy of this rank's parameters, in the storage type; gradients are T. Null when
+  // lent (lend_params, lend_grads).
   Buf<T> params() { return params_; }
   CBuf<T> params() const { return params_; }
   T* grads() { return grads_; }
@@ -82,11 +118,15 @@ class Model {
   size_t activation_bytes() const {
     return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T);
   }
-  size_t param_bytes() const { return layout_.total() * element_bytes<T>(options_.storage); }
+  // Bytes of the whole parameter and gradient buffers the model holds (0 for lent ones).
+  size_t param_bytes() const {
+    return options_.lend_params ? 0 : layout_.total() * element_bytes<T>(options_.storage);
+  }
+  size_t grad_bytes() const { return options_.lend_grads ? 0 : layout_.total() * sizeof(T); }
 
-  // Deterministic initialisation from seed: every tensor of the whole model from its own RNG
-  // stream (seed, global tensor index), then this rank keeps its part — so the values do not
-  // depend on the parallel layout. Matrices and embeddings ~ N(0, 0.02), output projections of
+  // Deterministic initialisation from seed (not with lend_params: see initial_tensors): every
+  // tensor of the whole model from its own RNG stream (seed, global tensor index), then this rank
+  // keeps its part — so the values do not depend on the parallel layout. Matrices and embeddings ~ N(0, 0.02), output projections of
   // each block ~ N(0, 0.02/sqrt(2L)) (GPT-2), norm weights 1, biases 0, padded vocab rows 0.
   void init(uint64_t seed);
 
@@ -96,13 +136,14 @@ class Model {
   // targets). With dloss != 0 the loss gradient (dloss per token) is kept for backward().
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
                  T dloss);
-  // Accumulates this micro-batch's parameter gradients. Before it, a stage that is not the last
+  // Accumulates this micro-batch's parameter gradients (lent: into the lender's unit buffers).
+  // Before it, a stage that is not the last
   // must have the gradient of its output in output_grad(); after it, a stage that is not the
   // first finds the gradient of its input in input_grad(). If given, grads_ready(offset) is
   // called whenever every gradient at offsets >= offset is final for this backward.
   void backward(int slot, const int32_t* tokens, int B, int Tlen,
                 const std::function<void(size_t)>& grads_ready = {});
-  void zero_grads();
+  void zero_grads();  // the whole buffer; nothing when lent (the lender's)
 
   // Pipeline stage boundaries, (B, Tlen, C) each, in the storage type.
   Buf<T> input(int slot) { return slots_[slot].encoded; }
@@ -111,11 +152,13 @@ class Model {
   CBuf<T> input_grad() const { return grad_.dres; }
 
   // Gradients of the tensors replicated over tp, averaged over tp (no-op with tp = 1): keeps
-  // the replicas' updates identical. Call after the step's last backward.
-  void sync_replicated_grads();
+  // the replicas' updates identical. Call after the step's last backward and the data-parallel
+  // sync. grads: compact over `held` (parallel/shard_ranges.hpp), e.g. grads() and
+  // whole(num_params()); every tp rank holds the same ranges.
+  void sync_replicated_grads(T* grads, const ShardRanges& held);
   // Sum of squared gradients of the tensors this rank counts for the global norm (primary),
-  // over the part of the flat buffer in [lo, hi) (ZeRO-1: this rank's range).
-  double grad_square_sum(size_t lo = 0, size_t hi = SIZE_MAX);
+  // over the held part (ZeRO: this rank's shard); grads compact over held.
+  double grad_square_sum(const T* grads, const ShardRanges& held) const;
 
   // Logits of row n = b*Tlen + t after a forward without targets (single rank): Vp values, the
   // first V real; backend memory, in the storage type.
@@ -156,8 +199,25 @@ class Model {
     size_t NC;
   };
   Dims dims(int B, int Tlen) const;
-  CBuf<T> p(Slot slot, int layer = -1) const { return params_ + layout_.offset(slot, layer); }
-  T* g(Slot slot, int layer = -1) { return grads_ + layout_.offset(slot, layer); }
+  // A tensor in its unit's current buffer (the whole buffers', or lent).
+  size_t in_unit(Slot slot, int layer) const {
+    return layout_.offset(slot, layer) - layout_.units()[layout_.unit_of(slot, layer)].lo;
+  }
+  CBuf<T> p(Slot slot, int layer = -1) const {
+    return unit_params_[layout_.unit_of(slot, layer)] + in_unit(slot, layer);
+  }
+  T* g(Slot slot, int layer = -1) {
+    return unit_grads_[layout_.unit_of(slot, layer)] + in_unit(slot, layer);
+  }
+  // A lent unit taken before and given back after it is computed (no-ops when not lent).
+  void take_params(int u, bool backward);
+  void give_params(int u, bool backward);
+  void take_grads(int u);  // also when already taken (the tied wte): nothing to do
+  void give_grads(int u);
+  // The units of the tensors the embedding (wte, wpe) and the head (lnf, head) use on this
+  // stage, -1 where absent.
+  std::array<int, 2> embedding_units() const;
+  std::array<int, 2> head_units() const;
   CBuf<T> maybe_p(Slot slot, int layer = -1) const {
     return layout_.has(slot, layer) ? p(slot, layer) : nullptr;
   }
@@ -194,6 +254,9 @@ class Model {
   int n_local_heads_, n_local_kv_heads_, local_ff_, local_vocab_, vocab_start_;
   Buf<T> params_;
   T* grads_ = nullptr;
+  UnitLender<T>* lender_ = nullptr;
+  std::vector<CBuf<T>> unit_params_;  // per unit: where its element 0 is now
+  std::vector<T*> unit_grads_;
   Buf<T> acts_;        // one block holding every compute activation buffer
   T* stats_ = nullptr;  // and one for their fp32 statistics and scratch
   size_t activation_count_ = 0, stats_count_ = 0;

@@ -11,6 +11,11 @@
 //   model-parallel groups (tp x pp, one per dp rank)   [0,1,4,5,8,9,12,13] [2,3,6,7,10,11,14,15]
 //   embedding groups (first and last stage of each pp group)   [0,12] [1,13] [2,14] [3,15]
 // Middle stages (pp 1 and 2 above) belong to no embedding group.
+// Hybrid sharding (ZeRO-2/3 with shard size D < DP, FSDP's HSDP) cuts each dp group in two ways:
+// shard groups of D consecutive dp ranks (the units are split over them) and replica groups of
+// the dp ranks at the same place in their shard group (they hold the same pieces). With DP = 4,
+// D = 2, TP = PP = 1: dp group [0,1,2,3]; shard groups [0,1] [2,3]; replica groups [0,2] [1,3].
+// Without hybrid sharding (D = 0 or DP) the shard group is the dp group and replicas are alone.
 #pragma once
 
 #include <optional>
@@ -34,11 +39,12 @@ struct GridShape {
 // ("... does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1 / --tp 3").
 GridShape resolve_grid(int world_size, int dp, int tp, int pp);
 
-enum class Group { Tp, Dp, Pp, ModelParallel, Embedding };
+enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica };
 
 class Grid {
  public:
-  Grid(const MpiComm& world, GridShape shape);
+  // shard_size: hybrid sharding's D (0 = none); UsageError unless it divides dp.
+  Grid(const MpiComm& world, GridShape shape, int shard_size = 0);
 
   const GridShape& shape() const { return shape_; }
   int dp_rank() const { return dp_rank_; }
@@ -53,20 +59,24 @@ class Grid {
   const MpiComm& dp() const { return dp_; }
   const MpiComm& pp() const { return pp_; }
   const MpiComm& model_parallel() const { return mp_; }
+  const MpiComm& dp_shard() const { return dp_shard_; }
+  const MpiComm& dp_replica() const { return dp_replica_; }
+  int shard_size() const { return shard_size_; }  // D: dp without hybrid sharding
   // First and last stage of this rank's pipeline; empty on middle stages.
   const std::optional<MpiComm>& embedding() const { return embedding_; }
 
   // World ranks of the group `g` that world rank `rank` belongs to, in group rank order (empty:
   // no such group, i.e. the embedding group of a middle stage). Pure arithmetic.
-  static std::vector<int> members(const GridShape& shape, Group g, int rank);
+  static std::vector<int> members(const GridShape& shape, Group g, int rank, int shard_size = 0);
   static int world_rank(const GridShape& shape, int dp, int tp, int pp) {
     return tp + shape.tp * (dp + shape.dp * pp);
   }
 
  private:
   GridShape shape_;
+  int shard_size_;
   int dp_rank_, tp_rank_, pp_rank_, local_rank_, local_size_;
-  MpiComm tp_, dp_, pp_, mp_;
+  MpiComm tp_, dp_, pp_, mp_, dp_shard_, dp_replica_;
   std::optional<MpiComm> embedding_;
 };
 

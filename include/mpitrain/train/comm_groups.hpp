@@ -56,11 +56,13 @@ struct DataCallSizes {
 //        tensor's gradient (all blocking calls)
 //   pp   one activation; in flight: a send per slot each way and one receive (2 slots + 1)
 //   dp   one bucket (bucket_mb, at most the whole gradient); in flight: every bucket (ZeRO-1
-//        gathers all before waiting)
+//        gathers all before waiting). ZeRO-2/3 (zero >= 2): the largest unit; in flight: two
+//        per unit (its gather and its reduce-scatter); the hybrid replica group's all-reduce of
+//        the owned gradients is blocking
 //   embedding  the local wte (the tied gradient sum, blocking); 0 without tied embeddings (no
 //              data communicator for the group then)
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                              int slots, double bucket_mb);
+                              int slots, double bucket_mb, int zero = 0);
 
 class CommGroups {
  public:
@@ -76,12 +78,18 @@ class CommGroups {
 
   MpiCommunicator world, tp, dp, pp;
   std::optional<MpiCommunicator> embedding;
+  // Hybrid sharding's groups (runtime/grid.hpp); without it the shard group is dp itself and
+  // the replica group is absent.
+  std::optional<MpiCommunicator> shard, replica;
+  MpiCommunicator& dp_shard() { return shard ? *shard : dp; }
 
   // Where tensors go: the data communicators after use_device, else the host ones.
   Communicator& tp_data() { return *tp_data_; }
   Communicator& dp_data() { return *dp_data_; }
   Communicator& pp_data() { return *pp_data_; }
   Communicator* embedding_data() { return embedding_data_; }
+  Communicator& dp_shard_data() { return shard ? *shard_data_ : *dp_data_; }
+  Communicator* dp_replica_data() { return replica ? replica_data_ : nullptr; }
 
   // For the watchdog: the host call logs, and the NCCL communicators (device work).
   std::vector<const CallLog*> host_logs() const;
@@ -94,6 +102,8 @@ class CommGroups {
   Communicator* dp_data_;
   Communicator* pp_data_;
   Communicator* embedding_data_;
+  Communicator* shard_data_ = nullptr;
+  Communicator* replica_data_ = nullptr;
   std::vector<std::unique_ptr<Communicator>> owned_;  // the data communicators made here
   std::vector<DeviceWork*> device_work_;
   bool wraps_host_ = false;  // the data communicators wrap the host ones (mpi)

@@ -15,9 +15,10 @@ ModelShard shard_of(const GridShape& shape, const std::vector<int>& stage_first_
 
 // All parameters on world rank 0, in the single-rank layout ParamLayout(config), collected from
 // the shards of data-parallel replica 0 (each tensor from its primary holders). Empty elsewhere.
-// Collective over the world.
-std::vector<float> gather_parameters(const Model<float>& model, const Grid& grid,
-                                     const std::vector<int>& stage_first_layer,
+// Collective over the world. stage: this rank's whole parameters in host fp32 where the model
+// holds none (ZeRO-3: ShardedUnits::gather_whole), else null (the model's are read).
+std::vector<float> gather_parameters(const Model<float>& model, const float* stage,
+                                     const Grid& grid, const std::vector<int>& stage_first_layer,
                                      const MpiComm& world);
 
 // Writes full parameters (single-rank layout) to an HDF5 file: one dataset per tensor, named as

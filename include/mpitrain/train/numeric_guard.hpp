@@ -19,6 +19,7 @@
 
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/params.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/runtime/fault.hpp"
 
 namespace mpitrain {
@@ -50,15 +51,15 @@ struct NonFinite {
   int layer = -1;         // its block; -1 for the embedding and the head
   std::string tensor;     // its name, "h.1.attn.proj.weight"
   TensorStats stats;      // its statistics on that rank
-  size_t lo = 0, hi = 0;  // the range of this rank's flat gradient buffer looked at
+  ShardRanges held;       // the part of this rank's flat gradient buffer looked at
   // "non-finite gradient: first in h.1.attn.proj.weight (block 1) on rank 1: shape ..."
   std::string describe() const;
 };
 
 // Collective over world; the same result on every rank. loss: this rank's loss of the step.
-// Only [lo, hi) of the flat gradient buffer counts (ZeRO-1: this rank's range; the rest is not
-// valid there); without them, all of it.
-NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, size_t lo, size_t hi,
+// Only the held part of the flat gradient buffer counts (ZeRO: this rank's shard; the rest is not
+// valid there), grads compact over it; without it, all of it.
+NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, const ShardRanges& held,
                          double loss, MpiCommunicator& world);
 NonFinite find_nonfinite(const ParamLayout& layout, const float* grads, double loss,
                          MpiCommunicator& world);
@@ -74,8 +75,8 @@ class NumericGuard {
   // find_nonfinite, then apply: what the trainer does with this step.
   StepVerdict check(const ParamLayout& layout, const float* grads, double loss, int64_t step);
   // Update when nothing was found; otherwise the policy (collective: every rank calls it with the
-  // same finding): Skip or Stop, as described at the top. Stop's diagnostics look at the range
-  // of the gradients the finding looked at.
+  // same finding): Skip or Stop, as described at the top. Stop's diagnostics look at the part
+  // of the gradients the finding looked at (grads compact over finding.held).
   StepVerdict apply(const NonFinite& finding, const ParamLayout& layout, const float* grads,
                     double loss, int64_t step);
   int64_t skipped() const { return skipped_; }  // updates skipped so far
@@ -88,8 +89,9 @@ class NumericGuard {
 };
 
 // MPITRAIN_FAULT=nan:layer=L[:step=S]: in step S, element 0 of block L's attn.proj.weight gradient
-// becomes NaN on the ranks that hold it (every tensor-parallel slice of it).
+// becomes NaN on the ranks that hold it (every tensor-parallel slice of it; under ZeRO the rank
+// whose shard holds it). grads: compact over held.
 void apply_nan_fault(const FaultPlan& faults, const ParamLayout& layout, float* grads,
-                     int world_rank, int64_t step);
+                     const ShardRanges& held, int world_rank, int64_t step);
 
 }  // namespace mpitrain

@@ -35,7 +35,11 @@ struct TrainConfig {
   std::string pp_layers;        // blocks per stage "3,2,..."; "" = balanced
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25.0;      // data-parallel gradient bucket size
-  int zero = 0;                 // 1 = ZeRO-1: optimizer state sharded over dp (grad_sync.hpp)
+  int zero = 0;  // 1: optimizer state sharded over dp (grad_sync.hpp); 2: and gradients; 3: and
+                 // parameters (train/sharded_units.hpp)
+  bool zero3_reshard_after_forward = true;  // gather again for the backward
+  bool zero3_prefetch = true;               // the next unit's gather during this unit's compute
+  int zero_shard_size = 0;                  // HSDP: shard groups of this many dp ranks; 0 = dp
   std::string grad_compress = "none";  // none | bf16 | fp16 | int8 | topk (compression.hpp)
   double topk_ratio = 0.01;     // topk: fraction of each bucket sent
 

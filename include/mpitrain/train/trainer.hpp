@@ -48,6 +48,8 @@
 #include "mpitrain/train/metrics.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
 #include "mpitrain/train/pipeline_runner.hpp"
+#include "mpitrain/train/bucket_sync.hpp"
+#include "mpitrain/train/sharded_units.hpp"
 #include "mpitrain/train/update_step.hpp"
 
 namespace mpitrain {
@@ -92,6 +94,7 @@ class Trainer {
   int export_and_sample();    // the whole model on rank 0: --export-*, the text sample
   CheckpointManifest manifest(int step) const;
   const float* host_params();      // the parameters in host memory (for the replica check)
+  std::string zero_text() const;   // ", ZeRO-3 hybrid: 2 x 2 replicas" for the start-up line
   double blocked_seconds() const;  // over every communicator, since the reset
 
   Options options_;  // a copy: an explicit --resume completes it from the checkpoint
@@ -136,7 +139,10 @@ class Trainer {
   std::optional<BatchLoader> loader_;
   std::unique_ptr<BatchPrefetcher> prefetch_;  // --prefetch on mapped files: reads loader_ ahead
   std::unique_ptr<PipelineRunner> runner_;
-  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<GradBuckets> buckets_;      // ZeRO 0/1
+  std::unique_ptr<BucketSync> bucket_sync_;  // over buckets_
+  std::unique_ptr<ShardedUnits> sharded_;    // ZeRO 2/3 (built with the model it lends to)
+  DpSync* sync_ = nullptr;                   // one of the two
   bool tied_copies_ = false;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;

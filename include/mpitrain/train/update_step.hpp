@@ -1,19 +1,21 @@
 // From a step's gradients to updated parameters, the same decision on every rank:
 //
 //   1. tied embeddings split over the pipeline (gpt2, pp > 1): the first and the last stage add
-//      their wte gradients over the embedding group — before the data-parallel sync, whose
-//      buckets holding wte are therefore started only by finish() (see grads_ready)
-//   2. the data-parallel sync completes (plain or compressed all-reduce, or ZeRO-1's
-//      reduce-scatter: then only this rank's range [lo, hi) of the gradients is valid)
+//      their wte gradients over the embedding group — ZeRO 0/1 before the data-parallel sync,
+//      whose buckets holding wte are therefore started only by finish() (see grads_ready);
+//      ZeRO 2/3 after it, on the owned pieces (the two copies are cut alike)
+//   2. the data-parallel sync completes (train/dp_sync.hpp: plain or compressed all-reduce,
+//      ZeRO-1's reduce-scatter, ZeRO-2/3's unit reduce-scatters: under ZeRO only this rank's
+//      owned part of the gradients is valid)
 //   3. tensors replicated over tp average their gradients
-//   4. one all-reduce over the world of (squares of the primary gradients in [lo, hi), loss):
-//      every replica counts its range under ZeRO-1, else data-parallel replica 0 alone (the
+//   4. one all-reduce over the world of (squares of the owned primary gradients, loss): every
+//      rank of a shard group counts its part under ZeRO, else data-parallel replica 0 alone (the
 //      replicas hold the same sums); the loss from whichever ranks hold it. Sums spread inf/NaN,
 //      so every rank sees the same non-finite norm or loss
 //   5. non-finite: under fp16 the loss scaler halves its scale and the step is skipped;
 //      otherwise the numeric guard (train/numeric_guard.hpp) finds the first non-finite tensor
-//      and applies --on-nan (skip the step, or stop). Finite: the optimizer updates [lo, hi)
-//      with clipping x 1/loss scale, and ZeRO all-gathers the parameters.
+//      and applies --on-nan (skip the step, or stop). Finite: the optimizer updates the owned
+//      part with clipping x 1/loss scale, and the sync makes the parameters whole again.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +25,7 @@
 #include "mpitrain/monitor/trace.hpp"
 #include "mpitrain/optim/loss_scaler.hpp"
 #include "mpitrain/optim/optimizer.hpp"
-#include "mpitrain/parallel/grad_sync.hpp"
+#include "mpitrain/train/dp_sync.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
 
 namespace mpitrain {
@@ -31,7 +33,7 @@ namespace mpitrain {
 struct UpdateGroups {
   MpiCommunicator* world;
   Communicator* tied = nullptr;  // the embedding group where wte has copies on two stages
-  bool counts_norm = true;       // this rank's squares count: ZeRO-1, or data-parallel rank 0
+  bool counts_norm = true;       // this rank's squares count: ZeRO, or data-parallel rank 0
 };
 
 struct UpdateResult {
@@ -42,7 +44,7 @@ struct UpdateResult {
 
 class UpdateStep {
  public:
-  UpdateStep(Model<float>& model, GradBuckets& buckets, Optimizer& optimizer, LossScaler& scaler,
+  UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer, LossScaler& scaler,
              NumericGuard& guard, UpdateGroups groups, double grad_clip,
              TraceRecorder* trace = nullptr);
 
@@ -57,7 +59,7 @@ class UpdateStep {
 
  private:
   Model<float>& model_;
-  GradBuckets& buckets_;
+  DpSync& sync_;
   Optimizer& optimizer_;
   LossScaler& scaler_;
   NumericGuard& guard_;

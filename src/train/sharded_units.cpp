@@ -1,0 +1,262 @@
+#include "mpitrain/train/sharded_units.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+namespace {
+
+bool outer_unit(const ParamLayout& layout, int u) {  // not a block
+  const size_t lo = layout.units()[u].lo;
+  for (const ParamTensor& t : layout.tensors())
+    if (t.offset == lo) return t.layer < 0;
+  MPITRAIN_THROW("unit " + std::to_string(u) + " starts at no tensor");
+}
+
+}  // namespace
+
+ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout,
+                           Communicator& shard, Communicator* replicas, Precision storage,
+                           const ShardingOptions& options, Buf<float> whole_params)
+    : backend_(backend),
+      layout_(layout),
+      shard_(shard),
+      replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
+      storage_(storage),
+      opt_(options),
+      whole_params_(whole_params) {
+  if (opt_.level != 2 && opt_.level != 3)
+    MPITRAIN_THROW("ShardedUnits is ZeRO-2 or ZeRO-3, not " + std::to_string(opt_.level));
+  if ((opt_.level == 2) != static_cast<bool>(whole_params_))
+    MPITRAIN_THROW("ZeRO-2 takes the model's whole parameters, ZeRO-3 none");
+  const int ranks = shard_.size(), me = shard_.rank();
+  const std::vector<FlatRange>& units = layout_.units();
+  std::vector<FlatRange> pieces;
+  size_t at = 0, largest_block = 0;
+  units_.resize(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (int r = 0; r < ranks; ++r) blocks_.push_back(zero_range(units[u].size(), ranks, r).size());
+    units_[u].piece = zero_range(units[u].size(), ranks, me);
+    units_[u].at = at;
+    at += units_[u].piece.size();
+    pieces.push_back({units[u].lo + units_[u].piece.lo, units[u].lo + units_[u].piece.hi});
+    if (!outer_unit(layout_, static_cast<int>(u)))
+      largest_block = std::max(largest_block, units[u].size());
+  }
+  owned_ = ShardRanges(pieces);
+
+  auto alloc = [&](size_t n, Precision dtype) {
+    const Buf<float> b = backend_.alloc(n, dtype);
+    allocations_.push_back(b.data());
+    bytes_ += n * element_bytes<float>(dtype);
+    return b;
+  };
+  backend_.set_alloc_kind(AllocKind::Params);
+  param_shard_ = alloc(owned_.size(), storage_);
+  backend_.set_alloc_kind(AllocKind::Grads);
+  grad_shard_ = alloc(owned_.size(), Precision::Fp32).full();
+  // Unit buffers: one per outer unit; the blocks take turns in two (gradients, and gathered
+  // parameters with prefetch) or one (gathered parameters without).
+  const int block_turns = 2;
+  for (int turn = 0; turn < block_turns; ++turn)
+    grad_buffers_.push_back({alloc(largest_block, Precision::Fp32)});
+  const bool whole_stage = opt_.level == 3 && !opt_.reshard_after_forward;
+  const int param_turns = opt_.prefetch ? 2 : 1;
+  backend_.set_alloc_kind(AllocKind::Params);
+  Buf<float> stage_copy = whole_stage ? alloc(layout_.total(), storage_) : nullptr;
+  if (opt_.level == 3 && !whole_stage)
+    for (int turn = 0; turn < param_turns; ++turn)
+      param_buffers_.push_back({alloc(largest_block, storage_)});
+  int block = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    Unit& unit = units_[u];
+    if (outer_unit(layout_, static_cast<int>(u))) {
+      backend_.set_alloc_kind(AllocKind::Grads);
+      unit.grad_buffer = static_cast<int>(grad_buffers_.size());
+      grad_buffers_.push_back({alloc(units[u].size(), Precision::Fp32)});
+      if (opt_.level == 3 && !whole_stage) {
+        backend_.set_alloc_kind(AllocKind::Params);
+        unit.param_buffer = static_cast<int>(param_buffers_.size());
+        param_buffers_.push_back({alloc(units[u].size(), storage_)});
+      }
+    } else {
+      unit.grad_buffer = block % block_turns;
+      if (opt_.level == 3 && !whole_stage) unit.param_buffer = block % param_turns;
+      ++block;
+    }
+    if (whole_stage) {  // every unit at its own place in the stage's copy
+      unit.param_buffer = static_cast<int>(param_buffers_.size());
+      param_buffers_.push_back({stage_copy + units[u].lo});
+    }
+  }
+  backend_.set_alloc_kind(AllocKind::Activations);
+
+  // The passes' orders of taking parameters (model.hpp); the embedding's backward needs none.
+  const ModelShard& s = layout_.shard();
+  const auto unit_of = [&](Slot slot, int layer) { return layout_.unit_of(slot, layer); };
+  std::vector<int> blocks_up;
+  for (int l = s.layer_begin; l < s.layer_end; ++l) blocks_up.push_back(unit_of(Slot::Ln1W, l));
+  std::vector<int> head;
+  if (s.last_stage)
+    head = {unit_of(Slot::LnfW, -1),
+            unit_of(layout_.has(Slot::LmHead) ? Slot::LmHead : Slot::Wte, -1)};
+  if (s.first_stage) {
+    order_[0].push_back(unit_of(Slot::Wte, -1));
+    if (layout_.has(Slot::Wpe)) order_[0].push_back(unit_of(Slot::Wpe, -1));
+  }
+  order_[0].insert(order_[0].end(), blocks_up.begin(), blocks_up.end());
+  order_[0].insert(order_[0].end(), head.begin(), head.end());
+  order_[1] = head;
+  order_[1].insert(order_[1].end(), blocks_up.rbegin(), blocks_up.rend());
+}
+
+ShardedUnits::~ShardedUnits() {
+  for (Unit& u : units_) {  // nothing may be in flight into memory about to be freed
+    if (u.gathering) shard_.wait(u.gather);
+    if (u.reducing) shard_.wait(u.reduce);
+  }
+  for (void* p : allocations_) backend_.free(p);
+}
+
+std::span<const size_t> ShardedUnits::blocks(int u) const {
+  const size_t ranks = static_cast<size_t>(shard_.size());
+  return {blocks_.data() + static_cast<size_t>(u) * ranks, ranks};
+}
+
+void ShardedUnits::set_tensor(const ParamTensor& t, const float* local) {
+  const ShardRanges::Overlap o = owned_.overlap(t.offset, t.offset + t.numel);
+  if (o.size() > 0) backend_.upload(param_shard_ + o.at, local + (o.begin - t.offset), o.size());
+  units_[t.unit].gathered = false;
+}
+
+void ShardedUnits::owned_from_whole() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    backend_.copy(param_shard_ + units_[u].at,
+                  whole_params_ + (layout_.units()[u].lo + units_[u].piece.lo),
+                  units_[u].piece.size());
+}
+
+std::vector<float> ShardedUnits::gather_whole(Communicator& host_shard) {
+  std::vector<float> whole(layout_.total());
+  std::vector<CommHandle> handles;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    float* unit = whole.data() + layout_.units()[u].lo;
+    backend_.download(unit + units_[u].piece.lo, param_shard_ + units_[u].at,
+                      units_[u].piece.size());
+    handles.push_back(host_shard.all_gather_start(unit, blocks(static_cast<int>(u))));
+  }
+  for (CommHandle h : handles) host_shard.wait(h);
+  return whole;
+}
+
+// ---- parameters (ZeRO-3) ------------------------------------------------------------------
+
+void ShardedUnits::start_gather(int u) {
+  Unit& unit = units_[u];
+  Buffer& b = param_buffers_[unit.param_buffer];
+  if (b.holder != -1 && b.holder != u)
+    MPITRAIN_THROW("unit " + std::to_string(u) + ": its buffer still holds unit " +
+                   std::to_string(b.holder));
+  b.holder = u;
+  backend_.copy(b.data + unit.piece.lo, param_shard_ + unit.at, unit.piece.size());
+  unit.gather = b.data.full() ? shard_.all_gather_start(b.data.full(), blocks(u))
+                              : shard_.all_gather_start(b.data.half(), blocks(u));
+  unit.gathering = true;
+}
+
+void ShardedUnits::prefetch_after(int u, bool backward) {
+  const std::vector<int>& order = order_[backward];
+  size_t& at = cursor_[backward];
+  // u is normally where the pass stands; a new pass (or the tied wte's second take) starts over.
+  auto it = std::find(order.begin() + static_cast<long>(std::min(at, order.size())), order.end(), u);
+  if (it == order.end()) it = std::find(order.begin(), order.end(), u);
+  at = it == order.end() ? 0 : static_cast<size_t>(it - order.begin()) + 1;
+  if (!opt_.prefetch || at >= order.size()) return;
+  const int next = order[at];
+  const Unit& n = units_[next];
+  if (!n.gathered && !n.gathering && param_buffers_[n.param_buffer].holder == -1)
+    start_gather(next);
+}
+
+CBuf<float> ShardedUnits::params(int u, bool backward) {
+  if (opt_.level == 2) return CBuf<float>(whole_params_) + layout_.units()[u].lo;
+  Unit& unit = units_[u];
+  if (!unit.gathered && !unit.gathering) start_gather(u);
+  if (unit.gathering) {
+    shard_.wait(unit.gather);
+    unit.gathering = false;
+    unit.gathered = true;
+  }
+  prefetch_after(u, backward);
+  shard_.progress();
+  return param_buffers_[unit.param_buffer].data;
+}
+
+void ShardedUnits::params_done(int u, bool /*backward*/) {
+  if (opt_.level == 2 || !opt_.reshard_after_forward) return;  // kept until params_updated
+  units_[u].gathered = false;
+  param_buffers_[units_[u].param_buffer].holder = -1;
+}
+
+void ShardedUnits::params_updated() {
+  if (opt_.level == 3) {  // the gathered copies are stale
+    for (Unit& unit : units_) unit.gathered = false;
+    for (Buffer& b : param_buffers_) b.holder = -1;
+    return;
+  }
+  std::vector<CommHandle> handles;  // ZeRO-2: the owned pieces into the whole copy
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Buf<float> unit = whole_params_ + layout_.units()[u].lo;
+    backend_.copy(unit + units_[u].piece.lo, param_shard_ + units_[u].at, units_[u].piece.size());
+    handles.push_back(unit.full() ? shard_.all_gather_start(unit.full(), blocks(u))
+                                  : shard_.all_gather_start(unit.half(), blocks(u)));
+  }
+  for (CommHandle h : handles) shard_.wait(h);
+}
+
+// ---- gradients ------------------------------------------------------------------------------
+
+void ShardedUnits::zero_grads() { backend_.zero(grad_shard_, owned_.size()); }
+
+float* ShardedUnits::grads(int u) {
+  Buffer& b = grad_buffers_[units_[u].grad_buffer];
+  if (b.holder != -1) fold(b.holder);
+  b.holder = u;
+  backend_.zero(b.data, unit_size(u));
+  return b.data.full();
+}
+
+void ShardedUnits::grads_done(int u) {
+  Unit& unit = units_[u];
+  unit.reduce =
+      shard_.reduce_scatter_start(grad_buffers_[unit.grad_buffer].data.full(), blocks(u),
+                                  ReduceOp::Sum);
+  unit.reducing = true;
+  shard_.progress();
+}
+
+void ShardedUnits::fold(int u) {
+  Unit& unit = units_[u];
+  Buffer& b = grad_buffers_[unit.grad_buffer];
+  if (unit.reducing) {
+    shard_.wait(unit.reduce);
+    unit.reducing = false;
+    float* sum = grad_shard_ + unit.at;
+    backend_.add(sum, sum, b.data + unit.piece.lo, unit.piece.size());
+  }
+  b.holder = -1;
+}
+
+void ShardedUnits::finish() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].reducing) fold(static_cast<int>(u));
+  if (replicas_)  // piece by piece: no call larger than a unit
+    for (const Unit& unit : units_)
+      if (unit.piece.size() > 0)
+        replicas_->all_reduce(grad_shard_ + unit.at, unit.piece.size(), ReduceOp::Sum);
+}
+
+}  // namespace mpitrain
