@@ -126,6 +126,17 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
 #endif
 }
 
+std::vector<Communicator*> CommGroups::dp_groups() {
+  if (shard) return {shard_data_, replica_data_};
+  return {dp_data_};
+}
+
+uint64_t CommGroups::dp_bytes_sent() {
+  uint64_t bytes = 0;
+  for (Communicator* c : dp_groups()) bytes += c->bytes_sent();
+  return bytes;
+}
+
 std::vector<const CallLog*> CommGroups::host_logs() const {
   std::vector<const CallLog*> logs = {&world.calls(), &tp.calls(), &dp.calls(), &pp.calls()};
   if (embedding) logs.push_back(&embedding->calls());

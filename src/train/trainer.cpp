@@ -104,7 +104,7 @@ Trainer::StepEnd Trainer::step(int step) {
   watchdog_->step_started(step + 1);
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
-  comms_->dp_data().reset_bytes_sent();
+  for (Communicator* c : comms_->dp_groups()) c->reset_bytes_sent();
   sync_->zero_grads();
   apply_nan_fault(faults_, model_->layout(), sync_->owned_grads(), sync_->owned(), world_.rank(),
                   step + 1);  // tests
@@ -139,7 +139,7 @@ Trainer::StepEnd Trainer::step(int step) {
               tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
-              comms_->dp_data().bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
+              comms_->dp_bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
               consumed_ * static_cast<uint64_t>(t_.seq_len)});
   watchdog_->step_finished();
   slowest_step_ = std::max(slowest_step_, seconds);

@@ -90,6 +90,10 @@ class CommGroups {
   Communicator* embedding_data() { return embedding_data_; }
   Communicator& dp_shard_data() { return shard ? *shard_data_ : *dp_data_; }
   Communicator* dp_replica_data() { return replica ? replica_data_ : nullptr; }
+  // The data communicators that carry the data-parallel sync (dp, or the shard and replica
+  // groups under hybrid sharding) and the bytes they sent since their reset.
+  std::vector<Communicator*> dp_groups();
+  uint64_t dp_bytes_sent();
 
   // For the watchdog: the host call logs, and the NCCL communicators (device work).
   std::vector<const CallLog*> host_logs() const;
