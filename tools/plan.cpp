@@ -1,5 +1,5 @@
 // plan: the parallel layout of a model for a cluster — every dp x tp x pp grid of its ranks with
-// each micro-batch size, ZeRO-1 on/off and recomputation none/selective/full; memory per rank
+// each micro-batch size, ZeRO 0-3 and recomputation none/selective/full; memory per rank
 // and step time estimated (include/mpitrain/planner/); a ranked table, the trainer flags of the
 // best layout, and the grids that do not fit with the reason.
 //
@@ -114,7 +114,14 @@ bool parse(int argc, char** argv, PlanOptions& o) {
       ("tp", po::value(&o.limits.tp), "only this tp")
       ("pp", po::value(&o.limits.pp), "only this pp")
       ("micro-batch-size", po::value(&o.limits.micro_batch), "only this micro-batch size")
-      ("zero", po::value<int>(), "only ZeRO-1 off (0) or on (1)")
+      ("zero", po::value<int>(), "only this ZeRO level: 0 off, 1 optimizer state sharded over "
+                                 "dp, 2 and gradients, 3 and parameters")
+      ("zero3-reshard-after-forward", po::value<bool>(),
+       "ZeRO-3: only true (gather each unit again for backward) or false (keep what forward "
+       "gathered: faster, the stage's parameters held whole); default both")
+      ("zero-shard-size", po::value(&o.limits.zero_shard),
+       "ZeRO-2/3 shard over groups of this many dp ranks, replicated across dp / D (HSDP); only "
+       "grids whose dp it divides get ZeRO-2/3 options (default: the whole dp group)")
       ("recompute", po::value<std::string>(), "only none, selective or full");
   po::options_description all(
       "plan: the parallel layout of a model for a cluster (ranked by estimated step time)\n"
@@ -173,13 +180,16 @@ bool parse(int argc, char** argv, PlanOptions& o) {
           "--baseline-mib, --half-rows, --latency-us and --scheduling-us must not be negative");
   require(o.top >= 0, "--top must not be negative");
   require(o.limits.max_micro_batch >= 1, "--max-micro-batch must be at least 1");
-  require(o.limits.dp >= 0 && o.limits.tp >= 0 && o.limits.pp >= 0 && o.limits.micro_batch >= 0,
-          "--dp, --tp, --pp and --micro-batch-size must not be negative");
+  require(o.limits.dp >= 0 && o.limits.tp >= 0 && o.limits.pp >= 0 && o.limits.micro_batch >= 0 &&
+              o.limits.zero_shard >= 0,
+          "--dp, --tp, --pp, --micro-batch-size and --zero-shard-size must not be negative");
   if (vm.count("zero")) {
     const int z = vm["zero"].as<int>();
-    require(z == 0 || z == 1, "--zero must be 0 or 1");
-    o.limits.zero = z == 1;
+    require(z >= 0 && z <= 3, "--zero must be 0, 1, 2 or 3");
+    o.limits.zero = z;
   }
+  if (vm.count("zero3-reshard-after-forward"))
+    o.limits.reshard_after_forward = vm["zero3-reshard-after-forward"].as<bool>();
   if (vm.count("recompute")) o.limits.recompute = parse_recompute(vm["recompute"].as<std::string>());
   for (const char* name : {"global-batch", "seq-len", "vocab-size"})
     require(!vm.count(name) || vm[name].as<int>() > 0, std::string("--") + name + " must be positive");

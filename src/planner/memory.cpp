@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "mpitrain/parallel/grad_sync.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/train/gather.hpp"
 
@@ -34,17 +34,47 @@ double compute_bytes(const RunShape& run) {
   return run.precision != Precision::Fp32 ? 2.0 : 4.0;  // both backends store bf16/fp16 in 2
 }
 
-double shard_params(const ModelConfig& config, const ModelShard& shard) {
-  const int layers = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
+namespace {
+
+// Elements of the largest piece of zero_range(n, ranks); a count past size_t (an absurd model,
+// only ever refused) as its plain share.
+double largest_piece(double n, int ranks) {
+  return n < 1e18 ? static_cast<double>(zero_range(static_cast<size_t>(n), ranks, 0).size())
+                  : n / ranks;
+}
+
+}  // namespace
+
+StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int shard_ranks) {
   ModelConfig two = config;
   two.n_layer = 2;
   ModelShard ends = shard, one_block = shard;
   ends.layer_begin = ends.layer_end = 0;
   one_block.layer_begin = 0;
   one_block.layer_end = 1;
-  const double fixed = static_cast<double>(ParamLayout(two, ends).total());
-  const double block = static_cast<double>(ParamLayout(two, one_block).total()) - fixed;
-  return fixed + layers * block;
+  StageUnits u;
+  u.layers = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
+  const ParamLayout outside(two, ends);
+  for (const FlatRange& unit : outside.units()) {
+    const double n = static_cast<double>(unit.size());
+    u.outer += n;
+    u.outer_pieces += largest_piece(n, shard_ranks);
+    u.largest = std::max(u.largest, n);
+    ++u.outer_units;
+  }
+  u.block = static_cast<double>(ParamLayout(two, one_block).total()) - u.outer;
+  u.block_piece = largest_piece(u.block, shard_ranks);
+  if (u.layers > 0) u.largest = std::max(u.largest, u.block);
+  return u;
+}
+
+double shard_params(const ModelConfig& config, const ModelShard& shard) {
+  return stage_units(config, shard, 1).params();
+}
+
+std::string zero_label(const Layout& layout) {
+  return std::to_string(layout.zero) +
+         (layout.zero == 3 && !layout.reshard_after_forward ? "k" : "");
 }
 
 std::string memory_text(double bytes) {
@@ -69,24 +99,31 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
                             double baseline_bytes) {
   const GridShape grid{layout.dp, layout.tp, layout.pp};
   const ModelShard shard = shard_of(grid, stage_first_layer, 0, stage);
-  const double n = shard_params(config, shard);
+  const StageUnits units = stage_units(config, shard, layout.shard_ranks());
+  const double n = units.params();
   const bool low = run.precision != Precision::Fp32;
   const double w = compute_bytes(run);
-  // Elements of the optimizer state held here: ZeRO-1's largest piece (grad_sync.hpp), or all;
-  // a count past size_t (an absurd model, only ever refused) as its plain share.
-  const FlatRange own =
-      n < 1e18 ? zero_range(static_cast<size_t>(n), layout.zero ? layout.dp : 1, 0) : FlatRange{};
-  const double sharded =
-      n < 1e18 ? static_cast<double>(own.hi - own.lo) : n / (layout.zero ? layout.dp : 1);
   const int m = micro_batches(run, layout);
   const int slots = pipeline_slots(run.schedule, m, layout.pp, stage);
   const double rows = static_cast<double>(layout.micro_batch) * run.seq_len;
 
   MemoryEstimate e;
-  e.params = n * w;
-  e.grads = n * 4.0;
-  e.optimizer = 4.0 * run.optimizer_states * sharded;
-  e.master = low ? 4.0 * sharded : 0.0;
+  if (layout.zero >= 2) {
+    const double S = units.shard();
+    const double gathered =
+        layout.zero == 2 || !layout.reshard_after_forward ? n : units.unit_buffers();
+    e.params = (S + gathered) * w;
+    e.grads = (S + units.unit_buffers()) * 4.0;
+    e.optimizer = 4.0 * run.optimizer_states * S;
+    e.master = low ? 4.0 * S : 0.0;
+  } else {
+    // ZeRO-1's largest piece of the stage (grad_sync.hpp), or all of it.
+    const double owned = layout.zero == 1 ? largest_piece(n, layout.dp) : n;
+    e.params = n * w;
+    e.grads = n * 4.0;
+    e.optimizer = 4.0 * run.optimizer_states * owned;
+    e.master = low ? 4.0 * owned : 0.0;
+  }
   e.activations =
       activation_elements(config, shard, layout.micro_batch, run.seq_len, slots, layout.recompute)
           .bytes(w);
@@ -95,7 +132,7 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's
     // Open MPI's non-blocking all-reduce works on a copy of the bucket it is given (measured:
     // one bucket's worth at the peak, the buckets overlapping little).
-    if (layout.dp > 1) e.buffers += std::min(n * 4.0, run.bucket_mb * (1 << 20));
+    if (layout.dp > 1 && layout.zero < 2) e.buffers += std::min(n * 4.0, run.bucket_mb * (1 << 20));
   }
   e.baseline = baseline_bytes;
   return e;

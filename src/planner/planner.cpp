@@ -59,20 +59,35 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
         continue;
       }
       std::vector<Layout> options;
+      bool any_micro_batch = false;
       for (int mb : divisors(run.global_batch / dp)) {
         if (mb > limits.max_micro_batch || (limits.micro_batch && mb != limits.micro_batch)) continue;
-        for (bool zero : {false, true}) {
-          if ((zero && dp == 1) || (limits.zero && *limits.zero != zero)) continue;
-          for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
-            if (!limits.recompute || *limits.recompute == rc)
-              options.push_back({dp, tp, pp, mb, zero, rc});
+        any_micro_batch = true;
+        for (int zero = 0; zero <= 3; ++zero) {
+          if ((zero > 0 && dp == 1) || (limits.zero && *limits.zero != zero)) continue;
+          if (zero >= 2 && limits.zero_shard && dp % limits.zero_shard != 0) continue;
+          const int shard = zero >= 2 && limits.zero_shard < dp ? limits.zero_shard : 0;
+          for (bool reshard : {true, false}) {
+            if (!reshard && zero != 3) continue;  // ZeRO-3's choice only
+            if (zero == 3 && limits.reshard_after_forward &&
+                *limits.reshard_after_forward != reshard)
+              continue;
+            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
+              if (!limits.recompute || *limits.recompute == rc)
+                options.push_back({dp, tp, pp, mb, zero, rc, reshard, shard});
+          }
         }
       }
       if (options.empty()) {
         plan.rejected.push_back(
             {dp, tp, pp,
-             "global batch " + std::to_string(run.global_batch) + " / dp " + std::to_string(dp) +
-                 " has no micro-batch size allowed here (micro-batch-size, max-micro-batch)"});
+             !any_micro_batch
+                 ? "global batch " + std::to_string(run.global_batch) + " / dp " +
+                       std::to_string(dp) +
+                       " has no micro-batch size allowed here (micro-batch-size, max-micro-batch)"
+             : dp == 1 ? "zero " + std::to_string(*limits.zero) + " needs dp > 1"
+                       : "zero-shard-size " + std::to_string(limits.zero_shard) +
+                             " does not divide dp " + std::to_string(dp)});
         continue;
       }
       const Layout* smallest = nullptr;
@@ -91,12 +106,12 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
         any = true;
       }
       if (!any)
-        plan.rejected.push_back(
-            {dp, tp, pp,
-             "memory: at least " + gib(smallest_bytes) + " per rank (mb " +
-                 std::to_string(smallest->micro_batch) + ", zero " +
-                 std::to_string(smallest->zero ? 1 : 0) + ", recompute " +
-                 to_string(smallest->recompute) + ") > " + gib(cluster.mem_bytes)});
+        plan.rejected.push_back({dp, tp, pp,
+                                 "memory: at least " + gib(smallest_bytes) + " per rank (mb " +
+                                     std::to_string(smallest->micro_batch) + ", zero " +
+                                     zero_label(*smallest) + ", recompute " +
+                                     to_string(smallest->recompute) + ") > " +
+                                     gib(cluster.mem_bytes)});
     }
   }
   std::stable_sort(plan.fits.begin(), plan.fits.end(), [](const Candidate& a, const Candidate& b) {

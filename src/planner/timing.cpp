@@ -26,6 +26,47 @@ double group_bw(const Cluster& cluster, const GridShape& grid, Group g) {
   return cluster.intra_bw;
 }
 
+// Bandwidth of the ZeRO-2/3 parts of the dp groups, D ranks a shard: the shard groups (dp ranks
+// g D .. g D + D - 1) or, HSDP, the replica groups (dp ranks i, i + D, ...).
+double dp_part_bw(const Cluster& cluster, const GridShape& grid, int D, bool replicas) {
+  for (int r = 0; r < grid.size(); ++r) {
+    const std::vector<int> dp = Grid::members(grid, Group::Dp, r);
+    const int self = r / grid.tp % grid.dp;
+    for (int i = 0; i < grid.dp; ++i)
+      if ((replicas ? i % D == self % D : i / D == self / D) && !cluster.same_node(r, dp[i]))
+        return cluster.inter_bw;
+  }
+  return cluster.intra_bw;
+}
+
+// ZeRO-2/3's data-parallel communication of one stage not hidden behind compute, per step: the
+// gradients reduce-scattered per micro-batch behind its backward (window), ZeRO-2's parameters
+// all-gathered after the update, ZeRO-3's gathered before each unit's forward (fwd) and
+// backward (or once per step when kept), HSDP's shard summed over the replicas. One collective
+// per unit; the largest unit's (the prefetch's first, the reduce-scatter's last) never hidden.
+double sharded_exposed(const ModelConfig& config, const ModelShard& shard, const Layout& layout,
+                       const Cluster& cluster, const GridShape& grid, int m, double w, double fwd,
+                       double window, double a) {
+  const int D = layout.shard_ranks(), replicas = layout.dp / D;
+  const StageUnits u = stage_units(config, shard, D);
+  const double bw = dp_part_bw(cluster, grid, D, false);
+  auto per_unit = [&](double bytes) {
+    return D < 2 ? 0.0 : half_ring_s(bytes, D, bw, 0) + u.units() * a;
+  };
+  const double rs = per_unit(u.params() * 4.0), ag = per_unit(u.params() * w);
+  const double rs_unit = half_ring_s(u.largest * 4.0, D, bw, a);
+  const double ag_unit = half_ring_s(u.largest * w, D, bw, a);
+  const double forward_gather = std::max(ag - fwd, ag_unit);
+  double exposed = 0;
+  if (layout.zero == 2)
+    exposed = m * std::max(rs - window, rs_unit) + ag;
+  else if (layout.reshard_after_forward)
+    exposed = m * (forward_gather + std::max(ag + rs - window, ag_unit + rs_unit));
+  else
+    exposed = forward_gather + m * std::max(rs - window, rs_unit);
+  return exposed + all_reduce_s(u.shard() * 4.0, replicas, dp_part_bw(cluster, grid, D, true), a);
+}
+
 // Parameters of this shard that take part in matrix products (as ParamLayout::matmul_params
 // counts them for the whole model): all but wpe and the wte lookup; a tied wte is the head on
 // the last stage.
@@ -102,7 +143,9 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     const double bucket = std::min(grad_bytes, run.bucket_mb * (1 << 20));
     const double window = 2.0 * fwd + extra + tp * 0.5;
     double exposed = 0;
-    if (layout.zero) {
+    if (layout.zero >= 2) {
+      exposed = sharded_exposed(config, shard, layout, cluster, grid, m, w, fwd, window, a);
+    } else if (layout.zero == 1) {
       const double rs = half_ring_s(grad_bytes, layout.dp, dp_bw, a);
       exposed = std::max(rs - window, half_ring_s(bucket, layout.dp, dp_bw, a)) +
                 half_ring_s(n * w, layout.dp, dp_bw, a);  // the updated parameters, gathered
@@ -118,9 +161,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     replicated(params, rep_elements, rep_tensors);
     per_step_tp = std::max(per_step_tp, all_reduce_s(rep_elements * 4.0, layout.tp, cluster.intra_bw, 0) +
                                             (layout.tp > 1 ? a * rep_tensors : 0));
-    const double shard_n = layout.zero ? n / layout.dp : n;
+    // Parameters the optimizer updates, and gradients held (cleared, their norm taken).
+    const double held =
+        layout.zero >= 2 ? stage_units(config, shard, layout.shard_ranks()).shard() : n;
+    const double shard_n = layout.zero == 1 ? n / layout.dp : held;
     const double update_bytes = 4.0 * (3 + 2 * run.optimizer_states);  // read p, g, state; write p, state
-    optimizer = std::max(optimizer, (update_bytes * shard_n + 8.0 * n) / cluster.mem_bw);
+    optimizer = std::max(optimizer, (update_bytes * shard_n + 8.0 * held) / cluster.mem_bw);
   }
 
   // The pipeline: m micro-batches through pp stages, m + pp - 1 slots of the slowest stage's

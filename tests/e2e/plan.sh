@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The layout planner (build/plan): a ranked table and the trainer flags of the best layout, which
 # the trainer then runs as they are; grids that cannot run reported with the reason (too few
-# layers, heads not divisible, memory); bad input -> one message, exit 2; and given an H100
-# cluster's numbers, Megatron's layout for Llama-2 70B (TP 8, PP 2 to 8) among the top choices.
+# layers, heads not divisible, memory); ZeRO 0-3 offered, --zero 3 limiting the search to it; bad
+# input -> one message, exit 2; and given an H100 cluster's numbers, Megatron's layout for
+# Llama-2 70B (TP 8, PP 2 to 8) among the top choices, and pure data parallelism only with ZeRO-3.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 PLAN="$BUILD_DIR/plan"
 
@@ -25,12 +26,13 @@ grep -q '^rank  layout  *mb  *zero  *recompute  *memory GiB  *est. step s  *bubb
   "$SCRATCH/cpu.txt" || fail "no table header"
 rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp[0-9]+$/ && $3 ~ /^tp[0-9]+$/ && $4 ~ /^pp[0-9]+$/' "$SCRATCH/cpu.txt" | wc -l)
 # dp x tp x pp = 4 with pp <= 2 layers: (4,1,1) (2,2,1) (1,4,1) (2,1,2) (1,2,2); micro-batches
-# dividing 8/dp; ZeRO on and off where dp > 1; three recomputation modes; all fit in 2 GiB.
-[ "$rows" = $(( (2 * 2 + 3 * 2 + 4 + 3 * 2 + 4) * 3 )) ] || fail "$rows rows, expected 72"
+# dividing 8/dp; where dp > 1 ZeRO 0, 1, 2, 3 and 3 keeping its gathered parameters (3k); three
+# recomputation modes; all fit in 2 GiB.
+[ "$rows" = $(( (2 * 5 + 3 * 5 + 4 + 3 * 5 + 4) * 3 )) ] || fail "$rows rows, expected 144"
 awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $9}' "$SCRATCH/cpu.txt" | sort -c -g ||
   fail "the table is not sorted by step time"
 flags=$(sed -n 's/^trainer flags: //p' "$SCRATCH/cpu.txt")
-[[ $flags =~ ^--dp\ ([0-9]+)\ --tp\ ([0-9]+)\ --pp\ ([0-9]+)\ --micro-batch-size\ [0-9]+\ --zero\ [01]\ --recompute\ (none|selective|full)\  ]] ||
+[[ $flags =~ ^--dp\ ([0-9]+)\ --tp\ ([0-9]+)\ --pp\ ([0-9]+)\ --micro-batch-size\ [0-9]+\ --zero\ [0-3](\ --zero3-reshard-after-forward\ false)?\ --recompute\ (none|selective|full)\  ]] ||
   fail "trainer flags line: '$flags'"
 layout="dp ${BASH_REMATCH[1]} x tp ${BASH_REMATCH[2]} x pp ${BASH_REMATCH[3]}"
 grep -q "^   1  dp${BASH_REMATCH[1]} tp${BASH_REMATCH[2]} pp${BASH_REMATCH[3]} " "$SCRATCH/cpu.txt" ||
@@ -56,9 +58,23 @@ small_rc=$?
 set -e
 [ "$small_rc" = 1 ] || fail "nothing fits: exit $small_rc, expected 1"
 grep -q 'no layout fits' "$SCRATCH/small.err" || fail "nothing fits: no message"
-grep -q '^  dp4 tp1 pp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero 1, recompute full) > 0.01 GiB$' \
+grep -q '^  dp4 tp1 pp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero [0-3]k\{0,1\}, recompute full) > 0.01 GiB$' \
   "$SCRATCH/small.txt" || { cat "$SCRATCH/small.txt"; fail "memory not given as the reason"; }
 echo "ok: grids that do not fit are named with the reason"
+
+# 2b. --zero 3: only ZeRO-3 options (resharding after forward or keeping what it gathered), the
+# flags say so, and the grids without data parallelism say why they have none.
+"$PLAN" "${cpu[@]}" --ranks-per-node 4 --top 0 --zero 3 > "$SCRATCH/zero3.txt"
+levels=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $6}' "$SCRATCH/zero3.txt" | sort -u | tr '\n' ' ')
+[ "$levels" = "3 3k " ] || { cat "$SCRATCH/zero3.txt"; fail "--zero 3: zero column '$levels'"; }
+grep -q '^trainer flags: .* --zero 3 ' "$SCRATCH/zero3.txt" || fail "--zero 3: flags without --zero 3"
+grep -q '^  dp1 tp4 pp1  *zero 3 needs dp > 1$' "$SCRATCH/zero3.txt" ||
+  { cat "$SCRATCH/zero3.txt"; fail "--zero 3: dp 1 not explained"; }
+"$PLAN" "${cpu[@]}" --ranks-per-node 4 --zero 3 --zero3-reshard-after-forward false --zero-shard-size 2 \
+  --dp 4 > "$SCRATCH/hsdp.txt"
+grep -q '^trainer flags: .* --zero 3 --zero3-reshard-after-forward false --zero-shard-size 2 ' \
+  "$SCRATCH/hsdp.txt" || { cat "$SCRATCH/hsdp.txt"; fail "HSDP flags"; }
+echo "ok: --zero 3 plans ZeRO-3 only: $(sed -n 's/^trainer flags: //p' "$SCRATCH/hsdp.txt")"
 
 # 3. Bad input: one message, exit 2.
 expect_plan_error() {  # expect_plan_error NAME EXPECTED_TEXT ARGS...
@@ -83,7 +99,9 @@ expect_plan_error no_peak "peak TFLOP/s per GPU (--peak-tflops) must be given" "
 expect_plan_error bad_option "unrecognised option '--bogus'" "${llama[@]}" "${gpu[@]}" --bogus 1
 expect_plan_error bad_number "gpu-mem" "${llama[@]}" "${gpu[@]}" --gpu-mem lots
 expect_plan_error bad_precision "fp8" "${llama[@]}" "${gpu[@]}" --precision fp8
-expect_plan_error bad_zero "--zero must be 0 or 1" "${llama[@]}" "${gpu[@]}" --zero 2
+expect_plan_error bad_zero "--zero must be 0, 1, 2 or 3" "${llama[@]}" "${gpu[@]}" --zero 4
+expect_plan_error bad_reshard "for option '--zero3-reshard-after-forward' is invalid" "${llama[@]}" "${gpu[@]}" --zero3-reshard-after-forward maybe
+expect_plan_error bad_shard_size "--zero-shard-size must not be negative" "${llama[@]}" "${gpu[@]}" --zero-shard-size -2
 expect_plan_error zero_batch "--global-batch must be positive" "${llama[@]}" "${gpu[@]}" --global-batch 0
 expect_plan_error bad_recompute "recompute 'some' is not one of none, selective, full" "${llama[@]}" "${gpu[@]}" --recompute some
 expect_plan_error no_vocab "leaves vocab-size to the training data" --config "$SOURCE_DIR/input/tiny-gpt2.ini" --cpu --peak-gflops 100
@@ -92,13 +110,24 @@ expect_plan_error bad_cluster "cluster file $SCRATCH/cluster.ini" "${llama[@]}" 
 
 # 4. Llama-2 70B on 8 nodes of 8 H100 (80 GiB, 989 TFLOP/s bf16, NVLink 450 GB/s, 8 x 400 Gb/s
 # InfiniBand per node), global batch 1024 x 4096 tokens: Megatron's layout (TP 8, PP 2-8) among
-# the top 5 (the GPU backend holds bf16 weights, activations and tp messages in 2 bytes).
-"$PLAN" "${llama[@]}" "${gpu[@]}" --top 5 > "$SCRATCH/70b.txt"
+# the top 5 grids (the GPU backend holds bf16 weights, activations and tp messages in 2 bytes; a
+# grid's ZeRO levels and recomputation modes are rows of their own).
+"$PLAN" "${llama[@]}" "${gpu[@]}" --top 30 > "$SCRATCH/70b.txt"
 cat "$SCRATCH/70b.txt"
-megatron=$(awk '$1 ~ /^[1-5]$/ && $3 == "tp8" && ($4 == "pp2" || $4 == "pp4" || $4 == "pp8")' "$SCRATCH/70b.txt")
-[ -n "$megatron" ] || fail "no TP 8 x PP 2-8 layout among the top 5 for Llama-2 70B"
+top_grids=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && !seen[$2 $3 $4]++ {print $2, $3, $4}' "$SCRATCH/70b.txt" | head -5)
+megatron=$(echo "$top_grids" | awk '$2 == "tp8" && ($3 == "pp2" || $3 == "pp4" || $3 == "pp8")')
+[ -n "$megatron" ] || fail "no TP 8 x PP 2-8 layout among the top 5 grids for Llama-2 70B: $top_grids"
 echo "ok: Megatron's layout ranks: $(echo "$megatron" | head -1)"
-grep -q '^  dp64 tp1 pp1  *memory: at least' "$SCRATCH/70b.txt" || fail "pure data parallelism fitted 70B in 80 GiB"
+# Pure data parallelism holds 70B in 80 GiB only fully sharded (ZeRO-3: 1/64 of the parameters,
+# gradients and optimizer state, plus two gathered blocks).
+"$PLAN" "${llama[@]}" "${gpu[@]}" --dp 64 --top 0 > "$SCRATCH/70b-dp64.txt"
+dp64=$(awk '$1 ~ /^[0-9]+$/ && $2 == "dp64" {print $6}' "$SCRATCH/70b-dp64.txt" | sort -u | tr '\n' ' ')
+[[ $dp64 =~ ^3(\ 3k)?\ $ ]] || { cat "$SCRATCH/70b-dp64.txt"; fail "dp 64 fits 70B with zero '$dp64'"; }
+set +e
+"$PLAN" "${llama[@]}" "${gpu[@]}" --dp 64 --zero 1 > "$SCRATCH/70b-zero1.txt" 2>&1
+set -e
+grep -q '^  dp64 tp1 pp1  *memory: at least' "$SCRATCH/70b-zero1.txt" ||
+  fail "pure data parallelism fitted 70B in 80 GiB with ZeRO-1"
 grep -q '^  dp4 tp16 pp1  *tp 16 does not divide the 8 ranks of a node' "$SCRATCH/70b.txt" ||
   fail "tp across nodes not reported"
 # The same cluster from a cluster file, flags overriding it.
@@ -110,7 +139,7 @@ peak_tflops = 989
 intra_node_gbps = 450
 inter_node_gbps = 400
 EOF
-"$PLAN" "${llama[@]}" --cluster "$SCRATCH/h100.ini" --nodes 8 --top 5 > "$SCRATCH/70b-file.txt"
+"$PLAN" "${llama[@]}" --cluster "$SCRATCH/h100.ini" --nodes 8 --top 30 > "$SCRATCH/70b-file.txt"
 diff <(grep -v '^cluster' "$SCRATCH/70b.txt") <(grep -v '^cluster' "$SCRATCH/70b-file.txt") ||
   fail "the cluster file with --nodes 8 gave another plan than the flags"
 echo "ok: plan"

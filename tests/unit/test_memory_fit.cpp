@@ -1,14 +1,16 @@
 // The memory check before any allocation: a small model fits, an oversized one is refused with
 // its plan per part and what would fit, and absurd sizes give finite figures
-// (no int overflow, no listing of 2^28 layers, which would not end); shard_params agrees with
-// ParamLayout.
+// (no int overflow, no listing of 2^28 layers, which would not end); shard_params and
+// stage_units agree with ParamLayout and its units.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "mpitrain/model/params.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/planner/memory_fit.hpp"
 #include "mpitrain/train/gather.hpp"
 
@@ -53,7 +55,18 @@ TEST(MemoryFit, ShardParamsAgreesWithTheLayout) {
     for (int stage = 0; stage < grid.pp; ++stage)
       for (int tp_rank = 0; tp_rank < grid.tp; ++tp_rank) {
         const ModelShard s = shard_of(grid, first, tp_rank, stage);
-        EXPECT_EQ(shard_params(c, s), static_cast<double>(ParamLayout(c, s).total()));
+        const ParamLayout layout(c, s);
+        EXPECT_EQ(shard_params(c, s), static_cast<double>(layout.total()));
+        // ZeRO-2/3's units: the pieces each rank of 3 holds at most, and the largest unit.
+        double pieces = 0, largest = 0;
+        for (const FlatRange& unit : layout.units()) {
+          pieces += zero_range(unit.size(), 3, 0).size();
+          largest = std::max(largest, static_cast<double>(unit.size()));
+        }
+        const StageUnits units = stage_units(c, s, 3);
+        EXPECT_EQ(units.shard(), pieces);
+        EXPECT_EQ(units.largest, largest);
+        EXPECT_EQ(units.units(), static_cast<int>(layout.units().size()));
       }
     EXPECT_EQ(shard_params(c, ModelShard{}), static_cast<double>(ParamLayout(c).total()));
   }

@@ -71,8 +71,34 @@ TEST(MicroBatchAuto, RecomputeAndZeroLetALargerMicroBatchFit) {
   EXPECT_EQ(plan_micro_batch(small_gpt2(), run, plain, free).micro_batch, 3);
   Layout saver = plain;
   saver.recompute = Recompute::Full;
-  saver.zero = true;
+  saver.zero = 1;
   EXPECT_GT(plan_micro_batch(small_gpt2(), run, saver, free).micro_batch, 3);
+}
+
+// ZeRO-3 holds a quarter of the parameters, gradients and optimizer state at dp 4 (plus the
+// gathered units): the memory ZeRO-1 needs at one micro-batch leaves ZeRO-3 room for a larger one,
+// and the plan's figure is the memory model's at ZeRO-3.
+TEST(MicroBatchAuto, ZeroThreeLetsALargerMicroBatchFit) {
+  const RunShape run = gpu_run();
+  ModelConfig c = small_gpt2();  // 16 layers of C256: parameters weigh against activations
+  c.n_layer = 16;
+  c.d_model = 256;
+  c.d_ff = 1024;
+  Layout one;
+  one.dp = 4;  // 6 sequences per rank: candidates 6, 3, 2, 1
+  one.zero = 1;
+  Layout three = one;
+  three.zero = 3;
+  auto need = [&](Layout layout, int b) {
+    layout.micro_batch = b;
+    return layout_memory(c, run, layout, 0.0).total();
+  };
+  const double free = need(one, 2) / 0.9;
+  ASSERT_LT(need(three, 3), free * 0.9);  // the premise: ZeRO-3's saving exceeds a 3rd sequence
+  EXPECT_EQ(plan_micro_batch(c, run, one, free).micro_batch, 2);
+  const MicroBatchPlan plan = plan_micro_batch(c, run, three, free);
+  EXPECT_EQ(plan.micro_batch, 3);
+  EXPECT_DOUBLE_EQ(plan.memory.total(), need(three, 3));
 }
 
 TEST(MicroBatchAuto, RejectsABatchThatDpDoesNotDivide) {

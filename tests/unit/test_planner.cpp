@@ -3,12 +3,15 @@
 // rejections; reading the model and cluster files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/model.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/planner/cluster.hpp"
 #include "mpitrain/planner/inputs.hpp"
 #include "mpitrain/planner/planner.hpp"
@@ -115,6 +118,108 @@ TEST(PlannerMemory, ZeroShardsTheOptimizerStateAndTheMaster) {
   EXPECT_DOUBLE_EQ(g.master, 1408 * 4.0);
 }
 
+// Under ZeRO-2/3 a rank holds S = the sum of its largest piece of each unit, computed here from
+// the units ParamLayout lists. Four layers, so that ZeRO-3's two gathered blocks are fewer than
+// the stage's: units wte 1024, wpe 32, 4 blocks of 872, lnf 16 (P = 4560); pieces over dp 4
+// (ceil(n / 4) rounded up to 16): 256, 16, 4 x 224, 16 -> S = 1184; the unit gradient buffers
+// G = 1024 + 32 + 16 + 2 x 872 = 2816.
+double largest_pieces(const ParamLayout& layout, int ranks) {
+  double s = 0;
+  for (const FlatRange& unit : layout.units()) s += zero_range(unit.size(), ranks, 0).size();
+  return s;
+}
+
+TEST(PlannerMemory, ZeroTwoAndThreeShardByUnitByHand) {
+  ModelConfig four = tiny();
+  four.n_layer = 4;
+  const ParamLayout params(four);
+  ASSERT_EQ(params.total(), 4560u);
+  ASSERT_EQ(largest_pieces(params, 4), 1184.0);
+  RunShape run = tiny_run();
+  run.global_batch = 8;  // dp4, micro-batch 2: m = 1
+  const Layout plain{4, 1, 1, 2, 0, Recompute::None};
+  Layout two = plain, three = plain, kept = plain;
+  two.zero = 2;
+  three.zero = 3;
+  kept.zero = 3;
+  kept.reshard_after_forward = false;
+  const MemoryEstimate z0 = layout_memory(four, run, plain, 0.0);
+  const MemoryEstimate z2 = layout_memory(four, run, two, 0.0);
+  const MemoryEstimate z3 = layout_memory(four, run, three, 0.0);
+  const MemoryEstimate z3k = layout_memory(four, run, kept, 0.0);
+  // fp32: the compact piece is the master itself, counted once among the params.
+  EXPECT_DOUBLE_EQ(z2.params, (4560 + 1184) * 4.0);
+  EXPECT_DOUBLE_EQ(z2.grads, (1184 + 2816) * 4.0);
+  EXPECT_DOUBLE_EQ(z2.optimizer, 1184 * 8.0);
+  EXPECT_DOUBLE_EQ(z2.master, 0.0);
+  EXPECT_DOUBLE_EQ(z3.params, (1184 + 2816) * 4.0);   // the outer units + 2 blocks gathered
+  EXPECT_DOUBLE_EQ(z3k.params, (1184 + 4560) * 4.0);  // every unit stays gathered
+  for (const MemoryEstimate& e : {z3, z3k}) {
+    EXPECT_DOUBLE_EQ(e.grads, z2.grads);
+    EXPECT_DOUBLE_EQ(e.optimizer, z2.optimizer);
+  }
+  // No gradient bucket for MPI to copy (4560 floats, under --bucket-mb): they reduce-scatter the
+  // unit buffers in place; the token lists remain.
+  EXPECT_DOUBLE_EQ(z0.buffers, 4.0 * 2 * 2 * 8 + 4560 * 4.0);
+  EXPECT_DOUBLE_EQ(z2.buffers, 4.0 * 2 * 2 * 8);
+  EXPECT_DOUBLE_EQ(z3.activations, z0.activations);
+  // bf16: 2-byte compute copies and pieces, the fp32 master of the piece.
+  run.precision = Precision::Bf16;
+  const MemoryEstimate b2 = layout_memory(four, run, two, 0.0);
+  const MemoryEstimate b3 = layout_memory(four, run, three, 0.0);
+  EXPECT_DOUBLE_EQ(b2.params, (4560 + 1184) * 2.0);
+  EXPECT_DOUBLE_EQ(b2.master, 1184 * 4.0);
+  EXPECT_DOUBLE_EQ(b2.grads, (1184 + 2816) * 4.0);
+  EXPECT_DOUBLE_EQ(b3.params, (1184 + 2816) * 2.0);
+  EXPECT_DOUBLE_EQ(b3.master, 1184 * 4.0);
+}
+
+// The target: ZeRO-3 at dp 4 holds at most 0.35 x ZeRO-0's parameters + gradients +
+// optimizer state (fp32 AdamW: 16 bytes per parameter). gpt2 L16 C64 F256 V256, 64 positions:
+// wte 16384, wpe 4096, a block 49984, lnf 128, P = 820352; over dp 4 the pieces 4096, 1024,
+// 12496, 32 -> S = 205088; G = 16384 + 4096 + 128 + 2 x 49984 = 120576. ZeRO-3: params + grads =
+// 2 (S + G) x 4, optimizer 8 S -> 4246016 bytes against 16 x 820352 = 13125632: 0.3235 (the 1/4
+// share plus the gathered units and their gradient buffers).
+TEST(PlannerMemory, ZeroThreeAtDp4IsAThirdOfZeroZero) {
+  ModelConfig c = tiny();
+  c.n_layer = 16;
+  c.n_head = 4;
+  c.n_kv_head = 4;
+  c.d_model = 64;
+  c.d_ff = 256;
+  c.vocab_size = 256;
+  c.max_seq_len = 64;
+  ASSERT_EQ(ParamLayout(c).total(), 820352u);
+  ASSERT_EQ(largest_pieces(ParamLayout(c), 4), 205088.0);
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  auto held = [&](int zero) {
+    const MemoryEstimate e = layout_memory(c, run, {4, 1, 1, 2, zero, Recompute::None}, 0.0);
+    return e.params + e.grads + e.optimizer + e.master;
+  };
+  EXPECT_DOUBLE_EQ(held(0), 13125632.0);
+  EXPECT_DOUBLE_EQ(held(3), 4246016.0);
+  EXPECT_LE(held(3), 0.35 * held(0));
+  EXPECT_LT(held(3), held(2));
+  EXPECT_LT(held(2), held(1));
+}
+
+// HSDP: sharded over groups of D dp ranks, every rank holds the pieces over D, not over dp.
+TEST(PlannerMemory, HybridShardingHoldsThePiecesOverTheShardGroup) {
+  RunShape run = tiny_run();
+  run.global_batch = 16;
+  Layout hsdp{8, 1, 1, 2, 3, Recompute::None};
+  hsdp.zero_shard = 2;
+  const Layout whole{8, 1, 1, 2, 3, Recompute::None};
+  // Pieces over 2: wte 512, wpe 16, 2 blocks of 448 (436 rounded up), lnf 16 -> S = 1440.
+  ASSERT_EQ(largest_pieces(ParamLayout(tiny()), 2), 1440.0);
+  EXPECT_DOUBLE_EQ(layout_memory(tiny(), run, hsdp, 0.0).optimizer, 1440 * 8.0);
+  EXPECT_DOUBLE_EQ(layout_memory(tiny(), run, whole, 0.0).optimizer,
+                   largest_pieces(ParamLayout(tiny()), 8) * 8.0);
+  EXPECT_LT(layout_memory(tiny(), run, whole, 0.0).total(),
+            layout_memory(tiny(), run, hsdp, 0.0).total());
+}
+
 TEST(PlannerMemory, PipelineStagesByHand) {
   // pp2 with 1F1B and m = 2: stage 0 keeps 2 slots of layer 0; stage 1 one slot of layer 1 and
   // the head. Stage 0 holds wte, wpe and block 0 (1024 + 32 + 872 = 1928 parameters); stage 1
@@ -188,6 +293,44 @@ TEST(PlannerTime, OneRankByHand) {
   // Full recomputation runs each forward twice: 4 passes' worth instead of 3.
   const TimeEstimate f = estimate_time(tiny(), tiny_run(), {1, 1, 1, 2, false, Recompute::Full}, c, cal);
   EXPECT_NEAR(f.compute, 0.559104 * 4 / 3, 1e-12);
+}
+
+// ZeRO-2/3 over dp 4 in one node at 1e4 B/s without latency, micro-batch 2 (m = 1): forward
+// t_f = 8 tokens x 5824 / 5e5 = 0.093184 s, backward window 2 t_f = 0.186368 s. The stage's
+// reduce-scatter and all-gather in fp32 each take 3/4 x 2816 x 4 / 1e4 = 0.8448 s, those of the
+// largest unit (wte, 1024) 0.3072 s.
+//   ZeRO-2: reduce-scatter max(0.8448 - 0.186368, 0.3072) + all-gather 0.8448 = 1.503232
+//   ZeRO-3: forward max(0.8448 - 0.093184, 0.3072) = 0.751616, backward (gather and
+//           reduce-scatter) max(1.6896 - 0.186368, 0.6144) = 1.503232: 2.254848
+//   kept:   forward gather once 0.751616 + reduce-scatter 0.658432 = 1.410048
+//   HSDP, ZeRO-2 over 2 ranks (S = 1440): max(0.5632 - 0.186368, 0.2048) + 0.5632 + the shard's
+//           all-reduce over the 2 replicas 1440 x 4 / 1e4 = 0.576: 1.516032
+TEST(PlannerTime, ZeroTwoAndThreeByHand) {
+  Cluster c = four_cpu_ranks();
+  c.peak_flops = 1e6;
+  c.mem_bw = 1e6;
+  c.intra_bw = 1e4;
+  Calibration cal;
+  cal.efficiency = 0.5;
+  cal.latency_s = 0;
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  Layout two{4, 1, 1, 2, 2, Recompute::None}, three = two, kept = two, hybrid = two;
+  three.zero = kept.zero = 3;
+  kept.reshard_after_forward = false;
+  hybrid.zero_shard = 2;
+  const TimeEstimate t2 = estimate_time(tiny(), run, two, c, cal);
+  EXPECT_NEAR(t2.compute, 3 * 0.093184, 1e-12);
+  EXPECT_NEAR(t2.dp_exposed, 1.503232, 1e-12);
+  EXPECT_NEAR(estimate_time(tiny(), run, three, c, cal).dp_exposed, 2.254848, 1e-12);
+  EXPECT_NEAR(estimate_time(tiny(), run, kept, c, cal).dp_exposed, 1.410048, 1e-12);
+  EXPECT_NEAR(estimate_time(tiny(), run, hybrid, c, cal).dp_exposed, 1.516032, 1e-12);
+  // The optimizer over the rank's S = 736 elements (pieces over 4: 256, 16, 2 x 224, 16).
+  EXPECT_NEAR(t2.optimizer, 36 * 736 / 1e6, 1e-12);
+  // Micro-batch 1 (m = 2): kept gathers once per step, the reduce-scatter runs per micro-batch:
+  // max(0.8448 - 0.046592, 0.3072) + 2 x max(0.8448 - 0.093184, 0.3072) = 2.30144.
+  kept.micro_batch = 1;
+  EXPECT_NEAR(estimate_time(tiny(), run, kept, c, cal).dp_exposed, 2.30144, 1e-12);
 }
 
 TEST(PlannerTime, BubbleAndCommunication) {
@@ -280,7 +423,7 @@ TEST(Planner, SearchLimitsPinALayout) {
   only.dp = 2;
   only.pp = 2;
   only.micro_batch = 2;
-  only.zero = false;
+  only.zero = 0;
   only.recompute = Recompute::None;
   const Plan plan = make_plan(tiny(), run, c, {}, only);
   ASSERT_EQ(plan.fits.size(), 1u);
@@ -289,6 +432,38 @@ TEST(Planner, SearchLimitsPinALayout) {
   EXPECT_EQ(l.tp, 1);
   EXPECT_EQ(l.pp, 2);
   EXPECT_EQ(l.micro_batch, 2);
+}
+
+TEST(Planner, OffersEveryZeroLevelWhereDpIsAboveOne) {
+  Cluster c = four_cpu_ranks();
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  SearchLimits limits;
+  limits.dp = 4;  // tp1 pp1: micro-batches 1 and 2
+  limits.recompute = Recompute::None;
+  const Plan all = make_plan(tiny(), run, c, {}, limits);
+  std::vector<std::string> labels;
+  for (const Candidate& k : all.fits)
+    if (k.layout.micro_batch == 2) labels.push_back(zero_label(k.layout));
+  std::sort(labels.begin(), labels.end());
+  EXPECT_EQ(labels, (std::vector<std::string>{"0", "1", "2", "3", "3k"}));
+  // --zero 3: the grids with dp 1 say why they have no option; --zero-shard-size 2 gives the
+  // ZeRO-3 options of dp 4 their groups of 2.
+  SearchLimits three;
+  three.zero = 3;
+  three.zero_shard = 2;
+  const Plan z3 = make_plan(tiny(), run, c, {}, three);
+  ASSERT_FALSE(z3.fits.empty());
+  for (const Candidate& k : z3.fits) {
+    EXPECT_EQ(k.layout.zero, 3);
+    EXPECT_EQ(k.layout.zero_shard, k.layout.dp == 4 ? 2 : 0);  // 2 = the whole dp of dp 2
+  }
+  bool explained = false;
+  for (const Rejected& r : z3.rejected) explained |= r.dp == 1 && r.reason == "zero 3 needs dp > 1";
+  EXPECT_TRUE(explained);
+  three.reshard_after_forward = false;
+  for (const Candidate& k : make_plan(tiny(), run, c, {}, three).fits)
+    EXPECT_FALSE(k.layout.reshard_after_forward);
 }
 
 std::string write_file(const std::string& name, const std::string& text) {

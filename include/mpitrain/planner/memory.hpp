@@ -1,19 +1,30 @@
 // What one rank of a layout holds: the planner's memory model.
 //
-// Per rank of pipeline stage s (every tp rank of a stage holds the same amount), in bytes:
-//   params       P_s x w        P_s = ParamLayout(config, shard of s).total(); w = the compute
-//                               tensors' bytes: 4 in fp32, 2 in bf16/fp16 (CPU and GPU)
-//   grads        P_s x 4        parameter gradients stay fp32
-//   optimizer    S x 4 k        the optimizer's k fp32 state buffers (adamw, lamb: m and v; sgd:
-//                               momentum) for S = P_s, or with ZeRO-1 the largest piece of
-//                               zero_range(P_s, dp) (about P_s / dp)
-//   master       S x 4          the fp32 master copy, only in bf16/fp16
+// Per rank of pipeline stage s (every tp rank of a stage holds the same amount), in bytes, by
+// ZeRO level; w = the compute tensors' bytes: 4 in fp32, 2 in bf16/fp16 (CPU and GPU); k = the
+// optimizer's fp32 state buffers (adamw, lamb: m and v; sgd: momentum); P_s =
+// ParamLayout(config, shard of s).total(); D = the ZeRO-2/3 shard group (dp, or
+// --zero-shard-size: HSDP); S = sum over the stage's units (ParamLayout::units(): each block,
+// and wte, wpe, the final norm, lm_head alone) of the largest piece zero_range(unit, D) (about
+// P_s / D); G = the stage's outer units (wte, wpe, final norm, lm_head) + 2 x a block unit:
+//                0, 1                        2                         3
+//   params       P_s x w                     (P_s + S) x w             S x w + gathered x w
+//   grads        P_s x 4                     (S + G) x 4               (S + G) x 4
+//   optimizer    O x 4 k                     S x 4 k                   S x 4 k
+//   master       O x 4 (bf16/fp16 only)      S x 4 (bf16/fp16 only)    S x 4 (bf16/fp16 only)
+//   O = P_s, or with ZeRO-1 the largest piece of zero_range(P_s, dp) (about P_s / dp). ZeRO-2
+//   keeps the whole compute copy plus its compact piece (in fp32 the piece is the master, counted
+//   once); its gradients are the sharded sum plus the unit buffers backward writes before each
+//   reduce-scatter (G). ZeRO-3 keeps its piece and what is gathered: reshard after forward (the
+//   default) the outer units + 2 blocks (the prefetch's two buffers); without, P_s (every unit
+//   stays gathered between forward and backward).
 //   activations  A_s x w + S_s x 4   activation_elements(): the Model's compute buffers A_s for
 //                               the slots the schedule keeps (pipeline_slots) and the backward
 //                               scratch, and their fp32 statistics S_s
 //   buffers      the pipeline's token lists (2 m B T int32, CPU only), its input-gradient copies
-//                (slots B T C x w, pp > 1), and on CPU one gradient bucket (--bucket-mb) that
-//                MPI's non-blocking all-reduce copies (dp > 1)
+//                (slots B T C x w, pp > 1), and on CPU with ZeRO 0/1 one gradient bucket
+//                (--bucket-mb) that MPI's non-blocking all-reduce copies (dp > 1; ZeRO-2/3
+//                reduce-scatter the unit buffers in place)
 //   baseline     the process without the model: MPI, OpenBLAS, the binary (CPU); CUDA context,
 //                library workspaces and communicator buffers (GPU) — a calibrated constant
 // The layout's figure is the largest stage's.
@@ -35,8 +46,11 @@ namespace mpitrain {
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
   int micro_batch = 1;
-  bool zero = false;  // ZeRO-1: AdamW state (and the fp32 master) sharded over dp
+  int zero = 0;  // ZeRO level: 1 optimizer state (and master), 2 + gradients, 3 + parameters
   Recompute recompute = Recompute::None;
+  bool reshard_after_forward = true;  // ZeRO-3: gather each unit again for backward
+  int zero_shard = 0;  // ZeRO-2/3: shard over groups of this many dp ranks (HSDP); 0 = all dp
+  int shard_ranks() const { return zero_shard > 0 ? zero_shard : dp; }  // the D of the model
 };
 
 // What the run trains with, whatever the layout.
@@ -75,8 +89,22 @@ struct ActivationElements {
 ActivationElements activation_elements(const ModelConfig& config, const ModelShard& shard, int B,
                                        int T, int slots, Recompute recompute);
 
-// ParamLayout(config, shard).total() without listing the shard's blocks one by one (n-layer may
-// be absurd): a two-layer model's embedding, head and one block, the block counted per layer.
+// A stage's ZeRO-2/3 units (ParamLayout::units()) without listing the shard's blocks one by one
+// (n-layer may be absurd): a two-layer model's units outside the blocks and one block, the block
+// counted per layer; pieces are the largest of zero_range(unit, shard_ranks).
+struct StageUnits {
+  double outer = 0, outer_pieces = 0;  // elements of the units outside the blocks, their pieces
+  double block = 0, block_piece = 0;   // one block unit and its piece
+  double largest = 0;                  // the largest unit
+  int outer_units = 0, layers = 0;
+  double params() const { return outer + layers * block; }              // P_s
+  double shard() const { return outer_pieces + layers * block_piece; }  // S
+  double unit_buffers() const { return outer + 2 * block; }             // G
+  int units() const { return outer_units + layers; }
+};
+StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int shard_ranks);
+
+// ParamLayout(config, shard).total(), as stage_units counts it.
 double shard_params(const ModelConfig& config, const ModelShard& shard);
 
 struct MemoryEstimate {  // bytes held by one rank
@@ -86,6 +114,10 @@ struct MemoryEstimate {  // bytes held by one rank
     return params + grads + optimizer + master + activations + buffers + baseline;
   }
 };
+
+// The ZeRO level as the plan's table shows it: "0" to "3", "3k" for ZeRO-3 keeping what it
+// gathered for forward until backward (--zero3-reshard-after-forward false).
+std::string zero_label(const Layout& layout);
 
 // "12.34 GiB" from 1 GiB up, "5.67 MiB" below (tiny test models).
 std::string memory_text(double bytes);

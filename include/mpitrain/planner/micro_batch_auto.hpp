@@ -2,12 +2,13 @@
 //
 // A pure function over the planner's memory model (memory.hpp), which counts exactly what Model
 // allocates for its activations (tested against Model::activation_bytes() in test_planner.cpp):
-// params, grads, optimizer state and master (ZeRO-1 sharded or not), the activations of the
-// slots the pipeline schedule keeps, the pipeline's buffers. Candidates are the divisors of
-// global_batch / dp (every rank runs whole micro-batches), largest first; the first whose
-// largest stage fits in (1 - margin) x free_bytes wins. free_bytes is what cudaMemGetInfo reports
-// once the CUDA context and the libraries are up and before the model allocates; the margin
-// covers what is allocated later (cuBLASLt/cuDNN workspaces, NCCL buffers, fragmentation).
+// params, grads, optimizer state and master (as the ZeRO level 0-3 and HSDP's shard groups shard
+// them), the activations of the slots the pipeline schedule keeps, the pipeline's buffers.
+// Candidates are the divisors of global_batch / dp (every rank runs whole micro-batches), largest
+// first; the first whose largest stage fits in (1 - margin) x free_bytes wins. free_bytes is what
+// cudaMemGetInfo reports once the CUDA context and the libraries are up and before the model
+// allocates; the margin covers what is allocated later (cuBLASLt/cuDNN workspaces, NCCL buffers,
+// fragmentation).
 #pragma once
 
 #include <string>

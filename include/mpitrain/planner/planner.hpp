@@ -1,5 +1,5 @@
 // The layout planner: every dp x tp x pp grid of the cluster's ranks, with each micro-batch size,
-// ZeRO-1 on/off and recomputation none/selective/full; memory per rank and step time of each
+// ZeRO 0-3 and recomputation none/selective/full; memory per rank and step time of each
 // (memory.hpp, timing.hpp); the ones that fit ranked by step time, and for every grid that has
 // no fitting option, why.
 //
@@ -7,7 +7,10 @@
 // model's heads, kv heads, d_ff and padded vocabulary (check_tensor_parallel, as the trainer),
 // pp <= n_layer (the trainer's balanced split, uneven when pp does not divide n_layer), and dp
 // divides the global batch. Micro-batch sizes: the divisors of global batch / dp up to
-// max_micro_batch. ZeRO-1 only where dp > 1 (it changes nothing otherwise).
+// max_micro_batch. ZeRO 1-3 only where dp > 1 (they change nothing otherwise); ZeRO-3 both with
+// and without resharding after forward (without: faster, the stage's parameters held whole, so
+// it wins where that memory is there); ZeRO-2/3 over the whole dp group, or over groups of
+// SearchLimits::zero_shard (HSDP) on the grids whose dp it divides.
 #pragma once
 
 #include <optional>
@@ -37,7 +40,9 @@ struct Rejected {
 struct SearchLimits {
   int dp = 0, tp = 0, pp = 0, micro_batch = 0;
   int max_micro_batch = 64;
-  std::optional<bool> zero;
+  std::optional<int> zero;                    // a ZeRO level 0-3
+  std::optional<bool> reshard_after_forward;  // ZeRO-3
+  int zero_shard = 0;                         // ZeRO-2/3: HSDP's shard group; 0 = dp
   std::optional<Recompute> recompute;
 };
 

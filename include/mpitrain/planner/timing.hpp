@@ -15,11 +15,20 @@
 //      + the data-parallel gradient sync not hidden behind the last micro-batch's backward (ring,
 //        2(dp-1)/dp x bytes / bw, over the intra- or inter-node bandwidth by where the dp group's
 //        ranks sit; the last bucket is never hidden); under ZeRO-1 a reduce-scatter instead and an
-//        all-gather of the updated parameters after the step
+//        all-gather of the updated parameters after the step. ZeRO-2/3 over shard groups of D
+//        ranks (dp, or HSDP's --zero-shard-size), one collective per unit (ParamLayout::units()),
+//        the largest unit's never hidden: per micro-batch a reduce-scatter of the stage's fp32
+//        gradients ((D-1)/D x P_s x 4) behind its backward as above; ZeRO-2 then all-gathers the
+//        updated parameters ((D-1)/D x P_s x w, exposed); ZeRO-3 gathers them per micro-batch
+//        before forward and again before backward (with --zero3-reshard-after-forward false once
+//        per step, before the first forward), hidden behind that pass's compute unless the
+//        gathers take longer; HSDP sums the S-float shard over the dp/D replicas (all-reduce,
+//        exposed)
 //      + the tied embedding's gradient sum between the first and last stage (gpt2, pp > 1)
 //      + the optimizer at the memory bandwidth: per parameter of its range 4 (3 + 2k) bytes (read
 //        the parameter, its gradient and k state values, write the parameter and the state:
-//        AdamW 28), clearing the gradients and their norm 8 bytes per parameter held.
+//        AdamW 28), clearing the gradients and their norm 8 bytes per parameter held (ZeRO-2/3:
+//        both over the rank's S-element shard).
 // Collective cost: ring, 2(n-1)/n x bytes / bw + latency for an all-reduce, (n-1)/n x bytes / bw
 // + latency for a reduce-scatter or an all-gather; a point-to-point send bytes / bw + latency.
 #pragma once
@@ -46,7 +55,7 @@ struct TimeEstimate {  // seconds per optimizer step, and shares of it
   double bubble = 0;      // pipeline fill and drain: (pp-1)/(m+pp-1) of the pipelined part
   double tp_comm = 0;     // tensor-parallel all-reduces (never hidden)
   double p2p = 0;         // pipeline sends and receives (counted as exposed)
-  double dp_exposed = 0;  // data-parallel gradient sync (and ZeRO's all-gather) not hidden
+  double dp_exposed = 0;  // data-parallel gradient sync (and ZeRO's all-gathers) not hidden
   double optimizer = 0;
   double step = 0;
   double bubble_fraction = 0;      // (pp-1)/(m+pp-1)
