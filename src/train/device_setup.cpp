@@ -107,7 +107,8 @@ void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridS
   });
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
   const Layout layout{shape.dp, shape.tp, shape.pp, t.micro_batch_size, t.zero,
-                      parse_recompute(t.recompute)};
+                      parse_recompute(t.recompute), t.zero3_reshard_after_forward,
+                      t.zero >= 2 ? t.zero_shard_size : 0};
   all_or_none(world, [&] {
     const std::string misfit = memory_misfit(cfg, run_shape_of(t, t.device == "cuda"), layout,
                                              stage_first_layer, bytes, budget_source(t));
@@ -122,7 +123,8 @@ int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const Grid
   double bytes = 0;
   all_or_none(world, [&] { bytes = memory_per_rank(t, grid.local_size(), 0.0); });
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
-  const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero, parse_recompute(t.recompute)};
+  const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero, parse_recompute(t.recompute),
+                      t.zero3_reshard_after_forward, t.zero >= 2 ? t.zero_shard_size : 0};
   MicroBatchPlan plan;
   all_or_none(world, [&] {
     plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, bytes, 0.10);
