@@ -323,8 +323,9 @@ void Trainer::build_step_parts() {
     backend_->round_to(emulated, model_->num_params(), model_options_.precision);
   backend_->set_alloc_kind(AllocKind::Optimizer);
   optimizer_ =
-      std::make_unique<Optimizer>(*backend_, model_->layout(), optimizer_config_, model_->params(),
-                                  own.lo, own.hi, model_options_.precision,
+      std::make_unique<Optimizer>(*backend_, model_->layout(), optimizer_config_,
+                                  model_->params() + own.lo, ShardRanges({own}),
+                                  model_options_.precision,
                                   NormGroups{t_.zero ? &comms_->dp : nullptr, &comms_->tp,
                                              tied_copies_ ? &*comms_->embedding : nullptr});
   backend_->set_alloc_kind(AllocKind::Activations);
@@ -346,7 +347,8 @@ void Trainer::build_step_parts() {
 
   store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
                                              world_, t_.keep_last, faults_);
-  state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params().full(), *optimizer_,
+  state_.emplace(checkpoint_state(cfg_, model_->layout(), model_->params().full(),
+                                  ShardRanges::whole(model_->num_params()), *optimizer_,
                                   t_.zero == 1 || grid_->dp_rank() == 0));
   if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, model_->params());
   best_val_ = std::numeric_limits<double>::quiet_NaN();

@@ -57,7 +57,8 @@ UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
   scaler_.update(false);
   const double clip = grad_clip_ > 0 && norm > grad_clip_ ? grad_clip_ / norm : 1.0;
   TraceScope region(trace_, TraceLane::Compute, "optimizer", &optimizer_seconds_);
-  optimizer_.step(model_.grads(), static_cast<float>(lr), static_cast<float>(clip / scale));
+  optimizer_.step(model_.grads() + own.lo, static_cast<float>(lr),
+                  static_cast<float>(clip / scale));
   buckets_.gather_params(model_.params());
   return {norm, sums[1], StepVerdict::Update};
 }
