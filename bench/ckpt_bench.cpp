@@ -236,9 +236,18 @@ int run(int argc, char** argv) {
   float* const buffers[3] = {params.data(), adam_m.data(), adam_v.data()};
   fill_or_check(cfg, layout, buffers, false);
   // AdamW's state over the whole buffer, no ZeRO, fp32 (the master is params).
-  const CheckpointState state{cfg, layout, params.data(), 0, layout.total(), params.data(),
-                              OptimizerKind::AdamW, {adam_m.data(), adam_v.data()},
-                              Precision::Fp32, grid.dp_rank() == 0};
+  const ShardRanges whole = ShardRanges::whole(layout.total());
+  const CheckpointState state{cfg,
+                              layout,
+                              params.data(),
+                              whole,
+                              whole,
+                              params.data(),
+                              false,
+                              OptimizerKind::AdamW,
+                              {adam_m.data(), adam_v.data()},
+                              Precision::Fp32,
+                              grid.dp_rank() == 0};
 
   const fs::path dir = fs::absolute(o.dir);
   const std::string store_dir = (dir / "checkpoints").string();

@@ -13,9 +13,6 @@
 
 namespace mpitrain {
 
-// For each tensor of the whole model (by global_index), this rank's copy of it or nullptr.
-std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const ParamLayout& local);
-
 // The file and memory selections that move the elements [a, b) (local row-major indices) of t,
 // this rank's part of the full tensor `whole`: in the file their places in the full shape, in
 // memory b - a contiguous floats (element a first). t == nullptr or a >= b: nothing, for a rank
@@ -26,12 +23,20 @@ struct Selection {
 };
 Selection select_range(const ParamTensor& whole, const ParamTensor* t, uint64_t a, uint64_t b);
 
-// The local elements [a, b) of tensor t that lie in the flat range [lo, hi) of its layout
-// (a == b when none do).
-struct ElementRange {
-  uint64_t a, b;
+// The local elements [a, b) of a tensor that some ranges hold, at compact offset `at` of the
+// buffer over them (a == b when none).
+struct TensorPart {
+  uint64_t a = 0, b = 0;
+  size_t at = 0;
 };
-ElementRange in_range(const ParamTensor& t, size_t lo, size_t hi);
+// Per tensor of the whole model (by global index): this rank's copy (nullptr if none) and its
+// parts in s.params_held and in s.owned. Error if s has the wrong number of state buffers, holds
+// a tensor twice, or a range that is not in the layout or owns an element it does not hold.
+struct TensorParts {
+  const ParamTensor* t = nullptr;
+  TensorPart held, owned;
+};
+std::vector<TensorParts> tensor_parts(const ParamLayout& full, const CheckpointState& s);
 
 // Runs step on every rank; if it failed on any, every rank throws Error("<what>: <message of
 // the lowest failing rank>") — never UsageError: a bad file is damage, not bad input.

@@ -1,4 +1,5 @@
-// Where a rank's part of a tensor lies in the full tensor: runs, hyperslabs, agreement.
+// Where a rank's part of a tensor lies in its buffers and in the full tensor: parts, hyperslabs,
+// agreement.
 #include <algorithm>
 
 #include "ckpt_io.hpp"
@@ -6,6 +7,9 @@
 
 namespace mpitrain {
 
+namespace {
+
+// For each tensor of the whole model (by global_index), this rank's copy of it or nullptr.
 std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const ParamLayout& local) {
   std::vector<const ParamTensor*> held(full.tensors().size(), nullptr);
   for (const ParamTensor& t : local.tensors()) {
@@ -15,8 +19,6 @@ std::vector<const ParamTensor*> held_tensors(const ParamLayout& full, const Para
   }
   return held;
 }
-
-namespace {
 
 // Calls box(start, count) for blocks that together hold the elements [a, b) (row-major indices)
 // of an array of shape dims[d..]; start and count [0, d) are set by the caller. At most 2 per
@@ -49,12 +51,35 @@ void linear_boxes(const std::vector<uint64_t>& dims, size_t d, uint64_t a, uint6
   }
 }
 
+TensorPart part_of(const ParamTensor& t, const ShardRanges& ranges) {
+  const ShardRanges::Overlap o = ranges.overlap(t.offset, t.offset + t.numel);
+  if (o.size() == 0) return {};
+  return {o.begin - t.offset, o.end - t.offset, o.at};
+}
+
 }  // namespace
 
-ElementRange in_range(const ParamTensor& t, size_t lo, size_t hi) {
-  const size_t begin = std::max(lo, t.offset), end = std::min(hi, t.offset + t.numel);
-  if (begin >= end) return {0, 0};
-  return {begin - t.offset, end - t.offset};
+std::vector<TensorParts> tensor_parts(const ParamLayout& full, const CheckpointState& s) {
+  const size_t n_state = state_names(s.optimizer).size();
+  if (s.state.size() != n_state)
+    MPITRAIN_THROW("optimizer " + to_string(s.optimizer) + " has " + std::to_string(n_state) +
+                   " state buffers, not " + std::to_string(s.state.size()));
+  for (const ShardRanges* r : {&s.params_held, &s.owned})
+    if (!r->ranges().empty() && r->ranges().back().hi > s.layout.total())
+      MPITRAIN_THROW("shard range ending at " + std::to_string(r->ranges().back().hi) +
+                     " is not inside the " + std::to_string(s.layout.total()) + " parameters");
+  const std::vector<const ParamTensor*> held = held_tensors(full, s.layout);
+  std::vector<TensorParts> parts(held.size());
+  for (size_t k = 0; k < held.size(); ++k) {
+    if (!held[k]) continue;
+    const ParamTensor& t = *held[k];
+    parts[k] = {&t, part_of(t, s.params_held), part_of(t, s.owned)};
+    const TensorPart &h = parts[k].held, &o = parts[k].owned;
+    if (o.a < o.b && (o.a < h.a || o.b > h.b))
+      MPITRAIN_THROW("tensor " + t.name +
+                     ": the optimizer owns elements that params does not hold");
+  }
+  return parts;
 }
 
 Selection select_range(const ParamTensor& whole, const ParamTensor* t, uint64_t a, uint64_t b) {

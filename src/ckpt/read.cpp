@@ -68,23 +68,17 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
 
   const ParamLayout full(s.config);
   const std::vector<std::string> groups = checkpoint_groups(s.optimizer);
-  std::vector<const ParamTensor*> held;           // per tensor: this rank's part, or nullptr
-  std::vector<ElementRange> ranges;               // per tensor: its elements in [lo, hi)
-  std::vector<Selection> whole_sels, range_sels;  // params: all local elements; state: the range
+  std::vector<TensorParts> parts;                 // per tensor: this rank's copy and its parts
+  std::vector<Selection> held_sels, owned_sels;   // params: the held part; state: the owned part
   std::vector<H5Handle> dsets;                    // [group][tensor]
   std::vector<std::string> names;
   std::vector<uint64_t> stored;
   agree_on(world, path, [&] {
-    if (s.state.size() + 1 != groups.size())
-      MPITRAIN_THROW("optimizer " + to_string(s.optimizer) + " has " +
-                     std::to_string(groups.size() - 1) + " state buffers, not " +
-                     std::to_string(s.state.size()));
-    held = held_tensors(full, s.layout);
+    parts = tensor_parts(full, s);
     for (const ParamTensor& whole : full.tensors()) {
-      const ParamTensor* t = held[whole.global_index];
-      ranges.push_back(t ? in_range(*t, s.lo, s.hi) : ElementRange{0, 0});
-      whole_sels.push_back(select_range(whole, t, 0, t ? t->numel : 0));
-      range_sels.push_back(select_range(whole, t, ranges.back().a, ranges.back().b));
+      const TensorParts& p = parts[whole.global_index];
+      held_sels.push_back(select_range(whole, p.t, p.held.a, p.held.b));
+      owned_sels.push_back(select_range(whole, p.t, p.owned.a, p.owned.b));
     }
     for (const std::string& group_name : groups) {
       if (!has_link(file.get(), group_name)) throw Error("group /" + group_name + " is missing");
@@ -97,8 +91,8 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
   });
 
   // Every rank reads its own elements; a rank's failure is carried to the agreement below so
-  // that it keeps taking part in the remaining collective reads. The writers' ranges, in the
-  // copies that count once, add up to every element once: their checksums are the datasets'.
+  // that it keeps taking part in the remaining collective reads. The writers' owned parts, in
+  // the copies that count once, add up to every element once: their checksums are the datasets'.
   const H5Handle dxpl = collective_transfer();
   float unused = 0.0f;
   std::vector<uint64_t> sums(dsets.size(), 0);
@@ -106,20 +100,20 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
   const size_t n = full.tensors().size();
   for (size_t k = 0; k < dsets.size(); ++k) {
     const size_t g = k / n;
-    const ParamTensor* t = held[k % n];
-    const auto [a, b] = ranges[k % n];
-    float* data = &unused;  // where element 0 (params) or a (state) goes
-    if (t && g == 0) data = s.params + t->offset;
-    if (t && g > 0 && a < b) data = s.state[g - 1] + (t->offset + a - s.lo);
-    const Selection& sel = g == 0 ? whole_sels[k % n] : range_sels[k % n];
+    const TensorParts& p = parts[k % n];
+    const TensorPart& part = g == 0 ? p.held : p.owned;
+    float* data = &unused;  // where the part's first element goes
+    if (part.a < part.b) data = (g == 0 ? s.params : s.state[g - 1]) + part.at;
+    const Selection& sel = g == 0 ? held_sels[k % n] : owned_sels[k % n];
     try {
       H5_CHECK(H5Dread(dsets[k].get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(),
                        dxpl.get(), data));
     } catch (const std::exception& e) {
       if (failure.empty()) failure = "dataset " + names[k] + ": " + e.what();
     }
-    if (t && t->primary && s.writer && a < b)
-      sums[k] = range_checksum(*t, g == 0 ? data + a : data, a, b);
+    const TensorPart& o = p.owned;
+    if (p.t && p.t->primary && s.writer && o.a < o.b)
+      sums[k] = range_checksum(*p.t, g == 0 ? data + (o.a - p.held.a) : data, o.a, o.b);
   }
   agree_on(world, path, [&] {
     if (!failure.empty()) throw Error(failure);
@@ -143,9 +137,15 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
   if (n_bad > 3) bad += "; and " + std::to_string(n_bad - 3) + " more";
   if (!bad.empty()) throw Error(path + ": " + bad);
   // A separate master takes the fp32 values; the compute copy is rounded as the optimizer keeps it.
-  if (s.master != s.params + s.lo) {
-    std::copy(s.params + s.lo, s.params + s.hi, s.master);
-    for (size_t i = 0; i < s.layout.total(); ++i) s.params[i] = round_to(s.params[i], s.precision);
+  if (s.separate_master) {
+    for (const TensorParts& p : parts) {
+      const auto [a, b, at] = p.owned;
+      if (a >= b) continue;
+      const float* from = s.params + p.held.at + (a - p.held.a);
+      std::copy(from, from + (b - a), s.master + at);
+    }
+    for (size_t i = 0; i < s.params_held.size(); ++i)
+      s.params[i] = round_to(s.params[i], s.precision);
   }
   return m;
 }

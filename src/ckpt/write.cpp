@@ -1,5 +1,5 @@
-// Writing one checkpoint file: every rank, collectively, each writer the primary pieces of its
-// optimizer range.
+// Writing one checkpoint file: every rank, collectively, each writer the owned part of every
+// tensor's primary copy.
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
 
@@ -10,29 +10,22 @@ void write_checkpoint_file(const std::string& path, const MpiComm& world,
                            const FaultPlan& faults) {
   const ParamLayout full(s.config);
   const std::vector<std::string> groups = checkpoint_groups(s.optimizer);
-  // Per tensor (by global index): this rank's part to write, or nullptr, its elements [a, b)
-  // and their selections. Only writers write, only their range, and only the copies that count
-  // once.
-  std::vector<const ParamTensor*> writes;
-  std::vector<ElementRange> ranges;
+  // Per tensor (by global index): its owned part and the part's selections. Only writers
+  // write, and only the copies that count once.
+  std::vector<TensorParts> parts;
   std::vector<Selection> sels;
   agree_on(world, "checkpoint layout", [&] {
-    if (s.state.size() + 1 != groups.size())
-      MPITRAIN_THROW("optimizer " + to_string(s.optimizer) + " has " +
-                     std::to_string(groups.size() - 1) + " state buffers, not " +
-                     std::to_string(s.state.size()));
-    writes = held_tensors(full, s.layout);
+    parts = tensor_parts(full, s);
     for (const ParamTensor& whole : full.tensors()) {
-      const ParamTensor*& t = writes[whole.global_index];
-      if (!s.writer || (t && !t->primary)) t = nullptr;
-      ranges.push_back(t ? in_range(*t, s.lo, s.hi) : ElementRange{0, 0});
-      sels.push_back(select_range(whole, t, ranges.back().a, ranges.back().b));
+      TensorParts& p = parts[whole.global_index];
+      if (!s.writer || (p.t && !p.t->primary)) p = {};
+      sels.push_back(select_range(whole, p.t, p.owned.a, p.owned.b));
     }
   });
   H5Handle fapl = mpio_file_access(world.get());
   H5Handle file = create_file(path, fapl.get());
   const H5Handle dxpl = collective_transfer(), dcpl = no_fill_creation();
-  std::vector<const float*> buffers = {s.master};  // [lo, hi) of each group
+  std::vector<const float*> buffers = {s.master};  // each group's, compact over owned
   buffers.insert(buffers.end(), s.state.begin(), s.state.end());
   const float unused = 0.0f;  // the buffer of an empty selection
 
@@ -42,15 +35,15 @@ void write_checkpoint_file(const std::string& path, const MpiComm& world,
     H5Handle group(
         H5_CHECK(H5Gcreate2(file.get(), groups[g].c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
     for (const ParamTensor& whole : full.tensors()) {
-      const ParamTensor* t = writes[whole.global_index];
-      const auto [a, b] = ranges[whole.global_index];
+      const TensorParts& p = parts[whole.global_index];
+      const auto [a, b, at] = p.owned;
       const Selection& sel = sels[whole.global_index];
       const std::vector<uint64_t> dims(whole.global_shape.begin(), whole.global_shape.end());
       H5Handle dset = create_dataset(group.get(), whole.name, H5T_IEEE_F32LE, dims, dcpl.get());
-      const float* data = a < b ? buffers[g] + (t->offset + a - s.lo) : &unused;
+      const float* data = a < b ? buffers[g] + at : &unused;
       H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, sel.memory.get(), sel.file.get(), dxpl.get(),
                         data));
-      sums.push_back(a < b ? range_checksum(*t, data, a, b) : 0);
+      sums.push_back(a < b ? range_checksum(*p.t, data, a, b) : 0);
       dsets.push_back(std::move(dset));
     }
   }

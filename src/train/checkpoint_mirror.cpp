@@ -5,10 +5,10 @@ namespace mpitrain {
 CheckpointMirror::CheckpointMirror(Backend<float>& backend, CheckpointState& state,
                                    Buf<float> params)
     : backend_(backend) {
-  const bool separate_master = !params.full() || state.master != params.full() + state.lo;
-  const size_t n = state.hi - state.lo;
-  state.params = mirror(params, state.layout.total());
-  state.master = separate_master ? mirror(state.master, n) : state.params + state.lo;
+  const size_t n = state.owned.size();
+  state.params = mirror(params, state.params_held.size());
+  state.master = state.separate_master ? mirror(state.master, n)
+                                       : master_view(state.params, state.params_held, state.owned);
   for (float*& b : state.state) b = mirror(b, n);
 }
 

@@ -72,24 +72,36 @@ float value(int v, int b, int g, uint64_t i) {
   return static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) * 0x1p-23f;
 }
 
-// How a rank keeps the optimizer's buffers.
+// How a rank keeps its buffers (parallel/shard_ranges.hpp).
 struct Setup {
-  bool zero = false;  // ranges split over dp (ZeRO-1); else every dp rank has the whole buffer
+  // 0: every dp rank holds and owns the whole buffer; 1: owns its range of it, cut at arbitrary
+  // points, not at tensors (ZeRO-1); 2: owns its piece of every unit; 3: holds only those.
+  int zero = 0;
   Precision precision = Precision::Fp32;  // bf16 / fp16: a separate fp32 master
   OptimizerKind kind = OptimizerKind::AdamW;
 };
 
-// One rank's part of the model under a grid shape: the compute params (whole), and the
-// optimizer's master and state for its range [lo, hi) (with zero: the dp rank's share, cut at
-// arbitrary points, not at tensors).
+// A data-parallel rank's piece of every unit of the layout (ZeRO-2/3).
+ShardRanges unit_pieces(const ParamLayout& layout, int dp, int dp_rank) {
+  std::vector<FlatRange> pieces;
+  for (const FlatRange& unit : layout.units()) {
+    const FlatRange piece = zero_range(unit.size(), dp, dp_rank);
+    pieces.push_back({unit.lo + piece.lo, unit.lo + piece.hi});
+  }
+  return ShardRanges(pieces);
+}
+
+// One rank's part of the model under a grid shape: the compute params it holds, and the
+// optimizer's master and state for what it owns, each compact over its ranges.
 struct Shard {
   const ModelConfig& config;
   ParamLayout layout;
   Setup setup;
-  size_t lo = 0, hi = 0;
+  ShardRanges held, owned;
   bool writer = false;
-  std::vector<float> params, master;        // master: hi - lo floats, only when separate
-  std::vector<std::vector<float>> moments;  // the state buffers, hi - lo floats each
+  bool separate = false;              // the master is no view of params
+  std::vector<float> params, master;  // params: held.size(); master: owned.size(), if separate
+  std::vector<std::vector<float>> moments;  // the state buffers, owned.size() floats each
 
   Shard(const ModelConfig& c, const GridShape& shape, int rank, Setup s = {})
       : config(c),
@@ -98,40 +110,43 @@ struct Shard {
         setup(s) {
     const int dp_rank = (rank / shape.tp) % shape.dp;
     const size_t n = layout.total();
-    lo = s.zero ? n * dp_rank / shape.dp : 0;
-    hi = s.zero ? n * (dp_rank + 1) / shape.dp : n;
-    writer = s.zero || dp_rank == 0;
-    params.assign(n, -7.0f);
-    if (separate()) master.assign(hi - lo, -7.0f);
-    moments.assign(state_names(s.kind).size(), std::vector<float>(hi - lo, -7.0f));
+    const ShardRanges pieces = unit_pieces(layout, shape.dp, dp_rank);
+    held = s.zero == 3 ? pieces : ShardRanges::whole(n);
+    const FlatRange range{n * dp_rank / shape.dp, n * (dp_rank + 1) / shape.dp};
+    owned = s.zero == 1 ? ShardRanges({range}) : s.zero >= 2 ? pieces : held;
+    writer = s.zero > 0 || dp_rank == 0;
+    params.assign(held.size(), -7.0f);
+    separate = s.precision != Precision::Fp32 || !master_view(params.data(), held, owned);
+    if (separate) master.assign(owned.size(), -7.0f);
+    moments.assign(state_names(s.kind).size(), std::vector<float>(owned.size(), -7.0f));
   }
   Shard(const ModelConfig& c, const MpiComm& comm, Setup s = {})
       : Shard(c, GridShape{comm.size(), 1, 1}, comm.rank(), s) {}
 
-  bool separate() const { return setup.precision != Precision::Fp32; }
   CheckpointState state() {
     std::vector<float*> buffers;
     for (std::vector<float>& b : moments) buffers.push_back(b.data());
-    float* values = separate() ? master.data() : params.data() + lo;
-    return {config,     layout,  params.data(),   lo,    hi, values,
+    float* values = separate ? master.data() : master_view(params.data(), held, owned);
+    return {config,     layout,  params.data(),   held,  owned, values, separate,
             setup.kind, buffers, setup.precision, writer};
   }
   // Every buffer set to version v's values, through take_shard from full tensors; params
-  // rounded to the precision (the master keeps the values), the rest only over the range.
+  // rounded to the precision (the master keeps the values), the rest only where owned.
   void fill(int v) {
     const ParamLayout full(config);
     for (const ParamTensor& t : layout.tensors()) {
       const ParamTensor& whole = full.tensors()[t.global_index];
+      const ShardRanges::Overlap h = held.overlap(t.offset, t.offset + t.numel);
+      const ShardRanges::Overlap o = owned.overlap(t.offset, t.offset + t.numel);
       std::vector<float> values(whole.numel), local(t.numel);
       for (size_t b = 0; b <= moments.size(); ++b) {
         for (uint64_t i = 0; i < whole.numel; ++i) values[i] = value(v, b, t.global_index, i);
         take_shard(t, values.data(), local.data());
-        if (b == 0)
-          for (size_t k = 0; k < t.numel; ++k)
-            params[t.offset + k] = round_to(local[k], setup.precision);
-        float* range = b > 0 ? moments[b - 1].data() : separate() ? master.data() : nullptr;
-        for (size_t k = 0; range && k < t.numel; ++k)
-          if (t.offset + k >= lo && t.offset + k < hi) range[t.offset + k - lo] = local[k];
+        for (size_t f = h.begin; b == 0 && f < h.end; ++f)
+          params[h.at + (f - h.begin)] = round_to(local[f - t.offset], setup.precision);
+        float* range = b > 0 ? moments[b - 1].data() : separate ? master.data() : nullptr;
+        for (size_t f = o.begin; range && f < o.end; ++f)
+          range[o.at + (f - o.begin)] = local[f - t.offset];
       }
     }
   }
@@ -536,17 +551,19 @@ namespace {
 
 struct RunConfig {
   GridShape shape;
-  bool zero;
+  int zero;  // Setup::zero
 };
 
-std::string name(const RunConfig& r) { return name(r.shape) + (r.zero ? "zero" : ""); }
+std::string name(const RunConfig& r) {
+  return name(r.shape) + (r.zero ? "zero" + std::to_string(r.zero) : "");
+}
 
-// Every shape of at most the world's size, without ZeRO and (where dp > 1) with it.
+// Every shape of at most the world's size, without ZeRO and (where dp > 1) at each ZeRO level.
 std::vector<RunConfig> run_configs(const ModelConfig& c) {
   std::vector<RunConfig> out;
   for (const GridShape& s : shapes_for(c, world().size())) {
-    out.push_back({s, false});
-    if (s.dp > 1) out.push_back({s, true});
+    out.push_back({s, 0});
+    for (int zero = 1; zero <= 3 && s.dp > 1; ++zero) out.push_back({s, zero});
   }
   return out;
 }
@@ -576,16 +593,16 @@ std::vector<uint64_t> stored_checksums(const std::string& dir, const ModelConfig
 
 }  // namespace
 
-// Saved with ZeRO ranges at every dp (each dp rank writes its range's part of every tensor) and
-// loaded under every layout, with ZeRO or without: the same values bit for bit, and the same
-// checksums as a single rank's save. At 4 ranks this includes dp 2 with ZeRO -> dp 1 without
-// and -> dp 4 with ZeRO; with pp 2 the tied wte's second copy is loaded too.
+// Saved with ZeRO-1 ranges at every dp (each dp rank writes its range's part of every tensor) and
+// loaded under every layout at every ZeRO level (ZeRO-3: into unit pieces): the same values bit
+// for bit, and the same checksums as a single rank's save. At 4 ranks this includes dp 2 with
+// ZeRO -> dp 1 without and -> dp 4 with ZeRO; with pp 2 the tied wte's second copy is loaded too.
 TEST_F(CheckpointTest, ZeroRangesSaveAndLoadUnderEveryLayout) {
   const ModelConfig c = small_model(Arch::Gpt2);
   const std::vector<RunConfig> configs = run_configs(c);
   std::vector<RunConfig> savers = {configs[0]};  // one rank: the reference
   for (const RunConfig& r : configs)
-    if (r.zero) savers.push_back(r);
+    if (r.zero == 1) savers.push_back(r);
   ASSERT_GE(savers.size(), 2u);
   auto dir_of = [&](size_t w) { return (dir_ / "zero" / name(savers[w])).string(); };
   for (size_t w = 0; w < savers.size(); ++w)
@@ -613,7 +630,7 @@ TEST_F(CheckpointTest, ZeroRangesSaveAndLoadUnderEveryLayout) {
       });
   // The same values saved by one rank and with ZeRO ranges: the same checksums.
   on_ranks(savers[1].shape.size(), [&](const MpiComm& comm) {
-    Shard shard(c, savers[1].shape, comm.rank(), {true});
+    Shard shard(c, savers[1].shape, comm.rank(), {1});
     shard.fill(1);
     CheckpointStore((dir_ / "zero-v1").string(), comm)
         .save(manifest_of(1, c, savers[1].shape), shard.state());
@@ -626,15 +643,99 @@ TEST_F(CheckpointTest, ZeroRangesSaveAndLoadUnderEveryLayout) {
   });
 }
 
+// Saved from ZeRO-3 unit pieces (each dp rank holds and owns its piece of every unit) at every
+// layout with dp > 1, and from bf16 pieces (a separate master), all with the same values: the
+// checksums of a single rank's save, and loaded whole (ZeRO-0) and into the pieces of other
+// layouts, the same values bit for bit. At 4 ranks this includes dp 2 tp 2 and dp 2 pp 2
+// (gpt2: the tied wte's pieces on the last stage), and dp 4 -> dp 3 pieces.
+TEST_F(CheckpointTest, Zero3PiecesSaveAndLoadAcrossLayouts) {
+  for (Arch arch : {Arch::Gpt2, Arch::Llama}) {
+    const ModelConfig c = small_model(arch);
+    const std::vector<RunConfig> configs = run_configs(c);
+    std::vector<std::pair<RunConfig, Precision>> savers = {{configs[0], Precision::Fp32}};
+    for (const RunConfig& r : configs)
+      if (r.zero == 3) savers.push_back({r, Precision::Fp32});
+    ASSERT_GE(savers.size(), 2u);
+    savers.push_back({savers.back().first, Precision::Bf16});
+    auto dir_of = [&](size_t w) {
+      return (dir_ / "zero3" / to_string(arch) / name(savers[w].first) /
+              to_string(savers[w].second))
+          .string();
+    };
+    for (size_t w = 0; w < savers.size(); ++w)
+      on_ranks(savers[w].first.shape.size(), [&](const MpiComm& comm) {
+        const RunConfig& r = savers[w].first;
+        Shard shard(c, r.shape, comm.rank(), {r.zero, savers[w].second});
+        if (r.zero == 3) {
+          EXPECT_LT(shard.held.size(), shard.layout.total());  // pieces only
+        }
+        shard.fill(1);
+        CheckpointStore(dir_of(w), comm).save(manifest_of(1, c, r.shape), shard.state());
+      });
+    on_root([&] {
+      for (size_t w = 0; w < savers.size(); ++w) {
+        std::ostringstream out;
+        EXPECT_EQ(inspect_checkpoint(dir_of(w), true, out, std::cerr), 0) << out.str();
+        const auto sums = [&](size_t k) {
+          return stored_checksums((fs::path(dir_of(k)) / step_dir_name(1)).string(), c,
+                                  OptimizerKind::AdamW);
+        };
+        EXPECT_EQ(sums(w), sums(0)) << name(savers[w].first) << to_string(savers[w].second);
+      }
+    });
+    // Each save loads into one rank's whole buffer and every ZeRO-3 layout in fp32; the bf16
+    // one also at every ZeRO-0 layout, and in bf16 (ZeRO-1/2 loads: the test above).
+    for (size_t w = 0; w < savers.size(); ++w) {
+      const bool bf16 = savers[w].second == Precision::Bf16;
+      for (const RunConfig& r : configs) {
+        if (r.zero != 3 && !(r.zero == 0 && (bf16 || r.shape.size() == 1))) continue;
+        for (Precision p : {Precision::Fp32, Precision::Bf16}) {
+          if (p == Precision::Bf16 && !bf16) continue;
+          on_ranks(r.shape.size(), [&](const MpiComm& comm) {
+            Shard shard(c, r.shape, comm.rank(), {r.zero, p});
+            ASSERT_TRUE(CheckpointStore(dir_of(w), comm).load_latest(shard.state()).has_value());
+            EXPECT_TRUE(shard.holds(1))
+                << to_string(arch) << ": saved " << name(savers[w].first) << " "
+                << to_string(savers[w].second) << ", loaded " << name(r) << " " << to_string(p);
+          });
+        }
+      }
+    }
+  }
+}
+
+// A state whose optimizer owns elements that its params do not hold is refused before any
+// transfer, on save and on load, naming the first such tensor.
+TEST_F(CheckpointTest, OwningWhatParamsDoNotHoldIsRefused) {
+  const ModelConfig c = small_model(Arch::Llama);
+  const std::string ckpts = save_versions(c, 1);
+  Shard shard(c, world(), {3});
+  shard.owned = ShardRanges::whole(shard.layout.total());
+  shard.moments.assign(shard.moments.size(), std::vector<float>(shard.owned.size()));
+  shard.master.assign(shard.owned.size(), 0.0f);
+  shard.separate = true;
+  const std::string want = "tensor wte: the optimizer owns elements that params does not hold";
+  CheckpointStore store(ckpts, world());
+  const std::string err = load_error(store, (fs::path(ckpts) / step_dir_name(1)).string(), shard);
+  EXPECT_NE(err.find(want), std::string::npos) << err;
+  try {
+    store.save(manifest_of(2, c, {world().size(), 1, 1}), shard.state());
+    ADD_FAILURE() << "saved";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
 // bf16 / fp16 runs save the fp32 master as /params; loading gives an fp32 run those values and
 // a low-precision run its master back with the params rounded.
 TEST_F(CheckpointTest, MasterWeightsAreSavedInFp32AndParamsRoundedOnLoad) {
   const ModelConfig c = small_model(Arch::Llama);
   const GridShape dp_all{world().size(), 1, 1};
   const std::string bf16_dir = (dir_ / "bf16").string(), fp32_dir = (dir_ / "fp32").string();
-  Shard bf16(c, world(), {true, Precision::Bf16});
+  Shard bf16(c, world(), {1, Precision::Bf16});
   bf16.fill(5);
-  ASSERT_NE(std::memcmp(bf16.params.data() + bf16.lo, bf16.master.data(), bf16.master.size() * 4),
+  ASSERT_NE(std::memcmp(bf16.params.data() + bf16.owned.ranges()[0].lo, bf16.master.data(),
+                        bf16.master.size() * 4),
             0);  // the values are not all bf16 numbers
   CheckpointStore(bf16_dir, world()).save(manifest_of(5, c, dp_all), bf16.state());
   Shard fp32(c, world());
@@ -661,11 +762,11 @@ TEST_F(CheckpointTest, OptimizerKindsHaveTheirStateAndDoNotMix) {
   const ModelConfig c = small_model(Arch::Gpt2);
   const GridShape dp_all{world().size(), 1, 1};
   const std::string sgd_dir = (dir_ / "sgd").string();
-  Shard sgd(c, world(), {true, Precision::Fp32, OptimizerKind::Sgd});
+  Shard sgd(c, world(), {1, Precision::Fp32, OptimizerKind::Sgd});
   sgd.fill(2);
   CheckpointStore(sgd_dir, world()).save(manifest_of(2, c, dp_all), sgd.state());
   on_ranks(1, [&](const MpiComm& comm) {
-    Shard one(c, comm, {false, Precision::Fp32, OptimizerKind::Sgd});
+    Shard one(c, comm, {0, Precision::Fp32, OptimizerKind::Sgd});
     const std::optional<CheckpointManifest> m =
         CheckpointStore(sgd_dir, comm).load_latest(one.state());
     ASSERT_TRUE(m.has_value());
@@ -684,7 +785,7 @@ TEST_F(CheckpointTest, OptimizerKindsHaveTheirStateAndDoNotMix) {
                                                          {adamw_dir, OptimizerKind::Sgd},
                                                          {adamw_dir, OptimizerKind::Lamb}};
   for (const auto& [dir, kind] : mixes) {
-    Shard shard(c, world(), {false, Precision::Fp32, kind});
+    Shard shard(c, world(), {0, Precision::Fp32, kind});
     CheckpointStore store(dir, world());
     const std::string saved = dir == sgd_dir ? "sgd" : "adamw";
     const std::string want = "holds the state of optimizer " + saved + ", this run uses " +

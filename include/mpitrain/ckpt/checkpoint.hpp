@@ -20,9 +20,9 @@
 // are read too.
 // Written with the MPI-IO driver and collective I/O: every rank of the world creates every
 // dataset; each element is written by exactly one rank: the writer (CheckpointState::writer)
-// whose optimizer range holds it, in the tensor's primary copy (hyperslabs); the others take
-// part with empty selections. On load every rank reads the whole of its params and its range of
-// the rest, so any layout of the same model, with or without ZeRO, can resume from any other.
+// whose optimizer owns it, in the tensor's primary copy (hyperslabs); the others take part with
+// empty selections. On load every rank reads the params it holds and its owned part of the rest,
+// so any layout of the same model, at any ZeRO level, can resume from any other.
 //
 // Commit protocol of save / save_as. Rank 0 does the file-system work, each such step only once
 // every rank has reached it (barrier) and agreed on by all:
@@ -62,6 +62,7 @@
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
 #include "mpitrain/optim/optimizer.hpp"
+#include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/runtime/grid.hpp"
 
@@ -97,32 +98,39 @@ struct CheckpointManifest {
   std::string data;
 };
 
-// The buffers one rank saves or loads. params is the model's flat buffer (layout.total()
-// floats); the optimizer's buffers cover its range [lo, hi) of that layout (the whole buffer
-// without ZeRO, this data-parallel rank's part with ZeRO-1), hi - lo floats each.
-// Save: /params from master, the state from state; only writers write, each the part of its
-// range that the tensors' primary copies hold (the writers' ranges must not overlap: dp rank 0
-// alone without ZeRO, every dp rank with ZeRO). Load: params whole (every rank), then master
-// and state for the range; when master is separate (not params + lo) it takes params[lo, hi)
-// and params is rounded to `precision`, as the optimizer keeps them.
+// The buffers one rank saves or loads, each compact over ranges of the layout's flat buffer
+// (parallel/shard_ranges.hpp): params over params_held (the whole buffer, or under ZeRO-3 this
+// rank's piece of every unit), the optimizer's master and state over its owned ranges.
+// Save: /params from master, the state from state; only writers write, each the owned part of
+// every tensor's primary copy (the writers' owned ranges must not overlap: dp rank 0 alone
+// without ZeRO, every dp rank with ZeRO). Load: params for each tensor's part in params_held
+// (owned must lie inside it), the state for the owned part; a separate master then takes its
+// values from params and params is rounded to `precision`, as the optimizer keeps them.
 struct CheckpointState {
   const ModelConfig& config;
   const ParamLayout& layout;  // this rank's shard
-  float* params;
-  size_t lo, hi;
-  ShardRanges params_held;  // TEMPORARY (integration stub)
-  float* master;
+  float* params;              // params_held.size() floats
+  ShardRanges params_held;
+  ShardRanges owned;
+  float* master;  // owned.size() floats; unless separate_master, master_view of params
+  bool separate_master;
   OptimizerKind optimizer;
-  std::vector<float*> state;  // in state_names(optimizer) order
+  std::vector<float*> state;  // in state_names(optimizer) order, owned.size() floats each
   Precision precision;
   bool writer;
 };
 
-// The state of `optimizer` (over params, the buffer of `layout`) for saving and loading.
-// writer: without ZeRO data-parallel rank 0, with ZeRO every rank.
+// Where the owned elements lie in params (compact over params_held) when they lie there back
+// to back, as one block: the fp32 master that is no buffer of its own. nullptr otherwise (e.g.
+// ZeRO-2's unit pieces of a whole buffer) or when params is.
+float* master_view(float* params, const ShardRanges& params_held, const ShardRanges& owned);
+
+// The state of `optimizer` (over params, compact over params_held of `layout`) for saving and
+// loading; its master is separate unless it is master_view of params. writer: without ZeRO
+// data-parallel rank 0, with ZeRO every rank.
 CheckpointState checkpoint_state(const ModelConfig& config, const ParamLayout& layout,
-                                 float* params, const ShardRanges& params_held,
-                                 Optimizer& optimizer, bool writer);
+                                 float* params, ShardRanges params_held, Optimizer& optimizer,
+                                 bool writer);
 
 class CheckpointStore {
  public:

@@ -11,9 +11,10 @@ namespace mpitrain {
 
 class CheckpointMirror {
  public:
-  // Re-points state's params, master and optimizer buffers at host copies (the master stays a
-  // view into params where it is one). params: the model's compute copy, whose host copy is
-  // fp32 whatever its storage type (converted both ways).
+  // Re-points state's params, master and optimizer buffers at host copies of their sizes
+  // (params_held, owned), the master staying a view into params where it is one. params: the
+  // compute copy state.params stands for, whose host copy is fp32 whatever its storage type
+  // (converted both ways).
   CheckpointMirror(Backend<float>& backend, CheckpointState& state, Buf<float> params);
   void download();  // device -> the copies
   void upload();    // the copies -> device
