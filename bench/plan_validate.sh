@@ -6,7 +6,8 @@
 #                                                 plan, prepare-data, comm-bench and sgemm-rate)
 #
 # Model: GPT-2 L8 H8 C512 T128 on the byte-level sample corpus (V256, 25.4M parameters), global
-# batch 16, STEPS steps (the first, warm-up, left out). Layouts ("np:dp,tp,pp:micro-batch[:recompute]")
+# batch 16, STEPS steps (the first, warm-up, left out). Layouts
+# ("np:dp,tp,pp:micro-batch[:recompute[:zero]]", zero 0..3, default 0)
 # from LAYOUTS; each runs REPEATS times, in alternating order, with max(1, cores / np) threads
 # per rank (more ranks than cores time-share them, --oversubscribe).
 #   measured memory: the largest peak RSS over the ranks (GNU time's %M around each rank)
@@ -88,17 +89,17 @@ recompute_of() { local f; IFS=: read -r -a f <<< "$1"; echo "${f[3]:-none}"; }
 
 # run_layout SPEC REPEAT: the trainer on this layout; peak RSS per rank and metrics kept.
 run_layout() {
-  local spec=$1 rep=$2 np grid mb rc dp tp pp threads name
-  IFS=: read -r np grid mb rc <<< "$spec"
+  local spec=$1 rep=$2 np grid mb rc zero dp tp pp threads name
+  IFS=: read -r np grid mb rc zero <<< "$spec"
   IFS=, read -r dp tp pp <<< "$grid"
-  rc=${rc:-none}
+  rc=${rc:-none} zero=${zero:-0}
   threads=$(( cores / np > 0 ? cores / np : 1 ))
-  name="$np-$dp-$tp-$pp-$mb-$rc-$rep"
+  name="$np-$dp-$tp-$pp-$mb-$rc-$zero-$rep"
   # shellcheck disable=SC2016  # expanded by each rank's shell: its own rank in the file name
   if ! OMP_NUM_THREADS=$threads "${mpirun[@]}" -np "$np" sh -c \
        '/usr/bin/time -f %M -o "$0.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" "$@"' "$scratch/$name.rss" \
        "$build/trainer" "${model[@]}" --dp "$dp" --tp "$tp" --pp "$pp" --micro-batch-size "$mb" \
-       --recompute "$rc" --steps "$steps" --threads "$threads" --train-data "$data/train.h5" \
+       --recompute "$rc" --zero "$zero" --steps "$steps" --threads "$threads" --train-data "$data/train.h5" \
        --val-data '' --eval-interval 0 --sample-tokens 0 --peak-gflops 100 --overwrite \
        --out-dir "$scratch/$name" > "$scratch/$name.log" 2>&1; then
     cat "$scratch/$name.log" >&2
@@ -118,17 +119,17 @@ done
 
 # One line per layout: spec est_mib meas_mib est_s meas_s
 for spec in "${layouts[@]}"; do
-  IFS=: read -r np grid mb rc <<< "$spec"
+  IFS=: read -r np grid mb rc zero <<< "$spec"
   IFS=, read -r dp tp pp <<< "$grid"
-  rc=${rc:-none}
+  rc=${rc:-none} zero=${zero:-0}
   row=$("$build/plan" --config "$scratch/model.ini" --cpu --cores-per-node "$cores" \
         --ranks-per-node "$np" --host-mem "$host_gib" --peak-gflops "$peak" --intra-bw "$busbw" \
-        --dp "$dp" --tp "$tp" --pp "$pp" --micro-batch-size "$mb" --zero 0 --recompute "$rc" \
+        --dp "$dp" --tp "$tp" --pp "$pp" --micro-batch-size "$mb" --zero "$zero" --recompute "$rc" \
         --top 1 | awk '$1 == 1 && $2 ~ /^dp/ {print $8 * 1024, $9}')
   [[ -n $row ]] || { echo "plan_validate: the planner has no row for $spec" >&2; exit 1; }
-  meas_mib=$(cat "$scratch/$np-$dp-$tp-$pp-$mb-$rc-"*.rss.* | sort -n | tail -1 | awk '{print $1 / 1024}')
+  meas_mib=$(cat "$scratch/$np-$dp-$tp-$pp-$mb-$rc-$zero-"*.rss.* | sort -n | tail -1 | awk '{print $1 / 1024}')
   meas_s=$(for ((rep = 0; rep < repeats; rep++)); do
-             sed -n 's/.*"step_ms": \([^,}]*\).*/\1/p' "$scratch/$np-$dp-$tp-$pp-$mb-$rc-$rep/metrics.jsonl" | tail -n +2
+             sed -n 's/.*"step_ms": \([^,}]*\).*/\1/p' "$scratch/$np-$dp-$tp-$pp-$mb-$rc-$zero-$rep/metrics.jsonl" | tail -n +2
            done | sort -g | awk '{v[NR] = $1} END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print v[1] / 1000, m / 1000}')
   echo "$spec $row $meas_mib $meas_s"
 done > "$scratch/rows.txt"
@@ -139,7 +140,7 @@ done > "$scratch/rows.txt"
   echo "# machine: $cores cores, $host_gib GiB, peak $peak GFLOP/s (cores x sgemm), all-reduce busbw" \
        "$busbw GB/s (-np 2, 16 MiB); load average $load_start at the start," \
        "$(cut -d' ' -f1-3 /proc/loadavg) at the end"
-  echo "# layout = np:dp,tp,pp:micro-batch[:recompute]; memory = largest rank's peak RSS"
+  echo "# layout = np:dp,tp,pp:micro-batch[:recompute[:zero]]; memory = largest rank's peak RSS"
   awk '
     { spec[NR] = $1; em[NR] = $2; es[NR] = $3; mm[NR] = $4; ms[NR] = $5; med[NR] = $6; n = NR }
     function ranks(v, r,   i, j, c) {  # rank 1 = smallest; ties share the lower rank
