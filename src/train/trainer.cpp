@@ -83,7 +83,6 @@ void Trainer::resume() {
           "the checkpoint of step " + std::to_string(m->step) + " was trained on other data (" +
               data_change + "): give its data, or --allow-data-change to go on with these");
   if (mirror_) mirror_->upload();
-  if (t_.zero == 2) sharded_->owned_from_whole();  // its compute pieces from the loaded whole
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
   best_val_ = m->val_loss;

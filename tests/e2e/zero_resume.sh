@@ -37,11 +37,13 @@ straight plain 2 --dp 2
 pieces plain zero3-dp2-to-zero0-dp4 2 "--dp 2 --zero 3" 4 "--dp 4"
 pieces plain zero0-dp4-to-zero3-dp2 4 "--dp 4" 2 "--dp 2 --zero 3"
 pieces plain zero2-dp2-to-zero3-dp4 2 "--dp 2 --zero 2" 4 "--dp 4 --zero 3 --zero-shard-size 2"
+pieces plain zero3-dp4-to-zero2-dp2 4 "--dp 4 --zero 3" 2 "--dp 2 --zero 2"
 pieces plain zero3-dp2tp2-to-zero1-dp2pp2 4 "--dp 2 --tp 2 --zero 3" 4 "--dp 2 --pp 2 --zero 1"
 pieces plain zero1-dp2pp2-to-zero3-dp2pp2 4 "--dp 2 --pp 2 --zero 1" 4 "--dp 2 --pp 2 --zero 3"
 # bf16: the checkpoint holds the fp32 master; ZeRO-3 over bf16 resumes as ZeRO-0 over bf16.
 straight plain-bf16 2 --dp 2 --precision bf16
 pieces plain-bf16 zero3-bf16-to-zero0-bf16 2 "--dp 2 --zero 3 --precision bf16" 2 "--dp 2 --precision bf16"
+pieces plain-bf16 zero0-bf16-to-zero2-bf16 2 "--dp 2 --precision bf16" 2 "--dp 2 --zero 2 --precision bf16"
 
 # A kill during a ZeRO-3 save: step 4's checkpoint is never committed, step 2's loads.
 require_fault_injection
