@@ -130,6 +130,69 @@ TEST(Grid, CommunicatorsMatchMembersForEveryShape) {
   }
 }
 
+// Hybrid sharding's worked example in grid.hpp: DP = 4, D = 2, TP = PP = 1.
+TEST(GridMembers, HybridShardingAsDocumented) {
+  const GridShape s{4, 1, 1};
+  const std::vector<Ranks> shards = {{0, 1}, {2, 3}}, replicas = {{0, 2}, {1, 3}};
+  for (const Ranks& group : shards)
+    for (int rank : group) EXPECT_EQ(Grid::members(s, Group::DpShard, rank, 2), group);
+  for (const Ranks& group : replicas)
+    for (int rank : group) EXPECT_EQ(Grid::members(s, Group::DpReplica, rank, 2), group);
+  for (int rank = 0; rank < 4; ++rank) {  // without hybrid sharding: the dp group, alone
+    EXPECT_EQ(Grid::members(s, Group::DpShard, rank), (Ranks{0, 1, 2, 3}));
+    EXPECT_EQ(Grid::members(s, Group::DpReplica, rank), Ranks{rank});
+    EXPECT_EQ(Grid::members(s, Group::DpShard, rank, 4), (Ranks{0, 1, 2, 3}));
+  }
+}
+
+// With tp and pp each dp group is cut alike: DP = 4, D = 2, TP = 2, PP = 2 (16 ranks); rank 9
+// (tp 1, dp 0, pp 1) has the dp group [9, 11, 13, 15], cut into [9, 11] [13, 15].
+TEST(GridMembers, HybridShardingInsideTpAndPp) {
+  const GridShape s{4, 2, 2};
+  EXPECT_EQ(Grid::members(s, Group::Dp, 9), (Ranks{9, 11, 13, 15}));
+  EXPECT_EQ(Grid::members(s, Group::DpShard, 13, 2), (Ranks{13, 15}));
+  EXPECT_EQ(Grid::members(s, Group::DpReplica, 13, 2), (Ranks{9, 13}));
+  EXPECT_EQ(Grid::members(s, Group::DpShard, 0, 2), (Ranks{0, 2}));
+  EXPECT_EQ(Grid::members(s, Group::DpReplica, 6, 2), (Ranks{2, 6}));
+}
+
+// On the real ranks, every shape and every shard size that divides dp: the shard and replica
+// communicators hold the ranks members() names, and together they make the dp group.
+TEST(Grid, HybridShardingCommunicatorsMatchMembers) {
+  const MpiComm world = MpiComm::world();
+  const int me = world.rank();
+  for (const GridShape& s : shapes_of(world.size()))
+    for (int D = 1; D <= s.dp; ++D) {
+      if (s.dp % D != 0) continue;
+      SCOPED_TRACE(name(s) + " shard size " + std::to_string(D));
+      const Grid grid(world, s, D);
+      EXPECT_EQ(grid.shard_size(), D);
+      EXPECT_EQ(world_ranks_of(grid.dp_shard()), Grid::members(s, Group::DpShard, me, D));
+      EXPECT_EQ(world_ranks_of(grid.dp_replica()), Grid::members(s, Group::DpReplica, me, D));
+      EXPECT_EQ(grid.dp_shard().size(), D);
+      EXPECT_EQ(grid.dp_replica().size(), s.dp / D);
+      EXPECT_EQ(grid.dp_shard().rank() + D * grid.dp_replica().rank(), grid.dp_rank());
+    }
+}
+
+// A shard size that does not divide dp is the user's error, named with the dp size.
+TEST(Grid, ShardSizeNotDividingDpIsAUsageError) {
+  const MpiComm world = MpiComm::world();
+  const GridShape s{world.size(), 1, 1};
+  for (int D : {3, world.size() + 1}) {
+    try {
+      const Grid grid(world, s, D);
+      ADD_FAILURE() << "shard size " << D << " of dp " << world.size() << " was accepted";
+    } catch (const UsageError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("zero-shard-size " + std::to_string(D)), std::string::npos) << what;
+      EXPECT_NE(what.find("data-parallel size " + std::to_string(world.size())), std::string::npos)
+          << what;
+    }
+  }
+  EXPECT_EQ(Grid(world, s, 0).shard_size(), world.size());
+}
+
 TEST(ResolveGrid, OneUnknownIsDerived) {
   auto same = [](GridShape a, GridShape b) { return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp; };
   EXPECT_TRUE(same(resolve_grid(8, 0, 2, 2), {2, 2, 2}));
