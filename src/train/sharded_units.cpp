@@ -203,7 +203,10 @@ void ShardedUnits::params_done(int u, bool /*backward*/) {
 
 void ShardedUnits::params_updated() {
   if (opt_.level == 3) {  // the gathered copies are stale
-    for (Unit& unit : units_) unit.gathered = false;
+    for (Unit& unit : units_) {
+      if (unit.gathering) shard_.wait(unit.gather);  // a prefetch no pass took
+      unit.gathering = unit.gathered = false;
+    }
     for (Buffer& b : param_buffers_) b.holder = -1;
     return;
   }

@@ -41,16 +41,8 @@ done
 # Across ZeRO and dp: 6 steps straight vs 3 + 3 with a change of layout at the checkpoint.
 run straight 2 --dp 2 --steps 6
 pieces() {  # pieces NAME NP1 FLAGS1 NP2 FLAGS2
-  local name=$1
-  # shellcheck disable=SC2046,SC2086
-  run_trainer "$2" "$SCRATCH/$name-1.log" $(tiny_args) --out-dir "$SCRATCH/$name" --steps 6 $3 --exit-at-step 3
-  [ "$rc" = 85 ] || { cat "$SCRATCH/$name-1.log"; fail "$name: first piece exited $rc"; }
-  # shellcheck disable=SC2046,SC2086
-  run_trainer "$4" "$SCRATCH/$name-2.log" $(tiny_args) --out-dir "$SCRATCH/$name" --steps 6 $5 --resume auto
-  [ "$rc" = 0 ] || { cat "$SCRATCH/$name-2.log"; fail "$name: second piece exited $rc"; }
-  grep -q "resumed from step 3" "$SCRATCH/$name-2.log" || fail "$name: did not resume from step 3"
-  metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
-  same straight "$name"
+  resume_in_pieces "$@"
+  same straight "$1"
 }
 pieces zero-dp2-to-dp4 2 "--dp 2 --zero 1" 4 "--dp 4"
 pieces dp4-to-zero-dp2 4 "--dp 4" 2 "--dp 2 --zero 1"

@@ -22,16 +22,8 @@ straight() {  # straight NAME NP FLAGS...
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
 }
 pieces() {  # pieces REFERENCE NAME NP1 FLAGS1 NP2 FLAGS2
-  local ref=$1 name=$2
-  # shellcheck disable=SC2046,SC2086
-  run_trainer "$3" "$SCRATCH/$name-1.log" $(tiny_args) --out-dir "$SCRATCH/$name" --steps 6 $4 --exit-at-step 3
-  [ "$rc" = 85 ] || { cat "$SCRATCH/$name-1.log"; fail "$name: first piece exited $rc"; }
-  # shellcheck disable=SC2046,SC2086
-  run_trainer "$5" "$SCRATCH/$name-2.log" $(tiny_args) --out-dir "$SCRATCH/$name" --steps 6 $6 --resume auto
-  [ "$rc" = 0 ] || { cat "$SCRATCH/$name-2.log"; fail "$name: second piece exited $rc"; }
-  grep -q "resumed from step 3" "$SCRATCH/$name-2.log" || fail "$name: did not resume from step 3"
-  metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
-  same "$ref" "$name"
+  resume_in_pieces "${@:2}"
+  same "$1" "$2"
 }
 straight plain 2 --dp 2
 pieces plain zero3-dp2-to-zero0-dp4 2 "--dp 2 --zero 3" 4 "--dp 4"

@@ -76,6 +76,20 @@ run_trainer() {  # run_trainer NP LOG ARGS...
 # backend and the trainer can run an evaluation-only pass of the tiny model on a GPU (the
 # trainer's reason: it exits 2 saying "no CUDA device usable: ..."); any other failure of that
 # pass is a FAIL.
+# 6 steps of the tiny model as 3 + 3, the second piece resumed from the first's checkpoint
+# under another layout; the per-step losses into $SCRATCH/NAME.loss.
+resume_in_pieces() {  # resume_in_pieces NAME NP1 FLAGS1 NP2 FLAGS2
+  local name=$1
+  # shellcheck disable=SC2046,SC2086
+  run_trainer "$2" "$SCRATCH/$name-1.log" $(tiny_args) --out-dir "$SCRATCH/$name" --steps 6 $3 --exit-at-step 3
+  [ "$rc" = 85 ] || { cat "$SCRATCH/$name-1.log"; fail "$name: first piece exited $rc"; }
+  # shellcheck disable=SC2046,SC2086
+  run_trainer "$4" "$SCRATCH/$name-2.log" $(tiny_args) --out-dir "$SCRATCH/$name" --steps 6 $5 --resume auto
+  [ "$rc" = 0 ] || { cat "$SCRATCH/$name-2.log"; fail "$name: second piece exited $rc"; }
+  grep -q "resumed from step 3" "$SCRATCH/$name-2.log" || fail "$name: did not resume from step 3"
+  metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
+}
+
 require_cuda_trainer() {
   grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" ||
     { echo "SKIP: this build has no CUDA backend (MPITRAIN_CUDA=OFF)"; exit 77; }
