@@ -4,12 +4,13 @@
 #     GPU 0 over the MPI communicator (--comm mpi: pinned staging), 4 steps of the tiny model in
 #     fp32: losses per step and the validation loss within 1e-4 relative of the CPU run (float
 #     sums in other orders, as tests/e2e/device_cuda.sh); ZeRO-1 at dp 2 x pp 2 and llama
-#     (untied embeddings) at tp 2 x pp 2 too;
+#     (untied embeddings) at tp 2 x pp 2 too, ZeRO-2 at dp 2, ZeRO-3 at dp 2 x tp 2 and hybrid
+#     ZeRO-3 (shard groups of 2) at dp 4;
 #   - --comm nccl where ranks would share a GPU: exit 2 with the reason; --comm auto there: mpi;
 #   - a rank that stops in step 2 (MPITRAIN_FAULT=hang) with a 4 s timeout: exit 3 naming it;
 #   - where the machine has at least 2 (4) GPUs: the same comparisons over NCCL for dp 2, tp 2,
-#     pp 2 (1F1B, GPipe, llama) (and dp 2 x tp 2, ZeRO-1 at dp 2 x pp 2), and the hang over NCCL,
-#     which the watchdog sees as device work that does not complete (the host is in a copy, not
+#     pp 2 (1F1B, GPipe, llama) (and dp 2 x tp 2, ZeRO-1 and ZeRO-3 at dp 2 x pp 2), and the hang
+#     over NCCL, which the watchdog sees as device work that does not complete (the host is in a copy, not
 #     in a communication call);
 #   - --micro-batch-size auto on the GPU: the plan is printed and the run trains.
 # Without a usable GPU: SKIP (exit 77) with the trainer's reason.
@@ -56,6 +57,9 @@ compare mpi_dp2_pp2 4 mpi --dp 2 --pp 2
 compare mpi_tp2_pp2 4 mpi --tp 2 --pp 2
 compare mpi_dp2_tp2_pp2 8 mpi --dp 2 --tp 2 --pp 2
 compare mpi_dp2_pp2_zero 4 mpi --dp 2 --pp 2 --zero 1
+compare mpi_dp2_zero2 2 mpi --dp 2 --zero 2
+compare mpi_dp2_tp2_zero3 4 mpi --dp 2 --tp 2 --zero 3
+compare mpi_dp4_zero3_hybrid 4 mpi --dp 4 --zero 3 --zero-shard-size 2
 compare mpi_llama_tp2_pp2 4 mpi --tp 2 --pp 2 --arch llama --n-kv-head 2
 
 run_trainer 2 "$SCRATCH/shared-nccl.log" "${tiny[@]}" --dp 2 --device cuda --comm nccl \
@@ -98,6 +102,7 @@ fi
 if [ "$gpus" -ge 4 ]; then
   compare nccl_dp2_tp2 4 nccl --dp 2 --tp 2
   compare nccl_dp2_pp2_zero 4 nccl --dp 2 --pp 2 --zero 1
+  compare nccl_dp2_pp2_zero3 4 nccl --dp 2 --pp 2 --zero 3
 else
   echo "nccl over 4 ranks: skipped: this machine has $gpus GPUs"
 fi
