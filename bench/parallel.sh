@@ -94,20 +94,8 @@ train() {
   fi
 }
 
-# median: of the numbers on stdin, one a line.
-median() {
-  sort -g | awk '{ v[NR] = $1 } END {
-    if (NR == 0) exit 1
-    if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-# steps FILE: "step_ms exposed_comm_ms" of each step record of metrics.jsonl but the first.
-steps() {
-  awk 'match($0, /"step_ms": [^,}]*/) {
-         s = substr($0, RSTART + 11, RLENGTH - 11)
-         if (match($0, /"exposed_comm_ms": [^,}]*/)) print s, substr($0, RSTART + 19, RLENGTH - 19) }' \
-      "$1" | tail -n +2
-}
+# shellcheck source=bench/metrics_lib.sh
+source "$repo/bench/metrics_lib.sh"
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -137,7 +125,7 @@ for ((rep = 1; rep <= dp_repeats; rep++)); do
     echo "parallel: dp 2, --bucket-mb ${bucket_mb[$config]} ($config), run $rep of $dp_repeats"
     train "dp-$config-$rep" 2 "${dp_model[@]}" --dp 2 --tp 1 --pp 1 \
       --bucket-mb "${bucket_mb[$config]}"
-    steps "$scratch/dp-$config-$rep/metrics.jsonl" >> "$scratch/dp-$config.steps"
+    step_times "$scratch/dp-$config-$rep/metrics.jsonl" >> "$scratch/dp-$config.steps"
     buckets[$config]=$(sed -n 's/.*| \([0-9]*\) gradient buckets.*/\1/p' \
                          "$scratch/dp-$config-$rep.log")
   done
