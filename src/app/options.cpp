@@ -406,9 +406,6 @@ void check_train(TrainConfig& t, const RawText& raw) {
           "grad-compress " + t.grad_compress + " is not supported with zero " +
               std::to_string(t.zero) +
               " (ZeRO's reduce-scatter and all-gather are not compressed): use one or the other");
-  require(t.zero_shard_size == 0 || t.zero >= 2,
-          "zero-shard-size " + std::to_string(t.zero_shard_size) +
-              " (hybrid sharding) needs --zero 2 or 3");
   parse_nan_policy(t.on_nan);
   parse_optimizer(t.optimizer);
   parse_precision(t.precision);

@@ -117,6 +117,9 @@ Trainer::~Trainer() = default;
 void Trainer::check_inputs() {
   all_or_none(world_, [&] {
     shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp);
+    require(t_.zero_shard_size == 0 || t_.zero >= 2,
+            "zero-shard-size " + std::to_string(t_.zero_shard_size) +
+                " (hybrid sharding) needs --zero 2 or 3");
     require(t_.zero_shard_size == 0 || shape_.dp % t_.zero_shard_size == 0,
             "zero-shard-size " + std::to_string(t_.zero_shard_size) +
                 " does not divide the data-parallel size " + std::to_string(shape_.dp) +
