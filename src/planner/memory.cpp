@@ -109,10 +109,11 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
 
   MemoryEstimate e;
   if (layout.zero >= 2) {
-    const double S = units.shard();
-    const double gathered =
-        layout.zero == 2 || !layout.reshard_after_forward ? n : units.unit_buffers();
-    e.params = (S + gathered) * w;
+    // ZeRO-2: one contiguous range of the stage, in place in the whole copy (sharded_units.hpp);
+    // ZeRO-3: a piece of every unit, in a buffer of its own, and the gathered units.
+    const double S = layout.zero == 2 ? largest_piece(n, layout.shard_ranks()) : units.shard();
+    const double gathered = !layout.reshard_after_forward ? n : units.unit_buffers();
+    e.params = layout.zero == 2 ? n * w : (S + gathered) * w;
     e.grads = (S + units.unit_buffers()) * 4.0;
     e.optimizer = 4.0 * run.optimizer_states * S;
     e.master = low ? 4.0 * S : 0.0;

@@ -34,12 +34,21 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout,
     MPITRAIN_THROW("ZeRO-2 takes the model's whole parameters, ZeRO-3 none");
   const int ranks = shard_.size(), me = shard_.rank();
   const std::vector<FlatRange>& units = layout_.units();
+  // Rank r's piece of unit u, relative to the unit: ZeRO-3 its zero_range of the unit, ZeRO-2
+  // the unit's overlap with the rank's zero_range of the whole stage.
+  const auto piece_of = [&](size_t u, int r) -> FlatRange {
+    if (opt_.level == 3) return zero_range(units[u].size(), ranks, r);
+    const FlatRange own = zero_range(layout_.total(), ranks, r);
+    const size_t lo = std::clamp(own.lo, units[u].lo, units[u].hi);
+    const size_t hi = std::clamp(own.hi, units[u].lo, units[u].hi);
+    return {lo - units[u].lo, hi - units[u].lo};
+  };
   std::vector<FlatRange> pieces;
   size_t at = 0, largest_block = 0;
   units_.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    for (int r = 0; r < ranks; ++r) blocks_.push_back(zero_range(units[u].size(), ranks, r).size());
-    units_[u].piece = zero_range(units[u].size(), ranks, me);
+    for (int r = 0; r < ranks; ++r) blocks_.push_back(piece_of(u, r).size());
+    units_[u].piece = piece_of(u, me);
     units_[u].at = at;
     at += units_[u].piece.size();
     pieces.push_back({units[u].lo + units_[u].piece.lo, units[u].lo + units_[u].piece.hi});
@@ -54,8 +63,11 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout,
     bytes_ += n * element_bytes<float>(dtype);
     return b;
   };
+  // ZeRO-3 keeps its pieces in a buffer of their own; ZeRO-2's lie back to back in the model's
+  // whole copy, where the optimizer updates them.
   backend_.set_alloc_kind(AllocKind::Params);
-  param_shard_ = alloc(owned_.size(), storage_);
+  const size_t first = owned_.ranges().empty() ? 0 : owned_.ranges().front().lo;
+  param_shard_ = opt_.level == 3 ? alloc(owned_.size(), storage_) : whole_params_ + first;
   backend_.set_alloc_kind(AllocKind::Grads);
   grad_shard_ = alloc(owned_.size(), Precision::Fp32).full();
   // Unit buffers: one per outer unit; the blocks take turns in two (gradients, and gathered
@@ -132,13 +144,6 @@ void ShardedUnits::set_tensor(const ParamTensor& t, const float* local) {
   units_[t.unit].gathered = false;
 }
 
-void ShardedUnits::owned_from_whole() {
-  for (size_t u = 0; u < units_.size(); ++u)
-    backend_.copy(param_shard_ + units_[u].at,
-                  whole_params_ + (layout_.units()[u].lo + units_[u].piece.lo),
-                  units_[u].piece.size());
-}
-
 std::vector<float> ShardedUnits::gather_whole(Communicator& host_shard) {
   std::vector<float> whole(layout_.total());
   std::vector<CommHandle> handles;
@@ -210,10 +215,9 @@ void ShardedUnits::params_updated() {
     for (Buffer& b : param_buffers_) b.holder = -1;
     return;
   }
-  std::vector<CommHandle> handles;  // ZeRO-2: the owned pieces into the whole copy
+  std::vector<CommHandle> handles;  // ZeRO-2: every rank's pieces, in place in the whole copy
   for (size_t u = 0; u < units_.size(); ++u) {
     const Buf<float> unit = whole_params_ + layout_.units()[u].lo;
-    backend_.copy(unit + units_[u].piece.lo, param_shard_ + units_[u].at, units_[u].piece.size());
     handles.push_back(unit.full() ? shard_.all_gather_start(unit.full(), blocks(u))
                                   : shard_.all_gather_start(unit.half(), blocks(u)));
   }

@@ -357,7 +357,6 @@ void Trainer::build_step_parts() {
   // The emulated path rounds its fp32 containers before the master is taken from them.
   if (float* emulated = model_->params().full())
     backend_->round_to(emulated, model_->num_params(), model_options_.precision);
-  if (t_.zero == 2) sharded_->owned_from_whole();
   if (float* emulated = t_.zero == 3 ? sync_->owned_params().full() : nullptr)
     backend_->round_to(emulated, sync_->owned().size(), model_options_.precision);
   backend_->set_alloc_kind(AllocKind::Optimizer);

@@ -45,11 +45,9 @@ below() {  # below A B: A's sum under B's
 }
 for dp in 2 4; do
   below "dp$dp-z1" "dp$dp-z0"
-  [ $dp = 2 ] || below "dp$dp-z2" "dp$dp-z1"
+  below "dp$dp-z2" "dp$dp-z1"
   below "dp$dp-z3" "dp$dp-z2"
 done
-echo "NOTE: at dp 2 ZeRO-2 holds ${held[dp2-z2]} MiB per rank, ZeRO-1 ${held[dp2-z1]} MiB" \
-  "(ZeRO-2 keeps a compact copy of its owned parameters besides the whole copy)"
 share=$(awk -v a="${held[dp4-z3]}" -v b="${held[dp4-z0]}" 'BEGIN{printf "%.3f", a / b}')
 echo "ZeRO-3 at dp 4 holds $share x ZeRO-0's memory per rank (bound $BOUND)"
 awk -v s="$share" -v b=$BOUND 'BEGIN{exit !(s <= b)}' ||

@@ -147,16 +147,17 @@ TEST(PlannerMemory, ZeroTwoAndThreeShardByUnitByHand) {
   const MemoryEstimate z2 = layout_memory(four, run, two, 0.0);
   const MemoryEstimate z3 = layout_memory(four, run, three, 0.0);
   const MemoryEstimate z3k = layout_memory(four, run, kept, 0.0);
-  // fp32: the compact piece is the master itself, counted once among the params.
-  EXPECT_DOUBLE_EQ(z2.params, (4560 + 1184) * 4.0);
-  EXPECT_DOUBLE_EQ(z2.grads, (1184 + 2816) * 4.0);
-  EXPECT_DOUBLE_EQ(z2.optimizer, 1184 * 8.0);
+  // ZeRO-2 owns one contiguous range, zero_range(4560, 4): 1152 floats, updated in place in the
+  // whole copy; ZeRO-3 a piece of every unit (1184 in all) in a buffer of its own.
+  EXPECT_DOUBLE_EQ(z2.params, 4560 * 4.0);
+  EXPECT_DOUBLE_EQ(z2.grads, (1152 + 2816) * 4.0);
+  EXPECT_DOUBLE_EQ(z2.optimizer, 1152 * 8.0);
   EXPECT_DOUBLE_EQ(z2.master, 0.0);
   EXPECT_DOUBLE_EQ(z3.params, (1184 + 2816) * 4.0);   // the outer units + 2 blocks gathered
   EXPECT_DOUBLE_EQ(z3k.params, (1184 + 4560) * 4.0);  // every unit stays gathered
   for (const MemoryEstimate& e : {z3, z3k}) {
-    EXPECT_DOUBLE_EQ(e.grads, z2.grads);
-    EXPECT_DOUBLE_EQ(e.optimizer, z2.optimizer);
+    EXPECT_DOUBLE_EQ(e.grads, (1184 + 2816) * 4.0);
+    EXPECT_DOUBLE_EQ(e.optimizer, 1184 * 8.0);
   }
   // No gradient bucket for MPI to copy (4560 floats, under --bucket-mb): they reduce-scatter the
   // unit buffers in place; the token lists remain.
@@ -167,9 +168,9 @@ TEST(PlannerMemory, ZeroTwoAndThreeShardByUnitByHand) {
   run.precision = Precision::Bf16;
   const MemoryEstimate b2 = layout_memory(four, run, two, 0.0);
   const MemoryEstimate b3 = layout_memory(four, run, three, 0.0);
-  EXPECT_DOUBLE_EQ(b2.params, (4560 + 1184) * 2.0);
-  EXPECT_DOUBLE_EQ(b2.master, 1184 * 4.0);
-  EXPECT_DOUBLE_EQ(b2.grads, (1184 + 2816) * 4.0);
+  EXPECT_DOUBLE_EQ(b2.params, 4560 * 2.0);
+  EXPECT_DOUBLE_EQ(b2.master, 1152 * 4.0);
+  EXPECT_DOUBLE_EQ(b2.grads, (1152 + 2816) * 4.0);
   EXPECT_DOUBLE_EQ(b3.params, (1184 + 2816) * 2.0);
   EXPECT_DOUBLE_EQ(b3.master, 1184 * 4.0);
 }

@@ -8,14 +8,14 @@
 // and wte, wpe, the final norm, lm_head alone) of the largest piece zero_range(unit, D) (about
 // P_s / D); G = the stage's outer units (wte, wpe, final norm, lm_head) + 2 x a block unit:
 //                0, 1                        2                         3
-//   params       P_s x w                     (P_s + S) x w             S x w + gathered x w
-//   grads        P_s x 4                     (S + G) x 4               (S + G) x 4
-//   optimizer    O x 4 k                     S x 4 k                   S x 4 k
-//   master       O x 4 (bf16/fp16 only)      S x 4 (bf16/fp16 only)    S x 4 (bf16/fp16 only)
-//   O = P_s, or with ZeRO-1 the largest piece of zero_range(P_s, dp) (about P_s / dp). ZeRO-2
-//   keeps the whole compute copy plus its compact piece (in fp32 the piece is the master, counted
-//   once); its gradients are the sharded sum plus the unit buffers backward writes before each
-//   reduce-scatter (G). ZeRO-3 keeps its piece and what is gathered: reshard after forward (the
+//   params       P_s x w                     P_s x w                   S x w + gathered x w
+//   grads        P_s x 4                     (O2 + G) x 4              (S + G) x 4
+//   optimizer    O x 4 k                     O2 x 4 k                  S x 4 k
+//   master       O x 4 (bf16/fp16 only)      O2 x 4 (bf16/fp16 only)   S x 4 (bf16/fp16 only)
+//   O = P_s, or with ZeRO-1 the largest piece of zero_range(P_s, dp) (about P_s / dp); O2 the
+//   same over D. ZeRO-2 owns one contiguous range of the stage, as ZeRO-1, updated in place in
+//   the whole compute copy; its gradients are the sharded sum (O2) plus the unit buffers
+//   backward writes before each reduce-scatter (G). ZeRO-3 keeps its piece and what is gathered: reshard after forward (the
 //   default) the outer units + 2 blocks (the prefetch's two buffers); without, P_s (every unit
 //   stays gathered between forward and backward).
 //   activations  A_s x w + S_s x 4   activation_elements(): the Model's compute buffers A_s for

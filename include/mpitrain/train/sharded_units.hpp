@@ -1,11 +1,16 @@
 // ZeRO-2 and ZeRO-3 (FSDP-style fully sharded data parallelism) for one pipeline stage.
 //
 // The stage's flat buffer is cut into units (ParamLayout::units(): each block; wte, wpe, the
-// final norm and lm_head alone). Each unit is split over the shard group (the data-parallel
-// group, or with HSDP a group of --zero-shard-size of its ranks) as zero_range does: rank r
-// holds piece r of every unit. owned() lists the pieces; the rank's gradients, optimizer state,
-// master and (ZeRO-3) parameters are compact buffers over them. Example, 2 ranks, units of 40
-// and 60 floats: rank 0 holds [0, 32) and [40, 72), rank 1 [32, 40) and [72, 100).
+// final norm and lm_head alone), each split over the shard group (the data-parallel group, or
+// with HSDP a group of --zero-shard-size of its ranks). owned() lists this rank's pieces; its
+// gradients, optimizer state, master and (ZeRO-3) parameters are compact buffers over them.
+//   ZeRO-3  piece r of every unit is zero_range(unit, D, r), so that every gather is balanced.
+//           Units of 40 and 60 floats, 2 ranks: rank 0 holds [0, 32) [40, 72), rank 1 [32, 40)
+//           [72, 100).
+//   ZeRO-2  rank r owns zero_range(stage, D, r), one contiguous range as ZeRO-1 (and DeepSpeed)
+//           cut it: its pieces are the units' overlaps with it, back to back in the model's
+//           whole copy, which the optimizer updates in place. Rank 0 holds [0, 40) [40, 50),
+//           rank 1 [50, 100).
 //
 // As the Model's UnitLender:
 //   grads(u)       a zeroed gradient buffer for the whole unit (outer units: one each; blocks: two
@@ -26,8 +31,8 @@
 // the replica group (the ranks holding the same pieces in the other shard groups). After the
 // optimizer has written owned_params(): params_updated() all-gathers them into the model's whole
 // copy (ZeRO-2), or marks the gathered units stale (ZeRO-3).
-// Memory (floats; w bytes a compute element): ZeRO-2 whole params (the model's) + S (w) owned
-// params + S + G gradients; ZeRO-3 S (w) + gathered (w) + S + G, where S = owned().size(),
+// Memory (floats; w bytes a compute element): ZeRO-2 whole params (the model's) + S + G
+// gradients; ZeRO-3 S (w) + gathered (w) + S + G, where S = owned().size(),
 // G = the outer units + 2 blocks, gathered = the outer units + 2 blocks (1 without prefetch), or
 // the whole stage without resharding.
 #pragma once
@@ -62,14 +67,12 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
   ShardedUnits& operator=(const ShardedUnits&) = delete;
 
   const ShardingOptions& options() const { return opt_; }
-  // Bytes this object allocated: owned params and gradients, unit buffers.
+  // Bytes this object allocated: owned params (ZeRO-3) and gradients, unit buffers.
   size_t bytes() const { return bytes_; }
 
   // ZeRO-3: the owned part of tensor t from its local values (host fp32, t.numel), e.g. an
   // initialisation (Model's initial_tensors) or a loaded model.
   void set_tensor(const ParamTensor& t, const float* local);
-  // ZeRO-2: the owned parameters taken from the model's whole copy (after it was written).
-  void owned_from_whole();
   // The whole local parameters in host fp32 (layout.total()), for an export or a sample;
   // host_shard: the shard group's host communicator. Collective over the shard group.
   std::vector<float> gather_whole(Communicator& host_shard);
