@@ -6,8 +6,9 @@
 //   whole(n)        no ZeRO: one range [0, n), compact = flat
 //   ZeRO-1          one range [lo, hi): compact = flat - lo
 //   ZeRO-2 / 3      one range per unit (ParamLayout::units()): this rank's piece of the unit
-// Example, units [0, 40) and [40, 100), 2 ranks, pieces rounded up to 16 elements: rank 0 holds
-// [0, 32) [40, 72) (compact 0..31, 32..63), rank 1 holds [32, 40) [72, 100) (compact 0..7, 8..35).
+//                   (ZeRO-3: the unit's zero_range; ZeRO-2: the unit's part of ZeRO-1's range)
+// Example, ZeRO-3, units [0, 40) and [40, 100), 2 ranks, pieces rounded up to 16 elements: rank 0
+// holds [0, 32) [40, 72) (compact 0..31, 32..63), rank 1 [32, 40) [72, 100) (compact 0..7, 8..35).
 // A tensor lies in one unit, so it meets at most one range (overlap()).
 #pragma once
 

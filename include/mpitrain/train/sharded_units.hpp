@@ -9,8 +9,8 @@
 //           [72, 100).
 //   ZeRO-2  rank r owns zero_range(stage, D, r), one contiguous range as ZeRO-1 (and DeepSpeed)
 //           cut it: its pieces are the units' overlaps with it, back to back in the model's
-//           whole copy, which the optimizer updates in place. Rank 0 holds [0, 40) [40, 50),
-//           rank 1 [50, 100).
+//           whole copy, which the optimizer updates in place. Rank 0 holds [0, 40) [40, 64),
+//           rank 1 [64, 100).
 //
 // As the Model's UnitLender:
 //   grads(u)       a zeroed gradient buffer for the whole unit (outer units: one each; blocks: two
