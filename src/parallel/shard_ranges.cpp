@@ -17,8 +17,8 @@ ShardRanges::ShardRanges(std::vector<FlatRange> ranges) {
   for (const FlatRange& r : ranges) {
     if (r.hi <= r.lo) continue;
     if (!ranges_.empty() && r.lo < ranges_.back().hi)
-      MPITRAIN_THROW("shard ranges overlap or are out of order at [" + std::to_string(r.lo) +
-                     ", " + std::to_string(r.hi) + ")");
+      MPITRAIN_THROW("shard ranges overlap or are out of order at [" + std::to_string(r.lo) + ", " +
+                     std::to_string(r.hi) + ")");
     ranges_.push_back(r);
     at_.push_back(size_);
     size_ += r.size();

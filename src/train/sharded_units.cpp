@@ -18,8 +18,8 @@ bool outer_unit(const ParamLayout& layout, int u) {  // not a block
 
 }  // namespace
 
-ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout,
-                           Communicator& shard, Communicator* replicas, Precision storage,
+ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, Communicator& shard,
+                           Communicator* replicas, Precision storage,
                            const ShardingOptions& options, Buf<float> whole_params)
     : backend_(backend),
       layout_(layout),
@@ -176,7 +176,8 @@ void ShardedUnits::prefetch_after(int u, bool backward) {
   const std::vector<int>& order = order_[backward];
   size_t& at = cursor_[backward];
   // u is normally where the pass stands; a new pass (or the tied wte's second take) starts over.
-  auto it = std::find(order.begin() + static_cast<long>(std::min(at, order.size())), order.end(), u);
+  auto it =
+      std::find(order.begin() + static_cast<long>(std::min(at, order.size())), order.end(), u);
   if (it == order.end()) it = std::find(order.begin(), order.end(), u);
   at = it == order.end() ? 0 : static_cast<size_t>(it - order.begin()) + 1;
   if (!opt_.prefetch || at >= order.size()) return;
@@ -238,9 +239,8 @@ float* ShardedUnits::grads(int u) {
 
 void ShardedUnits::grads_done(int u) {
   Unit& unit = units_[u];
-  unit.reduce =
-      shard_.reduce_scatter_start(grad_buffers_[unit.grad_buffer].data.full(), blocks(u),
-                                  ReduceOp::Sum);
+  unit.reduce = shard_.reduce_scatter_start(grad_buffers_[unit.grad_buffer].data.full(), blocks(u),
+                                            ReduceOp::Sum);
   unit.reducing = true;
   shard_.progress();
 }

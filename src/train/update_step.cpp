@@ -36,7 +36,8 @@ UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
   const ShardRanges& own = sync_.owned();
   float* grads = sync_.owned_grads();
   if (tied_wte_ && !whole_grads) {
-    const ShardRanges::Overlap o = own.overlap(tied_wte_->offset, tied_wte_->offset + tied_wte_->numel);
+    const size_t at = tied_wte_->offset;
+    const ShardRanges::Overlap o = own.overlap(at, at + tied_wte_->numel);
     groups_.tied->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
   }
   model_.sync_replicated_grads(grads, own);

@@ -34,7 +34,7 @@ class ShardRanges {
   static ShardRanges whole(size_t n) { return ShardRanges({{0, n}}); }
 
   const std::vector<FlatRange>& ranges() const { return ranges_; }
-  size_t size() const { return size_; }       // elements held
+  size_t size() const { return size_; }         // elements held
   size_t at(size_t i) const { return at_[i]; }  // compact offset of range i
   // The part of [lo, hi) that is held, with its compact offset (begin == end: none). Error if
   // more than one range meets [lo, hi).

@@ -49,9 +49,9 @@
 namespace mpitrain {
 
 struct ShardingOptions {
-  int level = 3;                       // 2: gradients sharded; 3: parameters too
-  bool reshard_after_forward = true;   // ZeRO-3: gather again for the backward
-  bool prefetch = true;                // ZeRO-3: the next unit's gather started early
+  int level = 3;                      // 2: gradients sharded; 3: parameters too
+  bool reshard_after_forward = true;  // ZeRO-3: gather again for the backward
+  bool prefetch = true;               // ZeRO-3: the next unit's gather started early
 };
 
 class ShardedUnits : public UnitLender<float>, public DpSync {
@@ -94,10 +94,10 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
 
  private:
   struct Unit {
-    FlatRange piece;         // this rank's piece, relative to the unit
-    size_t at = 0;           // the piece's compact offset
-    int param_buffer = -1;   // ZeRO-3: index into param_buffers_
-    int grad_buffer = -1;    // index into grad_buffers_
+    FlatRange piece;        // this rank's piece, relative to the unit
+    size_t at = 0;          // the piece's compact offset
+    int param_buffer = -1;  // ZeRO-3: index into param_buffers_
+    int grad_buffer = -1;   // index into grad_buffers_
     bool gathered = false, gathering = false, reducing = false;
     CommHandle gather{}, reduce{};
   };
