@@ -126,14 +126,15 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
 #endif
 }
 
-std::vector<Communicator*> CommGroups::dp_groups() {
+std::array<Communicator*, 2> CommGroups::dp_groups() {
   if (shard) return {shard_data_, replica_data_};
-  return {dp_data_};
+  return {dp_data_, nullptr};
 }
 
 uint64_t CommGroups::dp_bytes_sent() {
   uint64_t bytes = 0;
-  for (Communicator* c : dp_groups()) bytes += c->bytes_sent();
+  for (Communicator* c : dp_groups())
+    if (c) bytes += c->bytes_sent();
   return bytes;
 }
 

@@ -159,6 +159,11 @@ std::vector<float> ShardedUnits::gather_whole(Communicator& host_shard) {
 
 // ---- parameters (ZeRO-3) ------------------------------------------------------------------
 
+CommHandle ShardedUnits::gather_start(Buf<float> unit, int u) {
+  return unit.full() ? shard_.all_gather_start(unit.full(), blocks(u))
+                     : shard_.all_gather_start(unit.half(), blocks(u));
+}
+
 void ShardedUnits::start_gather(int u) {
   Unit& unit = units_[u];
   Buffer& b = param_buffers_[unit.param_buffer];
@@ -167,8 +172,7 @@ void ShardedUnits::start_gather(int u) {
                    std::to_string(b.holder));
   b.holder = u;
   backend_.copy(b.data + unit.piece.lo, param_shard_ + unit.at, unit.piece.size());
-  unit.gather = b.data.full() ? shard_.all_gather_start(b.data.full(), blocks(u))
-                              : shard_.all_gather_start(b.data.half(), blocks(u));
+  unit.gather = gather_start(b.data, u);
   unit.gathering = true;
 }
 
@@ -219,8 +223,7 @@ void ShardedUnits::params_updated() {
   std::vector<CommHandle> handles;  // ZeRO-2: every rank's pieces, in place in the whole copy
   for (size_t u = 0; u < units_.size(); ++u) {
     const Buf<float> unit = whole_params_ + layout_.units()[u].lo;
-    handles.push_back(unit.full() ? shard_.all_gather_start(unit.full(), blocks(u))
-                                  : shard_.all_gather_start(unit.half(), blocks(u)));
+    handles.push_back(gather_start(unit, static_cast<int>(u)));
   }
   for (CommHandle h : handles) shard_.wait(h);
 }

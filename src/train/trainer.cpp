@@ -60,8 +60,7 @@ void Trainer::resume() {
   });
   if (!load_params.empty()) {  // the whole stage, or under ZeRO-3 the owned pieces
     if (m)
-      backend_->upload(t_.zero == 3 ? sync_->owned_params() : model_->params(),
-                       load_params.data(), load_params.size());
+      backend_->upload(held_params_, load_params.data(), load_params.size());
     state_->params = nullptr;
   }
   if (!m) {
@@ -103,7 +102,8 @@ Trainer::StepEnd Trainer::step(int step) {
   watchdog_->step_started(step + 1);
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
-  for (Communicator* c : comms_->dp_groups()) c->reset_bytes_sent();
+  for (Communicator* c : comms_->dp_groups())
+    if (c) c->reset_bytes_sent();
   sync_->zero_grads();
   apply_nan_fault(faults_, model_->layout(), sync_->owned_grads(), sync_->owned(), world_.rank(),
                   step + 1);  // tests

@@ -388,12 +388,12 @@ void Trainer::build_step_parts() {
   store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
                                              world_, t_.keep_last, faults_);
   // The parameters this rank loads: the whole stage, or under ZeRO-3 its pieces.
-  const Buf<float> held_params = t_.zero == 3 ? sync_->owned_params() : model_->params();
+  held_params_ = t_.zero == 3 ? sync_->owned_params() : model_->params();
   state_.emplace(checkpoint_state(
-      cfg_, model_->layout(), held_params.full(),
+      cfg_, model_->layout(), held_params_.full(),
       t_.zero == 3 ? sync_->owned() : ShardRanges::whole(model_->num_params()), *optimizer_,
       counts_once));
-  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, held_params);
+  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, held_params_);
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host

@@ -20,6 +20,7 @@
 // pp [1,5,9,13] and NCCL tp, dp, pp.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -91,8 +92,9 @@ class CommGroups {
   Communicator& dp_shard_data() { return shard ? *shard_data_ : *dp_data_; }
   Communicator* dp_replica_data() { return replica ? replica_data_ : nullptr; }
   // The data communicators that carry the data-parallel sync (dp, or the shard and replica
-  // groups under hybrid sharding) and the bytes they sent since their reset.
-  std::vector<Communicator*> dp_groups();
+  // groups under hybrid sharding; null where there is no second) and the bytes they sent since
+  // their reset.
+  std::array<Communicator*, 2> dp_groups();
   uint64_t dp_bytes_sent();
 
   // For the watchdog: the host call logs, and the NCCL communicators (device work).

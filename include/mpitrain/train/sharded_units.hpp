@@ -107,7 +107,9 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
   };
   size_t unit_size(int u) const { return layout_.units()[u].size(); }
   std::span<const size_t> blocks(int u) const;
-  void start_gather(int u);
+  // The all-gather of unit u's pieces in place in `unit` (its storage type).
+  CommHandle gather_start(Buf<float> unit, int u);
+  void start_gather(int u);  // into the unit's parameter buffer
   void prefetch_after(int u, bool backward);
   void fold(int u);  // the unit's finished reduce-scatter added into the sharded gradients
 
