@@ -283,6 +283,10 @@ po::options_description checkpoint_options(TrainConfig& t) {
        "steps between checkpoints under <out-dir>/checkpoints, plus one at the end; 0 = none")
       ("keep-last", with_default(&t.keep_last),
        "step checkpoints kept (older ones deleted); 0 = all")
+      ("async-save", flag(&t.async_save),
+       "copy the state at the save's step and write it in a background thread while training "
+       "goes on (one save in flight; every exit waits for it to commit); false, or when the "
+       "copy does not fit in host memory (said at start-up) = the steps wait for the write")
       ("resume", with_default(&t.resume)->value_name("auto|PATH"),
        "auto = continue from the newest valid checkpoint in out-dir if there is one; or a run "
        "directory, its checkpoints/ (both: the newest valid checkpoint), a step-N directory or "

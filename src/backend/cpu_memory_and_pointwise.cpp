@@ -100,6 +100,18 @@ void CpuBackend<T>::convert(Buf<T> dst, CBuf<T> src, size_t n) {
 }
 
 template <typename T>
+T* CpuBackend<T>::alloc_host(size_t n) {
+  void* p = std::calloc(std::max<size_t>(n, 1), sizeof(T));
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+void CpuBackend<T>::free_host(T* p) {
+  std::free(p);
+}
+
+template <typename T>
 int32_t* CpuBackend<T>::alloc_ids(size_t n) {
   void* p = std::calloc(std::max<size_t>(n, 1), sizeof(int32_t));
   if (p == nullptr) throw std::bad_alloc();

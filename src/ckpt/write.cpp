@@ -1,5 +1,6 @@
 // Writing one checkpoint file: every rank, collectively, each writer the owned part of every
-// tensor's primary copy.
+// tensor's primary copy. Any thread: every HDF5 call holds lock_hdf5(), let go between datasets
+// so that the main thread's token reads wait for one dataset at most.
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
 
@@ -8,6 +9,7 @@ namespace mpitrain {
 void write_checkpoint_file(const std::string& path, const MpiComm& world,
                            const CheckpointManifest& m, const CheckpointState& s,
                            const FaultPlan& faults) {
+  std::unique_lock<std::mutex> hdf5 = lock_hdf5();  // first: held until every handle is closed
   const ParamLayout full(s.config);
   const std::vector<std::string> groups = checkpoint_groups(s.optimizer);
   // Per tensor (by global index): its owned part and the part's selections. Only writers
@@ -45,6 +47,8 @@ void write_checkpoint_file(const std::string& path, const MpiComm& world,
                         data));
       sums.push_back(a < b ? range_checksum(*p.t, data, a, b) : 0);
       dsets.push_back(std::move(dset));
+      hdf5.unlock();
+      hdf5.lock();
     }
   }
   // Sums wrap mod 2^64 alike on every rank.

@@ -75,6 +75,7 @@ class Hdf5TokenSource final : public TokenSource {
 
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, uint64_t count, int32_t* out) const override {
+    const std::unique_lock<std::mutex> hdf5 = lock_hdf5();  // a checkpoint may be written now
     read_1d(dset_.get(), H5T_NATIVE_INT32, offset, count, out);
   }
   int64_t vocab_size() const override { return vocab_size_; }

@@ -59,6 +59,11 @@ std::pair<H5Handle, H5Handle> select_1d(hid_t dset, uint64_t offset, uint64_t co
 
 }  // namespace
 
+std::unique_lock<std::mutex> lock_hdf5() {
+  static std::mutex hdf5;
+  return std::unique_lock<std::mutex>(hdf5);
+}
+
 std::string hdf5_error_text() {
   std::string text;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, append_frame, &text);

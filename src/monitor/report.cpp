@@ -75,9 +75,12 @@ void RunReport::add_step(const StepFigures& f) {
   peak_rss_mib_ = std::max(peak_rss_mib_, f.peak_rss_mib);
 }
 
-void RunReport::add_checkpoint(double seconds) {
+void RunReport::add_checkpoint_stall(double seconds) { checkpoint_stall_seconds_ += seconds; }
+
+void RunReport::add_checkpoint_written(double seconds, uint64_t bytes) {
   ++checkpoints_;
-  checkpoint_seconds_ += seconds;
+  checkpoint_write_seconds_ += seconds;
+  checkpoint_bytes_ += bytes;
 }
 
 void RunReport::finish(const std::string& path, int skipped_steps, int exit_code,
@@ -127,7 +130,7 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
   std::fprintf(f.get(), "  \"mfu\": {\"mean\": %s},\n", num(s.mfu * mean).c_str());
   std::fprintf(f.get(),
                "  \"breakdown_ms_mean\": {\"forward\": %s, \"backward\": %s, \"optimizer\": %s, "
-               "\"exposed_comm\": %s, \"data\": %s, \"checkpoint\": %s},\n",
+               "\"exposed_comm\": %s, \"data\": %s, \"checkpoint_stall\": %s},\n",
                num(s.forward_ms * mean).c_str(), num(s.backward_ms * mean).c_str(),
                num(s.optimizer_ms * mean).c_str(), num(s.exposed_comm_ms * mean).c_str(),
                num(s.data_ms * mean).c_str(), num(s.checkpoint_ms * mean).c_str());
@@ -135,8 +138,11 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                num(share).c_str(), warn ? "true" : "false");
   std::fprintf(f.get(), "  \"peak_rss_mib\": %s,\n", num(peak_rss_mib_).c_str());
   std::fprintf(f.get(), "  \"skipped_steps\": %d,\n", skipped_steps);
-  std::fprintf(f.get(), "  \"checkpoints\": {\"written\": %d, \"seconds\": %.6g},\n", checkpoints_,
-               checkpoint_seconds_);
+  std::fprintf(f.get(),
+               "  \"checkpoints\": {\"written\": %d, \"stall_seconds\": %.6g, "
+               "\"write_seconds\": %.6g, \"bytes\": %llu},\n",
+               checkpoints_, checkpoint_stall_seconds_, checkpoint_write_seconds_,
+               static_cast<unsigned long long>(checkpoint_bytes_));
   double final_loss = 0.0;
   for (double l : last_losses_) final_loss += l / static_cast<double>(last_losses_.size());
   const bool has_loss = !last_losses_.empty(), has_val = last_eval_step_ >= 0;
@@ -169,7 +175,7 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                  s.tokens_per_s * mean, percentile(tps, 50), 100.0 * s.mfu * mean);
     std::fprintf(out,
                  "time (mean ms)  forward %.2f | backward %.2f | optimizer %.2f | exposed comm "
-                 "%.2f | data %.2f | checkpoint %.2f\n",
+                 "%.2f | data %.2f | checkpoint stall %.2f\n",
                  s.forward_ms * mean, s.backward_ms * mean, s.optimizer_ms * mean,
                  s.exposed_comm_ms * mean, s.data_ms * mean, s.checkpoint_ms * mean);
     std::fprintf(out,
@@ -192,8 +198,11 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
   }
   std::fprintf(out, "run         %llu tokens seen | wall time %s\n",
                static_cast<unsigned long long>(tokens_seen_), clock_text(wall).c_str());
-  std::fprintf(out, "skipped steps %d | checkpoints written %d (%.2f s) | report %s\n",
-               skipped_steps, checkpoints_, checkpoint_seconds_, path.c_str());
+  std::fprintf(out,
+               "skipped steps %d | checkpoints written %d (%.2f GB, writing %.2f s, the steps "
+               "stalled %.2f s) | report %s\n",
+               skipped_steps, checkpoints_, static_cast<double>(checkpoint_bytes_) / 1e9,
+               checkpoint_write_seconds_, checkpoint_stall_seconds_, path.c_str());
   if (warn)
     std::fprintf(out,
                  "WARNING: exposed communication is %.1f%% of the step time (more than "

@@ -16,10 +16,11 @@ namespace mpitrain {
 
 namespace {
 
-// FaultPlan::at's callers: the checkpoint commit (ckpt/store.cpp, ckpt/write.cpp), the step loop,
-// prepare-data's renames (tools/prepare_data.cpp).
-constexpr std::string_view kPhases[] = {"write", "close", "rename",     "latest",
-                                        "prune", "step",  "pair-rename"};
+// FaultPlan::at's callers: the checkpoint's staging copy (train/checkpointer.cpp) and commit
+// (ckpt/store.cpp, ckpt/write.cpp), the step loop, prepare-data's renames
+// (tools/prepare_data.cpp).
+constexpr std::string_view kPhases[] = {"staged", "write", "close",      "rename", "latest",
+                                        "prune",  "step",  "pair-rename"};
 
 // Each kind: its name, the keys it requires, the keys it takes.
 struct KindSpec {
@@ -30,6 +31,7 @@ struct KindSpec {
 const KindSpec kKinds[] = {
     {FaultKind::Kill, "kill", {"phase", "rank"}, {"phase", "rank", "step"}},
     {FaultKind::Hang, "hang", {"rank"}, {"rank", "step"}},
+    {FaultKind::Delay, "delay", {"phase", "rank", "seconds"}, {"phase", "rank", "step", "seconds"}},
     {FaultKind::Nan, "nan", {"layer"}, {"layer", "step"}},
     {FaultKind::Drift, "drift", {"rank"}, {"rank", "step"}},
     {FaultKind::Version, "version", {"rank"}, {"rank"}},
@@ -48,7 +50,8 @@ std::string phase_list() {
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw UsageError(std::string(FaultPlan::kEnvVar) + "='" + text + "': " + why +
                    " (expected kill:phase=" + phase_list() +
-                   ":rank=R[:step=S], hang:rank=R[:step=S], nan:layer=L[:step=S], "
+                   ":rank=R[:step=S], hang:rank=R[:step=S], "
+                   "delay:phase=P:rank=R[:step=S]:seconds=X, nan:layer=L[:step=S], "
                    "drift:rank=R[:step=S] or version:rank=R)");
 }
 
@@ -104,7 +107,8 @@ FaultPlan FaultPlan::parse(const std::string& text) {
   for (const auto& [key, value] : keys) {
     bool allowed = false;
     for (std::string_view k : spec->allowed) allowed = allowed || k == key;
-    if (!allowed && (key == "phase" || key == "rank" || key == "step" || key == "layer"))
+    if (!allowed &&
+        (key == "phase" || key == "rank" || key == "step" || key == "layer" || key == "seconds"))
       bad(text, "a " + fields[0] + " fault takes no " + key + "=");
     if (key == "phase") {
       bool known = false;
@@ -119,6 +123,8 @@ FaultPlan FaultPlan::parse(const std::string& text) {
           static_cast<int>(parse_int(text, key, value, 0, std::numeric_limits<int>::max()));
     } else if (key == "step") {
       plan.step_ = parse_int(text, key, value, 0, std::numeric_limits<int64_t>::max());
+    } else if (key == "seconds") {
+      plan.seconds_ = static_cast<int>(parse_int(text, key, value, 1, 3600));
     } else {
       bad(text, "unknown key '" + key + "'");
     }
@@ -150,6 +156,9 @@ std::string FaultPlan::describe() const {
     case FaultKind::Hang:
       return who + " will hang (sleep for a day) at the start" +
              step_words(step_, " of step ", " of its first step");
+    case FaultKind::Delay:
+      return who + " will pause " + std::to_string(seconds_) + " s at phase " + phase_ +
+             step_words(step_, " of step ", " of every step that gets there");
     case FaultKind::Nan:
       return "the ranks holding block " + std::to_string(layer_) +
              " will put a NaN into its gradient" + step_words(step_, " in step ", " in every step");
@@ -169,9 +178,16 @@ std::string FaultPlan::warning() const {
 
 #if MPITRAIN_FAULT_INJECTION
 void FaultPlan::at(const char* phase, int rank, int64_t step) const {
-  if ((kind_ != FaultKind::Kill && kind_ != FaultKind::Hang) || phase_ != phase ||
-      !fires(kind_, rank, step))
+  if ((kind_ != FaultKind::Kill && kind_ != FaultKind::Hang && kind_ != FaultKind::Delay) ||
+      phase_ != phase || !fires(kind_, rank, step))
     return;
+  if (kind_ == FaultKind::Delay) {
+    std::fprintf(stderr, "fault injection: rank %d pauses %d s at phase %s of step %lld\n", rank,
+                 seconds_, phase, static_cast<long long>(step));
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::seconds(seconds_));
+    return;
+  }
   if (kind_ == FaultKind::Hang) {
     std::fprintf(stderr, "fault injection: rank %d hangs in step %lld\n", rank,
                  static_cast<long long>(step));

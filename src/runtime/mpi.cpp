@@ -23,8 +23,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   // the user chose otherwise (bench/parallel.sh measures the effect). Other MPIs ignore this.
   setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
   // MPI_THREAD_MULTIPLE where MPI has it: the watchdog's thread asks the other ranks' watchdogs
-  // where they are while the main thread is blocked in a call (runtime/watchdog.hpp). Only the
-  // main thread makes the training calls, so FUNNELED is all the rest needs.
+  // where they are while the main thread is blocked in a call (runtime/watchdog.hpp), and the
+  // checkpoint writer's thread commits a save while training goes on (ckpt/async_saver.hpp).
+  // Only the main thread makes the training calls, so FUNNELED is all the rest needs.
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -83,6 +84,13 @@ std::optional<MpiComm> MpiComm::split_optional(int color, int key) const {
 MpiComm MpiComm::split_shared() const {
   MPI_Comm out = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
+  MPI_CHECK(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+  return MpiComm(out, true);
+}
+
+MpiComm MpiComm::dup() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(comm_, &out));
   MPI_CHECK(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
   return MpiComm(out, true);
 }

@@ -13,16 +13,16 @@ CheckpointMirror::CheckpointMirror(Backend<float>& backend, CheckpointState& sta
 }
 
 void CheckpointMirror::download() {
-  for (Buffer& b : buffers_) backend_.download(b.host.data(), b.device, b.host.size());
+  for (Buffer& b : buffers_) backend_.download(b.host.get(), b.device, b.n);
 }
 
 void CheckpointMirror::upload() {
-  for (Buffer& b : buffers_) backend_.upload(b.device, b.host.data(), b.host.size());
+  for (Buffer& b : buffers_) backend_.upload(b.device, b.host.get(), b.n);
 }
 
 float* CheckpointMirror::mirror(Buf<float> device, size_t n) {
-  buffers_.push_back({device, std::vector<float>(n)});
-  return buffers_.back().host.data();  // a vector's storage stays put when the vector moves
+  buffers_.push_back({device, {backend_.alloc_host(n), FreeHost{&backend_}}, n});
+  return buffers_.back().host.get();  // the storage stays put when the Buffer moves
 }
 
 }  // namespace mpitrain

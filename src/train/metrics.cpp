@@ -39,8 +39,11 @@ MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_ste
 
 void MetricsLog::step(const StepRecord& r) {
   if (!active_) return;
-  const double checkpoint_ms = 1e3 * checkpoint_seconds_;
-  checkpoint_seconds_ = 0.0;
+  const double stall_ms = 1e3 * checkpoint_stall_seconds_;
+  const double write_ms = 1e3 * checkpoint_write_seconds_;
+  const uint64_t checkpoint_bytes = checkpoint_bytes_;
+  checkpoint_stall_seconds_ = checkpoint_write_seconds_ = 0.0;
+  checkpoint_bytes_ = 0;
   console_line(r);
   const double step_s = 1e-3 * r.step_ms, tokens = r.tokens_per_s * step_s;
   const bool energy = r.gpu_joules >= 0 && step_s > 0 && tokens > 0;
@@ -54,7 +57,9 @@ void MetricsLog::step(const StepRecord& r) {
   line += ", \"forward_ms\": " + n6(r.forward_ms) + ", \"backward_ms\": " + n6(r.backward_ms);
   line += ", \"optimizer_ms\": " + n6(r.optimizer_ms);
   line += ", \"exposed_comm_ms\": " + n6(r.exposed_comm_ms) + ", \"data_ms\": " + n6(r.data_ms);
-  line += ", \"checkpoint_ms\": " + n6(checkpoint_ms);
+  line += ", \"checkpoint_stall_ms\": " + n6(stall_ms);
+  line += ", \"checkpoint_write_ms\": " + n6(write_ms);
+  line += ", \"checkpoint_bytes\": " + std::to_string(checkpoint_bytes);
   line += ", \"peak_rss_mib\": " + n6(r.peak_rss_mib);
   line += ", \"dp_bytes\": " + std::to_string(r.dp_bytes);
   line += ", \"loss_scale\": " + n9(r.loss_scale);
@@ -77,7 +82,8 @@ void MetricsLog::step(const StepRecord& r) {
                               {"time/optimizer_ms", r.optimizer_ms},
                               {"time/exposed_comm_ms", r.exposed_comm_ms},
                               {"time/data_ms", r.data_ms},
-                              {"time/checkpoint_ms", checkpoint_ms},
+                              {"time/checkpoint_stall_ms", stall_ms},
+                              {"time/checkpoint_write_ms", write_ms},
                               {"memory/peak_rss_mib", r.peak_rss_mib},
                               {"train/loss_scale", r.loss_scale}};
     tensorboard_->write(r.step, scalars);
@@ -88,7 +94,7 @@ void MetricsLog::step(const StepRecord& r) {
     }
   }
   report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
-                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, checkpoint_ms, r.peak_rss_mib,
+                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, stall_ms, r.peak_rss_mib,
                     r.loss, r.tokens_seen});
 }
 
@@ -135,10 +141,17 @@ void MetricsLog::eval(int step, double val_loss) {
   }
 }
 
-void MetricsLog::checkpoint(double seconds) {
+void MetricsLog::checkpoint_stall(double seconds) {
   if (!active_) return;
-  checkpoint_seconds_ += seconds;
-  report_.add_checkpoint(seconds);
+  checkpoint_stall_seconds_ += seconds;
+  report_.add_checkpoint_stall(seconds);
+}
+
+void MetricsLog::checkpoint_written(double seconds, uint64_t bytes) {
+  if (!active_) return;
+  checkpoint_write_seconds_ += seconds;
+  checkpoint_bytes_ += bytes;
+  report_.add_checkpoint_written(seconds, bytes);
 }
 
 void MetricsLog::finish(const std::string& report_path, int skipped_steps, int exit_code) {

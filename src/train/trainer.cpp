@@ -134,6 +134,7 @@ Trainer::StepEnd Trainer::step(int step) {
   const double rss = totals[0];
   const double joules = devices_.power_everywhere ? totals[1] : -1.0;  // every GPU has a meter
   const PipelineRunner::Times& pass = runner_->times();
+  checkpointer_->poll();  // a background save committed since: into this record
   log_->step({step + 1, t_.steps, result.loss_sum / tokens_per_step_, lr, result.grad_norm,
               tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
@@ -176,13 +177,7 @@ void Trainer::after_evaluation(int step) {
   log_->eval(step + 1, val);
   if (!t_.save_best || val >= best_val_) return;  // saved also when best_val_ is NaN (none yet)
   best_val_ = val;
-  double seconds = 0.0;
-  {
-    TraceScope io(&trace_, TraceLane::Io, "checkpoint save best", &seconds, step + 1);
-    if (mirror_) mirror_->download();
-    store_->save_as("best", manifest(step + 1), *state_);
-  }
-  log_->checkpoint(seconds);
+  checkpointer_->save(manifest(step + 1), "best");
 }
 
 // Stop requests (signals on any rank, --exit-at-step, the time limit) are agreed on here,
@@ -191,15 +186,17 @@ Trainer::StepEnd Trainer::stop_or_save(int step) {
   const bool last = step + 1 == t_.steps;
   const bool time_up =
       t_.exit_after_minutes > 0 &&
-      seconds_since(run_start_) + 2 * slowest_step_ + 2 * last_save_ >= 60 * t_.exit_after_minutes;
+      seconds_since(run_start_) + 2 * slowest_step_ + 2 * checkpointer_->last_save_seconds() >=
+          60 * t_.exit_after_minutes;
   // Each reason separately, so every rank (and the message) knows all of them.
   int64_t reasons[3] = {t_.exit_at_step > 0 && step + 1 == t_.exit_at_step, time_up,
                         signals_.requested()};
   comms_->world.all_reduce(reasons, 3, ReduceOp::Max);
   const bool stop = reasons[0] || reasons[1] || reasons[2];
   if ((t_.save_interval > 0 && ((step + 1) % t_.save_interval == 0 || last)) || stop)
-    save(step + 1);
+    checkpointer_->save(manifest(step + 1));
   if (!stop || last) return {};
+  checkpointer_->wait();  // exit 85 only once the checkpoint is committed
   if (root_)
     std::printf("stopping after step %d (%s): checkpoint saved; exit %d = requeue me\n", step + 1,
                 reasons[0]   ? "exit-at-step"
@@ -209,20 +206,8 @@ Trainer::StepEnd Trainer::stop_or_save(int step) {
   return {true, kExitRequeue};
 }
 
-void Trainer::save(int step) {
-  TraceScope io(&trace_, TraceLane::Io, "checkpoint save", nullptr, step);
-  const auto t0 = std::chrono::steady_clock::now();
-  if (mirror_) mirror_->download();
-  store_->save(manifest(step), *state_);
-  last_save_ = seconds_since(t0);
-  log_->checkpoint(last_save_);
-  if (root_) {
-    std::printf("saved checkpoint step %d in %.2f s\n", step, last_save_);
-    std::fflush(stdout);
-  }
-}
-
 int Trainer::finish(int exit_code) {
+  checkpointer_->wait();
   log_->finish(report_path_, update_->skipped_steps(), exit_code);
   trace_.close();
   return exit_code;

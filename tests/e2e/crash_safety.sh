@@ -2,9 +2,14 @@
 # The promise: a kill -9 at any moment of a save never loses the last good checkpoint.
 # Saves at steps 2, 4 and 6 with --keep-last 1, so the save of step 4 prunes step 2. At 2 and 4
 # ranks, rank 0 (which alone fsyncs, renames, replaces `latest` and prunes) and rank np-1 each
-# SIGKILL themselves during the save of step 4 at every fault phase of the commit:
-#   write  (data written, file open)   close  (file closed)   rename (step 4 committed)
-#   latest (latest.tmp durable)         prune  (step 2 renamed to step-2.pruned, not yet deleted)
+# SIGKILL themselves during the save of step 4 at every fault phase of the save:
+#   staged (the state copied, nothing written)   write  (data written, file open)
+#   close  (file closed)                          rename (step 4 committed)
+#   latest (latest.tmp durable)                   prune  (step 2 renamed to step-2.pruned, not
+#                                                         yet deleted)
+# The saves are asynchronous (the default): from write on, the kill comes in the writer thread
+# while the main thread trains step 5 or waits for the commit. At 2 ranks the whole matrix runs
+# again with --async-save false, the main thread saving.
 # The checkpoints directory must then be as the protocol leaves it at that phase; --resume auto
 # must resume from the step it promises (2 while `latest` names step 2, i.e. up to and including
 # phase latest; 4 at prune), finish with the final loss of an uninterrupted run, and leave only
@@ -27,20 +32,21 @@ store_state() {  # store_state DIR
 
 # What a kill at each phase of step 4's save leaves, and the step a resume must start from.
 declare -A left=(
+  [staged]="latest step-00000002 latest=step-00000002"
   [write]="latest step-00000002 step-00000004.tmp latest=step-00000002"
   [close]="latest step-00000002 step-00000004.tmp latest=step-00000002"
   [rename]="latest step-00000002 step-00000004 latest=step-00000002"
   [latest]="latest latest.tmp step-00000002 step-00000004 latest=step-00000002"
   [prune]="latest step-00000002.pruned step-00000004 latest=step-00000004"
 )
-declare -A resumes=([write]=2 [close]=2 [rename]=2 [latest]=2 [prune]=4)
+declare -A resumes=([staged]=2 [write]=2 [close]=2 [rename]=2 [latest]=2 [prune]=4)
 done_state="latest step-00000006 latest=step-00000006"
 
 # Kills `rank` at `phase` of step 4's save, checks what is left, resumes, checks the outcome.
 crash_and_resume() {  # crash_and_resume NP RANK PHASE WANT_LOSS TRAINER_ARGS...
   local np=$1 rank=$2 phase=$3 want=$4
   shift 4
-  local name="np$np-rank$rank-$phase" fault="kill:phase=$phase:rank=$rank:step=4"
+  local name="np$np-rank$rank-$phase${ASYNC:+-async-$ASYNC}" fault="kill:phase=$phase:rank=$rank:step=4"
   local out="$SCRATCH/$name"
   MPITRAIN_FAULT=$fault run_trainer "$np" "$out-a.log" "$@" --keep-last 1 --out-dir "$out"
   [ "$rc" != 0 ] || fail "$name: the killed run exited 0"
@@ -48,6 +54,10 @@ crash_and_resume() {  # crash_and_resume NP RANK PHASE WANT_LOSS TRAINER_ARGS...
     { cat "$out-a.log"; fail "$name: no warning that fault injection is armed"; }
   grep -q "fault injection: rank $rank kills itself at phase $phase of step 4" "$out-a.log" ||
     { cat "$out-a.log"; fail "$name: no fault injected"; }
+  local how="in the background"  # step 2's save, committed before the kill
+  [ -z "$ASYNC" ] || how="(0.00 GB)"
+  grep -q "saved checkpoint step 2 in [0-9.]* s $how" "$out-a.log" ||
+    { cat "$out-a.log"; fail "$name: step 2 not saved $how"; }
   local got_left
   got_left=$(store_state "$out/checkpoints")
   [ "$got_left" = "${left[$phase]}" ] ||
@@ -73,11 +83,13 @@ for np in 2 4; do
   [ "$(store_state "$SCRATCH/full$np/checkpoints")" = "$done_state" ] ||
     fail "np=$np: uninterrupted run left $(store_state "$SCRATCH/full$np/checkpoints")"
   want=$(metric "$SCRATCH/full$np/metrics.jsonl" loss | tail -1)
-  for phase in write close rename latest prune; do
-    crash_and_resume "$np" 0 "$phase" "$want" "$@"
-    if [ "$np" = 2 ] || [ "$phase" = write ] || [ "$phase" = close ]; then
-      crash_and_resume "$np" $((np - 1)) "$phase" "$want" "$@"
-    fi
+  for ASYNC in "" $([ "$np" = 2 ] && echo false); do
+    for phase in staged write close rename latest prune; do
+      crash_and_resume "$np" 0 "$phase" "$want" "$@" ${ASYNC:+--async-save $ASYNC}
+      if [ "$np" = 2 ] || [ "$phase" = write ] || [ "$phase" = close ]; then
+        crash_and_resume "$np" $((np - 1)) "$phase" "$want" "$@" ${ASYNC:+--async-save $ASYNC}
+      fi
+    done
   done
 done
 

@@ -4,10 +4,14 @@
 #    bits, relative step 3.9e-3) perturbs each step's loss by ~1e-3 relative (a sum of many
 #    independent roundings), and the runs drift apart slowly as their weights diverge. The mean
 #    of the last 10 losses, relative to fp32's, measured: bf16 5.6e-4 (Zen 4, AVX512-BF16),
-#    1.5e-4 (AMD EPYC, AVX2) and 9.0e-4 (same, OPENBLAS_CORETYPE=Sandybridge); fp16 3.9e-4,
-#    1.3e-4 and 1.3e-4. We allow 3e-3 and 1.5e-3: about 3.5 times the largest, far below what a
-#    broken path does (a lost loss scale, truncation instead of rounding, an unscaled fp16
-#    overflow move it by >10% or to NaN); each run is deterministic, only the CPU's kernels vary.
+#    1.5e-4 (AMD EPYC, AVX2), 9.0e-4 (same, OPENBLAS_CORETYPE=Sandybridge) and 5.0e-3 (an Intel
+#    Xeon with AMX, whose bf16 GEMMs oneDNN runs on AMX tiles; 2.2e-3 with
+#    ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, 2.1e-3 with AVX2: by step 50 the bf16 runs' losses
+#    differ from each other as much as from fp32's, the trajectories having parted); fp16 3.9e-4,
+#    1.3e-4, 1.3e-4 and 3.5e-4. We allow 1.5e-2 and 1.5e-3: about 3 times the largest, far below
+#    what a broken path does (a lost loss scale, truncation instead of rounding, an unscaled
+#    fp16 overflow move it by >10% or to NaN); each run is deterministic, only the CPU's kernels
+#    vary.
 #  - fp16 dynamic loss scaling: starts at 2^16, doubles after each --loss-scale-window clean steps.
 #  - an injected overflow (MPITRAIN_FAULT=nan:...) under fp16 skips exactly that step on every
 #    rank: the parameters after 3 steps with step 3 overflowing equal those after 2 steps, on a
@@ -26,7 +30,7 @@ for p in fp32 bf16 fp16; do
 done
 last10() { tail -10 "$1" | awk '{s+=$1} END{printf "%.6f\n", s/NR}'; }
 ref=$(last10 "$SCRATCH/fp32.loss")
-for pair in bf16:0.003 fp16:0.0015; do
+for pair in bf16:0.015 fp16:0.0015; do
   p=${pair%:*} tol=${pair#*:}
   mean=$(last10 "$SCRATCH/$p.loss")
   rel=$(awk -v a="$mean" -v b="$ref" 'BEGIN{d=(a-b)/b; if(d<0)d=-d; printf "%.4g", d}')

@@ -8,18 +8,11 @@ set -- $(tiny_args) --steps 150
 run_trainer 2 "$SCRATCH/full.log" "$@" --out-dir "$SCRATCH/full"
 want=$(metric "$SCRATCH/full/metrics.jsonl" loss | tail -1)
 
-set +e
-$MPIRUN -np 2 "$TRAINER" "$@" --out-dir "$SCRATCH/run" > "$SCRATCH/a.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 200); do  # wait until a few steps are logged
-  [ "$(metric "$SCRATCH/run/metrics.jsonl" loss 2>/dev/null | wc -l)" -ge 3 ] && break
-  sleep 0.05
-done
- # SIGTERM to every rank (the children of mpirun), as SLURM signals every task
-pkill -TERM -P "$launcher" 
-wait $launcher
-rc=$?
-set -e
+# SIGTERM once a few steps are logged.
+run_trainer_signalled 2 "$SCRATCH/a.log" \
+  '[ "$(metric "$SCRATCH/run/metrics.jsonl" loss 2>/dev/null | wc -l)" -ge 3 ]' \
+  "$@" --out-dir "$SCRATCH/run"
+[ "$ready_seen" = 1 ] || { cat "$SCRATCH/a.log"; fail "no 3 steps logged before the signal"; }
 grep -E "stopping|saved" "$SCRATCH/a.log" || true
 [ "$rc" = 85 ] || { cat "$SCRATCH/a.log"; fail "SIGTERM: exit code $rc, expected 85"; }
 [ -s "$SCRATCH/run/checkpoints/latest" ] || fail "SIGTERM: no checkpoint committed"

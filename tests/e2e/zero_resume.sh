@@ -3,15 +3,18 @@
 # global datasets, so a run resumes at any dp / tp / pp and any ZeRO level, and back. 6 steps
 # straight (dp 2, ZeRO 0) against 3 + 3 with a change of layout and level at the checkpoint: the
 # per-step losses agree within 1e-5 relative (other dp sizes and ZeRO-2/3's per-micro-batch
-# reduce-scatter add the gradients in another order: measured at most ~2e-7). Then a kill -9 of
+# reduce-scatter add the gradients in another order: measured at most ~2e-7; under bf16 an fp32
+# master a bit apart can round to another bf16 weight, so those pairs get 1e-4: measured 0 with
+# this CPU's own kernels and 1.8e-5 under OPENBLAS_CORETYPE=Haswell on an Intel Xeon, where a
+# wrong master or state would move the losses by 1e-3 and more). Then a kill -9 of
 # rank 1 while a ZeRO-3 run writes its step-4 checkpoint leaves step 2 loadable, and the resumed
 # run ends with the uninterrupted run's final loss.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
-same() {  # same A B: per-step losses within 1e-5
-  local d
+same() {  # same A B [TOLERANCE]: per-step losses within TOLERANCE (1e-5) relative
+  local d tol=${3:-1e-5}
   [ "$(wc -l < "$SCRATCH/$1.loss")" = "$(wc -l < "$SCRATCH/$2.loss")" ] || fail "$1 vs $2: step counts differ"
   d=$(max_rel_diff "$SCRATCH/$1.loss" "$SCRATCH/$2.loss")
-  awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "$2 differs from $1 by $d"
+  awk -v d="$d" -v t="$tol" 'BEGIN{exit !(d < t)}' || fail "$2 differs from $1 by $d (allowed $tol)"
   echo "$2 vs $1: max relative loss difference $d"
 }
 straight() {  # straight NAME NP FLAGS...
@@ -21,9 +24,9 @@ straight() {  # straight NAME NP FLAGS...
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
 }
-pieces() {  # pieces REFERENCE NAME NP1 FLAGS1 NP2 FLAGS2
-  resume_in_pieces "${@:2}"
-  same "$1" "$2"
+pieces() {  # pieces REFERENCE NAME NP1 FLAGS1 NP2 FLAGS2 [TOLERANCE]
+  resume_in_pieces "${@:2:5}"
+  same "$1" "$2" "${7:-1e-5}"
 }
 straight plain 2 --dp 2
 pieces plain zero3-dp2-to-zero0-dp4 2 "--dp 2 --zero 3" 4 "--dp 4"
@@ -34,8 +37,8 @@ pieces plain zero3-dp2tp2-to-zero1-dp2pp2 4 "--dp 2 --tp 2 --zero 3" 4 "--dp 2 -
 pieces plain zero1-dp2pp2-to-zero3-dp2pp2 4 "--dp 2 --pp 2 --zero 1" 4 "--dp 2 --pp 2 --zero 3"
 # bf16: the checkpoint holds the fp32 master; ZeRO-3 over bf16 resumes as ZeRO-0 over bf16.
 straight plain-bf16 2 --dp 2 --precision bf16
-pieces plain-bf16 zero3-bf16-to-zero0-bf16 2 "--dp 2 --zero 3 --precision bf16" 2 "--dp 2 --precision bf16"
-pieces plain-bf16 zero0-bf16-to-zero2-bf16 2 "--dp 2 --precision bf16" 2 "--dp 2 --zero 2 --precision bf16"
+pieces plain-bf16 zero3-bf16-to-zero0-bf16 2 "--dp 2 --zero 3 --precision bf16" 2 "--dp 2 --precision bf16" 1e-4
+pieces plain-bf16 zero0-bf16-to-zero2-bf16 2 "--dp 2 --precision bf16" 2 "--dp 2 --zero 2 --precision bf16" 1e-4
 
 # A kill during a ZeRO-3 save: step 4's checkpoint is never committed, step 2's loads.
 require_fault_injection

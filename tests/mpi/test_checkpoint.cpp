@@ -1,7 +1,8 @@
 // ranks: 2 4
 // Parallel checkpoints: saved under one dp x tp x pp layout and loaded under every other (down to
 // one rank), bit for bit; the commit protocol's directory states; damage found, named and
-// skipped. The buffers hold known values of (version, buffer, tensor, element): no trainer.
+// skipped; saves in the background write the state of their step. The buffers hold known values
+// of (version, buffer, tensor, element): no trainer.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/io/hdf5.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/train/checkpointer.hpp"
 #include "mpitrain/train/gather.hpp"
 
 namespace fs = std::filesystem;
@@ -836,4 +839,100 @@ TEST_F(CheckpointTest, Version1LoadsAsAdamWAndNewerVersionsAreRefused) {
         inspect_checkpoint((fs::path(ckpts) / step_dir_name(1)).string(), true, out, std::cerr), 0)
         << out.str();
   });
+}
+
+// ---- saves in the background (train/checkpointer.hpp over ckpt/async_saver.hpp) --------------
+
+// dir/name, dir created first by rank 0.
+std::string in_made_dir(const fs::path& dir, const std::string& name) {
+  if (world().rank() == 0) fs::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return (dir / name).string();
+}
+
+// A Checkpointer over a shard's state, with its metrics file in dir.
+struct Saves {
+  CpuBackend<float> backend{1};
+  MpiComm node = world().split_shared();
+  TraceRecorder trace;  // off
+  MetricsLog log;
+  CheckpointStore store;
+  CheckpointState live;
+  Checkpointer saves;
+  Saves(const fs::path& dir, Shard& shard, bool async)
+      : log(in_made_dir(dir, "metrics.jsonl"), world().rank() == 0),
+        store((dir / "checkpoints").string(), world()),
+        live(shard.state()),
+        saves(async, store, live, nullptr, backend, world(), node, 0, FaultPlan{}, log, trace) {}
+};
+
+// The file holds the state of the step the save was taken at, not what training did after: the
+// buffers change right after save() returns, while the writer cannot yet touch HDF5 (this
+// thread holds its lock), so the file is written after the change.
+TEST_F(CheckpointTest, BackgroundSaveWritesTheStateOfItsStep) {
+  const ModelConfig c = small_model(Arch::Gpt2);
+  for (const ::Setup setup : {::Setup{}, ::Setup{1}, ::Setup{3, Precision::Bf16}}) {
+    SCOPED_TRACE("zero " + std::to_string(setup.zero));
+    const GridShape shape{world().size(), 1, 1};
+    Shard shard(c, shape, world().rank(), setup);
+    shard.fill(1);
+    const fs::path dir = dir_ / ("zero" + std::to_string(setup.zero));
+    Saves s(dir, shard, true);
+    ASSERT_TRUE(s.saves.async());
+    {
+      const std::unique_lock<std::mutex> hdf5 = lock_hdf5();
+      s.saves.save(manifest_of(1, c, shape));
+      shard.fill(2);  // the next step's update
+    }
+    s.saves.wait();
+    Shard loaded(c, shape, world().rank(), setup);
+    expect_manifest(s.store.load((dir / "checkpoints" / step_dir_name(1)).string(), loaded.state()),
+                    manifest_of(1, c, shape));
+    EXPECT_TRUE(loaded.holds(1));
+    EXPECT_TRUE(shard.holds(2));  // training's buffers were left alone
+  }
+}
+
+// Background and synchronous saves write the same bytes of tensor data; two saves in a row
+// (the second waits for the first) both commit, and `latest` names the second.
+TEST_F(CheckpointTest, BackgroundSavesEqualSynchronousOnes) {
+  const ModelConfig c = small_model(Arch::Llama);
+  const GridShape shape{world().size(), 1, 1};
+  Shard shard(c, shape, world().rank(), ::Setup{1});
+  for (const bool async : {true, false}) {
+    const fs::path dir = dir_ / (async ? "async" : "sync");
+    Saves s(dir, shard, async);
+    EXPECT_EQ(s.saves.async(), async);
+    for (int v = 1; v <= 2; ++v) {
+      shard.fill(v);
+      s.saves.save(manifest_of(v, c, shape));
+    }
+    s.saves.wait();
+    EXPECT_EQ(s.saves.bytes(), ParamLayout(c).total() * 3 * sizeof(float));  // params, m, v
+    on_root([&] {
+      EXPECT_EQ(read_text(dir / "checkpoints" / "latest"), step_dir_name(2) + "\n");
+    });
+  }
+  for (int v = 1; v <= 2; ++v) {
+    Shard a(c, shape, world().rank(), ::Setup{1}), b(c, shape, world().rank(), ::Setup{1});
+    CheckpointStore(dir_ / "async" / "checkpoints", world())
+        .load((dir_ / "async" / "checkpoints" / step_dir_name(v)).string(), a.state());
+    CheckpointStore(dir_ / "sync" / "checkpoints", world())
+        .load((dir_ / "sync" / "checkpoints" / step_dir_name(v)).string(), b.state());
+    EXPECT_TRUE(a.holds(v) && b.holds(v)) << "version " << v;
+  }
+}
+
+// A background save that fails (the store's directory is a file) fails in wait() on every rank,
+// as the synchronous save fails in save().
+TEST_F(CheckpointTest, BackgroundSaveFailureReachesWait) {
+  const ModelConfig c = small_model(Arch::Gpt2);
+  const GridShape shape{world().size(), 1, 1};
+  Shard shard(c, shape, world().rank());
+  on_root([&] { std::ofstream(dir_ / "checkpoints") << "not a directory\n"; });
+  Saves s(dir_, shard, true);
+  s.saves.save(manifest_of(1, c, shape));
+  EXPECT_THROW(s.saves.wait(), Error);
+  Saves sync(dir_, shard, false);
+  EXPECT_THROW(sync.saves.save(manifest_of(1, c, shape)), Error);
 }

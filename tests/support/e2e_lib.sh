@@ -72,6 +72,25 @@ run_trainer() {  # run_trainer NP LOG ARGS...
   set -e
 }
 
+# As run_trainer, but once the command READY succeeds (polled every 50 ms, 120 s at most: a
+# loaded machine) every rank gets SIGTERM (the children of mpirun), as SLURM signals every task.
+# ready_seen: 1 if READY succeeded, else 0 (the signal then comes at the end of the wait).
+run_trainer_signalled() {  # run_trainer_signalled NP LOG READY ARGS...
+  local np=$1 log=$2 ready=$3; shift 3
+  set +e
+  $MPIRUN -np "$np" "$TRAINER" "$@" > "$log" 2>&1 &
+  local launcher=$!
+  ready_seen=0
+  for _ in $(seq 1 2400); do
+    eval "$ready" && { ready_seen=1; break; }
+    sleep 0.05
+  done
+  pkill -TERM -P "$launcher"
+  wait "$launcher"
+  rc=$?
+  set -e
+}
+
 # For the GPU scripts: SKIPs (prints "SKIP: <reason>", exits 77) unless this build has the CUDA
 # backend and the trainer can run an evaluation-only pass of the tiny model on a GPU (the
 # trainer's reason: it exits 2 saying "no CUDA device usable: ..."); any other failure of that

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -58,7 +59,8 @@ TEST(FaultParse, KillWithAndWithoutStep) {
 }
 
 TEST(FaultParse, EveryPhase) {
-  for (const char* phase : {"write", "close", "rename", "latest", "prune", "step", "pair-rename"})
+  for (const char* phase :
+       {"staged", "write", "close", "rename", "latest", "prune", "step", "pair-rename"})
     EXPECT_EQ(FaultPlan::parse(std::string("kill:phase=") + phase + ":rank=0").phase(), phase);
 }
 
@@ -77,6 +79,12 @@ TEST(FaultParse, HangNanDriftVersion) {
   EXPECT_EQ(drift.kind(), FaultKind::Drift);
   EXPECT_EQ(drift.rank(), 3);
   EXPECT_EQ(drift.step(), 4);
+  const FaultPlan delay = FaultPlan::parse("delay:phase=latest:rank=0:step=2:seconds=3");
+  EXPECT_EQ(delay.kind(), FaultKind::Delay);
+  EXPECT_EQ(delay.phase(), "latest");
+  EXPECT_EQ(delay.rank(), 0);
+  EXPECT_EQ(delay.step(), 2);
+  EXPECT_EQ(delay.seconds(), 3);
   const FaultPlan version = FaultPlan::parse("version:rank=1");
   EXPECT_EQ(version.kind(), FaultKind::Version);
   EXPECT_EQ(version.rank(), 1);
@@ -115,6 +123,9 @@ TEST(FaultParse, BadTextIsUsageErrorNamingTheVariable) {
       {"kill:phase=write:rank=0:color=red", "unknown key 'color'"},
       {"kill:phase=write:rank=0:rank=1", "'rank' is given twice"},
       {"kill:phase", "'phase' is not key=value"},
+      {"delay:phase=write:rank=0", "no seconds="},
+      {"delay:phase=write:rank=0:seconds=0", "seconds='0' is not a number in [1, 3600]"},
+      {"kill:phase=write:rank=0:seconds=2", "a kill fault takes no seconds="},
       {"kill::rank=0", "'' is not key=value"},
   };
   for (const auto& [text, expected] : cases) {
@@ -126,7 +137,8 @@ TEST(FaultParse, BadTextIsUsageErrorNamingTheVariable) {
 
 TEST(FaultParse, ErrorListsEveryPhase) {
   const std::string message = parse_error("kill:phase=flush:rank=0");
-  EXPECT_NE(message.find("kill:phase=write|close|rename|latest|prune|step|pair-rename:rank=R"),
+  EXPECT_NE(
+      message.find("kill:phase=staged|write|close|rename|latest|prune|step|pair-rename:rank=R"),
             std::string::npos)
       << message;
 }
@@ -146,6 +158,7 @@ TEST(FaultDescribe, EachKindInWords) {
       {"drift:rank=3",
        "rank 3 will change one of its parameters by one ulp after the update of every step"},
       {"version:rank=1", "rank 1 will report another build id at start-up"},
+      {"delay:phase=write:rank=0:step=4:seconds=2", "rank 0 will pause 2 s at phase write of step 4"},
   };
   for (const auto& [text, expected] : cases) EXPECT_EQ(FaultPlan::parse(text).describe(), expected);
   EXPECT_EQ(FaultPlan().describe(), "no fault");
@@ -204,6 +217,18 @@ TEST(FaultAt, HangSleepsInItsStep) {
         plan.at("step", 1, 2);
       },
       ::testing::KilledBySignal(SIGALRM), "fault injection: rank 1 hangs in step 2");
+}
+
+TEST(FaultAt, DelayPausesAtItsPhaseAndGoesOn) {
+  SKIP_UNLESS_COMPILED_IN();
+  const FaultPlan plan = FaultPlan::parse("delay:phase=write:rank=1:step=2:seconds=1");
+  const auto t0 = std::chrono::steady_clock::now();
+  plan.at("write", 1, 3);  // another step, rank or phase: returns at once
+  plan.at("write", 0, 2);
+  plan.at("close", 1, 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  plan.at("write", 1, 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
 }
 
 TEST(FaultAt, KillsAtItsPhaseRankAndStep) {

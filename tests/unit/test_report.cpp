@@ -78,8 +78,10 @@ TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
   RunReport r;
   r.add_step(figures(1, 1000.0, 0.0));  // warm-up: 1 s
   for (int i = 2; i <= 5; ++i) r.add_step(figures(i, 10.0 * (i - 1), 1.0 * (i - 1)));  // 10..40 ms
-  r.add_checkpoint(0.5);
-  r.add_checkpoint(0.25);
+  r.add_checkpoint_stall(0.5);  // a synchronous save: its write is its stall
+  r.add_checkpoint_written(0.5, 1000);
+  r.add_checkpoint_stall(0.05);  // a background one
+  r.add_checkpoint_written(0.25, 1000);
   const std::string console = finish(r, 0, kExitOk);
   EXPECT_EQ(number("steps"), 5);
   EXPECT_EQ(number("first_step"), 1);
@@ -102,11 +104,13 @@ TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
   EXPECT_DOUBLE_EQ(number("peak_rss_mib"), 105.0);  // the largest, warm-up step included
   EXPECT_EQ(number("skipped_steps"), 0);
   EXPECT_EQ(number("checkpoints", "written"), 2);
-  EXPECT_DOUBLE_EQ(number("checkpoints", "seconds"), 0.75);
+  EXPECT_DOUBLE_EQ(number("checkpoints", "stall_seconds"), 0.55);
+  EXPECT_DOUBLE_EQ(number("checkpoints", "write_seconds"), 0.75);
+  EXPECT_EQ(number("checkpoints", "bytes"), 2000);
   EXPECT_FALSE(json_.find("stopped_early")->boolean);
   EXPECT_EQ(number("exit_code"), 0);
   EXPECT_NE(console.find("mean 25.00 ms"), std::string::npos) << console;
-  EXPECT_NE(console.find("checkpoints written 2 (0.75 s)"), std::string::npos) << console;
+  EXPECT_NE(console.find("checkpoints written 2 (0.00 GB, writing 0.75 s, the steps stalled 0.55 s)"), std::string::npos) << console;
   EXPECT_EQ(console.find("WARNING"), std::string::npos) << console;
 }
 

@@ -61,6 +61,11 @@ class Backend {
   // Synchronous; host values are T, converted to / from the backend tensor's type as convert().
   virtual void upload(Buf<T> dst, const T* host_src, size_t n) = 0;
   virtual void download(T* host_dst, CBuf<T> src, size_t n) = 0;
+  // n T of host memory that download / upload move fastest (the CUDA backend's is pinned:
+  // page-locked, DMA without a bounce buffer), zero-filled; freed with free_host. For the
+  // checkpoint mirror, which is the staging buffer of a save in the background.
+  virtual T* alloc_host(size_t n) = 0;
+  virtual void free_host(T* p) = 0;
   // Token / target ids in backend memory (zero-filled), filled from the host.
   virtual int32_t* alloc_ids(size_t n) = 0;
   virtual void free_ids(int32_t* p) = 0;

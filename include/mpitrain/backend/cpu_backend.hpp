@@ -67,6 +67,8 @@ class CpuBackend final : public Backend<T> {
   bool host_memory() const override { return true; }
   void upload(Buf<T> dst, const T* host_src, size_t n) override { convert(dst, host_src, n); }
   void download(T* host_dst, CBuf<T> src, size_t n) override { convert(host_dst, src, n); }
+  T* alloc_host(size_t n) override;  // plain host memory
+  void free_host(T* p) override;
   int32_t* alloc_ids(size_t n) override;
   void free_ids(int32_t* p) override;
   void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) override;

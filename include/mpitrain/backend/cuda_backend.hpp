@@ -107,6 +107,8 @@ class CudaBackend final : public Backend<T> {
   // to_device / to_host; 2-byte tensors converted on the host in pieces of 1 Mi elements.
   void upload(Buf<T> dst, const T* host_src, size_t n) override;
   void download(T* host_dst, CBuf<T> src, size_t n) override;
+  T* alloc_host(size_t n) override;  // cudaMallocHost: pinned
+  void free_host(T* p) override;
   int32_t* alloc_ids(size_t n) override;                        // activations arena
   void free_ids(int32_t* p) override;
   void upload_ids(int32_t* dst, const int32_t* host_src, size_t n) override;

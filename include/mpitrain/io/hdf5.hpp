@@ -8,13 +8,17 @@
 // Files are opened with a file-access property list argument (H5P_DEFAULT: the serial sec2
 // driver), so parallel checkpoints can pass one set up with H5Pset_fapl_mpio, and reads and
 // writes take a transfer property list (H5P_DEFAULT, or one with collective MPI-IO).
-// This HDF5 build is not thread-safe: use HDF5 from one thread at a time in the whole process.
+// This HDF5 build is not thread-safe: HDF5 is used from one thread at a time in the whole
+// process. The main thread alone uses it, except for the asynchronous checkpoint writer
+// (ckpt/async_saver.hpp); while that runs, every HDF5 call of either thread is made holding
+// lock_hdf5() (the writer's per dataset, the token files' per read).
 #pragma once
 
 #include <hdf5.h>
 #include <mpi.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 #include <type_traits>
@@ -25,6 +29,10 @@ namespace mpitrain {
 
 // HDF5's current error stack as one line ("H5Dopen2: unable to open dataset; ...").
 std::string hdf5_error_text();
+
+// The lock that serialises HDF5 calls between threads. The HDF5 library's state is the whole
+// process's, so its lock is too (held by the calling thread; closing a handle is a call).
+[[nodiscard]] std::unique_lock<std::mutex> lock_hdf5();
 
 // Switches off HDF5's printing of errors to stderr (we report them ourselves). Idempotent.
 void hdf5_silence_errors();

@@ -17,7 +17,8 @@ namespace mpitrain {
 struct StepFigures {
   int step;
   double step_ms, tokens_per_s, mfu;
-  double forward_ms, backward_ms, optimizer_ms, exposed_comm_ms, data_ms, checkpoint_ms;
+  double forward_ms, backward_ms, optimizer_ms, exposed_comm_ms, data_ms;
+  double checkpoint_ms;  // the stall: what saves cost the step loop before this step
   double peak_rss_mib;
   double loss = std::numeric_limits<double>::quiet_NaN();  // the step's train loss
   uint64_t tokens_seen = 0;  // of the whole run by the end of this step (all ranks, resumes too)
@@ -42,7 +43,10 @@ class RunReport {
                                               std::chrono::steady_clock::now());
   void add_step(const StepFigures& f);
   void add_eval(int step, double val_loss);
-  void add_checkpoint(double seconds);  // a checkpoint written (any kind), and how long it took
+  // A save's stall of the step loop; a checkpoint committed (any kind): the writer's time and
+  // the bytes (a synchronous save: both, the write being its stall).
+  void add_checkpoint_stall(double seconds);
+  void add_checkpoint_written(double seconds, uint64_t bytes);
   // Writes the JSON report to path and prints the summary to out. skipped_steps: steps the
   // trainer discarded; exit_code: the run's, 0 when it is done (anything else: stopped early, e.g.
   // 85 to be requeued). Throws Error on I/O failure.
@@ -60,7 +64,8 @@ class RunReport {
   std::vector<double> step_ms_, tokens_per_s_;  // of every step, for the percentiles
   double peak_rss_mib_ = 0.0;
   int checkpoints_ = 0;
-  double checkpoint_seconds_ = 0.0;
+  double checkpoint_stall_seconds_ = 0.0, checkpoint_write_seconds_ = 0.0;
+  uint64_t checkpoint_bytes_ = 0;
   // The outcome: the last loss_window_ train losses, validation, tokens, the clock.
   size_t loss_window_;
   std::deque<double> last_losses_;

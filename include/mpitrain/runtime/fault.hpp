@@ -2,6 +2,10 @@
 //
 //   MPITRAIN_FAULT=kill:phase=<phase>:rank=<world rank>[:step=<step>]
 //   MPITRAIN_FAULT=hang:rank=<r>[:step=<s>]      rank r sleeps (a day) at the start of step s
+//   MPITRAIN_FAULT=delay:phase=<phase>:rank=<r>[:step=<s>]:seconds=<x>
+//                                                rank r pauses x seconds (1 to 3600) there: a
+//                                                slow file system (e.g. a save still in flight
+//                                                when a signal comes)
 //   MPITRAIN_FAULT=nan:layer=<l>[:step=<s>]      a NaN in block l's gradient in step s, on the
 //                                                ranks that hold block l
 //   MPITRAIN_FAULT=drift:rank=<r>[:step=<s>]     rank r changes one of its parameters by one ulp
@@ -9,8 +13,10 @@
 //   MPITRAIN_FAULT=version:rank=<r>              rank r reports another build id at start-up
 //
 // The text is `kind:key=value:key=value...`. kill: the process SIGKILLs itself, as a node failure
-// or `kill -9` would. Phases are the points where code calls FaultPlan::at: the checkpoint
-// commit's write, close, rename, latest and prune (see ckpt/checkpoint.hpp), step (the start
+// or `kill -9` would. Phases are the points where code calls FaultPlan::at: staged (the save's
+// copy of the state is taken, nothing written yet: train/checkpointer.hpp), the checkpoint
+// commit's write, close, rename, latest and prune (see ckpt/checkpoint.hpp; in the writer's
+// thread when the save is asynchronous), step (the start
 // of a training step, where a hang happens too), and pair-rename (prepare-data, rank 0, step 0:
 // between renaming train and val into place). Steps count from 1, as the log does; without
 // step, any step (so kill and hang at the first, nan and drift at every one). Unset or empty: no
@@ -35,7 +41,7 @@
 
 namespace mpitrain {
 
-enum class FaultKind { None, Kill, Hang, Nan, Drift, Version };
+enum class FaultKind { None, Kill, Hang, Delay, Nan, Drift, Version };
 
 class FaultPlan {
  public:
@@ -58,11 +64,12 @@ class FaultPlan {
   // <describe()> — unset MPITRAIN_FAULT for a production run".
   std::string warning() const;
 
-  // at: carries out a kill or hang planned for this phase, rank and step: kill prints one line
-  // to stderr ("fault injection: rank 1 kills itself at phase write of step 4") and
+  // at: carries out a kill, hang or delay planned for this phase, rank and step: kill prints one
+  // line to stderr ("fault injection: rank 1 kills itself at phase write of step 4") and
   // raise(SIGKILL); hang (phase step) prints "fault injection: rank 1 hangs in step 2" and
-  // sleeps for a day. fires: the plan is of this kind, for this rank (or any, if it names none)
-  // and step (or any). Compiled out, both are empty inline functions.
+  // sleeps for a day; delay prints "fault injection: rank 1 pauses 3 s at phase write of step
+  // 4" and sleeps that long. Any thread may call it. fires: the plan is of this kind, for this
+  // rank (or any, if it names none) and step (or any). Compiled out, both are empty inline functions.
 #if MPITRAIN_FAULT_INJECTION
   void at(const char* phase, int rank, int64_t step) const;
   bool fires(FaultKind kind, int rank, int64_t step) const;
@@ -75,6 +82,7 @@ class FaultPlan {
   const std::string& phase() const { return phase_; }
   int rank() const { return rank_; }    // -1: not named (nan)
   int layer() const { return layer_; }  // nan's block; -1 otherwise
+  int seconds() const { return seconds_; }  // delay's pause; 0 otherwise
   std::optional<int64_t> step() const { return step_; }
 
  private:
@@ -83,6 +91,7 @@ class FaultPlan {
   std::string phase_;
   int rank_ = -1;
   int layer_ = -1;
+  int seconds_ = 0;
   std::optional<int64_t> step_;
 };
 

@@ -55,6 +55,7 @@ class MpiComm {
   // As split, but a negative color joins no group (MPI_UNDEFINED) and yields nothing.
   std::optional<MpiComm> split_optional(int color, int key) const;
   MpiComm split_shared() const;             // ranks on the same node (MPI_Comm_split_type)
+  MpiComm dup() const;                      // the same ranks, a context of its own
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

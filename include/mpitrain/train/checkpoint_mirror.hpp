@@ -1,7 +1,10 @@
 // Host copies of the buffers a checkpoint reads and writes when they live on a device: the state
-// points at the copies; download() before a save, upload() after a load.
+// points at the copies; download() before a save, upload() after a load. The copies are the
+// backend's alloc_host memory (pinned on a GPU), and the staging buffer of a save in the
+// background (train/checkpointer.hpp): only saves and loads touch them.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "mpitrain/backend/backend.hpp"
@@ -20,9 +23,14 @@ class CheckpointMirror {
   void upload();    // the copies -> device
 
  private:
+  struct FreeHost {
+    Backend<float>* backend;
+    void operator()(float* p) const { backend->free_host(p); }
+  };
   struct Buffer {
     Buf<float> device;
-    std::vector<float> host;
+    std::unique_ptr<float, FreeHost> host;
+    size_t n;
   };
   float* mirror(Buf<float> device, size_t n);  // the host copy
 

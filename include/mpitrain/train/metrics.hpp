@@ -52,9 +52,13 @@ class MetricsLog {
              std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now());
   void step(const StepRecord& r);
   void eval(int step, double val_loss);
-  // A checkpoint written: its time goes into the next step record's checkpoint_ms (it is taken
-  // after a step's record is written, outside step_ms) and into the report.
-  void checkpoint(double seconds);
+  // A save's cost to the step loop (the wait for the save before, the staging copy, and for a
+  // synchronous save the write): into the next step record's checkpoint_stall_ms (it is taken
+  // after a step's record is written, outside step_ms) and the report.
+  void checkpoint_stall(double seconds);
+  // A checkpoint committed: the writer's time and the bytes, into the next step record's
+  // checkpoint_write_ms and checkpoint_bytes, and the report.
+  void checkpoint_written(double seconds, uint64_t bytes);
   // <report_path> (JSON) and the console summary; exit_code: the run's (0 done, else stopped).
   void finish(const std::string& report_path, int skipped_steps, int exit_code);
 
@@ -68,7 +72,9 @@ class MetricsLog {
   void console_line(const StepRecord& r);
 
   RunReport report_;
-  double checkpoint_seconds_ = 0.0;  // since the last step record
+  // Since the last step record: the stalls, the commits' write time and bytes.
+  double checkpoint_stall_seconds_ = 0.0, checkpoint_write_seconds_ = 0.0;
+  uint64_t checkpoint_bytes_ = 0;
   int log_interval_;
   std::chrono::steady_clock::time_point start_;
   int first_step_ = -1;         // of this run (after a resume: the first after the checkpoint)

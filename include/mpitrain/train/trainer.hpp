@@ -4,7 +4,8 @@
 //                                      any work, the out-dir lock, then the grid, communicators,
 //                                      backend, model, optimizer, resume; the out-dir written
 //   trainer.run():                     for each step: step(), evaluate() at the interval,
-//                                      save() at the interval or on a stop; finish(); export
+//                                      a save at the interval or on a stop (Checkpointer,
+//                                      in the background); finish(); export
 //
 // Each concern is a component the loop calls (PipelineRunner, UpdateStep, CheckpointStore,
 // MetricsLog, Watchdog, ...); the Trainer only owns them and says when.
@@ -43,6 +44,7 @@
 #include "mpitrain/train/batch_loader.hpp"
 #include "mpitrain/train/batch_prefetch.hpp"
 #include "mpitrain/train/checkpoint_mirror.hpp"
+#include "mpitrain/train/checkpointer.hpp"
 #include "mpitrain/train/comm_groups.hpp"
 #include "mpitrain/train/device_setup.hpp"
 #include "mpitrain/train/metrics.hpp"
@@ -89,8 +91,7 @@ class Trainer {
   double evaluate();                // mean validation loss per token
   void after_evaluation(int step);  // evaluate, log, --save-best
   StepEnd stop_or_save(int step);   // the stop requests agreed on, the checkpoint of this step
-  void save(int step);
-  int finish(int exit_code);  // report.json, the trace closed
+  int finish(int exit_code);  // the save in flight committed, report.json, the trace closed
   int export_and_sample();    // the whole model on rank 0: --export-*, the text sample
   CheckpointManifest manifest(int step) const;
   const float* host_params();      // the parameters in host memory (for the replica check)
@@ -157,6 +158,7 @@ class Trainer {
   std::vector<float> params_copy_;          // on a device: the parameters for the replica check
   std::unique_ptr<MetricsLog> log_;
   std::string report_path_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // after what it uses: its writer joined first
 
   // The run's progress and figures.
   int start_step_ = 0;
@@ -170,7 +172,7 @@ class Trainer {
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();  // set-up
   std::chrono::steady_clock::time_point run_start_;                                 // the step loop
-  double slowest_step_ = 0.0, last_save_ = 0.0;  // seconds, for --exit-after-minutes
+  double slowest_step_ = 0.0;  // seconds, for --exit-after-minutes
 };
 
 // Trainer(options, world, signals).run(); a stop during start-up: its message, kExitRequeue.

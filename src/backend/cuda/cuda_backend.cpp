@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 #include <vector>
@@ -260,6 +261,19 @@ void CudaBackend<T>::download(T* host_dst, CBuf<T> src, size_t n) {
     to_host(bits.data(), src.half() + i0, m * 2);
     for (size_t i = 0; i < m; ++i) host_dst[i0 + i] = from_half_bits(bits[i], src.dtype());
   }
+}
+
+template <typename T>
+T* CudaBackend<T>::alloc_host(size_t n) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  std::memset(p, 0, n * sizeof(T));
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+void CudaBackend<T>::free_host(T* p) {
+  cudaFreeHost(p);  // a destructor's: its error has nowhere to go
 }
 
 template <typename T>
