@@ -19,9 +19,10 @@ namespace {
 // The calling thread at the lowest normal priority (nice 19, this thread only). Where every
 // core trains, a writer at the training's priority delays each OpenMP team it preempts (GPT-2
 // small on 2 cores: the step after a save took 7.3 s instead of 3.1); at nice 19 the training
-// threads get their cores back at once. SCHED_IDLE, lower still, was measured too: there the
-// writer got so little CPU that the write outlasted 5 steps and the next save waited for it
-// (bench/async_save.sh). If the system refuses, it writes at the normal priority, said on stderr.
+// threads take their cores back sooner (that step: 4.3 s). SCHED_IDLE, lower still, was measured
+// too: the writer then got so little CPU that the write outlasted 5 steps and the next save
+// waited for it (bench/async_save.sh). If the system refuses, it writes at the normal priority,
+// said on stderr.
 void lower_priority() {
   const auto tid = static_cast<id_t>(syscall(SYS_gettid));
   if (setpriority(PRIO_PROCESS, tid, 19) != 0)
