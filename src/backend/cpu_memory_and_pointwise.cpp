@@ -19,6 +19,17 @@ namespace mpitrain {
 using cpu::exp_fast;
 using cpu::kParallelWork;
 
+namespace {
+
+// n zero-filled elements of `size` bytes from the C heap (at least one), freed with std::free.
+void* zeroed(size_t n, size_t size) {
+  void* p = std::calloc(std::max<size_t>(n, 1), size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
 template <typename T>
 CpuBackend<T>::CpuBackend(int threads)
     : threads_(threads > 0 ? threads : omp_get_max_threads()), staging_(new cpu::Staging()) {
@@ -101,9 +112,7 @@ void CpuBackend<T>::convert(Buf<T> dst, CBuf<T> src, size_t n) {
 
 template <typename T>
 T* CpuBackend<T>::alloc_host(size_t n) {
-  void* p = std::calloc(std::max<size_t>(n, 1), sizeof(T));
-  if (p == nullptr) throw std::bad_alloc();
-  return static_cast<T*>(p);
+  return static_cast<T*>(zeroed(n, sizeof(T)));
 }
 
 template <typename T>
@@ -113,9 +122,7 @@ void CpuBackend<T>::free_host(T* p) {
 
 template <typename T>
 int32_t* CpuBackend<T>::alloc_ids(size_t n) {
-  void* p = std::calloc(std::max<size_t>(n, 1), sizeof(int32_t));
-  if (p == nullptr) throw std::bad_alloc();
-  return static_cast<int32_t*>(p);
+  return static_cast<int32_t*>(zeroed(n, sizeof(int32_t)));
 }
 
 template <typename T>

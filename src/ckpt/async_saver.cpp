@@ -30,7 +30,28 @@ void lower_priority() {
                  std::strerror(errno));
 }
 
+// This thread's CPU time so far (user + system), in seconds; 0 where it cannot be read.
+double thread_cpu_seconds() {
+  rusage used{};
+  if (getrusage(RUSAGE_THREAD, &used) != 0) return 0.0;
+  return static_cast<double>(used.ru_utime.tv_sec + used.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(used.ru_utime.tv_usec + used.ru_stime.tv_usec);
+}
+
 }  // namespace
+
+SaveDone save_now(CheckpointStore& store, const CheckpointManifest& m, const CheckpointState& s,
+                  const std::string& name) {
+  SaveDone done{m.step, name.empty() ? step_dir_name(m.step) : name,
+                "",     std::chrono::steady_clock::now(),
+                0.0,    0.0};
+  const double cpu0 = thread_cpu_seconds();
+  done.dir = name.empty() ? store.save(m, s) : store.save_as(name, m, s);
+  done.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - done.began).count();
+  done.cpu_seconds = thread_cpu_seconds() - cpu0;
+  return done;
+}
 
 bool AsyncSaver::threads_supported() {
   int provided = 0;
@@ -38,8 +59,8 @@ bool AsyncSaver::threads_supported() {
   return provided == MPI_THREAD_MULTIPLE;
 }
 
-AsyncSaver::AsyncSaver(std::string dir, const MpiComm& world, int keep_last, FaultPlan faults)
-    : world_(world.dup()), store_(std::move(dir), world_, keep_last, std::move(faults)) {}
+AsyncSaver::AsyncSaver(const CheckpointStore& like)
+    : world_(like.world().dup()), store_(like.dir(), world_, like.keep_last(), like.faults()) {}
 
 AsyncSaver::~AsyncSaver() {
   if (writer_.joinable()) writer_.join();
@@ -48,28 +69,20 @@ AsyncSaver::~AsyncSaver() {
 void AsyncSaver::start(const CheckpointManifest& m, const CheckpointState& s,
                        const std::string& name) {
   if (in_flight()) MPITRAIN_THROW("AsyncSaver::start: the previous save was not collected");
-  done_ = {m.step, name.empty() ? step_dir_name(m.step) : name, "", 0.0, 0.0, ""};
   error_ = nullptr;
   finished_.store(false, std::memory_order_release);
   writer_ = std::thread([this, m, s, name] {
     lower_priority();
-    const auto t0 = std::chrono::steady_clock::now();
     try {
-      done_.dir = name.empty() ? store_.save(m, s) : store_.save_as(name, m, s);
-    } catch (const std::exception& e) {
-      done_.error = e.what();
+      done_ = save_now(store_, m, s, name);
+    } catch (const std::exception&) {
       error_ = std::current_exception();
     }
-    done_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rusage used{};
-    if (getrusage(RUSAGE_THREAD, &used) == 0)
-      done_.cpu_seconds = static_cast<double>(used.ru_utime.tv_sec + used.ru_stime.tv_sec) +
-                          1e-6 * static_cast<double>(used.ru_utime.tv_usec + used.ru_stime.tv_usec);
     finished_.store(true, std::memory_order_release);
   });
 }
 
-std::optional<AsyncSaver::Done> AsyncSaver::wait() {
+std::optional<SaveDone> AsyncSaver::wait() {
   if (!in_flight()) return std::nullopt;
   writer_.join();
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));

@@ -9,10 +9,6 @@ namespace mpitrain {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Floats of the staging copy on this rank: the master and each optimizer buffer over the owned
 // ranges, on a rank that writes (a device's mirror is its staging: nothing more).
 size_t staging_floats(const CheckpointState& s, bool mirrored) {
@@ -23,17 +19,10 @@ size_t staging_floats(const CheckpointState& s, bool mirrored) {
 }  // namespace
 
 Checkpointer::Checkpointer(bool async, CheckpointStore& store, const CheckpointState& live,
-                           CheckpointMirror* mirror, Backend<float>& backend, const MpiComm& world,
-                           const MpiComm& node, int keep_last, const FaultPlan& faults,
+                           CheckpointMirror* mirror, Backend<float>& backend, const MpiComm& node,
                            MetricsLog& log, TraceRecorder& trace)
-    : store_(store),
-      live_(live),
-      mirror_(mirror),
-      backend_(backend),
-      world_(world),
-      faults_(faults),
-      log_(log),
-      trace_(trace) {
+    : store_(store), live_(live), mirror_(mirror), backend_(backend), log_(log), trace_(trace) {
+  const MpiComm& world = store.world();
   bytes_ = static_cast<uint64_t>(ParamLayout(live.config).total()) * (1 + live.state.size()) *
            sizeof(float);
   if (!async) return;
@@ -68,14 +57,14 @@ Checkpointer::Checkpointer(bool async, CheckpointStore& store, const CheckpointS
     for (size_t k = 0; k < staged_->state.size(); ++k)
       staged_->state[k] = staging_ + (k + 1) * live.owned.size();
   }
-  saver_ = std::make_unique<AsyncSaver>(store.dir(), world, keep_last, faults);
+  saver_ = std::make_unique<AsyncSaver>(store);
 }
 
 Checkpointer::~Checkpointer() {
   try {  // an exit past finish(): an error unwinding the run
     wait();
   } catch (const std::exception& e) {
-    if (world_.rank() == 0)
+    if (store_.world().rank() == 0)
       std::fprintf(stderr, "checkpoint: the save in flight was not committed: %s\n", e.what());
   }
   saver_.reset();  // the writer joined before its buffer goes
@@ -93,27 +82,22 @@ const CheckpointState& Checkpointer::stage() {
 }
 
 double Checkpointer::save(const CheckpointManifest& m, const std::string& name) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::optional<AsyncSaver::Done> written;  // a synchronous save's
+  double stall = 0.0;
+  std::optional<SaveDone> written;  // a synchronous save's
   {
-    TraceScope stall(&trace_, TraceLane::Io, "checkpoint save", nullptr, static_cast<int>(m.step));
+    TraceScope scope(&trace_, TraceLane::Io, "checkpoint save", &stall, static_cast<int>(m.step));
     wait();
     const CheckpointState& s = stage();
-    faults_.at("staged", world_.rank(), m.step);
-    if (saver_) {
-      write_start_ = std::chrono::steady_clock::now();
+    store_.faults().at("staged", store_.world().rank(), m.step);
+    if (saver_)
       saver_->start(m, s, name);
-    } else {
-      const auto w0 = std::chrono::steady_clock::now();
-      const std::string dir = name.empty() ? store_.save(m, s) : store_.save_as(name, m, s);
-      written = AsyncSaver::Done{
-          m.step, name.empty() ? step_dir_name(m.step) : name, dir, seconds_since(w0), 0.0, ""};
-    }
+    else
+      written = save_now(store_, m, s, name);
   }
-  last_stall_ = seconds_since(t0);
-  log_.checkpoint_stall(last_stall_);
+  last_stall_ = stall;
+  log_.checkpoint_stall(stall);
   if (written) report(*written);
-  return last_stall_;
+  return stall;
 }
 
 void Checkpointer::poll() {
@@ -122,21 +106,21 @@ void Checkpointer::poll() {
 
 void Checkpointer::wait() {
   if (!saver_) return;
-  if (const std::optional<AsyncSaver::Done> done = saver_->wait()) {
-    trace_.add(TraceLane::Io, "checkpoint write (background)", write_start_,
-               write_start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                  std::chrono::duration<double>(done->seconds)),
+  if (const std::optional<SaveDone> done = saver_->wait()) {
+    trace_.add(TraceLane::Io, "checkpoint write (background)", done->began,
+               done->began + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(done->seconds)),
                static_cast<int>(done->step));
     report(*done);
   }
 }
 
-void Checkpointer::report(const AsyncSaver::Done& done) {
+void Checkpointer::report(const SaveDone& done) {
   // A synchronous save's write is its stall (reported by save()); the writer's is its own.
   const bool background = saver_ != nullptr;
   last_write_ = background ? done.seconds : 0.0;
   log_.checkpoint_written(done.seconds, bytes_);
-  if (world_.rank() != 0) return;
+  if (store_.world().rank() != 0) return;
   const std::string what = done.name.starts_with("step-")
                                ? "step " + std::to_string(done.step)
                                : done.name + " (step " + std::to_string(done.step) + ")";

@@ -433,8 +433,7 @@ void Trainer::build_step_parts() {
   // Background saves where saves are planned: a stop's save alone is waited for at once.
   checkpointer_ = std::make_unique<Checkpointer>(
       t_.async_save && (t_.save_interval > 0 || t_.save_best), *store_, *state_,
-      mirror_ ? &*mirror_ : nullptr, *backend_, world_, *node_, t_.keep_last, faults_, *log_,
-      trace_);
+      mirror_ ? &*mirror_ : nullptr, *backend_, *node_, *log_, trace_);
 
   flops_per_token_ =
       6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;

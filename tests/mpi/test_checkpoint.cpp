@@ -863,7 +863,7 @@ struct Saves {
       : log(in_made_dir(dir, "metrics.jsonl"), world().rank() == 0),
         store((dir / "checkpoints").string(), world()),
         live(shard.state()),
-        saves(async, store, live, nullptr, backend, world(), node, 0, FaultPlan{}, log, trace) {}
+        saves(async, store, live, nullptr, backend, node, log, trace) {}
 };
 
 // The file holds the state of the step the save was taken at, not what training did after: the

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -27,23 +28,29 @@
 
 namespace mpitrain {
 
+// What a committed save did.
+struct SaveDone {
+  int64_t step = 0;
+  std::string name;  // "step-00000010", "best"
+  std::string dir;   // the committed directory
+  std::chrono::steady_clock::time_point began;
+  double seconds = 0;      // began to commit
+  double cpu_seconds = 0;  // of that, the saving thread's CPU time (user + system)
+};
+
+// s saved by store on this thread, as CheckpointStore::save (name "") or save_as(name) would
+// save it, timed. Throws what the store throws.
+SaveDone save_now(CheckpointStore& store, const CheckpointManifest& m, const CheckpointState& s,
+                  const std::string& name);
+
 class AsyncSaver {
  public:
-  // What a save did once it is collected.
-  struct Done {
-    int64_t step = 0;
-    std::string name;        // "step-00000010", "best"
-    std::string dir;         // the committed directory ("" if it failed)
-    double seconds = 0;      // the writer's time, start to commit
-    double cpu_seconds = 0;  // of that, on a CPU (the thread's user + system time)
-    std::string error;       // why it failed ("" if committed)
-  };
-
   // Whether this MPI lets two threads make calls at once (MPI_THREAD_MULTIPLE).
   static bool threads_supported();
 
-  // Collective over world (duplicates it). dir, keep_last, faults: as CheckpointStore's.
-  AsyncSaver(std::string dir, const MpiComm& world, int keep_last, FaultPlan faults);
+  // Collective over like's world: the writer's store is like's (directory, keep_last, faults)
+  // over a duplicate of that world.
+  explicit AsyncSaver(const CheckpointStore& like);
   ~AsyncSaver();  // waits for a save in flight (collect it first with wait() to know how it went)
   AsyncSaver(const AsyncSaver&) = delete;
   AsyncSaver& operator=(const AsyncSaver&) = delete;
@@ -55,14 +62,14 @@ class AsyncSaver {
   bool finished() const { return finished_.load(std::memory_order_acquire); }  // wait() is quick
   // Collects the save in flight (nullopt if none), blocking until it is committed. A failure is
   // rethrown here (as the synchronous save would have thrown it), every rank alike.
-  std::optional<Done> wait();
+  std::optional<SaveDone> wait();
 
  private:
   MpiComm world_;  // the writer's own duplicate
   CheckpointStore store_;
   std::thread writer_;
   std::atomic<bool> finished_{false};
-  Done done_;
+  SaveDone done_;
   std::exception_ptr error_;
 };
 

@@ -139,6 +139,9 @@ class CheckpointStore {
   CheckpointStore(std::string dir, const MpiComm& world, int keep_last = 0, FaultPlan faults = {});
 
   const std::string& dir() const { return dir_; }
+  const MpiComm& world() const { return world_; }
+  int keep_last() const { return keep_last_; }
+  const FaultPlan& faults() const { return faults_; }
 
   // Commits step-<m.step>/, points `latest` at it, prunes. Returns the committed directory.
   std::string save(const CheckpointManifest& m, const CheckpointState& s);

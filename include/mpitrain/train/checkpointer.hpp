@@ -17,7 +17,6 @@
 // one line. Every rank decides alike.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,13 +36,12 @@ inline constexpr double kStagingMemoryShare = 0.75;
 
 class Checkpointer {
  public:
-  // Collective over world; node: the ranks of this host. store: the synchronous saves'; live:
-  // the state training updates (on a device, re-pointed at mirror's host copies). log and trace
-  // record what the saves cost.
+  // Collective over store's world; node: the ranks of this host. store: the synchronous saves',
+  // and the model of the writer's (ckpt/async_saver.hpp); live: the state training updates (on
+  // a device, re-pointed at mirror's host copies). log and trace record what the saves cost.
   Checkpointer(bool async, CheckpointStore& store, const CheckpointState& live,
-               CheckpointMirror* mirror, Backend<float>& backend, const MpiComm& world,
-               const MpiComm& node, int keep_last, const FaultPlan& faults, MetricsLog& log,
-               TraceRecorder& trace);
+               CheckpointMirror* mirror, Backend<float>& backend, const MpiComm& node,
+               MetricsLog& log, TraceRecorder& trace);
   // Waits for the save in flight: reported committed, or on stderr not committed (rank 0).
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -63,21 +61,18 @@ class Checkpointer {
 
  private:
   const CheckpointState& stage();  // the staging copy of live, returned as the state to write
-  void report(const AsyncSaver::Done& done);
+  void report(const SaveDone& done);
 
   CheckpointStore& store_;
   const CheckpointState& live_;
   CheckpointMirror* mirror_;
   Backend<float>& backend_;
-  const MpiComm& world_;
-  FaultPlan faults_;
   MetricsLog& log_;
   TraceRecorder& trace_;
   uint64_t bytes_ = 0;
   float* staging_ = nullptr;  // the CPU's copy (backend memory), or null
   std::optional<CheckpointState> staged_;
   double last_stall_ = 0.0, last_write_ = 0.0;
-  std::chrono::steady_clock::time_point write_start_;
   std::unique_ptr<AsyncSaver> saver_;  // last: joined before the staging buffer is freed
 };
 
