@@ -1,5 +1,5 @@
-// bf16-gemm: OpenBLAS sgemm against the CPU backend's oneDNN bf16 path on the linear layers of
-// GPT-2 small (C 768, vocabulary 50304) at micro-batch 4 x 1024 tokens.
+// bf16-gemm: the CPU backend's sgemm against its oneDNN bf16 path on the linear layers
+// of GPT-2 small (C 768, vocabulary 50304) at micro-batch 4 x 1024 tokens.
 //
 //   bf16-gemm [--tokens 4096] [--threads 1,2] [--repeats 3] [--no-head]
 //
@@ -23,6 +23,7 @@
 
 #include "../src/backend/cpu_kernels.hpp"
 #include "../src/backend/cpu_matmul_bf16.hpp"
+#include "bench_args.hpp"
 #include "mpitrain/backend/precision.hpp"
 
 namespace {
@@ -65,42 +66,9 @@ std::vector<float> bf16_values(size_t n, uint64_t seed) {
   return v;
 }
 
-// Best seconds of `repeats` calls of f after one warm-up call.
-template <class F>
-double best_seconds(int repeats, F&& f) {
-  double best = 1e30;
-  for (int r = 0; r <= repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) best = std::min(best, s);
-  }
-  return best;
-}
-
 void usage(const char* prog) {
   std::fprintf(stderr, "usage: %s [--tokens 4096] [--threads 1,2] [--repeats 3] [--no-head]\n",
                prog);
-}
-
-bool parse_positive(const std::string& text, int* out) {
-  char* end = nullptr;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || value <= 0 || value > 1000000) return false;
-  *out = static_cast<int>(value);
-  return true;
-}
-
-bool parse_list(const std::string& text, std::vector<int>* out) {
-  std::stringstream ss(text);
-  std::string item;
-  out->clear();
-  while (std::getline(ss, item, ',')) {
-    int v = 0;
-    if (!parse_positive(item, &v)) return false;
-    out->push_back(v);
-  }
-  return !out->empty();
 }
 
 }  // namespace
@@ -119,10 +87,11 @@ int main(int argc, char** argv) {
       head = false;
       continue;
     }
-    const bool ok = i + 1 < argc && (arg == "--tokens"    ? parse_positive(argv[i + 1], &tokens)
-                                     : arg == "--repeats" ? parse_positive(argv[i + 1], &repeats)
-                                     : arg == "--threads" ? parse_list(argv[i + 1], &thread_counts)
-                                                          : false);
+    const bool ok =
+        i + 1 < argc && (arg == "--tokens"    ? bench::parse_positive(argv[i + 1], &tokens)
+                         : arg == "--repeats" ? bench::parse_positive(argv[i + 1], &repeats)
+                         : arg == "--threads" ? bench::parse_list(argv[i + 1], &thread_counts)
+                                              : false);
     if (!ok) {
       std::fprintf(stderr, "bf16-gemm: bad or missing value for '%s'\n", arg.c_str());
       usage(argv[0]);
@@ -155,8 +124,8 @@ int main(int argc, char** argv) {
           {"dW", true, false, true, true, OC, IC, N, dout.data(), inp.data(), dw.data()}};
       for (const Product& p : products) {
         const double gflop = 2.0 * p.M * p.N * static_cast<double>(p.K) / 1e9;
-        const double s_sgemm = best_seconds(repeats, [&] { sgemm(p); });
-        const double s_bf16 = best_seconds(repeats, [&] {
+        const double s_sgemm = bench::best_seconds(repeats, [&] { sgemm(p); });
+        const double s_bf16 = bench::best_seconds(repeats, [&] {
           if (!bf16.multiply(p.ta, p.tb, p.M, p.N, p.K, p.A, p.B, p.accumulate, p.C, p.a_unchanged))
             sgemm(p);
         });

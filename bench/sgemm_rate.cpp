@@ -1,10 +1,15 @@
-// sgemm-rate: this machine's OpenBLAS sgemm rate, the peak that CPU MFU is measured against.
+// sgemm-rate: this machine's sgemm rate, the peak that CPU MFU is measured against.
 //
-//   sgemm-rate --threads N [--n 2048] [--repeats 5]
+//   sgemm-rate --threads N [--n 2048] [--repeats 5] [--openblas]
+//   sgemm-rate --library           (prints which sgemm the backend runs on this CPU)
 //
 // Prints one line: the GFLOP/s (2 n^3 flops per call, best of `repeats` timed calls after one
-// warm-up call) with N OpenMP/OpenBLAS threads. bench/run.sh passes it to the trainer as
-// --peak-gflops.
+// warm-up call) with N OpenMP/OpenBLAS threads, of the CPU backend's sgemm (oneDNN's on a CPU with
+// AVX-512, else OpenBLAS's), or with
+// --openblas of OpenBLAS's cblas_sgemm. bench/run.sh passes the first to the trainer as
+// --peak-gflops and prints the second beside it.
+#include "mpitrain/backend/sgemm_rate.hpp"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -13,12 +18,11 @@
 #include <cstring>
 #include <string>
 
-#include "mpitrain/backend/sgemm_rate.hpp"
-
 namespace {
 
 void usage(const char* prog) {
-  std::fprintf(stderr, "usage: %s --threads N [--n 2048] [--repeats 5]\n", prog);
+  std::fprintf(stderr, "usage: %s --threads N [--n 2048] [--repeats 5] [--openblas] | --library\n",
+               prog);
 }
 
 // Parses a positive integer; false if `text` is not one.
@@ -34,14 +38,25 @@ bool parse_positive(const char* text, int* out) {
 
 int main(int argc, char** argv) {
   int threads = 0, n = 2048, repeats = 5;
+  auto library = mpitrain::SgemmLibrary::Backend;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       usage(argv[0]);
       return 0;
     }
-    int* target = arg == "--threads" ? &threads : arg == "--n" ? &n : arg == "--repeats" ? &repeats
-                                                                                         : nullptr;
+    if (arg == "--library") {
+      std::printf("%s\n", mpitrain::cpu_sgemm_library());
+      return 0;
+    }
+    if (arg == "--openblas") {
+      library = mpitrain::SgemmLibrary::OpenBlas;
+      continue;
+    }
+    int* target = arg == "--threads"   ? &threads
+                  : arg == "--n"       ? &n
+                  : arg == "--repeats" ? &repeats
+                                       : nullptr;
     if (target == nullptr || i + 1 >= argc || !parse_positive(argv[i + 1], target)) {
       std::fprintf(stderr, "sgemm-rate: bad or missing value for '%s'\n", arg.c_str());
       usage(argv[0]);
@@ -56,6 +71,6 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
-  std::printf("%.1f\n", mpitrain::measure_sgemm_gflops(n, repeats));
+  std::printf("%.1f\n", mpitrain::measure_sgemm_gflops(n, repeats, library));
   return 0;
 }

@@ -327,6 +327,10 @@ po::options_description monitoring_options(TrainConfig& t) {
        "peak GFLOP/s of one rank for MFU; 0 = this rank's sgemm rate, measured once per host, "
        "threads and allowed CPUs and kept in $MPITRAIN_PEAK_CACHE (default "
        "~/.cache/mpitrain/peak-gflops.jsonl)")
+      ("profile-ops", flag(&t.profile_ops),
+       "CPU: time every backend op; at the end rank 0 prints where its steps' time went, op by "
+       "op, against each op's floor (FLOPs at the sgemm rate, bytes at the measured memory "
+       "bandwidth), also written to <out-dir>/op_profile.txt")
       ("comm-timeout", with_default(&t.comm_timeout),
        "seconds a communication call may block once the first step has finished; then every rank "
        "that sees it reports the call and which ranks did not arrive, and the job exits 3; 0 = no "

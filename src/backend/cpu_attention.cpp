@@ -1,6 +1,6 @@
 // CPU backend: causal self-attention. Per (batch, head) small gemms read q, k, v straight out of
 // the qkv layout through leading-dimension strides (no copies), inside an OpenMP loop over heads
-// (OpenBLAS's OpenMP build runs single-threaded inside a parallel region). The full T x T score
+// (cpu::gemm runs on the calling thread inside a parallel region). The full T x T score
 // matrix is computed and the future masked: simpler than blocking, and T x T x hs is small next
 // to the projections. On 2-byte tensors: whole sequences at a time staged (cpu_storage.hpp); the
 // probabilities stay in T.
@@ -17,7 +17,7 @@ using cpu::gemm;
 namespace {
 
 // Whether the loop over heads runs in a parallel region (its gemms then single-threaded) or on
-// the calling thread (OpenBLAS threads each gemm): decided on the whole call's shape, and kept
+// the calling thread (the sgemm threads each product): decided on the whole call's shape, and kept
 // for the blocks of a staged call, so both run every gemm alike and give the same bits.
 bool heads_in_parallel(int B, int Tlen, int NH, int hs, int loop) {
   return static_cast<size_t>(B) * NH * Tlen * Tlen * hs > cpu::kParallelWork && loop > 1;

@@ -16,10 +16,15 @@ namespace mpitrain::cpu {
 inline constexpr size_t kParallelWork = size_t{1} << 15;
 
 // ---- gemm: C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major ------------------------
-inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                 const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+// float (cpu_gemm.cpp): oneDNN's sgemm where oneDNN has AVX-512 kernels for the CPU, else
+// OpenBLAS's. oneDNN picks its kernels by the instructions the CPU has; OpenBLAS 0.3.21 picks them
+// by CPU model and runs an AVX-512 CPU it does not know (Zen 5) on its AVX2 kernels, at half
+// oneDNN's rate. With AVX2 only, the two were measured alike (oneDNN 1.0-1.1x) and oneDNN's
+// per-call packing buffers raise the peak memory, so OpenBLAS stays. bench/cpu_gemm compares them
+// on the model's shapes.
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
+          int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// double (the gradient-check tests): OpenBLAS, oneDNN has no dgemm.
 inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, double alpha,
                  const double* A, int lda, const double* B, int ldb, double beta, double* C,
                  int ldc) {
@@ -27,7 +32,8 @@ inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, do
 }
 
 // ---- exp ----------------------------------------------------------------------------------
-// float: Cephes expf, written so that the compiler vectorises it (no libm call, no branch).
+// float: Cephes expf, written so that the compiler vectorises it (no libm call, no branch; the
+// clamp is if-converted for AVX2 only under -fno-trapping-math, which the backend's files get).
 // x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), e^r by a degree-7 polynomial, 2^n
 // put into the exponent bits. Max relative error ~2 ulp on [-87, 88]; inputs are clamped to that
 // range (e^-87 ~ 1.6e-38 stands in for 0, e^88 ~ 1.7e38 for overflow); NaN propagates.

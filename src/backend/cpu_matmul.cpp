@@ -1,4 +1,4 @@
-// CPU backend: the linear layer. Products run one OpenBLAS gemm (fp32 backends), oneDNN's bf16
+// CPU backend: the linear layer. Products run one sgemm (fp32 backends: cpu::gemm), oneDNN's bf16
 // matmul (cpu_matmul_bf16.cpp) or the blocked sgemm (cpu_blocked_gemm.cpp): cpu_backend.hpp.
 #include <cstring>
 #include <type_traits>

@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 
@@ -124,8 +125,8 @@ std::string entry_line(const PeakEntry& e) {
   std::snprintf(gflops, sizeof gflops, "%.1f", e.gflops);
   return "{\"host\":" + json_string(e.key.host) + ",\"cpu\":" + json_string(e.key.cpu_model) +
          ",\"threads\":" + std::to_string(e.key.threads) +
-         ",\"cpus\":" + std::to_string(e.key.cpus) + ",\"gflops\":" + gflops +
-         ",\"date\":" + json_string(e.date) + "}\n";
+         ",\"cpus\":" + std::to_string(e.key.cpus) + ",\"gemm\":" + json_string(e.key.gemm) +
+         ",\"gflops\":" + gflops + ",\"date\":" + json_string(e.date) + "}\n";
 }
 
 PeakEntry parse_entry(std::string_view line) {
@@ -146,6 +147,9 @@ PeakEntry parse_entry(std::string_view line) {
   e.key.cpu_model = field("cpu", JsonValue::Kind::String).string;
   e.key.threads = count("threads");
   e.key.cpus = count("cpus");
+  const JsonValue* gemm = v.find("gemm");
+  if (gemm != nullptr && gemm->kind != JsonValue::Kind::String) throw Error("bad \"gemm\"");
+  e.key.gemm = gemm != nullptr ? gemm->string : kOldCpuGemm;
   e.gflops = field("gflops", JsonValue::Kind::Number).number;
   if (!(e.gflops > 0 && std::isfinite(e.gflops))) throw Error("bad \"gflops\"");
   e.date = field("date", JsonValue::Kind::String).string;
@@ -281,7 +285,7 @@ Peak resolve_cpu_peak(double given, const MpiComm& node, int threads,
                       const std::function<double()>& measure) {
   if (given > 0) return {given, "given by --peak-gflops", ""};
   const PeakKey key{mpi_host_name(), cpu_model_name(), threads,
-                    static_cast<int>(allowed_cpus().size())};
+                    static_cast<int>(allowed_cpus().size()), cpu_sgemm_library()};
   int mine[2] = {key.threads, key.cpus};
   std::vector<int> all(2 * node.size());
   MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node.get()));

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/io/out_file.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/memory.hpp"
@@ -102,6 +104,7 @@ Trainer::StepEnd Trainer::step(int step) {
   watchdog_->step_started(step + 1);
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
+  if (op_profile_) op_profile_->begin_step();
   for (Communicator* c : comms_->dp_groups())
     if (c) c->reset_bytes_sent();
   sync_->zero_grads();
@@ -125,6 +128,7 @@ Trainer::StepEnd Trainer::step(int step) {
 
   const double exposed_comm_seconds = blocked_seconds();
   const double seconds = seconds_since(start);
+  if (op_profile_) op_profile_->end_step(seconds, step == start_step_);
   const double tokens_per_s = tokens_per_step_ / seconds;
   // One world collective for the record's figures: the largest peak RSS, all GPUs' energy.
   double totals[2] = {peak_rss_mib(),
@@ -210,7 +214,23 @@ int Trainer::finish(int exit_code) {
   checkpointer_->wait();
   log_->finish(report_path_, update_->skipped_steps(), exit_code);
   trace_.close();
+  if (op_profile_ && root_) write_op_profile();
   return exit_code;
+}
+
+void Trainer::write_op_profile() const {
+  char header[768];
+  std::snprintf(header, sizeof header,
+                "op profile of rank 0, %d thread(s), %d step(s) after the warm-up step; floors: "
+                "sgemm %.1f GFLOP/s (%s), memory %.1f GB/s (a 128 MiB copy, read + written)",
+                threads_, op_profile_->steps(), op_gemm_gflops_, peak_source_.c_str(),
+                op_bandwidth_gbs_);
+  const std::string table = op_profile_->table(header, op_gemm_gflops_, op_bandwidth_gbs_);
+  std::printf("%s", table.c_str());
+  const std::string path = (std::filesystem::path(t_.out_dir) / "op_profile.txt").string();
+  OutFile file(path + ".tmp");
+  file.write(table.data(), table.size());
+  file.commit(path);
 }
 
 int Trainer::export_and_sample() {

@@ -15,6 +15,8 @@
 #include "mpitrain/backend/cuda/device.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
 #endif
+#include "mpitrain/backend/memory_bandwidth.hpp"
+#include "mpitrain/backend/profiling_backend.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
@@ -41,6 +43,9 @@ namespace {
 // (UsageError otherwise).
 void check_device(const TrainConfig& t, const ModelConfig& cfg) {
   if (t.device != "cuda") return;
+  require(!t.profile_ops,
+          "--profile-ops times the CPU backend's ops, which finish before they return; a GPU's "
+          "run asynchronously: profile them with Nsight Systems (nsys) or see --trace");
   require(cfg.head_size() <= 256, "--device cuda: head size d-model / n-head = " +
                                       std::to_string(cfg.head_size()) + " exceeds 256");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
@@ -232,6 +237,10 @@ void Trainer::build_model() {
                 t_.device == "cpu",
             "MPITRAIN_FAULT nan / drift write host memory: --device cpu only");
     backend_ = make_backend(t_, threads_, model_options_.precision, devices_);
+    if (t_.profile_ops) {
+      op_profile_ = std::make_unique<OpProfile>();
+      backend_ = std::make_unique<ProfilingBackend>(std::move(backend_), *op_profile_);
+    }
     model_options_.storage = compute_storage(model_options_.precision, *backend_);
 #ifdef MPITRAIN_HAVE_CUDA
     if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()); gpu && root_)
@@ -403,6 +412,11 @@ void Trainer::build_step_parts() {
                                     [] { return measure_sgemm_gflops(1024, 3); });
     peak_ = p.gflops;
     peak_source_ = p.source;
+    // --profile-ops: the floors' rates, this rank's (every rank measures at once, as they run).
+    if (op_profile_) {
+      op_gemm_gflops_ = p.gflops;
+      op_bandwidth_gbs_ = measure_copy_gbs(size_t{128} << 20, 3);
+    }
     if (root_ && !p.note.empty()) std::fprintf(stderr, "%s\n", p.note.c_str());
   } else {
     peak_ = t_.peak_gflops > 0 ? t_.peak_gflops : device_peak_;

@@ -63,6 +63,7 @@ expect_usage_error bad_comm "comm must be auto, nccl or mpi, not 'gloo'" "${tiny
 expect_usage_error nccl_on_cpu "--comm nccl needs --device cuda" "${tiny[@]}" --comm nccl --out-dir "$SCRATCH/o17"
 if grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
   expect_usage_error cuda_compress "--grad-compress int8 encodes on the host: --device cpu only" "${tiny[@]}" --device cuda --dp 2 --grad-compress int8 --out-dir "$SCRATCH/o17"
+  expect_usage_error cuda_profile "--profile-ops times the CPU backend's ops" "${tiny[@]}" --device cuda --dp 2 --profile-ops --out-dir "$SCRATCH/o17"
   if nvidia-smi -L > /dev/null 2>&1; then
     echo "a GPU is usable here: the no-GPU case does not apply"
   else

@@ -39,7 +39,7 @@ class PeakCache : public ::testing::Test {
   fs::path dir_;
 };
 
-const PeakKey kKey{"n1", "Test CPU \"X\" @ 2.0GHz", 2, 2};
+const PeakKey kKey{"n1", "Test CPU \"X\" @ 2.0GHz", 2, 2, "oneDNN sgemm"};
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -82,17 +82,17 @@ TEST_F(PeakCache, CpuModelFromCpuinfo) {
 TEST_F(PeakCache, WriteAndReadBack) {
   const std::string path = file("sub/dir/peak.jsonl");  // the directory is created
   const std::vector<PeakEntry> entries = {{kKey, 123.4, "2026-12-01T10:00Z"},
-                                          {{"n2", "Y", 1, 4}, 50.0, "2026-12-02T11:30Z"}};
+                                          {{"n2", "Y", 1, 4, "oneDNN sgemm"}, 50.0, "2026-12-02T11:30Z"}};
   write_peak_cache(path, entries);
   const std::vector<PeakEntry> back = read_peak_cache(path);
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].key, kKey);
   EXPECT_DOUBLE_EQ(back[0].gflops, 123.4);
   EXPECT_EQ(back[0].date, "2026-12-01T10:00Z");
-  EXPECT_EQ(back[1].key, (PeakKey{"n2", "Y", 1, 4}));
+  EXPECT_EQ(back[1].key, (PeakKey{"n2", "Y", 1, 4, "oneDNN sgemm"}));
   EXPECT_EQ(slurp(path).substr(0, slurp(path).find('\n')),
             R"({"host":"n1","cpu":"Test CPU \"X\" @ 2.0GHz","threads":2,"cpus":2,)"
-            R"("gflops":123.4,"date":"2026-12-01T10:00Z"})");
+            R"("gemm":"oneDNN sgemm","gflops":123.4,"date":"2026-12-01T10:00Z"})");
   EXPECT_TRUE(read_peak_cache(file("missing")).empty());
 }
 
@@ -100,7 +100,7 @@ TEST_F(PeakCache, AtomicReplaceLeavesNoTemporaryFile) {
   const std::string path = file("peak.jsonl");
   write_peak_cache(path, {{kKey, 1.0, "d"}});
   std::ifstream held(path);  // a reader that opened the old file keeps reading the old file
-  write_peak_cache(path, {{kKey, 2.0, "d"}, {{"n2", "Y", 1, 1}, 3.0, "d"}});
+  write_peak_cache(path, {{kKey, 2.0, "d"}, {{"n2", "Y", 1, 1, "oneDNN sgemm"}, 3.0, "d"}});
   std::string old_line;
   std::getline(held, old_line);
   EXPECT_NE(old_line.find("\"gflops\":1.0"), std::string::npos) << old_line;
@@ -129,19 +129,34 @@ TEST_F(PeakCache, MeasuresOnceThenReuses) {
 TEST_F(PeakCache, OtherThreadsCpuModelOrAffinityNotReused) {
   const std::string path = file("peak.jsonl");
   write_peak_cache(path, {{kKey, 100.0, "2026-12-01T10:00Z"}});
-  for (PeakKey other : {PeakKey{"n1", "Test CPU \"X\" @ 2.0GHz", 4, 2},     // threads
-                        PeakKey{"n1", "Another CPU", 2, 2},                 // CPU model
-                        PeakKey{"n1", "Test CPU \"X\" @ 2.0GHz", 2, 1},     // affinity count
-                        PeakKey{"n2", "Test CPU \"X\" @ 2.0GHz", 2, 2}}) {  // host
+  const std::string cpu = kKey.cpu_model, lib = kKey.gemm;
+  for (PeakKey other : {PeakKey{"n1", cpu, 4, 2, lib},             // threads
+                        PeakKey{"n1", "Another CPU", 2, 2, lib},   // CPU model
+                        PeakKey{"n1", cpu, 2, 1, lib},             // affinity count
+                        PeakKey{"n2", cpu, 2, 2, lib},             // host
+                        PeakKey{"n1", cpu, 2, 2, kOldCpuGemm}}) {  // sgemm library
     Measure m{7.0};
     const Peak p = cached_or_measured_peak(path, other, m.fn());
     EXPECT_EQ(m.calls, 1) << other.cpu_model << " " << other.threads << " " << other.cpus;
     EXPECT_DOUBLE_EQ(p.gflops, 7.0);
   }
   const std::vector<PeakEntry> all = read_peak_cache(path);
-  ASSERT_EQ(all.size(), 5u);  // each added beside the first, which stays
+  ASSERT_EQ(all.size(), 6u);  // each added beside the first, which stays
   EXPECT_EQ(all[0].key, kKey);
   EXPECT_DOUBLE_EQ(all[0].gflops, 100.0);
+}
+
+// Versions before the oneDNN sgemm wrote no "gemm": their rate is OpenBLAS's, not oneDNN's.
+TEST_F(PeakCache, EntryWithoutGemmIsOpenBlasAndNotReused) {
+  const std::string path = file("peak.jsonl");
+  std::ofstream(path) << R"({"host":"n1","cpu":"Test CPU \"X\" @ 2.0GHz","threads":2,"cpus":2,)"
+                      << R"("gflops":100.0,"date":"2026-12-01T10:00Z"})" << "\n";
+  const std::vector<PeakEntry> old = read_peak_cache(path);
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].key.gemm, kOldCpuGemm);
+  Measure m{200.0};
+  EXPECT_DOUBLE_EQ(cached_or_measured_peak(path, kKey, m.fn()).gflops, 200.0);
+  EXPECT_EQ(m.calls, 1);
 }
 
 TEST_F(PeakCache, CorruptFileIgnoredAndReplaced) {

@@ -1,11 +1,14 @@
-// The CPU backend: OpenBLAS gemms for every matmul (attention included) and OpenMP + SIMD loops
-// for the rest. Host memory; instantiated for float (the trainer) and double (gradient checks).
+// The CPU backend: one sgemm for every fp32 matmul (attention included): oneDNN's where oneDNN has
+// AVX-512 kernels for the CPU, else OpenBLAS's (cpu_kernels.hpp says why); OpenBLAS's dgemm for
+// double; OpenMP + SIMD loops for the rest. Host memory; instantiated for float (the trainer)
+// and double (gradient checks).
 //
 // Threads: the constructor sets the OpenMP and OpenBLAS thread counts of the calling thread.
 // Loops only go parallel above a work threshold, so tiny shapes do not pay for a thread team.
 // Reductions over rows (bias/weight-norm gradients, embedding gradients) are parallelised over
 // columns and the scalar sums over fixed chunks, so every result is bitwise deterministic and
-// independent of the thread count (the gemms inside OpenBLAS and oneDNN are the only exception).
+// independent of the thread count (OpenBLAS's gemms, which an AVX2 CPU runs, are the only
+// exception: oneDNN's give the same bits at any thread count, tests/unit/test_cpu_gemm.cpp).
 //
 // Compute tensors: Fp32 (T) always; CpuBackend<float> also stores them in bf16 / fp16 (2 bytes).
 // An op on 2-byte tensors widens a block of rows of its inputs into fp32 scratch the backend owns

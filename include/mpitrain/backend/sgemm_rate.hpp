@@ -3,8 +3,17 @@
 
 namespace mpitrain {
 
-// GFLOP/s of OpenBLAS sgemm (n x n x n, 2n^3 flops a call) with the current OpenMP/OpenBLAS
-// thread count; the best of `repeats` timed calls after one warm-up call.
-double measure_sgemm_gflops(int n, int repeats);
+// The sgemm the CPU backend runs on this CPU: "oneDNN sgemm" where oneDNN has AVX-512 kernels for
+// it, else "OpenBLAS sgemm" (src/backend/cpu_kernels.hpp says why).
+const char* cpu_sgemm_library();
+
+// Whose sgemm measure_sgemm_gflops times.
+enum class SgemmLibrary { Backend, OpenBlas };
+
+// GFLOP/s of an n x n x n sgemm (2n^3 flops a call) with the current OpenMP/OpenBLAS thread
+// count; the best of `repeats` timed calls after one warm-up call. Backend: the CPU backend's
+// sgemm (cpu_sgemm_library()), what its products run; OpenBlas: OpenBLAS's cblas_sgemm, for
+// comparison (bench).
+double measure_sgemm_gflops(int n, int repeats, SgemmLibrary library = SgemmLibrary::Backend);
 
 }  // namespace mpitrain

@@ -1,12 +1,13 @@
 // The CPU peak that MFU is measured against, measured once per host and kept, so that MFU is
 // comparable between runs (a fresh sgemm measurement at every start varies by 2x or more).
 //
-// The cache is a small file of JSON lines, one entry per host, CPU model, thread count and
-// allowed-CPU count:
+// The cache is a small file of JSON lines, one entry per host, CPU model, thread count,
+// allowed-CPU count and sgemm library:
 //   {"host":"n1","cpu":"AMD EPYC 7763 64-Core Processor","threads":4,"cpus":4,
-//    "gflops":182.4,"date":"2026-12-01T10:00Z"}
-// An entry is reused only when all four match: a rank bound to fewer CPUs, or running another
-// number of threads, measures its own.
+//    "gemm":"OpenBLAS sgemm","gflops":182.4,"date":"2026-12-01T10:00Z"}
+// An entry is reused only when all five match: a rank bound to fewer CPUs, running another
+// number of threads, or with another sgemm library (an AVX-512 CPU's entries of versions that
+// measured OpenBLAS, before the backend ran oneDNN's there) measures its own.
 #pragma once
 
 #include <functional>
@@ -17,10 +18,15 @@
 
 namespace mpitrain {
 
+// The sgemm of the entries written before the "gemm" field: the only one the backend ran then.
+inline constexpr const char* kOldCpuGemm = "OpenBLAS sgemm";
+
 struct PeakKey {
   std::string host, cpu_model;
   int threads = 0;  // the OpenBLAS threads it was measured with
   int cpus = 0;     // the CPUs the rank was allowed (sched_getaffinity)
+  // The sgemm measured (cpu_sgemm_library()); an entry written before the field: kOldCpuGemm.
+  std::string gemm;
   bool operator==(const PeakKey&) const = default;
 };
 

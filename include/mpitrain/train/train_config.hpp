@@ -86,6 +86,7 @@ struct TrainConfig {
   bool tf32 = false;                // cuda, precision fp32: allow TF32 tensor-core GEMMs
   double gpu_workspace_mb = 1024;   // cuda: the backend's workspace arena
   double peak_gflops = 0.0;   // per rank, for MFU; 0 = measure this rank's sgemm rate at start-up
+  bool profile_ops = false;   // CPU: time every backend op (monitor/op_profile.hpp)
   int sample_tokens = 128;    // text generated at the end; 0 = none
   std::string sample_prompt;  // "" = start from a newline
   double sample_temperature = 0.8;

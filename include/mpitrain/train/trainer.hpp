@@ -28,6 +28,7 @@
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/model.hpp"
+#include "mpitrain/monitor/op_profile.hpp"
 #include "mpitrain/monitor/tensorboard.hpp"
 #include "mpitrain/monitor/trace.hpp"
 #include "mpitrain/optim/loss_scaler.hpp"
@@ -92,6 +93,7 @@ class Trainer {
   void after_evaluation(int step);  // evaluate, log, --save-best
   StepEnd stop_or_save(int step);   // the stop requests agreed on, the checkpoint of this step
   int finish(int exit_code);  // the save in flight committed, report.json, the trace closed
+  void write_op_profile() const;  // --profile-ops: rank 0's table, printed and in the out-dir
   int export_and_sample();    // the whole model on rank 0: --export-*, the text sample
   CheckpointManifest manifest(int step) const;
   const float* host_params();      // the parameters in host memory (for the replica check)
@@ -127,6 +129,7 @@ class Trainer {
   DeviceSetup devices_;
   int threads_ = 1;
   ModelOptions model_options_{};
+  std::unique_ptr<OpProfile> op_profile_;  // --profile-ops: what backend_ records into
   std::unique_ptr<Backend<float>> backend_;
   std::unique_ptr<Model<float>> model_;
   double device_peak_ = 0.0;  // --device cuda: GFLOP/s of its GEMMs, measured unless given
@@ -173,6 +176,7 @@ class Trainer {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();  // set-up
   std::chrono::steady_clock::time_point run_start_;                                 // the step loop
   double slowest_step_ = 0.0;  // seconds, for --exit-after-minutes
+  double op_gemm_gflops_ = 0.0, op_bandwidth_gbs_ = 0.0;  // --profile-ops: this rank's floors
 };
 
 // Trainer(options, world, signals).run(); a stop during start-up: its message, kExitRequeue.
