@@ -1,11 +1,10 @@
 // CPU backend: the fp32 matrix product (see cpu_kernels.hpp).
-#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
 #include "cpu_kernels.hpp"
+#include "cpu_matmul_bf16.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -13,13 +12,10 @@ namespace mpitrain {
 
 namespace {
 
-// Whether oneDNN runs AVX-512 kernels here (its effective ISA, which ONEDNN_MAX_CPU_ISA caps):
-// decided once, from the CPU, so every product of a process takes the same library.
+// Whether oneDNN runs AVX-512 kernels here: decided once, from the CPU, so every product of a
+// process takes the same library.
 bool onednn_sgemm() {
-  static const bool avx512 = [] {
-    const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & need) == need;
-  }();
+  static const bool avx512 = cpu::onednn_has(dnnl::cpu_isa::avx512_core);
   return avx512;
 }
 

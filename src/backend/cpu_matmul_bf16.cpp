@@ -29,12 +29,6 @@ void to_bf16(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = to_bf16_bits(src[i]);
 }
 
-// The effective ISA includes every avx512_core_bf16 feature (the ISA values are bit sets).
-bool has_bf16_instructions(dnnl::cpu_isa isa) {
-  const auto need = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  return (static_cast<unsigned>(isa) & need) == need;
-}
-
 }  // namespace
 
 void Bf16MatmulDelete::operator()(Bf16Matmul* p) const { delete p; }
@@ -46,11 +40,11 @@ Bf16Matmul::Bf16Matmul() {
   } catch (const dnnl::error& e) {
     throw_dnnl(e, "creating the CPU engine");
   }
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  native_ = has_bf16_instructions(isa);
+  native_ = onednn_has(dnnl::cpu_isa::avx512_core_bf16);
   if (!native_)
     say_fallback((std::string("this CPU has no bf16 instructions (oneDNN's ISA: ") +
-                  dnnl_cpu_isa2str(static_cast<dnnl_cpu_isa_t>(isa)) + ")")
+                  dnnl_cpu_isa2str(static_cast<dnnl_cpu_isa_t>(dnnl::get_effective_cpu_isa())) +
+                  ")")
                      .c_str());
 }
 

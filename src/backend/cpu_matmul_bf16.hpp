@@ -19,6 +19,13 @@
 
 namespace mpitrain::cpu {
 
+// Whether oneDNN's effective ISA here (ONEDNN_MAX_CPU_ISA caps it) includes every feature of
+// `need` (the ISA values are bit sets): the bf16 kernels, and which sgemm runs (cpu_gemm.cpp).
+inline bool onednn_has(dnnl::cpu_isa need) {
+  const auto bits = static_cast<unsigned>(need);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bits) == bits;
+}
+
 class Bf16Matmul {
  public:
   Bf16Matmul();  // the CPU engine and stream; finds whether the CPU has bf16 instructions

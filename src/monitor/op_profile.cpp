@@ -26,42 +26,33 @@ const char* phase_name(OpPhase p) {
 
 }  // namespace
 
-void OpProfile::add(std::vector<Row>& rows, const Row& r) {
-  auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) {
-    return x.phase == r.phase && std::strcmp(x.op, r.op) == 0;
-  });
-  if (it == rows.end()) {
-    rows.push_back(r);
-    return;
+void OpProfile::begin_step(bool counted) { counting_ = counted; }
+
+void OpProfile::end_step(double seconds) {
+  if (counting_) {
+    ++steps_;
+    step_seconds_ += seconds;
   }
-  it->calls += r.calls;
-  it->seconds += r.seconds;
-  it->flops += r.flops;
-  it->bytes += r.bytes;
-}
-
-void OpProfile::begin_step() {
-  step_.clear();
-  in_step_ = true;
-}
-
-void OpProfile::end_step(double seconds, bool warmup) {
-  in_step_ = false;
-  if (warmup) return;
-  for (const Row& r : step_) add(total_, r);
-  ++steps_;
-  step_seconds_ += seconds;
+  counting_ = false;
 }
 
 void OpProfile::record(OpPhase phase, const char* op, double seconds, double flops, double bytes) {
-  if (in_step_) add(step_, {phase, op, 1, seconds, flops, bytes});
+  if (!counting_) return;
+  auto it = std::find_if(rows_.begin(), rows_.end(), [&](const Row& x) {
+    return x.phase == phase && std::strcmp(x.op, op) == 0;
+  });
+  if (it == rows_.end()) it = rows_.insert(rows_.end(), {phase, op});
+  it->calls += 1;
+  it->seconds += seconds;
+  it->flops += flops;
+  it->bytes += bytes;
 }
 
 std::string OpProfile::table(const std::string& header, double gemm_gflops,
                              double bandwidth_gbs) const {
   std::string out = header + "\n";
   if (steps_ == 0) return out + "no step was profiled (the first step is the warm-up)\n";
-  std::vector<Row> rows = total_;
+  std::vector<Row> rows = rows_;
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     return a.phase != b.phase ? a.phase < b.phase : a.seconds > b.seconds;
   });

@@ -104,7 +104,7 @@ Trainer::StepEnd Trainer::step(int step) {
   watchdog_->step_started(step + 1);
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
-  if (op_profile_) op_profile_->begin_step();
+  if (op_profile_) op_profile_->begin_step(step != start_step_);  // the first: the warm-up
   for (Communicator* c : comms_->dp_groups())
     if (c) c->reset_bytes_sent();
   sync_->zero_grads();
@@ -128,7 +128,7 @@ Trainer::StepEnd Trainer::step(int step) {
 
   const double exposed_comm_seconds = blocked_seconds();
   const double seconds = seconds_since(start);
-  if (op_profile_) op_profile_->end_step(seconds, step == start_step_);
+  if (op_profile_) op_profile_->end_step(seconds);
   const double tokens_per_s = tokens_per_step_ / seconds;
   // One world collective for the record's figures: the largest peak RSS, all GPUs' energy.
   double totals[2] = {peak_rss_mib(),

@@ -47,18 +47,18 @@ std::vector<std::string> after(const std::string& table, const std::string& pref
 TEST(OpProfile, WarmupAndOpsOutsideStepsDropped) {
   OpProfile p;
   p.record(OpPhase::Forward, "matmul_forward", 9.0, 0, 0);  // set-up: no step yet
-  p.begin_step();
+  p.begin_step(false);                                      // the warm-up
   p.record(OpPhase::Forward, "matmul_forward", 5.0, 0, 0);
-  p.end_step(6.0, true);                                    // the warm-up
+  p.end_step(6.0);
   p.record(OpPhase::Forward, "matmul_forward", 7.0, 0, 0);  // evaluation, between steps
   for (int s = 0; s < 2; ++s) {
-    p.begin_step();
+    p.begin_step(true);
     // 1 ms: 1e8 FLOPs (1 ms at 100 GFLOP/s), 1e6 bytes (0.1 ms at 10 GB/s): floor 1 ms
     p.record(OpPhase::Forward, "matmul_forward", 1e-3, 1e8, 1e6);
     p.record(OpPhase::Forward, "matmul_forward", 1e-3, 1e8, 1e6);
     // 0.5 ms moving 2e6 bytes: floor 0.2 ms at 10 GB/s
     p.record(OpPhase::Optimizer, "adamw", 0.5e-3, 0, 2e6);
-    p.end_step(3e-3, false);
+    p.end_step(3e-3);
   }
   EXPECT_EQ(p.steps(), 2);
   const std::string t = p.table("header", 100.0, 10.0);
@@ -87,9 +87,9 @@ TEST(OpProfile, WarmupAndOpsOutsideStepsDropped) {
 
 TEST(OpProfile, NoProfiledStepSaysSo) {
   OpProfile p;
-  p.begin_step();
+  p.begin_step(false);
   p.record(OpPhase::Forward, "add", 1.0, 0, 8);
-  p.end_step(1.0, true);
+  p.end_step(1.0);
   EXPECT_EQ(p.steps(), 0);
   EXPECT_NE(p.table("h", 1, 1).find("no step was profiled"), std::string::npos);
 }
@@ -106,11 +106,11 @@ TEST(ProfilingBackend, ForwardsUnchangedAndCountsFlops) {
   cpu.matmul_forward(direct.data(), inp.data(), w.data(), bias.data(), N, IC, OC);
   OpProfile profile;
   ProfilingBackend wrapped(std::make_unique<CpuBackend<float>>(1), profile);
-  profile.begin_step();
+  profile.begin_step(true);
   wrapped.matmul_forward(profiled.data(), inp.data(), w.data(), bias.data(), N, IC, OC);
   wrapped.gelu_forward(profiled.data(), profiled.data(), N * OC);
   cpu.gelu_forward(direct.data(), direct.data(), N * OC);
-  profile.end_step(1.0, false);
+  profile.end_step(1.0);
   EXPECT_EQ(direct, profiled);
   // 2 N IC OC FLOPs; floor at 1 GFLOP/s (and an unlimited bandwidth): 3072 ns = 3.072e-3 ms
   const auto mm = row(profile.table("h", 1.0, 1e30), "matmul_forward");

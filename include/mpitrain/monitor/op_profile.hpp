@@ -20,8 +20,9 @@ enum class OpPhase { Forward, Loss, Backward, Optimizer, Memory };
 
 class OpProfile {
  public:
-  void begin_step();                           // ops recorded from here belong to the step
-  void end_step(double seconds, bool warmup);  // the step's wall time; warm-up: dropped
+  // Ops recorded from here belong to the step; the warm-up's (counted false) are dropped.
+  void begin_step(bool counted);
+  void end_step(double seconds);  // the step's wall time
   void record(OpPhase phase, const char* op, double seconds, double flops, double bytes);
 
   // The table: ms per step of each op, its rates and its floor, the ops' sum, what the step
@@ -36,9 +37,8 @@ class OpProfile {
     const char* op;  // a string literal of ProfilingBackend
     double calls = 0, seconds = 0, flops = 0, bytes = 0;
   };
-  static void add(std::vector<Row>& rows, const Row& r);
-  std::vector<Row> step_, total_;  // this step's ops; the profiled steps' sums
-  bool in_step_ = false;
+  std::vector<Row> rows_;  // the profiled steps' sums, in the order first recorded
+  bool counting_ = false;  // inside a counted step
   int steps_ = 0;
   double step_seconds_ = 0;  // the profiled steps' wall time
 };
