@@ -1,5 +1,6 @@
 // cpu-gemm: the two sgemms the CPU backend chooses between, OpenBLAS's cblas_sgemm and oneDNN's
-// dnnl_sgemm (src/backend/cpu_gemm.cpp: oneDNN's where it has AVX-512 kernels for the CPU), on
+// dnnl_sgemm (src/backend/cpu_gemm.cpp: oneDNN's where it has AVX-512 kernels for the CPU and is
+// 3.11.2 or later), on
 // the products of one training step.
 //
 //   cpu-gemm [--threads 1,2] [--repeats 5]

@@ -6,7 +6,7 @@
 #
 # For 1 and 2 threads and each configuration (tiny GPT-2: L4 H4 C128 V512 T64 B4, 101 steps;
 # gpt2-small: L12 H12 C768 V50304 T256 B4, 5 steps):
-#  - sgemm: the CPU backend's sgemm (oneDNN's on a CPU with AVX-512, else OpenBLAS's; n=2048,
+#  - sgemm: the CPU backend's sgemm (oneDNN >= 3.11.2's on AVX-512, else OpenBLAS's; n=2048,
 #    best of 5) with bench's sgemm-rate, just before the row's run; and beside it OpenBLAS's
 #    (sgemm-rate --openblas), which the backend ran everywhere before (OpenBLAS 0.3.21 runs CPUs
 #    it does not know, Zen 5, on its AVX2 kernels);

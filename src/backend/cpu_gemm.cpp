@@ -12,11 +12,20 @@ namespace mpitrain {
 
 namespace {
 
-// Whether oneDNN runs AVX-512 kernels here: decided once, from the CPU, so every product of a
-// process takes the same library.
+// oneDNN before 3.11.2 points the stack pointer into the heap inside its AVX-512 f32 GEMM kernel:
+// a signal handled there (SIGTERM of a preemption) writes its frame over heap memory (oneDNN
+// issue #4845). Seen here with Debian's 2.6.3: e2e_preemption aborted in 2 of about 40 runs with
+// "corrupted size vs. prev_size" inside dnnl_sgemm.
+bool signal_safe_onednn() {
+  const dnnl_version_t* v = dnnl_version();
+  return v->major > 3 || (v->major == 3 && (v->minor > 11 || (v->minor == 11 && v->patch >= 2)));
+}
+
+// Whether oneDNN runs AVX-512 kernels here and is one that survives a signal: decided once, so
+// every product of a process takes the same library.
 bool onednn_sgemm() {
-  static const bool avx512 = cpu::onednn_has(dnnl::cpu_isa::avx512_core);
-  return avx512;
+  static const bool use = cpu::onednn_has(dnnl::cpu_isa::avx512_core) && signal_safe_onednn();
+  return use;
 }
 
 }  // namespace

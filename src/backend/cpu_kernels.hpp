@@ -16,12 +16,13 @@ namespace mpitrain::cpu {
 inline constexpr size_t kParallelWork = size_t{1} << 15;
 
 // ---- gemm: C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major ------------------------
-// float (cpu_gemm.cpp): oneDNN's sgemm where oneDNN has AVX-512 kernels for the CPU, else
-// OpenBLAS's. oneDNN picks its kernels by the instructions the CPU has; OpenBLAS 0.3.21 picks them
-// by CPU model and runs an AVX-512 CPU it does not know (Zen 5) on its AVX2 kernels, at half
-// oneDNN's rate. With AVX2 only, the two were measured alike (oneDNN 1.0-1.1x) and oneDNN's
-// per-call packing buffers raise the peak memory, so OpenBLAS stays. bench/cpu_gemm compares them
-// on the model's shapes.
+// float (cpu_gemm.cpp): oneDNN's sgemm where oneDNN has AVX-512 kernels for the CPU and is 3.11.2
+// or later (earlier ones corrupt the heap when a signal lands in that kernel), else OpenBLAS's.
+// oneDNN picks its kernels by the instructions the CPU has; OpenBLAS 0.3.21 picks them by CPU
+// model and runs an AVX-512 CPU it does not know (Zen 5) on its AVX2 kernels, at half oneDNN's
+// rate. With AVX2 only, the two were measured alike (oneDNN 1.0-1.1x) and oneDNN's per-call
+// packing buffers raise the peak memory, so OpenBLAS stays. bench/cpu_gemm compares them on the
+// model's shapes.
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc);
 // double (the gradient-check tests): OpenBLAS, oneDNN has no dgemm.

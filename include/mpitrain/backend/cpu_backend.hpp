@@ -1,5 +1,5 @@
 // The CPU backend: one sgemm for every fp32 matmul (attention included): oneDNN's where oneDNN has
-// AVX-512 kernels for the CPU, else OpenBLAS's (cpu_kernels.hpp says why); OpenBLAS's dgemm for
+// AVX-512 kernels for the CPU and is 3.11.2 or later, else OpenBLAS's (cpu_kernels.hpp says why); OpenBLAS's dgemm for
 // double; OpenMP + SIMD loops for the rest. Host memory; instantiated for float (the trainer)
 // and double (gradient checks).
 //

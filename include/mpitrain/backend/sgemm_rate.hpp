@@ -3,8 +3,8 @@
 
 namespace mpitrain {
 
-// The sgemm the CPU backend runs on this CPU: "oneDNN sgemm" where oneDNN has AVX-512 kernels for
-// it, else "OpenBLAS sgemm" (src/backend/cpu_kernels.hpp says why).
+// The sgemm the CPU backend runs on this CPU: "oneDNN sgemm" where oneDNN (3.11.2 or later) has
+// AVX-512 kernels for it, else "OpenBLAS sgemm" (src/backend/cpu_kernels.hpp says why).
 const char* cpu_sgemm_library();
 
 // Whose sgemm measure_sgemm_gflops times.
