@@ -201,8 +201,9 @@ std::vector<Row> bench_ops(CudaBackend<float>& be, const Ceilings& c) {
     be.ce_stats(logits, row_max, dtok, stats, N, Vp, 0, V);
     be.ce_loss(logits, row_max, stats, dtok, losses, N, Vp, 0, V, 1.0f / N);
   });
+  const Segment weight[] = {{0, size_t(F) * C, true}};
   add("adamw (2.4M params)", 12.0 * F * C, 4.0 * 7 * F * C,
-      [&] { be.adamw(w, dw, dh, h, size_t(F) * C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f); });
+      [&] { be.adamw(w, dw, dh, h, weight, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f); });
   for (float* p : {x,    y,   dy,  w,    bias, h,  dh, qkv,    dqkv,  lse,    D,      mean,
                    rstd, lnw, lnb, dlnw, dlnb, dw, db, logits, stats, losses, row_max})
     be.free(p);

@@ -58,14 +58,24 @@ inline float exp_fast(float x) {
 inline double exp_fast(double x) { return std::exp(x); }  // double is for tests: exact libm
 
 // ---- loop shapes --------------------------------------------------------------------------
-// Sum of f(begin, end) (a double) over fixed chunks of [0, n). The chunking depends only on n
+// The fixed chunks of [0, n) a deterministic sum adds: count chunks of per elements from 0 (the
+// last ones shorter or empty), at most kMaxChunks, each at least min_chunk where n allows.
+struct Chunking {
+  static constexpr size_t kMaxChunks = 64;
+  size_t count, per;
+};
+inline Chunking chunking(size_t n, size_t min_chunk) {
+  const size_t chunks =
+      std::clamp<size_t>((n + min_chunk - 1) / min_chunk, 1, Chunking::kMaxChunks);
+  return {chunks, (n + chunks - 1) / chunks};
+}
+
+// Sum of f(begin, end) (a double) over the fixed chunks of [0, n). The chunking depends only on n
 // and min_chunk, so the result is the same for any thread count.
 template <class F>
 double chunked_sum(size_t n, size_t min_chunk, F&& f) {
-  constexpr size_t kMaxChunks = 64;
-  const size_t chunks = std::clamp<size_t>((n + min_chunk - 1) / min_chunk, 1, kMaxChunks);
-  const size_t per = (n + chunks - 1) / chunks;
-  double partial[kMaxChunks];
+  const auto [chunks, per] = chunking(n, min_chunk);
+  double partial[Chunking::kMaxChunks];
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (size_t c = 0; c < chunks; ++c) {
     const size_t b = std::min(n, c * per), e = std::min(n, b + per);

@@ -1,19 +1,26 @@
 // CPU backend: the optimizer's ops (sum of squares for the grad norm, scale, fused AdamW, SGD with
 // momentum and the two passes of LAMB).
 //
-// The fused updates run in blocks of kBlock elements, in parallel over blocks. With AVX-512 the
-// float path handles every element with the same vector instructions (the last, partial vector
-// through masked loads and stores, not a scalar tail), so an element's result does not depend on
-// where it lies in the call: a tensor updated whole, in pieces (ZeRO ranges) or split over tp
-// ranks gets bit-identical elements. Elsewhere GCC vectorises the plain loops (this file is built
+// Each op takes a step's whole segment list and runs one parallel loop over its pieces (Pieces:
+// every segment cut as a call for that tensor alone would cut it), so a step starts one thread
+// team per op, not one per tensor. The sums keep one partial per piece, added in piece order and
+// then in segment order: the bits of per-tensor sums added in order, for any thread count.
+//
+// The fused updates run in blocks of kBlock elements. With AVX-512 the float path handles every
+// element with the same vector instructions (the last, partial vector through masked loads and
+// stores, not a scalar tail), so an element's result does not depend on where it lies in the
+// call: a tensor updated whole, in pieces (ZeRO ranges) or split over tp ranks gets
+// bit-identical elements. Elsewhere GCC vectorises the plain loops (this file is built
 // with -fno-math-errno, CMakeLists.txt); its scalar tail does the same IEEE operations in the
 // same order (no contraction into FMAs under -std=c++20), so the same holds.
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "cpu_kernels.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
@@ -21,25 +28,6 @@
 namespace mpitrain {
 
 using cpu::kParallelWork;
-
-// sum x^2 in double, over fixed chunks (deterministic for any thread count)
-template <typename T>
-double CpuBackend<T>::sum_squares(const T* x, size_t n) {
-  return cpu::chunked_sum(n, kParallelWork, [x](size_t b, size_t e) {
-    // kLanes independent sums (vectorised: no reassociation needed), added in lane order; a
-    // single sum is one dependent chain of adds, at a third of the memory's rate.
-    constexpr size_t kLanes = 16;
-    double lane[kLanes] = {};
-    size_t i = b;
-    for (; i + kLanes <= e; i += kLanes)
-      for (size_t k = 0; k < kLanes; ++k)
-        lane[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
-    double s = 0.0;
-    for (size_t k = 0; k < kLanes; ++k) s += lane[k];
-    for (; i < e; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    return s;
-  });
-}
 
 // x *= s
 template <typename T>
@@ -50,13 +38,73 @@ void CpuBackend<T>::scale(T* x, T s, size_t n) {
 
 namespace {
 
+using cpu::Chunking;
+
 constexpr size_t kBlock = 8192;  // elements per task of the fused updates
 
-// f(begin, count) over blocks of [0, n), in parallel when n is large.
+// The pieces a segment list is cut into, numbered over the list: segment s into cut(s).count
+// pieces of cut(s).per elements from its start (the last shorter or empty).
+class Pieces {
+ public:
+  template <class Cut>
+  Pieces(Segments segments, Cut&& cut) : segments_(segments) {
+    first_.reserve(segments.size() + 1);
+    first_.push_back(0);
+    for (const Segment& s : segments) {
+      const Chunking c = cut(s);
+      per_.push_back(c.per);
+      first_.push_back(first_.back() + c.count);
+    }
+  }
+  size_t size() const { return first_.back(); }
+  size_t first(size_t s) const { return first_[s]; }  // segment s: [first(s), first(s + 1))
+  struct Piece {
+    size_t segment, at, n;  // elements [at, at + n) of the flat buffer
+  };
+  Piece operator[](size_t i) const {
+    const size_t s = std::upper_bound(first_.begin(), first_.end(), i) - first_.begin() - 1;
+    const Segment& seg = segments_[s];
+    const size_t b = std::min(seg.n, (i - first_[s]) * per_[s]);
+    return {s, seg.at + b, std::min(seg.n - b, per_[s])};
+  }
+
+ private:
+  Segments segments_;
+  std::vector<size_t> first_, per_;
+};
+
+// The cuts: blocks of the fused updates; chunks of the sum of squares (cpu::chunked_sum's);
+// chunks of whole blocks for LAMB's sums.
+Chunking blocks(const Segment& s) { return {(s.n + kBlock - 1) / kBlock, kBlock}; }
+Chunking square_chunks(const Segment& s) { return cpu::chunking(s.n, kParallelWork); }
+Chunking block_chunks(const Segment& s) {
+  const Chunking c = cpu::chunking((s.n + kBlock - 1) / kBlock, 1);
+  return {c.count, c.per * kBlock};
+}
+
+// f(index, piece) for every piece, in one parallel loop when `parallel` (pieces differ in size:
+// dynamic schedule; each writes only its own elements and partials).
 template <class F>
-void for_blocks(size_t n, F&& f) {
-#pragma omp parallel for schedule(static) if (n > kParallelWork / 4)
-  for (size_t i = 0; i < n; i += kBlock) f(i, std::min(kBlock, n - i));
+void for_pieces(const Pieces& pieces, bool parallel, F&& f) {
+#pragma omp parallel for schedule(dynamic) if (parallel && pieces.size() > 1)
+  for (size_t i = 0; i < pieces.size(); ++i) f(i, pieces[i]);
+}
+
+// sum x^2 over [0, n) in double: kLanes independent sums (vectorised: no reassociation needed),
+// added in lane order; a single sum is one dependent chain of adds, at a third of the memory's
+// rate.
+template <typename T>
+double sum_of_squares(const T* x, size_t n) {
+  constexpr size_t kLanes = 16;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k)
+      lane[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
+  double s = 0.0;
+  for (size_t k = 0; k < kLanes; ++k) s += lane[k];
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
 }
 
 // Adam's bias corrections 1/(1-b^t), in double, then rounded to T.
@@ -237,67 +285,100 @@ void lamb_update_block(T* __restrict param, const T* __restrict m, const T* __re
 
 }  // namespace
 
+// Each segment's chunks in order, then the segments in order: the sum of one-segment calls.
 template <typename T>
-void CpuBackend<T>::adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int t, float grad_scale) {
-  const T bc1 = bias_correction<T>(beta1, t), bc2 = bias_correction<T>(beta2, t);
-  for_blocks(n, [&](size_t i, size_t k) {
-    adamw_block<T>(param + i, grad + i, m + i, v + i, k, lr, beta1, beta2, eps, weight_decay, bc1,
-                   bc2, grad_scale);
-  });
+double CpuBackend<T>::sum_squares(const T* x, Segments segments) {
+  const Pieces chunks(segments, square_chunks);
+  std::vector<double> partial(chunks.size());
+  for_pieces(chunks, elements(segments) > kParallelWork,
+             [&](size_t i, const Pieces::Piece& c) { partial[i] = sum_of_squares(x + c.at, c.n); });
+  double sum = 0.0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    double segment = 0.0;
+    for (size_t i = chunks.first(s); i < chunks.first(s + 1); ++i) segment += partial[i];
+    sum += segment;
+  }
+  return sum;
 }
 
 template <typename T>
-void CpuBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr,
+void CpuBackend<T>::adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int t,
+                          float grad_scale) {
+  const T bc1 = bias_correction<T>(beta1, t), bc2 = bias_correction<T>(beta2, t);
+  for_pieces(Pieces(segments, blocks), elements(segments) > kParallelWork / 4,
+             [&](size_t, const Pieces::Piece& b) {
+               const float wd = segments[b.segment].decay ? weight_decay : 0.0f;
+               adamw_block<T>(param + b.at, grad + b.at, m + b.at, v + b.at, b.n, lr, beta1, beta2,
+                              eps, wd, bc1, bc2, grad_scale);
+             });
+}
+
+template <typename T>
+void CpuBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
                                  float momentum, float weight_decay, float grad_scale) {
-  for_blocks(n, [&](size_t i, size_t k) {
-    sgd_block<T>(param + i, grad + i, buf + i, k, lr, momentum, weight_decay, grad_scale);
-  });
+  for_pieces(Pieces(segments, blocks), elements(segments) > kParallelWork / 4,
+             [&](size_t, const Pieces::Piece& b) {
+               const float wd = segments[b.segment].decay ? weight_decay : 0.0f;
+               sgd_block<T>(param + b.at, grad + b.at, buf + b.at, b.n, lr, momentum, wd,
+                            grad_scale);
+             });
 }
 
-// The sums over fixed chunks of whole blocks (the chunking depends only on n: deterministic for
-// any thread count), each chunk's blocks in order.
+// Each segment's sums over its chunks of whole blocks, each chunk's blocks in order, the chunks
+// added in order (the chunking depends only on the segment's size).
 template <typename T>
-void CpuBackend<T>::lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1,
-                                 float beta2, float eps, float weight_decay, int t,
-                                 float grad_scale, double sums[2]) {
+void CpuBackend<T>::lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay, int t,
+                                 float grad_scale, double* sums) {
   const T bc1 = bias_correction<T>(beta1, t), bc2 = bias_correction<T>(beta2, t);
-  constexpr size_t kMaxChunks = 64;
-  const size_t blocks = (n + kBlock - 1) / kBlock;
-  const size_t chunks = std::clamp<size_t>(blocks, 1, kMaxChunks);
-  const size_t per = (blocks + chunks - 1) / chunks * kBlock;  // elements per chunk
-  double partial[kMaxChunks][2] = {};
-#pragma omp parallel for schedule(static) if (n > kParallelWork / 4)
-  for (size_t c = 0; c < chunks; ++c)
-    for (size_t i = c * per; i < std::min(n, (c + 1) * per); i += kBlock)
-      lamb_moments_block<T>(param + i, grad + i, m + i, v + i, std::min(kBlock, n - i), beta1,
-                            beta2, eps, weight_decay, bc1, bc2, grad_scale, partial[c]);
-  sums[0] = sums[1] = 0.0;
-  for (size_t c = 0; c < chunks; ++c) {
-    sums[0] += partial[c][0];
-    sums[1] += partial[c][1];
+  const Pieces chunks(segments, block_chunks);
+  std::vector<double> partial(2 * chunks.size(), 0.0);
+  for_pieces(chunks, elements(segments) > kParallelWork / 4, [&](size_t i, const Pieces::Piece& c) {
+    const bool decay = segments[c.segment].decay;
+    for (size_t j = c.at; j < c.at + c.n; j += kBlock) {
+      const size_t k = std::min(kBlock, c.at + c.n - j);
+      if (decay)
+        lamb_moments_block<T>(param + j, grad + j, m + j, v + j, k, beta1, beta2, eps, weight_decay,
+                              bc1, bc2, grad_scale, &partial[2 * i]);
+      else  // trust ratio 1: the AdamW step
+        adamw_block<T>(param + j, grad + j, m + j, v + j, k, lr, beta1, beta2, eps, 0.0f, bc1, bc2,
+                       grad_scale);
+    }
+  });
+  for (size_t s = 0; s < segments.size(); ++s) {
+    sums[2 * s] = sums[2 * s + 1] = 0.0;
+    for (size_t i = chunks.first(s); i < chunks.first(s + 1); ++i) {
+      sums[2 * s] += partial[2 * i];
+      sums[2 * s + 1] += partial[2 * i + 1];
+    }
   }
 }
 
 template <typename T>
-void CpuBackend<T>::lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1,
-                                float beta2, float eps, float weight_decay, int t) {
+void CpuBackend<T>::lamb_update(T* param, const T* m, const T* v, Segments segments,
+                                const float* lr, float beta1, float beta2, float eps,
+                                float weight_decay, int t) {
   const T bc1 = bias_correction<T>(beta1, t), bc2 = bias_correction<T>(beta2, t);
-  for_blocks(n, [&](size_t i, size_t k) {
-    lamb_update_block<T>(param + i, m + i, v + i, k, lr, eps, weight_decay, bc1, bc2);
-  });
+  for_pieces(Pieces(segments, blocks), elements(segments) > kParallelWork / 4,
+             [&](size_t, const Pieces::Piece& b) {
+               if (segments[b.segment].decay)
+                 lamb_update_block<T>(param + b.at, m + b.at, v + b.at, b.n, lr[b.segment], eps,
+                                      weight_decay, bc1, bc2);
+             });
 }
 
-#define MPITRAIN_INSTANTIATE(T)                                                                    \
-  template double CpuBackend<T>::sum_squares(const T*, size_t);                                    \
-  template void CpuBackend<T>::scale(T*, T, size_t);                                               \
-  template void CpuBackend<T>::adamw(T*, const T*, T*, T*, size_t, float, float, float, float,     \
-                                     float, int, float);                                           \
-  template void CpuBackend<T>::sgd_momentum(T*, const T*, T*, size_t, float, float, float, float); \
-  template void CpuBackend<T>::lamb_moments(const T*, const T*, T*, T*, size_t, float, float,      \
-                                            float, float, int, float, double[2]);                  \
-  template void CpuBackend<T>::lamb_update(T*, const T*, const T*, size_t, float, float, float,    \
-                                           float, float, int);
+#define MPITRAIN_INSTANTIATE(T)                                                                   \
+  template double CpuBackend<T>::sum_squares(const T*, Segments);                                 \
+  template void CpuBackend<T>::scale(T*, T, size_t);                                              \
+  template void CpuBackend<T>::adamw(T*, const T*, T*, T*, Segments, float, float, float, float,  \
+                                     float, int, float);                                          \
+  template void CpuBackend<T>::sgd_momentum(T*, const T*, T*, Segments, float, float, float,      \
+                                            float);                                               \
+  template void CpuBackend<T>::lamb_moments(T*, const T*, T*, T*, Segments, float, float, float,  \
+                                            float, float, int, float, double*);                   \
+  template void CpuBackend<T>::lamb_update(T*, const T*, const T*, Segments, const float*, float, \
+                                           float, float, float, int);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

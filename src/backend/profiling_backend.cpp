@@ -200,37 +200,41 @@ double ProfilingBackend::ce_loss(Buf<T> logits, const T* row_max, const T* stats
                });
 }
 
-// ---- optimizer: each buffer read, the updated ones written -----------------------------------
-double ProfilingBackend::sum_squares(const T* x, size_t n) {
-  return timed(OpPhase::Optimizer, "sum_squares", 0, kT * n,
-               [&] { return inner_->sum_squares(x, n); });
+// ---- optimizer: each buffer read, the updated ones written; one call a step -------------------
+double ProfilingBackend::sum_squares(const T* x, Segments segments) {
+  return timed(OpPhase::Optimizer, "sum_squares", 0, kT * elements(segments),
+               [&] { return inner_->sum_squares(x, segments); });
 }
 void ProfilingBackend::scale(T* x, T s, size_t n) {
   timed(OpPhase::Optimizer, "scale", 0, 2 * kT * n, [&] { inner_->scale(x, s, n); });
 }
-void ProfilingBackend::adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
-                             float beta2, float eps, float weight_decay, int t, float grad_scale) {
-  timed(OpPhase::Optimizer, "adamw", 0, 7 * kT * n, [&] {
-    inner_->adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+void ProfilingBackend::adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t,
+                             float grad_scale) {
+  timed(OpPhase::Optimizer, "adamw", 0, 7 * kT * elements(segments), [&] {
+    inner_->adamw(param, grad, m, v, segments, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
   });
 }
-void ProfilingBackend::sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr,
+void ProfilingBackend::sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
                                     float momentum, float weight_decay, float grad_scale) {
-  timed(OpPhase::Optimizer, "sgd_momentum", 0, 5 * kT * n,
-        [&] { inner_->sgd_momentum(param, grad, buf, n, lr, momentum, weight_decay, grad_scale); });
-}
-void ProfilingBackend::lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n,
-                                    float beta1, float beta2, float eps, float weight_decay, int t,
-                                    float grad_scale, double sums[2]) {
-  timed(OpPhase::Optimizer, "lamb_moments", 0, 6 * kT * n, [&] {
-    inner_->lamb_moments(param, grad, m, v, n, beta1, beta2, eps, weight_decay, t, grad_scale,
-                         sums);
+  timed(OpPhase::Optimizer, "sgd_momentum", 0, 5 * kT * elements(segments), [&] {
+    inner_->sgd_momentum(param, grad, buf, segments, lr, momentum, weight_decay, grad_scale);
   });
 }
-void ProfilingBackend::lamb_update(T* param, const T* m, const T* v, size_t n, float lr,
-                                   float beta1, float beta2, float eps, float weight_decay, int t) {
-  timed(OpPhase::Optimizer, "lamb_update", 0, 4 * kT * n,
-        [&] { inner_->lamb_update(param, m, v, n, lr, beta1, beta2, eps, weight_decay, t); });
+void ProfilingBackend::lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments,
+                                    float lr, float beta1, float beta2, float eps,
+                                    float weight_decay, int t, float grad_scale, double* sums) {
+  timed(OpPhase::Optimizer, "lamb_moments", 0, 6 * kT * elements(segments), [&] {
+    inner_->lamb_moments(param, grad, m, v, segments, lr, beta1, beta2, eps, weight_decay, t,
+                         grad_scale, sums);
+  });
+}
+void ProfilingBackend::lamb_update(T* param, const T* m, const T* v, Segments segments,
+                                   const float* lr, float beta1, float beta2, float eps,
+                                   float weight_decay, int t) {
+  timed(OpPhase::Optimizer, "lamb_update", 0, 4 * kT * elements(segments), [&] {
+    inner_->lamb_update(param, m, v, segments, lr, beta1, beta2, eps, weight_decay, t);
+  });
 }
 
 }  // namespace mpitrain

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -415,14 +416,15 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
   }
 }
 
+// One backend call over the held part of every primary tensor: the tensors' sums added in order.
 template <typename T>
 double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held) const {
-  double sum = 0.0;
+  std::vector<Segment> segments;
   for (const ParamTensor& t : layout_.tensors()) {
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
-    if (t.primary && o.size() > 0) sum += backend_.sum_squares(grads + o.at, o.size());
+    if (t.primary && o.size() > 0) segments.push_back({o.at, o.size()});
   }
-  return sum;
+  return backend_.sum_squares(grads, segments);
 }
 
 template class Model<float>;

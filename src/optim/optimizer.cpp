@@ -46,7 +46,9 @@ Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
   for (size_t k = 0; k < tensors.size(); ++k) {
     const ShardRanges::Overlap o =
         owned_.overlap(tensors[k].offset, tensors[k].offset + tensors[k].numel);
-    if (o.size() > 0) segments_.push_back({k, o.at, o.size()});
+    if (o.size() == 0) continue;
+    segments_.push_back({o.at, o.size(), tensors[k].decay});
+    segment_tensor_.push_back(k);
   }
   const size_t n = owned_.size();
   if (separate_master()) {
@@ -56,7 +58,11 @@ Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
     master_ = params_.full();
   }
   for (size_t b = 0; b < state_names(config.kind).size(); ++b) state_.push_back(backend_.alloc(n));
-  if (config.kind == OptimizerKind::Lamb) norms_.assign(2 * tensors.size(), 0.0);
+  if (config.kind == OptimizerKind::Lamb) {
+    sums_.assign(2 * segments_.size(), 0.0);
+    norms_.assign(2 * tensors.size(), 0.0);
+    lamb_lr_.assign(segments_.size(), 0.0f);
+  }
 }
 
 Optimizer::~Optimizer() {
@@ -71,20 +77,14 @@ size_t Optimizer::bytes() const {
 void Optimizer::step(const float* grads, float lr, float grad_scale) {
   ++t_;
   const OptimizerConfig& c = config_;
-  if (c.kind == OptimizerKind::Lamb) {
+  if (c.kind == OptimizerKind::Lamb)
     lamb_step(grads, lr, grad_scale);
-  } else {
-    for (const Segment& s : segments_) {
-      const float wd = layout_.tensors()[s.tensor].decay ? c.weight_decay : 0.0f;
-      const size_t at = s.at, n = s.n;
-      if (c.kind == OptimizerKind::AdamW)
-        backend_.adamw(master_ + at, grads + at, state_[0] + at, state_[1] + at, n, lr, c.beta1,
-                       c.beta2, c.eps, wd, t_, grad_scale);
-      else
-        backend_.sgd_momentum(master_ + at, grads + at, state_[0] + at, n, lr, c.momentum, wd,
-                              grad_scale);
-    }
-  }
+  else if (c.kind == OptimizerKind::AdamW)
+    backend_.adamw(master_, grads, state_[0], state_[1], segments_, lr, c.beta1, c.beta2, c.eps,
+                   c.weight_decay, t_, grad_scale);
+  else
+    backend_.sgd_momentum(master_, grads, state_[0], segments_, lr, c.momentum, c.weight_decay,
+                          grad_scale);
   if (separate_master()) {  // the compute copy: the master rounded to the precision
     const size_t n = owned_.size();
     backend_.convert(params_, master_, n);  // 2-byte storage: rounded as written
@@ -97,15 +97,12 @@ void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
   const std::vector<ParamTensor>& tensors = layout_.tensors();
   // Pass 1: moments, and the squared norms of this rank's part of each decayed tensor. Tensors
   // without decay take the AdamW step (trust ratio 1) right away.
+  backend_.lamb_moments(master_, grads, state_[0], state_[1], segments_, lr, c.beta1, c.beta2,
+                        c.eps, c.weight_decay, t_, grad_scale, sums_.data());
   std::fill(norms_.begin(), norms_.end(), 0.0);
-  for (const Segment& s : segments_) {
-    const size_t at = s.at, n = s.n;
-    if (tensors[s.tensor].decay)
-      backend_.lamb_moments(master_ + at, grads + at, state_[0] + at, state_[1] + at, n, c.beta1,
-                            c.beta2, c.eps, c.weight_decay, t_, grad_scale, &norms_[2 * s.tensor]);
-    else
-      backend_.adamw(master_ + at, grads + at, state_[0] + at, state_[1] + at, n, lr, c.beta1,
-                     c.beta2, c.eps, 0.0f, t_, grad_scale);
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    norms_[2 * segment_tensor_[s]] = sums_[2 * s];
+    norms_[2 * segment_tensor_[s] + 1] = sums_[2 * s + 1];
   }
   // The whole tensors' sums: over the ranges of the dp group, then over tp for split tensors
   // (a tensor replicated over tp counts once: tp rank 0's copy).
@@ -121,14 +118,14 @@ void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
     groups_.tied->all_reduce(&norms_[2 * k], 2, ReduceOp::Max);  // the copies' sums agree
   }
   // Pass 2: w -= lr r u with the trust ratio r = ||w|| / ||u|| (1 when either is 0).
-  for (const Segment& s : segments_) {
-    if (!tensors[s.tensor].decay) continue;
-    const double w = std::sqrt(norms_[2 * s.tensor]), u = std::sqrt(norms_[2 * s.tensor + 1]);
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const size_t k = segment_tensor_[s];
+    const double w = std::sqrt(norms_[2 * k]), u = std::sqrt(norms_[2 * k + 1]);
     const double ratio = w > 0 && u > 0 ? w / u : 1.0;
-    backend_.lamb_update(master_ + s.at, state_[0] + s.at, state_[1] + s.at, s.n,
-                         static_cast<float>(lr * ratio), c.beta1, c.beta2, c.eps, c.weight_decay,
-                         t_);
+    lamb_lr_[s] = static_cast<float>(lr * ratio);
   }
+  backend_.lamb_update(master_, state_[0], state_[1], segments_, lamb_lr_.data(), c.beta1, c.beta2,
+                       c.eps, c.weight_decay, t_);
 }
 
 }  // namespace mpitrain

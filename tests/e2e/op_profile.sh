@@ -24,13 +24,14 @@ for np in 1 2; do
     { cat "$table"; fail "np $np: header"; }
   grep -q "^phase .* op .* x floor" "$SCRATCH/prof$np.log" || fail "np $np: the table was not printed"
   # calls per step of the tiny model (2 layers, gpt2, micro-batches of 2 in a batch of 8 over dp):
-  # per micro-batch 4 linear layers a block + the head, 2 + 1 layernorms, 2 attentions a pass.
+  # per micro-batch 4 linear layers a block + the head, 2 + 1 layernorms, 2 attentions a pass;
+  # one optimizer call and one grad-norm call a step over all the tensors.
   mb=$((8 / np / 2))
   for want in "forward matmul_forward $((9 * mb))" "backward matmul_backward $((9 * mb))" \
               "forward attention_forward $((2 * mb))" "backward attention_backward $((2 * mb))" \
               "forward layernorm_forward $((5 * mb))" "backward layernorm_backward $((5 * mb))" \
               "forward gelu_forward $((2 * mb))" "forward embedding_forward $mb" \
-              "loss ce_loss $mb" "optimizer adamw"; do
+              "loss ce_loss $mb" "optimizer adamw 1" "optimizer sum_squares 1"; do
     read -r phase op calls <<< "$want"
     line=$(awk -v p="$phase" -v o="$op" '$1 == p && $2 == o' "$table")
     [ -n "$line" ] || { cat "$table"; fail "np $np: no $phase $op row"; }

@@ -10,6 +10,7 @@
 //   cuDNN attention     2e-2 in bf16, 4e-3 in fp16 (q, k, v, P and the gradients in bf16 / fp16)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -444,6 +445,17 @@ TEST(GpuOps, CrossEntropy) {
 
 // ---- memory ops, rounding, optimizer ------------------------------------------------------------
 
+// [0, n) cut into `count` segments of about equal size, every other one decayed, with a gap of
+// `gap` elements after each.
+std::vector<Segment> segments_of(size_t n, size_t count, size_t gap) {
+  std::vector<Segment> segments;
+  for (size_t k = 0; k < count; ++k) {
+    const size_t at = k * n / count, end = (k + 1) * n / count;
+    segments.push_back({at, end - at - std::min(gap, end - at), k % 2 == 1});
+  }
+  return segments;
+}
+
 TEST(GpuOps, ZeroCopyScaleSumSquares) {
   const size_t n = 100003;
   compare(
@@ -456,8 +468,12 @@ TEST(GpuOps, ZeroCopyScaleSumSquares) {
         be.scale(y, T(0.75), n);
         auto* z = m.in(random_floats(n, 2));
         be.zero(z + 10, n - 20);
-        const double ss = be.sum_squares(x, n);
-        return {m.read(y, n), m.read(z, n), {ss}};
+        const Segment whole[] = {{0, n}};
+        const double ss = be.sum_squares(x, whole);
+        // 1500 segments: two tables (launches) of the CUDA backend; some of several blocks
+        const double many = be.sum_squares(x, segments_of(n, 1500, 3));
+        const double few = be.sum_squares(x, segments_of(n, 3, 100));
+        return {m.read(y, n), m.read(z, n), {ss, many, few}};
       },
       kFp32Configs, 1e-7);  // elementwise or double sums: float rounding of single operations only
 }
@@ -489,19 +505,24 @@ TEST(GpuOps, Optimizers) {
         auto* g = m.in(random_floats(n, 2, -0.1f, 0.1f));
         auto* mm = m.in(random_floats(n, 3, -0.01f, 0.01f));
         auto* v = m.in(random_floats(n, 4, 0.0f, 1e-4f));
+        // 5 segments (decayed or not) with gaps; the first and last of several CUDA blocks
+        const std::vector<Segment> segments = segments_of(n, 5, 7);
         for (int t = 1; t <= 3; ++t)
-          be.adamw(p, g, mm, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+          be.adamw(p, g, mm, v, segments, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
         auto* p2 = m.in(random_floats(n, 5));
         auto* buf = m.in(random_floats(n, 6, -0.01f, 0.01f));
-        for (int t = 1; t <= 3; ++t) be.sgd_momentum(p2, g, buf, n, 1e-2f, 0.9f, 0.01f, 2.0f);
+        for (int t = 1; t <= 3; ++t)
+          be.sgd_momentum(p2, g, buf, segments, 1e-2f, 0.9f, 0.01f, 2.0f);
         auto* p3 = m.in(random_floats(n, 7));
         auto* m3 = m.in(random_floats(n, 8, -0.01f, 0.01f));
         auto* v3 = m.in(random_floats(n, 9, 0.0f, 1e-4f));
-        double sums[2];
-        be.lamb_moments(p3, g, m3, v3, n, 0.9f, 0.999f, 1e-6f, 0.01f, 2, 1.0f, sums);
-        be.lamb_update(p3, m3, v3, n, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 2);
+        std::vector<double> sums(2 * segments.size());
+        const std::vector<float> lr = {1e-3f, 2e-3f, 3e-3f, 4e-3f, 5e-3f};
+        be.lamb_moments(p3, g, m3, v3, segments, 1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 2, 1.0f,
+                        sums.data());
+        be.lamb_update(p3, m3, v3, segments, lr.data(), 0.9f, 0.999f, 1e-6f, 0.01f, 2);
         return {m.read(p, n),  m.read(mm, n), m.read(v, n),  m.read(p2, n), m.read(buf, n),
-                m.read(p3, n), m.read(m3, n), m.read(v3, n), {sums[0]},     {sums[1]}};
+                m.read(p3, n), m.read(m3, n), m.read(v3, n), sums};
       },
       kFp32Configs, 1e-6);  // elementwise float updates (+ double sums)
 }

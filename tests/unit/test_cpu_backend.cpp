@@ -549,8 +549,9 @@ TEST(CpuOptimizer, SumSquaresAndScale) {
   Vec x = random_vec(100003, 1);
   double s = 0;
   for (double v : x) s += v * v;
-  EXPECT_NEAR(be.sum_squares(x.data(), x.size()), s, 1e-12 * s);  // summation order differs
-  EXPECT_EQ(be.sum_squares(x.data(), 0), 0.0);
+  const Segment whole[] = {{0, x.size()}};
+  EXPECT_NEAR(be.sum_squares(x.data(), whole), s, 1e-12 * s);  // summation order differs
+  EXPECT_EQ(be.sum_squares(x.data(), {}), 0.0);
   const Vec x0 = x;
   be.scale(x.data(), 0.25, x.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], 0.25 * x0[i]);
@@ -566,6 +567,7 @@ TEST(CpuOptimizer, AdamWMatchesReference) {
   CpuBackend<double> be(1);
   CpuBackend<float> bf(1);
   std::vector<float> fp = testing::to_float(p), fm(n, 0.f), fv(n, 0.f);
+  const Segment whole[] = {{0, n, true}};
   for (int t = 1; t <= 3; ++t) {
     const Vec& g = grads[t - 1];
     for (size_t i = 0; i < n; ++i) {
@@ -576,9 +578,9 @@ TEST(CpuOptimizer, AdamWMatchesReference) {
       const double vh = rv[i] / (1 - std::pow(double(b2), t));
       rp[i] -= double(lr) * (mh / (std::sqrt(vh) + double(eps)) + double(wd) * rp[i]);
     }
-    be.adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gs);
+    be.adamw(p.data(), g.data(), m.data(), v.data(), whole, lr, b1, b2, eps, wd, t, gs);
     const std::vector<float> fg = testing::to_float(g);
-    bf.adamw(fp.data(), fg.data(), fm.data(), fv.data(), n, lr, b1, b2, eps, wd, t, gs);
+    bf.adamw(fp.data(), fg.data(), fm.data(), fv.data(), whole, lr, b1, b2, eps, wd, t, gs);
   }
   for (size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(p[i], rp[i], 1e-14);

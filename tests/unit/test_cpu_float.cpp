@@ -193,8 +193,9 @@ TEST(CpuFloat, CrossEntropyAndSumSquares) {
       for (int j = V; j < Vp; ++j) EXPECT_EQ(gf[static_cast<size_t>(n) * Vp + j], 0.0f);
   }
   Pair x(1000003, 2);
-  const double sf = be.f.sum_squares(x.f.data(), x.f.size());
-  const double sd = be.d.sum_squares(x.d.data(), x.d.size());
+  const Segment whole[] = {{0, x.f.size()}};
+  const double sf = be.f.sum_squares(x.f.data(), whole);
+  const double sd = be.d.sum_squares(x.d.data(), whole);
   EXPECT_NEAR(sf, sd, 1e-12 * sd);  // float inputs, double accumulation: exact up to order
 }
 

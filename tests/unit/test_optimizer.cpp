@@ -249,7 +249,8 @@ TEST(Optimizer, BackendOpsInDoubleFollowTheirFormulas) {
   std::vector<double> p(n), g(n), buf(n), m(n), v(n);
   for (size_t i = 0; i < n; ++i) p[i] = dist(gen), g[i] = dist(gen), buf[i] = dist(gen);
   std::vector<double> rp = p, rbuf = buf;
-  be.sgd_momentum(p.data(), g.data(), buf.data(), n, 0.1f, 0.9f, 0.01f, 0.5f);
+  const Segment whole[] = {{0, n, true}};
+  be.sgd_momentum(p.data(), g.data(), buf.data(), whole, 0.1f, 0.9f, 0.01f, 0.5f);
   for (size_t i = 0; i < n; ++i) {
     rbuf[i] = double(0.9f) * rbuf[i] + g[i] * 0.5;
     rp[i] -= double(0.1f) * (rbuf[i] + double(0.01f) * rp[i]);
@@ -258,8 +259,8 @@ TEST(Optimizer, BackendOpsInDoubleFollowTheirFormulas) {
   }
   double sums[2];
   const int t = 2;
-  be.lamb_moments(p.data(), g.data(), m.data(), v.data(), n, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f,
-                  sums);
+  be.lamb_moments(p.data(), g.data(), m.data(), v.data(), whole, 1.0f, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+                  0.5f, sums);
   double pp = 0.0, uu = 0.0;
   std::vector<double> u(n);
   for (size_t i = 0; i < n; ++i) {
@@ -276,6 +277,7 @@ TEST(Optimizer, BackendOpsInDoubleFollowTheirFormulas) {
   EXPECT_NEAR(sums[0], pp, 1e-13 * pp);
   EXPECT_NEAR(sums[1], uu, 1e-13 * uu);
   rp = p;
-  be.lamb_update(p.data(), m.data(), v.data(), n, 0.25f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+  const float lr = 0.25f;
+  be.lamb_update(p.data(), m.data(), v.data(), whole, &lr, 0.9f, 0.95f, 1e-8f, 0.1f, t);
   for (size_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], rp[i] - 0.25 * u[i], 1e-14);
 }

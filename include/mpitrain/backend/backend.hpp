@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "mpitrain/backend/buf.hpp"
 #include "mpitrain/backend/precision.hpp"
@@ -32,6 +33,22 @@ namespace mpitrain {
 // What an allocation holds, so a backend with separate pools (the CUDA backend's arenas) can say
 // where its memory goes. The CPU backend ignores it.
 enum class AllocKind { Params, Grads, Optimizer, Activations };
+
+// One tensor's part of a flat buffer: elements [at, at + n); decay: weight decay applies to it.
+// The optimizer's ops take a list of them, the tensors of a step in one call (the CPU backend's
+// one thread team, the CUDA backend's few launches and one wait), not a call per tensor.
+struct Segment {
+  size_t at = 0, n = 0;
+  bool decay = false;
+};
+using Segments = std::span<const Segment>;
+
+// The elements of a segment list.
+inline size_t elements(Segments segments) {
+  size_t n = 0;
+  for (const Segment& s : segments) n += s.n;
+  return n;
+}
 
 template <typename T>
 class Backend {
@@ -149,27 +166,33 @@ class Backend {
   virtual double ce_loss(Buf<T> logits, const T* row_max, const T* stats, const int32_t* targets,
                          T* losses, int N, int Vl, int v0, int V, T dloss) = 0;
 
-  // ---- optimizer ---------------------------------------------------------------------------
-  // sum of squares in double (for the global grad norm).
-  virtual double sum_squares(const T* x, size_t n) = 0;
+  // ---- optimizer: over the segments of flat buffers, one call a step ------------------------
+  // sum of x^2 in double over the segments (for the global grad norm): each segment's sum over
+  // fixed chunks, the segments' sums added in list order, so deterministic for any thread count
+  // and equal to the sum of one-segment calls added in order.
+  virtual double sum_squares(const T* x, Segments segments) = 0;
   virtual void scale(T* x, T s, size_t n) = 0;
-  // AdamW on n parameters (decoupled weight decay): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-  // p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd * p). grad_scale multiplies g first.
-  virtual void adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
+  // AdamW (decoupled weight decay: wd on the segments marked decay, 0 on the others):
+  // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
+  // + wd * p). grad_scale multiplies g first. Each element's result is the same whatever list
+  // it lies in (a tensor updated whole, in pieces or split over ranks gets the same bits).
+  virtual void adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int t, float grad_scale) = 0;
-  // SGD with momentum (PyTorch's buffer, no dampening) and decoupled weight decay:
+  // SGD with momentum (PyTorch's buffer, no dampening) and decoupled weight decay (as adamw):
   // g = grad_scale grad; buf = mu buf + g; p -= lr (buf + wd p).
-  virtual void sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr, float momentum,
-                            float weight_decay, float grad_scale) = 0;
-  // LAMB, first pass: m and v as in adamw; sums = {sum p^2, sum u^2} (double) with the update
-  // direction u = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p. param is not changed.
-  virtual void lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1,
-                            float beta2, float eps, float weight_decay, int t, float grad_scale,
-                            double sums[2]) = 0;
-  // LAMB, second pass: p -= lr u, u from m, v, p as in the first pass (lr: the scheduled rate
-  // times the tensor's trust ratio).
-  virtual void lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1,
-                           float beta2, float eps, float weight_decay, int t) = 0;
+  virtual void sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
+                            float momentum, float weight_decay, float grad_scale) = 0;
+  // LAMB, first pass. Segments marked decay: m and v as in adamw, and sums[2s], sums[2s+1] =
+  // {sum p^2, sum u^2} (double, fixed order) of segment s with the update direction
+  // u = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p; their p is not changed. The others take
+  // the whole AdamW step at lr without decay (trust ratio 1), sums 0. sums: 2 x segments, host.
+  virtual void lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int t,
+                            float grad_scale, double* sums) = 0;
+  // LAMB, second pass, on the segments marked decay: p -= lr[s] u, u from m, v, p as in the first
+  // pass (lr[s]: the scheduled rate times segment s's trust ratio; host, one per segment).
+  virtual void lamb_update(T* param, const T* m, const T* v, Segments segments, const float* lr,
+                           float beta1, float beta2, float eps, float weight_decay, int t) = 0;
 };
 
 }  // namespace mpitrain

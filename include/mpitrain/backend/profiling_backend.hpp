@@ -77,17 +77,17 @@ class ProfilingBackend final : public Backend<float> {
                 int v0, int V) override;
   double ce_loss(Buf<T> logits, const T* row_max, const T* stats, const int32_t* targets, T* losses,
                  int N, int Vl, int v0, int V, T dloss) override;
-  double sum_squares(const T* x, size_t n) override;
+  double sum_squares(const T* x, Segments segments) override;
   void scale(T* x, T s, size_t n) override;
-  void adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1, float beta2,
-             float eps, float weight_decay, int t, float grad_scale) override;
-  void sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr, float momentum,
+  void adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int t, float grad_scale) override;
+  void sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr, float momentum,
                     float weight_decay, float grad_scale) override;
-  void lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1, float beta2,
-                    float eps, float weight_decay, int t, float grad_scale,
-                    double sums[2]) override;
-  void lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1, float beta2,
-                   float eps, float weight_decay, int t) override;
+  void lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, int t, float grad_scale,
+                    double* sums) override;
+  void lamb_update(T* param, const T* m, const T* v, Segments segments, const float* lr,
+                   float beta1, float beta2, float eps, float weight_decay, int t) override;
 
  private:
   // Runs f, recording its time with the op's FLOPs and bytes.

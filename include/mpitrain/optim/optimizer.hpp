@@ -99,10 +99,6 @@ class Optimizer {
   void set_steps_taken(int t) { t_ = t; }  // after loading the state
 
  private:
-  // The owned part of one tensor (index into layout.tensors()): n elements at compact `at`.
-  struct Segment {
-    size_t tensor, at, n;
-  };
   void lamb_step(const float* grads, float lr, float grad_scale);
 
   Backend<float>& backend_;
@@ -112,10 +108,15 @@ class Optimizer {
   ShardRanges owned_;
   Precision precision_;
   NormGroups groups_;
+  // The owned part of each tensor that has one (compact, decay as the tensor), in layout order:
+  // a step is one backend call over them (LAMB: two); segment_tensor_: their tensors' indices.
   std::vector<Segment> segments_;
+  std::vector<size_t> segment_tensor_;
   float* master_ = nullptr;
   std::vector<float*> state_;
-  std::vector<double> norms_;  // lamb: per tensor {sum w^2, sum u^2}
+  std::vector<double> sums_;    // lamb: per segment {sum w^2, sum u^2} of this rank's part
+  std::vector<double> norms_;   // lamb: per tensor {sum w^2, sum u^2}, whole tensors
+  std::vector<float> lamb_lr_;  // lamb: per segment, the rate times the trust ratio
   int t_ = 0;
 };
 

@@ -486,16 +486,67 @@ double CudaBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
   return ctx_->read_double(total);
 }
 
-// ---- optimizer --------------------------------------------------------------------------------
+// ---- optimizer: each op one launch per table of up to SegmentTable::kMax segments --------------
+
+namespace {
+
+// Adam's bias correction 1/(1-b^t), in double, then rounded to float (as the CPU backend).
+float bias_correction(float beta, int t) {
+  return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta), t)));
+}
+
+// The segment list as tables, each segment given blocks of at least kPerBlock elements, at most
+// kMaxBlocks of them; lr: LAMB's rates (one per segment) or null.
+std::vector<cuda::SegmentTable> segment_tables(Segments segments, const float* lr = nullptr) {
+  constexpr size_t kPerBlock = 16384, kMaxBlocks = 1024;
+  std::vector<cuda::SegmentTable> tables;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    if (tables.empty() || tables.back().count == cuda::SegmentTable::kMax) tables.emplace_back();
+    cuda::SegmentTable& t = tables.back();
+    const int k = t.count++;
+    t.at[k] = segments[s].at;
+    t.n[k] = segments[s].n;
+    t.decay[k] = segments[s].decay;
+    t.lr[k] = lr ? lr[s] : 0.0f;
+    const size_t blocks = std::clamp<size_t>((t.n[k] + kPerBlock - 1) / kPerBlock, 1, kMaxBlocks);
+    t.first[k + 1] = t.first[k] + static_cast<unsigned>(blocks);
+  }
+  return tables;
+}
+
+// host (ways x segments doubles) = what launch(table, device sums, partials) leaves for each
+// table's segments, `ways` sums a segment: one copy back and one wait for the whole list.
+template <class Launch>
+void segment_sums(cuda::Context& ctx, Segments segments, int ways, double* host, Launch&& launch) {
+  if (segments.empty()) return;
+  const std::vector<cuda::SegmentTable> tables = segment_tables(segments);
+  unsigned most = 0;
+  for (const cuda::SegmentTable& t : tables) most = std::max(most, t.blocks());
+  const size_t n = static_cast<size_t>(ways) * segments.size();
+  Scratch::Frame frame(ctx.scratch);
+  double* sums = frame.take<double>(n, "per-segment sums");
+  double* partials = frame.take<double>(static_cast<size_t>(ways) * most, "per-block sums");
+  size_t done = 0;  // the tables reuse the partials in stream order
+  for (const cuda::SegmentTable& t : tables) {
+    launch(t, sums + static_cast<size_t>(ways) * done, partials);
+    done += static_cast<size_t>(t.count);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(host, sums, n * sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+}  // namespace
 
 template <typename T>
-double CudaBackend<T>::sum_squares(const T* x, size_t n) {
-  Scratch::Frame frame(ctx_->scratch);
-  double* partial = frame.take<double>(cuda::sum_squares_partials(), "sum of squares partials");
-  double* total = frame.take<double>(1, "sum of squares");
-  cuda::launch_sum_squares(partial, x, n, ctx_->stream);
-  cuda::launch_sum_doubles(total, partial, cuda::sum_squares_partials(), ctx_->stream);
-  return ctx_->read_double(total);
+double CudaBackend<T>::sum_squares(const T* x, Segments segments) {
+  std::vector<double> sums(segments.size());
+  segment_sums(*ctx_, segments, 1, sums.data(),
+               [&](const cuda::SegmentTable& t, double* out, double* partials) {
+                 cuda::launch_sum_squares(out, partials, x, t, ctx_->stream);
+               });
+  double sum = 0.0;
+  for (double s : sums) sum += s;  // in segment order
+  return sum;
 }
 
 template <typename T>
@@ -503,51 +554,43 @@ void CudaBackend<T>::scale(T* x, T s, size_t n) {
   cuda::launch_scale(x, s, n, ctx_->stream);
 }
 
-namespace {
-// Adam's bias correction 1/(1-b^t), in double, then rounded to float (as the CPU backend).
-float bias_correction(float beta, int t) {
-  return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta), t)));
-}
-}  // namespace
-
 template <typename T>
-void CudaBackend<T>::adamw(T* param, const T* grad, T* m, T* v, size_t n, float lr, float beta1,
-                           float beta2, float eps, float weight_decay, int t, float grad_scale) {
-  cuda::launch_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                     bias_correction(beta1, t), bias_correction(beta2, t), grad_scale,
-                     ctx_->stream);
+void CudaBackend<T>::adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, int t,
+                           float grad_scale) {
+  for (const cuda::SegmentTable& table : segment_tables(segments))
+    cuda::launch_adamw(param, grad, m, v, table, lr, beta1, beta2, eps, weight_decay,
+                       bias_correction(beta1, t), bias_correction(beta2, t), grad_scale,
+                       ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, size_t n, float lr,
+void CudaBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
                                   float momentum, float weight_decay, float grad_scale) {
-  cuda::launch_sgd(param, grad, buf, n, lr, momentum, weight_decay, grad_scale, ctx_->stream);
+  for (const cuda::SegmentTable& table : segment_tables(segments))
+    cuda::launch_sgd(param, grad, buf, table, lr, momentum, weight_decay, grad_scale, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::lamb_moments(const T* param, const T* grad, T* m, T* v, size_t n, float beta1,
-                                  float beta2, float eps, float weight_decay, int t,
-                                  float grad_scale, double sums[2]) {
-  const size_t P = cuda::sum_squares_partials();
-  Scratch::Frame frame(ctx_->scratch);
-  double* partial = frame.take<double>(2 * P, "LAMB norm partials");
-  double* total = frame.take<double>(2, "LAMB norms");
-  cuda::launch_lamb_moments(partial, param, grad, m, v, n, beta1, beta2, eps, weight_decay,
-                            bias_correction(beta1, t), bias_correction(beta2, t), grad_scale,
-                            ctx_->stream);
-  cuda::launch_sum_doubles(total, partial, P, ctx_->stream);
-  cuda::launch_sum_doubles(total + 1, partial + P, P, ctx_->stream);
-  double host[2];
-  to_host(host, total, sizeof host);
-  sums[0] = host[0];
-  sums[1] = host[1];
+void CudaBackend<T>::lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
+                                  float beta1, float beta2, float eps, float weight_decay, int t,
+                                  float grad_scale, double* sums) {
+  const float bc1 = bias_correction(beta1, t), bc2 = bias_correction(beta2, t);
+  segment_sums(*ctx_, segments, 2, sums,
+               [&](const cuda::SegmentTable& table, double* out, double* partials) {
+                 cuda::launch_lamb_moments(out, partials, param, grad, m, v, table, lr, beta1,
+                                           beta2, eps, weight_decay, bc1, bc2, grad_scale,
+                                           ctx_->stream);
+               });
 }
 
 template <typename T>
-void CudaBackend<T>::lamb_update(T* param, const T* m, const T* v, size_t n, float lr, float beta1,
-                                 float beta2, float eps, float weight_decay, int t) {
-  cuda::launch_lamb_update(param, m, v, n, lr, eps, weight_decay, bias_correction(beta1, t),
-                           bias_correction(beta2, t), ctx_->stream);
+void CudaBackend<T>::lamb_update(T* param, const T* m, const T* v, Segments segments,
+                                 const float* lr, float beta1, float beta2, float eps,
+                                 float weight_decay, int t) {
+  for (const cuda::SegmentTable& table : segment_tables(segments, lr))
+    cuda::launch_lamb_update(param, m, v, table, eps, weight_decay, bias_correction(beta1, t),
+                             bias_correction(beta2, t), ctx_->stream);
 }
 
 template class CudaBackend<float>;

@@ -76,24 +76,39 @@ void launch_ce_loss(Out logits, const float* row_max, const float* stats, const 
                     float* losses, double* row_loss, int N, int Vl, int v0, int V, float dloss,
                     cudaStream_t s);
 
-// ---- optimizer (optimizer.cu) -------------------------------------------------------------------
-// bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t) computed by the caller.
-void launch_adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float b1,
-                  float b2, float eps, float wd, float bc1, float bc2, float grad_scale,
-                  cudaStream_t s);
+// ---- optimizer (optimizer.cu), over a table of segments a launch --------------------------------
+// Up to kMax segments of a list (backend.hpp's Segment), passed to the kernels by value (kernel
+// parameters hold up to 32 KiB from sm_70): segment s is elements [at[s], at[s] + n[s]) of the
+// flat buffers, worked on by the launch's blocks [first[s], first[s + 1]) (at least one each);
+// lr[s]: LAMB's rate for it. Zero-initialised: first[0] = 0.
+struct SegmentTable {
+  static constexpr int kMax = 1024;
+  int count = 0;
+  unsigned first[kMax + 1];
+  size_t at[kMax], n[kMax];
+  float lr[kMax];
+  bool decay[kMax];
+  unsigned blocks() const { return first[count]; }
+};
+static_assert(sizeof(SegmentTable) <= 32000, "kernel parameters beyond 32 KiB");
+// bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t) computed by the caller; wd on the segments marked decay.
+void launch_adamw(float* param, const float* grad, float* m, float* v, const SegmentTable& t,
+                  float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                  float grad_scale, cudaStream_t s);
 // g = grad_scale grad; buf = momentum buf + g; p -= lr (buf + wd p)
-void launch_sgd(float* param, const float* grad, float* buf, size_t n, float lr, float momentum,
-                float wd, float grad_scale, cudaStream_t s);
-// LAMB: m, v as AdamW and partials (2 x sum_squares_partials() doubles) = [p^2 | u^2] per block;
-// then p -= lr u.
-void launch_lamb_moments(double* partials, const float* param, const float* grad, float* m,
-                         float* v, size_t n, float b1, float b2, float eps, float wd, float bc1,
-                         float bc2, float grad_scale, cudaStream_t s);
-void launch_lamb_update(float* param, const float* m, const float* v, size_t n, float lr, float eps,
-                        float wd, float bc1, float bc2, cudaStream_t s);
-// partial sums of x^2 in double: sum_squares_partials() doubles, then launch_sum_doubles.
-size_t sum_squares_partials();
-void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t s);
+void launch_sgd(float* param, const float* grad, float* buf, const SegmentTable& t, float lr,
+                float momentum, float wd, float grad_scale, cudaStream_t s);
+// LAMB's first pass (backend.hpp): sums (2 x t.count doubles, device) = {p^2, u^2} per segment,
+// fixed order; partials: 2 x t.blocks() doubles of scratch. Then p -= lr[s] u.
+void launch_lamb_moments(double* sums, double* partials, float* param, const float* grad, float* m,
+                         float* v, const SegmentTable& t, float lr, float b1, float b2, float eps,
+                         float wd, float bc1, float bc2, float grad_scale, cudaStream_t s);
+void launch_lamb_update(float* param, const float* m, const float* v, const SegmentTable& t,
+                        float eps, float wd, float bc1, float bc2, cudaStream_t s);
+// sums (t.count doubles, device) = each segment's sum of x^2 in double, fixed order; partials:
+// t.blocks() doubles of scratch.
+void launch_sum_squares(double* sums, double* partials, const float* x, const SegmentTable& t,
+                        cudaStream_t s);
 
 // ---- GEMM (gemm_kernel.cu), our own tiled kernel
 // ------------------------------------------------- C(M,N) = alpha-free: C = A(M,K) B(K,N) [+

@@ -1,0 +1,200 @@
+// The CPU backend's optimizer ops over a segment list (backend.hpp): one call over a step's
+// segments gives the bits of one call per segment (the per-tensor path it replaced: each segment
+// cut as before, the sums added in the same order), the same at 1, 2 and 3 threads, and leaves
+// the elements between segments alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "random_values.hpp"
+
+using namespace mpitrain;
+using mpitrain::test_inputs::random_floats;
+
+namespace {
+
+// A step's segments: decayed matrices and undecayed vectors, sizes around the 8192-element
+// blocks and 32768-element chunks and no multiple of 16, an empty one, gaps between some (the
+// grad norm skips tensors that are not primary). 503k elements: every op runs in parallel.
+const std::vector<Segment> kSegments = {
+    {0, 37, false},         {37, 100003, true},    {100040, 8191, true}, {108231, 8193, false},
+    {116424, 0, true},      {116500, 70001, true}, {186501, 17, false},  {186600, 300000, true},
+    {486600, 16384, false}, {502984, 1, true}};
+const size_t kTotal = 502985;
+
+using Floats = std::vector<float>;
+
+bool same_bits(const Floats& a, const Floats& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The buffers of one optimizer, random.
+struct State {
+  Floats param = random_floats(kTotal, 1), grad = random_floats(kTotal, 2, -0.1f, 0.1f),
+         m = random_floats(kTotal, 3, -0.01f, 0.01f), v = random_floats(kTotal, 4, 0.0f, 1e-4f);
+};
+
+// The sum of squares of one tensor as the per-tensor path computed it, written out: chunks of
+// [0, n) of at least 32768 elements (at most 64), each chunk's squares in 16 lanes added in lane
+// order then its tail, the chunks added in order.
+double per_tensor_sum(const float* x, size_t n) {
+  const size_t chunks = std::clamp<size_t>((n + 32767) / 32768, 1, 64);
+  const size_t per = (n + chunks - 1) / chunks;
+  double sum = 0.0;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t b = std::min(n, c * per), e = std::min(n, b + per);
+    double lane[16] = {}, chunk = 0.0;
+    size_t i = b;
+    for (; i + 16 <= e; i += 16)
+      for (size_t k = 0; k < 16; ++k) lane[k] += double(x[i + k]) * double(x[i + k]);
+    for (double l : lane) chunk += l;
+    for (; i < e; ++i) chunk += double(x[i]) * double(x[i]);
+    sum += chunk;
+  }
+  return sum;
+}
+
+// Each op's call over the whole list, or one call per segment, at `threads`.
+enum class Calls { Fused, PerSegment };
+
+double sum_squares(const Floats& x, Calls calls, int threads) {
+  CpuBackend<float> be(threads);
+  if (calls == Calls::Fused) return be.sum_squares(x.data(), kSegments);
+  double sum = 0.0;
+  for (const Segment& s : kSegments) sum += be.sum_squares(x.data(), Segments(&s, 1));
+  return sum;
+}
+
+State adamw(Calls calls, int threads) {
+  CpuBackend<float> be(threads);
+  State st;
+  for (int t = 1; t <= 3; ++t) {
+    auto step = [&](Segments segments) {
+      be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 1e-3f, 0.9f,
+               0.95f, 1e-8f, 0.1f, t, 0.5f);
+    };
+    if (calls == Calls::Fused)
+      step(kSegments);
+    else
+      for (const Segment& s : kSegments) step(Segments(&s, 1));
+  }
+  return st;
+}
+
+State sgd(Calls calls, int threads) {
+  CpuBackend<float> be(threads);
+  State st;
+  for (int t = 1; t <= 3; ++t) {
+    auto step = [&](Segments segments) {
+      be.sgd_momentum(st.param.data(), st.grad.data(), st.m.data(), segments, 1e-2f, 0.9f, 0.01f,
+                      2.0f);
+    };
+    if (calls == Calls::Fused)
+      step(kSegments);
+    else
+      for (const Segment& s : kSegments) step(Segments(&s, 1));
+  }
+  return st;
+}
+
+// Two LAMB steps; sums: the last first pass's, 2 per segment.
+State lamb(Calls calls, int threads, std::vector<double>& sums) {
+  CpuBackend<float> be(threads);
+  State st;
+  sums.assign(2 * kSegments.size(), -1.0);
+  std::vector<float> lr(kSegments.size());
+  for (size_t s = 0; s < lr.size(); ++s) lr[s] = 1e-3f * static_cast<float>(s + 1);
+  for (int t = 1; t <= 2; ++t) {
+    auto moments = [&](Segments segments, double* out) {
+      be.lamb_moments(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 2e-3f,
+                      0.9f, 0.999f, 1e-6f, 0.01f, t, 1.0f, out);
+    };
+    auto update = [&](Segments segments, const float* rates) {
+      be.lamb_update(st.param.data(), st.m.data(), st.v.data(), segments, rates, 0.9f, 0.999f,
+                     1e-6f, 0.01f, t);
+    };
+    if (calls == Calls::Fused) {
+      moments(kSegments, sums.data());
+      update(kSegments, lr.data());
+    } else {
+      for (size_t s = 0; s < kSegments.size(); ++s)
+        moments(Segments(&kSegments[s], 1), &sums[2 * s]);
+      for (size_t s = 0; s < kSegments.size(); ++s) update(Segments(&kSegments[s], 1), &lr[s]);
+    }
+  }
+  return st;
+}
+
+void expect_same(const State& a, const State& b, const char* what) {
+  EXPECT_TRUE(same_bits(a.param, b.param)) << what << ": param";
+  EXPECT_TRUE(same_bits(a.m, b.m)) << what << ": m";
+  EXPECT_TRUE(same_bits(a.v, b.v)) << what << ": v";
+}
+
+// The elements in no segment keep their values.
+void expect_gaps_untouched(const State& st) {
+  const State fresh;
+  size_t at = 0;
+  for (const Segment& s : kSegments) {
+    for (size_t i = at; i < s.at; ++i) ASSERT_EQ(st.param[i], fresh.param[i]) << "gap at " << i;
+    at = s.at + s.n;
+  }
+}
+
+TEST(CpuSegments, SumSquaresIsThePerSegmentSumsInOrder) {
+  const Floats x = random_floats(kTotal, 5);
+  const double fused = sum_squares(x, Calls::Fused, 1);
+  EXPECT_TRUE(same_bits(fused, sum_squares(x, Calls::PerSegment, 1)));
+  double per_tensor = 0.0;  // the grad norm's sum before: one call per tensor, added in order
+  for (const Segment& s : kSegments) per_tensor += per_tensor_sum(x.data() + s.at, s.n);
+  EXPECT_TRUE(same_bits(fused, per_tensor)) << fused << " vs " << per_tensor;
+  for (int threads : {2, 3})
+    EXPECT_TRUE(same_bits(fused, sum_squares(x, Calls::Fused, threads))) << threads << " threads";
+  long double ref = 0.0L;  // the squares of floats are exact in double; the sum in long double
+  for (const Segment& s : kSegments)
+    for (size_t i = s.at; i < s.at + s.n; ++i) ref += static_cast<long double>(x[i]) * x[i];
+  // 503k positive terms added in double (16 lanes a chunk), in another order than the long
+  // double reference: measured 8.2e-15 relative
+  EXPECT_NEAR(fused, static_cast<double>(ref), 3e-14 * static_cast<double>(ref));
+}
+
+TEST(CpuSegments, AdamWIsThePerSegmentCalls) {
+  const State fused = adamw(Calls::Fused, 1);
+  expect_same(fused, adamw(Calls::PerSegment, 1), "per segment");
+  for (int threads : {2, 3}) expect_same(fused, adamw(Calls::Fused, threads), "threads");
+  expect_gaps_untouched(fused);
+  const State fresh;  // the updates did run: decayed and undecayed segments changed
+  EXPECT_NE(fused.param[kSegments[0].at], fresh.param[kSegments[0].at]);
+  EXPECT_NE(fused.param[kSegments[1].at], fresh.param[kSegments[1].at]);
+}
+
+TEST(CpuSegments, SgdIsThePerSegmentCalls) {
+  const State fused = sgd(Calls::Fused, 1);
+  expect_same(fused, sgd(Calls::PerSegment, 1), "per segment");
+  for (int threads : {2, 3}) expect_same(fused, sgd(Calls::Fused, threads), "threads");
+  expect_gaps_untouched(fused);
+}
+
+TEST(CpuSegments, LambIsThePerSegmentCalls) {
+  std::vector<double> sums, other;
+  const State fused = lamb(Calls::Fused, 1, sums);
+  expect_same(fused, lamb(Calls::PerSegment, 1, other), "per segment");
+  for (size_t i = 0; i < sums.size(); ++i) EXPECT_TRUE(same_bits(sums[i], other[i])) << i;
+  for (int threads : {2, 3}) {
+    expect_same(fused, lamb(Calls::Fused, threads, other), "threads");
+    for (size_t i = 0; i < sums.size(); ++i) EXPECT_TRUE(same_bits(sums[i], other[i])) << i;
+  }
+  expect_gaps_untouched(fused);
+  for (size_t s = 0; s < kSegments.size(); ++s) {  // sums only of decayed, non-empty segments
+    const bool summed = kSegments[s].decay && kSegments[s].n > 0;
+    EXPECT_EQ(sums[2 * s] > 0, summed) << s;
+    EXPECT_EQ(sums[2 * s + 1] > 0, summed) << s;
+  }
+}
+
+}  // namespace
