@@ -70,35 +70,34 @@ double sum_squares(const Floats& x, Calls calls, int threads) {
   return sum;
 }
 
+// Three steps of op(segments, t): one call over the whole list, or one per segment.
+template <class Op>
+void three_steps(Calls calls, Op&& op) {
+  for (int t = 1; t <= 3; ++t) {
+    if (calls == Calls::Fused)
+      op(Segments(kSegments), t);
+    else
+      for (const Segment& s : kSegments) op(Segments(&s, 1), t);
+  }
+}
+
 State adamw(Calls calls, int threads) {
   CpuBackend<float> be(threads);
   State st;
-  for (int t = 1; t <= 3; ++t) {
-    auto step = [&](Segments segments) {
-      be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 1e-3f, 0.9f,
-               0.95f, 1e-8f, 0.1f, t, 0.5f);
-    };
-    if (calls == Calls::Fused)
-      step(kSegments);
-    else
-      for (const Segment& s : kSegments) step(Segments(&s, 1));
-  }
+  three_steps(calls, [&](Segments segments, int t) {
+    be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 1e-3f, 0.9f,
+             0.95f, 1e-8f, 0.1f, t, 0.5f);
+  });
   return st;
 }
 
 State sgd(Calls calls, int threads) {
   CpuBackend<float> be(threads);
   State st;
-  for (int t = 1; t <= 3; ++t) {
-    auto step = [&](Segments segments) {
-      be.sgd_momentum(st.param.data(), st.grad.data(), st.m.data(), segments, 1e-2f, 0.9f, 0.01f,
-                      2.0f);
-    };
-    if (calls == Calls::Fused)
-      step(kSegments);
-    else
-      for (const Segment& s : kSegments) step(Segments(&s, 1));
-  }
+  three_steps(calls, [&](Segments segments, int) {
+    be.sgd_momentum(st.param.data(), st.grad.data(), st.m.data(), segments, 1e-2f, 0.9f, 0.01f,
+                    2.0f);
+  });
   return st;
 }
 
