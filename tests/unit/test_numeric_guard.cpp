@@ -14,6 +14,7 @@
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
@@ -66,6 +67,7 @@ TEST(TensorStats, CountsNonFiniteAndDescribesTheFiniteValues) {
 }
 
 TEST(FindNonFinite, AllFiniteIsNotFound) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.5f);
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -75,6 +77,7 @@ TEST(FindNonFinite, AllFiniteIsNotFound) {
 }
 
 TEST(FindNonFinite, TheFirstTensorInTheModelsOrder) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.25f);
   // An inf in block 2's mlp.fc.weight and NaNs in block 1's attn.proj.weight: block 1 is first.
@@ -103,6 +106,7 @@ TEST(FindNonFinite, TheFirstTensorInTheModelsOrder) {
 }
 
 TEST(FindNonFinite, OnlyTheOwnRangeUnderZero) {
+  mpitrain::test::start_mpi();
   // A ZeRO-1 rank owns [lo, hi) of the flat buffer; the rest holds other ranks' partial sums.
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.5f);
@@ -127,6 +131,7 @@ TEST(FindNonFinite, OnlyTheOwnRangeUnderZero) {
 }
 
 TEST(FindNonFinite, ALossAlone) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.0f);
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -144,6 +149,7 @@ TEST(NumericGuard, ParsesThePolicy) {
 }
 
 TEST(NumericGuard, SkipCountsTheStepsItSkips) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 1.0f);
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -158,6 +164,7 @@ TEST(NumericGuard, SkipCountsTheStepsItSkips) {
 }
 
 TEST(NumericGuard, StopWritesEveryNonFiniteTensorToJson) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 1.0f);
   grads[layout.offset(Slot::Wte) + 1] = -kInf;

@@ -15,6 +15,7 @@
 #include "mpitrain/monitor/peak_cache.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
@@ -197,6 +198,7 @@ TEST_F(PeakCache, UnreadableOrUnwritableIsNotFatal) {
 }
 
 TEST_F(PeakCache, ResolveOverMpiMeasuresOncePerHost) {
+  mpitrain::test::start_mpi();
   const MpiComm node = MpiComm::world().split_shared();
   const std::string path = file("peak.jsonl");
   // Every rank of the host must name the same file: the lowest world rank's directory.

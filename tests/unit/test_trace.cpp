@@ -13,6 +13,7 @@
 #include "mpitrain/monitor/json.hpp"
 #include "mpitrain/monitor/trace.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
@@ -63,6 +64,7 @@ TEST(TraceScope, AddsSecondsWithoutARecorder) {
 }
 
 TEST_F(TraceTest, EventsOnFourLanesAcrossBufferFlushes) {
+  mpitrain::test::start_mpi();
   MpiCommunicator world(MPI_COMM_WORLD);
   double compute = 0.0;
   {
