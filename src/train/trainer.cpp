@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/io/out_file.hpp"
@@ -100,7 +101,8 @@ void Trainer::resume() {
 Trainer::StepEnd Trainer::step(int step) {
   TraceScope step_region(&trace_, TraceLane::Compute, "step", nullptr, step + 1);
   const auto start = std::chrono::steady_clock::now();
-  const double energy_start = devices_.power ? devices_.power->energy_joules() : 0.0;
+  std::optional<double> energy_start;  // this GPU's meter, where this rank reads one
+  if (devices_.power) energy_start = devices_.power->energy_joules();
   watchdog_->step_started(step + 1);
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
@@ -130,13 +132,19 @@ Trainer::StepEnd Trainer::step(int step) {
   const double seconds = seconds_since(start);
   if (op_profile_) op_profile_->end_step(seconds);
   const double tokens_per_s = tokens_per_step_ / seconds;
-  // One world collective for the record's figures: the largest peak RSS, all GPUs' energy.
-  double totals[2] = {peak_rss_mib(),
-                      devices_.power ? devices_.power->energy_joules() - energy_start : 0.0};
-  const ReduceOp ops[2] = {ReduceOp::Max, ReduceOp::Sum};
-  comms_->world.all_reduce_each(totals, ops, 2);
+  // One world collective for the record's figures: the largest peak RSS, all GPUs' energy, and
+  // whether every meter read (a meter whose reading failed reads nothing from then on).
+  double totals[3] = {peak_rss_mib(), 0.0, 1.0};
+  if (devices_.power) {
+    const std::optional<double> energy_end = devices_.power->energy_joules();
+    totals[1] = energy_start && energy_end ? *energy_end - *energy_start : 0.0;
+    totals[2] = energy_start && energy_end ? 1.0 : 0.0;
+  }
+  const ReduceOp ops[3] = {ReduceOp::Max, ReduceOp::Sum, ReduceOp::Min};
+  comms_->world.all_reduce_each(totals, ops, 3);
   const double rss = totals[0];
-  const double joules = devices_.power_everywhere ? totals[1] : -1.0;  // every GPU has a meter
+  // Energy only where every GPU has a meter and every meter read.
+  const double joules = devices_.power_everywhere && totals[2] > 0 ? totals[1] : -1.0;
   const PipelineRunner::Times& pass = runner_->times();
   checkpointer_->poll();  // a background save committed since: into this record
   log_->step({step + 1, t_.steps, result.loss_sum / tokens_per_step_, lr, result.grad_norm,
