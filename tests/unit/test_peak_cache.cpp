@@ -174,6 +174,10 @@ TEST_F(PeakCache, CorruptFileIgnoredAndReplaced) {
     EXPECT_NE(p.note.find("peak cache ignored"), std::string::npos) << p.note;
     EXPECT_NE(p.note.find(path + " line 1"), std::string::npos) << p.note;
     EXPECT_EQ(p.note.find('\n'), std::string::npos) << p.note;
+    if (bad[0] == 'n') {  // the parser's own text, with its position
+      EXPECT_NE(p.note.find(path + " line 1: not JSON: "), std::string::npos) << p.note;
+      EXPECT_NE(p.note.find("parse error at line 1, column 2"), std::string::npos) << p.note;
+    }
     ASSERT_EQ(read_peak_cache(path).size(), 1u);  // replaced by a valid file
   }
 }
