@@ -250,7 +250,7 @@ void Trainer::build_model() {
       device_peak_ = measure_matmul_gflops(*backend_, 4096, 5);
   });
   // The micro-batch (--micro-batch-size auto: planned against the memory left now).
-  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, *grid_, world_);
+  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, world_);
   micro_batches_ = t_.global_batch_size / (shape_.dp * micro_batch_);
   const int slots = pipeline_slots(schedule_, micro_batches_, shape_.pp, grid_->pp_rank());
   const ModelShard shard = shard_of(shape_, stage_first_layer_, grid_->tp_rank(), grid_->pp_rank());
