@@ -259,7 +259,9 @@ void Trainer::build_model() {
     all_or_none(world_, [&] {
       comms_->use_device(
           devices_.comm, gpu->stream(),
-          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb, t_.zero),
+          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb,
+                          {t_.zero, model_options_.storage, t_.zero3_prefetch,
+                           t_.zero3_reshard_after_forward}),
           std::max(t_.comm_timeout, t_.comm_timeout_startup));
     });
 #endif
