@@ -45,26 +45,40 @@ int Trainer::run() {
 void Trainer::resume() {
   if (t_.resume.empty()) return;
   std::optional<CheckpointManifest> m;
+  // A device's state loads through host copies of what this rank holds, freed at the end.
+  std::optional<CheckpointMirror> mirror;
+  if (mirrored_) {
+    const size_t floats = mirror_floats(*state_, MirrorUse::Load);
+    const NodeMemory memory = node_memory(floats, *node_, world_);
+    require(memory.fits(), "--resume: loading onto the device goes through host copies of what "
+                           "each rank holds, " + memory.text() +
+                               ": run on more nodes, or with fewer ranks on each");
+    if (root_)
+      std::printf("resume: through host copies, %s (rank 0: %zu floats), freed once loaded\n",
+                  memory.text().c_str(), floats);
+    all_or_none(world_, [&] { mirror.emplace(*backend_, *state_, held_params_, MirrorUse::Load); });
+  }
+  CheckpointState& target = mirror ? mirror->host() : *state_;
   // A 2-byte compute copy on the host loads through fp32 values, converted once read.
   std::vector<float> load_params;
-  if (state_->params == nullptr) {
-    load_params.resize(state_->params_held.size());
-    state_->params = load_params.data();
+  if (target.params == nullptr) {
+    load_params.resize(target.params_held.size());
+    target.params = load_params.data();
   }
   all_or_none(world_, [&] {
     // The store refuses a checkpoint of another model (UsageError naming the difference), and
     // a fresh start over checkpoints that are all damaged unless --overwrite.
     if (t_.resume == "auto")
-      m = store_->load_latest(*state_, t_.overwrite);
+      m = store_->load_latest(target, t_.overwrite);
     else if (!resume_source_->step.empty())
-      m = store_->load(resume_source_->step, *state_);
+      m = store_->load(resume_source_->step, target);
     else  // the newest valid checkpoint of another directory (find_resume_source saw one)
-      m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(*state_);
+      m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(target);
   });
   if (!load_params.empty()) {  // the whole stage, or under ZeRO-3 the owned pieces
     if (m)
       backend_->upload(held_params_, load_params.data(), load_params.size());
-    state_->params = nullptr;
+    target.params = nullptr;
   }
   if (!m) {
     require(t_.resume == "auto", "--resume " + t_.resume + ": no valid checkpoint in it");
@@ -84,7 +98,7 @@ void Trainer::resume() {
   require(data_change.empty() || t_.allow_data_change,
           "the checkpoint of step " + std::to_string(m->step) + " was trained on other data (" +
               data_change + "): give its data, or --allow-data-change to go on with these");
-  if (mirror_) mirror_->upload();
+  if (mirror) mirror->upload();
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
   best_val_ = m->val_loss;
