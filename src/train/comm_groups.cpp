@@ -150,7 +150,8 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
 #endif
     wraps_host_ = true;  // either kind counts its host communicator's blocked time
     if (mpi_cuda_aware())
-      owned_.push_back(std::make_unique<CudaAwareMpiCommunicator>(host, compute));
+      owned_.push_back(
+          std::make_unique<CudaAwareMpiCommunicator>(host, compute, max_bytes, started));
     else
       owned_.push_back(
           std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, started));

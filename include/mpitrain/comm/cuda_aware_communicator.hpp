@@ -22,11 +22,11 @@ namespace mpitrain {
 class CudaAwareMpiCommunicator final : public DeviceMpiCommunicator {
  public:
   // mpi: not owned, must outlive this; compute: the stream whose kernels produce and consume the
-  // buffers; max_bytes, in_flight: the staging pool of the started collectives (as
-  // StagedMpiCommunicator's; in_flight 0: none may be started).
+  // buffers; max_bytes, started: the staging pool of the started collectives (as
+  // StagedMpiCommunicator's; started empty: none may be started).
   CudaAwareMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute, size_t max_bytes,
-                           int in_flight)
-      : DeviceMpiCommunicator(mpi, compute), staged_(mpi, compute, max_bytes, in_flight) {}
+                           const std::vector<size_t>& started)
+      : DeviceMpiCommunicator(mpi, compute), staged_(mpi, compute, max_bytes, started) {}
 
   // The MPI calls' blocked time once, and both communicators' waits for the compute stream.
   double blocked_seconds() const override {
