@@ -15,17 +15,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <memory>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/program.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;  // an event's members written in the order read
 
 namespace {
 
@@ -34,8 +33,7 @@ constexpr const char* kUsage =
 
 struct Trace {
   std::string path;
-  std::unique_ptr<std::string> text;  // the views of events point into it
-  std::vector<std::string_view> events;
+  Json events;               // the array of event objects
   std::vector<double> pids;  // distinct, in order of appearance
 };
 
@@ -61,33 +59,27 @@ Trace load(const std::string& path) {
   t.path = path;
   std::ifstream in(path, std::ios::binary);
   require(static_cast<bool>(in), "cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  t.text = std::make_unique<std::string>(ss.str());
-  JsonValue doc;
+  Json doc;
   try {
-    doc = parse_json(*t.text);
-  } catch (const UsageError& e) {
+    doc = Json::parse(in);
+  } catch (const Json::exception& e) {
     throw UsageError(path + ": not JSON: " + e.what());
   }
-  const JsonValue* list = doc.kind == JsonValue::Kind::Object ? doc.find("traceEvents") : &doc;
-  require(list && list->kind == JsonValue::Kind::Array,
+  Json* list = doc.is_object() && doc.contains("traceEvents") ? &doc["traceEvents"] : &doc;
+  require(list->is_array(),
           path + ": not a trace (a JSON array of events, or an object with \"traceEvents\")");
-  for (size_t i = 0; i < list->items.size(); ++i) {
-    const JsonValue& e = list->items[i];
+  for (size_t i = 0; i < list->size(); ++i) {
+    const Json& e = (*list)[i];
     const std::string at = path + ": event " + std::to_string(i);
-    require(e.kind == JsonValue::Kind::Object, at + " is not an object");
-    const JsonValue* ph = e.find("ph");
-    const JsonValue* pid = e.find("pid");
-    require(ph && ph->kind == JsonValue::Kind::String, at + " has no string \"ph\"");
-    require(pid && pid->kind == JsonValue::Kind::Number, at + " has no numeric \"pid\"");
-    const JsonValue* ts = e.find("ts");
-    require(ph->string == "M" || (ts && ts->kind == JsonValue::Kind::Number),
-            at + " has no numeric \"ts\"");
-    if (std::find(t.pids.begin(), t.pids.end(), pid->number) == t.pids.end())
-      t.pids.push_back(pid->number);
-    t.events.push_back(e.text);
+    require(e.is_object(), at + " is not an object");
+    const auto ph = e.find("ph"), pid = e.find("pid"), ts = e.find("ts");
+    require(ph != e.end() && ph->is_string(), at + " has no string \"ph\"");
+    require(pid != e.end() && pid->is_number(), at + " has no numeric \"pid\"");
+    require(*ph == "M" || (ts != e.end() && ts->is_number()), at + " has no numeric \"ts\"");
+    if (std::find(t.pids.begin(), t.pids.end(), pid->get<double>()) == t.pids.end())
+      t.pids.push_back(pid->get<double>());
   }
+  t.events = std::move(*list);
   require(!t.events.empty(), path + ": no events");
   return t;
 }
@@ -139,8 +131,7 @@ int run(int argc, char** argv) {
   size_t n = 0;
   std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (const Trace& t : traces)
-    for (std::string_view ev : t.events)
-      std::fprintf(f, "%s%.*s", n++ ? ",\n" : "", static_cast<int>(ev.size()), ev.data());
+    for (const Json& ev : t.events) std::fprintf(f, "%s%s", n++ ? ",\n" : "", ev.dump().c_str());
   std::fprintf(f, "\n]}\n");
   if (std::ferror(f) || std::fclose(f) != 0)
     MPITRAIN_THROW("cannot write " + out + ": " + std::strerror(errno));

@@ -10,7 +10,8 @@
 //      one built with and the CUDA runtime's; per attention head size (16 ... 128, MHA and GQA)
 //      and per fp32 norm width, whether an engine runs it or the CUDA kernel takes over, and the
 //      first call's time (the plan is built) beside a later one's (cached).
-// Times: CUDA events around each op, median of the repetitions after warm-up.
+// Times: CUDA events around each op, median of the repetitions after warm-up. Each result is
+// printed (line-buffered) as it is measured: a run stopped at its time limit keeps what was done.
 //
 // Usage: op-bench [--kernels cudnn|cuda] [--math bf16|fp32|tf32] [--steps N] [--skip-llama]
 #include <cuda_runtime_api.h>
@@ -135,15 +136,12 @@ struct Row {
   double ms, floor_ms;
 };
 
-void print_rows(const std::vector<Row>& rows) {
-  std::printf("%-34s %10s %10s %8s\n", "op (GPT-2 small layer, 8x1024)", "ms", "floor ms",
-              "floor%");
-  for (const Row& r : rows)
-    std::printf("%-34s %10.3f %10.3f %7.1f%%\n", r.op.c_str(), r.ms, r.floor_ms,
-                100.0 * r.floor_ms / r.ms);
+void print_row(const Row& r) {
+  std::printf("%-34s %10.3f %10.3f %7.1f%%\n", r.op.c_str(), r.ms, r.floor_ms,
+              100.0 * r.floor_ms / r.ms);
 }
 
-std::vector<Row> bench_ops(CudaBackend<float>& be, const Ceilings& c) {
+void bench_ops(CudaBackend<float>& be, const Ceilings& c) {
   cudaStream_t s = static_cast<cudaStream_t>(be.stream());
   const int B = 8, T = 1024, C = 768, NH = 12, hs = 64, F = 4 * C, V = 50257, Vp = 50304;
   const int N = B * T;
@@ -169,10 +167,11 @@ std::vector<Row> bench_ops(CudaBackend<float>& be, const Ceilings& c) {
   auto floor_ms = [&](double flops, double bytes) {
     return 1e3 * std::max(flops / rate, bytes / bw);
   };
-  std::vector<Row> rows;
+  std::printf("%-34s %10s %10s %8s\n", "op (GPT-2 small layer, 8x1024)", "ms", "floor ms",
+              "floor%");
   auto add = [&](const std::string& op, double flops, double bytes,
                  const std::function<void()>& f) {
-    rows.push_back({op, time_ms(s, f), floor_ms(flops, bytes)});
+    print_row({op, time_ms(s, f), floor_ms(flops, bytes)});
   };
   const double gemm_fc = 2.0 * N * C * F;
   // GEMM floors count fp32 activations and weights read/written once
@@ -208,7 +207,6 @@ std::vector<Row> bench_ops(CudaBackend<float>& be, const Ceilings& c) {
                    rstd, lnw, lnb, dlnw, dlnb, dw, db, logits, stats, losses, row_max})
     be.free(p);
   be.free_bytes(dtok);
-  return rows;
 }
 
 struct StepResult {
@@ -371,7 +369,13 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+void print_step(const StepResult& r) {
+  std::printf("%-24s %9.1f %10.1f %12.0f %6.1f%%\n", r.name.c_str(), r.params_m, r.ms,
+              r.tokens_per_s, 100.0 * r.mfu);
+}
+
 int run(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is printed, also into a file
   const Args a = parse(argc, argv);
   const cuda::DeviceProbe probe = cuda::probe_devices();
   if (probe.count == 0) {
@@ -380,7 +384,6 @@ int run(int argc, char** argv) {
   }
   std::printf("%s\n", cuda::describe_device(0).c_str());
   Ceilings c{};
-  std::vector<Row> rows;
   {
     CudaOptions o;
     o.kernels = a.kernels;
@@ -389,9 +392,8 @@ int run(int argc, char** argv) {
     c = measure_ceilings(be);
     std::printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 GEMM %.1f TFLOP/s\n",
                 c.copy_gbs, c.gemm_tflops);
-    rows = bench_ops(be, c);
+    bench_ops(be, c);
   }
-  print_rows(rows);
   cudnn_coverage();
 
   std::vector<StepResult> steps;
@@ -400,6 +402,7 @@ int run(int argc, char** argv) {
   gpt2.n_layer = 12, gpt2.n_head = 12, gpt2.n_kv_head = 12, gpt2.d_model = 768, gpt2.d_ff = 3072;
   gpt2.vocab_size = 50257, gpt2.max_seq_len = 1024;
   steps.push_back(bench_step(a, "gpt2-small B=8 T=1024", gpt2, 8, 1024, c));
+  print_step(steps.back());
   if (a.llama) {
     ModelConfig llama;  // ~1.1B: TinyLlama's shape
     llama.arch = Arch::Llama;
@@ -407,13 +410,12 @@ int run(int argc, char** argv) {
     llama.d_ff = 5632, llama.vocab_size = 32000, llama.max_seq_len = 1024;
     llama.norm_eps = 1e-5f;
     steps.push_back(bench_step(a, "llama-1.1B B=4 T=1024", llama, 4, 1024, c));
+    print_step(steps.back());
   }
   std::printf("\n%-24s %9s %10s %12s %7s   (kernels %s, GEMM math %s)\n", "training step",
               "params M", "ms/step", "tokens/s", "MFU", to_string(a.kernels).c_str(),
               to_string(a.math).c_str());
-  for (const StepResult& r : steps)
-    std::printf("%-24s %9.1f %10.1f %12.0f %6.1f%%\n", r.name.c_str(), r.params_m, r.ms,
-                r.tokens_per_s, 100.0 * r.mfu);
+  for (const StepResult& r : steps) print_step(r);
   return 0;
 }
 

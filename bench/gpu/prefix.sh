@@ -38,7 +38,13 @@ gpu_environment() {
   # mpirun is a singleton that must not look for an orted to start.
   export OPAL_PREFIX=$PREFIX/usr OMPI_MCA_ess_singleton_isolated=1
   export MPITRAIN_FORTUNES=$PREFIX/usr/share/games/fortunes PATH=$PREFIX/usr/bin:$PATH
+  # Open MPI's shared-memory transport without cross-process memory copies (CMA), which a
+  # sandbox may refuse: the messages go through the shared segment instead.
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  # cuDNN compiles its runtime-fused engines with NVRTC, which it loads by name: without it on
+  # the library path every such attention graph falls back to the CUDA kernel (gpu_nvrtc says).
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$CUDA_HOME/lib64
   local wheel nccl nccl_inc so
   local -a main nccl_libs
   if [[ -z ${CUDNN_ROOT:-} ]]; then  # a wheel has no libcudnn.so link: made here
@@ -68,6 +74,26 @@ gpu_environment() {
       export LD_LIBRARY_PATH=$(dirname "${nccl_libs[0]}"):$LD_LIBRARY_PATH
     fi
   fi
+}
+
+# gpu_nvrtc: where libnvrtc.so.<CUDA major> (the name cuDNN loads) lies on LD_LIBRARY_PATH, else
+# in PyTorch's wheels (then added to the path), said in NVRTC_FOUND; status 1 if nowhere
+gpu_nvrtc() {
+  local major dir wheels
+  major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  local IFS=:
+  for dir in $LD_LIBRARY_PATH; do
+    [[ -n $dir && -e $dir/libnvrtc.so.$major ]] &&
+      { NVRTC_FOUND="NVRTC for cuDNN's runtime-compiled engines: $dir/libnvrtc.so.$major"; return 0; }
+  done
+  if wheels=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null) &&
+     dir=$(dirname "$(find "$wheels" -name "libnvrtc.so.$major" | head -1)") && [[ $dir != . ]]; then
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$dir
+    NVRTC_FOUND="NVRTC for cuDNN's runtime-compiled engines: $dir/libnvrtc.so.$major (PyTorch's wheel)"
+    return 0
+  fi
+  NVRTC_FOUND="no libnvrtc.so.$major on LD_LIBRARY_PATH nor in PyTorch's wheels: cuDNN's runtime-compiled engines fall back"
+  return 1
 }
 
 # gpu_configure BUILD ARCH [CMAKE ARGS...]: CMake for a CUDA build against the prefix only

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Everything a GPU run (bench/gpu/run.sh on a lent machine) needs, checked here without a GPU, so
 # that the run's minutes are not spent on what could be found beforehand:
+#   0. the scripts it runs parse: the gpu-labelled e2e scripts (read back from BUILD_DIR's ctest)
+#      and what they source, bench/gpu's scripts and Python files, with every inline awk and
+#      Python program in them (bench/gpu/check_scripts.py; needs no nvcc);
 #   1. the packages it carries: third_party/debs (fetched anew with tools/fetch-debs.sh where
 #      apt-get works) unpack, and CMake configures a CUDA build against that prefix alone (as
 #      run.sh does);
@@ -10,7 +13,12 @@
 #   3. every shared library those programs load resolves, with the prefix first on the library
 #      path, to the prefix, the CUDA toolkit, or a package tools/debs-base.txt says a node has;
 #   4. the working tree plus third_party/debs fit the 64 MiB a device command may carry;
-#   5. the commands of the plan, as they will run, with their budgets.
+#   5. NVRTC, which cuDNN's runtime-compiled engines load, is found as run.sh will look for it;
+#   6. the commands of the plan, run dry (bench/gpu/run.sh --dry-run against the configure of 1):
+#      each exits 0 and leaves at most 8 files (16 MiB each, 2 folders deep at most, plain names)
+#      in its OUT, what a lent machine returns of a command, and no file but summary.md and the
+#      logs' archive (what a step writes itself, a dry run does not write); the plan's budget,
+#      the machine's start included, within its limit (run.sh --plan).
 # Prints one line per check; exits 1 when one fails, 77 when this machine cannot check (no nvcc,
 # no apt-get to fetch the packages with).
 #
@@ -28,6 +36,15 @@ mkdir -p "$WORK"
 failed=0
 ok() { echo "ok    $*"; }
 bad() { echo "FAIL  $*"; failed=1; }
+
+# 0. the scripts parse (no GPU, no nvcc needed)
+if python3 "$SRC/bench/gpu/check_scripts.py" --ctest "$BUILD_DIR" gpu "$SRC"/bench/gpu/*.sh \
+     "$SRC"/bench/gpu/*.py "$SRC/tests/support/hf_reference.py" >"$WORK/scripts.log" 2>&1; then
+  ok "$(grep -c '^ok' "$WORK/scripts.log") scripts and Python files the GPU run executes parse, their awk and Python programs too"
+else
+  grep -v '^ok' "$WORK/scripts.log"
+  bad "a script the GPU run executes does not parse (bench/gpu/check_scripts.py)"
+fi
 
 command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "SKIP: no nvcc here"; exit 77; }
 command -v nvcc >/dev/null || PATH=/usr/local/cuda/bin:$PATH
@@ -115,8 +132,44 @@ else
   bad "carried: work tree $(mib "$tree") + third_party/debs $(mib "$debs") = $(mib "$total"), over $(mib "$CARRY_LIMIT")"
 fi
 
-# 5. the plan
-bash "$SRC/bench/gpu/run.sh" --plan
+# 5. NVRTC for cuDNN, as run.sh finds it
+if gpu_nvrtc; then ok "$NVRTC_FOUND"; else bad "$NVRTC_FOUND"; fi
+
+# 6. the plan's commands, dry, against the configure of 1; what each leaves for the lent machine
+OUT_FILES_LIMIT=8 OUT_FILE_LIMIT=$((16 << 20))
+n=0
+while read -r steps; do
+  n=$((n + 1))
+  out=$WORK/out-$n
+  read -r -a list <<<"$steps"
+  if ! MPITRAIN_GPU_WORK=$WORK MPITRAIN_DEBS=$DEBS bash "$SRC/bench/gpu/run.sh" --dry-run "$out" "${list[@]}" \
+       >"$WORK/dry-$n.log" 2>&1; then
+    tail -20 "$WORK/dry-$n.log"
+    bad "command $n ($steps) fails dry (log: $WORK/dry-$n.log)"
+    continue
+  fi
+  mapfile -t files < <(cd "$out" && find . -mindepth 1 ! -type d | sed 's|^\./||' | sort)
+  problems=$(cd "$out" && for f in "${files[@]}"; do
+    [[ -f $f && ! -L $f ]] || echo "$f is not a plain file"
+    [[ $(tr -cd / <<<"$f" | wc -c) -le 2 ]] || echo "$f lies more than 2 folders down"
+    [[ $f =~ ^[A-Za-z0-9._/-]+$ ]] || echo "$f has a name of other characters"
+    (($(stat -c %s "$f") <= OUT_FILE_LIMIT)) || echo "$f is over 16 MiB"
+  done)
+  # a dry run writes placeholders for the steps' own files: any but these two would multiply
+  [[ "${files[*]}" == "logs-$(IFS=-; echo "${list[*]}").tar.gz summary.md" ]] ||
+    problems+="${problems:+; }OUT should hold summary.md and the logs' archive only: a step's files beside them are not counted here"
+  if ((${#files[@]} > OUT_FILES_LIMIT)) || [[ -n $problems ]]; then
+    bad "command $n ($steps) leaves ${#files[@]} files in OUT (a lent machine returns $OUT_FILES_LIMIT): ${files[*]}${problems:+; $problems}"
+  else
+    ok "command $n ($steps), dry: OUT gets ${#files[@]} files of $OUT_FILES_LIMIT: ${files[*]}"
+  fi
+done < <(bash "$SRC/bench/gpu/run.sh" --plan-steps)
+((n > 0)) || bad "no commands read from run.sh --plan"
+if bash "$SRC/bench/gpu/run.sh" --plan; then
+  ok "the plan fits its device time (above)"
+else
+  bad "the plan does not fit its device time (above)"
+fi
 echo "  each with carry [\"third_party/debs\"] and the build area build-gpu/ kept on the warm machine"
 ((failed)) && { echo "preflight: FAILED"; exit 1; }
 echo "preflight: ready for a GPU"

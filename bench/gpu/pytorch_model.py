@@ -3,15 +3,20 @@
 
     python3 bench/gpu/pytorch_model.py --arch gpt2|llama --n-layer L --n-head H [--n-kv-head KV]
         --d-model C [--d-ff F] --vocab V --seq-len T --batch B [--grad-accum A] [--steps S]
-        [--warmup W] [--compile 0|1] [--peak-tflops P]
+        [--warmup W] [--compile 0|1] [--peak-tflops P] [--impl auto|transformers|native]
 
 The same shapes as the trainer's model (include/mpitrain/model/config.hpp), vocabulary padded to
 a multiple of 128 as the trainer pads it:
   gpt2:  learned positions, LayerNorm, GELU-tanh MLP, biases, tied embeddings;
-  llama: RMSNorm, RoPE, SwiGLU (one fused gate/up weight of 2F rows), grouped-query attention
-         with KV key/value heads, untied lm head, no biases.
-fp32 parameters under bf16 autocast, attention by F.scaled_dot_product_attention(is_causal=True),
-AdamW (fused if this PyTorch has it; weight decay 0.1 on matrices only, as the trainer) after
+  llama: RMSNorm, RoPE, SwiGLU, grouped-query attention with KV key/value heads, untied lm head,
+         no biases.
+--impl transformers (auto: where transformers imports) builds transformers' own GPT2LMHeadModel or
+LlamaForCausalLM from a config of these shapes (random weights, no dropout, attention through
+PyTorch's scaled_dot_product_attention: attn_implementation="sdpa"): what a PyTorch user runs.
+--impl native is this file's model of the same shapes from PyTorch's modules (nn.LayerNorm,
+nn.RMSNorm where this PyTorch has it, F.scaled_dot_product_attention(is_causal=True); one fused
+gate/up weight of 2F rows). fp32 parameters under bf16 autocast, the loss as the trainer's
+(cross-entropy of fp32 logits against the next tokens), AdamW (fused if this PyTorch has it; weight decay 0.1 on matrices only, as the trainer) after
 clipping the global gradient norm to 1 (the trainer's default --grad-clip). Random tokens, one
 fixed batch on the device. A step = A x (forward + backward on B sequences) + clip + AdamW;
 W warm-up steps (torch.compile compiles in the first) are not timed, each timed step is bracketed
@@ -19,12 +24,12 @@ by torch.cuda.synchronize(), and the median of S timed steps is reported. With -
 failing torch.compile falls back to eager (a note on stderr, "compiled 0" in the result).
 
 Prints lines starting with "# " (shapes, parameters, memory) and one result line:
-    tokens_per_s X ms_per_step Y mfu Z compiled 0|1
+    tokens_per_s X ms_per_step Y mfu Z compiled 0|1 impl NAME
 MFU = flops/token x tokens/s / peak, flops/token = 6 N + 12 L C T (PaLM), N as the trainer's
 ParamLayout::matmul_params() counts it (see matmul_params below).
 """
 import argparse
-import math
+import importlib.util
 import statistics
 import sys
 import time
@@ -60,14 +65,19 @@ def rope(x, cos, sin):  # x (B, H, T, hs); rotate the two halves of each head by
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
 
 
+def make_norm(llama, d):  # PyTorch's own modules where it has them (nn.RMSNorm: 2.4 on)
+    if not llama:
+        return nn.LayerNorm(d, eps=1e-5)
+    return nn.RMSNorm(d, eps=1e-5) if hasattr(nn, "RMSNorm") else RMSNorm(d, 1e-5)
+
+
 class Block(nn.Module):
     def __init__(self, a):
         super().__init__()
         self.llama = a.arch == "llama"
         self.n_head, self.n_kv, self.hs = a.n_head, a.n_kv_head, a.d_model // a.n_head
         d, f, bias = a.d_model, a.d_ff, not self.llama
-        norm = (lambda: RMSNorm(d, 1e-5)) if self.llama else (lambda: nn.LayerNorm(d, eps=1e-5))
-        self.ln1, self.ln2 = norm(), norm()
+        self.ln1, self.ln2 = make_norm(self.llama, d), make_norm(self.llama, d)
         self.qkv = nn.Linear(d, (self.n_head + 2 * self.n_kv) * self.hs, bias=bias)
         self.proj = nn.Linear(self.n_head * self.hs, d, bias=bias)
         self.fc = nn.Linear(d, 2 * f if self.llama else f, bias=bias)  # llama: [gate; up]
@@ -107,7 +117,7 @@ class Model(nn.Module):
         self.wte = nn.Embedding(vp, d)
         self.wpe = None if self.llama else nn.Embedding(a.seq_len, d)
         self.blocks = nn.ModuleList(Block(a) for _ in range(a.n_layer))
-        self.ln_f = RMSNorm(d, 1e-5) if self.llama else nn.LayerNorm(d, eps=1e-5)
+        self.ln_f = make_norm(self.llama, d)
         self.lm_head = nn.Linear(d, vp, bias=False) if self.llama else None
         hs = d // a.n_head
         angle = torch.outer(torch.arange(a.seq_len, dtype=torch.float32),
@@ -131,13 +141,40 @@ class Model(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def matmul_params(model):
+class TransformersLoss(nn.Module):
+    """transformers' own model of the shapes, returning the loss as Model does."""
+
+    def __init__(self, a):
+        super().__init__()
+        import transformers  # noqa: PLC0415 (only this implementation needs it)
+
+        common = dict(vocab_size=padded_vocab(a.vocab), initializer_range=0.02, use_cache=False)
+        if a.arch == "gpt2":
+            config = transformers.GPT2Config(
+                n_positions=a.seq_len, n_embd=a.d_model, n_layer=a.n_layer, n_head=a.n_head,
+                n_inner=a.d_ff, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True, **common)
+        else:
+            config = transformers.LlamaConfig(
+                hidden_size=a.d_model, intermediate_size=a.d_ff, num_hidden_layers=a.n_layer,
+                num_attention_heads=a.n_head, num_key_value_heads=a.n_kv_head,
+                max_position_embeddings=a.seq_len, rms_norm_eps=1e-5, attention_bias=False,
+                mlp_bias=False, tie_word_embeddings=False, **common)
+        self.model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+        self.name = f"transformers {transformers.__version__} {type(self.model).__name__} (sdpa)"
+
+    def forward(self, idx, targets):
+        logits = self.model(input_ids=idx).logits
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def matmul_params(model, a):
     """N of the PaLM formula as the trainer's ParamLayout::matmul_params() counts it: every
     parameter of the blocks (matrices, biases and norm weights) and of the final norm, plus the
     matrix that produces the logits (gpt2: the tied wte; llama: lm_head, padded vocabulary);
-    not the position embedding (gpt2 wpe) nor llama's untied input embedding (lookups)."""
-    skip = {"wpe.weight"} | ({"wte.weight"} if model.llama else set())
-    return sum(p.numel() for name, p in model.named_parameters() if name not in skip)
+    not the lookups: gpt2's position embedding (T x C), llama's untied input embedding (Vp x C)."""
+    lookups = a.d_model * (a.seq_len if a.arch == "gpt2" else padded_vocab(a.vocab))
+    return sum(p.numel() for p in model.parameters()) - lookups
 
 
 def expected_matmul_params(a):  # the same count from the shapes alone (a cross-check)
@@ -176,6 +213,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     p.add_argument("--compile", type=int, choices=[0, 1], default=1)
     p.add_argument("--peak-tflops", type=float, default=989.4, help="H100/H200 dense bf16")
+    p.add_argument("--impl", choices=["auto", "transformers", "native"], default="auto",
+                   help="auto: transformers where it imports, else native")
     a = p.parse_args()
     a.n_kv_head = a.n_kv_head or a.n_head
     a.d_ff = a.d_ff or default_d_ff(a.arch, a.d_model)
@@ -190,8 +229,11 @@ def main():
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True  # only fp32 matmuls outside autocast (none here)
     dev = torch.device("cuda")
-    model = Model(a).to(dev)
-    n_matmul, n_total = matmul_params(model), sum(q.numel() for q in model.parameters())
+    if a.impl == "auto":
+        a.impl = "transformers" if importlib.util.find_spec("transformers") else "native"
+    model = (TransformersLoss(a) if a.impl == "transformers" else Model(a)).to(dev)
+    impl = getattr(model, "name", f"native (torch {torch.__version__} modules)")
+    n_matmul, n_total = matmul_params(model, a), sum(q.numel() for q in model.parameters())
     assert n_matmul == expected_matmul_params(a), (n_matmul, expected_matmul_params(a))
     opt, opt_kind = make_optimizer(model)
     data = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1), device=dev)
@@ -199,7 +241,7 @@ def main():
     print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()} | {a.arch} L{a.n_layer} "
           f"H{a.n_head} KV{a.n_kv_head} C{a.d_model} F{a.d_ff} V{a.vocab} (padded "
           f"{padded_vocab(a.vocab)}) T{a.seq_len} B{a.batch}x{a.grad_accum} | {n_total} parameters, "
-          f"N (matmul) {n_matmul} | AdamW {opt_kind}")
+          f"N (matmul) {n_matmul} | AdamW {opt_kind} | {impl}")
 
     compiled = a.compile
     fwd = model
@@ -256,7 +298,8 @@ def main():
     print(f"# loss {loss.item() * a.grad_accum:.4f} | peak memory "
           f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB | step ms min {1e3 * min(times):.2f} "
           f"max {1e3 * max(times):.2f}")
-    print(f"tokens_per_s {tokens_per_s:.1f} ms_per_step {1e3 * sec:.3f} mfu {mfu:.4f} compiled {compiled}")
+    print(f"tokens_per_s {tokens_per_s:.1f} ms_per_step {1e3 * sec:.3f} mfu {mfu:.4f} compiled {compiled} "
+          f"impl {a.impl}")
     return 0
 
 

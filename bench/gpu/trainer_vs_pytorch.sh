@@ -11,8 +11,10 @@
 # equal to the batch where the trainer does not take `auto`), global batch as above, STEPS steps;
 # tokens/s and MFU are the medians of metrics.jsonl over the steps after the first 2. Then
 # bench/gpu/pytorch_model.py with the same shapes, micro-batch and accumulation (read from the
-# trainer's "global batch G = dp 1 x M micro-batches x B" line): eager first, then torch.compile
-# with the time left; the faster of the two is the PyTorch column. MFU = (6 N + 12 L C T) tokens/s
+# trainer's "global batch G = dp 1 x M micro-batches x B" line), transformers' own GPT2LMHeadModel
+# / LlamaForCausalLM where transformers imports, else the file's model of PyTorch's modules: eager
+# first, then torch.compile with the time left; the faster of the two is the PyTorch column. Each
+# result is printed as it is measured, the table at the end. MFU = (6 N + 12 L C T) tokens/s
 # / peak for both, N as the trainer's matmul_params(), peak PEAK_TFLOPS (the trainer gets it as
 # --peak-gflops). Data: BUILD_DIR/data/train.h5 if present, else this source tree's text as
 # byte tokens (prepare-data): any token id is below both vocabularies.
@@ -132,7 +134,7 @@ for name in "${models[@]}"; do
   cp "$SCRATCH/$name/metrics.jsonl" "$OUT/trainer-$name.metrics.jsonl" 2>/dev/null
   if [[ $rc == 0 ]] && t_tps[$name]=$(median tokens_per_s "$SCRATCH/$name/metrics.jsonl") &&
      t_mfu[$name]=$(median mfu "$SCRATCH/$name/metrics.jsonl"); then
-    :
+    echo "trainer $name: ${t_tps[$name]} tokens/s, MFU ${t_mfu[$name]} (batch $G = ${acc[$name]} x ${mb[$name]})"
   else
     echo "trainer_vs_pytorch: trainer $name exit $rc; last lines of $log:" >&2
     tail -5 "$log" >&2
@@ -143,7 +145,7 @@ done
 
 # torch_run NAME COMPILE LIMIT: one pytorch_model.py run; the faster of the runs is kept
 torch_run() {
-  local name=$1 compile=$2 limit=$3 arch L H KV C F V T G how line tps mfu compiled
+  local name=$1 compile=$2 limit=$3 arch L H KV C F V T G how line tps mfu compiled impl
   read -r arch L H KV C F V T G <<<"${shape[$name]}"
   how=$([[ $compile == 1 ]] && echo compiled || echo eager)
   local log=$OUT/pytorch-$name-$how.log
@@ -160,13 +162,15 @@ torch_run() {
     else
       p_note[$name]+="; $how: exit $rc (see $(basename "$log"))"
     fi
+    echo "pytorch $name $how: no result${p_note[$name]}"
     return
   fi
-  read -r _ tps _ _ _ mfu _ compiled <<<"$line"
+  read -r _ tps _ _ _ mfu _ compiled _ impl <<<"$line"
+  echo "pytorch $name $how ($impl): $tps tokens/s, MFU $mfu"
   [[ $compile == 1 && $compiled == 0 ]] && p_note[$name]+="; torch.compile failed, eager (see $(basename "$log"))"
   if [[ -z ${p_tps[$name]:-} ]] || awk -v a="$tps" -v b="${p_tps[$name]}" 'BEGIN { exit !(a > b) }'; then
     p_tps[$name]=$tps p_mfu[$name]=$mfu
-    p_best[$name]=$([[ $compiled == 1 ]] && echo "torch.compile" || echo "eager")
+    p_best[$name]="$([[ $compiled == 1 ]] && echo "torch.compile" || echo "eager") of $impl"
   fi
 }
 

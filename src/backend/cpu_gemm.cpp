@@ -1,6 +1,7 @@
 // CPU backend: the fp32 matrix product (see cpu_kernels.hpp).
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cpu_kernels.hpp"
@@ -28,9 +29,39 @@ bool onednn_sgemm() {
   return use;
 }
 
+// What OpenBLAS's cblas_sgemm refuses (its xerbla prints to stderr and returns, C untouched), in
+// its own terms, for a row-major product: sizes below 0, a leading dimension below a row.
+std::string openblas_refusal(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, int lda,
+                             int ldb, int ldc) {
+  const auto below = [](const char* name, int value, int least) {
+    return name + std::string(" ") + std::to_string(value) + " < " + std::to_string(least);
+  };
+  if (M < 0 || N < 0 || K < 0) return "a negative size";
+  if (const int a = std::max(1, ta == CblasTrans ? M : K); lda < a) return below("lda", lda, a);
+  if (const int b = std::max(1, tb == CblasTrans ? K : N); ldb < b) return below("ldb", ldb, b);
+  if (const int c = std::max(1, N); ldc < c) return below("ldc", ldc, c);
+  return {};
+}
+
+std::string shape(int M, int N, int K) {
+  return "(M " + std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) + ")";
+}
+
 }  // namespace
 
 const char* cpu_sgemm_library() { return onednn_sgemm() ? "oneDNN sgemm" : "OpenBLAS sgemm"; }
+
+std::string cpu_sgemm_reason() {
+  const dnnl_version_t* v = dnnl_version();
+  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." +
+                             std::to_string(v->minor) + "." + std::to_string(v->patch);
+  if (!cpu::onednn_has(dnnl::cpu_isa::avx512_core))
+    return onednn + " has no AVX-512 kernels for this CPU; on AVX2 OpenBLAS is as fast";
+  if (!signal_safe_onednn())
+    return onednn + " is older than 3.11.2: its AVX-512 sgemm corrupts the heap when a signal " +
+           "arrives inside it (oneDNN issue #4845)";
+  return onednn + " has AVX-512 kernels for this CPU and survives signals";
+}
 
 namespace cpu {
 
@@ -40,6 +71,9 @@ namespace cpu {
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (!onednn_sgemm()) {
+    if (const std::string refused = openblas_refusal(ta, tb, M, N, K, lda, ldb, ldc);
+        !refused.empty())
+      MPITRAIN_THROW("OpenBLAS sgemm " + shape(M, N, K) + ": " + refused);
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -47,8 +81,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alp
       dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', M, N, K, alpha, A, lda,
                  B, ldb, beta, C, ldc);
   if (status != dnnl_success)
-    MPITRAIN_THROW("oneDNN sgemm (M " + std::to_string(M) + ", N " + std::to_string(N) + ", K " +
-                   std::to_string(K) + "): " + dnnl_status2str(status));
+    MPITRAIN_THROW("oneDNN sgemm " + shape(M, N, K) + ": " + dnnl_status2str(status));
 }
 
 }  // namespace cpu

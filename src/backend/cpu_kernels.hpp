@@ -22,7 +22,8 @@ inline constexpr size_t kParallelWork = size_t{1} << 15;
 // model and runs an AVX-512 CPU it does not know (Zen 5) on its AVX2 kernels, at half oneDNN's
 // rate. With AVX2 only, the two were measured alike (oneDNN 1.0-1.1x) and oneDNN's per-call
 // packing buffers raise the peak memory, so OpenBLAS stays. bench/cpu_gemm compares them on the
-// model's shapes.
+// model's shapes. Arguments either library refuses throw Error with the library's name, the
+// shape and why (OpenBLAS's own check only prints to stderr and leaves C as it was).
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
           int lda, const float* B, int ldb, float beta, float* C, int ldc);
 // double (the gradient-check tests): OpenBLAS, oneDNN has no dgemm.

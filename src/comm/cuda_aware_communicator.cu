@@ -30,8 +30,10 @@ void CudaAwareMpiCommunicator::reduce_scatter(const float* in, float* out, size_
   sync().reduce_scatter(in, out, n, op);
 }
 
+// The started collectives: staged (see the header), the staged communicator waits for the
+// compute stream itself.
 CommHandle CudaAwareMpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {
-  return sync().all_reduce_start(data, n, op);
+  return from_staged(staged_.all_reduce_start(data, n, op));
 }
 
 CommHandle CudaAwareMpiCommunicator::send_start(const float* data, size_t n, int peer, int tag) {
@@ -52,27 +54,32 @@ CommHandle CudaAwareMpiCommunicator::recv_start(uint16_t* data, size_t n, int pe
 }
 
 CommHandle CudaAwareMpiCommunicator::all_to_all_start(const void* in, void* out, size_t bytes) {
-  return sync().all_to_all_start(in, out, bytes);
+  return from_staged(staged_.all_to_all_start(in, out, bytes));
 }
 
 CommHandle CudaAwareMpiCommunicator::all_gather_start(const void* in, void* out, size_t bytes) {
-  return sync().all_gather_start(in, out, bytes);
+  return from_staged(staged_.all_gather_start(in, out, bytes));
 }
 
 CommHandle CudaAwareMpiCommunicator::reduce_scatter_start(float* data,
                                                           std::span<const size_t> counts,
                                                           ReduceOp op) {
-  return sync().reduce_scatter_start(data, counts, op);
+  return from_staged(staged_.reduce_scatter_start(data, counts, op));
 }
 
 CommHandle CudaAwareMpiCommunicator::all_gather_start(float* data,
                                                       std::span<const size_t> counts) {
-  return sync().all_gather_start(data, counts);
+  return from_staged(staged_.all_gather_start(data, counts));
 }
 
 CommHandle CudaAwareMpiCommunicator::all_gather_start(uint16_t* data,
                                                       std::span<const size_t> counts) {
-  return sync().all_gather_start(data, counts);
+  return from_staged(staged_.all_gather_start(data, counts));
+}
+
+void CudaAwareMpiCommunicator::wait(CommHandle handle) {
+  if (handle.id >= kStaged) staged_.wait({handle.id - kStaged});
+  else mpi_.wait(handle);
 }
 
 }  // namespace mpitrain

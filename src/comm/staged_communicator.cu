@@ -1,6 +1,8 @@
 #include "mpitrain/comm/staged_communicator.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -32,6 +34,7 @@ StagedMpiCommunicator::Stage StagedMpiCommunicator::make_stage(size_t bytes) {
   void* p = nullptr;
   CUDA_CHECK(cudaMallocHost(&p, bytes));
   s.host.reset(p);
+  s.size = bytes;
   cudaEvent_t e = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   s.copied.reset(e);
@@ -39,12 +42,17 @@ StagedMpiCommunicator::Stage StagedMpiCommunicator::make_stage(size_t bytes) {
 }
 
 StagedMpiCommunicator::StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute,
-                                             size_t max_bytes, int in_flight)
+                                             size_t max_bytes, const std::vector<size_t>& started)
     : DeviceMpiCommunicator(mpi, compute), max_bytes_(max_bytes) {
-  if (max_bytes_ < 1 || in_flight < 0)
-    MPITRAIN_THROW("staging needs max_bytes >= 1 and in_flight >= 0");
+  if (max_bytes_ < 1) MPITRAIN_THROW("staging needs max_bytes >= 1");
   blocking_ = make_stage(max_bytes_);
-  for (int i = 0; i < in_flight; ++i) stages_.push_back(make_stage(max_bytes_));
+  for (size_t bytes : started) stages_.push_back(make_stage(std::max<size_t>(bytes, 1)));
+}
+
+size_t StagedMpiCommunicator::pinned_bytes() const {
+  size_t bytes = blocking_.size;
+  for (const Stage& s : stages_) bytes += s.size;
+  return bytes;
 }
 
 void StagedMpiCommunicator::need(size_t bytes, const char* op) const {
@@ -55,16 +63,25 @@ void StagedMpiCommunicator::need(size_t bytes, const char* op) const {
 }
 
 int StagedMpiCommunicator::acquire(size_t bytes, const char* op) {
-  need(bytes, op);
+  int best = -1;
+  size_t busy = 0, larger = 0;  // for the message
   for (size_t i = 0; i < stages_.size(); ++i) {
-    Stage& s = stages_[i];
-    if (s.busy) continue;
-    CUDA_CHECK(cudaEventSynchronize(s.copied.get()));  // its last copy back has read it
-    s.busy = true;
-    return static_cast<int>(i);
+    const Stage& s = stages_[i];
+    if (s.size < bytes) continue;
+    ++larger;
+    if (s.busy) ++busy;
+    else if (best < 0 || s.size < stages_[best].size) best = static_cast<int>(i);
   }
-  MPITRAIN_THROW(std::string(op) + ": more than " + std::to_string(stages_.size()) +
-                 " started calls at once: construct StagedMpiCommunicator with a larger in_flight");
+  if (best < 0)
+    MPITRAIN_THROW(std::string(op) + " stages " + std::to_string(bytes) + " bytes: " +
+                   std::to_string(larger) + " of the " + std::to_string(stages_.size()) +
+                   " started-call buffers hold that many, and " + std::to_string(busy) +
+                   " of them are in flight: construct StagedMpiCommunicator with a buffer of "
+                   "that size for every such call in flight at once");
+  Stage& s = stages_[best];
+  CUDA_CHECK(cudaEventSynchronize(s.copied.get()));  // its last copy back has read it
+  s.busy = true;
+  return best;
 }
 
 void StagedMpiCommunicator::to_host(void* dst, const void* src, size_t bytes) {

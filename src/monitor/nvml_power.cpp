@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include "mpitrain/runtime/error.hpp"
+#include <cstdio>
 
 namespace mpitrain {
 
@@ -24,13 +24,15 @@ struct NvmlPower::Api {
   NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*);  // mJ since the driver loaded
   NvmlReturn (*power_usage)(NvmlDevice, unsigned int*);         // mW
   const char* (*error_string)(NvmlReturn);
-  std::string error(const char* call, NvmlReturn rc) const {
-    return std::string(call) + " failed: " + error_string(rc) + " (" + std::to_string(rc) + ")";
+  std::string error(const char* call, NvmlReturn rc) const {  // a partial NVML may lack the text
+    const char* text = error_string(rc);
+    return std::string(call) + " failed: " + (text ? text : "no error text") + " (" +
+           std::to_string(rc) + ")";
   }
 };
 
 NvmlPower::NvmlPower(const std::string& pci_bus_id, const std::string& library)
-    : lib_(dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL), dlclose) {
+    : pci_bus_id_(pci_bus_id), lib_(dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL), dlclose) {
   if (!lib_) {
     const char* why = dlerror();
     reason_ = "NVML not loadable (" + (why ? std::string(why) : library) + ")";
@@ -63,42 +65,57 @@ NvmlPower::NvmlPower(const std::string& pci_bus_id, const std::string& library)
     reason_ = api_->error(("nvmlDeviceGetHandleByPciBusId_v2(" + pci_bus_id + ")").c_str(), rc);
     return;
   }
-  device_ = device;
   counter_ = api_->total_energy(device, &start_mj_) == kNvmlSuccess;
   if (!counter_) {
-    last_w_ = power_watts();
+    unsigned int mw = 0;
+    if (const NvmlReturn rc = api_->power_usage(device, &mw); rc != kNvmlSuccess) {
+      reason_ = "no energy counter, and " + api_->error("nvmlDeviceGetPowerUsage", rc);
+      return;
+    }
+    last_w_ = 1e-3 * mw;
     last_t_ = Clock::now();
   }
+  device_ = device;
 }
 
 NvmlPower::~NvmlPower() {
   if (initialised_) api_->shutdown();  // before lib_ is closed (members go in reverse order)
 }
 
-void NvmlPower::require(const char* what) const {
-  if (!available()) MPITRAIN_THROW(std::string(what) + ": NVML is not available: " + reason_);
+void NvmlPower::stop(const std::string& why) {
+  device_ = nullptr;
+  reason_ = why;
+  std::fprintf(stderr, "NVML (GPU %s): %s: energy not reported from now on\n",
+               pci_bus_id_.c_str(), why.c_str());
 }
 
-double NvmlPower::power_watts() {
-  require("power_watts");
+std::optional<double> NvmlPower::power_watts() {
+  if (!available()) return std::nullopt;
   unsigned int mw = 0;
   const NvmlReturn rc = api_->power_usage(static_cast<NvmlDevice>(device_), &mw);
-  if (rc != kNvmlSuccess) MPITRAIN_THROW(api_->error("nvmlDeviceGetPowerUsage", rc));
+  if (rc != kNvmlSuccess) {
+    stop(api_->error("nvmlDeviceGetPowerUsage", rc));
+    return std::nullopt;
+  }
   return 1e-3 * mw;
 }
 
-double NvmlPower::energy_joules() {
-  require("energy_joules");
+std::optional<double> NvmlPower::energy_joules() {
+  if (!available()) return std::nullopt;
   if (counter_) {
     unsigned long long mj = 0;
     const NvmlReturn rc = api_->total_energy(static_cast<NvmlDevice>(device_), &mj);
-    if (rc != kNvmlSuccess) MPITRAIN_THROW(api_->error("nvmlDeviceGetTotalEnergyConsumption", rc));
+    if (rc != kNvmlSuccess) {
+      stop(api_->error("nvmlDeviceGetTotalEnergyConsumption", rc));
+      return std::nullopt;
+    }
     return 1e-3 * static_cast<double>(mj - start_mj_);
   }
-  const double w = power_watts();
+  const std::optional<double> w = power_watts();
+  if (!w) return std::nullopt;
   const Clock::time_point t = Clock::now();
-  integrated_j_ += 0.5 * (w + last_w_) * std::chrono::duration<double>(t - last_t_).count();
-  last_w_ = w;
+  integrated_j_ += 0.5 * (*w + last_w_) * std::chrono::duration<double>(t - last_t_).count();
+  last_w_ = *w;
   last_t_ = t;
   return integrated_j_;
 }

@@ -13,11 +13,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 
 #include "mpitrain/backend/sgemm_rate.hpp"
-#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 
 namespace fs = std::filesystem;
@@ -129,30 +129,45 @@ std::string entry_line(const PeakEntry& e) {
          ",\"gflops\":" + gflops + ",\"date\":" + json_string(e.date) + "}\n";
 }
 
-PeakEntry parse_entry(std::string_view line) {
-  const JsonValue v = parse_json(line);
-  auto field = [&](const char* name, JsonValue::Kind kind) -> const JsonValue& {
-    const JsonValue* f = v.find(name);
-    if (f == nullptr || f->kind != kind) throw Error(std::string("no valid \"") + name + "\"");
-    return *f;
+PeakEntry parse_entry(const std::string& line) {
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("not JSON: ") + e.what());
+  }
+  // The member `name`; null where it is absent or the line is not an object.
+  auto member = [&](const char* name) {
+    const auto f = v.find(name);
+    return f != v.end() ? *f : nlohmann::json();
+  };
+  auto string = [&](const char* name) {
+    const nlohmann::json f = member(name);
+    if (!f.is_string()) throw Error(std::string("no valid \"") + name + "\"");
+    return f.get<std::string>();
+  };
+  auto number = [&](const char* name) {
+    const nlohmann::json f = member(name);
+    if (!f.is_number()) throw Error(std::string("no valid \"") + name + "\"");
+    return f.get<double>();
   };
   auto count = [&](const char* name) {
-    const double x = field(name, JsonValue::Kind::Number).number;
+    const double x = number(name);
     if (!(x >= 1 && x <= 1e6 && x == std::floor(x)))
       throw Error(std::string("bad \"") + name + "\"");
     return static_cast<int>(x);
   };
   PeakEntry e;
-  e.key.host = field("host", JsonValue::Kind::String).string;
-  e.key.cpu_model = field("cpu", JsonValue::Kind::String).string;
+  e.key.host = string("host");
+  e.key.cpu_model = string("cpu");
   e.key.threads = count("threads");
   e.key.cpus = count("cpus");
-  const JsonValue* gemm = v.find("gemm");
-  if (gemm != nullptr && gemm->kind != JsonValue::Kind::String) throw Error("bad \"gemm\"");
-  e.key.gemm = gemm != nullptr ? gemm->string : kOldCpuGemm;
-  e.gflops = field("gflops", JsonValue::Kind::Number).number;
+  const auto gemm = v.find("gemm");
+  if (gemm != v.end() && !gemm->is_string()) throw Error("bad \"gemm\"");
+  e.key.gemm = gemm != v.end() ? gemm->get<std::string>() : kOldCpuGemm;
+  e.gflops = number("gflops");
   if (!(e.gflops > 0 && std::isfinite(e.gflops))) throw Error("bad \"gflops\"");
-  e.date = field("date", JsonValue::Kind::String).string;
+  e.date = string("date");
   return e;
 }
 

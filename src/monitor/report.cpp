@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "mpitrain/monitor/json.hpp"
+#include "mpitrain/monitor/json_number.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {

@@ -1,5 +1,6 @@
 #include "mpitrain/planner/micro_batch_auto.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "mpitrain/runtime/error.hpp"
@@ -35,6 +36,11 @@ MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, 
   }
   plan.text += " (" + memory_breakdown(plan.memory) + ") -> none fits";
   return plan;
+}
+
+double device_share(double free_bytes, int ranks, double reserved) {
+  if (ranks < 1) MPITRAIN_THROW("device_share: " + std::to_string(ranks) + " ranks");
+  return std::max(0.0, free_bytes / ranks - reserved);
 }
 
 }  // namespace mpitrain

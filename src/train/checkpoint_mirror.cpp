@@ -2,14 +2,27 @@
 
 namespace mpitrain {
 
-CheckpointMirror::CheckpointMirror(Backend<float>& backend, CheckpointState& state,
-                                   Buf<float> params)
-    : backend_(backend) {
-  const size_t n = state.owned.size();
-  state.params = mirror(params, state.params_held.size());
-  state.master = state.separate_master ? mirror(state.master, n)
-                                       : master_view(state.params, state.params_held, state.owned);
-  for (float*& b : state.state) b = mirror(b, n);
+size_t mirror_floats(const CheckpointState& device, MirrorUse use) {
+  const size_t owned = device.owned.size(), buffers = device.state.size();
+  if (use == MirrorUse::Save) return device.writer ? owned * (1 + buffers) : 0;
+  return device.params_held.size() + (device.separate_master ? owned : 0) + owned * buffers;
+}
+
+CheckpointMirror::CheckpointMirror(Backend<float>& backend, const CheckpointState& device,
+                                   Buf<float> params, MirrorUse use)
+    : backend_(backend), host_(device) {
+  const size_t n = device.owned.size();
+  if (use == MirrorUse::Save) {  // the master (a view of the fp32 params, or its own) and state
+    host_.params = nullptr;
+    host_.master = device.writer ? mirror(device.master, n) : nullptr;
+    for (float*& b : host_.state) b = device.writer ? mirror(b, n) : nullptr;
+    return;
+  }
+  host_.params = mirror(params, device.params_held.size());
+  host_.master = device.separate_master
+                     ? mirror(device.master, n)
+                     : master_view(host_.params, device.params_held, device.owned);
+  for (float*& b : host_.state) b = mirror(b, n);
 }
 
 void CheckpointMirror::download() {

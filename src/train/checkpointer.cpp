@@ -4,54 +4,92 @@
 
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/monitor/memory.hpp"
+#include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
 namespace {
 
-// Floats of the staging copy on this rank: the master and each optimizer buffer over the owned
-// ranges, on a rank that writes (a device's mirror is its staging: nothing more).
-size_t staging_floats(const CheckpointState& s, bool mirrored) {
-  if (!s.writer || mirrored) return 0;
-  return s.owned.size() * (1 + s.state.size());
+std::string gb(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+  return text;
 }
 
 }  // namespace
 
-Checkpointer::Checkpointer(bool async, CheckpointStore& store, const CheckpointState& live,
-                           CheckpointMirror* mirror, Backend<float>& backend, const MpiComm& node,
-                           MetricsLog& log, TraceRecorder& trace)
-    : store_(store), live_(live), mirror_(mirror), backend_(backend), log_(log), trace_(trace) {
-  const MpiComm& world = store.world();
-  bytes_ = static_cast<uint64_t>(ParamLayout(live.config).total()) * (1 + live.state.size()) *
-           sizeof(float);
-  if (!async) return;
-  // What each node's ranks would stage together, against what the node has (the least of any
-  // rank's view, so that every rank decides alike).
-  const size_t floats = staging_floats(live, mirror != nullptr);
+std::string NodeMemory::text() const {
+  return gb(need) + " of host memory on a node, " + (fits() ? "within" : "more than") +
+         " 3/4 of the " + gb(available) + " available";
+}
+
+NodeMemory node_memory(size_t floats, const MpiComm& node, const MpiComm& world) {
   double node_bytes = static_cast<double>(floats * sizeof(float));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &node_bytes, 1, MPI_DOUBLE, MPI_SUM, node.get()));
   double figures[2] = {node_bytes, -available_memory_bytes()};  // max need, min available
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, figures, 2, MPI_DOUBLE, MPI_MAX, world.get()));
-  const double need = figures[0], available = -figures[1];
-  const auto gb = [](double bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
-    return std::string(text);
-  };
+  return {figures[0], -figures[1]};
+}
+
+SavePlan plan_saves(const SaveOptions& options, const CheckpointState& live, const MpiComm& node,
+                    const MpiComm& world) {
+  SavePlan plan;
+  // On a writer: the host copies of a device, else (async) a copy of the master and state.
+  const size_t copies = live.writer ? live.owned.size() * (1 + live.state.size()) : 0;
+  plan.staging_floats = options.mirrored ? mirror_floats(live, MirrorUse::Save)
+                        : options.async  ? copies
+                                         : 0;
+  if (!options.mirrored && !options.async) return plan;
+  const NodeMemory memory = node_memory(plan.staging_floats, node, world);  // agreed
+  if (options.mirrored) {
+    const std::string copy = "copies the writers' master and optimizer state from the device to ";
+    require(memory.fits() || !options.planned,
+            "checkpoints: a save " + copy + memory.text() +
+                ": run on more nodes (the writers spread over them), or without planned saves "
+                "(--save-interval 0, no --save-best, --exit-at-step or --exit-after-minutes)");
+    plan.mirror_now = options.planned;
+    plan.note = memory.fits()
+                    ? "checkpoints: host copies of the writers' state, " + memory.text() +
+                          " (rank 0: " + std::to_string(plan.staging_floats) + " floats), " +
+                          (options.planned ? "made now" : "made at a stop's save")
+                    : "warning: a stop's checkpoint (a signal) " + copy + memory.text() +
+                          ": it may fail";
+  }
+  if (!options.async) return plan;
   std::string why;
   if (!AsyncSaver::threads_supported())
     why = "this MPI does not provide MPI_THREAD_MULTIPLE, which the writer thread needs";
-  else if (need > kStagingMemoryShare * available)
-    why = "the staging copy needs " + gb(need) + " of host memory on a node, more than 3/4 of " +
-          "the " + gb(available) + " available";
-  if (!why.empty()) {  // alike on every rank: the figures are agreed, the MPI is one
-    if (world.rank() == 0)
-      std::printf("checkpoints: synchronous saves, not --async-save: %s\n", why.c_str());
-    return;
+  else if (!memory.fits())
+    why = "the staging copy needs " + gb(memory.need) + " of host memory on a node, more than " +
+          "3/4 of the " + gb(memory.available) + " available";
+  plan.async = why.empty();  // alike on every rank: the figures are agreed, the MPI is one
+  if (!why.empty()) {
+    if (!plan.note.empty()) plan.note += '\n';
+    plan.note += "checkpoints: synchronous saves, not --async-save: ";
+    plan.note += why;
   }
-  if (floats > 0) {
-    staging_ = backend.alloc(floats);
+  return plan;
+}
+
+Checkpointer::Checkpointer(const SavePlan& plan, bool mirrored, CheckpointStore& store,
+                           const CheckpointState& live, Backend<float>& backend, MetricsLog& log,
+                           TraceRecorder& trace)
+    : store_(store),
+      live_(live),
+      mirrored_(mirrored),
+      backend_(backend),
+      log_(log),
+      trace_(trace) {
+  bytes_ = static_cast<uint64_t>(ParamLayout(live.config).total()) * (1 + live.state.size()) *
+           sizeof(float);
+  if (store.world().rank() == 0 && !plan.note.empty()) std::printf("%s\n", plan.note.c_str());
+  all_or_none(store.world(), [&] {
+    if (plan.mirror_now) mirror_.emplace(backend, live, nullptr, MirrorUse::Save);
+  });
+  if (!plan.async) return;
+  if (!mirrored && plan.staging_floats > 0) {
+    staging_ = backend.alloc(plan.staging_floats);
     staged_.emplace(live);
     staged_->master = staging_;
     for (size_t k = 0; k < staged_->state.size(); ++k)
@@ -72,8 +110,14 @@ Checkpointer::~Checkpointer() {
 }
 
 const CheckpointState& Checkpointer::stage() {
-  if (mirror_) mirror_->download();  // the host copies are the staging buffer
-  if (!staged_) return live_;        // synchronous, mirrored, or nothing to write here
+  if (mirrored_) {  // the host copies are the staging buffer, made by the first save needing them
+    if (!mirror_)
+      all_or_none(store_.world(),
+                  [&] { mirror_.emplace(backend_, live_, nullptr, MirrorUse::Save); });
+    mirror_->download();
+    return mirror_->host();
+  }
+  if (!staged_) return live_;  // synchronous, or nothing to write here
   const size_t n = live_.owned.size();
   backend_.copy(staged_->master, live_.master, n);
   for (size_t k = 0; k < live_.state.size(); ++k)

@@ -1,7 +1,9 @@
 #include "mpitrain/train/comm_groups.hpp"
 
 #include <algorithm>
+#include <iterator>
 
+#include "mpitrain/backend/buf.hpp"
 #include "mpitrain/runtime/error.hpp"
 #ifdef MPITRAIN_HAVE_CUDA
 #include "mpitrain/comm/cuda_aware_communicator.hpp"
@@ -37,8 +39,44 @@ CommKind resolve_comm(const std::string& option, const std::string& device, bool
 #endif
 }
 
+std::vector<size_t> sharded_call_stages(const ParamLayout& layout, const ShardedCalls& sharded) {
+  const std::vector<FlatRange>& units = layout.units();
+  std::vector<bool> block(units.size(), false);  // a unit of a layer's tensors, else outer
+  for (const ParamTensor& t : layout.tensors())
+    if (t.layer >= 0) block[t.unit] = true;
+  size_t largest_block = 0;
+  for (size_t u = 0; u < units.size(); ++u)
+    if (block[u]) largest_block = std::max(largest_block, units[u].size());
+  const size_t w = element_bytes<float>(sharded.storage);
+  // The unit buffers (in floats) of ShardedUnits that `turns` blocks share.
+  const auto buffers = [&](int turns) {
+    std::vector<size_t> floats;
+    for (size_t u = 0; u < units.size(); ++u)
+      if (!block[u]) floats.push_back(units[u].size());
+    if (largest_block > 0) floats.insert(floats.end(), turns, largest_block);
+    return floats;
+  };
+  std::vector<size_t> reduces, gathers;  // bytes
+  for (size_t n : buffers(2)) reduces.push_back(n * sizeof(float));
+  if (sharded.level == 3 && sharded.reshard_after_forward) {
+    for (size_t n : buffers(sharded.prefetch ? 2 : 1)) gathers.push_back(n * w);
+  } else {  // every unit at once: ZeRO-2's update, ZeRO-3 kept gathered
+    for (const FlatRange& unit : units) gathers.push_back(unit.size() * w);
+  }
+  std::sort(reduces.begin(), reduces.end());
+  std::sort(gathers.begin(), gathers.end());
+  std::vector<size_t> stages;
+  if (sharded.level == 3)
+    std::merge(reduces.begin(), reduces.end(), gathers.begin(), gathers.end(),
+               std::back_inserter(stages));
+  else  // each size as often as the larger of the two sets has it
+    std::set_union(reduces.begin(), reduces.end(), gathers.begin(), gathers.end(),
+                   std::back_inserter(stages));
+  return stages;
+}
+
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                              int slots, double bucket_mb, int zero) {
+                              int slots, double bucket_mb, const ShardedCalls& sharded) {
   const ParamLayout layout(config, shard);
   const size_t rows = static_cast<size_t>(B) * T, activation = rows * config.d_model;
   size_t replicated = 0;
@@ -49,14 +87,14 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   DataCallSizes s;
   s.tp = sizeof(float) * std::max({activation, 2 * rows, replicated});
   s.pp = sizeof(float) * activation;
-  s.pp_in_flight = 2 * slots + 1;
+  s.pp_started.assign(2 * slots + 1, s.pp);
   s.dp = sizeof(float) * bucket;
-  s.dp_in_flight = static_cast<int>((layout.total() + bucket - 1) / bucket);
-  if (zero >= 2) {
+  s.dp_started.assign((layout.total() + bucket - 1) / bucket, s.dp);
+  if (sharded.level >= 2) {
     size_t unit = 0;
     for (const FlatRange& u : layout.units()) unit = std::max(unit, u.size());
     s.dp = sizeof(float) * unit;
-    s.dp_in_flight = static_cast<int>(2 * layout.units().size());
+    s.dp_started = sharded_call_stages(layout, sharded);
   }
   // Only tied copies cross the group (gpt2; llama's first and last stage hold different tables),
   // and every member must agree: an NCCL communicator is made by all of them or none.
@@ -97,8 +135,9 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
 #else
   auto* compute = static_cast<cudaStream_t>(stream);
   // One group: its data communicator over host communicator `host` (size 1: the host one).
-  // max_bytes, in_flight: the staging pool.
-  auto make = [&](MpiCommunicator& host, size_t max_bytes, int in_flight) -> Communicator* {
+  // max_bytes, started: the staging pool (the blocking calls' buffer, the started calls').
+  auto make = [&](MpiCommunicator& host, size_t max_bytes,
+                  const std::vector<size_t>& started) -> Communicator* {
     if (host.size() == 1) return &host;
 #ifdef MPITRAIN_HAVE_NCCL
     if (kind == CommKind::Nccl) {
@@ -111,18 +150,20 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
 #endif
     wraps_host_ = true;  // either kind counts its host communicator's blocked time
     if (mpi_cuda_aware())
-      owned_.push_back(std::make_unique<CudaAwareMpiCommunicator>(host, compute));
+      owned_.push_back(
+          std::make_unique<CudaAwareMpiCommunicator>(host, compute, max_bytes, started));
     else
       owned_.push_back(
-          std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, in_flight));
+          std::make_unique<StagedMpiCommunicator>(host, compute, max_bytes, started));
     return owned_.back().get();
   };
-  tp_data_ = make(tp, sizes.tp, 0);
-  dp_data_ = make(dp, sizes.dp, sizes.dp_in_flight);
-  pp_data_ = make(pp, sizes.pp, sizes.pp_in_flight);
-  if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, 0);
-  if (shard) shard_data_ = make(*shard, sizes.dp, sizes.dp_in_flight);
-  if (replica) replica_data_ = make(*replica, sizes.dp, 0);
+  tp_data_ = make(tp, sizes.tp, {});
+  // Under hybrid sharding the shard group starts the data-parallel calls, not the whole group.
+  dp_data_ = make(dp, sizes.dp, shard ? std::vector<size_t>{} : sizes.dp_started);
+  pp_data_ = make(pp, sizes.pp, sizes.pp_started);
+  if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, {});
+  if (shard) shard_data_ = make(*shard, sizes.dp, sizes.dp_started);
+  if (replica) replica_data_ = make(*replica, sizes.dp, {});
 #endif
 }
 

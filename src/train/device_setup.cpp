@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #ifdef MPITRAIN_HAVE_CUDA
@@ -75,22 +77,66 @@ CudaOptions cuda_options(const TrainConfig& t, Precision precision, const Device
 
 namespace {
 
-// What a rank may fill: --device-memory-gib, else the GPU's free memory now less `reserved`
-// (cuda), else the host's available memory shared by the `local_size` ranks on it.
-double memory_per_rank(const TrainConfig& t, int local_size, [[maybe_unused]] double reserved) {
+// How many ranks of `node` use this rank's GPU (the same PCI bus id: right also where a
+// launcher gives each rank its own CUDA_VISIBLE_DEVICES); 1 on the CPU and under
+// --device-memory-gib. Collective over world (node: its ranks on this host); the GPU is selected.
+int ranks_on_device([[maybe_unused]] const TrainConfig& t, [[maybe_unused]] const MpiComm& node,
+                    const MpiComm& world) {
+  int ranks = 1;
+#ifdef MPITRAIN_HAVE_CUDA
+  if (t.device != "cuda" || t.device_memory_gib > 0) return ranks;
+  char mine[32] = {};  // "0000:3B:00.0"
+  all_or_none(world, [&] {
+    select_device(node.rank(), node.size());
+    std::snprintf(mine, sizeof mine, "%s", device_info(world.rank()).pci_bus_id.c_str());
+  });
+  std::vector<char> ids(sizeof mine * node.size());
+  MPI_CHECK(MPI_Allgather(mine, sizeof mine, MPI_CHAR, ids.data(), sizeof mine, MPI_CHAR,
+                          node.get()));
+  ranks = 0;
+  for (int r = 0; r < node.size(); ++r)
+    ranks += std::strncmp(ids.data() + r * sizeof mine, mine, sizeof mine) == 0;
+#endif
+  return ranks;
+}
+
+// What a rank may fill: --device-memory-gib, else its share of its GPU's free memory now among
+// the `on_device` ranks that use it, less `reserved` (cuda), else the host's available memory
+// shared by the `local_size` ranks on it.
+double memory_per_rank(const TrainConfig& t, int local_size, [[maybe_unused]] int on_device,
+                       [[maybe_unused]] double reserved) {
   if (t.device_memory_gib > 0) return t.device_memory_gib * (1 << 30);
 #ifdef MPITRAIN_HAVE_CUDA
-  if (t.device == "cuda") return std::max(0.0, cuda::free_device_memory() - reserved);
+  if (t.device == "cuda") return device_share(cuda::free_device_memory(), on_device, reserved);
 #endif
   return available_memory_bytes() / local_size;
 }
 
-const char* budget_source(const TrainConfig& t) {
-  return t.device_memory_gib > 0 ? "--device-memory-gib"
-         : t.device == "cuda"    ? "the smallest over the ranks of the GPU's free memory less "
-                                   "--gpu-workspace-mb"
-                                 : "the smallest over the ranks of the host's available memory, "
-                                   "or its cgroup's room if less, shared by its ranks";
+// Where memory_per_rank's figure comes from; most_on_device: the most ranks on one GPU.
+std::string budget_source(const TrainConfig& t, int most_on_device) {
+  if (t.device_memory_gib > 0) return "--device-memory-gib";
+  if (t.device != "cuda")
+    return "the smallest over the ranks of the host's available memory, or its cgroup's room if "
+           "less, shared by its ranks";
+  return "the smallest over the ranks of the GPU's free memory" +
+         (most_on_device > 1 ? " shared by the up to " + std::to_string(most_on_device) +
+                                   " ranks on one GPU"
+                             : std::string()) +
+         " less --gpu-workspace-mb";
+}
+
+// The smallest memory_per_rank over the world, and the most ranks on one GPU (both agreed).
+struct Budget {
+  double bytes = 0;
+  int most_on_device = 1;
+};
+Budget agreed_budget(const TrainConfig& t, const MpiComm& node, const MpiComm& world,
+                     double reserved) {
+  const int on_device = ranks_on_device(t, node, world);
+  double figures[2] = {0.0, static_cast<double>(on_device)};
+  all_or_none(world, [&] { figures[0] = -memory_per_rank(t, node.size(), on_device, reserved); });
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, figures, 2, MPI_DOUBLE, MPI_MAX, world.get()));
+  return {-figures[0], static_cast<int>(figures[1])};
 }
 
 }  // namespace
@@ -98,39 +144,38 @@ const char* budget_source(const TrainConfig& t) {
 void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
                        const std::vector<int>& stage_first_layer, const MpiComm& world) {
   const MpiComm node = world.split_shared();
-  double bytes = 0;
-  all_or_none(world, [&] {
-#ifdef MPITRAIN_HAVE_CUDA
-    if (t.device == "cuda" && t.device_memory_gib == 0) select_device(node.rank(), node.size());
-#endif
-    bytes = memory_per_rank(t, node.size(), t.gpu_workspace_mb * (1 << 20));
-  });
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
+  const Budget budget = agreed_budget(t, node, world, t.gpu_workspace_mb * (1 << 20));
   const Layout layout{shape.dp, shape.tp, shape.pp, t.micro_batch_size, t.zero,
                       parse_recompute(t.recompute), t.zero3_reshard_after_forward,
                       t.zero >= 2 ? t.zero_shard_size : 0};
   all_or_none(world, [&] {
-    const std::string misfit = memory_misfit(cfg, run_shape_of(t, t.device == "cuda"), layout,
-                                             stage_first_layer, bytes, budget_source(t));
+    const std::string misfit =
+        memory_misfit(cfg, run_shape_of(t, t.device == "cuda"), layout, stage_first_layer,
+                      budget.bytes, budget_source(t, budget.most_on_device));
     require(misfit.empty(), misfit);
   });
 }
 
 int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
-                        const Grid& grid, const MpiComm& world) {
+                        const MpiComm& world) {
   if (t.micro_batch_size > 0) return t.micro_batch_size;
   const bool gpu = t.device == "cuda";
-  double bytes = 0;
-  all_or_none(world, [&] { bytes = memory_per_rank(t, grid.local_size(), 0.0); });
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_MIN, world.get()));
+  const MpiComm node = world.split_shared();
+  const Budget budget = agreed_budget(t, node, world, 0.0);
   const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero, parse_recompute(t.recompute),
                       t.zero3_reshard_after_forward, t.zero >= 2 ? t.zero_shard_size : 0};
   MicroBatchPlan plan;
   all_or_none(world, [&] {
-    plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, bytes, 0.10);
+    plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, budget.bytes, 0.10);
     require(plan.micro_batch > 0, plan.text + ": use a smaller model, seq-len or more ranks");
   });
-  if (world.rank() == 0) std::printf("%s\n", plan.text.c_str()), std::fflush(stdout);
+  if (world.rank() == 0) {
+    if (budget.most_on_device > 1)
+      std::printf("memory per rank: a GPU's free memory shared by the up to %d ranks on it\n",
+                  budget.most_on_device);
+    std::printf("%s\n", plan.text.c_str());
+    std::fflush(stdout);
+  }
   return plan.micro_batch;
 }
 

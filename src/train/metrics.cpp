@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpitrain/monitor/json.hpp"
+#include "mpitrain/monitor/json_number.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/io/out_file.hpp"
@@ -44,26 +45,40 @@ int Trainer::run() {
 void Trainer::resume() {
   if (t_.resume.empty()) return;
   std::optional<CheckpointManifest> m;
+  // A device's state loads through host copies of what this rank holds, freed at the end.
+  std::optional<CheckpointMirror> mirror;
+  if (mirrored_) {
+    const size_t floats = mirror_floats(*state_, MirrorUse::Load);
+    const NodeMemory memory = node_memory(floats, *node_, world_);
+    require(memory.fits(), "--resume: loading onto the device goes through host copies of what "
+                           "each rank holds, " + memory.text() +
+                               ": run on more nodes, or with fewer ranks on each");
+    if (root_)
+      std::printf("resume: through host copies, %s (rank 0: %zu floats), freed once loaded\n",
+                  memory.text().c_str(), floats);
+    all_or_none(world_, [&] { mirror.emplace(*backend_, *state_, held_params_, MirrorUse::Load); });
+  }
+  CheckpointState& target = mirror ? mirror->host() : *state_;
   // A 2-byte compute copy on the host loads through fp32 values, converted once read.
   std::vector<float> load_params;
-  if (state_->params == nullptr) {
-    load_params.resize(state_->params_held.size());
-    state_->params = load_params.data();
+  if (target.params == nullptr) {
+    load_params.resize(target.params_held.size());
+    target.params = load_params.data();
   }
   all_or_none(world_, [&] {
     // The store refuses a checkpoint of another model (UsageError naming the difference), and
     // a fresh start over checkpoints that are all damaged unless --overwrite.
     if (t_.resume == "auto")
-      m = store_->load_latest(*state_, t_.overwrite);
+      m = store_->load_latest(target, t_.overwrite);
     else if (!resume_source_->step.empty())
-      m = store_->load(resume_source_->step, *state_);
+      m = store_->load(resume_source_->step, target);
     else  // the newest valid checkpoint of another directory (find_resume_source saw one)
-      m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(*state_);
+      m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(target);
   });
   if (!load_params.empty()) {  // the whole stage, or under ZeRO-3 the owned pieces
     if (m)
       backend_->upload(held_params_, load_params.data(), load_params.size());
-    state_->params = nullptr;
+    target.params = nullptr;
   }
   if (!m) {
     require(t_.resume == "auto", "--resume " + t_.resume + ": no valid checkpoint in it");
@@ -83,7 +98,7 @@ void Trainer::resume() {
   require(data_change.empty() || t_.allow_data_change,
           "the checkpoint of step " + std::to_string(m->step) + " was trained on other data (" +
               data_change + "): give its data, or --allow-data-change to go on with these");
-  if (mirror_) mirror_->upload();
+  if (mirror) mirror->upload();
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
   best_val_ = m->val_loss;
@@ -100,7 +115,8 @@ void Trainer::resume() {
 Trainer::StepEnd Trainer::step(int step) {
   TraceScope step_region(&trace_, TraceLane::Compute, "step", nullptr, step + 1);
   const auto start = std::chrono::steady_clock::now();
-  const double energy_start = devices_.power ? devices_.power->energy_joules() : 0.0;
+  std::optional<double> energy_start;  // this GPU's meter, where this rank reads one
+  if (devices_.power) energy_start = devices_.power->energy_joules();
   watchdog_->step_started(step + 1);
   faults_.at("step", world_.rank(), step + 1);  // MPITRAIN_FAULT=hang / kill:phase=step
   for (Communicator* c : blocking_) c->reset_blocked_seconds();
@@ -130,13 +146,19 @@ Trainer::StepEnd Trainer::step(int step) {
   const double seconds = seconds_since(start);
   if (op_profile_) op_profile_->end_step(seconds);
   const double tokens_per_s = tokens_per_step_ / seconds;
-  // One world collective for the record's figures: the largest peak RSS, all GPUs' energy.
-  double totals[2] = {peak_rss_mib(),
-                      devices_.power ? devices_.power->energy_joules() - energy_start : 0.0};
-  const ReduceOp ops[2] = {ReduceOp::Max, ReduceOp::Sum};
-  comms_->world.all_reduce_each(totals, ops, 2);
+  // One world collective for the record's figures: the largest peak RSS, all GPUs' energy, and
+  // whether every meter read (a meter whose reading failed reads nothing from then on).
+  double totals[3] = {peak_rss_mib(), 0.0, 1.0};
+  if (devices_.power) {
+    const std::optional<double> energy_end = devices_.power->energy_joules();
+    totals[1] = energy_start && energy_end ? *energy_end - *energy_start : 0.0;
+    totals[2] = energy_start && energy_end ? 1.0 : 0.0;
+  }
+  const ReduceOp ops[3] = {ReduceOp::Max, ReduceOp::Sum, ReduceOp::Min};
+  comms_->world.all_reduce_each(totals, ops, 3);
   const double rss = totals[0];
-  const double joules = devices_.power_everywhere ? totals[1] : -1.0;  // every GPU has a meter
+  // Energy only where every GPU has a meter and every meter read.
+  const double joules = devices_.power_everywhere && totals[2] > 0 ? totals[1] : -1.0;
   const PipelineRunner::Times& pass = runner_->times();
   checkpointer_->poll();  // a background save committed since: into this record
   log_->step({step + 1, t_.steps, result.loss_sum / tokens_per_step_, lr, result.grad_norm,

@@ -76,6 +76,13 @@ Precision compute_storage(Precision precision, const Backend<float>& backend) {
   return backend.stores(precision) ? precision : Precision::Fp32;
 }
 
+// Whether checkpoints go through host copies (train/checkpoint_mirror.hpp): a device's state,
+// or MPITRAIN_CHECKPOINT_MIRROR=1 on the CPU, which takes that path with host memory (tests).
+bool checkpoints_mirrored(const Backend<float>& backend) {
+  const char* forced = std::getenv("MPITRAIN_CHECKPOINT_MIRROR");
+  return !backend.host_memory() || (forced != nullptr && std::string(forced) == "1");
+}
+
 // GFLOP/s of the backend's matmul_forward (in its GEMM math) on n x n x n, inputs of ordinary
 // magnitude: the MFU peak of a device. Runs before the memory is sealed; frees what it takes.
 double measure_matmul_gflops(Backend<float>& backend, int n, int repeats) {
@@ -250,7 +257,7 @@ void Trainer::build_model() {
       device_peak_ = measure_matmul_gflops(*backend_, 4096, 5);
   });
   // The micro-batch (--micro-batch-size auto: planned against the memory left now).
-  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, *grid_, world_);
+  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, world_);
   micro_batches_ = t_.global_batch_size / (shape_.dp * micro_batch_);
   const int slots = pipeline_slots(schedule_, micro_batches_, shape_.pp, grid_->pp_rank());
   const ModelShard shard = shard_of(shape_, stage_first_layer_, grid_->tp_rank(), grid_->pp_rank());
@@ -259,7 +266,9 @@ void Trainer::build_model() {
     all_or_none(world_, [&] {
       comms_->use_device(
           devices_.comm, gpu->stream(),
-          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb, t_.zero),
+          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb,
+                          {t_.zero, model_options_.storage, t_.zero3_prefetch,
+                           t_.zero3_reshard_after_forward}),
           std::max(t_.comm_timeout, t_.comm_timeout_startup));
     });
 #endif
@@ -402,7 +411,7 @@ void Trainer::build_step_parts() {
       cfg_, model_->layout(), held_params_.full(),
       t_.zero == 3 ? sync_->owned() : ShardRanges::whole(model_->num_params()), *optimizer_,
       counts_once));
-  if (!backend_->host_memory()) mirror_.emplace(*backend_, *state_, held_params_);
+  mirrored_ = checkpoints_mirrored(*backend_);
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
   // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host
@@ -424,6 +433,12 @@ void Trainer::build_step_parts() {
   }
   comms_->world.all_reduce(&peak_, 1, ReduceOp::Sum);
   resume();
+  // Saves at planned steps, or only at a stop's signal; background ones where they are periodic.
+  const bool periodic = t_.save_interval > 0 || (t_.save_best && val_);
+  const SavePlan saves = plan_saves(
+      {periodic || t_.exit_at_step > 0 || t_.exit_after_minutes > 0, t_.async_save && periodic,
+       mirrored_},
+      *state_, *node_, world_);
 
   // Every check has passed (the last: the checkpoint's): from here on the out-dir is written.
   stop_if_requested(signals_, world_, "loading the checkpoint and measuring the peak");
@@ -444,10 +459,8 @@ void Trainer::build_step_parts() {
                                       continues_run_ ? start_step_ : -1, std::move(tensorboard),
                                       t_.log_interval, start_);
   report_path_ = (fs::path(t_.out_dir) / "report.json").string();
-  // Background saves where saves are planned: a stop's save alone is waited for at once.
-  checkpointer_ = std::make_unique<Checkpointer>(
-      t_.async_save && (t_.save_interval > 0 || t_.save_best), *store_, *state_,
-      mirror_ ? &*mirror_ : nullptr, *backend_, *node_, *log_, trace_);
+  checkpointer_ = std::make_unique<Checkpointer>(saves, mirrored_, *store_, *state_, *backend_,
+                                                 *log_, trace_);
 
   flops_per_token_ =
       6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;

@@ -4,9 +4,34 @@
 # the toolkit or a base package, the carried set fits, the plan prints. Also the device plan's
 # own guards: the targets read back from ctest include every kind of gpu test's program, an
 # unknown step and a command whose budgets exceed one device command are refused (exit 2), and a
-# package missing from the carried set is found. SKIP without nvcc or a CUDA build, or where the
+# package missing from the carried set is found; a dry run that would leave more files than a lent
+# machine returns fails, and so does a plan over its device time. First, with or without CUDA: the
+# scripts the GPU run executes parse (bench/gpu/check_scripts.py), and an awk program whose comment
+# swallows its closing brace (once in device_cuda_storage.sh, found only on a GPU) and a Python
+# program that does not compile are found. SKIP without nvcc or a CUDA build, or where the
 # packages can be neither found nor fetched.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+check=$SOURCE_DIR/bench/gpu/check_scripts.py
+python3 "$check" --ctest "$BUILD_DIR" gpu >"$SCRATCH/scripts.log" 2>&1 ||
+  { cat "$SCRATCH/scripts.log"; fail "the gpu e2e scripts do not all parse"; }
+grep -q '^ok .*/device_cuda_storage.sh: bash -n, 3 awk' "$SCRATCH/scripts.log" ||
+  { cat "$SCRATCH/scripts.log"; fail "device_cuda_storage.sh's awk programs were not all checked"; }
+cat >"$SCRATCH/planted.sh" <<'EOF'
+#!/usr/bin/env bash
+held=$(awk -v p2="$(echo "1 MiB")" -v p4=2 '
+  BEGIN {
+    if (p2 / p4 < 0.73) {  # the log rounds to 0.01 MiB print "FAIL"; exit 1 }
+  }')
+python3 -c 'print("unclosed"' || true
+EOF
+set +e
+python3 "$check" "$SCRATCH/planted.sh" >"$SCRATCH/planted.log" 2>&1
+rc=$?
+set -e
+cat "$SCRATCH/planted.log"
+[ "$rc" = 1 ] || fail "a script with a broken awk and Python program passes (exit $rc)"
+grep -q 'planted.sh:2: the awk program does not parse' "$SCRATCH/planted.log" || fail "the awk program is not named"
+grep -q 'planted.sh:6: the Python program does not compile' "$SCRATCH/planted.log" || fail "the Python program is not named"
 grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" ||
   { echo "SKIP: this build has no CUDA backend (MPITRAIN_CUDA=OFF)"; exit 77; }
 run=$SOURCE_DIR/bench/gpu/run.sh
@@ -23,6 +48,28 @@ for t in gpu_tests gpu_graphs test_staged_comm trainer prepare-data op-bench; do
   [[ " $targets " == *" $t "* ]] || fail "the targets read back from ctest lack $t: $targets"
 done
 grep -q 'bash bench/gpu/run.sh "$OUT" build tests ' "$SCRATCH/preflight.log" || fail "no plan printed"
+for steps in "build tests" "bench hf compare nccl"; do
+  grep -q "^ok    command [12] ($steps), dry: OUT gets 2 files of 8: logs-${steps// /-}.tar.gz summary.md" \
+    "$SCRATCH/preflight.log" || fail "the dry run of '$steps' does not leave summary.md and one archive"
+done
+grep -q "^ok    NVRTC for cuDNN's runtime-compiled engines: .*libnvrtc.so" "$SCRATCH/preflight.log" ||
+  fail "NVRTC not found"
+
+# More files in OUT than a lent machine returns: the command fails, saying so.
+mkdir -p "$SCRATCH/crowded"
+touch "$SCRATCH/crowded/extra-"{1..7}.log
+set +e
+MPITRAIN_GPU_WORK=$SCRATCH/work bash "$run" --dry-run "$SCRATCH/crowded" tests >"$SCRATCH/crowded.log" 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat "$SCRATCH/crowded.log"; fail "an OUT of 9 files passes (exit $rc)"; }
+grep -q 'holds 9 files: a lent machine returns 8' "$SCRATCH/crowded.log" || { cat "$SCRATCH/crowded.log"; fail "no count"; }
+# A plan over its device time is refused.
+set +e
+GPU_BUDGET_COMPARE=400 bash "$run" --plan >"$SCRATCH/over.log" 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] && grep -q 'more than 660 s' "$SCRATCH/over.log" || { cat "$SCRATCH/over.log"; fail "a plan over 660 s passes"; }
 
 set +e
 bash "$run" "$SCRATCH/out" build bogus >"$SCRATCH/bogus.log" 2>&1

@@ -49,6 +49,11 @@ for bad in "$SCRATCH/broken.json" "$SCRATCH/missing.json" "$SCRATCH/run/trace $S
   if [ "$code" != 2 ] || [ "$(wc -l < "$SCRATCH/merge.err")" != 1 ]; then
     cat "$SCRATCH/merge.err"; fail "trace-merge $bad: exit $code, expected 2 and one line"
   fi
+  if [ "$bad" = "$SCRATCH/broken.json" ]; then  # the JSON parser's own text, with its position
+    grep -q "broken.json: not JSON: .*parse error at line 2" "$SCRATCH/merge.err" ||
+      { cat "$SCRATCH/merge.err"; fail "trace-merge: unclear message on broken JSON"; }
+    echo "ok: trace-merge on broken JSON: $(cat "$SCRATCH/merge.err")"
+  fi
 done
 echo "ok: trace-merge refuses bad input: $(cat "$SCRATCH/merge.err")"
 

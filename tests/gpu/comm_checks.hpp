@@ -1,4 +1,5 @@
-// Shared by the MPI tests of the device-memory communicators (test_nccl_comm, test_staged_comm):
+// Shared by the MPI tests of the device-memory communicators (test_nccl_comm, test_staged_comm,
+// test_cuda_aware_comm):
 // a main that skips without the GPUs it needs, and every Communicator operation run on device
 // buffers through the communicator under test and on host copies through MpiCommunicator over
 // the same ranks, compared element for element (2-byte tensors bit for bit). The values are small
@@ -56,6 +57,15 @@ inline int run_tests(int argc, char** argv, bool one_gpu_per_rank) {
   }
   return RUN_ALL_TESTS();
 }
+
+// A non-blocking stream for the communicator under test to compute on, destroyed with this.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
 
 // A device copy of a host vector, made and read back on `stream` (the communicators' compute
 // stream, non-blocking: the legacy stream's cudaMemcpy would not be ordered with it, and from

@@ -9,16 +9,7 @@
 
 using namespace mpitrain;
 using comm_checks::DeviceVec;
-
-namespace {
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-
-}  // namespace
+using comm_checks::Stream;
 
 TEST(NcclComm, EveryOperationAsMpi) {
   Stream compute;

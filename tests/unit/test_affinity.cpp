@@ -13,6 +13,7 @@
 #include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/run_setup.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 
@@ -152,6 +153,7 @@ TEST(Affinity, WarnsOfRanksSharingCpus) {
 }
 
 TEST(Affinity, WarningsOnePerHostOverMpi) {
+  mpitrain::test::start_mpi();
   const MpiComm world = MpiComm::world();
   const MpiComm node_comm = world.split_shared();
   const NodeCpus n = gather_node_cpus(node_comm);

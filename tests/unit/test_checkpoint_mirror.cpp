@@ -1,8 +1,8 @@
-// The checkpoint's host copies (train/checkpoint_mirror.hpp) over a 2-byte compute copy: the
-// state's params become fp32 host values, the master and the optimizer state host copies; a
-// load's values go back into the 2-byte copy rounded, and a save's come out widened. Under
-// ZeRO-3 the copies cover the rank's unit pieces. The CPU backend stands in for a device: the
-// mirror only calls upload / download.
+// The checkpoint's host copies (train/checkpoint_mirror.hpp) over a 2-byte compute copy: a
+// load's params are fp32 host values, the master and the optimizer state host copies; its values
+// go back into the 2-byte copy rounded; a save's copies are the master and the state alone.
+// Under ZeRO-3 the copies cover the rank's unit pieces. The CPU backend stands in for a device:
+// the mirror only calls upload / download.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -37,25 +37,27 @@ TEST(CheckpointMirror, CarriesATwoByteComputeCopyAsFp32) {
   CpuBackend<float> backend(1, Precision::Bf16);
   const Buf<float> params = backend.alloc(n, Precision::Bf16);
   Optimizer optimizer(backend, layout, {}, params, ShardRanges::whole(n), Precision::Bf16);
-  CheckpointState state =
+  const CheckpointState device =
       checkpoint_state(c, layout, params.full(), ShardRanges::whole(n), optimizer, true);
-  ASSERT_EQ(state.params, nullptr);  // nothing fp32 to point at without the mirror
-  CheckpointMirror mirror(backend, state, params);
+  ASSERT_EQ(device.params, nullptr);  // nothing fp32 to point at without the mirror
+  CheckpointMirror load(backend, device, params, MirrorUse::Load);
+  CheckpointState& state = load.host();
   ASSERT_NE(state.params, nullptr);
   ASSERT_NE(state.master, state.params);  // the master has a host copy of its own
   for (size_t i = 0; i < n; ++i) {        // what a load leaves: fp32 values, master unrounded
     state.params[i] = 1.0f + 0.001f * static_cast<float>(i);
     state.master[i] = state.params[i];
   }
-  mirror.upload();
+  load.upload();
   std::vector<float> back(n);
   backend.download(back.data(), params, n);
   for (size_t i = 0; i < n; ++i)
     ASSERT_EQ(back[i], round_to(state.params[i], Precision::Bf16)) << i;
   EXPECT_EQ(optimizer.master()[1], state.params[1]);  // the master took the unrounded values
-  for (size_t i = 0; i < n; ++i) state.params[i] = -1.0f;
-  mirror.download();
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(state.params[i], back[i]) << i;
+  CheckpointMirror save(backend, device, params, MirrorUse::Save);  // what a save writes
+  EXPECT_EQ(save.host().params, nullptr);
+  save.download();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(save.host().master[i], state.master[i]) << i;
   backend.free(params.data());
 }
 
@@ -80,16 +82,18 @@ TEST(CheckpointMirror, CarriesZero3UnitPieces) {
     const std::vector<float> zeros(n, 0.0f);
     backend.upload(params, zeros.data(), n);
     Optimizer optimizer(backend, layout, {}, params, held, p);
-    CheckpointState state = checkpoint_state(c, layout, params.full(), held, optimizer, true);
-    EXPECT_EQ(state.separate_master, p != Precision::Fp32);
-    CheckpointMirror mirror(backend, state, params);
+    const CheckpointState device =
+        checkpoint_state(c, layout, params.full(), held, optimizer, true);
+    EXPECT_EQ(device.separate_master, p != Precision::Fp32);
+    CheckpointMirror load(backend, device, params, MirrorUse::Load);
+    CheckpointState& state = load.host();
     EXPECT_EQ(state.master == state.params, p == Precision::Fp32);
     for (size_t i = 0; i < n; ++i) {  // what a load leaves
       state.params[i] = 1.0f + 0.001f * static_cast<float>(i);
       state.master[i] = state.params[i];
       for (float* b : state.state) b[i] = -static_cast<float>(i);
     }
-    mirror.upload();
+    load.upload();
     std::vector<float> back(n);
     backend.download(back.data(), params, n);
     for (size_t i = 0; i < n; ++i) {
@@ -97,9 +101,12 @@ TEST(CheckpointMirror, CarriesZero3UnitPieces) {
       ASSERT_EQ(optimizer.master()[i], state.params[i]) << i;
       for (float* b : optimizer.state()) ASSERT_EQ(b[i], -static_cast<float>(i)) << i;
     }
-    for (size_t i = 0; i < n; ++i) state.params[i] = -1.0f;
-    mirror.download();
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(state.params[i], back[i]) << i;
+    CheckpointMirror save(backend, device, params, MirrorUse::Save);
+    save.download();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(save.host().master[i], state.params[i]) << i;  // unrounded
+      for (float* b : save.host().state) ASSERT_EQ(b[i], -static_cast<float>(i)) << i;
+    }
     backend.free(params.data());
   }
 }

@@ -51,18 +51,18 @@ TEST(DataCallSizes, SmallGpt2) {
   DataCallSizes s = data_call_sizes(c, last, B, T, slots, 1.0);
   EXPECT_EQ(s.tp, 4u * 2048);
   EXPECT_EQ(s.pp, 4u * 2048);
-  EXPECT_EQ(s.pp_in_flight, 7);
+  EXPECT_EQ(s.pp_started, std::vector<size_t>(7, 4u * 2048));
   EXPECT_EQ(s.embedding, 4u * 128 * 64);
   const size_t total = ParamLayout(c, last).total();
   EXPECT_EQ(s.dp, 4 * total);  // a 1 MiB bucket holds the whole stage
-  EXPECT_EQ(s.dp_in_flight, 1);
+  EXPECT_EQ(s.dp_started, std::vector<size_t>(1, 4 * total));
   // First stage, no tp: wpe (32 x 64 = 2048) is replicated too; 8 KiB buckets of 2048 floats.
   ModelShard first{1, 0, 0, 1, true, false};
   s = data_call_sizes(c, first, 1, 8, slots, 8.0 / 1024);
   EXPECT_EQ(s.tp, 4u * 2048);  // wpe beats B T C = 512 and 2 B T = 16
   EXPECT_EQ(s.dp, 4u * 2048);
   const size_t first_total = ParamLayout(c, first).total();
-  EXPECT_EQ(s.dp_in_flight, static_cast<int>((first_total + 2047) / 2048));
+  EXPECT_EQ(s.dp_started.size(), (first_total + 2047) / 2048);
   EXPECT_EQ(s.embedding, 4u * 256 * 64);  // the whole wte: no tp here
 }
 

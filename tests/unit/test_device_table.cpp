@@ -5,6 +5,7 @@
 
 #include "mpitrain/runtime/device.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 
@@ -37,6 +38,7 @@ TEST(DeviceTable, OneLinePerRankSharedMarked) {
 }
 
 TEST(DeviceTable, GatherOnOneRank) {
+  mpitrain::test::start_mpi();
   const DeviceInfo mine{0, "h", 2, "some GPU", "0000:01:00.0"};
   const std::vector<DeviceInfo> table = gather_device_table(mine, MPI_COMM_WORLD);
   ASSERT_EQ(table.size(), 1u);

@@ -5,16 +5,18 @@
 
 #include <cmath>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
-#include "mpitrain/monitor/json.hpp"
+#include "mpitrain/monitor/json_number.hpp"
 #include "mpitrain/train/metrics.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace {
 
@@ -43,20 +45,20 @@ StepRecord step_with_energy(double joules) {
 
 TEST(MetricsEnergy, PowerAndJoulesPerToken) {
   const std::string line = record_of(step_with_energy(350.0));
-  const JsonValue v = parse_json(line);
-  ASSERT_NE(v.find("gpu_power_w"), nullptr) << line;
-  ASSERT_NE(v.find("joules_per_token"), nullptr) << line;
-  EXPECT_NEAR(v.find("gpu_power_w")->number, 700.0, 1e-9);     // 350 J / 0.5 s
-  EXPECT_NEAR(v.find("joules_per_token")->number, 0.7, 1e-12);  // 350 J / 500 tokens
-  EXPECT_NEAR(v.find("loss")->number, 3.5, 0.0);
+  const json v = json::parse(line);
+  ASSERT_TRUE(v.contains("gpu_power_w")) << line;
+  ASSERT_TRUE(v.contains("joules_per_token")) << line;
+  EXPECT_NEAR(v.at("gpu_power_w").get<double>(), 700.0, 1e-9);      // 350 J / 0.5 s
+  EXPECT_NEAR(v.at("joules_per_token").get<double>(), 0.7, 1e-12);  // 350 J / 500 tokens
+  EXPECT_NEAR(v.at("loss").get<double>(), 3.5, 0.0);
 }
 
 TEST(MetricsEnergy, LeftOutWithoutMeters) {
   const std::string line = record_of(step_with_energy(-1.0));
-  const JsonValue v = parse_json(line);
-  EXPECT_EQ(v.find("gpu_power_w"), nullptr) << line;
-  EXPECT_EQ(v.find("joules_per_token"), nullptr) << line;
-  EXPECT_NE(v.find("skipped_steps"), nullptr) << line;  // the record is still complete
+  const json v = json::parse(line);
+  EXPECT_FALSE(v.contains("gpu_power_w")) << line;
+  EXPECT_FALSE(v.contains("joules_per_token")) << line;
+  EXPECT_TRUE(v.contains("skipped_steps")) << line;  // the record is still complete
 }
 
 TEST(MetricsNonFinite, WrittenAsNullAndStillJson) {
@@ -65,11 +67,11 @@ TEST(MetricsNonFinite, WrittenAsNullAndStillJson) {
   r.grad_norm = -std::numeric_limits<double>::quiet_NaN();
   r.lr = std::numeric_limits<double>::infinity();
   const std::string line = record_of(r);
-  const JsonValue v = parse_json(line);  // throws on nan / inf
-  EXPECT_EQ(v.find("loss")->kind, JsonValue::Kind::Null) << line;
-  EXPECT_EQ(v.find("grad_norm")->kind, JsonValue::Kind::Null) << line;
-  EXPECT_EQ(v.find("lr")->kind, JsonValue::Kind::Null) << line;
-  EXPECT_EQ(v.find("tokens_per_s")->kind, JsonValue::Kind::Number) << line;
+  const json v = json::parse(line);  // throws on nan / inf
+  EXPECT_TRUE(v.at("loss").is_null()) << line;
+  EXPECT_TRUE(v.at("grad_norm").is_null()) << line;
+  EXPECT_TRUE(v.at("lr").is_null()) << line;
+  EXPECT_TRUE(v.at("tokens_per_s").is_number()) << line;
 }
 
 TEST(MetricsNonFinite, JsonNumber) {

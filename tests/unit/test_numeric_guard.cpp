@@ -6,14 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
@@ -66,6 +66,7 @@ TEST(TensorStats, CountsNonFiniteAndDescribesTheFiniteValues) {
 }
 
 TEST(FindNonFinite, AllFiniteIsNotFound) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.5f);
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -75,6 +76,7 @@ TEST(FindNonFinite, AllFiniteIsNotFound) {
 }
 
 TEST(FindNonFinite, TheFirstTensorInTheModelsOrder) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.25f);
   // An inf in block 2's mlp.fc.weight and NaNs in block 1's attn.proj.weight: block 1 is first.
@@ -103,6 +105,7 @@ TEST(FindNonFinite, TheFirstTensorInTheModelsOrder) {
 }
 
 TEST(FindNonFinite, OnlyTheOwnRangeUnderZero) {
+  mpitrain::test::start_mpi();
   // A ZeRO-1 rank owns [lo, hi) of the flat buffer; the rest holds other ranks' partial sums.
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.5f);
@@ -127,6 +130,7 @@ TEST(FindNonFinite, OnlyTheOwnRangeUnderZero) {
 }
 
 TEST(FindNonFinite, ALossAlone) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 0.0f);
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -144,6 +148,7 @@ TEST(NumericGuard, ParsesThePolicy) {
 }
 
 TEST(NumericGuard, SkipCountsTheStepsItSkips) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 1.0f);
   MpiCommunicator world(MPI_COMM_WORLD);
@@ -158,6 +163,7 @@ TEST(NumericGuard, SkipCountsTheStepsItSkips) {
 }
 
 TEST(NumericGuard, StopWritesEveryNonFiniteTensorToJson) {
+  mpitrain::test::start_mpi();
   const ParamLayout layout(small_config());
   std::vector<float> grads(layout.total(), 1.0f);
   grads[layout.offset(Slot::Wte) + 1] = -kInf;
@@ -168,21 +174,18 @@ TEST(NumericGuard, StopWritesEveryNonFiniteTensorToJson) {
   EXPECT_EQ(guard.check(layout, grads.data(), std::nan(""), 7), StepVerdict::Stop);
   std::ifstream in(fs::path(dir) / "nonfinite-step-7.json");
   ASSERT_TRUE(in) << "no diagnostics file";
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string json = text.str();
-  const JsonValue v = parse_json(json);
-  EXPECT_EQ(v.find("step")->number, 7);
-  EXPECT_TRUE(v.find("loss_nonfinite")->boolean);
-  EXPECT_EQ(v.find("first")->find("tensor")->string, "wte");
-  EXPECT_EQ(v.find("first")->find("inf")->number, 1);
-  const JsonValue& found = *v.find("found");
-  ASSERT_EQ(found.items.size(), 3u);  // the loss, wte, lnf.weight
-  EXPECT_EQ(found.items[0].find("loss")->string, "nan");
-  EXPECT_EQ(found.items[1].find("tensor")->string, "wte");
-  EXPECT_EQ(found.items[2].find("tensor")->string, "lnf.weight");
-  EXPECT_EQ(found.items[2].find("nan")->number, 1);
-  EXPECT_EQ(found.items[2].find("min")->number, 1);
+  const nlohmann::json v = nlohmann::json::parse(in);  // throws on nan / inf
+  EXPECT_EQ(v.at("step"), 7);
+  EXPECT_EQ(v.at("loss_nonfinite"), true);
+  EXPECT_EQ(v.at("first").at("tensor"), "wte");
+  EXPECT_EQ(v.at("first").at("inf"), 1);
+  const nlohmann::json& found = v.at("found");
+  ASSERT_EQ(found.size(), 3u);  // the loss, wte, lnf.weight
+  EXPECT_EQ(found[0].at("loss"), "nan");
+  EXPECT_EQ(found[1].at("tensor"), "wte");
+  EXPECT_EQ(found[2].at("tensor"), "lnf.weight");
+  EXPECT_EQ(found[2].at("nan"), 1);
+  EXPECT_EQ(found[2].at("min"), 1);
 }
 
 TEST(NanFault, PoisonsItsBlocksProjectionInItsStep) {

@@ -15,6 +15,7 @@
 #include "mpitrain/monitor/peak_cache.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
@@ -173,6 +174,10 @@ TEST_F(PeakCache, CorruptFileIgnoredAndReplaced) {
     EXPECT_NE(p.note.find("peak cache ignored"), std::string::npos) << p.note;
     EXPECT_NE(p.note.find(path + " line 1"), std::string::npos) << p.note;
     EXPECT_EQ(p.note.find('\n'), std::string::npos) << p.note;
+    if (bad[0] == 'n') {  // the parser's own text, with its position
+      EXPECT_NE(p.note.find(path + " line 1: not JSON: "), std::string::npos) << p.note;
+      EXPECT_NE(p.note.find("parse error at line 1, column 2"), std::string::npos) << p.note;
+    }
     ASSERT_EQ(read_peak_cache(path).size(), 1u);  // replaced by a valid file
   }
 }
@@ -197,6 +202,7 @@ TEST_F(PeakCache, UnreadableOrUnwritableIsNotFatal) {
 }
 
 TEST_F(PeakCache, ResolveOverMpiMeasuresOncePerHost) {
+  mpitrain::test::start_mpi();
   const MpiComm node = MpiComm::world().split_shared();
   const std::string path = file("peak.jsonl");
   // Every rank of the host must name the same file: the lowest world rank's directory.

@@ -17,6 +17,7 @@
 #include "mpitrain/planner/planner.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/gather.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 
@@ -242,6 +243,7 @@ TEST(PlannerMemory, PipelineStagesByHand) {
 // The planner's count is what Model really allocates, for every kind of stage, tensor
 // parallelism, grouped-query attention and each recomputation mode.
 TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
+  mpitrain::test::start_mpi();
   CpuBackend<float> backend(1);
   MpiCommunicator self(MPI_COMM_SELF);  // a tp group is needed to build a shard; never used here
   ModelConfig llama = tiny();

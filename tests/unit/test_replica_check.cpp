@@ -8,6 +8,7 @@
 
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/train/replica_check.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 
@@ -27,6 +28,7 @@ TEST(TensorHash, ChangesWithAnyOneValue) {
 }
 
 TEST(ReplicasAgree, OneReplicaAlwaysAgrees) {
+  mpitrain::test::start_mpi();
   ModelConfig c;
   c.n_layer = 2;
   const ParamLayout layout(c);

@@ -5,15 +5,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include "mpitrain/monitor/json.hpp"
 #include "mpitrain/monitor/report.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 using namespace mpitrain;
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace {
 
@@ -36,24 +36,19 @@ class ReportTest : public ::testing::Test {
     for (int c; (c = std::fgetc(out)) != EOF;) console.push_back(static_cast<char>(c));
     std::fclose(out);
     std::ifstream in(dir_ / "report.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text_ = ss.str();
-    json_ = parse_json(text_);
+    json_ = json::parse(in);
     return console;
   }
+  // json_[a] (or json_[a][b]): a number, else a failure and -1.
   double number(const char* a, const char* b = nullptr) const {
-    const JsonValue* v = json_.find(a);
-    if (v && b) v = v->find(b);
-    EXPECT_NE(v, nullptr) << a;
-    EXPECT_EQ(v ? v->kind : JsonValue::Kind::Null, JsonValue::Kind::Number)
-        << a << " " << (b ? b : "");
-    return v && v->kind == JsonValue::Kind::Number ? v->number : -1.0;
+    const json::json_pointer at(std::string("/") + a + (b ? std::string("/") + b : ""));
+    const json v = json_.contains(at) ? json_[at] : json();
+    EXPECT_TRUE(v.is_number()) << a << " " << (b ? b : "") << ": " << v.dump();
+    return v.is_number() ? v.get<double>() : -1.0;
   }
 
   fs::path dir_;
-  std::string text_;
-  JsonValue json_;
+  json json_;
 };
 
 StepFigures figures(int step, double step_ms, double comm_ms) {
@@ -88,7 +83,7 @@ TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
   EXPECT_EQ(number("last_step"), 5);
   EXPECT_EQ(number("warmup_steps_excluded"), 1);
   EXPECT_EQ(number("measured_steps"), 4);
-  EXPECT_NE(json_.find("statistics_over")->string.find("steps 2-5"), std::string::npos);
+  EXPECT_NE(json_.at("statistics_over").get<std::string>().find("steps 2-5"), std::string::npos);
   EXPECT_DOUBLE_EQ(number("step_ms", "mean"), 25.0);
   EXPECT_DOUBLE_EQ(number("step_ms", "p50"), 25.0);
   EXPECT_NEAR(number("step_ms", "p90"), 37.0, 1e-9);  // at = 2.7 of {10, 20, 30, 40}
@@ -100,14 +95,14 @@ TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
   EXPECT_NEAR(number("breakdown_ms_mean", "forward"), 7.5, 1e-9);
   EXPECT_NEAR(number("breakdown_ms_mean", "exposed_comm"), 2.5, 1e-9);
   EXPECT_NEAR(number("exposed_comm_share"), 0.1, 1e-9);  // 10 of 100 ms
-  EXPECT_FALSE(json_.find("exposed_comm_warning")->boolean);
+  EXPECT_FALSE(json_.at("exposed_comm_warning").get<bool>());
   EXPECT_DOUBLE_EQ(number("peak_rss_mib"), 105.0);  // the largest, warm-up step included
   EXPECT_EQ(number("skipped_steps"), 0);
   EXPECT_EQ(number("checkpoints", "written"), 2);
   EXPECT_DOUBLE_EQ(number("checkpoints", "stall_seconds"), 0.55);
   EXPECT_DOUBLE_EQ(number("checkpoints", "write_seconds"), 0.75);
   EXPECT_EQ(number("checkpoints", "bytes"), 2000);
-  EXPECT_FALSE(json_.find("stopped_early")->boolean);
+  EXPECT_FALSE(json_.at("stopped_early").get<bool>());
   EXPECT_EQ(number("exit_code"), 0);
   EXPECT_NE(console.find("mean 25.00 ms"), std::string::npos) << console;
   EXPECT_NE(console.find("checkpoints written 2 (0.00 GB, writing 0.75 s, the steps stalled 0.55 s)"), std::string::npos) << console;
@@ -119,8 +114,8 @@ TEST_F(ReportTest, WarnsAboveThirtyPercentExposedCommunication) {
   for (int i = 1; i <= 3; ++i) r.add_step(figures(10 + i, 100.0, i == 1 ? 0.0 : 31.0));
   const std::string console = finish(r, 2, kExitRequeue);
   EXPECT_NEAR(number("exposed_comm_share"), 0.31, 1e-9);
-  EXPECT_TRUE(json_.find("exposed_comm_warning")->boolean);
-  EXPECT_TRUE(json_.find("stopped_early")->boolean);
+  EXPECT_TRUE(json_.at("exposed_comm_warning").get<bool>());
+  EXPECT_TRUE(json_.at("stopped_early").get<bool>());
   EXPECT_EQ(number("exit_code"), 85);
   EXPECT_EQ(number("skipped_steps"), 2);
   EXPECT_NE(console.find("WARNING: exposed communication is 31.0% of the step time"),
@@ -140,8 +135,8 @@ TEST_F(ReportTest, OneStepKeepsItsWarmUpAndNoStepsGiveNulls) {
   RunReport none;
   const std::string console = finish(none, 0, kExitOk);
   EXPECT_EQ(number("steps"), 0);
-  EXPECT_EQ(json_.find("step_ms")->find("mean")->kind, JsonValue::Kind::Null);
-  EXPECT_EQ(json_.find("exposed_comm_share")->kind, JsonValue::Kind::Null);
+  EXPECT_TRUE(json_.at("step_ms").at("mean").is_null());
+  EXPECT_TRUE(json_.at("exposed_comm_share").is_null());
   EXPECT_NE(console.find("no training steps"), std::string::npos) << console;
 }
 
@@ -182,8 +177,8 @@ TEST_F(ReportTest, OutcomeFinalLossOverTheWindowValidationAndTokens) {
 
   RunReport none;
   finish(none, 0, kExitOk);
-  EXPECT_EQ(json_.find("final_train_loss")->find("mean")->kind, JsonValue::Kind::Null);
-  EXPECT_EQ(json_.find("val_loss")->find("best")->kind, JsonValue::Kind::Null);
+  EXPECT_TRUE(json_.at("final_train_loss").at("mean").is_null());
+  EXPECT_TRUE(json_.at("val_loss").at("best").is_null());
 }
 
 TEST(ConsoleText, ClockAndCounts) {

@@ -12,6 +12,7 @@
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/watchdog.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 
@@ -176,6 +177,7 @@ TEST(WatchdogReport, ASendOrReceiveDescribesThePeer) {
 }
 
 TEST(Watchdog, QuietWhileCallsCompleteOrTheRankComputes) {
+  mpitrain::test::start_mpi();
   // Timeout 0.3 s: a started call 1 s old that nobody waits for, and waits shorter than the
   // timeout, are no hang.
   CallLog log("world", {0});
@@ -196,6 +198,7 @@ TEST(Watchdog, ABlockedCallEndsTheJobWithTheHangExitCode) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
+        mpitrain::test::start_mpi();  // in the child: the test itself starts no MPI
         CallLog log("tp", {0});
         Watchdog watchdog(MpiComm::world(), {0.5, 0.5, 1.0, 0.05}, {&log});
         watchdog.step_started(3);
@@ -213,6 +216,7 @@ TEST(Watchdog, StartupTimeoutUntilTheFirstStepFinishes) {
   // it the job ends.
   EXPECT_EXIT(
       {
+        mpitrain::test::start_mpi();  // in the child: the test itself starts no MPI
         CallLog log("dp", {0});
         Watchdog watchdog(MpiComm::world(), {0, 0.3, 1.0, 0.05}, {&log});
         log.block(log.enter("barrier", 0), CallLog::now_ns());

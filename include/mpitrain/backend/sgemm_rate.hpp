@@ -1,11 +1,15 @@
 // The machine's matrix-multiply rate: the peak that MFU is measured against on CPU.
 #pragma once
 
+#include <string>
+
 namespace mpitrain {
 
 // The sgemm the CPU backend runs on this CPU: "oneDNN sgemm" where oneDNN (3.11.2 or later) has
 // AVX-512 kernels for it, else "OpenBLAS sgemm" (src/backend/cpu_kernels.hpp says why).
 const char* cpu_sgemm_library();
+// Why that one, with oneDNN's version: e.g. "oneDNN 2.6.3 is older than 3.11.2: ...".
+std::string cpu_sgemm_reason();
 
 // Whose sgemm measure_sgemm_gflops times.
 enum class SgemmLibrary { Backend, OpenBlas };

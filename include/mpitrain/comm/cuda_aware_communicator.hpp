@@ -1,22 +1,42 @@
 // MPI on device buffers for an MPI that moves them itself (CUDA-aware: Open MPI built with CUDA,
 // runtime/mpi.hpp's mpi_cuda_aware()): the Communicator over an MpiCommunicator, device pointers
-// handed to MPI as they are (CUDA builds only). The staged communicator's job without the copies.
+// handed to MPI as they are for its blocking calls and point-to-point (CUDA builds only).
+// Started collectives go through a StagedMpiCommunicator over the same MPI communicator: Open MPI
+// 4 takes device buffers in point-to-point and blocking collectives only, not in MPI_Iallreduce,
+// MPI_Iallgather(v), MPI_Ireduce(_scatter) or MPI_Ialltoall, so those are staged through pinned
+// host buffers (staged_communicator.hpp: its pool, its limits and its errors).
 //
 // MPI knows nothing of CUDA streams: before every call, and before a started call is started,
 // the host waits for the compute stream (the kernels that wrote the buffers have finished; this
 // wait counts as blocked time). A blocking call has completed on return; a started one when its
-// wait() returns (the host blocks in it, as with host memory); kernels queued after either see
-// the result. 2-byte tensors (bf16 / fp16 bits) go to MpiCommunicator's 2-byte calls alike.
+// wait() returns (the host blocks in it, as with host memory; a staged one's copy back is queued
+// on the compute stream); kernels queued after either see the result. 2-byte tensors (bf16 /
+// fp16 bits) go to MpiCommunicator's 2-byte calls alike.
 #pragma once
 
 #include "mpitrain/comm/device_mpi_communicator.hpp"
+#include "mpitrain/comm/staged_communicator.hpp"
 
 namespace mpitrain {
 
 class CudaAwareMpiCommunicator final : public DeviceMpiCommunicator {
  public:
-  CudaAwareMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute)
-      : DeviceMpiCommunicator(mpi, compute) {}
+  // mpi: not owned, must outlive this; compute: the stream whose kernels produce and consume the
+  // buffers; max_bytes, started: the staging pool of the started collectives (as
+  // StagedMpiCommunicator's; started empty: none may be started).
+  CudaAwareMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute, size_t max_bytes,
+                           const std::vector<size_t>& started)
+      : DeviceMpiCommunicator(mpi, compute), staged_(mpi, compute, max_bytes, started) {}
+
+  // The MPI calls' blocked time once, and both communicators' waits for the compute stream.
+  double blocked_seconds() const override {
+    return DeviceMpiCommunicator::blocked_seconds() + staged_.blocked_seconds() -
+           mpi_.blocked_seconds();
+  }
+  void reset_blocked_seconds() override {
+    DeviceMpiCommunicator::reset_blocked_seconds();
+    staged_.reset_blocked_seconds();
+  }
 
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
@@ -37,13 +57,19 @@ class CudaAwareMpiCommunicator final : public DeviceMpiCommunicator {
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
   CommHandle all_gather_start(uint16_t* data, std::span<const size_t> counts) override;
-  void wait(CommHandle handle) override { mpi_.wait(handle); }
+  void wait(CommHandle handle) override;
 
  private:
+  // A staged call's handle is its staged handle + kStaged (MpiCommunicator's ids stay far below).
+  static constexpr int kStaged = 1 << 30;
+  static CommHandle from_staged(CommHandle h) { return {h.id + kStaged}; }
+
   MpiCommunicator& sync() {  // sync_compute(), then the MPI communicator
     sync_compute();
     return mpi_;
   }
+
+  StagedMpiCommunicator staged_;  // the started collectives
 };
 
 }  // namespace mpitrain

@@ -10,12 +10,14 @@
 // after wait() see the result, the host after synchronising that stream. Pointers may also be
 // host memory (cudaMemcpyDefault; host scalars just take the detour).
 //
-// Buffers: the pool is allocated at construction — one buffer for blocking calls and in_flight
-// for started ones, each max_bytes (what the largest call stages: an all-reduce's buffer, an
-// all-gather's whole output plus its block, an all-to-all's input plus output, an uneven call's
-// sum of counts) — and never grows: a larger call, or more than in_flight started calls at once,
-// throws Error naming the figure to raise. A buffer becomes free when its host->device copy has
-// completed (an event).
+// Buffers: the pool is allocated at construction and never grows — one buffer for blocking calls,
+// max_bytes (what the largest call stages: an all-reduce's buffer, an all-gather's whole output
+// plus its block, an all-to-all's input plus output, an uneven call's sum of counts), and one per
+// started call the caller can have in flight at once, each of the bytes given for it
+// (train/comm_groups.hpp sizes them by the calls that are in flight together). A started call
+// takes the smallest free buffer it fits in; a larger blocking call, or a started call no free
+// buffer holds, throws Error naming the figures (never a wait for another call). A buffer becomes
+// free when its host->device copy has completed (an event).
 //
 // 2-byte tensors (bf16 / fp16 bits) go the same way, to MpiCommunicator's 2-byte calls.
 // calls(), bytes_sent() are the MpiCommunicator's (the watchdog watches its CallLog); blocked
@@ -35,10 +37,12 @@ namespace mpitrain {
 class StagedMpiCommunicator final : public DeviceMpiCommunicator {
  public:
   // mpi: not owned, must outlive this; compute: the stream whose kernels produce and consume the
-  // buffers; max_bytes: the largest call's staging (see above); in_flight: started calls at once
-  // (0: blocking calls only).
+  // buffers; max_bytes: the largest blocking call's staging (see above); started: the bytes of
+  // each started call's buffer (empty: blocking calls only).
   StagedMpiCommunicator(MpiCommunicator& mpi, cudaStream_t compute, size_t max_bytes,
-                        int in_flight = 8);
+                        const std::vector<size_t>& started);
+
+  size_t pinned_bytes() const;  // the pool's pinned host memory
 
   void all_reduce(float* data, size_t n, ReduceOp op) override;
   void all_reduce(double* data, size_t n, ReduceOp op) override;
@@ -67,10 +71,11 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
   using Pinned = std::unique_ptr<void, HostDeleter>;
   using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
 
-  // A staging buffer of max_bytes; for a started call also its MPI handle and what wait() copies
-  // back: bytes from host + offset to dst (nothing when bytes is 0).
+  // A staging buffer of `size` bytes; for a started call also its MPI handle and what wait()
+  // copies back: bytes from host + offset to dst (nothing when bytes is 0).
   struct Stage {
     Pinned host;
+    size_t size = 0;
     Event copied;  // after its last host->device copy
     bool busy = false;
     CommHandle mpi;
@@ -80,7 +85,7 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
 
   char* host(Stage& s) { return static_cast<char*>(s.host.get()); }
   void need(size_t bytes, const char* op) const;  // throws above max_bytes
-  int acquire(size_t bytes, const char* op);      // a free started-call stage
+  int acquire(size_t bytes, const char* op);      // the smallest free started-call stage
   void to_host(void* dst, const void* src, size_t bytes);    // queued on compute
   void to_device(void* dst, const void* src, size_t bytes);  // queued on compute
   CommHandle started(int stage, CommHandle mpi, void* dst, size_t offset, size_t bytes);

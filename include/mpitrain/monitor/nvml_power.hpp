@@ -3,8 +3,12 @@
 // libnvidia-ml.so.1 comes with the driver, not the toolkit, so it is opened with dlopen when a
 // run asks (never a link-time dependency: the binaries start on machines without a driver) and
 // its five functions are resolved by name; the few NVML types used are declared in the .cpp.
-// Without the library, or without a device at that PCI bus id, available() is false, reason()
-// says why, and the trainer leaves the power and energy fields out.
+// Without the library, or without a device at that PCI bus id, or when its first reading fails,
+// available() is false, reason() says why, and the trainer leaves the power and energy fields
+// out; construction never throws, so every rank reaches the agreement on whether all GPUs have
+// a meter (train/device_setup.cpp). A reading that fails later (a transient error, the partial
+// NVML of a sandboxed runtime) makes the meter unavailable from then on: the reading is nullopt,
+// reason() says why, and one line on stderr says so, once.
 //
 // Energy: the device's total-energy counter (Volta and later, millijoules) minus its value at
 // construction; on devices without the counter, the power readings integrated over the times of
@@ -13,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace mpitrain {
@@ -29,15 +34,16 @@ class NvmlPower {
   bool available() const { return device_ != nullptr; }
   const std::string& reason() const { return reason_; }  // why not available; "" when it is
 
-  // Both throw Error when !available() or when NVML fails.
-  double power_watts();    // the board's power draw now (NVML averages over about a second)
-  double energy_joules();  // since construction
+  // nullopt when !available(), or when NVML fails now (then from now on; see above).
+  std::optional<double> power_watts();    // the board's draw now (NVML averages over ~1 s)
+  std::optional<double> energy_joules();  // since construction
 
  private:
   struct Api;  // the resolved functions
   using Clock = std::chrono::steady_clock;
-  void require(const char* what) const;
+  void stop(const std::string& why);  // a reading failed: unavailable from now on
 
+  std::string pci_bus_id_;
   std::unique_ptr<void, int (*)(void*)> lib_;  // dlopen handle, dlclose'd
   std::unique_ptr<Api> api_;
   bool initialised_ = false;  // nvmlInit_v2 succeeded: nvmlShutdown on destruction

@@ -30,4 +30,9 @@ struct MicroBatchPlan {
 MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, Layout layout,
                                 double free_bytes, double margin = 0.10);
 
+// What one of the `ranks` ranks that share a device may plan for: its share of the device's
+// free memory, free_bytes / ranks, less `reserved` (what it allocates besides the plan: its
+// workspace), at least 0. Error unless ranks >= 1.
+double device_share(double free_bytes, int ranks, double reserved);
+
 }  // namespace mpitrain

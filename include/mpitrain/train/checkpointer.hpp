@@ -9,12 +9,14 @@
 //   wait()     before every exit (the end, a stop for exit 85, a failure): the save in flight
 //              committed and reported; its error rethrown.
 //
-// The staging buffer is allocated once, at set-up: on the CPU a copy of the writer's master and
-// optimizer state (owned.size() floats each; nothing on a rank that writes nothing), on a device
-// the host mirror (train/checkpoint_mirror.hpp), which only saves and loads touch. Saves are
+// The staging buffer is allocated once: on the CPU a copy of the writer's master and optimizer
+// state (owned.size() floats each; nothing on a rank that writes nothing), made at set-up; on a
+// device the writers' host copies (train/checkpoint_mirror.hpp, MirrorUse::Save), which only
+// saves touch, made at set-up where saves are planned, else at a stop's save (SIGTERM), agreed by
+// every rank. Each node's host copies must fit in 3/4 of its available host memory
+// (plan_saves: otherwise a UsageError where saves are planned, a warning where not). Saves are
 // asynchronous when asked for (--async-save), MPI has MPI_THREAD_MULTIPLE and every node's
-// staging fits in 3/4 of its available host memory; otherwise synchronous, and rank 0 says why in
-// one line. Every rank decides alike.
+// staging fits; otherwise synchronous, and rank 0 says why in one line. Every rank decides alike.
 #pragma once
 
 #include <cstdint>
@@ -34,14 +36,43 @@ namespace mpitrain {
 // The share of a node's available host memory the staging copies may take.
 inline constexpr double kStagingMemoryShare = 0.75;
 
+// What `floats` on each rank come to on the node that holds the most of them, and the least host
+// memory any rank sees available: agreed by every rank (collective over world; node: this
+// rank's host's ranks).
+struct NodeMemory {
+  double need = 0, available = 0;
+  bool fits() const { return need <= kStagingMemoryShare * available; }
+  std::string text() const;  // "12.00 GB of host memory on a node, 3/4 of the 20.00 GB available"
+};
+NodeMemory node_memory(size_t floats, const MpiComm& node, const MpiComm& world);
+
+// What the run's saves need, given by the Trainer.
+struct SaveOptions {
+  bool planned = false;   // --save-interval, --save-best, --exit-at-step, --exit-after-minutes
+  bool async = false;     // --async-save where saves are periodic
+  bool mirrored = false;  // the state lives on a device: saves go through host copies
+};
+
+// How the saves stage, decided at set-up by every rank alike, before anything is written.
+struct SavePlan {
+  bool async = false;         // in the background (else synchronous)
+  bool mirror_now = false;    // the host copies made at set-up (else at a stop's save)
+  size_t staging_floats = 0;  // this rank's staging: the CPU's copy, or the host copies
+  std::string note;           // rank 0's start-up line ("" none)
+};
+// Collective over world. UsageError when planned saves' host copies do not fit a node.
+SavePlan plan_saves(const SaveOptions& options, const CheckpointState& live, const MpiComm& node,
+                    const MpiComm& world);
+
 class Checkpointer {
  public:
-  // Collective over store's world; node: the ranks of this host. store: the synchronous saves',
-  // and the model of the writer's (ckpt/async_saver.hpp); live: the state training updates (on
-  // a device, re-pointed at mirror's host copies). log and trace record what the saves cost.
-  Checkpointer(bool async, CheckpointStore& store, const CheckpointState& live,
-               CheckpointMirror* mirror, Backend<float>& backend, const MpiComm& node,
-               MetricsLog& log, TraceRecorder& trace);
+  // Collective over store's world. plan: plan_saves's. store: the synchronous saves', and the
+  // model of the writer's (ckpt/async_saver.hpp); live: the state training updates (on a
+  // device where plan says mirrored: saved through host copies). log and trace record what the
+  // saves cost.
+  Checkpointer(const SavePlan& plan, bool mirrored, CheckpointStore& store,
+               const CheckpointState& live, Backend<float>& backend, MetricsLog& log,
+               TraceRecorder& trace);
   // Waits for the save in flight: reported committed, or on stderr not committed (rank 0).
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -65,7 +96,8 @@ class Checkpointer {
 
   CheckpointStore& store_;
   const CheckpointState& live_;
-  CheckpointMirror* mirror_;
+  bool mirrored_;
+  std::optional<CheckpointMirror> mirror_;  // a device's host copies, once made
   Backend<float>& backend_;
   MetricsLog& log_;
   TraceRecorder& trace_;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/backend/precision.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
@@ -45,25 +46,45 @@ std::string describe_device_comm(CommKind kind);
 // nccl with shared GPUs, or in a build without NCCL.
 CommKind resolve_comm(const std::string& option, const std::string& device, bool gpus_shared);
 
-// The largest call of each group on device data, in bytes, and the started calls a group can
-// have in flight at once (the staging pools are sized by them; NCCL needs neither).
+// The largest blocking call of each group on device data, in bytes, and the staging buffers of
+// its started calls: one per call that can be in flight at once, each of that call's bytes (the
+// staging pools are sized by them; NCCL needs neither).
 struct DataCallSizes {
   size_t tp = 0, dp = 0, pp = 0, embedding = 0;
-  int dp_in_flight = 0, pp_in_flight = 0;
+  std::vector<size_t> dp_started, pp_started;
+};
+
+// ZeRO-2/3's sharding for data_call_sizes: level 0 or 1 is none. storage: the compute copy's
+// type, in which ZeRO-3 gathers the parameters and ZeRO-2 the updated pieces.
+struct ShardedCalls {
+  int level = 0;
+  Precision storage = Precision::Fp32;
+  bool prefetch = true, reshard_after_forward = true;
 };
 
 // For a model shard run with micro-batch B of T tokens and `slots` activation slots:
 //   tp   the largest of an activation (B T C), the loss statistics (2 B T), and a replicated
 //        tensor's gradient (all blocking calls)
-//   pp   one activation; in flight: a send per slot each way and one receive (2 slots + 1)
-//   dp   one bucket (bucket_mb, at most the whole gradient); in flight: every bucket (ZeRO-1
-//        gathers all before waiting). ZeRO-2/3 (zero >= 2): the largest unit; in flight: two
-//        per unit (its gather and its reduce-scatter); the hybrid replica group's all-reduce of
-//        the owned gradients is blocking
+//   pp   one activation; started: a send per slot each way and one receive (2 slots + 1)
+//   dp   one bucket (bucket_mb, at most the whole gradient); started: every bucket (ZeRO-1
+//        gathers all before waiting). ZeRO-2/3: the largest unit, blocking; started:
+//        sharded_call_stages. The hybrid replica group's all-reduce of the owned gradients is
+//        blocking
 //   embedding  the local wte (the tied gradient sum, blocking); 0 without tied embeddings (no
 //              data communicator for the group then)
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
-                              int slots, double bucket_mb, int zero = 0);
+                              int slots, double bucket_mb, const ShardedCalls& sharded = {});
+
+// ZeRO-2/3's started calls on the shard group (train/sharded_units.hpp), in bytes, ascending. Each
+// runs on a unit buffer no other call in flight uses, and stages exactly that buffer's unit:
+//   reduce-scatters  a gradient buffer (fp32): each outer unit's own, two blocks' in turn
+//   ZeRO-3 gathers   a parameter buffer (storage): each outer unit's own and two blocks' in turn
+//                    (one without prefetch), or every unit's place when kept gathered
+//   ZeRO-2 gathers   after the update, every unit of the whole copy (storage) at once
+// so the pool holds one buffer per such unit buffer: ZeRO-3 the gradient and parameter buffers
+// together (a backward reduces and gathers at once), ZeRO-2 as many of each size as either set
+// has (the update's gathers start only after every reduce-scatter has been waited for).
+std::vector<size_t> sharded_call_stages(const ParamLayout& layout, const ShardedCalls& sharded);
 
 class CommGroups {
  public:

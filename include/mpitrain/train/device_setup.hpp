@@ -44,19 +44,21 @@ CudaOptions cuda_options(const TrainConfig& t, Precision precision, const Device
 
 // Before any allocation: the planned memory of this rank's share of the model (planner/
 // memory_fit.hpp; parameters, gradients, optimizer state, activations at the micro-batch, or at 1
-// for auto) against what a rank has — --device-memory-gib, else the GPU's free memory less
-// --gpu-workspace-mb (its GPU is selected for that), else the host's available memory (or its
-// cgroup's room) shared by the ranks on it — the smallest over the world. UsageError with the
+// for auto) against what a rank has — --device-memory-gib, else its share of its GPU's free memory
+// (divided among the ranks of its node on that GPU, planner/micro_batch_auto.hpp device_share)
+// less --gpu-workspace-mb (its GPU is selected for that), else the host's available memory (or
+// its cgroup's room) shared by the ranks on it — the smallest over the world. UsageError with the
 // plan and what would fit otherwise.
 void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
                        const std::vector<int>& stage_first_layer, const MpiComm& world);
 
 // --micro-batch-size auto: the largest micro-batch whose planned memory (planner/memory.hpp,
-// balanced stages) fits 90% of the memory per rank — --device-memory-gib, else the GPU's free
-// memory now (after the CUDA context and the backend's workspace), else on the CPU the node's
-// available memory shared by its ranks — the smallest over the world. Prints the plan on rank 0.
+// balanced stages) fits 90% of the memory per rank — --device-memory-gib, else its share of its
+// GPU's free memory now (after the CUDA context and the backend's workspace; divided among the
+// ranks on that GPU, which a line before the plan says), else on the CPU the node's available
+// memory shared by its ranks — the smallest over the world. Prints the plan on rank 0.
 // UsageError when not even a micro-batch of 1 fits. Returns t.micro_batch_size when it is set.
 int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
-                        const Grid& grid, const MpiComm& world);
+                        const MpiComm& world);
 
 }  // namespace mpitrain

@@ -157,7 +157,7 @@ class Trainer {
   std::unique_ptr<CheckpointStore> store_;
   std::optional<CheckpointState> state_;
   Buf<float> held_params_;  // the parameters a checkpoint loads: the stage's, or ZeRO-3's pieces
-  std::optional<CheckpointMirror> mirror_;  // on a device; the CPU path reads and writes in place
+  bool mirrored_ = false;  // on a device: checkpoints go through host copies (CheckpointMirror)
   std::vector<float> params_copy_;          // on a device: the parameters for the replica check
   std::unique_ptr<MetricsLog> log_;
   std::string report_path_;
