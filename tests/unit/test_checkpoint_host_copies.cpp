@@ -6,6 +6,7 @@
 
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/checkpointer.hpp"
+#include "unit_mpi.hpp"
 
 using namespace mpitrain;
 
@@ -58,6 +59,7 @@ TEST(CheckpointHostCopies, SavesOnTheWriterLoadsEverywhere) {
 // One rank (node = world) writing a 7T model: 84 TB of copies fit no host; planned saves are
 // refused, unplanned ones warned of.
 TEST(CheckpointHostCopies, PlannedSavesMustFitTheNode) {
+  mpitrain::test::start_mpi();
   const Described d;
   const size_t huge = 1000 * kParams;
   const CheckpointState writer = d.state(huge, true, true, huge);
@@ -90,6 +92,7 @@ TEST(CheckpointHostCopies, PlannedSavesMustFitTheNode) {
 // A small state: the copies are made at set-up where saves are planned, at a stop's save where
 // not; a host state (not mirrored) without --async-save stages nothing.
 TEST(CheckpointHostCopies, MadeAtSetUpOnlyWherePlanned) {
+  mpitrain::test::start_mpi();
   const Described d;
   const CheckpointState small = d.state(1000, true, true, 1000);
   const MpiComm self(MPI_COMM_SELF, false);
