@@ -417,14 +417,15 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
 }
 
 // One backend call over the held part of every primary tensor: the tensors' sums added in order.
+// The list is refilled in place: no allocation after the first step.
 template <typename T>
 double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held) const {
-  std::vector<Segment> segments;
+  norm_segments_.clear();
   for (const ParamTensor& t : layout_.tensors()) {
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
-    if (t.primary && o.size() > 0) segments.push_back({o.at, o.size()});
+    if (t.primary && o.size() > 0) norm_segments_.push_back({o.at, o.size()});
   }
-  return backend_.sum_squares(grads, segments);
+  return backend_.sum_squares(grads, norm_segments_);
 }
 
 template class Model<float>;

@@ -35,12 +35,10 @@ NodeMemory node_memory(size_t floats, const MpiComm& node, const MpiComm& world)
 SavePlan plan_saves(const SaveOptions& options, const CheckpointState& live, const MpiComm& node,
                     const MpiComm& world) {
   SavePlan plan;
-  // On a writer: the host copies of a device, else (async) a copy of the master and state.
-  const size_t copies = live.writer ? live.owned.size() * (1 + live.state.size()) : 0;
-  plan.staging_floats = options.mirrored ? mirror_floats(live, MirrorUse::Save)
-                        : options.async  ? copies
-                                         : 0;
+  plan.mirrored = options.mirrored;
   if (!options.mirrored && !options.async) return plan;
+  // On a writer what a save writes: a device's host copies, or the CPU's copy for the writer.
+  plan.staging_floats = mirror_floats(live, MirrorUse::Save);
   const NodeMemory memory = node_memory(plan.staging_floats, node, world);  // agreed
   if (options.mirrored) {
     const std::string copy = "copies the writers' master and optimizer state from the device to ";
@@ -72,23 +70,21 @@ SavePlan plan_saves(const SaveOptions& options, const CheckpointState& live, con
   return plan;
 }
 
-Checkpointer::Checkpointer(const SavePlan& plan, bool mirrored, CheckpointStore& store,
+Checkpointer::Checkpointer(const SavePlan& plan, CheckpointStore& store,
                            const CheckpointState& live, Backend<float>& backend, MetricsLog& log,
                            TraceRecorder& trace)
     : store_(store),
       live_(live),
-      mirrored_(mirrored),
+      mirrored_(plan.mirrored),
       backend_(backend),
       log_(log),
       trace_(trace) {
   bytes_ = static_cast<uint64_t>(ParamLayout(live.config).total()) * (1 + live.state.size()) *
            sizeof(float);
   if (store.world().rank() == 0 && !plan.note.empty()) std::printf("%s\n", plan.note.c_str());
-  all_or_none(store.world(), [&] {
-    if (plan.mirror_now) mirror_.emplace(backend, live, nullptr, MirrorUse::Save);
-  });
+  if (plan.mirror_now) make_mirror();
   if (!plan.async) return;
-  if (!mirrored && plan.staging_floats > 0) {
+  if (!mirrored_ && plan.staging_floats > 0) {
     staging_ = backend.alloc(plan.staging_floats);
     staged_.emplace(live);
     staged_->master = staging_;
@@ -109,11 +105,13 @@ Checkpointer::~Checkpointer() {
   if (staging_) backend_.free(staging_);
 }
 
+void Checkpointer::make_mirror() {
+  all_or_none(store_.world(), [&] { mirror_.emplace(backend_, live_, nullptr, MirrorUse::Save); });
+}
+
 const CheckpointState& Checkpointer::stage() {
   if (mirrored_) {  // the host copies are the staging buffer, made by the first save needing them
-    if (!mirror_)
-      all_or_none(store_.world(),
-                  [&] { mirror_.emplace(backend_, live_, nullptr, MirrorUse::Save); });
+    if (!mirror_) make_mirror();
     mirror_->download();
     return mirror_->host();
   }

@@ -157,10 +157,9 @@ void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridS
 }
 
 int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
-                        const MpiComm& world) {
+                        const MpiComm& node, const MpiComm& world) {
   if (t.micro_batch_size > 0) return t.micro_batch_size;
   const bool gpu = t.device == "cuda";
-  const MpiComm node = world.split_shared();
   const Budget budget = agreed_budget(t, node, world, 0.0);
   const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero, parse_recompute(t.recompute),
                       t.zero3_reshard_after_forward, t.zero >= 2 ? t.zero_shard_size : 0};

@@ -257,7 +257,7 @@ void Trainer::build_model() {
       device_peak_ = measure_matmul_gflops(*backend_, 4096, 5);
   });
   // The micro-batch (--micro-batch-size auto: planned against the memory left now).
-  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, world_);
+  micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, *node_, world_);
   micro_batches_ = t_.global_batch_size / (shape_.dp * micro_batch_);
   const int slots = pipeline_slots(schedule_, micro_batches_, shape_.pp, grid_->pp_rank());
   const ModelShard shard = shard_of(shape_, stage_first_layer_, grid_->tp_rank(), grid_->pp_rank());
@@ -459,7 +459,7 @@ void Trainer::build_step_parts() {
                                       continues_run_ ? start_step_ : -1, std::move(tensorboard),
                                       t_.log_interval, start_);
   report_path_ = (fs::path(t_.out_dir) / "report.json").string();
-  checkpointer_ = std::make_unique<Checkpointer>(saves, mirrored_, *store_, *state_, *backend_,
+  checkpointer_ = std::make_unique<Checkpointer>(saves, *store_, *state_, *backend_,
                                                  *log_, trace_);
 
   flops_per_token_ =

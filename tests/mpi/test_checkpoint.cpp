@@ -864,8 +864,8 @@ struct Saves {
       : log(in_made_dir(dir, "metrics.jsonl"), world().rank() == 0),
         store((dir / "checkpoints").string(), world()),
         live(shard.state()),
-        saves(plan_saves({async, async, mirrored}, live, node, world()), mirrored, store, live,
-              backend, log, trace) {}
+        saves(plan_saves({async, async, mirrored}, live, node, world()), store, live, backend, log,
+              trace) {}
 };
 
 // The file holds the state of the step the save was taken at, not what training did after: the

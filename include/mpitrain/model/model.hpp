@@ -262,6 +262,7 @@ class Model {
   size_t activation_count_ = 0, stats_count_ = 0;
   std::vector<SlotActs> slots_;
   GradActs grad_;
+  mutable std::vector<Segment> norm_segments_;  // grad_square_sum's list, refilled each step
 };
 
 }  // namespace mpitrain

@@ -55,6 +55,7 @@ struct SaveOptions {
 
 // How the saves stage, decided at set-up by every rank alike, before anything is written.
 struct SavePlan {
+  bool mirrored = false;      // through a device's host copies (SaveOptions::mirrored)
   bool async = false;         // in the background (else synchronous)
   bool mirror_now = false;    // the host copies made at set-up (else at a stop's save)
   size_t staging_floats = 0;  // this rank's staging: the CPU's copy, or the host copies
@@ -70,9 +71,8 @@ class Checkpointer {
   // model of the writer's (ckpt/async_saver.hpp); live: the state training updates (on a
   // device where plan says mirrored: saved through host copies). log and trace record what the
   // saves cost.
-  Checkpointer(const SavePlan& plan, bool mirrored, CheckpointStore& store,
-               const CheckpointState& live, Backend<float>& backend, MetricsLog& log,
-               TraceRecorder& trace);
+  Checkpointer(const SavePlan& plan, CheckpointStore& store, const CheckpointState& live,
+               Backend<float>& backend, MetricsLog& log, TraceRecorder& trace);
   // Waits for the save in flight: reported committed, or on stderr not committed (rank 0).
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -91,6 +91,7 @@ class Checkpointer {
   uint64_t bytes() const { return bytes_; }  // one checkpoint's tensor data, all ranks
 
  private:
+  void make_mirror();  // the host copies (collective: made on every rank or on none)
   const CheckpointState& stage();  // the staging copy of live, returned as the state to write
   void report(const SaveDone& done);
 

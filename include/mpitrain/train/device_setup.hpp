@@ -58,7 +58,8 @@ void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridS
 // ranks on that GPU, which a line before the plan says), else on the CPU the node's available
 // memory shared by its ranks — the smallest over the world. Prints the plan on rank 0.
 // UsageError when not even a micro-batch of 1 fits. Returns t.micro_batch_size when it is set.
+// node: this rank's host's ranks (world.split_shared()).
 int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape,
-                        const MpiComm& world);
+                        const MpiComm& node, const MpiComm& world);
 
 }  // namespace mpitrain
