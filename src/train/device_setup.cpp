@@ -81,7 +81,7 @@ namespace {
 // launcher gives each rank its own CUDA_VISIBLE_DEVICES); 1 on the CPU and under
 // --device-memory-gib. Collective over world (node: its ranks on this host); the GPU is selected.
 int ranks_on_device([[maybe_unused]] const TrainConfig& t, [[maybe_unused]] const MpiComm& node,
-                    const MpiComm& world) {
+                    [[maybe_unused]] const MpiComm& world) {
   int ranks = 1;
 #ifdef MPITRAIN_HAVE_CUDA
   if (t.device != "cuda" || t.device_memory_gib > 0) return ranks;
