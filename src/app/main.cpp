@@ -2,6 +2,7 @@
 // (reported once by rank 0, before any work), 85 stopped by a signal or the time limit (after
 // saving a checkpoint, or during start-up with none written): requeue and resume.
 #include <cstdio>
+#include <string>
 
 #include "mpitrain/app/options.hpp"
 #include "mpitrain/runtime/agree.hpp"
@@ -21,13 +22,17 @@ int run(int argc, char** argv, const mpitrain::StopSignals& signals) {
     if (world.rank() == 0) std::printf("%s", options.print_instead.c_str());
     return kExitOk;
   }
+  if (world.rank() == 0)
+    if (const std::string hint = launcher_stop_hint(); !hint.empty())
+      std::printf("%s\n", hint.c_str());
   return train(options, world, signals);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Before MPI_Init: a SIGTERM at any moment of start-up is a requeue (85), never a kill (143).
+  // Before MPI_Init: a SIGTERM at any moment of start-up is a requeue (85), never a kill (143);
+  // installed until the process exits, so that one during the exit cannot turn 85 into 143.
   const mpitrain::StopSignals signals;
   return mpitrain::mpi_program("trainer", argc, argv,
                                [&](int n, char** args) { return run(n, args, signals); });

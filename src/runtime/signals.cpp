@@ -1,5 +1,12 @@
 #include "mpitrain/runtime/signals.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -19,13 +26,10 @@ StopSignals::StopSignals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i = 0; i < 3; ++i)
-    if (sigaction(kSignals[i], &action, &previous_[i]) != 0)
-      MPITRAIN_THROW("sigaction failed for signal " + std::to_string(kSignals[i]));
-}
-
-StopSignals::~StopSignals() {
-  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  for (int sig : kSignals)
+    if (sigaction(sig, &action, nullptr) != 0)
+      MPITRAIN_THROW("sigaction failed for signal " + std::to_string(sig) + ": " +
+                     std::strerror(errno));
 }
 
 bool StopSignals::requested() const { return stop_signal != 0; }
@@ -43,6 +47,19 @@ void stop_if_requested(const StopSignals& signals, const MpiComm& world,
   message += " during start-up (" + during + "), before the first step: no checkpoint written,";
   message += " the previous one stands; exit " + std::to_string(kExitRequeue) + " = requeue me";
   throw StopRequested(message);
+}
+
+std::string launcher_stop_hint() {
+  if (!std::getenv("OMPI_MCA_orte_hnp_uri") || std::getenv("MPITRAIN_SAVE_ON_STOP")) return "";
+  // mpirun's pid where this rank is its child (its host); else the user looks it up.
+  const std::string parent = std::to_string(::getppid());
+  std::string command;
+  std::getline(std::ifstream("/proc/" + parent + "/comm"), command);
+  const bool child_of_mpirun = command == "mpirun" || command == "mpiexec" || command == "orterun";
+  return "to stop with a checkpoint (exit 85): kill -USR2 " +
+         (child_of_mpirun ? parent : std::string("<mpirun's pid>")) +
+         " (mpirun passes SIGUSR2 to the ranks; its own SIGINT/SIGTERM kill them unsaved), or "
+         "start under jobs/save-on-stop, which turns Ctrl-C and SIGTERM into that";
 }
 
 }  // namespace mpitrain

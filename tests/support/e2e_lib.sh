@@ -128,3 +128,37 @@ dir_state() {  # dir_state DIR
   [ -e "$1" ] || { echo absent; return; }
   (cd "$1" && find . -printf '%p %y %s\n' | sort && find . -type f -exec md5sum {} + | sort)
 }
+
+# For the stop tests: waits (120 s at most: a loaded machine) until OUT/metrics.jsonl holds N
+# steps; steps_seen: how many it held then. Fails when PID ended first or the time ran out.
+wait_for_steps() {  # wait_for_steps PID OUT N LOG
+  for _ in $(seq 1 2400); do
+    steps_seen=$({ metric "$2/metrics.jsonl" loss 2> /dev/null || true; } | wc -l)
+    [ "$steps_seen" -ge "$3" ] && return 0
+    kill -0 "$1" 2> /dev/null || { cat "$4"; fail "the run ended before $3 steps"; }
+    sleep 0.05
+  done
+  cat "$4"; fail "no $3 steps within 120 s"
+}
+
+# After a stop that must save: RC is 85, OUT's checkpoints/latest names a checkpoint of a step at
+# least STEPS (the steps logged before the stop: none lost) that ckpt-inspect --verify accepts,
+# no step-*.tmp is left, and the run resumes from it (one more step, exit 85 at --exit-at-step).
+# ARGS are the stopped run's trainer flags (without --out-dir). stop_step: the checkpoint's step.
+expect_stop_saved() {  # expect_stop_saved NAME RC OUT LOG STEPS ARGS...
+  local name=$1 code=$2 out=$3 log=$4 steps=$5; shift 5
+  [ "$code" = 85 ] || { cat "$log"; fail "$name: launcher exit code $code, expected 85"; }
+  [ -s "$out/checkpoints/latest" ] || { cat "$log"; fail "$name: no committed checkpoint (checkpoints/latest)"; }
+  local latest
+  latest=$(cat "$out/checkpoints/latest")
+  stop_step=$((10#${latest#step-}))
+  [ "$stop_step" -ge "$steps" ] || fail "$name: checkpoint of step $stop_step, but $steps steps were logged before the stop"
+  "$BUILD_DIR/ckpt-inspect" "$out/checkpoints/$latest" --verify > "$out.inspect" 2>&1 \
+    || { cat "$out.inspect"; fail "$name: ckpt-inspect --verify failed on $latest"; }
+  ! compgen -G "$out/checkpoints/*.tmp" > /dev/null || fail "$name: left $(cd "$out/checkpoints" && echo ./*.tmp)"
+  run_trainer 2 "$out.resume.log" "$@" --out-dir "$out" --resume auto --exit-at-step $((stop_step + 1))
+  if [ "$rc" != 85 ] || ! grep -q "resumed from step $stop_step " "$out.resume.log"; then
+    cat "$out.resume.log"; fail "$name: resuming from step $stop_step exited $rc"
+  fi
+  echo "ok: $name: exit 85, step $stop_step committed and verified ($steps logged at the signal), resumed"
+}
