@@ -50,7 +50,17 @@ void stop_if_requested(const StopSignals& signals, const MpiComm& world,
 }
 
 std::string launcher_stop_hint() {
-  if (!std::getenv("OMPI_MCA_orte_hnp_uri") || std::getenv("MPITRAIN_SAVE_ON_STOP")) return "";
+  if (std::getenv("MPITRAIN_SAVE_ON_STOP")) return "";
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const std::string way =
+      "or start under jobs/save-on-stop, which turns Ctrl-C and SIGTERM into that";
+  if (!std::getenv("OMPI_MCA_orte_hnp_uri")) {
+    if (!job || !std::getenv("SLURM_STEP_ID")) return "";
+    return std::string("to stop with a checkpoint (exit 85): scancel --signal=USR2 ") + job +
+           " or kill -USR2 <srun's pid> (srun passes SIGUSR2 to the tasks; its own SIGINT/SIGTERM "
+           "kill them unsaved), " +
+           way;
+  }
   // mpirun's pid where this rank is its child (its host); else the user looks it up.
   const std::string parent = std::to_string(::getppid());
   std::string command;
@@ -58,8 +68,7 @@ std::string launcher_stop_hint() {
   const bool child_of_mpirun = command == "mpirun" || command == "mpiexec" || command == "orterun";
   return "to stop with a checkpoint (exit 85): kill -USR2 " +
          (child_of_mpirun ? parent : std::string("<mpirun's pid>")) +
-         " (mpirun passes SIGUSR2 to the ranks; its own SIGINT/SIGTERM kill them unsaved), or "
-         "start under jobs/save-on-stop, which turns Ctrl-C and SIGTERM into that";
+         " (mpirun passes SIGUSR2 to the ranks; its own SIGINT/SIGTERM kill them unsaved), " + way;
 }
 
 }  // namespace mpitrain

@@ -11,35 +11,15 @@ source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 JOBS=$SOURCE_DIR/jobs
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 100000
-args=("$@")
-
-# stop_case NAME SIGNAL LAUNCHER...: runs the trainer under LAUNCHER, signals the launcher's pid
-# once 3 steps are logged, checks the stop. env --default-signal: a job started with & from a
-# script ignores SIGINT, and a signal ignored at entry cannot be trapped; a shell does not do
-# that to a command in the foreground.
-stop_case() {
-  local name=$1 sig=$2; shift 2
-  local out=$SCRATCH/$name log=$SCRATCH/$name.log
-  set +e
-  env --default-signal=INT "$@" "$TRAINER" "${args[@]}" --out-dir "$out" > "$log" 2>&1 &
-  local pid=$!
-  set -e
-  wait_for_steps "$pid" "$out" 3 "$log"
-  kill -s "$sig" "$pid"
-  set +e
-  wait "$pid"
-  local code=$?
-  set -e
-  expect_stop_saved "$name" "$code" "$out" "$log" "$steps_seen" "${args[@]}"
-}
+stop_args=("$@")
 
 # shellcheck disable=SC2086
 {
-  stop_case save_on_stop_int INT "$JOBS/save-on-stop" $MPIRUN -np 2
-  stop_case save_on_stop_term TERM "$JOBS/save-on-stop" $MPIRUN -np 2
-  stop_case mpirun_usr2 USR2 $MPIRUN -np 2
-  stop_case run_until_done_int INT "$JOBS/run-until-done.sh" 3 -- $MPIRUN -np 2
-  stop_case run_until_done_term TERM "$JOBS/run-until-done.sh" 3 -- $MPIRUN -np 2
+  stop_launcher save_on_stop_int INT "$JOBS/save-on-stop" $MPIRUN -np 2
+  stop_launcher save_on_stop_term TERM "$JOBS/save-on-stop" $MPIRUN -np 2
+  stop_launcher mpirun_usr2 USR2 $MPIRUN -np 2
+  stop_launcher run_until_done_int INT "$JOBS/run-until-done.sh" 3 -- $MPIRUN -np 2
+  stop_launcher run_until_done_term TERM "$JOBS/run-until-done.sh" 3 -- $MPIRUN -np 2
 }
 grep -q "^run-until-done: stopped by a signal" "$SCRATCH/run_until_done_int.log" \
   || fail "run-until-done did not end its loop on SIGINT"
@@ -54,7 +34,7 @@ echo "ok: the hint names mpirun's pid, and not under jobs/save-on-stop"
 for trial in 1 2 3; do
   log=$SCRATCH/storm$trial.log
   set +e
-  $MPIRUN -np 2 "$TRAINER" "${args[@]}" --out-dir "$SCRATCH/storm$trial" > "$log" 2>&1 &
+  $MPIRUN -np 2 "$TRAINER" "${stop_args[@]}" --out-dir "$SCRATCH/storm$trial" > "$log" 2>&1 &
   launcher=$!
   wait_for_steps "$launcher" "$SCRATCH/storm$trial" 1 "$log"
   ranks=$(pgrep -P "$launcher" | tr '\n' ' ')

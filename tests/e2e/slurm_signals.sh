@@ -13,26 +13,12 @@ slurm_cluster_start
 
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 100000
-args=("$@")
+stop_args=("$@")
 SRUN=(srun --mpi=pmix --nodes=1 --ntasks=2 --cpus-per-task=1 --time=5:00)
 
-# srun_case NAME SIGNAL [WRAPPER...]: as launcher_signals.sh's stop_case, with srun.
-srun_case() {
-  local name=$1 sig=$2; shift 2
-  local out=$SCRATCH/$name log=$SCRATCH/$name.log
-  set +e
-  env --default-signal=INT "$@" "${SRUN[@]}" "$TRAINER" "${args[@]}" --out-dir "$out" > "$log" 2>&1 &
-  local pid=$!
-  set -e
-  wait_for_steps "$pid" "$out" 3 "$log"
-  kill -s "$sig" "$pid"
-  set +e
-  wait "$pid"
-  local code=$?
-  set -e
-  expect_stop_saved "$name" "$code" "$out" "$log" "$steps_seen" "${args[@]}"
-}
-
-srun_case srun_usr2 USR2
-srun_case save_on_stop_srun_term TERM "$SOURCE_DIR/jobs/save-on-stop"
-srun_case save_on_stop_srun_int INT "$SOURCE_DIR/jobs/save-on-stop"
+stop_launcher srun_usr2 USR2 "${SRUN[@]}"
+stop_launcher save_on_stop_srun_term TERM "$SOURCE_DIR/jobs/save-on-stop" "${SRUN[@]}"
+stop_launcher save_on_stop_srun_int INT "$SOURCE_DIR/jobs/save-on-stop" "${SRUN[@]}"
+grep -q "scancel --signal=USR2 [0-9]" "$SCRATCH/srun_usr2.log" || fail "srun: no 'scancel --signal=USR2 <jobid>' hint"
+! grep -q "scancel --signal=USR2" "$SCRATCH/save_on_stop_srun_int.log" || fail "the hint under jobs/save-on-stop"
+echo "ok: the hint under srun names the job, and not under jobs/save-on-stop"

@@ -162,3 +162,23 @@ expect_stop_saved() {  # expect_stop_saved NAME RC OUT LOG STEPS ARGS...
   fi
   echo "ok: $name: exit 85, step $stop_step committed and verified ($steps logged at the signal), resumed"
 }
+
+# The trainer with the flags in the array stop_args and --out-dir $SCRATCH/NAME under LAUNCHER...;
+# SIGNAL to the launcher's pid once 3 steps are logged, then expect_stop_saved. env
+# --default-signal: a job started with & from a script ignores SIGINT, and a signal ignored at
+# entry cannot be trapped (a shell does not do that to a command in the foreground).
+stop_launcher() {  # stop_launcher NAME SIGNAL LAUNCHER...
+  local name=$1 sig=$2; shift 2
+  local out=$SCRATCH/$name log=$SCRATCH/$name.log
+  set +e
+  env --default-signal=INT "$@" "$TRAINER" "${stop_args[@]}" --out-dir "$out" > "$log" 2>&1 &
+  local pid=$!
+  set -e
+  wait_for_steps "$pid" "$out" 3 "$log"
+  kill -s "$sig" "$pid"
+  set +e
+  wait "$pid"
+  local code=$?
+  set -e
+  expect_stop_saved "$name" "$code" "$out" "$log" "$steps_seen" "${stop_args[@]}"
+}

@@ -43,11 +43,11 @@ class StopRequested : public std::exception {
 // rank; `during` names the start-up stage for the message ("the data checks").
 void stop_if_requested(const StopSignals& signals, const MpiComm& world, const std::string& during);
 
-// How to stop this run with a save, for rank 0's start-up output; "" where the launcher passes
-// stops on by itself. Open MPI 4's mpirun (ORTE: OMPI_MCA_orte_hnp_uri in the ranks' environment)
-// forwards SIGUSR1/SIGUSR2 only: its own SIGINT/SIGTERM/SIGHUP kill the ranks within ~2 s, with
-// no checkpoint and exit 1. Silent under jobs/save-on-stop (MPITRAIN_SAVE_ON_STOP set), which
-// turns those into SIGUSR2 for mpirun, and under srun, which passes SIGTERM to the tasks.
+// How to stop this run with a save, for rank 0's start-up output. Open MPI 4's mpirun (ORTE:
+// OMPI_MCA_orte_hnp_uri in the ranks' environment) and srun (SLURM_STEP_ID) forward SIGUSR2, but
+// their own SIGINT/SIGTERM kill the ranks unsaved (mpirun exit 1, srun 137). "" without either
+// launcher, and where the stops are routed already (MPITRAIN_SAVE_ON_STOP, set by
+// jobs/save-on-stop and jobs/train.slurm, which turn them into SIGUSR2 for the launcher).
 std::string launcher_stop_hint();
 
 }  // namespace mpitrain
