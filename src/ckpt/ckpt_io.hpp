@@ -42,11 +42,28 @@ std::vector<TensorParts> tensor_parts(const ParamLayout& full, const CheckpointS
 // the lowest failing rank>") — never UsageError: a bad file is damage, not bad input.
 void agree_on(const MpiComm& world, const std::string& what, const std::function<void()>& step);
 
-// Collective: creates path and writes the manifest, every dataset and its checksum; calls
-// faults.at("write") after the data are written and closes the file (collective) after it.
-void write_checkpoint_file(const std::string& path, const MpiComm& world,
-                           const CheckpointManifest& m, const CheckpointState& s,
-                           const FaultPlan& faults);
+// How long a rank that knows of a failure waits for the others to agree on it: longer, and one
+// of them is stuck inside HDF5 in a collective call that the failure left unmatched.
+inline constexpr double kAgreeDeadlineSeconds = 60;
+
+// A step of a checkpoint's write, agreed: step runs on every rank, then every rank learns whether
+// it failed anywhere and, if so, throws Error(<message of the lowest failing rank>). A rank whose
+// step failed, or that knows the save failed already (failure: that message; "" none), waits
+// kAgreeDeadlineSeconds at most for the others; past it, the last resort: it prints
+// "<save>: <message> (the other ranks did not agree ...)" and ends the job (MPI_Abort, exit 1).
+void agree_within(const MpiComm& world, const std::string& save, const std::string& failure,
+                  const std::function<void()>& step);
+
+// Collective: creates path, reserves its size (rank 0, io/durable.hpp reserve_space), writes the
+// manifest, every dataset and its checksum and closes it, each collective HDF5 call agreed on
+// (agree_within) before the next: a failure anywhere is every rank's Error, which names the cause
+// as the system does ("No space left on device writing <path> (...)"), with the file closed on
+// every rank. save names the checkpoint in a last-resort message ("checkpoint step-00000020").
+// Fault phases: "reserved" once the file is created and its space reserved, "write" after the
+// data are written, before the close.
+void write_checkpoint_file(const std::string& path, const std::string& save,
+                           const MpiComm& world, const CheckpointManifest& m,
+                           const CheckpointState& s, const FaultPlan& faults);
 // Collective: reads and verifies <dir>/checkpoint.h5 into s. Error (agreed) if it is damaged,
 // UsageError (on every rank) if it holds another model.
 CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,

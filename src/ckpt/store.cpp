@@ -1,5 +1,6 @@
 // The checkpoints directory: commit protocol, `latest`, pruning, and loading with fallback.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -160,21 +161,43 @@ std::string CheckpointStore::commit(const std::string& name, const CheckpointMan
   const std::string file = (fs::path(tmp) / kCheckpointFile).string();
   const int rank = world_.rank();
 
-  on_root(world_, [&] {
-    fs::create_directories(dir_);
-    fs::remove_all(tmp);
-    fs::create_directory(tmp);
-  });
-  agree_on(world_, "cannot write " + file,
-           [&] { write_checkpoint_file(file, world_, m, s, faults_); });
-  faults_.at("close", rank, m.step);
-  on_root(world_, [&] {
-    fsync_path(file);
-    fsync_path(tmp);
-  });
-  on_root(world_, [&] { replace_dir(tmp, final); });
+  as_agreed(name, [&] {
+    on_root(world_, [&] {
+      // Created by the first save; gone later, it was removed or its file system unmounted:
+      // made again, the checkpoints would go where no one looks (the mount point's disk).
+      if (!fs::is_directory(dir_) && !saved_.empty())
+        throw_file_error(ENOENT, "writing", dir_ + " (it held this run's " + saved_ +
+                                                ": removed, or its file system unmounted)");
+      fs::create_directories(dir_);
+      fs::remove_all(tmp);
+      fs::create_directory(tmp);
+    });
+    write_checkpoint_file(file, "checkpoint " + name, world_, m, s, faults_);
+    faults_.at("close", rank, m.step);
+    on_root(world_, [&] {
+      release_reserved_space(file);
+      fsync_path(file);
+      fsync_path(tmp);
+    });
+    on_root(world_, [&] { replace_dir(tmp, final); });
+  }, tmp);
   faults_.at("rename", rank, m.step);
+  saved_ = name;
   return final;
+}
+
+void CheckpointStore::as_agreed(const std::string& name, const std::function<void()>& steps,
+                                const std::string& leftover) {
+  try {
+    steps();
+  } catch (const Error& e) {  // agreed: every step is
+    if (world_.rank() == 0 && !leftover.empty()) {
+      std::error_code ignored;  // the failure is the news, not whether this worked
+      fs::remove_all(leftover, ignored);
+    }
+    throw AgreedError("checkpoint " + name + ": " + e.what() +
+                      (saved_.empty() ? "" : "; the newest checkpoint is " + saved_));
+  }
 }
 
 std::string CheckpointStore::save(const CheckpointManifest& m, const CheckpointState& s) {
@@ -184,14 +207,16 @@ std::string CheckpointStore::save(const CheckpointManifest& m, const CheckpointS
   const int rank = world_.rank();
   // Two on_root steps with the fault point between them, so that every rank's "latest" kill
   // falls where rank 0's does: latest.tmp durable, `latest` still naming the previous step.
-  on_root(world_, [&] { write_file_synced(latest + ".tmp", name + "\n"); });
-  faults_.at("latest", rank, m.step);
-  on_root(world_, [&] {
-    rename_durably(latest + ".tmp", latest);
-    retire_old_steps(dir_, keep_last_, name);
-  });
-  faults_.at("prune", rank, m.step);  // the retired steps are step-N.pruned, not yet deleted
-  on_root(world_, [&] { remove_leftovers(dir_); });
+  as_agreed(name, [&] {
+    on_root(world_, [&] { write_file_synced(latest + ".tmp", name + "\n"); });
+    faults_.at("latest", rank, m.step);
+    on_root(world_, [&] {
+      rename_durably(latest + ".tmp", latest);
+      retire_old_steps(dir_, keep_last_, name);
+    });
+    faults_.at("prune", rank, m.step);  // the retired steps are step-N.pruned, not yet deleted
+    on_root(world_, [&] { remove_leftovers(dir_); });
+  }, latest + ".tmp");
   return path;
 }
 

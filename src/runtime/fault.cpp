@@ -19,8 +19,8 @@ namespace {
 // FaultPlan::at's callers: the checkpoint's staging copy (train/checkpointer.cpp) and commit
 // (ckpt/store.cpp, ckpt/write.cpp), the step loop, prepare-data's renames
 // (tools/prepare_data.cpp).
-constexpr std::string_view kPhases[] = {"staged", "write", "close",      "rename", "latest",
-                                        "prune",  "step",  "pair-rename"};
+constexpr std::string_view kPhases[] = {"staged", "reserved", "write", "close",      "rename",
+                                        "latest", "prune",    "step",  "pair-rename"};
 
 // Each kind: its name, the keys it requires, the keys it takes.
 struct KindSpec {

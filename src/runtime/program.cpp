@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 
 namespace mpitrain {
@@ -17,6 +18,9 @@ int mpi_program(const char* name, int argc, char** argv,
     } catch (const UsageError& e) {
       if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", name, e.what());
       return kExitUsage;
+    } catch (const AgreedError& e) {
+      if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+      return kExitFailure;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: rank %d: %s\n", name, rank, e.what());
       std::fflush(stderr);

@@ -143,7 +143,12 @@ double Checkpointer::save(const CheckpointManifest& m, const std::string& name) 
 }
 
 void Checkpointer::poll() {
-  if (saver_ && saver_->in_flight() && saver_->finished()) wait();
+  if (!saver_ || !saver_->in_flight()) return;  // alike on every rank
+  // Collected when every rank's writer is done, at the same step everywhere: a failed save
+  // (agreed by the writers) then throws on every rank at once.
+  int finished = saver_->finished() ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &finished, 1, MPI_INT, MPI_MIN, store_.world().get()));
+  if (finished) wait();
 }
 
 void Checkpointer::wait() {

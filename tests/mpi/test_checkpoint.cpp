@@ -21,6 +21,7 @@
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
 #include "mpitrain/train/checkpointer.hpp"
 #include "mpitrain/train/gather.hpp"
@@ -373,6 +374,30 @@ TEST_F(CheckpointTest, LatestPointsToTheNewestAndKeepLastPrunes) {
   on_root([&] {
     for (int v = 1; v <= 3; ++v) EXPECT_TRUE(fs::exists(fs::path(all) / step_dir_name(v)));
   });
+}
+
+// The store's directory removed after a save (or its file system unmounted): the next save fails
+// on every rank alike (AgreedError naming the cause and the directory) and does not make it again
+// where no one looks; the store's earlier save is named as the newest.
+TEST_F(CheckpointTest, DirectoryGoneAfterASaveIsAnAgreedFailure) {
+  const ModelConfig c = small_model(Arch::Gpt2);
+  const GridShape shape{world().size(), 1, 1};
+  Shard shard(c, world());
+  const fs::path ckpts = dir_ / "checkpoints";
+  CheckpointStore store(ckpts.string(), world());
+  store.save(manifest_of(1, c, shape), shard.state());
+  on_root([&] { fs::rename(ckpts, dir_ / "kept"); });
+  std::string message;
+  try {
+    store.save(manifest_of(2, c, shape), shard.state());
+  } catch (const AgreedError& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "checkpoint " + step_dir_name(2) + ": No such file or directory writing " +
+                         ckpts.string() + " (it held this run's " + step_dir_name(1) +
+                         ": removed, or its file system unmounted); the newest checkpoint is " +
+                         step_dir_name(1));
+  on_root([&] { EXPECT_FALSE(fs::exists(ckpts)); });
 }
 
 TEST_F(CheckpointTest, FlippedByteIsNamedAndLoadLatestFallsBack) {
@@ -941,5 +966,36 @@ TEST_F(CheckpointTest, BackgroundSaveFailureReachesWait) {
   s.saves.save(manifest_of(1, c, shape));
   EXPECT_THROW(s.saves.wait(), Error);
   Saves sync(dir_, shard, false);
-  EXPECT_THROW(sync.saves.save(manifest_of(1, c, shape)), Error);
+  EXPECT_THROW(sync.saves.save(manifest_of(1, c, shape)), AgreedError);
+}
+
+// A failed background save surfaces through poll() at the same call on every rank (the ranks
+// agree that every writer is done), not at the next save: a rank that threw a step earlier than
+// another would leave it alone in the step's collectives.
+TEST_F(CheckpointTest, BackgroundSaveFailureReachesEveryRankAtTheSamePoll) {
+  const ModelConfig c = small_model(Arch::Gpt2);
+  const GridShape shape{world().size(), 1, 1};
+  Shard shard(c, shape, world().rank());
+  on_root([&] { std::ofstream(dir_ / "checkpoints") << "not a directory\n"; });
+  Saves s(dir_, shard, true);
+  s.saves.save(manifest_of(1, c, shape));
+  int polls = 0;
+  bool failed = false;
+  while (!failed && polls < 100000) {
+    if (world().rank() == 1) usleep(1000);  // rank 1 polls later than the others
+    try {
+      s.saves.poll();
+      ++polls;
+    } catch (const AgreedError& e) {
+      failed = true;
+      EXPECT_NE(std::string(e.what()).find("checkpoint " + step_dir_name(1) + ": "),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_TRUE(failed);
+  int least = polls, most = polls;
+  MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(least, most);
 }

@@ -137,8 +137,8 @@ TEST(FaultParse, BadTextIsUsageErrorNamingTheVariable) {
 
 TEST(FaultParse, ErrorListsEveryPhase) {
   const std::string message = parse_error("kill:phase=flush:rank=0");
-  EXPECT_NE(
-      message.find("kill:phase=staged|write|close|rename|latest|prune|step|pair-rename:rank=R"),
+  EXPECT_NE(message.find("kill:phase=staged|reserved|write|close|rename|latest|prune|step|"
+                         "pair-rename:rank=R"),
             std::string::npos)
       << message;
 }

@@ -54,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -165,11 +166,17 @@ class CheckpointStore {
  private:
   std::string commit(const std::string& name, const CheckpointManifest& m,
                      const CheckpointState& s);
+  // Runs steps (every one agreed by all ranks); a failure is rethrown as AgreedError
+  // "checkpoint <name>: <cause>; the newest checkpoint is <saved_>", rank 0 having removed
+  // leftover ("" none) as far as it could.
+  void as_agreed(const std::string& name, const std::function<void()>& steps,
+                 const std::string& leftover);
 
   std::string dir_;
   const MpiComm& world_;
   int keep_last_;
   FaultPlan faults_;
+  std::string saved_;  // the last checkpoint this store committed ("" none yet)
 };
 
 }  // namespace mpitrain

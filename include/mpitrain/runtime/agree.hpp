@@ -14,4 +14,12 @@ namespace mpitrain {
 
 void all_or_none(const MpiComm& comm, const std::function<void()>& step);
 
+// A failure that every rank of the world has agreed on and throws together (a checkpoint's write
+// that failed: ckpt/checkpoint.hpp). main prints it once (rank 0) and every rank exits 1 without
+// MPI_Abort, so that what holds the run (the out-dir lock) is released on the way out.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace mpitrain

@@ -15,7 +15,7 @@
 // The text is `kind:key=value:key=value...`. kill: the process SIGKILLs itself, as a node failure
 // or `kill -9` would. Phases are the points where code calls FaultPlan::at: staged (the save's
 // copy of the state is taken, nothing written yet: train/checkpointer.hpp), the checkpoint
-// commit's write, close, rename, latest and prune (see ckpt/checkpoint.hpp; in the writer's
+// commit's reserved (file created, its space reserved), write, close, rename, latest and prune (see ckpt/checkpoint.hpp; in the writer's
 // thread when the save is asynchronous), step (the start
 // of a training step, where a hang happens too), and pair-rename (prepare-data, rank 0, step 0:
 // between renaming train and val into place). Steps count from 1, as the log does; without

@@ -2,6 +2,7 @@
 // mpi_program: MPI up, run;
 //   UsageError from run (agreed on by every rank, e.g. through all_or_none): rank 0 prints
 //     "<name>: error: <what>" and every rank exits 2.
+//   AgreedError (runtime/agree.hpp): the same, exit 1.
 //   Any other exception: each rank prints "<name>: rank <r>: <what>", then MPI_Abort with 1.
 // tool_program (no MPI): UsageError prints "<name>: error: <what>", exit 2; any other exception
 //   "<name>: <what>", exit 1.

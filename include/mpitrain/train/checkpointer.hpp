@@ -5,9 +5,13 @@
 //              (fault phase "staged"); then written in the background (async) or now (sync).
 //              What the step loop lost is reported as checkpoint_stall_ms.
 //   poll()     at every step end: a background save that has committed is reported
-//              (checkpoint_write_ms, checkpoint_bytes, "saved checkpoint step N ...").
+//              (checkpoint_write_ms, checkpoint_bytes, "saved checkpoint step N ..."). While a
+//              save is in flight the ranks agree (one all-reduce) that every writer is done, so
+//              that a failed save throws at the same step on every rank, not at the next save.
 //   wait()     before every exit (the end, a stop for exit 85, a failure): the save in flight
 //              committed and reported; its error rethrown.
+// A save that fails (a full disk, a directory gone: ckpt/checkpoint.hpp) throws AgreedError on
+// every rank alike: the run ends with one message and exit 1.
 //
 // The staging buffer is allocated once: on the CPU a copy of the writer's master and optimizer
 // state (owned.size() floats each; nothing on a rank that writes nothing), made at set-up; on a
@@ -83,7 +87,7 @@ class Checkpointer {
   // save_as(name). Returns the seconds the caller lost (the wait for the previous save, the
   // copy, and for a synchronous save the write).
   double save(const CheckpointManifest& m, const std::string& name = "");
-  void poll();  // reports a background save that has committed since
+  void poll();  // reports a background save that has committed since (collective, see above)
   void wait();  // the save in flight committed and reported (its failure rethrown)
   // The last save's stall plus write: what one more synchronous one would take (for
   // --exit-after-minutes).
