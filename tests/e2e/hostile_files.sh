@@ -36,21 +36,18 @@ mkdir -p "$SCRATCH/tok_link" && ln -s ../secret.model "$SCRATCH/tok_link/link.mo
 tokenizer_case tok_link '{"name": "sentencepiece", "files": {"model": "link.model"}}' \
   "tokenizer.json': files.model = 'link.model' is a link to '$(realpath "$SCRATCH/secret.model")', outside the tokenizer's directory"
 
-# ---- config.json fields of the wrong type ----
+# ---- a config.json field of the wrong type (the others, and safetensors headers: unit tests) ----
 mkdir "$SCRATCH/hf"
 : > "$SCRATCH/hf/model.safetensors"
 echo '{"model_type": 5, "vocab_size": 256}' > "$SCRATCH/hf/config.json"
 expect_refused hf_model_type "$SCRATCH/hf/config.json: model_type must be a string, got a number" \
   --train-data "$DATA_DIR/train.h5" --init-from "$SCRATCH/hf"
-echo '[1, 2]' > "$SCRATCH/hf/config.json"
-expect_refused hf_array "$SCRATCH/hf/config.json: the document must be an object, got an array" \
-  --train-data "$DATA_DIR/train.h5" --init-from "$SCRATCH/hf"
 
 # ---- /tokens as a link: dangling, or to another file ----
-h5_case() {  # h5_case NAME EXPECTED_TEXT EDIT_ARGS... (the edit applies to NAME's copy of train.h5)
+h5_case() {  # h5_case NAME EXPECTED_TEXT EDIT_ARGS... (the edit applies to NAME/train.h5, a copy)
   local name=$1 expected=$2; shift 2
   mkdir -p "$SCRATCH/$name"
-  cp "$DATA_DIR/train.h5" "$SCRATCH/$name/train.h5"
+  [ -e "$SCRATCH/$name/train.h5" ] || cp "$DATA_DIR/train.h5" "$SCRATCH/$name/train.h5"
   "$EDIT" "$1" "$SCRATCH/$name/train.h5" "${@:2}"
   expect_refused "$name" "'$SCRATCH/$name/train.h5': $expected" --train-data "$SCRATCH/$name/train.h5"
 }
