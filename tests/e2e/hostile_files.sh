@@ -63,6 +63,8 @@ cp "$DATA_DIR/train.h5" "$SCRATCH/soft_via_external/train.h5"
 "$EDIT" external-link "$SCRATCH/soft_via_external/train.h5" /ext "$SCRATCH/other.h5" /
 h5_case soft_via_external "/tokens is a soft link to '/ext/tokens', which names no object in this file" \
   soft-link /tokens /ext/tokens
+h5_case external_raw "/tokens declares 6 tokens but keeps them in external raw files; a token file holds its own tokens" \
+  external-raw /tokens "$SCRATCH/secret.model" 6
 
 # ---- /tokens declaring tokens it does not store ----
 h5_case contiguous_unwritten "/tokens declares 68719476736 tokens but stores none (its data was never written)" \

@@ -13,6 +13,9 @@
 //                                                of which little is stored: contiguous and never
 //                                                written (CHUNK 0), or in chunks of CHUNK of
 //                                                which only the first WRITTEN are written
+//   h5-edit external-raw FILE PATH RAW N         replaces PATH by a uint16 dataset of N elements
+//                                                whose raw data is the file RAW (HDF5's external
+//                                                storage)
 // Exit code 0 done, 2 bad usage, 1 an HDF5 failure (the message on stderr).
 #include <hdf5.h>
 
@@ -123,13 +126,21 @@ void to_unwritten(hid_t file, const std::string& path, uint64_t n, uint64_t chun
     write_1d(dset.get(), H5T_NATIVE_UINT16, c * chunk, chunk, ones.data());
 }
 
+void to_external_raw(hid_t file, const std::string& path, const std::string& raw, uint64_t n) {
+  H5_CHECK(H5Ldelete(file, path.c_str(), H5P_DEFAULT));
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_external(dcpl.get(), raw.c_str(), 0, 2 * n));
+  create_dataset(file, path, H5T_STD_U16LE, {n}, dcpl.get());
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: h5-edit flip-bit|set-int FILE OBJECT ATTRIBUTE N\n"
                "       h5-edit to-group|to-float64 FILE PATH\n"
                "       h5-edit soft-link FILE PATH TARGET\n"
                "       h5-edit external-link FILE PATH FILE2 PATH2\n"
-               "       h5-edit unwritten FILE PATH N CHUNK WRITTEN\n");
+               "       h5-edit unwritten FILE PATH N CHUNK WRITTEN\n"
+               "       h5-edit external-raw FILE PATH RAW N\n");
   return 2;
 }
 
@@ -158,6 +169,8 @@ int main(int argc, char** argv) {
     } else if (op == "unwritten" && argc == 7) {
       to_unwritten(file.get(), argv[3], std::strtoull(argv[4], nullptr, 10),
                    std::strtoull(argv[5], nullptr, 10), std::strtoull(argv[6], nullptr, 10));
+    } else if (op == "external-raw" && argc == 6) {
+      to_external_raw(file.get(), argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
     } else {
       return usage();
     }
