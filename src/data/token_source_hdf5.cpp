@@ -63,8 +63,8 @@ void require_own_tokens(hid_t file, const std::string& path) {
 void require_stored(hid_t dset, uint64_t count, size_t width, const std::string& path) {
   if (count == 0) return;
   H5Handle plist(H5_CHECK(H5Dget_create_plist(dset)));
-  const std::string declares = "'" + path + "': /tokens declares " + std::to_string(count) +
-                               " tokens but ";
+  const std::string declares =
+      "'" + path + "': /tokens declares " + std::to_string(count) + " tokens but ";
   require(H5_CHECK(H5Pget_external_count(plist.get())) == 0,
           declares + "keeps them in external raw files; a token file holds its own tokens");
   const H5D_layout_t layout = H5_CHECK(H5Pget_layout(plist.get()));

@@ -37,8 +37,8 @@ void require_inside(const std::string& file, const fs::path& dir, const std::str
   require(p == p.filename() && name != "." && name != "..",
           field + " is not a plain file name: a tokenizer's files lie in its own directory");
   const fs::path named = dir / p;
-  require(fs::is_regular_file(named), "'" + file + "' names " + role + " file '" +
-                                          named.string() + "', which does not exist");
+  require(fs::is_regular_file(named),
+          "'" + file + "' names " + role + " file '" + named.string() + "', which does not exist");
   std::error_code ec, dir_ec;
   const fs::path real = fs::canonical(named, ec);
   const fs::path real_dir = fs::canonical(dir.empty() ? "." : dir, dir_ec);
@@ -59,8 +59,9 @@ json read_descriptor(const std::string& path, std::string& file) {
               "\"name\" (bytes, gpt2 or sentencepiece)");
   const std::string name = d["name"].get<std::string>();
   const std::optional<std::vector<std::string>> roles = roles_of(name);
-  require(roles.has_value(), "'" + file + "' names tokenizer '" + name +
-                                 "', which this build does not know (bytes, gpt2 or sentencepiece)");
+  require(roles.has_value(),
+          "'" + file + "' names tokenizer '" + name +
+              "', which this build does not know (bytes, gpt2 or sentencepiece)");
   if (!d.contains("files")) d["files"] = json::object();
   require(d["files"].is_object(), "'" + file + "': \"files\" must be an object {role: file name}");
   for (const auto& [role, named] : d["files"].items()) {
@@ -92,7 +93,8 @@ std::unique_ptr<Tokenizer> from_descriptor(const std::string& path) {
     const std::string encoder = named_file(d, file, "encoder");  // the first one missing is named
     return Gpt2Tokenizer::from_vocab(encoder, named_file(d, file, "merges"));
   }
-  return std::make_unique<SentencePieceTokenizer>(named_file(d, file, "model"));  // the last name roles_of knows
+  // sentencepiece: the last name roles_of knows
+  return std::make_unique<SentencePieceTokenizer>(named_file(d, file, "model"));
 }
 
 bool starts_with_llmc_tokenizer_magic(const std::string& path) {

@@ -12,8 +12,7 @@ bool is_int64(const json& v) {
   return v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= INT64_MAX);
 }
 
-}  // namespace
-
+// "a string", "a number", "an array", "an object", "a boolean", "null": for messages.
 std::string json_kind(const json& value) {
   switch (value.type()) {
     case json::value_t::null:
@@ -34,6 +33,8 @@ std::string json_kind(const json& value) {
       return "a binary value";
   }
 }
+
+}  // namespace
 
 json parse_json_input(const std::string& text, const std::string& file) {
   try {

@@ -270,8 +270,7 @@ ModelConfig read_hf_config(const std::string& dir) {
     c.rope_theta = float_field(j, file, "rope_theta", 10000.0f);
     if (j.boolean("tie_word_embeddings").value_or(false))
       throw UsageError(file.string() + ": tied embeddings; the llama model has its own head");
-    if (j.has("rope_scaling"))
-      throw UsageError(file.string() + ": rope_scaling is not supported");
+    if (j.has("rope_scaling")) throw UsageError(file.string() + ": rope_scaling is not supported");
     if (j.has("head_dim") && int_field(j, file, "head_dim") * c.n_head != c.d_model)
       throw UsageError(file.string() + ": head_dim x num_attention_heads != hidden_size");
   } else {

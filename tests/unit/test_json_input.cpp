@@ -100,8 +100,7 @@ TEST_F(JsonInputTest, ConfigFieldsOfTheWrongTypeAreNamed) {
   EXPECT_EQ(load_error(), config_file() + ": n_layer must be an integer below 2^63, got a string");
   write_config(R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 8,
                    "n_positions": 8, "activation_function": ["gelu_new"]})");
-  EXPECT_EQ(load_error(),
-            config_file() + ": activation_function must be a string, got an array");
+  EXPECT_EQ(load_error(), config_file() + ": activation_function must be a string, got an array");
   write_config(R"({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2,
                    "hidden_size": 8, "intermediate_size": 32, "max_position_embeddings": 8,
                    "rms_norm_eps": "1e-6"})");

@@ -11,25 +11,22 @@
 
 namespace mpitrain {
 
-// "a string", "a number", "an array", "an object", "a boolean", "null": for messages.
-std::string json_kind(const nlohmann::json& value);
-
 // The JSON document text, parsed; UsageError "<file>: not valid JSON: ..." otherwise.
 nlohmann::json parse_json_input(const std::string& text, const std::string& file);
 
-// UsageError "<file>: <field> must be <kind>, got <json_kind(value)>" unless ok.
+// UsageError "<file>: <field> must be <kind>, got <value's kind>" (a string, a number, an
+// array, ...) unless ok.
 void require_json_kind(bool ok, const nlohmann::json& value, const std::string& file,
                        const std::string& field, const std::string& kind);
 
-// One JSON object of a file, read field by field; `prefix` names it in messages ("" for the
-// document itself, "tensor 'wte'" for a member).
+// One JSON object of a file (UsageError if it is not one), read field by field without a copy:
+// the object must outlive it. `prefix` names it in messages: "" for the document itself, the
+// member's name for a member ("transformer.wte.weight.dtype must be a string, ...").
 class JsonFields {
  public:
   JsonFields(const nlohmann::json& object, std::string file, std::string prefix = "");
 
-  bool has(const std::string& name) const;      // present and not null
-  const nlohmann::json& object() const { return object_; }
-  std::string field(const std::string& name) const;  // "<prefix>.<name>" or "<name>"
+  bool has(const std::string& name) const;  // present and not null
 
   std::optional<std::string> string(const std::string& name) const;
   std::optional<int64_t> integer(const std::string& name) const;
@@ -40,6 +37,7 @@ class JsonFields {
 
  private:
   const nlohmann::json* find(const std::string& name) const;  // nullptr: absent or null
+  std::string field(const std::string& name) const;           // "<prefix>.<name>" or "<name>"
 
   const nlohmann::json& object_;
   std::string file_, prefix_;
