@@ -2,8 +2,10 @@
 // `vocab_size` and `tokenizer` on that dataset. A contiguous, unfiltered little-endian /tokens is
 // then read out of a mapping of its raw data (map_tokens: no HDF5 call after open); any other
 // layout by hyperslabs converted to int32.
+#include <filesystem>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "mpitrain/io/hdf5.hpp"
 #include "mpitrain/model/config.hpp"
@@ -24,6 +26,76 @@ std::string describe_type(hid_t type) {
   return "a non-numeric type (HDF5 class " + std::to_string(static_cast<int>(cls)) + ")";
 }
 
+// An external link met while following a path fails (H5Pset_elink_cb): no other file is opened.
+herr_t refuse_external_link(const char*, const char*, const char*, const char*, unsigned*, hid_t,
+                            void*) {
+  return -1;
+}
+
+// UsageError unless /tokens is a hard link, or a soft link to an object in this file: an
+// external link (or a soft link through one) would make a token file read another file.
+void require_own_tokens(hid_t file, const std::string& path) {
+  H5L_info_t info;
+  H5_CHECK(H5Lget_info(file, "tokens", &info, H5P_DEFAULT));
+  if (info.type == H5L_TYPE_HARD) return;
+  const std::string own = "; a token file holds its own tokens";
+  require(info.type == H5L_TYPE_SOFT || info.type == H5L_TYPE_EXTERNAL,
+          "'" + path + "': /tokens is a user-defined link" + own);
+  std::vector<char> value(info.u.val_size + 1, '\0');
+  H5_CHECK(H5Lget_val(file, "tokens", value.data(), info.u.val_size, H5P_DEFAULT));
+  if (info.type == H5L_TYPE_EXTERNAL) {
+    unsigned flags = 0;
+    const char *target_file = nullptr, *target = nullptr;
+    H5_CHECK(H5Lunpack_elink_val(value.data(), info.u.val_size, &flags, &target_file, &target));
+    throw UsageError("'" + path + "': /tokens is an external link to '" + target + "' in '" +
+                     target_file + "'" + own);
+  }
+  H5Handle lapl(H5_CHECK(H5Pcreate(H5P_LINK_ACCESS)));
+  H5_CHECK(H5Pset_elink_cb(lapl.get(), refuse_external_link, nullptr));
+  require(H5Oexists_by_name(file, "tokens", lapl.get()) > 0,  // < 0: through an external link
+          "'" + path + "': /tokens is a soft link to '" + value.data() +
+              "', which names no object in this file" + own);
+}
+
+// UsageError unless /tokens (count tokens of width bytes) stores every token it declares, in
+// this file: compact; contiguous, allocated and inside the file; or chunked with every chunk
+// written. In time bounded by the file's size: a file cannot hold more chunks than bytes.
+void require_stored(hid_t dset, uint64_t count, size_t width, const std::string& path) {
+  if (count == 0) return;
+  H5Handle plist(H5_CHECK(H5Dget_create_plist(dset)));
+  const std::string declares =
+      "'" + path + "': /tokens declares " + std::to_string(count) + " tokens but ";
+  require(H5_CHECK(H5Pget_external_count(plist.get())) == 0,
+          declares + "keeps them in external raw files; a token file holds its own tokens");
+  const H5D_layout_t layout = H5_CHECK(H5Pget_layout(plist.get()));
+  require(layout != H5D_VIRTUAL,
+          declares + "is a virtual dataset (of other datasets); a token file holds its own tokens");
+  const uint64_t file_bytes = std::filesystem::file_size(path);
+  if (layout == H5D_CONTIGUOUS) {
+    H5D_space_status_t status;
+    H5_CHECK(H5Dget_space_status(dset, &status));
+    require(status == H5D_SPACE_STATUS_ALLOCATED,
+            declares + "stores none (its data was never written)");
+    const haddr_t offset = H5Dget_offset(dset);
+    require(offset != HADDR_UNDEF && offset <= file_bytes && count <= (file_bytes - offset) / width,
+            declares + "the file ends at byte " + std::to_string(file_bytes) +
+                ", before the last of them (a truncated file)");
+  } else if (layout == H5D_CHUNKED) {
+    hsize_t chunk = 0;
+    H5_CHECK(H5Pget_chunk(plist.get(), 1, &chunk));
+    const uint64_t chunks = count / chunk + (count % chunk != 0);
+    require(chunks <= file_bytes, declares + "the file (" + std::to_string(file_bytes) +
+                                      " bytes) cannot hold its " + std::to_string(chunks) +
+                                      " chunks: most were never written");
+    H5Handle space(H5_CHECK(H5Dget_space(dset)));  // all of it (1.10 takes no H5S_ALL here)
+    hsize_t written = 0;
+    H5_CHECK(H5Dget_num_chunks(dset, space.get(), &written));
+    require(written == chunks, declares + "stores only " + std::to_string(written) + " of its " +
+                                   std::to_string(chunks) +
+                                   " chunks (the others were never written)");
+  }
+}
+
 class Hdf5TokenSource final : public TokenSource {
  public:
   explicit Hdf5TokenSource(const std::string& path) : path_(path) {
@@ -36,6 +108,7 @@ class Hdf5TokenSource final : public TokenSource {
     const std::string layout =
         " (an HDF5 token file holds its tokens in a 1-D uint16 or uint32 dataset /tokens)";
     require(has_link(file_.get(), "tokens"), "'" + path + "' has no dataset /tokens" + layout);
+    require_own_tokens(file_.get(), path);
     const std::string kind = object_kind(file_.get(), "tokens");
     require(kind == "dataset", "'" + path + "': /tokens is a " + kind + ", not a dataset" + layout);
     dset_ = open_dataset(file_.get(), "tokens");
@@ -46,6 +119,7 @@ class Hdf5TokenSource final : public TokenSource {
     require(unsigned_int, "'" + path + "': /tokens holds " + describe_type(type.get()) +
                               "; expected uint16 or uint32 token ids");
     size_ = dataset_size_1d(dset_.get());
+    require_stored(dset_.get(), size_, H5Tget_size(type.get()), path);
     if (has_attribute(dset_.get(), "vocab_size")) {
       vocab_size_ = read_attribute_int(dset_.get(), "vocab_size");
       require(vocab_size_ > 0 && vocab_size_ <= kMaxVocabSize,

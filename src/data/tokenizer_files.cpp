@@ -1,7 +1,10 @@
 // Tokenizer descriptors (kTokenizerFile): finding, reading and copying them.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "mpitrain/data/gpt2_tokenizer.hpp"
 #include "mpitrain/data/sentencepiece_tokenizer.hpp"
@@ -16,7 +19,37 @@ namespace mpitrain {
 
 namespace {
 
-// The descriptor at path (a directory: its kTokenizerFile), parsed; UsageError if malformed.
+// The roles of the files a tokenizer of this name reads; nullopt for a name this build lacks.
+std::optional<std::vector<std::string>> roles_of(const std::string& name) {
+  if (name == ByteTokenizer::kName) return std::vector<std::string>{};
+  if (name == Gpt2Tokenizer::kName) return std::vector<std::string>{"decoder", "encoder", "merges"};
+  if (name == SentencePieceTokenizer::kName) return std::vector<std::string>{"model"};
+  return std::nullopt;
+}
+
+// UsageError unless files.<role> = name is a file directly in dir, the descriptor's directory,
+// also once links are resolved: a descriptor that came with a data set must not make the program
+// read or copy any other file (an absolute path, "../x" or a link out of dir are refused).
+void require_inside(const std::string& file, const fs::path& dir, const std::string& role,
+                    const std::string& name) {
+  const std::string field = "'" + file + "': files." + role + " = '" + name + "'";
+  const fs::path p(name);
+  require(p == p.filename() && name != "." && name != "..",
+          field + " is not a plain file name: a tokenizer's files lie in its own directory");
+  const fs::path named = dir / p;
+  require(fs::is_regular_file(named),
+          "'" + file + "' names " + role + " file '" + named.string() + "', which does not exist");
+  std::error_code ec, dir_ec;
+  const fs::path real = fs::canonical(named, ec);
+  const fs::path real_dir = fs::canonical(dir.empty() ? "." : dir, dir_ec);
+  require(!ec && !dir_ec, field + ": cannot resolve it: " + (ec ? ec : dir_ec).message());
+  require(real.parent_path() == real_dir,
+          field + " is a link to '" + real.string() +
+              "', outside the tokenizer's directory: a tokenizer's files lie in its own directory");
+}
+
+// The descriptor at path (a directory: its kTokenizerFile), parsed and checked; UsageError
+// naming the file and field if malformed.
 json read_descriptor(const std::string& path, std::string& file) {
   file = fs::is_directory(path) ? (fs::path(path) / kTokenizerFile).string() : path;
   std::ifstream in = open_text_file(file, "tokenizer descriptor");
@@ -24,14 +57,20 @@ json read_descriptor(const std::string& path, std::string& file) {
   require(d.is_object() && d.contains("name") && d["name"].is_string(),
           "'" + file + "' is not a tokenizer descriptor: expected a JSON object with a string " +
               "\"name\" (bytes, gpt2 or sentencepiece)");
+  const std::string name = d["name"].get<std::string>();
+  const std::optional<std::vector<std::string>> roles = roles_of(name);
+  require(roles.has_value(),
+          "'" + file + "' names tokenizer '" + name +
+              "', which this build does not know (bytes, gpt2 or sentencepiece)");
   if (!d.contains("files")) d["files"] = json::object();
   require(d["files"].is_object(), "'" + file + "': \"files\" must be an object {role: file name}");
-  for (const auto& [role, name] : d["files"].items()) {
-    require(name.is_string() && !name.get<std::string>().empty(),
+  for (const auto& [role, named] : d["files"].items()) {
+    require(std::find(roles->begin(), roles->end(), role) != roles->end(),
+            "'" + file + "': files." + role + " is not a file of tokenizer '" + name + "'" +
+                (roles->empty() ? " (it reads none)" : ""));
+    require(named.is_string() && !named.get<std::string>().empty(),
             "'" + file + "': files." + role + " must be a file name");
-    const fs::path named = fs::path(file).parent_path() / name.get<std::string>();
-    require(fs::is_regular_file(named), "'" + file + "' names " + role + " file '" +
-                                            named.string() + "', which does not exist");
+    require_inside(file, fs::path(file).parent_path(), role, named.get<std::string>());
   }
   return d;
 }
@@ -54,10 +93,8 @@ std::unique_ptr<Tokenizer> from_descriptor(const std::string& path) {
     const std::string encoder = named_file(d, file, "encoder");  // the first one missing is named
     return Gpt2Tokenizer::from_vocab(encoder, named_file(d, file, "merges"));
   }
-  if (name == SentencePieceTokenizer::kName)
-    return std::make_unique<SentencePieceTokenizer>(named_file(d, file, "model"));
-  throw UsageError("'" + file + "' names tokenizer '" + name +
-                   "', which this build does not know (bytes, gpt2 or sentencepiece)");
+  // sentencepiece: the last name roles_of knows
+  return std::make_unique<SentencePieceTokenizer>(named_file(d, file, "model"));
 }
 
 bool starts_with_llmc_tokenizer_magic(const std::string& path) {

@@ -6,10 +6,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "mpitrain/io/durable.hpp"
+#include "mpitrain/io/json_input.hpp"
 #include "mpitrain/io/out_file.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/tensor/bf16.hpp"
@@ -109,30 +112,25 @@ size_t our_index(const Mapping& m, size_t e) {
 json read_json(const fs::path& file) {
   std::ifstream in(file);
   if (!in) throw UsageError(file.string() + ": cannot open: " + std::strerror(errno));
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw UsageError(file.string() + ": not valid JSON: " + e.what());
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw UsageError(file.string() + ": cannot read: " + std::strerror(errno));
+  return parse_json_input(text, file.string());
 }
 
-int int_field(const json& j, const fs::path& file, const char* name) {
-  const auto it = j.find(name);
-  if (it == j.end() || !it->is_number_integer())
-    throw UsageError(file.string() + ": needs an integer '" + name + "'");
-  const int64_t v = it->get<int64_t>();
-  if (v < 1 || v > (int64_t{1} << 28))
-    throw UsageError(file.string() + ": '" + name + "' = " + std::to_string(v) +
+int int_field(const JsonFields& j, const fs::path& file, const char* name) {
+  const std::optional<int64_t> v = j.integer(name);
+  if (!v) throw UsageError(file.string() + ": needs an integer '" + name + "'");
+  if (*v < 1 || *v > (int64_t{1} << 28))
+    throw UsageError(file.string() + ": '" + name + "' = " + std::to_string(*v) +
                      " is outside [1, 2^28]");
-  return static_cast<int>(v);
+  return static_cast<int>(*v);
 }
 
-float float_field(const json& j, const fs::path& file, const char* name, float fallback) {
-  const auto it = j.find(name);
-  if (it == j.end()) return fallback;
-  if (!it->is_number() || !(it->get<double>() > 0))
-    throw UsageError(file.string() + ": '" + name + "' must be a positive number");
-  return it->get<float>();
+float float_field(const JsonFields& j, const fs::path& file, const char* name, float fallback) {
+  const std::optional<double> v = j.number(name);
+  if (!v) return fallback;
+  if (!(*v > 0)) throw UsageError(file.string() + ": '" + name + "' must be a positive number");
+  return static_cast<float>(*v);
 }
 
 // The safetensors file opened for reading: its header and the data region's offset.
@@ -146,11 +144,9 @@ class SafetensorsReader {
     std::string text(n, '\0');
     if (!in_.read(text.data(), static_cast<std::streamsize>(n)))
       throw UsageError(file.string() + ": truncated safetensors header");
-    try {
-      header_ = json::parse(text);
-    } catch (const json::exception& e) {
-      throw UsageError(file.string() + ": safetensors header is not JSON: " + e.what());
-    }
+    header_ = parse_json_input(text, file.string() + " (its header)");
+    require_json_kind(header_.is_object(), header_, file.string(), "the header",
+                      "an object {tensor: {dtype, shape, data_offsets}}");
     data_ = sizeof n + n;
     std::error_code ec;
     size_ = fs::file_size(file, ec);
@@ -159,11 +155,10 @@ class SafetensorsReader {
 
   // The tensor `name` of `shape`, widened to fp32 (F32, F16 or BF16 in the file).
   std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
-    const auto it = header_.find(name);
-    if (it == header_.end()) throw UsageError(file_.string() + ": no tensor " + name);
-    const json& t = *it;
-    const std::string dtype = t.value("dtype", "");
-    const std::vector<int64_t> got = t.value("shape", std::vector<int64_t>{});
+    const std::optional<JsonFields> t = JsonFields(header_, file_.string()).member(name);
+    if (!t) throw UsageError(file_.string() + ": no tensor " + name);
+    const std::string dtype = t->string("dtype").value_or("");
+    const std::vector<int64_t> got = t->integers("shape").value_or(std::vector<int64_t>{});
     if (got != shape)
       throw UsageError(file_.string() + ": " + name + " has shape " + json(got).dump() +
                        ", the model needs " + json(shape).dump());
@@ -172,9 +167,10 @@ class SafetensorsReader {
     const size_t width = dtype == "F32" ? 4 : dtype == "F16" || dtype == "BF16" ? 2 : 0;
     if (width == 0)
       throw UsageError(file_.string() + ": " + name + " is " + dtype + "; F32, F16 or BF16 only");
-    const std::vector<uint64_t> off = t.value("data_offsets", std::vector<uint64_t>{});
-    if (off.size() != 2 || off[1] < off[0] || off[1] - off[0] != count * width ||
-        data_ + off[1] > size_)
+    const std::vector<int64_t> off = t->integers("data_offsets").value_or(std::vector<int64_t>{});
+    if (off.size() != 2 || off[0] < 0 || off[1] < off[0] ||
+        static_cast<uint64_t>(off[1] - off[0]) != count * width ||
+        data_ + static_cast<uint64_t>(off[1]) > size_)
       throw UsageError(file_.string() + ": " + name +
                        ": data offsets do not fit its shape or lie "
                        "outside the file");
@@ -245,19 +241,19 @@ bool is_hf_dir(const std::string& path) {
 
 ModelConfig read_hf_config(const std::string& dir) {
   const fs::path file = fs::path(dir) / kConfig;
-  const json j = read_json(file);
+  const json doc = read_json(file);
+  const JsonFields j(doc, file.string());
   ModelConfig c;
-  const std::string type = j.value("model_type", "");
+  const std::string type = j.string("model_type").value_or("");
   if (type == "gpt2") {
     c.arch = Arch::Gpt2;
     c.n_layer = int_field(j, file, "n_layer");
     c.n_head = c.n_kv_head = int_field(j, file, "n_head");
     c.d_model = int_field(j, file, "n_embd");
-    c.d_ff = j.contains("n_inner") && !j["n_inner"].is_null() ? int_field(j, file, "n_inner")
-                                                              : 4 * c.d_model;
+    c.d_ff = j.has("n_inner") ? int_field(j, file, "n_inner") : 4 * c.d_model;
     c.max_seq_len = int_field(j, file, "n_positions");
     c.norm_eps = float_field(j, file, "layer_norm_epsilon", 1e-5f);
-    const std::string act = j.value("activation_function", "gelu_new");
+    const std::string act = j.string("activation_function").value_or("gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       throw UsageError(file.string() + ": activation_function " + act +
                        "; the model computes the tanh GELU (gelu_new)");
@@ -266,17 +262,16 @@ ModelConfig read_hf_config(const std::string& dir) {
     c.n_layer = int_field(j, file, "num_hidden_layers");
     c.n_head = int_field(j, file, "num_attention_heads");
     c.n_kv_head =
-        j.contains("num_key_value_heads") ? int_field(j, file, "num_key_value_heads") : c.n_head;
+        j.has("num_key_value_heads") ? int_field(j, file, "num_key_value_heads") : c.n_head;
     c.d_model = int_field(j, file, "hidden_size");
     c.d_ff = int_field(j, file, "intermediate_size");
     c.max_seq_len = int_field(j, file, "max_position_embeddings");
     c.norm_eps = float_field(j, file, "rms_norm_eps", 1e-6f);
     c.rope_theta = float_field(j, file, "rope_theta", 10000.0f);
-    if (j.value("tie_word_embeddings", false))
+    if (j.boolean("tie_word_embeddings").value_or(false))
       throw UsageError(file.string() + ": tied embeddings; the llama model has its own head");
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-      throw UsageError(file.string() + ": rope_scaling is not supported");
-    if (j.contains("head_dim") && int_field(j, file, "head_dim") * c.n_head != c.d_model)
+    if (j.has("rope_scaling")) throw UsageError(file.string() + ": rope_scaling is not supported");
+    if (j.has("head_dim") && int_field(j, file, "head_dim") * c.n_head != c.d_model)
       throw UsageError(file.string() + ": head_dim x num_attention_heads != hidden_size");
   } else {
     throw UsageError(file.string() + ": model_type '" + type + "'; gpt2 or llama only");

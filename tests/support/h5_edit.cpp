@@ -7,6 +7,15 @@
 //   h5-edit to-group FILE PATH                   replaces the object at PATH by an empty group
 //   h5-edit to-float64 FILE PATH                 replaces a dataset by a float64 one of the same
 //                                                shape and values, its `checksum` attribute kept
+//   h5-edit soft-link FILE PATH TARGET           makes PATH a soft link to TARGET
+//   h5-edit external-link FILE PATH FILE2 PATH2  makes PATH a link to PATH2 in FILE2
+//   h5-edit unwritten FILE PATH N CHUNK WRITTEN  replaces PATH by a uint16 dataset of N elements
+//                                                of which little is stored: contiguous and never
+//                                                written (CHUNK 0), or in chunks of CHUNK of
+//                                                which only the first WRITTEN are written
+//   h5-edit external-raw FILE PATH RAW N         replaces PATH by a uint16 dataset of N elements
+//                                                whose raw data is the file RAW (HDF5's external
+//                                                storage)
 // Exit code 0 done, 2 bad usage, 1 an HDF5 failure (the message on stderr).
 #include <hdf5.h>
 
@@ -87,10 +96,51 @@ void to_float64(hid_t file, const std::string& path) {
   if (has_sum) write_attribute_uint64(dset.get(), "checksum", sum);
 }
 
+void unlink_if_present(hid_t file, const std::string& path) {
+  if (has_link(file, path)) H5_CHECK(H5Ldelete(file, path.c_str(), H5P_DEFAULT));
+}
+
+void to_soft_link(hid_t file, const std::string& path, const std::string& target) {
+  unlink_if_present(file, path);
+  H5_CHECK(H5Lcreate_soft(target.c_str(), file, path.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+}
+
+void to_external_link(hid_t file, const std::string& path, const std::string& other,
+                      const std::string& other_path) {
+  unlink_if_present(file, path);
+  H5_CHECK(H5Lcreate_external(other.c_str(), other_path.c_str(), file, path.c_str(), H5P_DEFAULT,
+                              H5P_DEFAULT));
+}
+
+void to_unwritten(hid_t file, const std::string& path, uint64_t n, uint64_t chunk,
+                  uint64_t written) {
+  H5_CHECK(H5Ldelete(file, path.c_str(), H5P_DEFAULT));
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  if (chunk > 0) {
+    const hsize_t dims = chunk;
+    H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &dims));
+  }
+  H5Handle dset = create_dataset(file, path, H5T_STD_U16LE, {n}, dcpl.get());
+  const std::vector<uint16_t> ones(chunk, 1);  // the tokens of one chunk
+  for (uint64_t c = 0; c < written; ++c)
+    write_1d(dset.get(), H5T_NATIVE_UINT16, c * chunk, chunk, ones.data());
+}
+
+void to_external_raw(hid_t file, const std::string& path, const std::string& raw, uint64_t n) {
+  H5_CHECK(H5Ldelete(file, path.c_str(), H5P_DEFAULT));
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_external(dcpl.get(), raw.c_str(), 0, 2 * n));
+  create_dataset(file, path, H5T_STD_U16LE, {n}, dcpl.get());
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: h5-edit flip-bit|set-int FILE OBJECT ATTRIBUTE N\n"
-               "       h5-edit to-group|to-float64 FILE PATH\n");
+               "       h5-edit to-group|to-float64 FILE PATH\n"
+               "       h5-edit soft-link FILE PATH TARGET\n"
+               "       h5-edit external-link FILE PATH FILE2 PATH2\n"
+               "       h5-edit unwritten FILE PATH N CHUNK WRITTEN\n"
+               "       h5-edit external-raw FILE PATH RAW N\n");
   return 2;
 }
 
@@ -112,6 +162,15 @@ int main(int argc, char** argv) {
       to_group(file.get(), argv[3]);
     } else if (op == "to-float64" && argc == 4) {
       to_float64(file.get(), argv[3]);
+    } else if (op == "soft-link" && argc == 5) {
+      to_soft_link(file.get(), argv[3], argv[4]);
+    } else if (op == "external-link" && argc == 6) {
+      to_external_link(file.get(), argv[3], argv[4], argv[5]);
+    } else if (op == "unwritten" && argc == 7) {
+      to_unwritten(file.get(), argv[3], std::strtoull(argv[4], nullptr, 10),
+                   std::strtoull(argv[5], nullptr, 10), std::strtoull(argv[6], nullptr, 10));
+    } else if (op == "external-raw" && argc == 6) {
+      to_external_raw(file.get(), argv[3], argv[4], std::strtoull(argv[5], nullptr, 10));
     } else {
       return usage();
     }

@@ -70,6 +70,47 @@ TEST_F(TokenizerFilesTest, DescriptorNamingAMissingRoleIsRefused) {
       << load_error(path(kTokenizerFile));
 }
 
+// A descriptor that came with a data set names files in its own directory only, by the roles
+// of its tokenizer: neither loading nor copying it reads any other file.
+TEST_F(TokenizerFilesTest, DescriptorFilesOutsideItsDirectoryAreRefused) {
+  namespace fs = std::filesystem;
+  fs::create_directories(path("data"));
+  std::ofstream(path("secret.model")) << "SECRET";
+  fs::create_symlink("../secret.model", path("data/link.model"));
+  const std::string descriptor = path("data/") + kTokenizerFile;
+  const auto refusal = [&](const std::string& text) {
+    std::ofstream(descriptor) << text;
+    const std::string loading = load_error(descriptor);
+    std::string copying;
+    try {
+      copy_tokenizer(descriptor, path("copy"));
+    } catch (const UsageError& e) {
+      copying = e.what();
+    }
+    EXPECT_EQ(copying, loading);
+    EXPECT_FALSE(fs::exists(path("copy/secret.model")));
+    EXPECT_FALSE(fs::exists(path("copy/link.model")));
+    return loading;
+  };
+  const std::string secret = path("secret.model");
+  EXPECT_EQ(refusal(R"({"name": "sentencepiece", "files": {"model": ")" + secret + "\"}}"),
+            "'" + descriptor + "': files.model = '" + secret +
+                "' is not a plain file name: a tokenizer's files lie in its own directory");
+  EXPECT_EQ(refusal(R"({"name": "sentencepiece", "files": {"model": "../secret.model"}})"),
+            "'" + descriptor +
+                "': files.model = '../secret.model' is not a plain file name: a tokenizer's "
+                "files lie in its own directory");
+  EXPECT_EQ(refusal(R"({"name": "sentencepiece", "files": {"model": "link.model"}})"),
+            "'" + descriptor + "': files.model = 'link.model' is a link to '" +
+                fs::canonical(secret).string() +
+                "', outside the tokenizer's directory: a tokenizer's files lie in its own "
+                "directory");
+  EXPECT_EQ(refusal(R"({"name": "bytes", "files": {"x": "link.model"}})"),
+            "'" + descriptor + "': files.x is not a file of tokenizer 'bytes' (it reads none)");
+  EXPECT_EQ(refusal(R"({"name": "gpt2", "files": {"model": "link.model"}})"),
+            "'" + descriptor + "': files.model is not a file of tokenizer 'gpt2'");
+}
+
 TEST_F(TokenizerFilesTest, DirectoryWithoutTokenizerIsRefused) {
   EXPECT_NE(load_error(dir_.string()).find("holds no tokenizer"), std::string::npos);
   EXPECT_NE(load_error(path("none.model")).find("does not exist"), std::string::npos);
