@@ -72,6 +72,10 @@ double shard_params(const ModelConfig& config, const ModelShard& shard) {
   return stage_units(config, shard, 1).params();
 }
 
+double usable_memory(double rank_bytes, double baseline_bytes) {
+  return rank_bytes - kMemoryMargin * std::max(0.0, rank_bytes - baseline_bytes);
+}
+
 std::string zero_label(const Layout& layout) {
   return std::to_string(layout.zero) +
          (layout.zero == 3 && !layout.reshard_after_forward ? "k" : "");

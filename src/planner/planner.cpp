@@ -29,12 +29,7 @@ std::string grid_problem(const ModelConfig& config, const RunShape& run, const C
   if (cluster.ranks_per_node % tp != 0)
     return "tp " + std::to_string(tp) + " does not divide the " +
            std::to_string(cluster.ranks_per_node) + " ranks of a node (a tp group stays in one node)";
-  try {
-    check_tensor_parallel(config, tp);
-    pipeline_layer_split(config.n_layer, pp, "");
-  } catch (const UsageError& e) {
-    return e.what();
-  }
+  if (std::string why = layout_problem(config, tp, pp, ""); !why.empty()) return why;
   if (run.global_batch % dp != 0)
     return "global batch " + std::to_string(run.global_batch) + " is not divisible by dp " +
            std::to_string(dp);
@@ -46,6 +41,8 @@ std::string grid_problem(const ModelConfig& config, const RunShape& run, const C
 Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cluster,
                const Calibration& calibration, const SearchLimits& limits) {
   Plan plan;
+  plan.rank_bytes = cluster.mem_bytes;
+  plan.usable_bytes = usable_memory(cluster.mem_bytes, calibration.baseline_bytes);
   const int world = cluster.world();
   const double flops_per_token = model_flops_per_token(config, run.seq_len);
   for (int tp : divisors(world)) {
@@ -95,7 +92,7 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
       bool any = false;
       for (const Layout& layout : options) {
         const MemoryEstimate mem = layout_memory(config, run, layout, calibration.baseline_bytes);
-        if (mem.total() > cluster.mem_bytes) {
+        if (mem.total() > plan.usable_bytes) {
           if (!smallest || mem.total() < smallest_bytes) smallest = &layout, smallest_bytes = mem.total();
           continue;
         }
@@ -111,7 +108,7 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
                                      std::to_string(smallest->micro_batch) + ", zero " +
                                      zero_label(*smallest) + ", recompute " +
                                      to_string(smallest->recompute) + ") > " +
-                                     gib(cluster.mem_bytes)});
+                                     gib(plan.usable_bytes) + " usable"});
     }
   }
   std::stable_sort(plan.fits.begin(), plan.fits.end(), [](const Candidate& a, const Candidate& b) {

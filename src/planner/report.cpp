@@ -36,16 +36,22 @@ std::string trainer_flags(const Layout& l, const RunShape& run) {
 
 void print_plan(std::FILE* out, const Plan& plan, const RunShape& run, int top) {
   const size_t shown = top > 0 ? std::min<size_t>(top, plan.fits.size()) : plan.fits.size();
-  std::fprintf(out, "%4s  %-16s %4s %5s  %-9s  %10s  %11s  %8s  %14s  %10s  %6s\n", "rank",
+  std::fprintf(out,
+               "memory per rank %.2f GiB; a layout may hold %.2f GiB of it (its baseline and "
+               "%.0f%% of the rest: the margin of --micro-batch-size auto)\n",
+               plan.rank_bytes / kGiB, plan.usable_bytes / kGiB, 100 * (1 - kMemoryMargin));
+  std::fprintf(out, "%4s  %-16s %4s %5s  %-9s  %10s  %11s  %8s  %14s  %10s  %6s  %10s\n", "rank",
                "layout", "mb", "zero", "recompute", "memory GiB", "est. step s", "bubble %",
-               "exposed comm %", "tokens/s", "MFU %");
+               "exposed comm %", "tokens/s", "MFU %", "headroom %");
   for (size_t i = 0; i < shown; ++i) {
     const Candidate& c = plan.fits[i];
-    std::fprintf(out, "%4zu  %-16s %4d %5s  %-9s  %10.3f  %11.4f  %8.1f  %14.1f  %10.0f  %6.1f\n",
+    std::fprintf(out,
+                 "%4zu  %-16s %4d %5s  %-9s  %10.3f  %11.4f  %8.1f  %14.1f  %10.0f  %6.1f  %10.1f\n",
                  i + 1, layout_name(c.layout).c_str(), c.layout.micro_batch,
                  zero_label(c.layout).c_str(), to_string(c.layout.recompute).c_str(),
                  c.memory.total() / kGiB, c.time.step, 100.0 * c.time.bubble_fraction,
-                 100.0 * c.time.exposed_comm_fraction, c.tokens_per_s, 100.0 * c.mfu);
+                 100.0 * c.time.exposed_comm_fraction, c.tokens_per_s, 100.0 * c.mfu,
+                 100.0 * (1 - c.memory.total() / plan.rank_bytes));
   }
   if (shown < plan.fits.size())
     std::fprintf(out, "(%zu of %zu fitting options shown; --top 0 lists all)\n", shown,

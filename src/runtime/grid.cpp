@@ -29,9 +29,10 @@ std::vector<int> fitting_values(int world, int others, bool open) {
   return values;
 }
 
-// " or --tp 1 / --tp 3": each entry the user set, changed alone to a value that fits.
+// " or --tp 1 / --tp 3": each entry the user set, changed alone to a value that fits the ranks
+// and that `admits` accepts (the open entry, if any, derived).
 std::string fitting_layouts(int world, const std::array<int, 3>& user,
-                            const std::array<int, 3>& shape) {
+                            const std::array<int, 3>& shape, const LayoutFilter& admits) {
   const char* const names[] = {"dp", "tp", "pp"};
   std::vector<std::string> layouts;
   for (int i = 0; i < 3; ++i) {
@@ -43,8 +44,14 @@ std::string fitting_layouts(int world, const std::array<int, 3>& user,
         others *= shape[j] ? shape[j] : 1;
         open = open || shape[j] == 0;
       }
-    for (int v : fitting_values(world, others, open))
+    for (int v : fitting_values(world, others, open)) {
+      std::array<int, 3> full = shape;
+      full[i] = v;
+      for (int& entry : full)
+        if (entry == 0) entry = world / (others * v);
+      if (admits && !admits(GridShape{full[0], full[1], full[2]})) continue;
       layouts.push_back(std::string("--") + names[i] + " " + std::to_string(v));
+    }
   }
   if (layouts.empty()) return "";
   std::string text = " or " + layouts[0];
@@ -54,7 +61,7 @@ std::string fitting_layouts(int world, const std::array<int, 3>& user,
 
 }  // namespace
 
-GridShape resolve_grid(int world_size, int dp, int tp, int pp) {
+GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits) {
   require(dp >= 0 && tp >= 0 && pp >= 0, "dp, tp and pp must not be negative");
   const std::array<int, 3> user = {dp, tp, pp};
   if ((dp == 0) + (tp == 0) + (pp == 0) > 1) {  // several left open: tp, pp default to 1
@@ -68,7 +75,7 @@ GridShape resolve_grid(int world_size, int dp, int tp, int pp) {
     throw UsageError("dp x tp x pp = " + shown(dp) + " x " + shown(tp) + " x " + shown(pp) +
                      " does not fit the " + std::to_string(world_size) +
                      " ranks of this job: use " + fitting_rank_counts(known, open) +
-                     fitting_layouts(world_size, user, {dp, tp, pp}));
+                     fitting_layouts(world_size, user, {dp, tp, pp}, admits));
   }
   if (dp == 0) dp = world_size / known;
   if (tp == 0) tp = world_size / known;

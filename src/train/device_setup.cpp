@@ -165,7 +165,7 @@ int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const Grid
                       t.zero3_reshard_after_forward, t.zero >= 2 ? t.zero_shard_size : 0};
   MicroBatchPlan plan;
   all_or_none(world, [&] {
-    plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, budget.bytes, 0.10);
+    plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, budget.bytes);
     require(plan.micro_batch > 0, plan.text + ": use a smaller model, seq-len or more ranks");
   });
   if (world.rank() == 0) {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpitrain/parallel/pipeline_schedule.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/dir_lock.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -63,6 +64,27 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.n_kv_head, "n-kv-head");
   divides(m.d_ff, "d-ff");
   divides(m.padded_vocab(), "the padded vocabulary");
+}
+
+std::string layout_problem(const ModelConfig& m, int tp, int pp, const std::string& pp_layers) {
+  try {
+    check_tensor_parallel(m, tp);
+    pipeline_layer_split(m.n_layer, pp, pp_layers);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+LayoutFilter layouts_the_model_admits(const Options& o) {
+  const bool resume_from_file = !o.train.resume.empty() && o.train.resume != "auto";
+  if (!o.train.init_from.empty() || resume_from_file) return {};
+  ModelConfig m = o.model;  // the defaults resolve_model_config fills
+  if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+  if (m.d_ff == 0) m.d_ff = default_ffn_width(m.arch, m.d_model);
+  return [m, pp_layers = o.train.pp_layers](const GridShape& s) {
+    return layout_problem(m, s.tp, s.pp, pp_layers).empty();
+  };
 }
 
 void check_out_dir(const Options& o, bool resuming) {

@@ -128,7 +128,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::check_inputs() {
   all_or_none(world_, [&] {
-    shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp);
+    shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp, layouts_the_model_admits(options_));
     require(t_.zero_shard_size == 0 || t_.zero >= 2,
             "zero-shard-size " + std::to_string(t_.zero_shard_size) +
                 " (hybrid sharding) needs --zero 2 or 3");

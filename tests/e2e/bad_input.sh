@@ -44,9 +44,9 @@ expect_usage_error underscore_option "(did you mean --n-layer?)" "${tiny[@]}" --
 
 # Layouts that do not fit (3D parallelism).
 expect_usage_error grid_mismatch "dp x tp x pp = 3 x 1 x ? does not fit the 2 ranks" "${tiny[@]}" --dp 3 --out-dir "$SCRATCH/o9"
-# ... naming the rank counts and the layouts that would fit.
+# ... naming the rank counts and the layouts that would fit (not --tp 3: 4 heads).
 NP=3 expect_usage_error grid_alternatives \
-  "does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1 / --tp 3" \
+  "does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1" \
   "${tiny[@]}" --tp 2 --out-dir "$SCRATCH/o19"
 expect_usage_error tp_heads "n-head (3) is not divisible by tp (2)" "${tiny[@]}" --tp 2 --n-head 3 --d-model 48 --out-dir "$SCRATCH/o10"
 expect_usage_error tp_kv_heads "n-kv-head (1) is not divisible by tp (2)" "${tiny[@]}" --tp 2 --arch llama --n-kv-head 1 --out-dir "$SCRATCH/o11"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layout planner (build/plan): a ranked table and the trainer flags of the best layout, which
 # the trainer then runs as they are; grids that cannot run reported with the reason (too few
-# layers, heads not divisible, memory); ZeRO 0-3 offered, --zero 3 limiting the search to it; bad
+# layers, heads not divisible, memory, the margin --micro-batch-size auto keeps); the trainer naming
+# only layouts the model admits; ZeRO 0-3 offered, --zero 3 limiting the search to it; bad
 # input -> one message, exit 2; and given an H100 cluster's numbers, Megatron's layout for
 # Llama-2 70B (TP 8, PP 2 to 8) among the top choices, and pure data parallelism only with ZeRO-3.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
@@ -22,7 +23,7 @@ cpu=(--config "$SCRATCH/tiny.ini" --cpu --cores-per-node 2 --host-mem 8 --peak-g
 # 1. The table and the flags, for 4 ranks on one node.
 "$PLAN" "${cpu[@]}" --ranks-per-node 4 --top 0 > "$SCRATCH/cpu.txt"
 cat "$SCRATCH/cpu.txt"
-grep -q '^rank  layout  *mb  *zero  *recompute  *memory GiB  *est. step s  *bubble %  *exposed comm %  *tokens/s  *MFU %$' \
+grep -q '^rank  layout  *mb  *zero  *recompute  *memory GiB  *est. step s  *bubble %  *exposed comm %  *tokens/s  *MFU %  *headroom %$' \
   "$SCRATCH/cpu.txt" || fail "no table header"
 rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp[0-9]+$/ && $3 ~ /^tp[0-9]+$/ && $4 ~ /^pp[0-9]+$/' "$SCRATCH/cpu.txt" | wc -l)
 # dp x tp x pp = 4 with pp <= 2 layers: (4,1,1) (2,2,1) (1,4,1) (2,1,2) (1,2,2); micro-batches
@@ -58,9 +59,17 @@ small_rc=$?
 set -e
 [ "$small_rc" = 1 ] || fail "nothing fits: exit $small_rc, expected 1"
 grep -q 'no layout fits' "$SCRATCH/small.err" || fail "nothing fits: no message"
-grep -q '^  dp4 tp1 pp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero [0-3]k\{0,1\}, recompute full) > 0.01 GiB$' \
+grep -q '^  dp4 tp1 pp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero [0-3]k\{0,1\}, recompute full) > 0.01 GiB usable$' \
   "$SCRATCH/small.txt" || { cat "$SCRATCH/small.txt"; fail "memory not given as the reason"; }
 echo "ok: grids that do not fit are named with the reason"
+# The trainer, given a grid that does not fit its ranks, names only layouts the model admits:
+# -np 3 --tp 2 on 4 heads offers --tp 1, not --tp 3 (3 ranks fit, 4 heads do not split in 3).
+# shellcheck disable=SC2046
+run_trainer 3 "$SCRATCH/tp.log" $(tiny_args) --steps 1 --out-dir "$SCRATCH/tp" --tp 2
+grep -qF 'does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1' "$SCRATCH/tp.log" &&
+  ! grep -qF -- '--tp 3' "$SCRATCH/tp.log" && [ "$rc" = 2 ] ||
+  { cat "$SCRATCH/tp.log"; fail "-np 3 --tp 2 on 4 heads: exit $rc, not only the admitted layouts"; }
+echo "ok: $(grep -o 'dp x tp x pp.*' "$SCRATCH/tp.log" | head -1)"
 
 # 2b. --zero 3: only ZeRO-3 options (resharding after forward or keeping what it gathered), the
 # flags say so, and the grids without data parallelism say why they have none.
@@ -95,7 +104,7 @@ llama=(--config "$SOURCE_DIR/input/llama2-70b.ini")
 expect_plan_error no_config "--config MODEL.ini is required" "${gpu[@]}"
 expect_plan_error missing_config "cannot read config file" --config "$SCRATCH/nope.ini" "${gpu[@]}"
 expect_plan_error no_ranks "--gpus-per-node G (GPU nodes), --cpu, or a --cluster file" "${llama[@]}"
-expect_plan_error no_peak "peak TFLOP/s per GPU (--peak-tflops) must be given" "${llama[@]}" --nodes 8 --gpus-per-node 8 --gpu-mem 80 --intra-bw 450 --inter-bw 400
+expect_plan_error no_peak "peak TFLOP/s per GPU (--peak-tflops, or gpu_peak_tflops in a cluster file) must be given" "${llama[@]}" --nodes 8 --gpus-per-node 8 --gpu-mem 80 --intra-bw 450 --inter-bw 400
 expect_plan_error bad_option "unrecognised option '--bogus'" "${llama[@]}" "${gpu[@]}" --bogus 1
 expect_plan_error bad_number "gpu-mem" "${llama[@]}" "${gpu[@]}" --gpu-mem lots
 expect_plan_error bad_precision "fp8" "${llama[@]}" "${gpu[@]}" --precision fp8
@@ -130,16 +139,31 @@ grep -q '^  dp64 tp1 pp1  *memory: at least' "$SCRATCH/70b-zero1.txt" ||
   fail "pure data parallelism fitted 70B in 80 GiB with ZeRO-1"
 grep -q '^  dp4 tp16 pp1  *tp 16 does not divide the 8 ranks of a node' "$SCRATCH/70b.txt" ||
   fail "tp across nodes not reported"
-# The same cluster from a cluster file, flags overriding it.
+# The same cluster from a cluster file (bandwidths in Gb/s, as links are sold: NVLink's 450 GB/s,
+# 8 x 400 Gb/s InfiniBand), flags overriding it.
 cat > "$SCRATCH/h100.ini" <<'EOF'
 nodes = 4
 gpus_per_node = 8
-gpu_memory_gb = 80
-peak_tflops = 989
-intra_node_gbps = 450
-inter_node_gbps = 400
+gpu_memory_gib = 80
+gpu_peak_tflops = 989
+intra_node_gbps = 3600
+inter_node_gbps = 3200
 EOF
 "$PLAN" "${llama[@]}" --cluster "$SCRATCH/h100.ini" --nodes 8 --top 30 > "$SCRATCH/70b-file.txt"
 diff <(grep -v '^cluster' "$SCRATCH/70b.txt") <(grep -v '^cluster' "$SCRATCH/70b-file.txt") ||
   fail "the cluster file with --nodes 8 gave another plan than the flags"
+# The repository's example cluster file alone is a whole description.
+"$PLAN" --config "$SCRATCH/tiny.ini" --cluster "$SOURCE_DIR/input/cluster-example.ini" --top 1 > "$SCRATCH/example.txt" ||
+  { cat "$SCRATCH/example.txt"; fail "plan --cluster input/cluster-example.ini alone failed"; }
+grep -q '^cluster 2 x 8 GPU ranks | per rank 80.00 GiB, 989 TFLOP/s peak .* 450 GB/s in a node, 50 GB/s per rank across nodes$' \
+  "$SCRATCH/example.txt" || { cat "$SCRATCH/example.txt"; fail "the example cluster file read wrongly"; }
+
+# 5. The margin --micro-batch-size auto keeps (10% of what the baseline leaves) is the plan's
+# too: Llama-2 70B on 32 x 8 H100 once picked a layout of 79.08 GiB of 80 (1.2% headroom).
+"$PLAN" "${llama[@]}" "${gpu[@]}" --nodes 32 --top 10 > "$SCRATCH/70b-32.txt"
+usable=$(sed -n 's/^memory per rank 80.00 GiB; a layout may hold \([0-9.]*\) GiB of it .*margin of --micro-batch-size auto)$/\1/p' "$SCRATCH/70b-32.txt")
+[ "$usable" = 72.30 ] || { cat "$SCRATCH/70b-32.txt"; fail "usable memory '$usable', expected 3 + 0.9 x 77 = 72.30 GiB"; }
+awk -v usable="$usable" '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && ($8 > usable || $NF < 9.6) {bad = 1; print "over:", $0}
+  END {exit bad}' "$SCRATCH/70b-32.txt" || fail "a layout beyond the margin"
+echo "ok: the plan keeps the margin: top pick $(awk '$1 == 1 && $2 ~ /^dp/ {print $8 " GiB, headroom " $NF " %"}' "$SCRATCH/70b-32.txt")"
 echo "ok: plan"

@@ -14,6 +14,7 @@
 #include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/planner/cluster.hpp"
 #include "mpitrain/planner/inputs.hpp"
+#include "mpitrain/planner/micro_batch_auto.hpp"
 #include "mpitrain/planner/planner.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/gather.hpp"
@@ -418,6 +419,36 @@ TEST(Planner, RejectsWhatCannotRunAndRanksTheRest) {
   EXPECT_TRUE(memory);
 }
 
+// The planner keeps the margin --micro-batch-size auto keeps (kMemoryMargin of what the
+// baseline leaves), so a layout that fits the memory only without it is refused.
+TEST(Planner, KeepsTheMicroBatchAutoMargin) {
+  EXPECT_DOUBLE_EQ(usable_memory(80.0, 3.0), 3.0 + (1 - kMemoryMargin) * 77.0);
+  EXPECT_DOUBLE_EQ(usable_memory(0.5, 3.0), 0.5);  // the baseline alone does not fit
+  Cluster c = four_cpu_ranks();
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  SearchLimits one;
+  one.dp = 4, one.micro_batch = 2, one.zero = 0, one.recompute = Recompute::None;
+  Calibration cal;
+  cal.baseline_bytes = 1e6;
+  const Layout l{4, 1, 1, 2, 0, Recompute::None};
+  const double need = layout_memory(tiny(), run, l, cal.baseline_bytes).total();
+  c.mem_bytes = need + 0.5 * kMemoryMargin * (need - cal.baseline_bytes);  // fits, margin not
+  const Plan tight = make_plan(tiny(), run, c, cal, one);
+  EXPECT_TRUE(tight.fits.empty());
+  ASSERT_EQ(tight.rejected.size(), 1u);
+  EXPECT_NE(tight.rejected[0].reason.find("GiB usable"), std::string::npos)
+      << tight.rejected[0].reason;
+  c.mem_bytes = cal.baseline_bytes + (need - cal.baseline_bytes) / (1 - kMemoryMargin) * 1.001;
+  const Plan roomy = make_plan(tiny(), run, c, cal, one);
+  ASSERT_EQ(roomy.fits.size(), 1u);
+  EXPECT_LE(roomy.fits[0].memory.total(), roomy.usable_bytes);
+  // --micro-batch-size auto with the rank's free memory: the same micro-batch, the same margin.
+  const MicroBatchPlan automatic =
+      plan_micro_batch(tiny(), run, l, c.mem_bytes - cal.baseline_bytes);
+  EXPECT_EQ(automatic.micro_batch, 2) << automatic.text;
+}
+
 TEST(Planner, SearchLimitsPinALayout) {
   Cluster c = four_cpu_ranks();
   RunShape run = tiny_run();
@@ -497,11 +528,13 @@ TEST(PlannerInputs, ReadsTheTrainersIniAndCompletesTheModel) {
 }
 
 TEST(PlannerInputs, ClusterFile) {
+  // Bandwidths in Gb/s, as links are sold: NVLink's 450 GB/s, 8 x 400 Gb/s InfiniBand.
   const std::string path = write_file("plan_cluster.ini",
                                       "name = x\nnodes = 2   # two\ngpus_per_node = 8\n"
-                                      "memory_gb = 1024\nintra_node_gbps = 450\n"
-                                      "inter_node_gbps = 400\ngpu_memory_gb = 80\n"
-                                      "peak_tflops = 989\ntime_limit = 24:00:00\n");
+                                      "memory_gb = 1024\nintra_node_gbps = 3600\n"
+                                      "inter_node_gbps = 3200\ngpu_memory_gib = 80\n"
+                                      "gpu_peak_tflops = 989\ntime_limit = 24:00:00\n"
+                                      "setup = module load cuda\n");
   ClusterSpec spec;
   read_cluster_file(path, spec);
   EXPECT_FALSE(spec.cpu);
@@ -509,7 +542,8 @@ TEST(PlannerInputs, ClusterFile) {
   EXPECT_EQ(c.world(), 16);
   EXPECT_DOUBLE_EQ(c.mem_bytes, 80.0 * (1 << 30));
   EXPECT_DOUBLE_EQ(c.peak_flops, 989e12);
-  EXPECT_DOUBLE_EQ(c.inter_bw, 50e9);  // the node's 400 GB/s shared by its 8 GPUs
+  EXPECT_DOUBLE_EQ(c.intra_bw, 450e9);
+  EXPECT_DOUBLE_EQ(c.inter_bw, 50e9);  // the node's 3200 Gb/s = 400 GB/s shared by its 8 GPUs
   EXPECT_TRUE(c.same_node(0, 7));
   EXPECT_FALSE(c.same_node(7, 8));
   ClusterSpec bad;

@@ -12,15 +12,16 @@
 #include "mpitrain/app/help_format.hpp"
 #include "mpitrain/app/suggest.hpp"
 #include "mpitrain/runtime/grid.hpp"
+#include "mpitrain/train/run_setup.hpp"
 
 namespace po = boost::program_options;
 using namespace mpitrain;
 
 namespace {
 
-std::string grid_error(int world, int dp, int tp, int pp) {
+std::string grid_error(int world, int dp, int tp, int pp, const LayoutFilter& admits = {}) {
   try {
-    resolve_grid(world, dp, tp, pp);
+    resolve_grid(world, dp, tp, pp, admits);
   } catch (const UsageError& e) {
     return e.what();
   }
@@ -142,5 +143,23 @@ TEST(GridError, NamesRankCountsAndLayoutsThatFit) {
   EXPECT_NE(grid_error(720, 0, 7, 0)
                 .find("--tp 1 / --tp 2 / --tp 3 / --tp 4 / --tp 5 / --tp 6 "
                       "/ ..."),
+            std::string::npos);
+}
+
+// -np 3 --tp 2 on a 4-head, 2-layer model: --tp 3 fits the ranks but not the heads; only what
+// the model admits is named (the same model, through the trainer: tests/e2e/plan.sh).
+TEST(GridError, NamesOnlyLayoutsTheModelAdmits) {
+  ModelConfig m;
+  m.n_layer = 2, m.n_head = m.n_kv_head = 4, m.d_model = 64, m.d_ff = 256, m.vocab_size = 256;
+  Options o;
+  o.model = m;
+  const std::string tp = grid_error(3, 0, 2, 0, layouts_the_model_admits(o));
+  EXPECT_NE(tp.find("use -np 2, 4, 6 ... or --tp 1"), std::string::npos) << tp;
+  EXPECT_EQ(tp.find("--tp 3"), std::string::npos) << tp;
+  const std::string pp = grid_error(4, 0, 0, 3, layouts_the_model_admits(o));  // 2 layers
+  EXPECT_NE(pp.find("or --pp 1 / --pp 2"), std::string::npos) << pp;
+  EXPECT_EQ(pp.find("--pp 4"), std::string::npos) << pp;
+  o.train.init_from = "model.bin";  // the model is in the file: nothing filtered
+  EXPECT_NE(grid_error(3, 0, 2, 0, layouts_the_model_admits(o)).find("--tp 1 / --tp 3"),
             std::string::npos);
 }

@@ -49,9 +49,10 @@ struct Cluster {
 };
 
 // Reads the fields of a cluster file (input/cluster-example.ini: key = value, '#' comments; the
-// keys tools/mkjob reads, plus the planner's gpu_memory_gb, peak_tflops, peak_gflops,
-// memory_bw_gbps) into spec; keys absent from the file leave spec as it is. UsageError for an
-// unreadable file or a value that is not a number.
+// keys tools/mkjob reads, plus the planner's gpu_memory_gib, gpu_peak_tflops, node_peak_gflops,
+// memory_bw_gbps) into spec; keys absent from the file leave spec as it is. The *_gbps keys are
+// gigabits per second (what the name says, as NICs are sold), converted to spec's GB/s.
+// UsageError for an unreadable file or a value that is not a number.
 void read_cluster_file(const std::string& path, ClusterSpec& spec);
 
 // Per-rank figures; UsageError naming the first missing or impossible value.

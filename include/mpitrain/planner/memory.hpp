@@ -115,6 +115,16 @@ struct MemoryEstimate {  // bytes held by one rank
   }
 };
 
+// The share of a rank's memory beyond its baseline that a plan leaves free, for what is allocated
+// later (cuBLASLt/cuDNN workspaces, NCCL buffers, fragmentation): one figure for the planner
+// (tools/plan) and --micro-batch-size auto (micro_batch_auto.hpp).
+constexpr double kMemoryMargin = 0.10;
+
+// Bytes a layout may hold in all (baseline included) on a rank of rank_bytes: the baseline plus
+// (1 - kMemoryMargin) of the rest, as --micro-batch-size auto plans within the free memory
+// (rank_bytes itself when the baseline does not fit).
+double usable_memory(double rank_bytes, double baseline_bytes);
+
 // The ZeRO level as the plan's table shows it: "0" to "3", "3k" for ZeRO-3 keeping what it
 // gathered for forward until backward (--zero3-reshard-after-forward false).
 std::string zero_label(const Layout& layout);

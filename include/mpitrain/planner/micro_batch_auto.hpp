@@ -28,7 +28,7 @@ struct MicroBatchPlan {
 
 // layout.micro_batch is ignored (it is what is chosen). margin in [0, 1).
 MicroBatchPlan plan_micro_batch(const ModelConfig& config, const RunShape& run, Layout layout,
-                                double free_bytes, double margin = 0.10);
+                                double free_bytes, double margin = kMemoryMargin);
 
 // What one of the `ranks` ranks that share a device may plan for: its share of the device's
 // free memory, free_bytes / ranks, less `reserved` (what it allocates besides the plan: its

@@ -6,7 +6,8 @@
 // A grid is possible when tp divides the ranks of a node (a tp group never spans nodes) and the
 // model's heads, kv heads, d_ff and padded vocabulary (check_tensor_parallel, as the trainer),
 // pp <= n_layer (the trainer's balanced split, uneven when pp does not divide n_layer), and dp
-// divides the global batch. Micro-batch sizes: the divisors of global batch / dp up to
+// divides the global batch. A layout fits when its largest stage holds at most usable_memory of a
+// rank's memory (the margin --micro-batch-size auto keeps). Micro-batch sizes: the divisors of global batch / dp up to
 // max_micro_batch. ZeRO 1-3 only where dp > 1 (they change nothing otherwise); ZeRO-3 both with
 // and without resharding after forward (without: faster, the stage's parameters held whole, so
 // it wins where that memory is there); ZeRO-2/3 over the whole dp group, or over groups of
@@ -47,6 +48,8 @@ struct SearchLimits {
 };
 
 struct Plan {
+  double rank_bytes = 0;    // a rank's memory (Cluster::mem_bytes)
+  double usable_bytes = 0;  // what a layout may hold of it: usable_memory (kMemoryMargin kept)
   std::vector<Candidate> fits;     // fastest first (ties: less memory first)
   std::vector<Rejected> rejected;  // grids with no option that fits, in enumeration order
 };

@@ -25,8 +25,9 @@ std::string layout_name(const Layout& layout);  // "dp4 tp8 pp2"
 // The trainer options that select this layout for this run.
 std::string trainer_flags(const Layout& layout, const RunShape& run);
 
-// The table's first `top` rows (0 = all), the best layout's memory breakdown and flags, and the
-// rejected grids.
+// The memory a layout may hold (the margin kept), the table's first `top` rows (0 = all; each
+// with its headroom: the share of the rank's memory it leaves free), the best layout's memory
+// breakdown and flags, and the rejected grids.
 void print_plan(std::FILE* out, const Plan& plan, const RunShape& run, int top);
 
 }  // namespace mpitrain

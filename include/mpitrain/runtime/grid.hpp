@@ -18,6 +18,7 @@
 // Without hybrid sharding (D = 0 or DP) the shard group is the dp group and replicas are alone.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -36,8 +37,11 @@ struct GridShape {
 // world / (product of the others). Several: tp defaults to 1, then pp (unless dp is given, in
 // which case pp is derived), and the one left is derived. UsageError if the ranks do not fit,
 // naming rank counts that would and each value the user set changed alone so that it fits
-// ("... does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1 / --tp 3").
-GridShape resolve_grid(int world_size, int dp, int tp, int pp);
+// ("... does not fit the 3 ranks of this job: use -np 2, 4, 6 ... or --tp 1 / --tp 3"); a
+// changed value is named only where `admits` (when given) accepts the whole shape it makes:
+// the layouts the model can run (a 4-head model: not --tp 3).
+using LayoutFilter = std::function<bool(const GridShape&)>;
+GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits = {});
 
 enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica };
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "mpitrain/app/options.hpp"
 #include "mpitrain/data/dataset.hpp"
 #include "mpitrain/model/config.hpp"
+#include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 
 namespace mpitrain {
@@ -23,6 +25,13 @@ void check_token_ids(const Dataset* train, const Dataset* val, int vocab_size,
                      const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).
 void check_tensor_parallel(const ModelConfig& m, int tp);
+// Why the model cannot run with tp x pp (check_tensor_parallel, then pipeline_layer_split over
+// pp_layers); "" if it can.
+std::string layout_problem(const ModelConfig& m, int tp, int pp, const std::string& pp_layers);
+// The layouts the run's model admits, as far as the options tell before any file is read (the
+// vocabulary may come from the data): resolve_grid names only those. None filtered when the
+// model comes from a file (--init-from, an explicit --resume).
+LayoutFilter layouts_the_model_admits(const Options& o);
 // Refuses (UsageError) an out-dir that holds anything but its lock file, or an existing export
 // file, unless --overwrite or resuming (--resume auto, or a checkpoint of the run in out-dir: it
 // continues the run that is there). Writes nothing: called under the out-dir's lock
