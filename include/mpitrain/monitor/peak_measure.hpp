@@ -13,9 +13,10 @@
 
 namespace mpitrain {
 
-// The least CPU time / (wall time x threads with a CPU each) of a trial that ran alone. Alone a
-// 1024^3 sgemm measures 0.99-1.00 here (1 thread, AMD EPYC Zen 5); its threads spin rather than
-// sleep while they wait for each other, so a short share means they waited for a CPU.
+// The least CPU time / (wall time x threads with a CPU each) of a trial that ran alone: ~1 less
+// interrupts, as sgemm threads spin rather than sleep while they wait for each other, so a short
+// share means they waited for a CPU. Not measured idle on the 2-core AMD EPYC Zen 5 development
+// host: at load 15-20 its 1-thread 1024^3 trials ran 0.17-0.25 of the time (14-24 GFLOP/s).
 inline constexpr double kMinBusyShare = 0.9;
 
 struct PeakMeasurement {
