@@ -315,7 +315,7 @@ Peak cached_or_measured_peak(const std::string& path, const PeakKey& key,
   const std::string above =
       cached ? ", above the " + fixed(cached->gflops, 1) + " cached " + cached->date : "";
   if (!contention.empty()) {
-    p.source = "measured now" + above + " (not cached: " + contention + ")";
+    p.source = "measured now" + above + " (not cached: contended)";  // suspect says how
     p.suspect = "measured under contention (" + m.contention + "); not cached";
     return p;
   }
