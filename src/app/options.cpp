@@ -324,8 +324,9 @@ po::options_description monitoring_options(TrainConfig& t) {
        "steps per console line (the first and last step always; the loss averaged over the "
        "interval); metrics.jsonl has every step")
       ("peak-gflops", with_default(&t.peak_gflops),
-       "peak GFLOP/s of one rank for MFU; 0 = this rank's sgemm rate, measured once per host, "
-       "threads and allowed CPUs and kept in $MPITRAIN_PEAK_CACHE (default "
+       "peak GFLOP/s of one rank for MFU; 0 = the sgemm rate per CPU x this rank's share of "
+       "its host's CPUs, measured at every start; the highest uncontended rate per host, "
+       "threads and allowed CPUs is kept in $MPITRAIN_PEAK_CACHE (default "
        "~/.cache/mpitrain/peak-gflops.jsonl)")
       ("profile-ops", flag(&t.profile_ops),
        "CPU: time every backend op; at the end rank 0 prints where its steps' time went, op by "

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -120,13 +121,19 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+std::string fixed(double x, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, x);
+  return text;
+}
+
 std::string entry_line(const PeakEntry& e) {
-  char gflops[32];
-  std::snprintf(gflops, sizeof gflops, "%.1f", e.gflops);
   return "{\"host\":" + json_string(e.key.host) + ",\"cpu\":" + json_string(e.key.cpu_model) +
          ",\"threads\":" + std::to_string(e.key.threads) +
          ",\"cpus\":" + std::to_string(e.key.cpus) + ",\"gemm\":" + json_string(e.key.gemm) +
-         ",\"gflops\":" + gflops + ",\"date\":" + json_string(e.date) + "}\n";
+         ",\"kind\":" + json_string(e.key.kind) + ",\"gflops\":" + fixed(e.gflops, 1) +
+         (e.busy > 0 ? ",\"busy\":" + fixed(e.busy, 2) : "") +
+         ",\"date\":" + json_string(e.date) + "}\n";
 }
 
 PeakEntry parse_entry(const std::string& line) {
@@ -151,6 +158,12 @@ PeakEntry parse_entry(const std::string& line) {
     if (!f.is_number()) throw Error(std::string("no valid \"") + name + "\"");
     return f.get<double>();
   };
+  // An optional string member: `absent` where the line has none.
+  auto optional_string = [&](const char* name, const char* absent) {
+    const auto f = v.find(name);
+    if (f != v.end() && !f->is_string()) throw Error(std::string("bad \"") + name + "\"");
+    return f != v.end() ? f->get<std::string>() : std::string(absent);
+  };
   auto count = [&](const char* name) {
     const double x = number(name);
     if (!(x >= 1 && x <= 1e6 && x == std::floor(x)))
@@ -162,11 +175,14 @@ PeakEntry parse_entry(const std::string& line) {
   e.key.cpu_model = string("cpu");
   e.key.threads = count("threads");
   e.key.cpus = count("cpus");
-  const auto gemm = v.find("gemm");
-  if (gemm != v.end() && !gemm->is_string()) throw Error("bad \"gemm\"");
-  e.key.gemm = gemm != v.end() ? gemm->get<std::string>() : kOldCpuGemm;
+  e.key.gemm = optional_string("gemm", kOldCpuGemm);
+  e.key.kind = optional_string("kind", kFp32Peak);
   e.gflops = number("gflops");
   if (!(e.gflops > 0 && std::isfinite(e.gflops))) throw Error("bad \"gflops\"");
+  if (v.is_object() && v.contains("busy")) {
+    e.busy = number("busy");
+    if (!(e.busy > 0 && e.busy <= 1e3)) throw Error("bad \"busy\"");
+  }
   e.date = string("date");
   return e;
 }
@@ -181,7 +197,8 @@ std::string utc_minute_now() {
   return text;
 }
 
-// Adds (or replaces) `mine` in what the file holds now, under the lock.
+// Adds `mine` to what the file holds now, under the lock, in place of a lower entry of its key;
+// an entry as high or higher (another host's process may have stored one since) stays.
 void store(const std::string& path, const PeakEntry& mine) {
   create_parent(path);
   const FileLock lock(path + ".lock");
@@ -190,8 +207,11 @@ void store(const std::string& path, const PeakEntry& mine) {
     entries = read_peak_cache(path);
   } catch (const Error&) {  // replaced: the first read put the reason in Peak::note
   }
-  std::erase_if(entries, [&](const PeakEntry& e) { return e.key == mine.key; });
-  entries.push_back(mine);
+  std::erase_if(entries,
+                [&](const PeakEntry& e) { return e.key == mine.key && e.gflops < mine.gflops; });
+  if (std::none_of(entries.begin(), entries.end(),
+                   [&](const PeakEntry& e) { return e.key == mine.key; }))
+    entries.push_back(mine);
   write_peak_cache(path, entries);
 }
 
@@ -268,17 +288,37 @@ void write_peak_cache(const std::string& path, const std::vector<PeakEntry>& ent
 }
 
 Peak cached_or_measured_peak(const std::string& path, const PeakKey& key,
-                             const std::function<double()>& measure) {
+                             const std::function<PeakMeasurement()>& measure) {
   Peak p;
+  std::optional<PeakEntry> cached;
   if (!path.empty()) {
     try {
       for (const PeakEntry& e : read_peak_cache(path))
-        if (e.key == key) return {e.gflops, "cached " + e.date + " in " + path, ""};
+        if (e.key == key) cached = e;
     } catch (const Error& e) {
       p.note = std::string("peak cache ignored (it will be replaced): ") + e.what();
     }
   }
-  p.gflops = std::round(measure() * 10.0) / 10.0;
+  const PeakMeasurement m = measure();
+  const double now = std::round(m.gflops * 10.0) / 10.0;
+  const std::string contention = m.contention.empty() ? "" : "contended: " + m.contention;
+  if (cached && cached->gflops >= now) {  // the machine did that well before: it is its peak
+    p.gflops = cached->gflops;
+    p.source = "cached " + cached->date + " in " + path + " (measured now: " + fixed(now, 1) +
+               (contention.empty() ? "" : ", " + contention) + ")";
+    if (cached->busy == 0 && !contention.empty())
+      p.suspect = "cached by a version that did not check for contention, and this start's "
+                  "measurement was " + contention;
+    return p;
+  }
+  p.gflops = now;
+  const std::string above =
+      cached ? ", above the " + fixed(cached->gflops, 1) + " cached " + cached->date : "";
+  if (!contention.empty()) {
+    p.source = "measured now" + above + " (not cached: contended)";  // suspect says how
+    p.suspect = "measured under contention (" + m.contention + "); not cached";
+    return p;
+  }
   if (path.empty()) {
     p.source = "measured now (not cached: none of MPITRAIN_PEAK_CACHE, XDG_CACHE_HOME, HOME set)";
     return p;
@@ -288,19 +328,19 @@ Peak cached_or_measured_peak(const std::string& path, const PeakKey& key,
     return p;
   }
   try {
-    store(path, {key, p.gflops, utc_minute_now()});
-    p.source = "measured now (cached in " + path + ")";
+    store(path, {key, p.gflops, utc_minute_now(), m.busy});
+    p.source = "measured now" + above + " (cached in " + path + ")";
   } catch (const Error& e) {
-    p.source = std::string("measured now (not cached: ") + e.what() + ")";
+    p.source = "measured now" + above + " (not cached: " + e.what() + ")";
   }
   return p;
 }
 
-Peak resolve_cpu_peak(double given, const MpiComm& node, int threads,
-                      const std::function<double()>& measure) {
-  if (given > 0) return {given, "given by --peak-gflops", ""};
+Peak resolve_cpu_peak(double given, const MpiComm& node, const NodeCpus& cpus, int threads,
+                      const std::function<PeakMeasurement()>& measure) {
+  if (given > 0) return {given, given, 0.0, "given by --peak-gflops", "", ""};
   const PeakKey key{mpi_host_name(), cpu_model_name(), threads,
-                    static_cast<int>(allowed_cpus().size()), cpu_sgemm_library()};
+                    static_cast<int>(cpus.cpus[cpus.me].size()), cpu_sgemm_library()};
   int mine[2] = {key.threads, key.cpus};
   std::vector<int> all(2 * node.size());
   MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node.get()));
@@ -320,8 +360,13 @@ Peak resolve_cpu_peak(double given, const MpiComm& node, int threads,
     MPI_CHECK(MPI_Bcast(&p.gflops, 1, MPI_DOUBLE, leader, node.get()));
     bcast_string(node, p.source, leader);
     bcast_string(node, p.note, leader);
+    bcast_string(node, p.suspect, leader);
     if (alike(node.rank(), leader)) out = std::move(p);
   }
+  // rate / CPUs it kept busy = the rate of one CPU; x this rank's share of the host's CPUs.
+  out.rate = out.gflops;
+  out.cpus = cpu_share(cpus);
+  out.gflops = out.rate / std::max(1, std::min(key.threads, key.cpus)) * out.cpus;
   return out;
 }
 

@@ -111,6 +111,47 @@ std::vector<std::string> shared_cpus(const NodeCpus& n, const std::vector<int>& 
   return out;
 }
 
+// Where no binding helps: the ranks' threads outnumber the CPUs they could have, which are the
+// CPUs they share already when every rank may use all of them (unbound, or one cpuset for all:
+// a launcher or cgroup gave the job no more), else the host's. "" where binding would help.
+std::string too_many_for_host(const NodeCpus& n, const std::vector<int>& threads) {
+  std::vector<int> all;  // the CPUs any rank may use
+  for (const std::vector<int>& set : n.cpus) all.insert(all.end(), set.begin(), set.end());
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  const bool one_set = std::all_of(n.cpus.begin(), n.cpus.end(),
+                                   [&](const std::vector<int>& set) { return set == all; });
+  const int usable = static_cast<int>(all.size());
+  // A lone rank's set smaller than the host may be its binding (Open MPI binds one to a core).
+  const bool unbound =
+      one_set && (n.cpus.size() > 1 || (n.host_cpus > 0 && usable >= n.host_cpus));
+  const int cpus = unbound ? usable : n.host_cpus;
+  const int ranks = static_cast<int>(threads.size());
+  const int sum = std::accumulate(threads.begin(), threads.end(), 0);
+  if (!unbound && (n.host_cpus <= 0 || sum <= n.host_cpus)) return "";
+  const int most = *std::max_element(threads.begin(), threads.end());
+  const bool alike = std::all_of(threads.begin(), threads.end(), [&](int t) { return t == most; });
+  const std::string what = alike ? plural(ranks, "rank") + " x " + plural(most, "thread") + " = "
+                                 : plural(ranks, "rank") + " running ";
+  std::vector<std::string> fixes;  // the largest counts that fit
+  if (alike && cpus / most >= 1 && cpus / most < ranks) {
+    const std::string r = std::to_string(cpus / most);
+    fixes.push_back("at most " + plural(cpus / most, "rank") + " of " + plural(most, "thread") +
+                    " on this host (mpirun --map-by ppr:" + r + ":node, srun --ntasks-per-node=" +
+                    r + ")");
+  }
+  if (cpus / ranks >= 1 && cpus / ranks < most)
+    fixes.push_back("--threads " + std::to_string(cpus / ranks) +
+                    (ranks > 1 ? " in each of the " + std::to_string(ranks) + " ranks" : ""));
+  if (fixes.empty()) fixes.push_back("fewer ranks or --threads on this host");
+  std::string text = "in all " + what + plural(sum, "thread") + " on " + plural(cpus, "CPU") +
+                     (unbound ? " (" + format_cpu_list(all) + ")" : " (the host's)") +
+                     ": more threads than CPUs, so they wait for each other whatever the "
+                     "binding. Fix: ";
+  for (size_t i = 0; i < fixes.size(); ++i) text += (i ? ", or " : "") + fixes[i];
+  return text;
+}
+
 }  // namespace
 
 std::vector<int> allowed_cpus() {
@@ -175,18 +216,23 @@ NodeCpus gather_node_cpus(const MpiComm& node) {
   n.host = mpi_host_name();
   n.world_ranks = world_ranks_of(node.get());
   n.me = node.rank();
+  n.host_cpus = static_cast<int>(std::max(0L, sysconf(_SC_NPROCESSORS_ONLN)));
   for (const std::string& list : allgather_strings(node, format_cpu_list(allowed_cpus())))
     n.cpus.push_back(parse_cpu_list(list));
   return n;
 }
 
-int fair_cpu_share(const NodeCpus& n) {
+double cpu_share(const NodeCpus& n) {
   std::map<int, int> ranks_on;  // CPU -> the ranks allowed on it
   for (const std::vector<int>& set : n.cpus)
     for (int cpu : set) ++ranks_on[cpu];
   double share = 0.0;
   for (int cpu : n.cpus[n.me]) share += 1.0 / ranks_on[cpu];
-  return std::max(1, static_cast<int>(share + 1e-9));  // thirds summed to 0.999... count as 1
+  return share;
+}
+
+int fair_cpu_share(const NodeCpus& n) {
+  return std::max(1, static_cast<int>(cpu_share(n) + 1e-9));  // thirds summed to 0.999...: 1
 }
 
 std::string host_affinity_warning(const NodeCpus& n, const std::vector<int>& threads) {
@@ -195,6 +241,8 @@ std::string host_affinity_warning(const NodeCpus& n, const std::vector<int>& thr
   if (problems.empty()) return "";
   std::string text = "warning: host " + n.host + ": ";
   for (size_t i = 0; i < problems.size(); ++i) text += (i ? "; " : "") + problems[i];
+  if (const std::string overload = too_many_for_host(n, threads); !overload.empty())
+    return text + "; " + overload;
   const std::string per_rank = std::to_string(*std::max_element(threads.begin(), threads.end()));
   return text + "; threads that share a CPU wait for each other. Fix: mpirun --bind-to none, " +
          "or mpirun --map-by slot:PE=" + per_rank +

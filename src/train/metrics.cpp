@@ -112,8 +112,12 @@ void MetricsLog::console_line(const StepRecord& r) {
   std::printf("step %*d/%d | loss %.6f", static_cast<int>(std::to_string(r.steps).size()), r.step,
               r.steps, interval_loss_ / interval_steps_);
   if (interval_steps_ > 1) std::printf(" (mean of %d)", interval_steps_);
-  std::printf(" | lr %.3e | norm %.4f | %8.0f tok/s | %8.1f ms (exposed comm %.1f) | MFU %5.1f%%",
-              r.lr, r.grad_norm, r.tokens_per_s, r.step_ms, r.exposed_comm_ms, 100.0 * r.mfu);
+  std::printf(" | lr %.3e | norm %.4f | %8.0f tok/s | %8.1f ms (exposed comm %.1f)", r.lr,
+              r.grad_norm, r.tokens_per_s, r.step_ms, r.exposed_comm_ms);
+  if (r.mfu > 1.0)  // more than the peak: the peak is wrong, not the run
+    std::printf(" | MFU >100%% (peak suspect: too low)");
+  else
+    std::printf(" | MFU %5.1f%%", 100.0 * r.mfu);
   if (r.loss_scale != 1) std::printf(" | scale %g", r.loss_scale);
   if (r.skipped_steps > 0) std::printf(" | %lld skipped", static_cast<long long>(r.skipped_steps));
   const double step_s = 1e-3 * r.step_ms, tokens = r.tokens_per_s * step_s;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -414,16 +415,23 @@ void Trainer::build_step_parts() {
   mirrored_ = checkpoints_mirrored(*backend_);
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
-  // On the CPU the sgemm rate under this rank's threads and affinity, measured once per host
-  // and kept (monitor/peak_cache.hpp), so that MFU compares between runs.
+  // On the CPU the sgemm rate per CPU x the CPUs of each host (each counted once), the highest
+  // measured without contention on this host kept (monitor/peak_cache.hpp), so that MFU
+  // compares between runs.
+  double peak_cpus = 0.0, suspect_ranks = 0.0;
   if (backend_->host_memory()) {
-    const Peak p = resolve_cpu_peak(t_.peak_gflops, *node_, threads_,
-                                    [] { return measure_sgemm_gflops(1024, 3); });
+    const NodeCpus node_cpus = gather_node_cpus(*node_);
+    const int cpus = static_cast<int>(node_cpus.cpus[node_cpus.me].size());
+    const Peak p = resolve_cpu_peak(t_.peak_gflops, *node_, node_cpus, threads_,
+                                    [&] { return measure_cpu_peak(threads_, cpus); });
     peak_ = p.gflops;
-    peak_source_ = p.source;
+    peak_cpus = p.cpus;
+    peak_rate_ = p.rate;
+    suspect_ranks = p.suspect.empty() ? 0.0 : 1.0;
+    peak_source_ = p.source + (p.suspect.empty() ? "" : "; SUSPECT: " + p.suspect);
     // --profile-ops: the floors' rates, this rank's (every rank measures at once, as they run).
     if (op_profile_) {
-      op_gemm_gflops_ = p.gflops;
+      op_gemm_gflops_ = p.rate;
       op_bandwidth_gbs_ = measure_copy_gbs(size_t{128} << 20, 3);
     }
     if (root_ && !p.note.empty()) std::fprintf(stderr, "%s\n", p.note.c_str());
@@ -431,7 +439,11 @@ void Trainer::build_step_parts() {
     peak_ = t_.peak_gflops > 0 ? t_.peak_gflops : device_peak_;
     peak_source_ = t_.peak_gflops > 0 ? "given by --peak-gflops" : "measured now on the device";
   }
-  comms_->world.all_reduce(&peak_, 1, ReduceOp::Sum);
+  double peak_sums[3] = {peak_, peak_cpus, suspect_ranks};
+  comms_->world.all_reduce(peak_sums, 3, ReduceOp::Sum);
+  peak_ = peak_sums[0];
+  peak_cpus_ = peak_sums[1];
+  peak_suspect_ranks_ = static_cast<int>(std::lround(peak_sums[2]));
   resume();
   // Saves at planned steps, or only at a stop's signal; background ones where they are periodic.
   const bool periodic = t_.save_interval > 0 || (t_.save_best && val_);
@@ -507,13 +519,23 @@ void Trainer::print_banner() const {
   const auto count = [](int n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
+  // CPU: the CPUs counted (each host's once) and rank 0's rate, which they are counted at.
+  char counted[96] = "";
+  if (peak_cpus_ > 0)
+    std::snprintf(counted, sizeof counted, " on %ld CPUs (rank 0: %.1f GFLOP/s with %s,",
+                  std::lround(peak_cpus_), peak_rate_,
+                  count(threads_, "thread", "threads").c_str());
   std::printf(
       "%s = dp %d x tp %d x pp %d, %s each (rank 0 on CPUs %s) | global batch %d = dp %d "
-      "x %s x %d | peak %.1f GFLOP/s in all (rank 0: %s)\n",
+      "x %s x %d | peak %.1f GFLOP/s in all%s %s)\n",
       count(world_.size(), "rank", "ranks").c_str(), shape_.dp, shape_.tp, shape_.pp,
       count(threads_, "thread", "threads").c_str(), allowed_cpus_.c_str(), t_.global_batch_size,
       shape_.dp, count(micro_batches_, "micro-batch", "micro-batches").c_str(), micro_batch_, peak_,
-      peak_source_.c_str());
+      peak_cpus_ > 0 ? counted : " (rank 0:", peak_source_.c_str());
+  if (peak_suspect_ranks_ > 0)
+    std::printf("warning: the peak of %s is suspect (measured under contention): MFU may read "
+                "too high; a start on an idle host caches the machine's, or give --peak-gflops\n",
+                count(peak_suspect_ranks_, "rank", "ranks").c_str());
   std::printf(
       "per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
       "(%s%s) | activations %.2f MiB (%s%s, recompute %s)",

@@ -39,9 +39,10 @@ class ScopedAffinity {
   cpu_set_t saved_;
 };
 
-NodeCpus node(std::vector<std::vector<int>> cpus, int me = 0) {
+NodeCpus node(std::vector<std::vector<int>> cpus, int me = 0, int host_cpus = 0) {
   NodeCpus n;
   n.host = "n1";
+  n.host_cpus = host_cpus;
   for (size_t i = 0; i < cpus.size(); ++i) n.world_ranks.push_back(static_cast<int>(i));
   n.cpus = std::move(cpus);
   n.me = me;
@@ -150,6 +151,58 @@ TEST(Affinity, WarnsOfRanksSharingCpus) {
   EXPECT_NE(chain.find("ranks 0-2 share CPUs 0-3 (4 CPUs) and run 6 threads"), std::string::npos)
       << chain;
   EXPECT_EQ(chain.find("rank 3"), std::string::npos) << chain;
+}
+
+// Issue 32: 4 ranks x 1 thread, mpirun --bind-to none on 2 CPUs was told "Fix: mpirun
+// --bind-to none". Unbound already: what is wrong is the count, and only fewer ranks fix it.
+TEST(Affinity, UnboundRanksOutnumberingCpusAreToldTheCount) {
+  for (const int host_cpus : {2, 0}) {  // the host's CPUs known, or not: the ranks share one set
+    const std::string w = host_affinity_warning(
+        node({{0, 1}, {0, 1}, {0, 1}, {0, 1}}, 0, host_cpus), {1, 1, 1, 1});
+    EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+    EXPECT_NE(w.find("in all 4 ranks x 1 thread = 4 threads on 2 CPUs (0-1): more threads than "
+                     "CPUs"),
+              std::string::npos)
+        << w;
+    EXPECT_NE(w.find("Fix: at most 2 ranks of 1 thread on this host (mpirun --map-by ppr:2:node, "
+                     "srun --ntasks-per-node=2)"),
+              std::string::npos)
+        << w;
+    EXPECT_EQ(w.find("bind-to"), std::string::npos) << w;  // no binding helps
+    EXPECT_EQ(w.find("--threads"), std::string::npos) << w;  // 1 thread is the fewest
+  }
+  // One rank, all of a 2-CPU host, 4 threads: fewer threads.
+  const std::string lone = host_affinity_warning(node({{0, 1}}, 0, 2), {4});
+  EXPECT_NE(lone.find("in all 1 rank x 4 threads = 4 threads on 2 CPUs (0-1)"), std::string::npos)
+      << lone;
+  EXPECT_NE(lone.find("Fix: --threads 2"), std::string::npos) << lone;
+  EXPECT_EQ(lone.find("bind-to"), std::string::npos) << lone;
+}
+
+TEST(Affinity, BoundRanksAreToldToBindOtherwiseWhereTheHostHasTheCpus) {
+  // Bound to a core each on a 4-CPU host, 2 threads each: binding apart fixes it.
+  const std::string fits = host_affinity_warning(node({{0}, {1}}, 0, 4), {2, 2});
+  EXPECT_NE(fits.find("Fix: mpirun --bind-to none"), std::string::npos) << fits;
+  EXPECT_EQ(fits.find("in all"), std::string::npos) << fits;
+  // The same on a 2-CPU host: 4 threads cannot fit 2 CPUs however bound.
+  const std::string full = host_affinity_warning(node({{0}, {1}}, 0, 2), {2, 2});
+  EXPECT_NE(full.find("in all 2 ranks x 2 threads = 4 threads on 2 CPUs (the host's)"),
+            std::string::npos)
+      << full;
+  EXPECT_NE(full.find("Fix: at most 1 rank of 2 threads on this host"), std::string::npos)
+      << full;
+  EXPECT_NE(full.find(", or --threads 1 in each of the 2 ranks"), std::string::npos) << full;
+  EXPECT_EQ(full.find("bind-to"), std::string::npos) << full;
+}
+
+// The MFU peak counts each CPU of a host once: shares add up to the CPUs the ranks may use.
+TEST(Affinity, CpuShareCountsEachCpuOnce) {
+  for (int me = 0; me < 4; ++me)
+    EXPECT_DOUBLE_EQ(cpu_share(node({{0, 1}, {0, 1}, {0, 1}, {0, 1}}, me)), 0.5);
+  EXPECT_DOUBLE_EQ(cpu_share(node({{0, 1}, {2, 3}}, 1)), 2.0);
+  double sum = 0.0;  // 0-1 and 1-2 overlap on CPU 1: 1.5 + 1.5 = the 3 CPUs
+  for (int me = 0; me < 2; ++me) sum += cpu_share(node({{0, 1}, {1, 2}}, me));
+  EXPECT_DOUBLE_EQ(sum, 3.0);
 }
 
 TEST(Affinity, WarningsOnePerHostOverMpi) {

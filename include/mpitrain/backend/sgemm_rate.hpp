@@ -1,7 +1,9 @@
 // The machine's matrix-multiply rate: the peak that MFU is measured against on CPU.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace mpitrain {
 
@@ -14,10 +16,24 @@ std::string cpu_sgemm_reason();
 // Whose sgemm measure_sgemm_gflops times.
 enum class SgemmLibrary { Backend, OpenBlas };
 
-// GFLOP/s of an n x n x n sgemm (2n^3 flops a call) with the current OpenMP/OpenBLAS thread
-// count; the best of `repeats` timed calls after one warm-up call. Backend: the CPU backend's
-// sgemm (cpu_sgemm_library()), what its products run; OpenBlas: OpenBLAS's cblas_sgemm, for
-// comparison (bench).
+// One timed sgemm call: its rate, its wall time and the CPU time the whole process spent in it
+// (all its threads: cpu_s / wall_s is ~threads when every thread had a CPU to itself).
+struct SgemmTrial {
+  double gflops = 0.0;
+  double wall_s = 0.0;
+  double cpu_s = 0.0;
+};
+
+// `trials` timed calls of an n x n x n sgemm (2n^3 flops a call) after one warm-up call, with
+// the current OpenMP/OpenBLAS thread count. between(): called after each timed call (e.g. to
+// sample the host's load), outside the timing. Backend: the CPU backend's sgemm
+// (cpu_sgemm_library()), what its products run; OpenBlas: OpenBLAS's cblas_sgemm, for comparison
+// (bench).
+std::vector<SgemmTrial> time_sgemm_trials(int n, int trials,
+                                          SgemmLibrary library = SgemmLibrary::Backend,
+                                          const std::function<void()>& between = {});
+
+// GFLOP/s of the best of `repeats` timed calls (time_sgemm_trials).
 double measure_sgemm_gflops(int n, int repeats, SgemmLibrary library = SgemmLibrary::Backend);
 
 }  // namespace mpitrain

@@ -33,19 +33,26 @@ struct NodeCpus {
   std::vector<int> world_ranks;
   std::vector<std::vector<int>> cpus;  // each rank's allowed CPUs, ascending
   int me = 0;                          // this rank's index
+  int host_cpus = 0;                   // the host's CPUs online (sysconf); 0: unknown
 };
 
 // Collective over node (the ranks of one host: MpiComm::split_shared of world).
 NodeCpus gather_node_cpus(const MpiComm& node);
 
-// Pure: the CPUs rank n.me may keep busy when each CPU is shared evenly by the ranks allowed on
-// it (a CPU allowed to k ranks counts 1/k); rounded down, at least 1. Ranks bound apart get their
+// Pure: rank n.me's share of the host's CPUs when each CPU is shared evenly by the ranks allowed
+// on it (a CPU allowed to k ranks counts 1/k): the shares of a host's ranks add up to the CPUs
+// they may use, each counted once (the MFU peak counts CPUs so). Ranks bound apart get their
 // whole set; unbound ranks split the host.
+double cpu_share(const NodeCpus& n);
+// Pure: the CPUs rank n.me may keep busy: cpu_share rounded down, at least 1.
 int fair_cpu_share(const NodeCpus& n);
 
 // Pure: "" when every rank's threads fit, else one line naming the host, (a) ranks with more
 // threads than allowed CPUs, (b) ranks whose allowed CPUs overlap and that together run more
-// threads than those CPUs, and the launch lines that fix it. threads[i] is rank i's count.
+// threads than those CPUs, and the fix: where no binding makes them fit (the ranks may all use
+// the same CPUs already, or run more threads than the host has) "N ranks x T threads = S threads
+// on C CPUs" and how many ranks or threads fit; else the launch lines that bind them apart.
+// threads[i] is rank i's count.
 std::string host_affinity_warning(const NodeCpus& n, const std::vector<int>& threads);
 
 // Collective over world and node: every host's warning (those that have one), in world rank

@@ -168,6 +168,9 @@ class Trainer {
   uint64_t consumed_ = 0;         // samples of the global order
   double best_val_ = 0.0;         // for --save-best (NaN: none)
   double peak_ = 0.0;             // GFLOP/s of all ranks together, for MFU
+  double peak_cpus_ = 0.0;        // CPU: the CPUs it counts, each host's counted once
+  double peak_rate_ = 0.0;        // CPU: rank 0's sgemm rate under its threads and CPUs
+  int peak_suspect_ranks_ = 0;    // ranks whose peak may be too low (contended, unchecked)
   std::string peak_source_;       // rank 0's: given, cached (when, where) or measured now
   double flops_per_token_ = 0.0;  // PaLM's 6N + 12 L d T
   double tokens_per_step_ = 0.0;
