@@ -2,8 +2,9 @@
 //
 //   ckpt-inspect PATH [--verify]
 //
-// PATH: a checkpoint directory (step-N/, best/), its checkpoint.h5, or a checkpoints directory
-// (then the checkpoint `latest` names). One process, no mpirun needed.
+// PATH: what --resume takes: a run directory (holding checkpoints/), a checkpoints directory
+// (both: the checkpoint a resume takes, normally the one `latest` names), a checkpoint directory
+// (step-N/, best/) or its checkpoint.h5. One process, no mpirun needed.
 // Exit code: 0 all well, 1 a checksum mismatch / missing dataset / bad manifest, 2 bad usage or
 // no readable checkpoint at PATH.
 #include <cstdio>

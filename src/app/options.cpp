@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "mpitrain/app/build_info.hpp"
 #include "mpitrain/app/command_line.hpp"
 #include "mpitrain/app/help_format.hpp"
 #include "mpitrain/app/option_ranges.hpp"
@@ -51,6 +52,7 @@ const std::vector<OptionRange> kRanges = {
     {"seq-len", 1, kMaxSize},
     {"lr", 0, 10, true},
     {"warmup-steps", 0, kUnbounded},
+    {"lr-decay-steps", 0, kUnbounded},
     {"min-lr-ratio", 0, 1},
     {"momentum", 0, 1, false, true},
     {"weight-decay", 0, 10},
@@ -122,7 +124,7 @@ po::options_description general_options(TrainConfig& t, RawText& raw) {
   po::options_description d;
   d.add_options()
       ("help,h", "print this help and exit")
-      ("version", "print the version and exit")
+      ("version", "print the version and build (GPU libraries, MPI, HDF5, BLAS, oneDNN) and exit")
       ("config", po::value(&raw.config_file)->value_name("FILE"),
        "INI file with options (flags override it)")
       ("out-dir", with_default(&t.out_dir)->value_name("DIR"),
@@ -161,10 +163,10 @@ po::options_description data_options(TrainConfig& t) {
   po::options_description d;
   d.add_options()
       ("train-data", with_default(&t.train_data)->value_name("SPEC"),
-       "training tokens (required, except by --steps 0 from an explicit --resume): HDF5 (/tokens), llm.c shards, nanoGPT .bin, mixed; a "
-       "comma-separated list of files and globs ('shards/fw_train_*.bin,extra.h5'), concatenated, "
-       "or a blend with a weight on every entry ('0.7:web/*.bin, 0.3:code.h5', normalised); "
-       "give it once")
+       "training tokens (required, except by --steps 0 from an explicit --resume or "
+       "--init-from): HDF5 (/tokens), llm.c shards, nanoGPT .bin, mixed; a comma-separated list "
+       "of files and globs ('shards/fw_train_*.bin,extra.h5'), concatenated, or a blend with a "
+       "weight on every entry ('0.7:web/*.bin, 0.3:code.h5', normalised); give it once")
       ("val-data", with_default(&t.val_data)->value_name("SPEC"),
        "validation tokens, the same syntax; evaluation reads the first eval-samples of the "
        "files in order (weights ignored); '' = none")
@@ -211,6 +213,10 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
       ("lr-schedule", with_default(&t.lr_schedule)->value_name("cosine|linear|constant"),
        "decay after the warm-up")
       ("warmup-steps", with_default(&t.warmup_steps), "linear warm-up steps")
+      ("lr-decay-steps", with_default(&t.lr_decay_steps),
+       "steps the schedule spans, warm-up included (Megatron's --lr-decay-iters); 0 = --steps of "
+       "the run that started it: a resume keeps the length its checkpoint records, whatever "
+       "its --steps")
       ("min-lr-ratio", with_default(&t.min_lr_ratio), "final lr as a fraction of lr")
       ("optimizer", with_default(&t.optimizer)->value_name("adamw|sgd|lamb"),
        "AdamW, SGD with momentum (PyTorch's buffer) or LAMB (AdamW with per-tensor trust ratios)")
@@ -421,9 +427,11 @@ void check_train(TrainConfig& t, const RawText& raw) {
   parse_recompute(t.recompute);
   require(t.min_loss_scale <= t.initial_loss_scale,
           "min-loss-scale must not exceed initial-loss-scale");
-  require(!t.train_data.empty() || (t.steps == 0 && !t.resume.empty() && t.resume != "auto"),
+  // --steps 0 of an explicit checkpoint or an --init-from model: evaluate, sample or export it.
+  const bool has_weights = (!t.resume.empty() && t.resume != "auto") || !t.init_from.empty();
+  require(!t.train_data.empty() || (t.steps == 0 && has_weights),
           t.steps == 0 ? "no training data: set train-data (a file made by prepare-data), or "
-                         "--resume a checkpoint to evaluate or sample it"
+                         "--resume a checkpoint or --init-from a model to evaluate or sample it"
                        : "no training data: set train-data (a file made by prepare-data)");
   require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
               t.data_format == "nanogpt",
@@ -474,7 +482,7 @@ Options parse_options(int argc, const char* const* argv) {
           vm.count("help")
               ? format_help(kIntro, groups, kHelpWidth,
                             [](const std::string& name) { return range_note(kRanges, name); })
-              : std::string("trainer " MPITRAIN_BUILD_ID "\n");
+              : build_info("trainer");
       return o;
     }
     if (vm.count("config")) {

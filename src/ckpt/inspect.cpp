@@ -5,6 +5,7 @@
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
+#include "mpitrain/ckpt/resume_source.hpp"
 #include "mpitrain/io/file_kind.hpp"
 
 namespace fs = std::filesystem;
@@ -13,19 +14,24 @@ namespace mpitrain {
 
 namespace {
 
-// The checkpoint file that path means, found as the trainer finds it (problem: what `latest`
-// said when it named no checkpoint); Error with the reason if there is none.
-std::string find_file(const std::string& path, std::string& problem) {
+// The checkpoint file that path means, found as --resume finds it (problem: what `latest` said
+// when it named no checkpoint; newer: why a checkpoint newer than `latest`'s is shown); Error
+// with the reason if there is none.
+std::string find_file(const std::string& path, std::string& problem, std::string& newer) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return path;
-  const std::string dir = resolve_dir(path);
-  if (dir.empty()) throw Error("it " + not_regular_file_reason(path));
-  const fs::path file = fs::path(dir) / kCheckpointFile;
-  if (fs::exists(fs::symlink_status(file, ec))) return file.string();  // open says what is wrong
+  if (resolve_dir(path).empty()) throw Error("it " + not_regular_file_reason(path));
+  const ResumeSource source = locate_checkpoints(path);
+  if (!source.step.empty()) return (fs::path(source.step) / kCheckpointFile).string();
+  const std::string& dir = source.checkpoints;
+  if (const std::optional<NewerCheckpoint> found = newer_than_latest(dir)) {
+    newer = found->note(dir);
+    return (fs::path(found->dir) / kCheckpointFile).string();
+  }
   const std::vector<std::string> found = checkpoint_candidates(dir, problem);
   if (found.empty())
     throw Error(problem.empty() ? "neither " + std::string(kCheckpointFile) +
-                                      " nor a checkpoint (latest, step-N/) in it"
+                                      " nor a checkpoint (latest, step-N/, checkpoints/) in it"
                                 : problem);
   return (fs::path(found.front()) / kCheckpointFile).string();
 }
@@ -94,10 +100,10 @@ std::string row(hid_t file, const std::string& path,
 }  // namespace
 
 int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, std::ostream& err) {
-  std::string file_path, latest_problem;
+  std::string file_path, latest_problem, newer;
   H5Handle file;
   try {
-    file_path = find_file(path, latest_problem);
+    file_path = find_file(path, latest_problem, newer);
     if (!is_hdf5_file(file_path) && not_regular_file_reason(file_path).empty())
       throw Error("'" + file_path + "' is not an HDF5 file (no HDF5 signature)");
     file = open_file(file_path);
@@ -108,6 +114,7 @@ int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, 
   bool bad = !latest_problem.empty();
   if (bad)
     out << "latest: BAD: " << latest_problem << "; showing the newest, as the trainer would\n";
+  if (!newer.empty()) out << "newer: " << newer << ": showing it, as --resume takes it\n";
   out << "checkpoint " << file_path << "\n";
   std::optional<CheckpointManifest> m;
   try {

@@ -13,7 +13,7 @@ namespace mpitrain {
 namespace {
 
 // The "version" of a field that any version may hold or lack (written, read, printed and
-// checksummed only when not empty), so that files from before it still read.
+// checksummed only when not empty or 0), so that files from before it still read.
 constexpr int kOptionalField = 0;
 
 // Calls f(attribute name, field, format version that added it) for every field, in file order
@@ -50,11 +50,14 @@ void for_each_field(M& m, F&& f) {
   f("build_id", m.build_id, 1);
   f("wall_time", m.wall_time, 1);
   f("data", m.data, kOptionalField);
+  f("lr_decay_steps", m.lr_decay_steps, kOptionalField);
 }
 
 struct FieldWriter {
   hid_t group;
-  void operator()(const char* n, int64_t v, int) const { write_attribute_int(group, n, v); }
+  void operator()(const char* n, int64_t v, int since) const {
+    if (since != kOptionalField || v != 0) write_attribute_int(group, n, v);
+  }
   void operator()(const char* n, int v, int) const { write_attribute_int(group, n, v); }
   void operator()(const char* n, uint64_t v, int) const { write_attribute_uint64(group, n, v); }
   void operator()(const char* n, double v, int) const { write_attribute_double(group, n, v); }
@@ -112,7 +115,9 @@ std::string text_of(T v) {
 struct FieldPrinter {
   std::vector<std::pair<std::string, std::string>>* out;
   void add(const char* n, std::string v) const { out->emplace_back(n, std::move(v)); }
-  void operator()(const char* n, int64_t v, int) const { add(n, std::to_string(v)); }
+  void operator()(const char* n, int64_t v, int since) const {
+    if (since != kOptionalField || v != 0) add(n, std::to_string(v));
+  }
   void operator()(const char* n, int v, int) const { add(n, std::to_string(v)); }
   void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
   void operator()(const char* n, double v, int) const { add(n, text_of(v)); }
@@ -187,6 +192,8 @@ void check_ranges(const CheckpointManifest& m) {
   check_count("global_batch_size", m.global_batch_size, 1, kMax, "must be at least 1");
   check_count("micro_batch_size", m.micro_batch_size, 1, m.global_batch_size,
               "must be from 1 to global_batch_size (" + std::to_string(m.global_batch_size) + ")");
+  check_count("lr_decay_steps", m.lr_decay_steps, 0, kMax, "must be from 0 (not recorded) to " +
+              std::to_string(kMax));
   check_count("seq_len", m.seq_len, 1, m.model.max_seq_len,
               "must be from 1 to max_seq_len (" + std::to_string(m.model.max_seq_len) + ")");
 }

@@ -38,7 +38,7 @@ std::string run_of(const fs::path& dir) {
 
 }  // namespace
 
-ResumeSource find_resume_source(const std::string& path) {
+ResumeSource locate_checkpoints(const std::string& path) {
   std::error_code ec;
   ResumeSource s;
   const fs::path p(path);
@@ -56,12 +56,61 @@ ResumeSource find_resume_source(const std::string& path) {
   s.run_dir =
       run_of(s.step.empty() ? fs::path(s.checkpoints)
                             : (step.has_filename() ? step : step.parent_path()).parent_path());
+  return s;
+}
+
+std::optional<NewerCheckpoint> newer_than_latest(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  std::string problem;
+  int64_t latest_step = -1;
+  for (const std::string& candidate : checkpoint_candidates(dir, problem)) {
+    try {
+      latest_step = manifest_in(candidate).step;
+      break;
+    } catch (const Error&) {
+      continue;  // the load reports it when it gets there
+    }
+  }
+  std::optional<NewerCheckpoint> newest;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory(ec) || name.ends_with(".tmp") || name.ends_with(".pruned")) continue;
+    // <name>.old counts only where <name> is gone (a replace cut short: resolve_dir's rule).
+    if (name.ends_with(".old") &&
+        fs::exists(entry.path().parent_path() / name.substr(0, name.size() - 4), ec))
+      continue;
+    try {
+      const CheckpointManifest m = manifest_in(entry.path().string());
+      check_step_matches_dir(m, entry.path().string());
+      if (m.step > latest_step && (!newest || m.step > newest->step))
+        newest = NewerCheckpoint{entry.path().string(), m.step, latest_step, m};
+    } catch (const Error&) {
+      continue;  // damaged or no checkpoint: not a candidate
+    }
+  }
+  return newest;
+}
+
+std::string NewerCheckpoint::note(const std::string& checkpoints) const {
+  return dir + " holds step " + std::to_string(step) + ", newer than " +
+         (latest_step < 0 ? std::string("any checkpoint") : "step " + std::to_string(latest_step)) +
+         " that " + (fs::path(checkpoints) / "latest").string() +
+         " leads to (a save cut short, or a best/ saved after it)";
+}
+
+ResumeSource find_resume_source(const std::string& path) {
+  ResumeSource s = locate_checkpoints(path);
   if (!s.step.empty()) {
     try {
       s.manifest = manifest_in(s.step);
     } catch (const Error& e) {
       throw UsageError("cannot resume from " + path + ": " + e.what());
     }
+    return s;
+  }
+  if (const std::optional<NewerCheckpoint> newer = newer_than_latest(s.checkpoints)) {
+    s.manifest = newer->manifest;  // the checkpoint a load tries first
     return s;
   }
   std::string problem, damage;

@@ -23,26 +23,23 @@ std::string cannot_create_in(const fs::path& dir) {
   return "";
 }
 
-// `dir` must be an existing directory something can be created in; `what` opens the message.
+// `dir` must be a directory that exists, or could be created: its nearest existing ancestor is
+// a directory something can be created in; `what` opens the message.
 void require_room_in(const fs::path& dir, const std::string& what) {
   std::error_code ec;
-  require(fs::is_directory(dir, ec), what + ": the directory " + dir.string() + " does not exist");
-  const std::string why = cannot_create_in(dir);
-  require(why.empty(), what + ": cannot write in " + dir.string() + ": " + why);
+  fs::path p = fs::absolute(dir, ec);
+  require(!ec, what + ": " + ec.message());
+  while (!fs::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
+  require(fs::is_directory(p, ec), what + ": " + p.string() + " exists and is not a directory");
+  const std::string why = cannot_create_in(p);
+  require(why.empty(), what + ": cannot write in " + p.string() + ": " + why);
 }
 
 }  // namespace
 
 void require_creatable_dir(const std::string& dir, const std::string& option) {
   if (dir.empty()) return;
-  std::error_code ec;
-  fs::path p = fs::absolute(dir, ec);
-  require(!ec, option + " " + dir + ": " + ec.message());
-  while (!fs::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
-  require(fs::is_directory(p, ec),
-          option + " " + dir + ": " + p.string() + " exists and is not a directory");
-  const std::string why = cannot_create_in(p);
-  require(why.empty(), option + " " + dir + ": cannot write in " + p.string() + ": " + why);
+  require_room_in(dir, option + " " + dir);
 }
 
 void require_writable_file(const std::string& file, const std::string& option) {
@@ -66,6 +63,13 @@ void require_new_dir(const std::string& dir, const std::string& option) {
     return;
   }
   require_room_in(path.parent_path(), option + " " + dir);
+}
+
+void create_parent_dirs(const std::string& path) {
+  const fs::path parent = fs::absolute(path).parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw Error("cannot create " + parent.string() + " for " + path + ": " + ec.message());
 }
 
 }  // namespace mpitrain

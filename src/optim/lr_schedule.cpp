@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 
 #include "mpitrain/runtime/error.hpp"
@@ -31,6 +32,33 @@ double LrSchedule::at(int step) const {
   const double p = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
   if (decay == LrDecay::Linear) return max_lr - (max_lr - min_lr) * p;
   return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+}
+
+std::string resume_schedule(LrSchedule& s, int decay_steps, int steps, int64_t recorded,
+                            int64_t at) {
+  const int next = static_cast<int>(at);
+  s.total_steps = decay_steps > 0 ? decay_steps : recorded > 0 ? static_cast<int>(recorded) : steps;
+  if (s.decay == LrDecay::Constant || (recorded == 0 && decay_steps == 0)) return "";
+  const auto lr_over = [&](int length) {
+    LrSchedule other = s;
+    other.total_steps = length;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", other.at(next));
+    return std::string(text);
+  };
+  const std::string first = "lr schedule at step " + std::to_string(next + 1) + ": ";
+  if (decay_steps > 0) {
+    if (recorded == 0 || recorded == decay_steps) return "";
+    return first + "--lr-decay-steps " + std::to_string(decay_steps) +
+           " replaces the checkpoint's " + std::to_string(recorded) + "-step decay: lr " +
+           lr_over(decay_steps) + " (" + lr_over(static_cast<int>(recorded)) + " over " +
+           std::to_string(recorded) + ")";
+  }
+  if (recorded == steps) return "";
+  return first + "decays over the " + std::to_string(recorded) +
+         " steps of the run that started it, not this run's --steps " + std::to_string(steps) +
+         ": lr " + lr_over(s.total_steps) + " (" + lr_over(steps) + " over " +
+         std::to_string(steps) + "); --lr-decay-steps " + std::to_string(steps) + " to change it";
 }
 
 }  // namespace mpitrain

@@ -13,6 +13,7 @@
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/memory.hpp"
+#include "mpitrain/monitor/output_dir.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "mpitrain/train/generate.hpp"
@@ -42,6 +43,22 @@ int Trainer::run() {
   return export_and_sample();
 }
 
+// A committed checkpoint of checkpoints directory `dir` newer than the one `latest` leads to
+// (best/, or a save cut short before `latest` named it), when there is one and it loads; said on
+// rank 0. Every rank finds the same one; a load failing (agreed) falls back to `latest`.
+std::optional<CheckpointManifest> Trainer::load_newer_than_latest(const std::string& dir,
+                                                                  const CheckpointState& target) {
+  const std::optional<NewerCheckpoint> newer = newer_than_latest(dir);
+  if (!newer) return std::nullopt;
+  if (root_) std::printf("resume: %s: resuming from it\n", newer->note(dir).c_str());
+  try {
+    return CheckpointStore(dir, world_).load(newer->dir, target);
+  } catch (const UsageError& e) {
+    if (root_) std::fprintf(stderr, "checkpoint: %s; trying the one latest leads to\n", e.what());
+    return std::nullopt;
+  }
+}
+
 void Trainer::resume() {
   if (t_.resume.empty()) return;
   std::optional<CheckpointManifest> m;
@@ -68,12 +85,16 @@ void Trainer::resume() {
   all_or_none(world_, [&] {
     // The store refuses a checkpoint of another model (UsageError naming the difference), and
     // a fresh start over checkpoints that are all damaged unless --overwrite.
+    const bool one = t_.resume != "auto" && !resume_source_->step.empty();
+    const std::string dir = t_.resume == "auto" ? store_->dir() : resume_source_->checkpoints;
+    if (!one) m = load_newer_than_latest(dir, target);
+    if (m) return;
     if (t_.resume == "auto")
       m = store_->load_latest(target, t_.overwrite);
-    else if (!resume_source_->step.empty())
+    else if (one)
       m = store_->load(resume_source_->step, target);
     else  // the newest valid checkpoint of another directory (find_resume_source saw one)
-      m = CheckpointStore(resume_source_->checkpoints, world_).load_latest(target);
+      m = CheckpointStore(dir, world_).load_latest(target);
   });
   if (!load_params.empty()) {  // the whole stage, or under ZeRO-3 the owned pieces
     if (m)
@@ -104,10 +125,15 @@ void Trainer::resume() {
   best_val_ = m->val_loss;
   optimizer_->set_steps_taken(static_cast<int>(m->adam_steps));
   scaler_->restore(m->loss_scale, m->loss_scale_clean_steps, m->skipped_steps);
+  // The schedule keeps the length it started with, whatever this run's --steps.
+  const std::string schedule_note =
+      resume_schedule(*lr_schedule_, t_.lr_decay_steps, t_.steps, m->lr_decay_steps, m->step);
   if (root_)
     std::printf("resumed from step %d (%llu samples consumed, written by %s at %s)\n", start_step_,
                 static_cast<unsigned long long>(consumed_), m->build_id.c_str(),
                 m->wall_time.c_str());
+  if (root_ && !schedule_note.empty() && t_.steps > start_step_)
+    std::printf("%s\n", schedule_note.c_str());
 }
 
 // Forward and backward over the micro-batches (PipelineRunner), the gradient sync, clipping and
@@ -266,6 +292,8 @@ int Trainer::export_and_sample() {
   std::vector<float> full = gather_parameters(*model_, stage.empty() ? nullptr : stage.data(),
                                               *grid_, stage_first_layer_, world_);
   if (!root_) return kExitOk;
+  for (const std::string* path : {&t_.export_llmc, &t_.export_params, &t_.export_hf})
+    if (!path->empty()) create_parent_dirs(*path);  // checked at start-up: their room exists
   if (!t_.export_llmc.empty()) {
     save_llmc_model(t_.export_llmc, cfg_, *full_layout_, full.data(), LlmcDtype::Fp32);
     std::printf("exported the model to %s (llm.c format, fp32)\n", t_.export_llmc.c_str());
@@ -307,6 +335,7 @@ CheckpointManifest Trainer::manifest(int step) const {
   m.micro_batch_size = micro_batch_;
   m.seq_len = t_.seq_len;
   m.data = train_ ? train_->record() : "";
+  m.lr_decay_steps = lr_schedule_->total_steps;
   return m;
 }
 

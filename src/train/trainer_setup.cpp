@@ -343,8 +343,9 @@ void Trainer::build_step_parts() {
   optimizer_config_ = {parse_optimizer(t_.optimizer),   static_cast<float>(t_.beta1),
                        static_cast<float>(t_.beta2),    static_cast<float>(t_.adam_eps),
                        static_cast<float>(t_.momentum), static_cast<float>(t_.weight_decay)};
+  const int schedule_steps = t_.lr_decay_steps > 0 ? t_.lr_decay_steps : t_.steps;
   lr_schedule_ = LrSchedule{parse_lr_decay(t_.lr_schedule), t_.lr, t_.lr * t_.min_lr_ratio,
-                            t_.warmup_steps, t_.steps};
+                            t_.warmup_steps, schedule_steps};
   if (train_) {
     stream_.emplace(*train_, t_.seed, t_.shuffle);
     loader_.emplace(*stream_, t_.seq_len, t_.global_batch_size, micro_batch_, grid_->dp_rank(),

@@ -11,8 +11,8 @@
 # while the main thread trains step 5 or waits for the commit. At 2 ranks the whole matrix runs
 # again with --async-save false, the main thread saving.
 # The checkpoints directory must then be as the protocol leaves it at that phase; --resume auto
-# must resume from the step it promises (2 while `latest` names step 2, i.e. up to and including
-# phase latest; 4 at prune), finish with the final loss of an uninterrupted run, and leave only
+# must resume from the newest committed step (2 up to close; 4 from rename on, where step 4 is
+# committed though `latest` may still name step 2, which the resume says), finish with the final loss of an uninterrupted run, and leave only
 # `latest` and step 6: no .tmp, .pruned or .old leftover.
 # np 4 kills rank np-1 only at write and close: at rename, latest and prune only rank 0 acts and
 # every other rank waits for it at a barrier, so a second waiting rank adds nothing and np 2 has
@@ -39,7 +39,7 @@ declare -A left=(
   [latest]="latest latest.tmp step-00000002 step-00000004 latest=step-00000002"
   [prune]="latest step-00000002.pruned step-00000004 latest=step-00000004"
 )
-declare -A resumes=([staged]=2 [write]=2 [close]=2 [rename]=2 [latest]=2 [prune]=4)
+declare -A resumes=([staged]=2 [write]=2 [close]=2 [rename]=4 [latest]=4 [prune]=4)
 done_state="latest step-00000006 latest=step-00000006"
 
 # Kills `rank` at `phase` of step 4's save, checks what is left, resumes, checks the outcome.

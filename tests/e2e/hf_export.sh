@@ -7,7 +7,7 @@
 #     step: a wrong layout, transposition or RoPE order changes them within a few tokens);
 #   - --init-from the directory evaluates to the exported run's validation loss exactly and
 #     exports byte-identical safetensors (fp32 both ways: nothing is rounded);
-#   - an export directory that holds files, one under a missing directory, a config of another
+#   - an export directory that holds files, one under a file, a config of another
 #     model_type, and --export-llmc of a llama model are refused with exit 2 before any step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
@@ -54,7 +54,9 @@ refused() {  # refused WHAT PATTERN ARGS...: exit 2, the message, no step taken
   rm -rf "$SCRATCH/r"
 }
 refused "a non-empty export dir" "is not an empty directory" --export-hf "$SCRATCH/gpt2-hf" --out-dir "$SCRATCH/r"
-refused "a missing parent" "does not exist" --export-hf "$SCRATCH/none/hf" --out-dir "$SCRATCH/r"
+touch "$SCRATCH/plain-file"
+refused "a parent that is a file" "exists and is not a directory" --export-hf "$SCRATCH/plain-file/hf" \
+  --out-dir "$SCRATCH/r"
 refused "llm.c's format for llama" "holds gpt2 models only" --arch llama --export-llmc "$SCRATCH/l.bin" \
   --out-dir "$SCRATCH/r"
 mkdir -p "$SCRATCH/bert"

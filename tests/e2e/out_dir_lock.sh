@@ -107,10 +107,11 @@ refuse_untouched resume_missing "checkpoint directory '/nonexistent' does not ex
 refuse_untouched trace_proc "trace /proc/mpitrain-trace: cannot write in /proc" --trace /proc/mpitrain-trace
 refuse_untouched tensorboard_proc "tensorboard /proc/mpitrain-tb: cannot write in /proc" \
   --tensorboard /proc/mpitrain-tb
-refuse_untouched export_llmc "export-llmc /nonexistent/x.bin: the directory /nonexistent does not exist" \
-  --export-llmc /nonexistent/x.bin
-refuse_untouched export_params "export-params /nonexistent/x.h5: the directory /nonexistent does not exist" \
-  --export-params /nonexistent/x.h5
+# (a missing parent is created at the end, as save_pretrained does: tests/e2e/cli_friction.sh)
+refuse_untouched export_llmc "export-llmc /proc/mpitrain-x/x.bin: cannot write in /proc" \
+  --export-llmc /proc/mpitrain-x/x.bin
+refuse_untouched export_params "export-params /proc/mpitrain-x/x.h5: cannot write in /proc" \
+  --export-params /proc/mpitrain-x/x.h5
 refuse_untouched export_dir "export-params $SCRATCH is a directory" --export-params "$SCRATCH"
 run_trainer 1 "$SCRATCH/corrected.log" "${tiny[@]}" --steps 2 --out-dir "$fresh"
 [ "$rc" = 0 ] || { cat "$SCRATCH/corrected.log"; fail "the corrected command exited $rc"; }

@@ -116,6 +116,7 @@ TEST_F(ManifestTest, EveryFieldOutOfRangeIsNamed) {
       {[](auto& m) { m.micro_batch_size = 9; }, "manifest micro_batch_size 9 is out of range"},
       {[](auto& m) { m.global_batch_size = 0; }, "manifest global_batch_size 0 is out of range"},
       {[](auto& m) { m.seq_len = 33; }, "manifest seq_len 33 is out of range"},
+      {[](auto& m) { m.lr_decay_steps = -3; }, "manifest lr_decay_steps -3 is out of range"},
   };
   for (const Case& c : cases) {
     CheckpointManifest m = sample_manifest();
@@ -146,4 +147,23 @@ TEST_F(ManifestTest, AVersionFlippedDownIsStillChecked) {
   write(sample_manifest());
   edit([](hid_t g) { write_attribute_int(g, "format_version", 2); });  // 3 -> 2: one bit
   EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+}
+
+// The schedule's length (a field added within format version 3): written and checksummed when
+// recorded; a file written before it (no attribute) reads with 0 and its checksum still holds.
+TEST_F(ManifestTest, TheScheduleLengthIsOptional) {
+  CheckpointManifest m = sample_manifest();
+  m.lr_decay_steps = 150;
+  write(m);
+  {
+    H5Handle file = open_file(path());
+    EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 150);
+  }
+  edit([](hid_t g) { write_attribute_int(g, "lr_decay_steps", 90); });
+  EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+  write(sample_manifest());  // as a build from before the field wrote it
+  H5Handle file = open_file(path());
+  H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
+  EXPECT_FALSE(has_attribute(group.get(), "lr_decay_steps"));
+  EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 0);
 }

@@ -168,9 +168,20 @@ TEST(Options, HelpReadsAsAUserWritesOptions) {
             std::string::npos);
 }
 
-TEST(Options, VersionPrintsTheVersion) {
+TEST(Options, VersionPrintsTheVersionAndBuild) {
   const std::string text = parse({"--version"}).print_instead;
-  EXPECT_EQ(text.rfind(std::string("trainer ") + MPITRAIN_VERSION, 0), 0u) << text;
+  EXPECT_EQ(text.rfind(std::string("trainer ") + MPITRAIN_BUILD_ID + "\n", 0), 0u) << text;
+  // README: "--version prints the version and build": every library, on or off, a line each.
+  for (const char* line : {"\n  compiler ", "\n  CUDA ", "\n  cuDNN ", "\n  NCCL ", "\n  MPI ",
+                           "\n  HDF5 ", "\n  BLAS ", "\n  oneDNN "})
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+#ifdef MPITRAIN_HAVE_CUDA
+  EXPECT_NE(text.find("\n  CUDA       on: runtime "), std::string::npos) << text;
+#else
+  EXPECT_NE(text.find("\n  CUDA       off ("), std::string::npos) << text;
+#endif
+  EXPECT_NE(text.find("OpenBLAS"), std::string::npos) << text;
+  EXPECT_NE(text.find("parallel)"), std::string::npos) << text;  // HDF5: the build needs it
 }
 
 TEST(Options, AnUnknownOptionNamesTheNearest) {
@@ -194,6 +205,66 @@ TEST(Options, AnUnknownOptionNamesTheNearest) {
             std::string::npos)
       << in_file;
   std::remove(path.c_str());
+}
+
+// The names nanoGPT, Hugging Face, Megatron-LM and torchtitan users type name ours, flag or
+// INI line alike (an edit distance cannot see --learning-rate in --lr).
+TEST(Options, AnotherTrainersNameNamesOurs) {
+  const std::vector<std::pair<std::string, std::string>> meant = {
+      {"--learning-rate", "--lr?"},
+      {"--max-iters", "--steps?"},
+      {"--max_steps", "--steps?"},
+      {"--train-iters", "--steps?"},
+      {"--batch-size",
+       "--micro-batch-size or --global-batch-size? sequences per rank and forward, or per step "
+       "over all ranks"},
+      {"--per_device_train_batch_size", "--micro-batch-size?"},
+      {"--gradient-accumulation-steps",
+       "--global-batch-size? it is micro-batch-size x accumulation steps x dp"},
+      {"--lr-warmup-iters", "--warmup-steps?"},
+      {"--warmup_iters", "--warmup-steps?"},
+      {"--lr-decay-iters", "--lr-decay-steps?"},
+      {"--save-steps", "--save-interval?"},
+      {"--output_dir", "--out-dir?"},
+      {"--seq-length", "--seq-len?"},
+      {"--block_size", "--seq-len?"},
+      {"--num-layers", "--n-layer?"},
+      {"--hidden-size", "--d-model?"},
+      {"--n_embd", "--d-model?"},
+      {"--num-attention-heads", "--n-head?"},
+      {"--micro_batch_size", "--micro-batch-size?"},  // the '_' form: by edit distance already
+      {"--weight_decay", "--weight-decay?"},
+      {"--bf16", "--precision? write --precision bf16"},
+      {"--tensor-model-parallel-size", "--tp?"},
+  };
+  for (const auto& [given, ours] : meant) {
+    const std::string error = usage_error({"--train-data", "x", given, "1"});
+    EXPECT_NE(error.find("unrecognised option '" + given + "' (did you mean " + ours + ")"),
+              std::string::npos)
+        << error;
+  }
+  const std::string path = testing::TempDir() + "/options_foreign.ini";
+  std::ofstream(path) << "train-data = a.h5\nlearning_rate = 3e-4\n";
+  const std::string in_file = usage_error({"--config", path});
+  EXPECT_NE(in_file.find("unrecognised option 'learning_rate' (did you mean lr?)"),
+            std::string::npos)
+      << in_file;
+  std::remove(path.c_str());
+}
+
+// Evaluating a model (--steps 0) from a checkpoint or --init-from needs no training data;
+// training does, and so does --steps 0 with nothing to evaluate.
+TEST(Options, EvaluatingAModelNeedsNoTrainingData) {
+  EXPECT_EQ(usage_error({"--init-from", "gpt2-hf", "--steps", "0", "--val-data", "v.h5"}), "");
+  EXPECT_EQ(usage_error({"--resume", "runs/a", "--steps", "0", "--val-data", "v.h5"}), "");
+  EXPECT_NE(usage_error({"--init-from", "gpt2-hf", "--steps", "5"})
+                .find("no training data: set train-data"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--steps", "0", "--val-data", "v.h5"})
+                .find("or --resume a checkpoint or --init-from a model to evaluate"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--resume", "auto", "--steps", "0"}).find("no training data"),
+            std::string::npos);
 }
 
 TEST(Options, BadInputIsOneClearUsageError) {

@@ -129,6 +129,16 @@ TEST(Suggest, NearestKnownNames) {
   EXPECT_EQ(did_you_mean("--bogus", d), "");
 }
 
+// Another trainer's name is suggested only as options the tool has (plan, prepare-data: others).
+TEST(Suggest, AnotherTrainersNameOnlyWhereTheOptionExists) {
+  po::options_description d;
+  for (const char* name : {"steps", "lr"}) d.add_options()(name, "");
+  EXPECT_EQ(did_you_mean("--learning-rate", d), " (did you mean --lr?)");
+  EXPECT_EQ(did_you_mean("MAX_ITERS", d), " (did you mean steps?)");  // an INI name
+  EXPECT_EQ(did_you_mean("--batch-size", d), "");  // neither batch option here
+  EXPECT_EQ(did_you_mean("--output-dir", d), "");
+}
+
 TEST(GridError, NamesRankCountsAndLayoutsThatFit) {
   EXPECT_NE(grid_error(3, 0, 2, 0)
                 .find("dp x tp x pp = ? x 2 x 1 does not fit the 3 ranks of "

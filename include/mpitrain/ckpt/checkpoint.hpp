@@ -97,6 +97,9 @@ struct CheckpointManifest {
   // The training data (Dataset::record: "<weight> <tokens> <path>" a line); "" = not recorded
   // (files written before it: the attribute `data` is absent, and a resume does not compare).
   std::string data;
+  // The lr schedule's length in steps (LrSchedule::total_steps), which a resume keeps; 0 = not
+  // recorded (files written before it: the attribute `lr_decay_steps` is absent).
+  int64_t lr_decay_steps = 0;
 };
 
 // The buffers one rank saves or loads, each compact over ranges of the layout's flat buffer

@@ -51,12 +51,13 @@ std::vector<std::pair<std::string, std::string>> manifest_fields(const Checkpoin
 // "n_layer 4 vs 2, d_model 64 vs 32".
 std::string model_differences(const ModelConfig& a, const ModelConfig& b);
 
-// ckpt-inspect: path = a checkpoint directory, its checkpoint.h5, or a checkpoints directory
-// (then the one `latest` names). Prints the manifest and one row per dataset (name, shape,
-// stored checksum; with verify also the recomputed one and OK/MISMATCH/MISSING/BAD) to out.
-// The manifest and datasets are checked as the loader checks them, and the checkpoint a
-// checkpoints directory means is the one the loader tries first (a `latest` naming none: BAD,
-// then the newest step). Returns 0 (all well), 1 (a mismatch, missing or bad dataset, bad
+// ckpt-inspect: path = any form --resume takes (ckpt/resume_source.hpp): a run directory or a
+// checkpoints directory (then the checkpoint a resume takes: a committed one newer than
+// `latest`'s, else the one `latest` names), a checkpoint directory or its checkpoint.h5. Prints
+// the manifest and one row per dataset (name, shape, stored checksum; with verify also the
+// recomputed one and OK/MISMATCH/MISSING/BAD) to out. The manifest and datasets are checked as
+// the loader checks them, and the checkpoint a checkpoints directory means is the one the loader
+// tries first (a `latest` naming none: BAD, then the newest step). Returns 0 (all well), 1 (a mismatch, missing or bad dataset, bad
 // manifest or `latest`) or 2 (no readable file at path, e.g. a FIFO, a device, not HDF5; the
 // reason on err). Serial HDF5: no MPI job needed.
 int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, std::ostream& err);

@@ -22,6 +22,7 @@ struct TrainConfig {
   double lr = 1e-3;
   std::string lr_schedule = "cosine";
   int warmup_steps = 10;
+  int lr_decay_steps = 0;     // the schedule's length; 0 = steps (a resume: the checkpoint's)
   double min_lr_ratio = 0.1;  // cosine/linear decay ends at lr * min_lr_ratio
   std::string optimizer = "adamw";  // adamw | sgd | lamb (optim/optimizer.hpp)
   double momentum = 0.9;      // sgd

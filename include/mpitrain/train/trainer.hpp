@@ -88,6 +88,8 @@ class Trainer {
 
   // ---- the run (trainer.cpp) ----
   void resume();                    // --resume: state, step, samples consumed; its seed checked
+  std::optional<CheckpointManifest> load_newer_than_latest(const std::string& dir,
+                                                          const CheckpointState& target);
   StepEnd step(int step);           // one optimizer step and its metrics record; step counts from 0
   double evaluate();                // mean validation loss per token
   void after_evaluation(int step);  // evaluate, log, --save-best

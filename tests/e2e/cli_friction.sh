@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# What a user of nanoGPT, Hugging Face or Megatron-LM trips over first (issue 32, items 7-14):
+# - --version prints the build: CUDA, cuDNN, NCCL (on or off), MPI, HDF5, BLAS, oneDNN;
+# - another trainer's option name (--learning-rate, --max-iters) names ours (exit 2);
+# - a run whose step-6 save was cut short (step-6.tmp, `latest` at step 3) while best/ holds
+#   step 4: ckpt-inspect RUN_DIR shows best/, as --resume auto takes it (saying so);
+# - that resume with --steps 9 instead of 12 keeps the 12-step cosine schedule (the lr of step 5
+#   is the 12-step one, computed here in double) and says so at start-up;
+# - --export-hf and --export-llmc under directories that do not exist yet: created;
+# - --init-from the export, --steps 0 --val-data, no --train-data: evaluates it (the val loss of
+#   the run that wrote it).
+source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+# shellcheck disable=SC2046
+set -- $(tiny_model_args)
+model=("$@")
+data=(--train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5")
+
+# 13. --version
+run_trainer 1 "$SCRATCH/version.log" --version
+[ "$rc" = 0 ] || { cat "$SCRATCH/version.log"; fail "--version exited $rc"; }
+for lib in compiler CUDA cuDNN NCCL MPI HDF5 BLAS oneDNN; do
+  grep -Eq "^  $lib +[^ ]" "$SCRATCH/version.log" || { cat "$SCRATCH/version.log"; fail "--version: no $lib line"; }
+done
+grep -q "^  BLAS .*OpenBLAS" "$SCRATCH/version.log" || fail "--version: BLAS is not OpenBLAS's config"
+echo "ok: --version prints the build"
+
+# 14. other trainers' names
+for pair in "--learning-rate:--lr" "--max-iters:--steps" "--gradient-accumulation-steps:--global-batch-size"; do
+  theirs=${pair%%:*} ours=${pair#*:}
+  run_trainer 1 "$SCRATCH/foreign.log" "${data[@]}" "$theirs" 3 --out-dir "$SCRATCH/foreign"
+  [ "$rc" = 2 ] || { cat "$SCRATCH/foreign.log"; fail "$theirs: exit $rc, expected 2"; }
+  grep -q -- "unrecognised option '$theirs' (did you mean $ours?" "$SCRATCH/foreign.log" ||
+    { cat "$SCRATCH/foreign.log"; fail "$theirs: no hint of $ours"; }
+done
+echo "ok: --learning-rate, --max-iters, --gradient-accumulation-steps name ours"
+
+# 8 and 12. A save cut short after best/: step-3 and best (step 4) committed, step 6 not.
+run="$SCRATCH/run"
+run_trainer 1 "$SCRATCH/first.log" "${data[@]}" "${model[@]}" --steps 12 --save-interval 3 \
+  --eval-interval 4 --save-best --exit-at-step 6 --out-dir "$run"
+[ "$rc" = 85 ] || { cat "$SCRATCH/first.log"; fail "the first piece exited $rc, expected 85"; }
+mv "$run/checkpoints/step-00000006" "$run/checkpoints/step-00000006.tmp"
+echo step-00000003 > "$run/checkpoints/latest"
+set +e
+"$BUILD_DIR/ckpt-inspect" "$run" > "$SCRATCH/inspect.log" 2>&1
+inspect_rc=$?
+set -e
+[ "$inspect_rc" = 0 ] || { cat "$SCRATCH/inspect.log"; fail "ckpt-inspect RUN_DIR exited $inspect_rc"; }
+grep -q "^checkpoint $run/checkpoints/best/checkpoint.h5$" "$SCRATCH/inspect.log" &&
+  grep -q "^newer: $run/checkpoints/best holds step 4, newer than step 3" "$SCRATCH/inspect.log" ||
+  { cat "$SCRATCH/inspect.log"; fail "ckpt-inspect RUN_DIR does not show best/ (step 4)"; }
+echo "ok: ckpt-inspect RUN_DIR shows best/, newer than latest's step 3"
+
+# 7. Resumed with --steps 9: the schedule keeps its 12 steps.
+run_trainer 1 "$SCRATCH/second.log" "${data[@]}" "${model[@]}" --steps 9 --resume auto --out-dir "$run"
+[ "$rc" = 0 ] || { cat "$SCRATCH/second.log"; fail "the resume exited $rc"; }
+grep -q "^resume: $run/checkpoints/best holds step 4, newer than step 3 that $run/checkpoints/latest leads to" \
+  "$SCRATCH/second.log" && grep -q "^resumed from step 4 " "$SCRATCH/second.log" ||
+  { cat "$SCRATCH/second.log"; fail "--resume auto did not take best/ (step 4) saying so"; }
+grep -q "^lr schedule at step 5: decays over the 12 steps of the run that started it, not this run's --steps 9" \
+  "$SCRATCH/second.log" || { cat "$SCRATCH/second.log"; fail "no start-up line on the schedule"; }
+got=$(sed -n 's/.*"step": 5,.*"lr": \([^,}]*\).*/\1/p' "$run/metrics.jsonl" | tail -1)
+# lr 3e-3, min 3e-4, warm-up 2, 12 steps: step index 4, progress (4-2)/(12-2-1)
+python3 - "$got" <<'PYEOF' || fail "the lr of step 5 is not the 12-step schedule's"
+import math, sys
+got = float(sys.argv[1])
+want = 3e-4 + (3e-3 - 3e-4) * 0.5 * (1 + math.cos(math.pi * 2 / 9))
+over9 = 3e-4 + (3e-3 - 3e-4) * 0.5 * (1 + math.cos(math.pi * 2 / 6))
+# metrics.jsonl prints 9 significant digits: 1e-7 relative is a few times that rounding
+if abs(got - want) > 1e-7 * want: sys.exit(f"lr {got}: want {want} (over 9 steps: {over9})")
+print(f"ok: the lr of step 5 is {got}, the 12-step schedule's (over 9 steps: {over9:.6g})")
+PYEOF
+
+# 10. Exports under directories that do not exist yet.
+run_trainer 1 "$SCRATCH/export.log" "${data[@]}" "${model[@]}" --steps 2 --out-dir "$SCRATCH/e" \
+  --export-hf "$SCRATCH/new/a/hf" --export-llmc "$SCRATCH/new/b/model.bin"
+[ "$rc" = 0 ] || { cat "$SCRATCH/export.log"; fail "exports under new directories exited $rc"; }
+[ -s "$SCRATCH/new/a/hf/model.safetensors" ] && [ -s "$SCRATCH/new/b/model.bin" ] ||
+  fail "the exports under new directories were not written"
+echo "ok: --export-hf and --export-llmc create their parent directories"
+
+# 11. Evaluate the exported model: no --train-data.
+run_trainer 1 "$SCRATCH/eval.log" --init-from "$SCRATCH/new/a/hf" --steps 0 --val-data "$DATA_DIR/val.h5" \
+  --seq-len 32 --eval-samples 16 --sample-tokens 0 --peak-gflops 100 --threads 1 --out-dir "$SCRATCH/v"
+[ "$rc" = 0 ] || { cat "$SCRATCH/eval.log"; fail "--init-from --steps 0 --val-data exited $rc"; }
+a=$(metric "$SCRATCH/e/metrics.jsonl" val_loss | tail -1)
+b=$(metric "$SCRATCH/v/metrics.jsonl" val_loss | tail -1)
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "val loss $b of the export, $a when it was written"
+echo "ok: --init-from --steps 0 --val-data evaluates without --train-data (val loss $b)"
