@@ -117,7 +117,8 @@ TEST(MetricsSegments, ResumeCountsTheSegmentAndCarriesTheTime) {
   ASSERT_EQ(one.size(), 7u);
   for (const json& r : one) {
     EXPECT_EQ(r.at("segment"), 1);
-    EXPECT_NEAR(r.at("run_time_s").get<double>(), 20.0, 1.0);  // (ms of the test's own)
+    // Measured 1 ms over the 20 s given; 1 s leaves room for a loaded machine (ctest -j).
+    EXPECT_NEAR(r.at("run_time_s").get<double>(), 20.0, 1.0);
     EXPECT_EQ(r.at("tokens_seen").get<uint64_t>(), 500u * r.at("step").get<uint64_t>());
   }
   {
