@@ -18,6 +18,30 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
 }
 
+uint64_t step_tokens(double tokens_per_s, double step_ms) {
+  const double tokens = tokens_per_s * step_ms * 1e-3;
+  return std::isfinite(tokens) && tokens > 0 ? static_cast<uint64_t>(std::llround(tokens)) : 0;
+}
+
+std::string RunReport::Span::json() const {
+  const double rate = tokens > 0 && seconds > 0 ? static_cast<double>(tokens) / seconds : NAN;
+  return "\"first_step\": " + std::to_string(first_step) +
+         ", \"last_step\": " + std::to_string(last_step) +
+         ", \"tokens\": " + std::to_string(tokens) + ", \"wall_time_s\": " + json_number(seconds) +
+         ", \"tokens_per_s\": " + json_number(rate);
+}
+
+std::string RunReport::Span::text() const {
+  char buf[160];
+  if (tokens == 0 || seconds <= 0)
+    std::snprintf(buf, sizeof buf, "no steps, wall time %s", clock_text(seconds).c_str());
+  else
+    std::snprintf(buf, sizeof buf, "steps %d-%d, %s tokens in %s = %.0f tok/s", first_step,
+                  last_step, count_text(static_cast<double>(tokens)).c_str(),
+                  clock_text(seconds).c_str(), static_cast<double>(tokens) / seconds);
+  return buf;
+}
+
 void RunReport::Sums::add(const StepFigures& f) {
   ++steps;
   step_ms += f.step_ms;
@@ -67,7 +91,11 @@ void RunReport::add_step(const StepFigures& f) {
   last_losses_.push_back(f.loss);
   if (last_losses_.size() > loss_window_) last_losses_.pop_front();
   tokens_seen_ = f.tokens_seen;
-  if (first_.steps == 0) first_step_ = f.step;
+  if (first_.steps == 0) {
+    first_step_ = f.step;
+    segment_tokens_before_ =
+        f.tokens_seen - std::min(f.tokens_seen, step_tokens(f.tokens_per_s, f.step_ms));
+  }
   (first_.steps == 0 ? first_ : rest_).add(f);
   last_step_ = f.step;
   step_ms_.push_back(f.step_ms);
@@ -158,8 +186,20 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                "\"best_step\": %d},\n",
                has_val ? json_number(last_val_).c_str() : "null", last_eval_step_,
                has_val ? json_number(best_val_).c_str() : "null", best_eval_step_);
-  std::fprintf(f.get(), "  \"tokens_seen\": %llu,\n  \"wall_time_s\": %.6g,\n",
-               static_cast<unsigned long long>(tokens_seen_), wall);
+  // This segment's and the whole run's tokens and wall time, each rate of its own figures.
+  const bool earlier = earlier_.count > 0;
+  const uint64_t seen = total > 0 ? tokens_seen_ : earlier_.tokens_seen;
+  const Span segment{total > 0 ? first_step_ : 0, total > 0 ? last_step_ : 0,
+                     total > 0 ? tokens_seen_ - segment_tokens_before_ : 0, wall};
+  const Span run{earlier ? earlier_.first_step : segment.first_step,
+                 total > 0 ? last_step_ : earlier_.resumed_step,
+                 seen - (earlier ? earlier_.tokens_before : segment_tokens_before_),
+                 earlier_.seconds + wall};
+  std::fprintf(f.get(), "  \"tokens_seen\": %llu,\n", static_cast<unsigned long long>(seen));
+  std::fprintf(f.get(), "  \"segment\": {\"number\": %d, %s},\n", earlier_.count + 1,
+               segment.json().c_str());
+  std::fprintf(f.get(), "  \"run\": {\"segments\": %d, %s},\n", earlier_.count + 1,
+               run.json().c_str());
   std::fprintf(f.get(), "  \"stopped_early\": %s,\n  \"exit_code\": %d\n}\n",
                exit_code != kExitOk ? "true" : "false", exit_code);
   std::FILE* raw = f.release();
@@ -196,8 +236,12 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
   } else if (has_val) {
     std::fprintf(out, "loss        val %.6f (step %d)\n", last_val_, last_eval_step_);
   }
-  std::fprintf(out, "run         %llu tokens seen | wall time %s\n",
-               static_cast<unsigned long long>(tokens_seen_), clock_text(wall).c_str());
+  std::fprintf(out, "run         %llu tokens seen | ", static_cast<unsigned long long>(seen));
+  if (earlier)
+    std::fprintf(out, "segment %d: %s | all %d segments: %s\n", earlier_.count + 1,
+                 segment.text().c_str(), earlier_.count + 1, run.text().c_str());
+  else
+    std::fprintf(out, "%s\n", segment.text().c_str());
   std::fprintf(out,
                "skipped steps %d | checkpoints written %d (%.2f GB, writing %.2f s, the steps "
                "stalled %.2f s) | report %s\n",

@@ -58,22 +58,35 @@ double wall_seconds() {
 
 }  // namespace
 
-TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
+TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t first_step) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   require(!ec, "cannot create tensorboard directory " + dir + ": " + ec.message());
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
-  path_ =
-      (fs::path(dir) / ("events.out.tfevents." + std::to_string(std::time(nullptr)) + "." + host))
-          .string();
-  file_.reset(std::fopen(path_.c_str(), "wb"));
-  require(file_ != nullptr, "cannot write " + path_ + ": " + std::strerror(errno));
+  // A new file, never an earlier one (two runs started within a second): ".1", ".2", ... after
+  // the name, which keeps the files in start order when sorted by name, as TensorBoard reads them.
+  const std::string name = "events.out.tfevents." + std::to_string(std::time(nullptr)) + "." + host;
+  for (int n = 0; !file_; ++n) {
+    path_ = (fs::path(dir) / (n == 0 ? name : name + "." + std::to_string(n))).string();
+    file_.reset(std::fopen(path_.c_str(), "wbx"));
+    require(file_ != nullptr || errno == EEXIST,
+            "cannot write " + path_ + ": " + std::strerror(errno));
+  }
+  static constexpr char kVersion[] = "brain.Event:2";
   event_.clear();
   put_double(event_, 1, wall_seconds());
   put_int64(event_, 2, 0);
-  static constexpr char kVersion[] = "brain.Event:2";
   put_bytes(event_, 3, kVersion, sizeof kVersion - 1);
+  put_record(event_);
+  // SessionLog { status = START (1) } at first_step: TensorBoard drops what earlier files hold at
+  // steps >= first_step.
+  std::string session_log;
+  put_int64(session_log, 1, 1);
+  event_.clear();
+  put_double(event_, 1, wall_seconds());
+  put_int64(event_, 2, first_step);
+  put_bytes(event_, 7, session_log.data(), session_log.size());
   put_record(event_);
 }
 

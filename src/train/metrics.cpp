@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,39 @@
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
+
+namespace {
+
+// The earlier segments as the kept step records tell them: none where they do not say (records
+// written before segments were recorded).
+EarlierSegments earlier_segments(const std::vector<std::string>& kept) {
+  std::optional<nlohmann::json> first, last;
+  for (const std::string& line : kept) {
+    nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.contains("loss")) continue;  // an evaluation's record
+    if (!first) first = r;
+    last = std::move(r);
+  }
+  const auto has = [](const std::optional<nlohmann::json>& r, const char* key) {
+    return r && r->contains(key) && (*r)[key].is_number();
+  };
+  if (!has(first, "tokens_seen") || !has(first, "tokens_per_s") || !has(first, "step_ms") ||
+      !has(last, "segment") || !has(last, "tokens_seen") || !has(last, "run_time_s"))
+    return {};
+  const uint64_t first_seen = (*first)["tokens_seen"].get<uint64_t>();
+  EarlierSegments e;
+  e.count = (*last)["segment"].get<int>();
+  e.first_step = (*first)["step"].get<int>();
+  e.tokens_before =
+      first_seen - std::min(first_seen, step_tokens((*first)["tokens_per_s"].get<double>(),
+                                                    (*first)["step_ms"].get<double>()));
+  e.resumed_step = (*last)["step"].get<int>();
+  e.tokens_seen = (*last)["tokens_seen"].get<uint64_t>();
+  e.seconds = (*last)["run_time_s"].get<double>();
+  return e;
+}
+
+}  // namespace
 
 MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_step,
                        std::unique_ptr<TensorBoardWriter> tensorboard, int log_interval,
@@ -31,6 +66,8 @@ MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_ste
         kept.push_back(line);
     }
   }
+  earlier_ = earlier_segments(kept);
+  report_.continues(earlier_);
   file_.reset(std::fopen(path.c_str(), "w"));
   if (!file_) MPITRAIN_THROW("cannot write " + path + ": " + std::strerror(errno));
   for (const std::string& line : kept) std::fprintf(file_.get(), "%s\n", line.c_str());
@@ -64,6 +101,11 @@ void MetricsLog::step(const StepRecord& r) {
   line += ", \"dp_bytes\": " + std::to_string(r.dp_bytes);
   line += ", \"loss_scale\": " + n9(r.loss_scale);
   line += ", \"skipped_steps\": " + std::to_string(r.skipped_steps);
+  line += ", \"tokens_seen\": " + std::to_string(r.tokens_seen);
+  line += ", \"segment\": " + std::to_string(earlier_.count + 1);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  line += ", \"run_time_s\": " + n9(earlier_.seconds + elapsed);
   if (energy) {
     line += ", \"gpu_power_w\": " + n6(r.gpu_joules / step_s);
     line += ", \"joules_per_token\": " + n6(r.gpu_joules / tokens);

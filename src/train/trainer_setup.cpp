@@ -466,7 +466,7 @@ void Trainer::build_step_parts() {
                       std::to_string(grid_->dp_rank()) + " tp " + std::to_string(grid_->tp_rank()) +
                       " pp " + std::to_string(grid_->pp_rank()) + ")");
     if (root_ && !t_.tensorboard.empty())
-      tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard);
+      tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard, start_step_ + 1);
   });
   log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
                                       continues_run_ ? start_step_ : -1, std::move(tensorboard),

@@ -126,7 +126,7 @@ rep = json.load(open(sys.argv[3]))
 f = rep["final_train_loss"]
 assert f["first_step"] == 3 and f["last_step"] == 6 and abs(f["mean"] - sum(losses[2:6]) / 4) < 1e-5  # %.6g in the file, f
 assert rep["val_loss"]["last_step"] == 6 and rep["val_loss"]["best"] <= rep["val_loss"]["last"], rep["val_loss"]
-assert rep["tokens_seen"] == 6 * 8 * 32 and rep["wall_time_s"] > 0, rep
+assert rep["tokens_seen"] == 6 * 8 * 32 and rep["segment"]["wall_time_s"] > 0, rep
 print("ok: console every 4 steps with interval means; report: final train loss %.4f (steps 3-6), val %.4f"
       % (f["mean"], rep["val_loss"]["last"]))
 PYEOF
@@ -161,9 +161,9 @@ while at < len(data):
     records.append(data[at + 12:at + 12 + n])
     at += 12 + n + 4
 assert at == len(data) and b"brain.Event:2" in records[0], "framing"
-assert len(records) == 1 + 6 + 1, len(records)  # version, 6 steps, 1 evaluation
-assert all(b"train/loss" in r and b"time/forward_ms" in r for r in records[1:7])
-assert b"train/val_loss" in records[7]
+assert len(records) == 2 + 6 + 1, len(records)  # version, session start, 6 steps, 1 evaluation
+assert all(b"train/loss" in r and b"time/forward_ms" in r for r in records[2:8])
+assert b"train/val_loss" in records[8]
 print("ok: TensorBoard event file with %d records" % len(records))
 PYEOF
 

@@ -1,7 +1,10 @@
-// The end-of-run report: statistics without the warm-up step, the JSON file, the console summary.
+// The end-of-run report: statistics without the warm-up step, the JSON file, the console summary;
+// after a resume, the tokens and wall time of this segment and of the whole run, each rate of
+// its own figures.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +156,7 @@ TEST_F(ReportTest, OutcomeFinalLossOverTheWindowValidationAndTokens) {
   for (int i = 1; i <= 5; ++i) {
     StepFigures f = figures(i, 10.0, 0.0);
     f.loss = losses[i - 1];
+    f.tokens_per_s = 25600.0;  // 256 tokens in 10 ms
     f.tokens_seen = 256u * i;
     r.add_step(f);
   }
@@ -168,7 +172,12 @@ TEST_F(ReportTest, OutcomeFinalLossOverTheWindowValidationAndTokens) {
   EXPECT_DOUBLE_EQ(number("val_loss", "best"), 2.9);
   EXPECT_EQ(number("val_loss", "best_step"), 4);
   EXPECT_EQ(number("tokens_seen"), 1280);
-  EXPECT_GE(number("wall_time_s"), 0.0);
+  EXPECT_EQ(number("segment", "number"), 1);
+  EXPECT_EQ(number("segment", "tokens"), 1280);
+  EXPECT_GE(number("segment", "wall_time_s"), 0.0);
+  EXPECT_EQ(number("run", "segments"), 1);  // one segment: the run's figures are its own
+  EXPECT_EQ(number("run", "tokens"), 1280);
+  EXPECT_EQ(number("run", "wall_time_s"), number("segment", "wall_time_s"));
   EXPECT_NE(console.find("final train 2.500000 (mean of steps 3-5) | val last 3.100000 (step 5), "
                          "best 2.900000 (step 4)"),
             std::string::npos)
@@ -179,6 +188,74 @@ TEST_F(ReportTest, OutcomeFinalLossOverTheWindowValidationAndTokens) {
   finish(none, 0, kExitOk);
   EXPECT_TRUE(json_.at("final_train_loss").at("mean").is_null());
   EXPECT_TRUE(json_.at("val_loss").at("best").is_null());
+}
+
+// A run stopped after step 7 and resumed from its checkpoint of step 3 (its record: segment 1,
+// steps 1-3, 768 tokens in 30 s): this segment's steps 4-8 in 10 s. The rates are 1280 tokens
+// / 10 s and 2048 / 40 s, never the run's tokens over this segment's time (2048 / 10 s).
+TEST_F(ReportTest, ResumedRunGivesSegmentAndRunFiguresThatAgree) {
+  const auto ten_s_ago = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+  RunReport r(1, ten_s_ago);
+  r.continues({1, 1, 0, 3, 768, 30.0});
+  for (int i = 4; i <= 8; ++i) {
+    StepFigures f = figures(i, 10.0, 0.0);
+    f.tokens_per_s = 25600.0;  // 256 tokens in 10 ms
+    f.tokens_seen = 256u * i;
+    r.add_step(f);
+  }
+  const std::string console = finish(r, 0, kExitOk);
+  EXPECT_EQ(number("tokens_seen"), 2048);
+  EXPECT_EQ(number("segment", "number"), 2);
+  EXPECT_EQ(number("segment", "first_step"), 4);
+  EXPECT_EQ(number("segment", "last_step"), 8);
+  EXPECT_EQ(number("segment", "tokens"), 1280);
+  const double wall = number("segment", "wall_time_s");
+  EXPECT_NEAR(wall, 10.0, 1.0);  // measured 1 ms over; 1 s leaves room for a loaded machine
+  EXPECT_NEAR(number("segment", "tokens_per_s"), 1280 / wall, 1e-5 * 1280 / wall);  // 6 digits
+  EXPECT_EQ(number("run", "segments"), 2);
+  EXPECT_EQ(number("run", "first_step"), 1);
+  EXPECT_EQ(number("run", "last_step"), 8);
+  EXPECT_EQ(number("run", "tokens"), 2048);
+  EXPECT_NEAR(number("run", "wall_time_s"), 30.0 + wall, 1e-4 * 40);
+  EXPECT_NEAR(number("run", "tokens_per_s"), 2048 / (30.0 + wall), 1e-5 * 2048 / 40);
+  EXPECT_NE(console.find("2048 tokens seen | segment 2: steps 4-8, 1.3K tokens in 0:00:10"),
+            std::string::npos)
+      << console;
+  EXPECT_NE(console.find("all 2 segments: steps 1-8, 2.0K tokens in 0:00:40"), std::string::npos)
+      << console;
+}
+
+// A segment stopped before its first step: no tokens and no rate of its own; the run's figures
+// are the earlier segments' and its time.
+TEST_F(ReportTest, ResumedSegmentWithoutStepsKeepsTheRunsFigures) {
+  RunReport r;
+  r.continues({2, 1, 0, 6, 1536, 50.0});
+  finish(r, 0, kExitRequeue);
+  EXPECT_EQ(number("tokens_seen"), 1536);
+  EXPECT_EQ(number("segment", "number"), 3);
+  EXPECT_EQ(number("segment", "tokens"), 0);
+  EXPECT_TRUE(json_.at("segment").at("tokens_per_s").is_null());
+  EXPECT_EQ(number("run", "segments"), 3);
+  EXPECT_EQ(number("run", "last_step"), 6);
+  EXPECT_EQ(number("run", "tokens"), 1536);
+  EXPECT_NEAR(number("run", "tokens_per_s"), 1536 / 50.0, 0.5);  // 50 s and ms: 30.72 - 0.0006
+}
+
+// A fresh record begun from another run's checkpoint (5000 tokens seen before it): this run's
+// tokens are its steps' only.
+TEST_F(ReportTest, RunBegunFromAnotherCheckpointCountsItsOwnTokens) {
+  RunReport r;
+  for (int i = 11; i <= 12; ++i) {
+    StepFigures f = figures(i, 10.0, 0.0);
+    f.tokens_per_s = 25600.0;
+    f.tokens_seen = 5000u + 256u * (i - 10);
+    r.add_step(f);
+  }
+  finish(r, 0, kExitOk);
+  EXPECT_EQ(number("tokens_seen"), 5512);
+  EXPECT_EQ(number("segment", "tokens"), 512);
+  EXPECT_EQ(number("run", "tokens"), 512);
+  EXPECT_EQ(number("run", "first_step"), 11);
 }
 
 TEST(ConsoleText, ClockAndCounts) {

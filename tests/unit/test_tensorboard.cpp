@@ -1,10 +1,12 @@
 // TensorBoard event files: decoded here by an independent reader (its own bitwise CRC-32C, its
-// own protobuf decoding), which checks both CRCs of every record and every value written.
+// own protobuf decoding), which checks both CRCs of every record and every value written; a
+// run's directory read as TensorBoard's EventAccumulator reads it (the restart purge).
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -45,6 +47,7 @@ struct Event {
   double wall_time = 0;
   int64_t step = -1;
   std::string file_version;
+  int session_status = -1;  // SessionLog.status where the event holds one (START = 1)
   std::map<std::string, float> values;
 };
 
@@ -103,6 +106,14 @@ Event decode_event(const uint8_t* p, size_t n) {
       case (3 << 3) | 2:
         e.file_version = d.bytes();
         break;              // file_version
+      case (7 << 3) | 2: {  // session_log
+        Decoder log = d.sub();
+        while (!log.done()) {
+          EXPECT_EQ(log.varint(), (1u << 3) | 0);  // SessionStatus status = 1
+          e.session_status = static_cast<int>(log.varint());
+        }
+        break;
+      }
       case (5 << 3) | 2: {  // summary
         Decoder summary = d.sub();
         while (!summary.done()) {
@@ -154,6 +165,30 @@ std::vector<Event> read_events(const std::string& path) {
   return events;
 }
 
+// One tag's points of a run directory as TensorBoard's EventAccumulator (purge_orphaned_data, its
+// default) keeps them: the files in name order; once a file_version >= 2 is seen, a SessionLog
+// START at step s drops every point kept so far at a step >= s (_CheckForRestartAndMaybePurge).
+std::map<int64_t, float> tensorboard_points(const fs::path& dir, const std::string& tag) {
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& f : fs::directory_iterator(dir))
+    if (f.path().filename().string().find("tfevents") != std::string::npos)
+      files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  std::vector<std::pair<int64_t, float>> points;  // in reading order, as the accumulator's
+  bool version2 = false;
+  for (const fs::path& f : files)
+    for (const Event& e : read_events(f.string())) {
+      version2 |= e.file_version == "brain.Event:2";
+      if (version2 && e.session_status == 1)
+        std::erase_if(points, [&](const auto& p) { return p.first >= e.step; });
+      if (e.values.count(tag)) points.emplace_back(e.step, e.values.at(tag));
+    }
+  std::map<int64_t, float> by_step;
+  for (const auto& [step, value] : points)
+    EXPECT_TRUE(by_step.emplace(step, value).second) << tag << " twice at step " << step;
+  return by_step;
+}
+
 class TensorBoardTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -187,7 +222,7 @@ TEST_F(TensorBoardTest, ScalarsRoundTrip) {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string path;
   {
-    TensorBoardWriter tb((dir_ / "tb").string());
+    TensorBoardWriter tb((dir_ / "tb").string(), 1);
     path = tb.path();
     const Scalar first[] = {
         {"train/loss", 5.545177444479562}, {"train/lr", 3e-4}, {"perf/tokens_per_s", 123456.0}};
@@ -208,27 +243,59 @@ TEST_F(TensorBoardTest, ScalarsRoundTrip) {
   EXPECT_NEAR(std::stod(stamp), before, 5.0);
 
   const std::vector<Event> events = read_events(path);
-  ASSERT_EQ(events.size(), 4u);
+  ASSERT_EQ(events.size(), 5u);
   EXPECT_EQ(events[0].file_version, "brain.Event:2");
   EXPECT_TRUE(events[0].values.empty());
   for (const Event& e : events) EXPECT_NEAR(e.wall_time, before, 5.0);
+  EXPECT_EQ(events[1].session_status, 1);  // START, at the first step to come
   EXPECT_EQ(events[1].step, 1);
-  ASSERT_EQ(events[1].values.size(), 3u);
-  EXPECT_EQ(events[1].values.at("train/loss"), static_cast<float>(5.545177444479562));
-  EXPECT_EQ(events[1].values.at("train/lr"), static_cast<float>(3e-4));
-  EXPECT_EQ(events[1].values.at("perf/tokens_per_s"), 123456.0f);
-  EXPECT_EQ(events[2].step, 2);
-  ASSERT_EQ(events[2].values.size(), 2u);
-  EXPECT_EQ(events[2].values.at("train/loss"), 4.25f);
-  EXPECT_EQ(events[2].values.at("time/forward_ms"), 0.125f);
-  EXPECT_EQ(events[3].step, 1000000000000LL);
-  EXPECT_EQ(events[3].values.at("train/val_loss"), 4.5f);
+  EXPECT_TRUE(events[1].values.empty());
+  EXPECT_EQ(events[2].step, 1);
+  ASSERT_EQ(events[2].values.size(), 3u);
+  EXPECT_EQ(events[2].values.at("train/loss"), static_cast<float>(5.545177444479562));
+  EXPECT_EQ(events[2].values.at("train/lr"), static_cast<float>(3e-4));
+  EXPECT_EQ(events[2].values.at("perf/tokens_per_s"), 123456.0f);
+  EXPECT_EQ(events[3].step, 2);
+  ASSERT_EQ(events[3].values.size(), 2u);
+  EXPECT_EQ(events[3].values.at("train/loss"), 4.25f);
+  EXPECT_EQ(events[3].values.at("time/forward_ms"), 0.125f);
+  EXPECT_EQ(events[4].step, 1000000000000LL);
+  EXPECT_EQ(events[4].values.at("train/val_loss"), 4.5f);
+}
+
+// A run stopped after step 7 and resumed from its checkpoint of step 3 (steps 4-8 again): a
+// second file, after the first in name order even within the same second, whose START hides
+// the stopped run's steps 4-7, so TensorBoard shows each of the 8 steps once, the newer values.
+TEST_F(TensorBoardTest, ResumedRunShowsEachStepOnce) {
+  std::string first, second;
+  {
+    TensorBoardWriter stopped(dir_.string(), 1);
+    first = stopped.path();
+    for (int step = 1; step <= 7; ++step) {
+      const Scalar s[] = {{"train/loss", 10.0 + step}};
+      stopped.write(step, s);
+    }
+  }
+  {
+    TensorBoardWriter resumed(dir_.string(), 4);
+    second = resumed.path();
+    for (int step = 4; step <= 8; ++step) {
+      const Scalar s[] = {{"train/loss", 20.0 + step}};
+      resumed.write(step, s);
+    }
+  }
+  ASSERT_NE(first, second);
+  EXPECT_LT(first, second) << "the resumed run's file must sort after the stopped run's";
+  const std::map<int64_t, float> loss = tensorboard_points(dir_, "train/loss");
+  ASSERT_EQ(loss.size(), 8u);  // 12 without the purge
+  for (int step = 1; step <= 8; ++step)
+    EXPECT_EQ(loss.at(step), step <= 3 ? 10.0f + step : 20.0f + step) << "step " << step;
 }
 
 TEST_F(TensorBoardTest, CorruptedRecordIsCaughtByTheReader) {
   std::string path;
   {
-    TensorBoardWriter tb(dir_.string());
+    TensorBoardWriter tb(dir_.string(), 1);
     path = tb.path();
     const Scalar s[] = {{"train/loss", 1.0}};
     tb.write(1, s);
@@ -253,5 +320,5 @@ TEST_F(TensorBoardTest, CorruptedRecordIsCaughtByTheReader) {
 
 TEST_F(TensorBoardTest, UnwritableDirectoryIsAUsageError) {
   std::ofstream(dir_ / "file") << "x";
-  EXPECT_THROW(TensorBoardWriter((dir_ / "file" / "tb").string()), UsageError);
+  EXPECT_THROW(TensorBoardWriter((dir_ / "file" / "tb").string(), 1), UsageError);
 }

@@ -1,6 +1,10 @@
 // The end-of-run summary: <out-dir>/report.json and a few console lines, written at the end of a
 // run and on an early stop. Step statistics leave out the run's first step (warm-up: first-touch
 // page faults, MPI connection set-up) when there is more than one; the file says which steps.
+// A run stopped and resumed is made of segments (one launch each: from its start or resume to
+// its stop); the statistics are this segment's, and the tokens and wall time are given for both
+// this segment ("segment") and the whole run ("run": every segment's steps that metrics.jsonl
+// keeps, the earlier ones' time carried in it), each with its own tokens / wall time.
 #pragma once
 
 #include <chrono>
@@ -24,8 +28,23 @@ struct StepFigures {
   uint64_t tokens_seen = 0;  // of the whole run by the end of this step (all ranks, resumes too)
 };
 
+// What the run's record (metrics.jsonl) holds from the segments before this one; all 0 for a
+// fresh run. Their wall time runs from each segment's start to the step the next one resumed
+// from: time in a queue and the steps redone after a stop are not in it.
+struct EarlierSegments {
+  int count = 0;               // segments before this one
+  int first_step = 0;          // the record's first step
+  uint64_t tokens_before = 0;  // tokens seen before it (a run begun from another's checkpoint)
+  int resumed_step = 0;        // the step this segment resumed from
+  uint64_t tokens_seen = 0;    // by then
+  double seconds = 0.0;        // wall time of the earlier segments
+};
+
 // Above this share of the step time, exposed communication gets a WARNING line.
 inline constexpr double kExposedCommWarnShare = 0.30;
+
+// A step's tokens from its record: tokens_per_s is the step's tokens over its time.
+uint64_t step_tokens(double tokens_per_s, double step_ms);
 
 // Texts for the console: 3723 s -> "1:02:03"; 1234567 -> "1.23M" (K, M, B).
 std::string clock_text(double seconds);
@@ -41,6 +60,8 @@ class RunReport {
   // log interval); start: when the run began, for the wall time.
   explicit RunReport(int loss_window = 1, std::chrono::steady_clock::time_point start =
                                               std::chrono::steady_clock::now());
+  // This segment continues a run with earlier segments (MetricsLog reads them from its record).
+  void continues(const EarlierSegments& earlier) { earlier_ = earlier; }
   void add_step(const StepFigures& f);
   void add_eval(int step, double val_loss);
   // A save's stall of the step loop; a checkpoint committed (any kind): the writer's time and
@@ -60,6 +81,15 @@ class RunReport {
     void add(const StepFigures& f);
   };
   Sums first_, rest_;  // the run's first step; every later one
+  // Steps first_step..last_step, their tokens and the wall time (set-up, evaluations, saves in
+  // it): as JSON members and as console text, each with tokens / wall time.
+  struct Span {
+    int first_step, last_step;
+    uint64_t tokens;
+    double seconds;
+    std::string json() const;
+    std::string text() const;
+  };
   int first_step_ = 0, last_step_ = 0;
   std::vector<double> step_ms_, tokens_per_s_;  // of every step, for the percentiles
   double peak_rss_mib_ = 0.0;
@@ -71,8 +101,9 @@ class RunReport {
   std::deque<double> last_losses_;
   int last_eval_step_ = -1, best_eval_step_ = -1;
   double last_val_ = 0.0, best_val_ = 0.0;
-  uint64_t tokens_seen_ = 0;
+  uint64_t tokens_seen_ = 0, segment_tokens_before_ = 0;  // after the last step; before the first
   std::chrono::steady_clock::time_point start_;
+  EarlierSegments earlier_;
 };
 
 }  // namespace mpitrain

@@ -44,7 +44,9 @@ class MetricsLog {
  public:
   // Only the active rank (rank 0) writes. A fresh run (resumed_step < 0) starts the file anew; a
   // resumed run keeps the records of steps <= resumed_step and appends after them, so the file
-  // reads as one run even when steps after the checkpoint had been logged before a crash.
+  // reads as one run even when steps after the checkpoint had been logged before a crash. Each
+  // step record says its segment (1 for the first launch, + 1 at each resume of the run) and
+  // run_time_s, the wall time of the run's segments up to it (report.hpp's EarlierSegments).
   // tensorboard: where the scalars go too (null = nowhere). log_interval: steps per console line
   // (>= 1). start: when the run began, for the elapsed time, the ETA and the report's wall time.
   MetricsLog(const std::string& path, bool active, int64_t resumed_step = -1,
@@ -72,6 +74,7 @@ class MetricsLog {
   void console_line(const StepRecord& r);
 
   RunReport report_;
+  EarlierSegments earlier_;  // of the run's record, before this segment (none for a fresh run)
   // Since the last step record: the stalls, the commits' write time and bytes.
   double checkpoint_stall_seconds_ = 0.0, checkpoint_write_seconds_ = 0.0;
   uint64_t checkpoint_bytes_ = 0;
