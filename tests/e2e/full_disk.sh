@@ -94,23 +94,31 @@ run_bounded 2 "$out-resume.log" "$@" --out-dir "$out" --steps 3 --save-interval 
 grep -q "resumed from step 2" "$out-resume.log" || fail "did not resume from step 2"
 echo "ok: the run resumes from step 2 on the same file system"
 
+# start_paused PHASE SECONDS ARGS...: the trainer on 2 ranks into $out in the background
+# ($launcher, started at $t0), rank 0 paused SECONDS at PHASE of step 4; returns once it pauses.
+start_paused() {
+  local phase=$1 secs=$2
+  shift 2
+  set +e
+  MPITRAIN_FAULT=delay:phase=$phase:rank=0:step=4:seconds=$secs \
+    timeout -k 10 "$BOUND" $MPIRUN -np 2 "$TRAINER" "$@" --out-dir "$out" --async-save false \
+    > "$out.log" 2>&1 &
+  launcher=$!
+  set -e
+  t0=$(date +%s)
+  for _ in $(seq 1 2400); do
+    grep -q "rank 0 pauses $secs s at phase $phase of step 4" "$out.log" && break
+    kill -0 "$launcher" 2> /dev/null || break
+    sleep 0.05
+  done
+  grep -q "pauses $secs s at phase $phase" "$out.log" || { cat "$out.log"; fail "no pause at $phase"; }
+}
+
 # 2. Full in the middle of the write: past the reservation, so HDF5's collective write fails.
 out="$SCRATCH/midwrite"
 mount_tmpfs "$out/checkpoints" 4m  # room for both: the reservation succeeds
 tmpfile="$out/checkpoints/step-00000004.tmp/checkpoint.h5"
-set +e
-MPITRAIN_FAULT=delay:phase=reserved:rank=0:step=4:seconds=4 \
-  timeout -k 10 "$BOUND" $MPIRUN -np 2 "$TRAINER" "$@" --out-dir "$out" --async-save false \
-  > "$out.log" 2>&1 &
-launcher=$!
-set -e
-t0=$(date +%s)
-for _ in $(seq 1 2400); do
-  grep -q "rank 0 pauses 4 s at phase reserved of step 4" "$out.log" && break
-  kill -0 "$launcher" 2> /dev/null || break
-  sleep 0.05
-done
-grep -q "pauses 4 s at phase reserved" "$out.log" || { cat "$out.log"; fail "no pause at reserved"; }
+start_paused reserved 4 "$@"
 # The reservation given back past its first 512 KiB (a hole punched), then the rest of the disk
 # taken: the write fails partway, and the file's first pages are what the close's metadata flush
 # gets back (as a disk filled by someone else while the save wrote).
@@ -128,19 +136,7 @@ check_failed_save "np 2, sync, full in the middle of the write" "$out" "$out.log
 
 # 3. The checkpoints directory removed between two saves.
 out="$SCRATCH/vanished"
-set +e
-MPITRAIN_FAULT=delay:phase=staged:rank=0:step=4:seconds=3 \
-  timeout -k 10 "$BOUND" $MPIRUN -np 2 "$TRAINER" "$@" --out-dir "$out" --async-save false \
-  > "$out.log" 2>&1 &
-launcher=$!
-set -e
-t0=$(date +%s)
-for _ in $(seq 1 2400); do
-  grep -q "rank 0 pauses 3 s at phase staged of step 4" "$out.log" && break
-  kill -0 "$launcher" 2> /dev/null || break
-  sleep 0.05
-done
-grep -q "pauses 3 s at phase staged" "$out.log" || { cat "$out.log"; fail "no pause at staged"; }
+start_paused staged 3 "$@"
 kept="$SCRATCH/vanished-kept"
 mv "$out/checkpoints" "$kept"  # "removed" (kept aside, to verify step 2 after)
 set +e
