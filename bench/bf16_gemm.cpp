@@ -24,6 +24,7 @@
 #include "../src/backend/cpu_kernels.hpp"
 #include "../src/backend/cpu_matmul_bf16.hpp"
 #include "bench_args.hpp"
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/precision.hpp"
 
 namespace {
@@ -74,6 +75,7 @@ void usage(const char* prog) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpitrain::run_on_best_blas_kernel(argv);
   int tokens = 4096, repeats = 3;
   std::vector<int> thread_counts = {1, 2};
   bool head = true;

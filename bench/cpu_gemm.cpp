@@ -26,6 +26,7 @@
 
 #include "../src/backend/cpu_kernels.hpp"
 #include "bench_args.hpp"
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 
 namespace {
@@ -78,6 +79,7 @@ void usage(const char* prog) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpitrain::run_on_best_blas_kernel(argv);
   int repeats = 5;
   std::vector<int> thread_counts = {1, 2};
   for (int i = 1; i < argc; ++i) {
@@ -103,9 +105,8 @@ int main(int argc, char** argv) {
   } configs[] = {{"tiny", step_products(4, 128, 4, 512, 64, 4)},
                  {"gpt2-small", step_products(12, 768, 12, 50304, 256, 4)}};
   std::printf(
-      "cpu-gemm: OpenBLAS (%s kernels) against oneDNN sgemm; GFLOP/s, best of %d calls; "
-      "the backend runs %s here\n",
-      openblas_get_corename(), repeats, mpitrain::cpu_sgemm_library());
+      "cpu-gemm: %s against oneDNN sgemm; GFLOP/s, best of %d calls; the backend runs %s here\n",
+      mpitrain::describe(mpitrain::blas_kernel()).c_str(), repeats, mpitrain::cpu_sgemm_library());
   std::printf("%-10s %-7s %-4s %6s %6s %6s %7s %9s %9s %7s %9s\n", "config", "product", "gemm", "M",
               "N", "K", "threads", "OpenBLAS", "oneDNN", "ratio", "max diff");
   std::mt19937 gen(1);

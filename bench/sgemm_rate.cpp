@@ -2,6 +2,7 @@
 //
 //   sgemm-rate --threads N [--n 2048] [--repeats 5] [--openblas]
 //   sgemm-rate --library           (prints which sgemm the backend runs on this CPU)
+//   sgemm-rate --kernel            (prints OpenBLAS's kernels in use and why: blas_kernel.hpp)
 //
 // Prints one line: the GFLOP/s (2 n^3 flops per call, best of `repeats` timed calls after one
 // warm-up call) with N OpenMP/OpenBLAS threads, of the CPU backend's sgemm (oneDNN's on a CPU with
@@ -18,11 +19,14 @@
 #include <cstring>
 #include <string>
 
+#include "mpitrain/backend/blas_kernel.hpp"
+
 namespace {
 
 void usage(const char* prog) {
-  std::fprintf(stderr, "usage: %s --threads N [--n 2048] [--repeats 5] [--openblas] | --library\n",
-               prog);
+  std::fprintf(
+      stderr,
+      "usage: %s --threads N [--n 2048] [--repeats 5] [--openblas] | --library | --kernel\n", prog);
 }
 
 // Parses a positive integer; false if `text` is not one.
@@ -37,6 +41,7 @@ bool parse_positive(const char* text, int* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpitrain::run_on_best_blas_kernel(argv);
   int threads = 0, n = 2048, repeats = 5;
   auto library = mpitrain::SgemmLibrary::Backend;
   for (int i = 1; i < argc; ++i) {
@@ -47,6 +52,10 @@ int main(int argc, char** argv) {
     }
     if (arg == "--library") {
       std::printf("%s\n", mpitrain::cpu_sgemm_library());
+      return 0;
+    }
+    if (arg == "--kernel") {
+      std::printf("%s\n", mpitrain::describe(mpitrain::blas_kernel()).c_str());
       return 0;
     }
     if (arg == "--openblas") {

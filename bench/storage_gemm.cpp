@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/backend/precision.hpp"
 
@@ -100,6 +101,7 @@ int option(int argc, char** argv, const char* name, int fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpitrain::run_on_best_blas_kernel(argv);
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (i + 1 >= argc || (a != "--tokens" && a != "--threads" && a != "--repeats")) {

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "mpitrain/app/command_line.hpp"
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/planner/inputs.hpp"
 #include "mpitrain/planner/planner.hpp"
@@ -233,4 +234,7 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tool_program("plan", argc, argv, run); }
+int main(int argc, char** argv) {
+  mpitrain::run_on_best_blas_kernel(argv);  // its sgemm measurement runs the best kernel
+  return tool_program("plan", argc, argv, run);
+}

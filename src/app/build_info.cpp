@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #ifdef MPITRAIN_HAVE_CUDA
 #include "mpitrain/backend/cuda/versions.hpp"
@@ -75,8 +76,7 @@ std::string build_info(const std::string& program) {
 #endif
   text += row("MPI", mpi_library());
   text += row("HDF5", hdf5_library());
-  text +=
-      row("BLAS", first_line(openblas_get_config()) + " (core " + openblas_get_corename() + ")");
+  text += row("BLAS", first_line(openblas_get_config()) + "; kernels: " + describe(blas_kernel()));
   text += row("oneDNN", onednn_library());
   return text;
 }

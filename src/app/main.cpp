@@ -5,6 +5,7 @@
 #include <string>
 
 #include "mpitrain/app/options.hpp"
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/program.hpp"
@@ -31,6 +32,8 @@ int run(int argc, char** argv, const mpitrain::StopSignals& signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: on a CPU where OpenBLAS fell back to slower kernels, the program starts again here.
+  mpitrain::run_on_best_blas_kernel(argv);
   // Before MPI_Init: a SIGTERM at any moment of start-up is a requeue (85), never a kill (143);
   // installed until the process exits, so that one during the exit cannot turn 85 into 143.
   const mpitrain::StopSignals signals;

@@ -6,6 +6,7 @@
 
 #include "cpu_kernels.hpp"
 #include "cpu_matmul_bf16.hpp"
+#include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -51,10 +52,19 @@ std::string shape(int M, int N, int K) {
 
 const char* cpu_sgemm_library() { return onednn_sgemm() ? "oneDNN sgemm" : "OpenBLAS sgemm"; }
 
+std::string cpu_sgemm_kernel() {
+  return onednn_sgemm() ? cpu_sgemm_library()
+                        : cpu_sgemm_library() + std::string(" ") + openblas_get_corename();
+}
+
+std::string cpu_sgemm_in_use() {
+  return onednn_sgemm() ? cpu_sgemm_library() : describe(blas_kernel());
+}
+
 std::string cpu_sgemm_reason() {
   const dnnl_version_t* v = dnnl_version();
-  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." +
-                             std::to_string(v->minor) + "." + std::to_string(v->patch);
+  const std::string onednn = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+                             "." + std::to_string(v->patch);
   if (!cpu::onednn_has(dnnl::cpu_isa::avx512_core))
     return onednn + " has no AVX-512 kernels for this CPU; on AVX2 OpenBLAS is as fast";
   if (!signal_safe_onednn())

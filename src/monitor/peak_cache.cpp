@@ -340,7 +340,7 @@ Peak resolve_cpu_peak(double given, const MpiComm& node, const NodeCpus& cpus, i
                       const std::function<PeakMeasurement()>& measure) {
   if (given > 0) return {given, given, 0.0, "given by --peak-gflops", "", ""};
   const PeakKey key{mpi_host_name(), cpu_model_name(), threads,
-                    static_cast<int>(cpus.cpus[cpus.me].size()), cpu_sgemm_library()};
+                    static_cast<int>(cpus.cpus[cpus.me].size()), cpu_sgemm_kernel()};
   int mine[2] = {key.threads, key.cpus};
   std::vector<int> all(2 * node.size());
   MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node.get()));

@@ -533,6 +533,8 @@ void Trainer::print_banner() const {
       count(threads_, "thread", "threads").c_str(), allowed_cpus_.c_str(), t_.global_batch_size,
       shape_.dp, count(micro_batches_, "micro-batch", "micro-batches").c_str(), micro_batch_, peak_,
       peak_cpus_ > 0 ? counted : " (rank 0:", peak_source_.c_str());
+  if (backend_->host_memory())
+    std::printf("fp32 products on rank 0: %s\n", cpu_sgemm_in_use().c_str());
   if (peak_suspect_ranks_ > 0)
     std::printf("warning: the peak of %s is suspect (measured under contention): MFU may read "
                 "too high; a start on an idle host caches the machine's, or give --peak-gflops\n",

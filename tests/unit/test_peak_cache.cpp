@@ -1,5 +1,6 @@
 // The MFU peak cache: where it lives, entries written and read back, which entries are reused,
 // a bad or unwritable file, and the node-level resolution over MPI.
+#include <cblas.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/monitor/peak_cache.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -327,6 +329,22 @@ TEST_F(PeakCache, EntryWithoutGemmIsOpenBlasAndNotReused) {
   Measure m{200.0};
   EXPECT_DOUBLE_EQ(cached_or_measured_peak(path, kKey, m.fn()).gflops, 200.0);
   EXPECT_EQ(m.calls, 1);
+}
+
+// A rate measured on another OpenBLAS kernel (a fallback one, or one the user forced) is not this
+// kernel's: the key names the kernel (cpu_sgemm_kernel(), backend/blas_kernel.hpp).
+TEST_F(PeakCache, OtherOpenBlasKernelNotReused) {
+  const std::string path = file("peak.jsonl");
+  PeakKey haswell = kKey, skylakex = kKey;
+  haswell.gemm = "OpenBLAS sgemm Haswell";
+  skylakex.gemm = "OpenBLAS sgemm SkylakeX";
+  write_peak_cache(path, {{haswell, 300.0, "2026-12-01T10:00Z"}});
+  Measure m{200.0};
+  EXPECT_DOUBLE_EQ(cached_or_measured_peak(path, skylakex, m.fn()).gflops, 200.0);
+  EXPECT_EQ(m.calls, 1);
+  const std::string library = cpu_sgemm_library();
+  EXPECT_EQ(cpu_sgemm_kernel(),
+            library == "oneDNN sgemm" ? library : library + " " + openblas_get_corename());
 }
 
 TEST_F(PeakCache, CorruptFileIgnoredAndReplaced) {

@@ -10,6 +10,12 @@ namespace mpitrain {
 // The sgemm the CPU backend runs on this CPU: "oneDNN sgemm" where oneDNN (3.11.2 or later) has
 // AVX-512 kernels for it, else "OpenBLAS sgemm" (src/backend/cpu_kernels.hpp says why).
 const char* cpu_sgemm_library();
+// That sgemm with its kernels, what the MFU peak cache keys a rate by: "OpenBLAS sgemm SkylakeX"
+// (openblas_get_corename()), "oneDNN sgemm".
+std::string cpu_sgemm_kernel();
+// For the start-up line: "oneDNN sgemm", or OpenBLAS's kernels and why (describe(blas_kernel())):
+// "OpenBLAS SkylakeX (chosen: the library's own choice was Haswell)".
+std::string cpu_sgemm_in_use();
 // Why that one, with oneDNN's version: e.g. "oneDNN 2.6.3 is older than 3.11.2: ...".
 std::string cpu_sgemm_reason();
 

@@ -4,12 +4,13 @@
 // without contention, and a contended measurement is never cached.
 //
 // The cache is a small file of JSON lines, one entry per host, CPU model, thread count,
-// allowed-CPU count, sgemm library and kind of arithmetic:
+// allowed-CPU count, sgemm library with its kernels and kind of arithmetic:
 //   {"host":"n1","cpu":"AMD EPYC 7763 64-Core Processor","threads":4,"cpus":4,
-//    "gemm":"OpenBLAS sgemm","kind":"fp32","gflops":182.4,"busy":0.99,"date":"2026-12-01T10:00Z"}
+//    "gemm":"OpenBLAS sgemm SkylakeX","kind":"fp32","gflops":182.4,"busy":0.99,"date":"2026-12-01T10:00Z"}
 // An entry is reused only when all six match: a rank bound to fewer CPUs, running another
 // number of threads, or with another sgemm library (an AVX-512 CPU's entries of versions that
-// measured OpenBLAS, before the backend ran oneDNN's there) measures its own. "busy" is the
+// measured OpenBLAS, before the backend ran oneDNN's there; entries without OpenBLAS's kernel name,
+// which may hold the rate of a fallback kernel: backend/blas_kernel.hpp) measures its own. "busy" is the
 // measurement's CPU-time share (peak_measure.hpp); entries of versions that did not check for
 // contention have none (read as 0: unchecked).
 #pragma once
@@ -33,7 +34,7 @@ struct PeakKey {
   std::string host, cpu_model;
   int threads = 0;  // the OpenBLAS threads it was measured with
   int cpus = 0;     // the CPUs the rank was allowed (sched_getaffinity)
-  // The sgemm measured (cpu_sgemm_library()); an entry written before the field: kOldCpuGemm.
+  // The sgemm measured (cpu_sgemm_kernel()); an entry written before the field: kOldCpuGemm.
   std::string gemm;
   std::string kind = kFp32Peak;  // the arithmetic measured
   bool operator==(const PeakKey&) const = default;
