@@ -26,6 +26,21 @@ version=$("$TRAINER" --version | grep 'BLAS ')
 echo "trainer --version: $version"
 [[ $version =~ kernels:\ OpenBLAS\ ($best)\ \( ]] || fail "the trainer runs '$version', not $best"
 
+# Started again, a program keeps its process and its name (pgrep -x, top; exec of /proc/self/exe
+# itself would rename it "exe").
+"$BUILD_DIR/sgemm-rate" --threads 1 --n 2048 --repeats 100000 > /dev/null &
+pid=$!
+for _ in $(seq 1 500); do
+  tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -q '^MPITRAIN_OPENBLAS_OWN_CORE=' && break
+  sleep 0.02
+done
+name=$(cat "/proc/$pid/comm")
+started_again=$(tr '\0' '\n' < "/proc/$pid/environ" | grep -c '^MPITRAIN_OPENBLAS_OWN_CORE=' || true)
+kill "$pid"
+wait "$pid" 2> /dev/null || true
+[ "$name" = sgemm-rate ] || fail "started again, sgemm-rate is called '$name'"
+echo "sgemm-rate: name '$name'$([ "$started_again" = 1 ] && echo ", started again")"
+
 # 2 ranks, the MFU peak measured: both ranks start, each started again where the library chose
 # another kernel; rank 0's line and the cache entry name the kernel.
 # shellcheck disable=SC2046

@@ -32,13 +32,13 @@ struct BlasKernelChoice {
 
 // Pure: the core for a CPU with `cpu`'s features, where the library chose `library_choice`
 // itself (openblas_get_corename() with OPENBLAS_CORETYPE unset) and the user set
-// OPENBLAS_CORETYPE to `user_set` ("" if not). A user's setting is respected; else AVX-512
-// (F, BW, VL, DQ) runs SkylakeX (on an Emerald Rapids Xeon 131.7 GFLOP/s against Cooperlake's
-// 103.6: OpenBLAS's Cooperlake and SapphireRapids add only bf16 kernels) and AVX2 with FMA runs
+// OPENBLAS_CORETYPE to `user_set` ("" if not). A user's setting is respected (the reason says
+// where it is slower); else AVX-512 (F, BW, VL, DQ) runs SkylakeX (on an Emerald Rapids Xeon
+// 131.7 GFLOP/s, Cooperlake 103.6, Haswell 78.4, Prescott 26.5: issue 33) and AVX2 with FMA runs
 // Haswell. The library's own choice stays where it is of that class already (Zen: Haswell's
-// kernels with Zen's blocking; a newer library's SapphireRapids), where the CPU has neither, and
-// where `switchable` is false (a library built for one CPU, without DYNAMIC_ARCH, ignores
-// OPENBLAS_CORETYPE).
+// kernels with Zen's blocking; SapphireRapids: a library newer than 0.3.21 that knows the CPU),
+// where the CPU has neither, and where `switchable` is false (a library built for one CPU,
+// without DYNAMIC_ARCH, ignores OPENBLAS_CORETYPE).
 BlasKernelChoice choose_blas_kernel(const CpuFeatures& cpu, const std::string& library_choice,
                                     const std::string& user_set, bool switchable);
 
@@ -56,8 +56,9 @@ BlasKernel blas_kernel();
 std::string describe(const BlasKernel& kernel);
 
 // Called first in main(), before MPI_Init and before any thread starts: where the choice for
-// this CPU is not what the library runs, starts this program again (execv of /proc/self/exe: the
-// same process id, argv and environment, so mpirun's and srun's PMIx variables stay) with
+// this CPU is not what the library runs, starts this program again (execv of the file that
+// /proc/self/exe names: the same process id, name, argv and environment, so mpirun's and srun's
+// PMIx variables stay) with
 // OPENBLAS_CORETYPE set and MPITRAIN_OPENBLAS_OWN_CORE naming the library's own choice, which
 // also keeps it from starting again. Returns where nothing is to change, or where execv fails
 // (with a warning on stderr: the run goes on with the library's kernels).
