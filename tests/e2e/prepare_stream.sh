@@ -37,13 +37,13 @@ corpus_bytes=$((12 * 4000000))
 expect_rc 0 --out-dir "$SCRATCH/p_big" --format nanogpt --val-fraction 0.1 --progress-seconds 0.01 "$big"
 grep -q "$big: 12 files (48.0 MB) taken in path order; skipped 2 hidden, 0 not regular files" "$SCRATCH/err" ||
   fail "the directory's tally: $(cat "$SCRATCH/err")"
-progress=$(grep -c '^prepare-data: read .* of 48.0 MB ([0-9]*%), [0-9]* documents, .* tokens, .*B/s$' "$SCRATCH/err" || true)
-[[ $progress -ge 2 ]] || fail "$progress progress lines on a 48 MB input: $(cat "$SCRATCH/err")"
 peak_mib=$(sed -n 's/^peak memory: \([0-9]*\) MiB.*/\1/p' "$SCRATCH/out")
 # Measured 2026-12-03 (Zen 5, 2 cores): 20 MiB (--threads 1; 23 MiB at 2), of which most is the
 # libraries. The corpus held whole would be 46 MiB of text plus its tokens (main before this
 # change: 180 MiB for a 13 MB corpus).
 [[ -n $peak_mib && $peak_mib -le 40 ]] || fail "peak memory ${peak_mib:-?} MiB for a $((corpus_bytes >> 20)) MiB corpus: $(cat "$SCRATCH/out")"
+progress=$(grep -c '^prepare-data: read .* of 48.0 MB ([0-9]*%), [0-9]* documents, .* tokens, .*B/s$' "$SCRATCH/err" || true)
+[[ $progress -ge 2 ]] || fail "$progress progress lines on a 48 MB input: $(cat "$SCRATCH/err")"
 tokens=$(( ($(stat -c %s "$SCRATCH/p_big/train.bin") + $(stat -c %s "$SCRATCH/p_big/val.bin")) / 2 ))
 [[ $tokens -eq $((corpus_bytes + 11)) ]] || fail "$tokens tokens for $corpus_bytes bytes in 12 documents"
 read -r val_pieces pieces < <(sed -n 's/^split: seeded, \([0-9]*\) of \([0-9]*\) pieces to val.*/\1 \2/p' "$SCRATCH/out")
@@ -100,6 +100,22 @@ same_files "$SCRATCH/p_jtext" "$SCRATCH/p_jsonl" "JSONL against text files"
 "$prepare" --out-dir "$SCRATCH/p_jstdin" --format nanogpt --val-fraction 0.2 --jsonl-field body \
   --input-format jsonl - <"$SCRATCH/docs.jsonl" >"$SCRATCH/out" 2>"$SCRATCH/err" || fail "JSONL stdin: $(cat "$SCRATCH/err")"
 same_files "$SCRATCH/p_jtext" "$SCRATCH/p_jstdin" "JSONL from stdin against text files"
+
+# GPT-2 tokens of a document cut into pieces are those of the whole document (the cuts fall
+# where no pre-token spans them): 300 kB of fortunes, 5 pieces, against the tokenize tool.
+if [[ -s $BUILD_DIR/gpt2-vocab/encoder.json ]]; then
+  cat /usr/share/games/fortunes/{fortunes,computers,science,wisdom,literature} >"$SCRATCH/long.txt"
+  truncate -s 300000 "$SCRATCH/long.txt"
+  expect_rc 0 --out-dir "$SCRATCH/p_gpt2" --format nanogpt --tokenizer gpt2 --gpt2-vocab "$BUILD_DIR/gpt2-vocab" \
+    --val-fraction 0.01 "$SCRATCH/long.txt"
+  grep -q "^split: the last 0.01 of the tokens (--split-seed 0 chose no one of 5 pieces" "$SCRATCH/out" ||
+    fail "gpt2: not a split by position: $(cat "$SCRATCH/out")"
+  cat "$SCRATCH/p_gpt2/train.bin" "$SCRATCH/p_gpt2/val.bin" | od -An -v -tu2 -w2 | tr -d ' ' | tail -n +2 >"$SCRATCH/ours"
+  "$BUILD_DIR/tokenize" "$BUILD_DIR/gpt2-vocab" <"$SCRATCH/long.txt" | tr ' ' '\n' >"$SCRATCH/whole"
+  cmp -s "$SCRATCH/ours" "$SCRATCH/whole" || fail "gpt2: the pieces' tokens differ from the whole document's"
+else
+  echo "prepare_stream: GPT-2 cuts not checked (no $BUILD_DIR/gpt2-vocab)"
+fi
 
 # Bad input: a line that is no JSON, a missing field, compressed input; exit 2, nothing written.
 printf '{"text": "fine"}\n{"text": broken\n' >"$SCRATCH/bad.jsonl"
