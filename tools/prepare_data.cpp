@@ -395,8 +395,8 @@ std::vector<TokenFile> plan_token_files(const Options& opt, const std::string& e
     train_part = {"", &all, 0, n - n_val};
     val_part = {"val" + ext, &all, n - n_val, n};
     split = "the last " + fraction_text(opt.val_fraction) + " of the tokens (--split-seed " + seed +
-            " chose " + (val.size() == 0 ? "no" : "every") + " one of " +
-            std::to_string(done.pieces) + " pieces for val)";
+            " chose " + (val.size() == 0 ? "none" : "all") + " of " + std::to_string(done.pieces) +
+            " pieces for val)";
   } else {
     require(train.size() >= kMinTokensPerFile && val.size() >= kMinTokensPerFile,
             "the seeded split (--split-seed " + seed + ") gives " + std::to_string(train.size()) +

@@ -108,7 +108,7 @@ if [[ -s $BUILD_DIR/gpt2-vocab/encoder.json ]]; then
   truncate -s 300000 "$SCRATCH/long.txt"
   expect_rc 0 --out-dir "$SCRATCH/p_gpt2" --format nanogpt --tokenizer gpt2 --gpt2-vocab "$BUILD_DIR/gpt2-vocab" \
     --val-fraction 0.01 "$SCRATCH/long.txt"
-  grep -q "^split: the last 0.01 of the tokens (--split-seed 0 chose no one of 5 pieces" "$SCRATCH/out" ||
+  grep -q "^split: the last 0.01 of the tokens (--split-seed 0 chose none of 5 pieces" "$SCRATCH/out" ||
     fail "gpt2: not a split by position: $(cat "$SCRATCH/out")"
   cat "$SCRATCH/p_gpt2/train.bin" "$SCRATCH/p_gpt2/val.bin" | od -An -v -tu2 -w2 | tr -d ' ' | tail -n +2 >"$SCRATCH/ours"
   "$BUILD_DIR/tokenize" "$BUILD_DIR/gpt2-vocab" <"$SCRATCH/long.txt" | tr ' ' '\n' >"$SCRATCH/whole"

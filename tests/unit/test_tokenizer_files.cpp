@@ -154,7 +154,9 @@ TEST(TokenizePieces, ThreadsGiveTheSerialResult) {
   std::vector<TextPiece> docs;
   for (int i = 0; i < 9; ++i)
     docs.push_back({std::string(1000 + 37 * i, static_cast<char>('a' + i)),
-                    i == 0 ? PieceStart::Corpus : i == 2 ? PieceStart::Continued : PieceStart::Document});
+                    i == 0   ? PieceStart::Corpus
+                    : i == 2 ? PieceStart::Continued
+                             : PieceStart::Document});
   const ByteTokenizer tok;
   const auto serial = tokenize_pieces(tok, docs, 1);
   EXPECT_EQ(tokenize_pieces(tok, docs, 4), serial);
