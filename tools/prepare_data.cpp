@@ -1,21 +1,31 @@
-// prepare-data: text files -> token files for training (train + val split), with their tokenizer.
+// prepare-data: text -> token files for training (train + val split), with their tokenizer.
 //
 //   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece] [--gpt2-vocab DIR]
 //   [--tokenizer-model FILE | --vocab-size N [--sp-model-type bpe|unigram]] [--val-fraction 0.05]
-//   [--format hdf5|llmc|nanogpt] [--threads N] [--shard-tokens N] [--overwrite] FILE...
+//   [--split-seed 0] [--input-format auto|text|jsonl] [--jsonl-field text]
+//   [--format hdf5|llmc|nanogpt] [--threads N] [--shard-tokens N] [--progress-seconds 10]
+//   [--overwrite] INPUT...
 //
-// Each input file is one document. bytes: the files' bytes with '\n' between files; gpt2 and
-// sentencepiece: <|endoftext|> (llm.c's fineweb shards) or the model's BOS (Llama) before each
-// document. The first (1-f) of the tokens become DIR/train.* (or, with --shard-tokens,
-// DIR/train_000000.* ... of at most N tokens each), the last f DIR/val.* (.h5 for HDF5, .bin for
-// llm.c and nanoGPT), each at least 2 tokens; DIR/tokenizer.json and copies of the tokenizer's
-// files record the tokenizer (data/tokenizer.hpp). --threads tokenizes that many files at once;
-// the output is the same byte for byte. Every output is written under a temporary name, then
-// renamed into place, with kPairReplacingMarker (data/token_source.hpp) listing them while the
-// renames run. Bad input -> one message on stderr, exit code 2, nothing written.
+// INPUT: a file, a directory (its files, recursively, in path order) or - (standard input). A text
+// input is one document, a JSONL line one document (its --jsonl-field string). bytes: '\n'
+// between documents; gpt2 and sentencepiece: <|endoftext|> (llm.c's fineweb shards) or the model's
+// BOS (Llama) before each one. The input is streamed in bounded memory (corpus_reader.hpp): a text
+// document is cut into pieces of about 64 KiB, a JSONL document is one piece; the pieces are
+// tokenized (--threads at once; the output is the same for any count) into two token spools in
+// DIR, then written out. Validation: piece i goes to val when a hash of (--split-seed, i) falls
+// below --val-fraction (reproducible, independent of memory and threads); when that chooses no
+// piece for one side (a small corpus), the last --val-fraction of all tokens go to val instead.
+// Train becomes DIR/train.* (or, with --shard-tokens, DIR/train_000000.* ... of at most N tokens
+// each), val DIR/val.* (.h5 for HDF5, .bin for llm.c and nanoGPT), each at least 2 tokens;
+// DIR/tokenizer.json and copies of the tokenizer's files record the tokenizer (data/tokenizer.hpp).
+// Every output is written under a temporary name, then renamed into place, with
+// kPairReplacingMarker (data/token_source.hpp) listing them while the renames run. Progress goes
+// to stderr every --progress-seconds. Bad input -> one message on stderr, exit code 2, nothing
+// written.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,14 +33,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "mpitrain/data/corpus_reader.hpp"
 #include "mpitrain/data/gpt2_tokenizer.hpp"
 #include "mpitrain/data/sentencepiece_tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
+#include "mpitrain/data/token_spool.hpp"
 #include "mpitrain/data/token_writer.hpp"
 #include "mpitrain/data/tokenize_documents.hpp"
 #include "mpitrain/data/tokenizer.hpp"
@@ -48,12 +60,16 @@ namespace {
 struct Options {
   std::string out_dir;
   double val_fraction = 0.05;
+  uint64_t split_seed = 0;
   TokenFormat format = TokenFormat::Hdf5;
+  InputFormat input_format = InputFormat::Auto;
+  std::string jsonl_field = "text";
   bool overwrite = false;
   std::string tokenizer = ByteTokenizer::kName;
   std::string gpt2_vocab, tokenizer_model, sp_model_type = "bpe";
   int vocab_size = 0, threads = 1;
   size_t shard_tokens = 0;
+  double progress_seconds = 10;
   std::vector<std::string> inputs;
 };
 
@@ -83,34 +99,52 @@ void check_tokenizer_options(const Options& opt, const po::variables_map& vm) {
           "--sp-model-type '" + opt.sp_model_type + "' is not bpe or unigram");
 }
 
+InputFormat parse_input_format(const std::string& name) {
+  if (name == "auto") return InputFormat::Auto;
+  if (name == "text") return InputFormat::Text;
+  require(name == "jsonl", "--input-format '" + name + "' is not one of auto, text, jsonl");
+  return InputFormat::Jsonl;
+}
+
 // Fills opt from the command line; false if --help was printed instead.
 bool parse_options(int argc, char** argv, Options& opt) {
-  std::string format = "hdf5";
+  std::string format = "hdf5", input_format = "auto";
   po::options_description named(
-      "prepare-data: text files -> token files and their tokenizer\n"
-      "usage: prepare-data --out-dir DIR [options] FILE...\noptions");
+      "prepare-data: text -> token files and their tokenizer\n"
+      "usage: prepare-data --out-dir DIR [options] INPUT...   (a file, a directory, or - for "
+      "standard input)\noptions");
   auto add = named.add_options();
   add("help,h", "show this help");
   add("out-dir", po::value(&opt.out_dir)->required(), "output directory (created if missing)");
   add("val-fraction", po::value(&opt.val_fraction)->default_value(0.05, "0.05"),
-      "fraction of the tokens (the last ones) for validation, in (0, 1)");
+      "fraction of the pieces (64 KiB of a text, or a JSONL document) for validation, in (0, 1), "
+      "chosen by a hash of (--split-seed, piece index)");
+  add("split-seed", po::value(&opt.split_seed)->default_value(0),
+      "seed of the validation split: the same seed and input give the same files");
+  add("input-format", po::value(&input_format)->default_value("auto"),
+      "auto (JSON Lines if the name ends in .jsonl, else text), text or jsonl (also for -)");
+  add("jsonl-field", po::value(&opt.jsonl_field)->default_value("text"),
+      "JSON Lines: the string field that holds a document's text");
   add("format", po::value(&format)->default_value("hdf5"),
       "hdf5 (train.h5/val.h5), llmc or nanogpt (train.bin/val.bin); llmc writes uint32 tokens "
       "(version 7) for a vocabulary beyond 65536, nanogpt refuses one");
   add("tokenizer", po::value(&opt.tokenizer)->default_value("bytes"),
-      "bytes (one token per byte), gpt2 (byte-level BPE, <|endoftext|> before each file) or "
-      "sentencepiece (BOS before each file)");
+      "bytes (one token per byte), gpt2 (byte-level BPE, <|endoftext|> before each document) or "
+      "sentencepiece (BOS before each document)");
   add("gpt2-vocab", po::value(&opt.gpt2_vocab), "gpt2: directory with encoder.json and vocab.bpe");
   add("tokenizer-model", po::value(&opt.tokenizer_model),
       "sentencepiece: a .model file to use (e.g. a Llama tokenizer.model)");
   add("vocab-size", po::value(&opt.vocab_size),
-      "sentencepiece: train a model of N pieces on the input files (saved as tokenizer.model)");
+      "sentencepiece: train a model of N pieces on the input (its first 64 MiB; saved as "
+      "tokenizer.model); needs files, not -");
   add("sp-model-type", po::value(&opt.sp_model_type)->default_value("bpe"),
       "sentencepiece training: bpe or unigram");
   add("threads", po::value(&opt.threads)->default_value(1),
-      "input files tokenized at once (the output is the same for any count)");
+      "pieces tokenized at once (the output is the same for any count)");
   add("shard-tokens", po::value(&opt.shard_tokens)->default_value(0),
       "write train as shards train_000000.* ... of at most N tokens (0: one train file)");
+  add("progress-seconds", po::value(&opt.progress_seconds)->default_value(10),
+      "a progress line on stderr at most this often (0: none)");
   add("overwrite", po::bool_switch(&opt.overwrite), "replace existing output files");
   po::options_description all;
   all.add(named).add_options()("input", po::value(&opt.inputs));
@@ -128,37 +162,23 @@ bool parse_options(int argc, char** argv, Options& opt) {
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
-  require(!opt.inputs.empty(), "no input files given (usage: prepare-data --out-dir DIR FILE...)");
+  require(!opt.inputs.empty(),
+          "no input given (usage: prepare-data --out-dir DIR INPUT...: files, directories, or -)");
   require(opt.val_fraction > 0 && opt.val_fraction < 1,
           "--val-fraction " + std::to_string(opt.val_fraction) + " is not in (0, 1)");
   opt.format = parse_token_format(format);
   require(opt.format != TokenFormat::Auto,
           "--format auto is for reading; choose hdf5, llmc or nanogpt");
+  opt.input_format = parse_input_format(input_format);
+  require(!opt.jsonl_field.empty(), "--jsonl-field is empty");
   require(opt.threads >= 1 && opt.threads <= 1024,
           "--threads " + std::to_string(opt.threads) + " is not in [1, 1024]");
   require(opt.shard_tokens == 0 || opt.shard_tokens >= 2,
           "--shard-tokens " + std::to_string(opt.shard_tokens) +
               ": a shard needs at least 2 tokens (an input and its target)");
+  require(opt.progress_seconds >= 0, "--progress-seconds is negative");
   check_tokenizer_options(opt, vm);
   return true;
-}
-
-// Each input file's bytes.
-std::vector<std::string> read_inputs(const std::vector<std::string>& paths) {
-  std::vector<std::string> texts;
-  size_t total = 0;
-  for (const auto& path : paths) {
-    std::error_code ec;
-    require(fs::is_regular_file(path, ec),
-            "input file '" + path + "' does not exist or is not a regular file");
-    std::ifstream in(path, std::ios::binary);
-    require(in.good(), "cannot read input file '" + path + "': " + std::strerror(errno));
-    texts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    require(!in.bad(), "error reading input file '" + path + "'");
-    total += texts.back().size();
-  }
-  require(total > 0, "the input files are empty");
-  return texts;
 }
 
 // A directory under the system's temporary directory, removed with everything in it.
@@ -183,8 +203,13 @@ class TempDir {
   fs::path path_;
 };
 
-// The tokenizer the options name; a SentencePiece model to train is trained on texts into tmp.
-std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt, const std::vector<std::string>& texts,
+// SentencePiece trains on the corpus's first documents up to this many bytes.
+constexpr size_t kSentencePieceTrainingBytes = size_t{64} << 20;
+
+// The tokenizer the options name; a SentencePiece model to train is trained on the start of the
+// inputs into tmp.
+std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt,
+                                          const std::vector<CorpusInput>& inputs,
                                           const TempDir& tmp) {
   if (opt.tokenizer == Gpt2Tokenizer::kName) {
     const fs::path dir(opt.gpt2_vocab);
@@ -195,8 +220,19 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt, const std::vector<
   if (opt.tokenizer == SentencePieceTokenizer::kName) {
     if (!opt.tokenizer_model.empty())
       return std::make_unique<SentencePieceTokenizer>(opt.tokenizer_model);
+    std::vector<std::string> documents;
+    CorpusReader reader(inputs, opt.jsonl_field);
+    size_t bytes = 0;
+    for (TextPiece piece; bytes < kSentencePieceTrainingBytes && reader.next(piece);) {
+      bytes += piece.text.size();
+      if (piece.start == PieceStart::Continued)
+        documents.back() += piece.text;
+      else
+        documents.push_back(std::move(piece.text));
+    }
+    require(bytes > 0, "the input is empty");
     const std::string model = (tmp.path() / "tokenizer.model").string();
-    train_sentencepiece(texts, opt.vocab_size, opt.sp_model_type, model);
+    train_sentencepiece(documents, opt.vocab_size, opt.sp_model_type, model);
     return std::make_unique<SentencePieceTokenizer>(model);
   }
   return std::make_unique<ByteTokenizer>();
@@ -209,25 +245,181 @@ void check_format_holds(TokenFormat format, int64_t vocab_size) {
               std::to_string(vocab_size) + " (> 65536): use --format llmc or hdf5");
 }
 
-void write_tokens(const std::string& path, const std::vector<uint32_t>& tokens, TokenFormat format,
-                  const Tokenizer& tok) {
-  if (format == TokenFormat::Hdf5)
-    write_tokens_hdf5(path, tokens, tok.vocab_size(), tok.name());
-  else if (format == TokenFormat::Llmc && tok.vocab_size() > 65536)
-    write_llmc_shard_u32(path, tokens);
-  else if (format == TokenFormat::Llmc)
-    write_llmc_shard(path, tokens);
-  else
-    write_nanogpt_bin(path, tokens);
+TokenFileKind file_kind(TokenFormat format, int64_t vocab_size) {
+  if (format == TokenFormat::Hdf5) return TokenFileKind::Hdf5;
+  if (format == TokenFormat::NanoGpt) return TokenFileKind::NanoGpt;
+  return vocab_size > 65536 ? TokenFileKind::LlmcU32 : TokenFileKind::LlmcU16;
+}
+
+// Does piece `index` go to validation? A hash of (seed, index) below fraction of its range
+// (splitmix64's mixer, so the choice depends on nothing else).
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+bool goes_to_validation(uint64_t seed, uint64_t index, double fraction) {
+  return static_cast<double>(mix64(mix64(seed) ^ index) >> 11) * 0x1p-53 < fraction;
+}
+
+// x with a decimal prefix and unit: "12.3 MB", "512.0 B/s".
+std::string format_count(double x, const char* unit) {
+  char text[48];
+  const char* prefix = x >= 1e9 ? "G" : x >= 1e6 ? "M" : x >= 1e3 ? "k" : "";
+  const double scale = x >= 1e9 ? 1e9 : x >= 1e6 ? 1e6 : x >= 1e3 ? 1e3 : 1;
+  std::snprintf(text, sizeof text, "%.1f %s%s", x / scale, prefix, unit);
+  return text;
+}
+
+// A progress line on stderr at most every `seconds` (none if 0): what the long work has done.
+class Progress {
+ public:
+  explicit Progress(double seconds) : seconds_(seconds) {}
+  bool due() {
+    if (seconds_ <= 0) return false;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < seconds_) return false;
+    last_ = now;
+    return true;
+  }
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  double seconds_;
+  Clock::time_point start_ = Clock::now(), last_ = start_;
+};
+
+// The process's peak resident memory (VmHWM) in bytes; 0 where /proc does not say.
+uint64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmHWM:")) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
 }
 
 // Each file needs an input token and its next-token target.
 constexpr size_t kMinTokensPerFile = 2;
 
+// Text tokenized per batch, per thread: bounds the memory of the pieces and their tokens.
+constexpr size_t kBatchBytesPerThread = size_t{1} << 20;
+
+// The corpus tokenized into a train and a val spool by the seeded split of its pieces.
+struct Tokenized {
+  uint64_t pieces = 0, val_pieces = 0, documents = 0, bytes = 0;
+};
+
+Tokenized tokenize_corpus(const Options& opt, const std::vector<CorpusInput>& inputs,
+                          const Tokenizer& tok, TokenSpool& train, TokenSpool& val) {
+  uint64_t total_bytes = 0;
+  bool sized = true;
+  for (const auto& in : inputs) {
+    total_bytes += in.bytes;
+    sized = sized && in.path != "-";
+  }
+  CorpusReader reader(inputs, opt.jsonl_field);
+  Progress progress(opt.progress_seconds);
+  Tokenized done;
+  std::vector<TextPiece> batch;
+  size_t batch_bytes = 0;
+  bool more = true;
+  while (more) {
+    TextPiece piece;
+    more = reader.next(piece);
+    if (more) {
+      batch_bytes += piece.text.size();
+      batch.push_back(std::move(piece));
+    }
+    if (batch_bytes < kBatchBytesPerThread * opt.threads && more) continue;
+    const auto tokens = tokenize_pieces(tok, batch, opt.threads);
+    for (const auto& t : tokens) {
+      const bool to_val = goes_to_validation(opt.split_seed, done.pieces++, opt.val_fraction);
+      done.val_pieces += to_val;
+      (to_val ? val : train).append(t);
+    }
+    batch.clear();
+    batch_bytes = 0;
+    if (progress.due()) {
+      const double read = static_cast<double>(reader.bytes_read());
+      std::cerr << "prepare-data: read " << format_count(read, "B");
+      if (sized && total_bytes > 0)
+        std::cerr << " of " << format_count(static_cast<double>(total_bytes), "B") << " ("
+                  << static_cast<int>(100 * read / static_cast<double>(total_bytes)) << "%)";
+      std::cerr << ", " << reader.documents() << " documents, " << train.size() + val.size()
+                << " tokens, " << format_count(read / progress.elapsed(), "B/s") << std::endl;
+    }
+  }
+  done.documents = reader.documents();
+  done.bytes = reader.bytes_read();
+  return done;
+}
+
+// A token file to write: tokens [begin, end) of a spool.
+struct TokenFile {
+  std::string name;
+  TokenSpool* spool = nullptr;
+  uint64_t begin = 0, end = 0;
+};
+
 std::string shard_name(size_t i, const std::string& ext) {
   char name[32];
   std::snprintf(name, sizeof name, "train_%06zu", i);
   return name + ext;
+}
+
+std::string fraction_text(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", fraction);
+  return text;
+}
+
+// The token files: train (or its shards) then val. The seeded split when it gave both sides
+// tokens; else the last val_fraction of the one non-empty spool (a corpus of few pieces).
+std::vector<TokenFile> plan_token_files(const Options& opt, const std::string& ext,
+                                        const Tokenizer& tok, const Tokenized& done,
+                                        TokenSpool& train, TokenSpool& val, std::string& split) {
+  const std::string seed = std::to_string(opt.split_seed);
+  TokenFile train_part{"", &train, 0, train.size()}, val_part{"val" + ext, &val, 0, val.size()};
+  if (train.size() == 0 || val.size() == 0) {
+    TokenSpool& all = train.size() > 0 ? train : val;
+    const uint64_t n = all.size();
+    const uint64_t n_val =
+        std::max<uint64_t>(kMinTokensPerFile, std::llround(opt.val_fraction * n));
+    require(n_val + kMinTokensPerFile <= n,
+            "the input gives only " + std::to_string(n) + " tokens (" + tok.name() +
+                " tokenizer): split at --val-fraction " + fraction_text(opt.val_fraction) +
+                " that is " + std::to_string(n > n_val ? n - n_val : 0) + " for train and " +
+                std::to_string(std::min(n, n_val)) + " for val, and each file needs at least " +
+                std::to_string(kMinTokensPerFile) + " (an input token and its next-token target)");
+    train_part = {"", &all, 0, n - n_val};
+    val_part = {"val" + ext, &all, n - n_val, n};
+    split = "the last " + fraction_text(opt.val_fraction) + " of the tokens (--split-seed " + seed +
+            " chose " + (val.size() == 0 ? "none" : "all") + " of " + std::to_string(done.pieces) +
+            " pieces for val)";
+  } else {
+    require(train.size() >= kMinTokensPerFile && val.size() >= kMinTokensPerFile,
+            "the seeded split (--split-seed " + seed + ") gives " + std::to_string(train.size()) +
+                " tokens to train and " + std::to_string(val.size()) +
+                " to val, and each file needs at least " + std::to_string(kMinTokensPerFile) +
+                ": choose another --split-seed");
+    split = "seeded, " + std::to_string(done.val_pieces) + " of " + std::to_string(done.pieces) +
+            " pieces to val (--split-seed " + seed + ")";
+  }
+  std::vector<TokenFile> files;
+  if (opt.shard_tokens == 0) {
+    files.push_back(train_part);
+    files.back().name = "train" + ext;
+  } else {
+    for (uint64_t b = train_part.begin; b < train_part.end;) {
+      uint64_t e = std::min<uint64_t>(train_part.end, b + opt.shard_tokens);
+      if (train_part.end - e < kMinTokensPerFile) e = train_part.end;  // a 1-token tail joins
+      files.push_back({shard_name(files.size(), ext), train_part.spool, b, e});
+      b = e;
+    }
+  }
+  files.push_back(val_part);
+  return files;
 }
 
 // Train files from earlier runs that this one does not write: train.EXT and train_NNNNNN.EXT.
@@ -270,6 +462,28 @@ void rename_all(const fs::path& dir, const std::vector<std::string>& names,
   fsync_path(dir.string());
 }
 
+// The output directory: created if missing, and then removed again unless keep() was called.
+class OutDir {
+ public:
+  explicit OutDir(const fs::path& dir) : dir_(dir) {
+    std::error_code ec;
+    created_ = !fs::exists(dir, ec);
+    fs::create_directories(dir, ec);
+    require(!ec, "cannot create --out-dir '" + dir.string() + "': " + ec.message());
+  }
+  ~OutDir() {
+    std::error_code ec;
+    if (created_) fs::remove(dir_, ec);  // only if empty: the failed run's files are gone
+  }
+  OutDir(const OutDir&) = delete;
+  OutDir& operator=(const OutDir&) = delete;
+  void keep() { created_ = false; }
+
+ private:
+  fs::path dir_;
+  bool created_ = false;
+};
+
 int run(int argc, char** argv) {
   Options opt;
   if (!parse_options(argc, argv, opt)) return kExitOk;
@@ -288,74 +502,78 @@ int run(int argc, char** argv) {
                                                  : "'" + (dir / existing.front()).string() +
                                                        "' exists; pass --overwrite to replace it");
   if (opt.vocab_size > 0) check_format_holds(opt.format, opt.vocab_size);
+  const std::vector<CorpusInput> inputs =
+      list_corpus_inputs(opt.inputs, opt.input_format, std::cerr);
+  require(opt.vocab_size == 0 || std::none_of(inputs.begin(), inputs.end(),
+                                              [](const auto& in) { return in.path == "-"; }),
+          "--vocab-size trains the model on the input before tokenizing it, so it reads the "
+          "input twice: give files, not standard input (-)");
 
-  const std::vector<std::string> texts = read_inputs(opt.inputs);
   const TempDir tmp;
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt, texts, tmp);
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt, inputs, tmp);
   check_format_holds(opt.format, tok->vocab_size());
-  std::vector<uint32_t> tokens;
-  for (const auto& doc : tokenize_documents(*tok, texts, opt.threads))
-    tokens.insert(tokens.end(), doc.begin(), doc.end());
-  const auto n = tokens.size();
-  const auto n_val =
-      std::max(kMinTokensPerFile, static_cast<size_t>(std::llround(opt.val_fraction * n)));
-  char fraction[32];
-  std::snprintf(fraction, sizeof fraction, "%g", opt.val_fraction);
-  require(n_val + kMinTokensPerFile <= n,
-          "the input gives only " + std::to_string(n) + " tokens (" + tok->name() +
-              " tokenizer): split at --val-fraction " + fraction + " that is " +
-              std::to_string(n > n_val ? n - n_val : 0) + " for train and " +
-              std::to_string(std::min(n, n_val)) + " for val, and each file needs at least " +
-              std::to_string(kMinTokensPerFile) + " (an input token and its next-token target)");
 
-  // The outputs, in rename order: train (or its shards), val, the tokenizer's files, descriptor.
-  struct Output {
+  OutDir out_dir(dir);
+  struct Written {
     std::string name;
-    size_t begin = 0, end = 0;  // tokens[begin, end) of a token file
+    uint64_t tokens;
   };
-  std::vector<Output> token_files;
-  const size_t n_train = n - n_val;
-  if (opt.shard_tokens == 0) {
-    token_files.push_back({"train" + ext, 0, n_train});
-  } else {
-    for (size_t b = 0; b < n_train;) {
-      size_t e = std::min(n_train, b + opt.shard_tokens);
-      if (n_train - e < kMinTokensPerFile) e = n_train;  // a 1-token tail joins the last shard
-      token_files.push_back({shard_name(token_files.size(), ext), b, e});
-      b = e;
-    }
-  }
-  token_files.push_back({"val" + ext, n_train, n});
+  std::vector<Written> written;
   std::vector<std::string> names;
-  for (const auto& f : token_files) names.push_back(f.name);
-  for (const auto& f : tok->files()) names.push_back(f.copy_name);
-  names.push_back(kTokenizerFile);
+  Tokenized done;
+  std::string split;
+  {  // the spools live until the token files are written
+    TokenSpool train((dir / ".prepare-data-train.spool").string(), tok->vocab_size());
+    TokenSpool val((dir / ".prepare-data-val.spool").string(), tok->vocab_size());
+    done = tokenize_corpus(opt, inputs, *tok, train, val);
+    require(done.bytes > 0, "the input is empty");
+    const std::vector<TokenFile> token_files =
+        plan_token_files(opt, ext, *tok, done, train, val, split);
+    for (const auto& f : token_files) names.push_back(f.name);
+    for (const auto& f : tok->files()) names.push_back(f.copy_name);
+    names.push_back(kTokenizerFile);
 
-  // Write all under temporary names, then rename: no half-written outputs are left behind.
-  fs::create_directories(dir, ec);
-  require(!ec, "cannot create --out-dir '" + opt.out_dir + "': " + ec.message());
-  try {
-    for (const auto& f : token_files)
-      write_tokens((dir / f.name).string() + ".tmp",
-                   std::vector<uint32_t>(tokens.begin() + f.begin, tokens.begin() + f.end),
-                   opt.format, *tok);
-    for (const auto& f : tok->files()) {
-      const std::string to = (dir / f.copy_name).string() + ".tmp";
-      fs::copy_file(f.path, to, fs::copy_options::overwrite_existing, ec);
-      require(!ec, "cannot copy '" + f.path + "' to '" + to + "': " + ec.message());
+    // Write all under temporary names, then rename: no half-written outputs are left behind.
+    try {
+      Progress progress(opt.progress_seconds);
+      for (const auto& f : token_files) {
+        TokenFileWriter writer((dir / f.name).string() + ".tmp",
+                               file_kind(opt.format, tok->vocab_size()), f.end - f.begin,
+                               tok->vocab_size(), tok->name());
+        uint64_t at = 0;
+        f.spool->read(f.begin, f.end, [&](const uint32_t* t, size_t n) {
+          writer.append(t, n);
+          at += n;
+          if (progress.due())
+            std::cerr << "prepare-data: writing " << f.name << ": " << at << " of "
+                      << f.end - f.begin << " tokens" << std::endl;
+        });
+        writer.finish();
+        written.push_back({f.name, f.end - f.begin});
+      }
+      for (const auto& f : tok->files()) {
+        const std::string to = (dir / f.copy_name).string() + ".tmp";
+        fs::copy_file(f.path, to, fs::copy_options::overwrite_existing, ec);
+        require(!ec, "cannot copy '" + f.path + "' to '" + to + "': " + ec.message());
+      }
+      write_file_synced((dir / kTokenizerFile).string() + ".tmp", tokenizer_descriptor_json(*tok));
+      for (const auto& name : names) fsync_path((dir / name).string() + ".tmp");
+    } catch (...) {
+      for (const auto& name : names) fs::remove((dir / name).string() + ".tmp", ec);
+      throw;
     }
-    write_file_synced((dir / kTokenizerFile).string() + ".tmp", tokenizer_descriptor_json(*tok));
-    for (const auto& name : names) fsync_path((dir / name).string() + ".tmp");
-  } catch (...) {
-    for (const auto& name : names) fs::remove((dir / name).string() + ".tmp", ec);
-    throw;
   }
+  out_dir.keep();
   rename_all(dir, names, stale_train_files(dir, ext, names), faults);
-  for (const auto& f : token_files)
-    std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.end - f.begin
-              << " tokens -> " << (dir / f.name).string() << "\n";
+  for (const auto& f : written)
+    std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.tokens << " tokens -> "
+              << (dir / f.name).string() << "\n";
   std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size() << ") -> "
             << (dir / kTokenizerFile).string() << "\n";
+  std::cout << "input: read " << format_count(static_cast<double>(done.bytes), "B") << ", "
+            << done.documents << " documents, " << done.pieces << " pieces\n";
+  std::cout << "split: " << split << "\n";
+  std::cout << "peak memory: " << peak_resident_bytes() / (1 << 20) << " MiB (VmHWM)\n";
   return kExitOk;
 }
 

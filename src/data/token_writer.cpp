@@ -3,12 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
-#include <memory>
 
-#include "mpitrain/io/hdf5.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "token_source_formats.hpp"
 
@@ -16,79 +13,110 @@ namespace mpitrain {
 
 namespace {
 
-// Error unless every token is below `limit`.
-void check_below(const std::vector<uint32_t>& tokens, uint64_t limit, const std::string& path,
-                 const std::string& why) {
-  const auto it =
-      std::find_if(tokens.begin(), tokens.end(), [&](uint32_t t) { return t >= limit; });
-  if (it != tokens.end())
-    MPITRAIN_THROW("cannot write '" + path + "': token " + std::to_string(*it) + " at position " +
-                   std::to_string(it - tokens.begin()) + " is >= " + std::to_string(limit) + " (" +
-                   why + ")");
+bool stores_u16(TokenFileKind kind, int64_t vocab_size) {
+  return kind == TokenFileKind::LlmcU16 || kind == TokenFileKind::NanoGpt ||
+         (kind == TokenFileKind::Hdf5 && vocab_size <= 65536);
 }
 
-// Writes `header` bytes then the tokens (element size: sizeof *tokens) to a new file at path.
-template <typename T>
-void write_token_file(const std::string& path, const void* header, size_t header_bytes,
-                      const std::vector<T>& tokens) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), std::fclose);
-  if (!file) MPITRAIN_THROW("cannot create '" + path + "': " + std::strerror(errno));
-  bool ok = header_bytes == 0 || std::fwrite(header, 1, header_bytes, file.get()) == header_bytes;
-  ok = ok && std::fwrite(tokens.data(), sizeof(T), tokens.size(), file.get()) == tokens.size();
-  ok = std::fclose(file.release()) == 0 && ok;
-  if (!ok) MPITRAIN_THROW("cannot write '" + path + "': " + std::strerror(errno));
+// Why a token must be below the limit (for the error message).
+const char* limit_reason(TokenFileKind kind) {
+  return kind == TokenFileKind::Hdf5 ? "the vocabulary size" : "the format stores uint16";
 }
 
-// Writes `header` bytes then the tokens as uint16 to a new file at path.
-void write_u16_file(const std::string& path, const void* header, size_t header_bytes,
-                    const std::vector<uint32_t>& tokens) {
-  check_below(tokens, 65536, path, "the format stores uint16");
-  write_token_file(path, header, header_bytes, std::vector<uint16_t>(tokens.begin(), tokens.end()));
-}
+}  // namespace
 
-// An llm.c header for tokens.size() tokens; Error if they do not fit its int32 count.
-std::array<int32_t, kLlmcHeaderInts> llmc_header(const std::string& path, int32_t magic,
-                                                 int32_t version,
-                                                 const std::vector<uint32_t>& tokens) {
-  if (tokens.size() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-    MPITRAIN_THROW("cannot write '" + path + "': " + std::to_string(tokens.size()) +
+TokenFileWriter::TokenFileWriter(const std::string& path, TokenFileKind kind, uint64_t count,
+                                 int64_t vocab_size, const std::string& tokenizer)
+    : path_(path), kind_(kind), count_(count) {
+  if (vocab_size <= 0) MPITRAIN_THROW("TokenFileWriter: vocab_size " + std::to_string(vocab_size));
+  limit_ = kind == TokenFileKind::Hdf5    ? static_cast<uint64_t>(vocab_size)
+           : stores_u16(kind, vocab_size) ? 65536
+                                          : uint64_t{1} << 32;
+  if (kind == TokenFileKind::Hdf5) {
+    h5_file_ = create_file(path);
+    h5_tokens_ =
+        create_dataset_1d(h5_file_.get(), "tokens",
+                          stores_u16(kind, vocab_size) ? H5T_STD_U16LE : H5T_STD_U32LE, count);
+    write_attribute_int(h5_tokens_.get(), "vocab_size", vocab_size);
+    write_attribute_string(h5_tokens_.get(), "tokenizer", tokenizer);
+    return;
+  }
+  bin_.reset(std::fopen(path.c_str(), "wb"));
+  if (!bin_) MPITRAIN_THROW("cannot create '" + path + "': " + std::strerror(errno));
+  if (kind == TokenFileKind::NanoGpt) return;
+  if (count > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+    MPITRAIN_THROW("cannot write '" + path + "': " + std::to_string(count) +
                    " tokens do not fit an llm.c shard's int32 count");
   std::array<int32_t, kLlmcHeaderInts> header{};
-  header[0] = magic;
-  header[1] = version;
-  header[2] = static_cast<int32_t>(tokens.size());
-  return header;
+  header[0] = kind == TokenFileKind::LlmcU16 ? kLlmcMagicU16 : kLlmcMagicU32;
+  header[1] = kind == TokenFileKind::LlmcU16 ? 1 : 7;
+  header[2] = static_cast<int32_t>(count);
+  if (std::fwrite(header.data(), sizeof header, 1, bin_.get()) != 1)
+    MPITRAIN_THROW("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+TokenFileWriter::~TokenFileWriter() = default;
+
+void TokenFileWriter::append(const uint32_t* tokens, size_t n) {
+  if (n > count_ - written_)
+    MPITRAIN_THROW("cannot write '" + path_ + "': more than the " + std::to_string(count_) +
+                   " tokens it was created for");
+  if (n == 0) return;
+  const uint32_t* bad = std::find_if(tokens, tokens + n, [&](uint32_t t) { return t >= limit_; });
+  if (bad != tokens + n)
+    MPITRAIN_THROW("cannot write '" + path_ + "': token " + std::to_string(*bad) + " at position " +
+                   std::to_string(written_ + (bad - tokens)) + " is >= " + std::to_string(limit_) +
+                   " (" + limit_reason(kind_) + ")");
+  if (kind_ == TokenFileKind::Hdf5) {
+    write_1d(h5_tokens_.get(), H5T_NATIVE_UINT32, written_, n, tokens);  // converts to the file's
+  } else if (limit_ == 65536) {
+    const std::vector<uint16_t> narrow(tokens, tokens + n);
+    if (std::fwrite(narrow.data(), sizeof(uint16_t), n, bin_.get()) != n)
+      MPITRAIN_THROW("cannot write '" + path_ + "': " + std::strerror(errno));
+  } else if (std::fwrite(tokens, sizeof(uint32_t), n, bin_.get()) != n) {
+    MPITRAIN_THROW("cannot write '" + path_ + "': " + std::strerror(errno));
+  }
+  written_ += n;
+}
+
+void TokenFileWriter::finish() {
+  if (written_ != count_)
+    MPITRAIN_THROW("cannot write '" + path_ + "': " + std::to_string(written_) + " of its " +
+                   std::to_string(count_) + " tokens were given");
+  if (kind_ == TokenFileKind::Hdf5) {
+    h5_tokens_.close();
+    h5_file_.close();
+  } else if (std::fclose(bin_.release()) != 0) {
+    MPITRAIN_THROW("cannot write '" + path_ + "': " + std::strerror(errno));
+  }
+}
+
+namespace {
+
+void write_whole(const std::string& path, TokenFileKind kind, const std::vector<uint32_t>& tokens,
+                 int64_t vocab_size, const std::string& tokenizer) {
+  TokenFileWriter writer(path, kind, tokens.size(), vocab_size, tokenizer);
+  writer.append(tokens.data(), tokens.size());
+  writer.finish();
 }
 
 }  // namespace
 
 void write_tokens_hdf5(const std::string& path, const std::vector<uint32_t>& tokens,
                        int64_t vocab_size, const std::string& tokenizer) {
-  if (vocab_size <= 0)
-    MPITRAIN_THROW("write_tokens_hdf5: vocab_size " + std::to_string(vocab_size));
-  check_below(tokens, static_cast<uint64_t>(vocab_size), path, "the vocabulary size");
-  const hid_t file_type = vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
-  H5Handle file = create_file(path);
-  H5Handle dset = create_dataset_1d(file.get(), "tokens", file_type, tokens.size());
-  write_1d(dset.get(), H5T_NATIVE_UINT32, 0, tokens.size(), tokens.data());
-  write_attribute_int(dset.get(), "vocab_size", vocab_size);
-  write_attribute_string(dset.get(), "tokenizer", tokenizer);
-  dset.close();
-  file.close();
+  write_whole(path, TokenFileKind::Hdf5, tokens, vocab_size, tokenizer);
 }
 
 void write_llmc_shard(const std::string& path, const std::vector<uint32_t>& tokens) {
-  const auto header = llmc_header(path, kLlmcMagicU16, 1, tokens);
-  write_u16_file(path, header.data(), sizeof header, tokens);
+  write_whole(path, TokenFileKind::LlmcU16, tokens, 65536, "");
 }
 
 void write_llmc_shard_u32(const std::string& path, const std::vector<uint32_t>& tokens) {
-  const auto header = llmc_header(path, kLlmcMagicU32, 7, tokens);
-  write_token_file(path, header.data(), sizeof header, tokens);
+  write_whole(path, TokenFileKind::LlmcU32, tokens, int64_t{1} << 32, "");
 }
 
 void write_nanogpt_bin(const std::string& path, const std::vector<uint32_t>& tokens) {
-  write_u16_file(path, nullptr, 0, tokens);
+  write_whole(path, TokenFileKind::NanoGpt, tokens, 65536, "");
 }
 
 }  // namespace mpitrain

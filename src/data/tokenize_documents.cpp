@@ -1,4 +1,4 @@
-// Documents tokenized by a pool of threads, each taking the next untaken document.
+// Pieces tokenized by a pool of threads, each taking the next untaken piece.
 #include "mpitrain/data/tokenize_documents.hpp"
 
 #include <algorithm>
@@ -9,25 +9,26 @@
 
 namespace mpitrain {
 
-std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
-                                                      const std::vector<std::string>& documents,
-                                                      int threads) {
-  std::vector<std::vector<uint32_t>> tokens(documents.size());
+std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
+                                                   const std::vector<TextPiece>& pieces,
+                                                   int threads) {
+  std::vector<std::vector<uint32_t>> tokens(pieces.size());
   const std::vector<uint32_t> separator =
       tok.document_start() ? std::vector<uint32_t>{} : tok.encode("\n");
   std::atomic<size_t> next{0};
   std::mutex error_mutex;
-  std::exception_ptr error;  // that of the first document that failed, as a serial run would
-  size_t error_at = documents.size();
+  std::exception_ptr error;  // that of the first piece that failed, as a serial run would
+  size_t error_at = pieces.size();
   const auto work = [&] {
-    for (size_t i = next++; i < documents.size(); i = next++) {
+    for (size_t i = next++; i < pieces.size(); i = next++) {
       try {
         std::vector<uint32_t>& out = tokens[i];
-        if (const auto start = tok.document_start())
-          out.push_back(*start);
-        else if (i > 0)
+        const PieceStart start = pieces[i].start;
+        if (start != PieceStart::Continued && tok.document_start())
+          out.push_back(*tok.document_start());
+        else if (start == PieceStart::Document)
           out = separator;
-        const std::vector<uint32_t> body = tok.encode(documents[i]);
+        const std::vector<uint32_t> body = tok.encode(pieces[i].text);
         out.insert(out.end(), body.begin(), body.end());
       } catch (...) {
         const std::lock_guard lock(error_mutex);
@@ -38,7 +39,7 @@ std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
       }
     }
   };
-  const size_t n = std::min<size_t>(std::max(threads, 1), documents.size());
+  const size_t n = std::min<size_t>(std::max(threads, 1), pieces.size());
   std::vector<std::jthread> pool;
   for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
   work();

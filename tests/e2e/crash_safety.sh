@@ -77,37 +77,61 @@ crash_and_resume() {  # crash_and_resume NP RANK PHASE WANT_LOSS TRAINER_ARGS...
     fail "$name: after the resumed run '$got_done', not '$done_state'"
 }
 
-for np in 2 4; do
-  run_trainer "$np" "$SCRATCH/full$np.log" "$@" --keep-last 1 --out-dir "$SCRATCH/full$np"
+args=("$@")
+
+# The uninterrupted run at NP ranks: its final loss, which every resume at NP must reach, into
+# $SCRATCH/full$NP.loss.
+full_run() {  # full_run NP
+  local np=$1
+  run_trainer "$np" "$SCRATCH/full$np.log" "${args[@]}" --keep-last 1 --out-dir "$SCRATCH/full$np"
   [ "$rc" = 0 ] || { cat "$SCRATCH/full$np.log"; fail "np=$np: uninterrupted run exited $rc"; }
   [ "$(store_state "$SCRATCH/full$np/checkpoints")" = "$done_state" ] ||
     fail "np=$np: uninterrupted run left $(store_state "$SCRATCH/full$np/checkpoints")"
-  want=$(metric "$SCRATCH/full$np/metrics.jsonl" loss | tail -1)
-  for ASYNC in "" $([ "$np" = 2 ] && echo false); do
+  metric "$SCRATCH/full$np/metrics.jsonl" loss | tail -1 > "$SCRATCH/full$np.loss"
+}
+
+# One kill: crash_and_resume against the uninterrupted run at NP; ASYNC "" (the default) or false.
+crash_case() {  # crash_case NP RANK PHASE [ASYNC]
+  ASYNC=${4:-}
+  crash_and_resume "$1" "$2" "$3" "$(cat "$SCRATCH/full$1.loss")" "${args[@]}" \
+    ${ASYNC:+--async-save $ASYNC}
+}
+
+# Damaged checkpoints: truncate the newest, flip one byte of the next one's data; resume must
+# name both and fall back to step 2. The run to damage keeps all three (--keep-last 0).
+keep_all_run() {
+  run_trainer 2 "$SCRATCH/keep-all.log" "${args[@]}" --keep-last 0 --out-dir "$SCRATCH/keep-all"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/keep-all.log"; fail "--keep-last 0 run exited $rc"; }
+}
+damaged_case() {
+  local dir="$SCRATCH/keep-all/checkpoints" newest second offset
+  ls "$dir"
+  newest=$(ls -d "$dir"/step-* | sort | tail -1)
+  second=$(ls -d "$dir"/step-* | sort | tail -2 | head -1)
+  truncate -s "$(( $(stat -c %s "$newest/checkpoint.h5") / 2 ))" "$newest/checkpoint.h5"
+  offset=$(h5dump -p -H -d /params/h.1.mlp.fc.weight "$second/checkpoint.h5" | sed -n 's/ *OFFSET \([0-9]*\)/\1/p')
+  [ -n "$offset" ] || fail "could not find the data offset of a dataset"
+  printf '\xff' | dd of="$second/checkpoint.h5" bs=1 seek="$((offset + 7))" conv=notrunc status=none
+  run_trainer 2 "$SCRATCH/damaged.log" "${args[@]}" --keep-last 0 --out-dir "$SCRATCH/keep-all" --resume auto --steps 8
+  [ "$rc" = 0 ] || { cat "$SCRATCH/damaged.log"; fail "resume over damaged checkpoints exited $rc"; }
+  grep -E "checkpoint:|resumed" "$SCRATCH/damaged.log" || true
+  grep -q "$(basename "$newest")" "$SCRATCH/damaged.log" || fail "the truncated checkpoint was not named"
+  grep -q "h.1.mlp.fc.weight" "$SCRATCH/damaged.log" || fail "the corrupted dataset was not named"
+  grep -q "resumed from step 2" "$SCRATCH/damaged.log" || fail "did not fall back to step 2"
+}
+
+# The cases are independent (a directory each) and mostly wait (mpirun's start, fsync, the
+# killed rank's peers): the three runs first, then the 33 cases four at a time.
+run_cases 3 "full_run 2" "full_run 4" keep_all_run
+cases=(damaged_case)
+for np in 2 4; do
+  for async in "" $([ "$np" = 2 ] && echo false); do
     for phase in staged write close rename latest prune; do
-      crash_and_resume "$np" 0 "$phase" "$want" "$@" ${ASYNC:+--async-save $ASYNC}
+      cases+=("crash_case $np 0 $phase $async")
       if [ "$np" = 2 ] || [ "$phase" = write ] || [ "$phase" = close ]; then
-        crash_and_resume "$np" $((np - 1)) "$phase" "$want" "$@" ${ASYNC:+--async-save $ASYNC}
+        cases+=("crash_case $np $((np - 1)) $phase $async")
       fi
     done
   done
 done
-
-# Damaged checkpoints: truncate the newest, flip one byte of the next one's data; resume must
-# name both and fall back to step 2.
-run_trainer 2 "$SCRATCH/keep-all.log" "$@" --keep-last 0 --out-dir "$SCRATCH/keep-all"
-[ "$rc" = 0 ] || { cat "$SCRATCH/keep-all.log"; fail "--keep-last 0 run exited $rc"; }
-dir="$SCRATCH/keep-all/checkpoints"
-ls "$dir"
-newest=$(ls -d "$dir"/step-* | sort | tail -1)
-second=$(ls -d "$dir"/step-* | sort | tail -2 | head -1)
-truncate -s "$(( $(stat -c %s "$newest/checkpoint.h5") / 2 ))" "$newest/checkpoint.h5"
-offset=$(h5dump -p -H -d /params/h.1.mlp.fc.weight "$second/checkpoint.h5" | sed -n 's/ *OFFSET \([0-9]*\)/\1/p')
-[ -n "$offset" ] || fail "could not find the data offset of a dataset"
-printf '\xff' | dd of="$second/checkpoint.h5" bs=1 seek="$((offset + 7))" conv=notrunc status=none
-run_trainer 2 "$SCRATCH/damaged.log" "$@" --keep-last 0 --out-dir "$SCRATCH/keep-all" --resume auto --steps 8
-[ "$rc" = 0 ] || { cat "$SCRATCH/damaged.log"; fail "resume over damaged checkpoints exited $rc"; }
-grep -E "checkpoint:|resumed" "$SCRATCH/damaged.log" || true
-grep -q "$(basename "$newest")" "$SCRATCH/damaged.log" || fail "the truncated checkpoint was not named"
-grep -q "h.1.mlp.fc.weight" "$SCRATCH/damaged.log" || fail "the corrupted dataset was not named"
-grep -q "resumed from step 2" "$SCRATCH/damaged.log" || fail "did not fall back to step 2"
+run_cases 4 "${cases[@]}"

@@ -10,9 +10,15 @@
 #    dp P (ratio in [0.95, 1.05] x that: a bucket's 1% is a whole number of values).
 #    Uncompressed itself: dp 4 sends 2 (3/4) / (2 (1/2)) = 1.5 x what dp 2 sends, exactly.
 #  - convergence, at dp 2 over 60 steps: the mean of the last 10 losses against uncompressed.
-#    bf16/fp16 round every gradient once per sync (relative 2^-9 / 2^-12): measured 2e-4 and
-#    3e-4 relative (AMD EPYC, AVX2), allowed 0.1%. int8 and topk drop far more per step but carry error feedback, so
-#    the dropped part arrives later: measured 0.86% (int8) and 0.81% (topk), allowed 3%.
+#    bf16/fp16 round every gradient once per sync (relative 2^-9 / 2^-12), and the runs part as
+#    in mixed_precision.sh: the sample data's sensitive batches (steps 48, 55 and 58) move one
+#    step's loss by up to 3.3%. Measured on an AMD EPYC Zen 5, --seed 0, 1, 2: bf16 6.7e-3,
+#    4.8e-3, 4.5e-5; fp16 2.2e-4, 2.8e-3, 6e-7 (on the former tail split's data 2.5e-4 and
+#    2.7e-4), allowed 2%. int8 and topk drop far more per step but carry error feedback, so the
+#    dropped part arrives later: measured int8 0.16%, 0.32%, 0.04% and topk 1.6%, 1.4%, 2.3% at
+#    --seed 0, 1, 2 (0.86% and 0.81% on the former data), allowed 3%. A broken format shows
+#    (bf16 blocks holding fp16's bits: 63%), a bias below the noise does not (bf16 rounded towards
+#    zero: 0.43%; topk without its error feedback: 1.3%).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 steps=60 steps4=4
 for dp in 2 4; do
@@ -51,7 +57,7 @@ for dp in 2 4; do
 done
 last10() { tail -10 "$SCRATCH/$1.loss" | awk '{s+=$1} END{printf "%.6f\n", s/NR}'; }
 ref_loss=$(last10 none-dp2)
-for spec in bf16:0.001 fp16:0.001 int8:0.03 topk:0.03; do
+for spec in bf16:0.02 fp16:0.02 int8:0.03 topk:0.03; do
   IFS=: read -r mode tol <<< "$spec"
   l=$(last10 "$mode-dp2")
   rel=$(awk -v a="$l" -v r="$ref_loss" 'BEGIN{d=(a-r)/r; if(d<0)d=-d; printf "%.4f", d}')

@@ -3,15 +3,16 @@
 #  - bf16 and fp16 follow the fp32 loss curve. Rounding every activation to bf16 (8 significant
 #    bits, relative step 3.9e-3) perturbs each step's loss by ~1e-3 relative (a sum of many
 #    independent roundings), and the runs drift apart slowly as their weights diverge. The mean
-#    of the last 10 losses, relative to fp32's, measured: bf16 5.6e-4 (Zen 4, AVX512-BF16),
-#    1.5e-4 (AMD EPYC, AVX2), 9.0e-4 (same, OPENBLAS_CORETYPE=Sandybridge) and 5.0e-3 (an Intel
-#    Xeon with AMX, whose bf16 GEMMs oneDNN runs on AMX tiles; 2.2e-3 with
-#    ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, 2.1e-3 with AVX2: by step 50 the bf16 runs' losses
-#    differ from each other as much as from fp32's, the trajectories having parted); fp16 3.9e-4,
-#    1.3e-4, 1.3e-4 and 3.5e-4. We allow 1.5e-2 and 1.5e-3: about 3 times the largest, far below
-#    what a broken path does (a lost loss scale, truncation instead of rounding, an unscaled
-#    fp16 overflow move it by >10% or to NaN); each run is deterministic, only the CPU's kernels
-#    vary.
+#    of the last 10 losses, relative to fp32's. A few batches of the sample data are sensitive
+#    (since prepare-data's seeded split: those of steps 48, 55 and 58): there one step's loss
+#    moves by up to 3% between runs whose weights differ by roundings, while the other steps
+#    differ by 1e-5 to 1e-3; the mean moves by up to ~0.4% when such a batch is among the last
+#    10. Measured on an AMD EPYC Zen 5 (AVX-512 BF16), --seed 0, 1, 2: bf16 1.5e-3, 3.8e-3,
+#    1.6e-4; fp16 4.3e-3, 1.4e-3, 1.1e-5 (on the former tail split's data: bf16 1.6e-3, fp16
+#    8.5e-4; bf16 up to 5.0e-3 on an Intel Xeon whose bf16 GEMMs oneDNN runs on AMX tiles). We
+#    allow 1.5e-2 for both: about 3 times the largest; each run is deterministic, only the CPU's
+#    kernels vary. A broken format shows (fp16 stored with bf16's bits: 1.32, a non-finite loss:
+#    NaN), but a bias below the noise does not (fp16 storage rounded towards zero: 4.2e-3).
 #  - fp16 dynamic loss scaling: starts at 2^16, doubles after each --loss-scale-window clean steps.
 #  - an injected overflow (MPITRAIN_FAULT=nan:...) under fp16 skips exactly that step on every
 #    rank: the parameters after 3 steps with step 3 overflowing equal those after 2 steps, on a
@@ -30,7 +31,7 @@ for p in fp32 bf16 fp16; do
 done
 last10() { tail -10 "$1" | awk '{s+=$1} END{printf "%.6f\n", s/NR}'; }
 ref=$(last10 "$SCRATCH/fp32.loss")
-for pair in bf16:0.015 fp16:0.0015; do
+for pair in bf16:0.015 fp16:0.015; do
   p=${pair%:*} tol=${pair#*:}
   mean=$(last10 "$SCRATCH/$p.loss")
   rel=$(awk -v a="$mean" -v b="$ref" 'BEGIN{d=(a-b)/b; if(d<0)d=-d; printf "%.4g", d}')

@@ -182,3 +182,34 @@ stop_launcher() {  # stop_launcher NAME SIGNAL LAUNCHER...
   set -e
   expect_stop_saved "$name" "$code" "$out" "$log" "$steps_seen" "${stop_args[@]}"
 }
+
+# Runs independent cases of one script side by side, at most MAX at a time: each CASE is a
+# command line (a function of the script and its arguments) run in a subshell of its own, its
+# output kept apart and printed whole, in the given order, as soon as it and those before it have
+# ended. For cases whose time is waiting (mpirun's start, fsync, a peer's exit), not CPU. Fails
+# naming every case that failed (its own FAIL line is in its output).
+run_cases() {  # run_cases MAX CASE...
+  local max=$1; shift
+  local cases=("$@") pids=() failed=() started=0 printed=0 running p code outs
+  outs=$(mktemp -d "$SCRATCH/cases.XXXXXX")
+  while [ "$printed" -lt "${#cases[@]}" ]; do
+    running=0
+    for p in "${pids[@]:printed}"; do kill -0 "$p" 2> /dev/null && running=$((running + 1)); done
+    if [ "$started" -lt "${#cases[@]}" ] && [ "$running" -lt "$max" ]; then
+      (eval "${cases[started]}") > "$outs/$started" 2>&1 &
+      pids+=($!)
+      started=$((started + 1))
+    elif [ "$printed" -lt "$started" ] && ! kill -0 "${pids[printed]}" 2> /dev/null; then
+      set +e
+      wait "${pids[printed]}"
+      code=$?
+      set -e
+      cat "$outs/$printed"
+      [ "$code" = 0 ] || failed+=("'${cases[printed]}' (exit $code)")
+      printed=$((printed + 1))
+    else
+      sleep 0.1
+    fi
+  done
+  [ "${#failed[@]}" = 0 ] || fail "${#failed[@]} of ${#cases[@]} cases failed: ${failed[*]}"
+}

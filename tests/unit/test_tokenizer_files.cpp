@@ -150,16 +150,20 @@ TEST_F(TokenizerFilesTest, LlmcUint32ShardReadsBack) {
   EXPECT_EQ(std::vector<uint32_t>(back.begin(), back.end()), tokens);
 }
 
-TEST(TokenizeDocuments, ThreadsGiveTheSerialResult) {
-  std::vector<std::string> docs;
+TEST(TokenizePieces, ThreadsGiveTheSerialResult) {
+  std::vector<TextPiece> docs;
   for (int i = 0; i < 9; ++i)
-    docs.push_back(std::string(1000 + 37 * i, static_cast<char>('a' + i)));
+    docs.push_back({std::string(1000 + 37 * i, static_cast<char>('a' + i)),
+                    i == 0   ? PieceStart::Corpus
+                    : i == 2 ? PieceStart::Continued
+                             : PieceStart::Document});
   const ByteTokenizer tok;
-  const auto serial = tokenize_documents(tok, docs, 1);
-  EXPECT_EQ(tokenize_documents(tok, docs, 4), serial);
+  const auto serial = tokenize_pieces(tok, docs, 1);
+  EXPECT_EQ(tokenize_pieces(tok, docs, 4), serial);
   ASSERT_EQ(serial.size(), docs.size());
-  EXPECT_EQ(serial[0].size(), docs[0].size());  // no separator before the first document
+  EXPECT_EQ(serial[0].size(), docs[0].text.size());  // no separator before the first document
   EXPECT_EQ(serial[1].front(), static_cast<uint32_t>('\n'));
+  EXPECT_EQ(serial[2].size(), docs[2].text.size());  // none inside a document
 }
 
 }  // namespace

@@ -3,13 +3,49 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "mpitrain/io/hdf5.hpp"
+
 namespace mpitrain {
 
-// HDF5: dataset /tokens, uint16 if vocab_size <= 65536 else uint32 (contiguous, uncompressed),
-// attributes vocab_size and tokenizer on /tokens. Every token must be < vocab_size.
+// How a token file stores its tokens.
+enum class TokenFileKind {
+  Hdf5,     // dataset /tokens, uint16 if vocab_size <= 65536 else uint32, contiguous, uncompressed,
+            // attributes vocab_size and tokenizer on /tokens
+  LlmcU16,  // llm.c shard, magic 20240520 version 1, uint16
+  LlmcU32,  // llm.c shard, magic 20240801 version 7, uint32 (vocabularies beyond uint16)
+  NanoGpt,  // raw uint16, no header
+};
+
+// A token file of a known token count written block by block, in bounded memory: append() the
+// tokens in order, then finish(). Every token must be < vocab_size and fit the kind's element;
+// Error (naming the file and the token's position) if one does not, or if the count differs.
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& path, TokenFileKind kind, uint64_t count, int64_t vocab_size,
+                  const std::string& tokenizer);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  void append(const uint32_t* tokens, size_t n);
+  void finish();  // closes the file (Error if fewer than `count` tokens were appended)
+
+ private:
+  std::string path_;
+  TokenFileKind kind_;
+  uint64_t count_, written_ = 0;
+  uint64_t limit_;                                                   // every token is below it
+  std::unique_ptr<FILE, int (*)(FILE*)> bin_{nullptr, std::fclose};  // the .bin kinds
+  H5Handle h5_file_, h5_tokens_;                                     // Hdf5
+};
+
+// The whole of `tokens` to one file of each kind.
+// HDF5: every token must be < vocab_size.
 void write_tokens_hdf5(const std::string& path, const std::vector<uint32_t>& tokens,
                        int64_t vocab_size, const std::string& tokenizer);
 

@@ -1,19 +1,19 @@
-// Tokenizing a corpus of documents (prepare-data's input files), several at a time.
+// Tokenizing a corpus's pieces (prepare-data's input), several at a time.
 #pragma once
 
-#include <string>
 #include <vector>
 
+#include "mpitrain/data/corpus_reader.hpp"
 #include "mpitrain/data/tokenizer.hpp"
 
 namespace mpitrain {
 
-// The tokens of each document: tok.document_start() before each one, or, for a tokenizer without
-// one, the tokens of "\n" between documents. `threads` workers take whole documents, so the
-// result is the same for any thread count. The error of the first document that
-// fails is rethrown here.
-std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
-                                                      const std::vector<std::string>& documents,
-                                                      int threads);
+// The tokens of each piece: tok.document_start() before each one that starts a document, or, for
+// a tokenizer without one, the tokens of "\n" before each one that starts a document after the
+// first. `threads` workers take whole pieces, so the result is the same for any thread count.
+// The error of the first piece that fails is rethrown here.
+std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
+                                                   const std::vector<TextPiece>& pieces,
+                                                   int threads);
 
 }  // namespace mpitrain
