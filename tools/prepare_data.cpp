@@ -1,12 +1,14 @@
 // prepare-data: text files -> token files for training (train + val split), with their tokenizer.
 //
-//   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece] [--gpt2-vocab DIR]
+//   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece|PATH] [--gpt2-vocab DIR]
 //   [--tokenizer-model FILE | --vocab-size N [--sp-model-type bpe|unigram]] [--val-fraction 0.05]
 //   [--format hdf5|llmc|nanogpt] [--threads N] [--shard-tokens N] [--overwrite] FILE...
 //
 // Each input file is one document. bytes: the files' bytes with '\n' between files; gpt2 and
 // sentencepiece: <|endoftext|> (llm.c's fineweb shards) or the model's BOS (Llama) before each
-// document. The first (1-f) of the tokens become DIR/train.* (or, with --shard-tokens,
+// document. PATH: a tokenizer as load_tokenizer reads it (data/tokenizer.hpp), e.g. a Hugging
+// Face tokenizer.json or its directory: its bos_token before and eos_token after each document
+// (data/hf_tokenizer.hpp). The first (1-f) of the tokens become DIR/train.* (or, with --shard-tokens,
 // DIR/train_000000.* ... of at most N tokens each), the last f DIR/val.* (.h5 for HDF5, .bin for
 // llm.c and nanoGPT), each at least 2 tokens; DIR/tokenizer.json and copies of the tokenizer's
 // files record the tokenizer (data/tokenizer.hpp). --threads tokenizes that many files at once;
@@ -61,8 +63,11 @@ struct Options {
 void check_tokenizer_options(const Options& opt, const po::variables_map& vm) {
   const bool gpt2 = opt.tokenizer == Gpt2Tokenizer::kName;
   const bool sp = opt.tokenizer == SentencePieceTokenizer::kName;
-  require(gpt2 || sp || opt.tokenizer == ByteTokenizer::kName,
-          "--tokenizer '" + opt.tokenizer + "' is not one of bytes, gpt2, sentencepiece");
+  std::error_code ec;
+  require(gpt2 || sp || opt.tokenizer == ByteTokenizer::kName || fs::exists(opt.tokenizer, ec),
+          "--tokenizer '" + opt.tokenizer +
+              "' is not one of bytes, gpt2, sentencepiece, nor a tokenizer file or directory "
+              "(e.g. a Hugging Face tokenizer.json)");
   require(!gpt2 || !opt.gpt2_vocab.empty(),
           "--tokenizer gpt2 needs --gpt2-vocab DIR (GPT-2's encoder.json and vocab.bpe; "
           "tools/fetch-gpt2-vocab.sh DIR gets them)");
@@ -98,8 +103,9 @@ bool parse_options(int argc, char** argv, Options& opt) {
       "hdf5 (train.h5/val.h5), llmc or nanogpt (train.bin/val.bin); llmc writes uint32 tokens "
       "(version 7) for a vocabulary beyond 65536, nanogpt refuses one");
   add("tokenizer", po::value(&opt.tokenizer)->default_value("bytes"),
-      "bytes (one token per byte), gpt2 (byte-level BPE, <|endoftext|> before each file) or "
-      "sentencepiece (BOS before each file)");
+      "bytes (one token per byte), gpt2 (byte-level BPE, <|endoftext|> before each file), "
+      "sentencepiece (BOS before each file), or the PATH of a tokenizer (a Hugging Face "
+      "tokenizer.json or its directory: its bos_token before and eos_token after each file)");
   add("gpt2-vocab", po::value(&opt.gpt2_vocab), "gpt2: directory with encoder.json and vocab.bpe");
   add("tokenizer-model", po::value(&opt.tokenizer_model),
       "sentencepiece: a .model file to use (e.g. a Llama tokenizer.model)");
@@ -199,7 +205,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt, const std::vector<
     train_sentencepiece(texts, opt.vocab_size, opt.sp_model_type, model);
     return std::make_unique<SentencePieceTokenizer>(model);
   }
-  return std::make_unique<ByteTokenizer>();
+  if (opt.tokenizer == ByteTokenizer::kName) return std::make_unique<ByteTokenizer>();
+  return load_tokenizer(opt.tokenizer);
 }
 
 // The vocabulary that a format can hold; UsageError before any work if the tokenizer's is larger.
@@ -219,6 +226,16 @@ void write_tokens(const std::string& path, const std::vector<uint32_t>& tokens, 
     write_llmc_shard(path, tokens);
   else
     write_nanogpt_bin(path, tokens);
+}
+
+// ", documents: <start> ... <end>" with the tokens around each document, "" if none.
+std::string document_marks(const Tokenizer& tok) {
+  const auto mark = [&](std::optional<uint32_t> id) {
+    const auto i = static_cast<int32_t>(id.value_or(0));
+    return id ? tok.decode(&i, 1) : std::string();
+  };
+  if (!tok.document_start() && !tok.document_end()) return "";
+  return ", documents: " + mark(tok.document_start()) + " ... " + mark(tok.document_end());
 }
 
 // Each file needs an input token and its next-token target.
@@ -354,8 +371,8 @@ int run(int argc, char** argv) {
   for (const auto& f : token_files)
     std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.end - f.begin
               << " tokens -> " << (dir / f.name).string() << "\n";
-  std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size() << ") -> "
-            << (dir / kTokenizerFile).string() << "\n";
+  std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size()
+            << document_marks(*tok) << ") -> " << (dir / kTokenizerFile).string() << "\n";
   return kExitOk;
 }
 

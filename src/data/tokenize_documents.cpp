@@ -13,8 +13,8 @@ std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
                                                       const std::vector<std::string>& documents,
                                                       int threads) {
   std::vector<std::vector<uint32_t>> tokens(documents.size());
-  const std::vector<uint32_t> separator =
-      tok.document_start() ? std::vector<uint32_t>{} : tok.encode("\n");
+  const bool marked = tok.document_start() || tok.document_end();
+  const std::vector<uint32_t> separator = marked ? std::vector<uint32_t>{} : tok.encode("\n");
   std::atomic<size_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;  // that of the first document that failed, as a serial run would
@@ -25,10 +25,11 @@ std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
         std::vector<uint32_t>& out = tokens[i];
         if (const auto start = tok.document_start())
           out.push_back(*start);
-        else if (i > 0)
+        else if (i > 0 && !marked)
           out = separator;
         const std::vector<uint32_t> body = tok.encode(documents[i]);
         out.insert(out.end(), body.begin(), body.end());
+        if (const auto end = tok.document_end()) out.push_back(*end);
       } catch (...) {
         const std::lock_guard lock(error_mutex);
         if (i < error_at) {

@@ -8,10 +8,10 @@
 
 namespace mpitrain {
 
-// The tokens of each document: tok.document_start() before each one, or, for a tokenizer without
-// one, the tokens of "\n" between documents. `threads` workers take whole documents, so the
-// result is the same for any thread count. The error of the first document that
-// fails is rethrown here.
+// The tokens of each document: tok.document_start() before each one and tok.document_end() after
+// it, or, for a tokenizer with neither, the tokens of "\n" between documents. `threads` workers
+// take whole documents, so the result is the same for any thread count. The error of the first
+// document that fails is rethrown here.
 std::vector<std::vector<uint32_t>> tokenize_documents(const Tokenizer& tok,
                                                       const std::vector<std::string>& documents,
                                                       int threads);
