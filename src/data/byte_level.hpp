@@ -38,6 +38,7 @@ class BpeMerges {
   // A later merge of the same pair replaces an earlier one (as encoder.py's and Hugging Face's
   // dictionaries do).
   void add(uint32_t left, uint32_t right, uint32_t merged);
+  void reserve(size_t n) { merges_.reserve(n); }
   size_t size() const { return merges_.size(); }
   // Merges the adjacent pair of lowest rank, everywhere it occurs, until no pair has a rank.
   void apply(std::vector<uint32_t>& word) const;

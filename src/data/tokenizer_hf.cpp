@@ -3,7 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "hf_model.hpp"
+#include "hf_tokenizer_model.hpp"
 #include "mpitrain/data/hf_tokenizer.hpp"
 #include "unicode_nfc.hpp"
 
@@ -101,6 +101,31 @@ std::vector<Segment> apply_behavior(std::vector<Segment> segs, PreTokenizerStep:
   return out;
 }
 
+// Reads JSON until the top level's first key "model" or "name" (which a descriptor has, and a
+// tokenizer.json not): those come before the vocabulary, so the rest is never parsed.
+struct TopLevelKey : nlohmann::json_sax<nlohmann::json> {
+  std::string found;
+  int depth = 0;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& key) override {
+    if (depth == 1 && (key == "model" || key == "name")) found = key;
+    return found.empty();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
+
 }  // namespace
 
 HfTokenizer::HfTokenizer(std::unique_ptr<const HfModel> model) : m_(std::move(model)) {}
@@ -113,17 +138,9 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_files(const std::string& tokenize
 
 bool HfTokenizer::is_hf_tokenizer_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  bool model = false, name = false;
-  // Only the top level's keys are looked at; everything below is skipped as it is parsed.
-  const auto top_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& key) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1) {
-      model = model || key == "model";
-      name = name || key == "name";
-    }
-    return depth == 0 && event != nlohmann::json::parse_event_t::key;
-  };
-  const auto j = nlohmann::json::parse(in, top_keys, /*allow_exceptions=*/false);
-  return !j.is_discarded() && model && !name;
+  TopLevelKey sax;
+  nlohmann::json::sax_parse(in, &sax);
+  return sax.found == "model";
 }
 
 int64_t HfTokenizer::vocab_size() const { return m_->vocab_size; }

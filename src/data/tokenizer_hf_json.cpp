@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "hf_model.hpp"
+#include "hf_tokenizer_model.hpp"
 #include "mpitrain/data/hf_tokenizer.hpp"
 #include "mpitrain/io/text_file.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -108,14 +108,18 @@ void read_bpe(const Fields& f, const json& model, HfModel& m) {
 
   f.check(model.contains("vocab") && model["vocab"].is_object() && !model["vocab"].empty(),
           "model.vocab", "must be a non-empty object {token: id}");
+  m.vocab.reserve(model["vocab"].size());
+  // (The messages are made only for a field that fails: a vocabulary has 10^5 tokens.)
   for (const auto& [token, id] : model["vocab"].items()) {
-    const uint32_t i = f.id(id, "model.vocab[\"" + token + "\"]");
+    const bool valid = id.is_number_unsigned() && id.get<uint64_t>() < (1u << 31);
+    const uint32_t i = valid ? id.get<uint32_t>() : f.id(id, "model.vocab[\"" + token + "\"]");
     m.vocab.emplace(token, i);
     if (i >= m.decoded.size()) {
       m.decoded.resize(i + 1);
       m.known.resize(i + 1);
     }
-    f.check(!m.known[i], "model.vocab[\"" + token + "\"]", "repeats id " + std::to_string(i));
+    if (m.known[i])
+      f.check(false, "model.vocab[\"" + token + "\"]", "repeats id " + std::to_string(i));
     m.known[i] = true;
     // The ByteLevel decoder: the alphabet's bytes, or the token's own when it is not in it.
     if (!m.alphabet.bytes_of(token, m.decoded[i])) m.decoded[i] = token;
@@ -129,27 +133,31 @@ void read_bpe(const Fields& f, const json& model, HfModel& m) {
 
   f.check(model.contains("merges") && model["merges"].is_array(), "model.merges",
           "must be an array of \"left right\" or [left, right]");
+  m.merges.reserve(model["merges"].size());
   size_t n = 0;
+  std::string left, right;
   for (const json& merge : model["merges"]) {
-    const std::string field = "model.merges[" + std::to_string(n++) + "]";
-    std::string left, right;
+    const auto bad = [&](const std::string& what) {
+      f.check(false, "model.merges[" + std::to_string(n) + "]", "= " + merge.dump() + " " + what);
+    };
     if (merge.is_string()) {
-      const std::string s = merge.get<std::string>();
+      const std::string& s = merge.get_ref<const std::string&>();
       const auto space = s.find(' ');
-      f.check(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, field,
-              "= " + merge.dump() + " is not \"left right\"");
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+        bad("is not \"left right\"");
+      left.assign(s, 0, space);
+      right.assign(s, space + 1);
     } else {
-      f.check(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(),
-              field, "= " + merge.dump() + " is not \"left right\" or [left, right]");
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
+      if (!merge.is_array() || merge.size() != 2 || !merge[0].is_string() || !merge[1].is_string())
+        bad("is not \"left right\" or [left, right]");
+      left = merge[0].get_ref<const std::string&>();
+      right = merge[1].get_ref<const std::string&>();
     }
     const auto l = m.vocab.find(left), r = m.vocab.find(right), lr = m.vocab.find(left + right);
-    f.check(l != m.vocab.end() && r != m.vocab.end() && lr != m.vocab.end(), field,
-            "= " + merge.dump() + " merges tokens that model.vocab does not hold");
+    if (l == m.vocab.end() || r == m.vocab.end() || lr == m.vocab.end())
+      bad("merges tokens that model.vocab does not hold");
     m.merges.add(l->second, r->second, lr->second);
+    ++n;
   }
 }
 
