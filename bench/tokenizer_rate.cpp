@@ -10,6 +10,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -73,7 +74,7 @@ int run(int argc, char** argv) {
 
   std::printf("%.2f MB of text in %zu documents, 1 thread, best of %d\n", text.size() / 1e6,
               docs.size(), repeats);
-  std::printf("%-50s %8s %8s %12s %8s\n", "tokenizer", "load s", "MB/s", "bytes/token",
+  std::printf("%-30s %8s %8s %12s %8s\n", "tokenizer", "load s", "MB/s", "bytes/token",
               "ratio");
   double first = 0;
   for (const std::string& path : tokenizers) {
@@ -88,7 +89,8 @@ int run(int argc, char** argv) {
     });
     const double rate = text.size() / 1e6 / seconds;
     if (first == 0) first = rate;
-    std::printf("%-50s %8.2f %8.2f %12.2f %8.2f\n", (tok->name() + " " + path).c_str(), load,
+    const std::string name = tok->name() + " " + std::filesystem::path(path).filename().string();
+    std::printf("%-30s %8.2f %8.2f %12.2f %8.2f\n", name.c_str(), load,
                 rate, static_cast<double>(text.size()) / tokens, rate / first);
   }
   return kExitOk;

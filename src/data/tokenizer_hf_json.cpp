@@ -1,6 +1,7 @@
 // Hugging Face tokenizer.json (and tokenizer_config.json) read into an HfModel. Every key is
 // either run or refused: a setting this reader does not know is a UsageError naming it.
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -189,17 +190,24 @@ std::unordered_map<std::string, uint32_t> read_added_tokens(const Fields& f, con
   return added;
 }
 
+// A {"type": "Sequence", key: [...]}: read(item, its field) for each item.
+template <class Read>
+void read_sequence(const Fields& f, const json& obj, const std::string& field, const char* key,
+                   Read read) {
+  f.only_keys(obj, field, {"type", key});
+  const std::string items = field + "." + key;
+  f.check(obj.contains(key) && obj[key].is_array(), items, "must be an array");
+  for (size_t i = 0; i < obj[key].size(); ++i)
+    read(obj[key][i], items + "[" + std::to_string(i) + "]");
+}
+
 void read_normalizer(const Fields& f, const json& n, const std::string& field, HfModel& m) {
   if (n.is_null()) return;
   const std::string type = f.type(n, field);
-  if (type == "Sequence") {
-    f.only_keys(n, field, {"type", "normalizers"});
-    f.check(n.contains("normalizers") && n["normalizers"].is_array(), field + ".normalizers",
-            "must be an array");
-    for (size_t i = 0; i < n["normalizers"].size(); ++i)
-      read_normalizer(f, n["normalizers"][i], field + ".normalizers[" + std::to_string(i) + "]", m);
-    return;
-  }
+  if (type == "Sequence")
+    return read_sequence(f, n, field, "normalizers", [&](const json& item, const std::string& at) {
+      read_normalizer(f, item, at, m);
+    });
   f.refuse_unless(type == "NFC", field + ".type", type);
   f.only_keys(n, field, {"type"});
   m.nfc = true;
@@ -209,15 +217,10 @@ void read_pre_tokenizer(const Fields& f, const json& p, const std::string& field
                         bool& byte_level) {
   f.check(!byte_level, field, "follows the ByteLevel pre-tokenizer, which must come last");
   const std::string type = f.type(p, field);
-  if (type == "Sequence") {
-    f.only_keys(p, field, {"type", "pretokenizers"});
-    f.check(p.contains("pretokenizers") && p["pretokenizers"].is_array(), field + ".pretokenizers",
-            "must be an array");
-    for (size_t i = 0; i < p["pretokenizers"].size(); ++i)
-      read_pre_tokenizer(f, p["pretokenizers"][i], field + ".pretokenizers[" + std::to_string(i) + "]",
-                         m, byte_level);
-    return;
-  }
+  if (type == "Sequence")
+    return read_sequence(f, p, field, "pretokenizers", [&](const json& item, const std::string& at) {
+      read_pre_tokenizer(f, item, at, m, byte_level);
+    });
   if (type == "ByteLevel") {
     f.only_keys(p, field, {"type", "add_prefix_space", "trim_offsets", "use_regex"});
     if (f.flag(p, field, "add_prefix_space", true)) m.pre_tokenizer.push_back({nullptr, {}});
@@ -260,14 +263,10 @@ struct Template {
 void read_post_processor(const Fields& f, const json& p, const std::string& field, Template& t) {
   if (p.is_null()) return;
   const std::string type = f.type(p, field);
-  if (type == "Sequence") {
-    f.only_keys(p, field, {"type", "processors"});
-    f.check(p.contains("processors") && p["processors"].is_array(), field + ".processors",
-            "must be an array");
-    for (size_t i = 0; i < p["processors"].size(); ++i)
-      read_post_processor(f, p["processors"][i], field + ".processors[" + std::to_string(i) + "]", t);
-    return;
-  }
+  if (type == "Sequence")
+    return read_sequence(f, p, field, "processors", [&](const json& item, const std::string& at) {
+      read_post_processor(f, item, at, t);
+    });
   if (type == "ByteLevel") {  // offsets only
     f.only_keys(p, field, {"type", "add_prefix_space", "trim_offsets", "use_regex"});
     return;
