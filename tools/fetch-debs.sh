@@ -2,7 +2,7 @@
 # Downloads (does not install) the Debian packages that building and running mpitrain needs on a
 # machine that has a compiler, CMake and CUDA but no package registry and no MPI — a GPU node:
 # Open MPI, parallel HDF5, Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json,
-# SentencePiece, PCRE2's headers, and
+# SentencePiece, PCRE2's and ICU's headers, and
 # the libraries they load, minus what every Linux system has (C and C++ runtimes, zlib, OpenSSL).
 # bench/gpu/run.sh unpacks them with `dpkg -x` into a prefix there and points CMake at it.
 #
@@ -17,7 +17,7 @@ DIR=${1:-third_party/debs}
 # for the tests and benchmarks over several ranks; the sample corpus the tests train on.
 DEV=(libopenmpi-dev libhdf5-openmpi-dev libboost-program-options1.74-dev libboost1.74-dev
      libgtest-dev libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libsentencepiece-dev
-     libpcre2-dev openmpi-bin openmpi-common fortunes fortunes-min)
+     libpcre2-dev libicu-dev openmpi-bin openmpi-common fortunes fortunes-min)
 # The runtime libraries behind them; their dependencies are added below.
 RUNTIME=(libopenmpi3 libhdf5-openmpi-103-1 libboost-program-options1.74.0 libopenblas0-openmp
          libdnnl2 libsentencepiece0)

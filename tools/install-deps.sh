@@ -13,7 +13,7 @@
 #                                 test the report (e.g. "hdf5,gtest"); never installs anything
 set -euo pipefail
 
-readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl json sentencepiece pcre2 fortunes
+readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl json sentencepiece pcre2 icu fortunes
                 matplotlib torch node)
 
 # Per dependency: what it is, its Debian packages, a typical module name, a Spack spec.
@@ -30,6 +30,7 @@ declare -A WHAT=(
   [json]="nlohmann-json (Hugging Face export)"
   [sentencepiece]="SentencePiece + spm_encode (tokenizers)"
   [pcre2]="PCRE2 (GPT-2 tokenizer's pre-tokenizer)"
+  [icu]="ICU (NFC of Hugging Face tokenizers)"
   [fortunes]="fortunes text (the sample data)"
   [matplotlib]="matplotlib for Python 3 (tools/plot)"
   [torch]="PyTorch for Python 3 (tests: the HF export's reference)"
@@ -48,6 +49,7 @@ declare -A APT=(
   [json]="nlohmann-json3-dev"
   [sentencepiece]="libsentencepiece-dev sentencepiece"
   [pcre2]="libpcre2-dev"
+  [icu]="libicu-dev"
   [fortunes]="fortunes"
   [matplotlib]="python3-matplotlib"
   [torch]="python3-torch"
@@ -66,6 +68,7 @@ declare -A MODULE=(
   [json]="-"
   [sentencepiece]="sentencepiece"
   [pcre2]="pcre2"
+  [icu]="icu"
   [fortunes]="-"
   [matplotlib]="python"
   [torch]="pytorch"
@@ -84,6 +87,7 @@ declare -A SPACK=(
   [json]="nlohmann-json"
   [sentencepiece]="sentencepiece"
   [pcre2]="pcre2"
+  [icu]="icu4c"
   [fortunes]="-"
   [matplotlib]="py-matplotlib"
   [torch]="py-torch"
@@ -261,6 +265,10 @@ check_pcre2() {
   check_header_and_library pcre2.h libpcre2-8.so
 }
 
+check_icu() {
+  check_header_and_library unicode/normalizer2.h libicuuc.so
+}
+
 # tools/fetch-gpt2-vocab.sh runs npm; the GPT-2 known-answer test runs the reference on node.
 check_node() {
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1
@@ -375,7 +383,7 @@ main() {
   if [[ ${#MISSING[@]} -eq 0 ]]; then
     echo "install-deps: all present ($FOUND_CXX, cmake $FOUND_CMAKE, Open MPI, parallel HDF5," \
       "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json, SentencePiece, PCRE2," \
-      "fortunes, matplotlib, PyTorch, Node.js)"
+      "ICU, fortunes, matplotlib, PyTorch, Node.js)"
     return 0
   fi
 

@@ -1,6 +1,6 @@
 // prepare-data: text -> token files for training (train + val split), with their tokenizer.
 //
-//   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece] [--gpt2-vocab DIR]
+//   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece|PATH] [--gpt2-vocab DIR]
 //   [--tokenizer-model FILE | --vocab-size N [--sp-model-type bpe|unigram]] [--val-fraction 0.05]
 //   [--split-seed 0] [--input-format auto|text|jsonl] [--jsonl-field text]
 //   [--format hdf5|llmc|nanogpt] [--threads N] [--shard-tokens N] [--progress-seconds 10]
@@ -9,7 +9,9 @@
 // INPUT: a file, a directory (its files, recursively, in path order) or - (standard input). A text
 // input is one document, a JSONL line one document (its --jsonl-field string). bytes: '\n'
 // between documents; gpt2 and sentencepiece: <|endoftext|> (llm.c's fineweb shards) or the model's
-// BOS (Llama) before each one. The input is streamed in bounded memory (corpus_reader.hpp): a text
+// BOS (Llama) before each one; PATH: a tokenizer as load_tokenizer reads it (data/tokenizer.hpp),
+// e.g. a Hugging Face tokenizer.json or its directory: its bos_token before and eos_token after
+// each document (data/hf_tokenizer.hpp). The input is streamed in bounded memory (corpus_reader.hpp): a text
 // document is cut into pieces of about 64 KiB, a JSONL document is one piece; the pieces are
 // tokenized (--threads at once; the output is the same for any count) into two token spools in
 // DIR, then written out. Validation: piece i goes to val when a hash of (--split-seed, i) falls
@@ -77,8 +79,11 @@ struct Options {
 void check_tokenizer_options(const Options& opt, const po::variables_map& vm) {
   const bool gpt2 = opt.tokenizer == Gpt2Tokenizer::kName;
   const bool sp = opt.tokenizer == SentencePieceTokenizer::kName;
-  require(gpt2 || sp || opt.tokenizer == ByteTokenizer::kName,
-          "--tokenizer '" + opt.tokenizer + "' is not one of bytes, gpt2, sentencepiece");
+  std::error_code ec;
+  require(gpt2 || sp || opt.tokenizer == ByteTokenizer::kName || fs::exists(opt.tokenizer, ec),
+          "--tokenizer '" + opt.tokenizer +
+              "' is not one of bytes, gpt2, sentencepiece, nor a tokenizer file or directory "
+              "(e.g. a Hugging Face tokenizer.json)");
   require(!gpt2 || !opt.gpt2_vocab.empty(),
           "--tokenizer gpt2 needs --gpt2-vocab DIR (GPT-2's encoder.json and vocab.bpe; "
           "tools/fetch-gpt2-vocab.sh DIR gets them)");
@@ -129,8 +134,9 @@ bool parse_options(int argc, char** argv, Options& opt) {
       "hdf5 (train.h5/val.h5), llmc or nanogpt (train.bin/val.bin); llmc writes uint32 tokens "
       "(version 7) for a vocabulary beyond 65536, nanogpt refuses one");
   add("tokenizer", po::value(&opt.tokenizer)->default_value("bytes"),
-      "bytes (one token per byte), gpt2 (byte-level BPE, <|endoftext|> before each document) or "
-      "sentencepiece (BOS before each document)");
+      "bytes (one token per byte), gpt2 (byte-level BPE, <|endoftext|> before each document), "
+      "sentencepiece (BOS before each document), or the PATH of a tokenizer (a Hugging Face "
+      "tokenizer.json or its directory: its bos_token before and eos_token after each document)");
   add("gpt2-vocab", po::value(&opt.gpt2_vocab), "gpt2: directory with encoder.json and vocab.bpe");
   add("tokenizer-model", po::value(&opt.tokenizer_model),
       "sentencepiece: a .model file to use (e.g. a Llama tokenizer.model)");
@@ -235,7 +241,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt,
     train_sentencepiece(documents, opt.vocab_size, opt.sp_model_type, model);
     return std::make_unique<SentencePieceTokenizer>(model);
   }
-  return std::make_unique<ByteTokenizer>();
+  if (opt.tokenizer == ByteTokenizer::kName) return std::make_unique<ByteTokenizer>();
+  return load_tokenizer(opt.tokenizer);
 }
 
 // The vocabulary that a format can hold; UsageError before any work if the tokenizer's is larger.
@@ -297,6 +304,16 @@ uint64_t peak_resident_bytes() {
   for (std::string line; std::getline(status, line);)
     if (line.starts_with("VmHWM:")) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
   return 0;
+}
+
+// ", documents: <start> ... <end>" with the tokens around each document, "" if none.
+std::string document_marks(const Tokenizer& tok) {
+  const auto mark = [&](std::optional<uint32_t> id) {
+    const auto i = static_cast<int32_t>(id.value_or(0));
+    return id ? tok.decode(&i, 1) : std::string();
+  };
+  if (!tok.document_start() && !tok.document_end()) return "";
+  return ", documents: " + mark(tok.document_start()) + " ... " + mark(tok.document_end());
 }
 
 // Each file needs an input token and its next-token target.
@@ -568,7 +585,8 @@ int run(int argc, char** argv) {
   for (const auto& f : written)
     std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.tokens << " tokens -> "
               << (dir / f.name).string() << "\n";
-  std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size() << ") -> "
+  std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size()
+            << document_marks(*tok) << ") -> "
             << (dir / kTokenizerFile).string() << "\n";
   std::cout << "input: read " << format_count(static_cast<double>(done.bytes), "B") << ", "
             << done.documents << " documents, " << done.pieces << " pieces\n";

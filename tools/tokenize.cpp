@@ -2,12 +2,14 @@
 //
 //   tokenize TOKENIZER < text > ids        (ids on one line, separated by spaces)
 //   tokenize --decode TOKENIZER < ids > text
+//   tokenize --jsonl TOKENIZER < strings > ids  (each line a JSON string; its ids on a line)
 //
 // TOKENIZER: anything load_tokenizer takes (data/tokenizer.hpp): a token directory's
-// tokenizer.json, a directory with GPT-2's encoder.json + vocab.bpe, a SentencePiece .model, or
-// llm.c's gpt2_tokenizer.bin (decode only). Bad input -> one message on stderr, exit code 2.
+// tokenizer.json, a Hugging Face tokenizer.json, a directory with GPT-2's encoder.json +
+// vocab.bpe, a SentencePiece .model, or llm.c's gpt2_tokenizer.bin (decode only). Bad input -> one message on stderr, exit code 2.
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -23,12 +25,13 @@ namespace {
 
 int run(int argc, char** argv) {
   std::string path;
-  bool decode = false;
+  bool decode = false, jsonl = false;
   po::options_description named(
       "tokenize: text on stdin -> token ids on stdout (or back with --decode)\n"
       "usage: tokenize [--decode] TOKENIZER\noptions");
   named.add_options()("help,h", "show this help")("decode", po::bool_switch(&decode),
-                                                  "read ids, write the text they decode to");
+                                                  "read ids, write the text they decode to")(
+      "jsonl", po::bool_switch(&jsonl), "read one JSON string a line, write its ids on a line");
   po::options_description all;
   all.add(named).add_options()("tokenizer", po::value(&path)->required());
   po::positional_options_description positional;
@@ -44,7 +47,21 @@ int run(int argc, char** argv) {
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (usage: tokenize [--decode] TOKENIZER)");
   }
+  require(!(decode && jsonl), "--decode and --jsonl do not go together");
   const auto tok = load_tokenizer(path);
+  const auto print = [](const std::vector<uint32_t>& ids) {
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+    std::cout << "\n";
+  };
+  if (jsonl) {
+    size_t n = 0;
+    for (std::string line; std::getline(std::cin, line);) {
+      const auto text = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      require(text.is_string(), "--jsonl: input line " + std::to_string(++n) + " is not a JSON string");
+      print(tok->encode(text.get<std::string>()));
+    }
+    return kExitOk;
+  }
   if (decode) {
     std::vector<int32_t> ids;
     for (long long id; std::cin >> id;) ids.push_back(static_cast<int32_t>(id));
@@ -54,9 +71,7 @@ int run(int argc, char** argv) {
   }
   const std::string text((std::istreambuf_iterator<char>(std::cin)),
                          std::istreambuf_iterator<char>());
-  const std::vector<uint32_t> ids = tok->encode(text);
-  for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
-  std::cout << "\n";
+  print(tok->encode(text));
   return kExitOk;
 }
 

@@ -174,6 +174,7 @@ bool CorpusReader::next_text_piece(TextPiece& piece) {
   piece.text.assign(buffer_, 0, cut);
   buffer_.erase(0, cut);
   scanned_ = 0;
+  piece.ends_document = buffer_.empty() && !read_more();  // nothing of the input is left
   return true;
 }
 
@@ -196,6 +197,7 @@ bool CorpusReader::next_jsonl_piece(TextPiece& piece) {
     require(record.is_object() && field != record.end() && field->is_string(),
             where + ": no string field '" + field_ + "' (--jsonl-field names the text's field)");
     piece.start = document_start();
+    piece.ends_document = true;
     ++documents_;
     piece.text = field->get<std::string>();
     return true;

@@ -14,7 +14,47 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buffer);
 }
 
+// Unicode White_Space: TAB..CR, space, NEL, NBSP, Ogham space, en quad..hair space, line and
+// paragraph separators, narrow NBSP, medium mathematical space, ideographic space.
+constexpr const char* kWhiteSpace = R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A})"
+                                    R"(\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
 }  // namespace
+
+std::string with_unicode_white_space(const std::string& pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      require(std::string_view("hHvVRNwWbBX").find(e) == std::string_view::npos,
+              "regex '" + pattern + "': \\" + e +
+                  " means one thing in PCRE2 and another in the regex engines of Python and "
+                  "Hugging Face; it is not supported");
+      require(!(in_class && e == 'S'),
+              "regex '" + pattern + "': \\S inside [...] is not supported");
+      if (e == 's')
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      else if (e == 'S')
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      else
+        out += std::string{c, e};
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' first in the class (after an optional '^') is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
 
 Pcre2Regex::Pcre2Regex(const std::string& pattern) : code_(nullptr, pcre2_code_free) {
   int error = 0;

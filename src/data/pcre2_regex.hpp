@@ -11,6 +11,13 @@
 
 namespace mpitrain {
 
+// pattern (the regex syntax of Python's `regex` module and of Oniguruma, Hugging Face's engine)
+// with \s and \S written as explicit classes of Unicode White_Space, which is what \s means
+// there; PCRE2's own \s also takes U+180E, which has not been white space since Unicode 6.3.
+// UsageError naming the escape for \S inside [...] and for escapes that mean something else in
+// PCRE2 than there (\h \H \v \V \R \N \w \W \b \B \X).
+std::string with_unicode_white_space(const std::string& pattern);
+
 class Pcre2Regex {
  public:
   // Compiles pattern with UTF, UCP and MATCH_INVALID_UTF (invalid bytes match nothing), JIT

@@ -13,8 +13,8 @@ std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
                                                    const std::vector<TextPiece>& pieces,
                                                    int threads) {
   std::vector<std::vector<uint32_t>> tokens(pieces.size());
-  const std::vector<uint32_t> separator =
-      tok.document_start() ? std::vector<uint32_t>{} : tok.encode("\n");
+  const bool marked = tok.document_start() || tok.document_end();
+  const std::vector<uint32_t> separator = marked ? std::vector<uint32_t>{} : tok.encode("\n");
   std::atomic<size_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;  // that of the first piece that failed, as a serial run would
@@ -30,6 +30,7 @@ std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
           out = separator;
         const std::vector<uint32_t> body = tok.encode(pieces[i].text);
         out.insert(out.end(), body.begin(), body.end());
+        if (pieces[i].ends_document && tok.document_end()) out.push_back(*tok.document_end());
       } catch (...) {
         const std::lock_guard lock(error_mutex);
         if (i < error_at) {

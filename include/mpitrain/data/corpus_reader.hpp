@@ -25,6 +25,7 @@ enum class PieceStart { Corpus, Document, Continued };
 struct TextPiece {
   std::string text;
   PieceStart start = PieceStart::Continued;
+  bool ends_document = false;  // the document's last piece
 };
 
 enum class InputFormat { Auto, Text, Jsonl };  // Auto: JSONL if the name ends in .jsonl

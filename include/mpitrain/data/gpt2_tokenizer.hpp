@@ -1,9 +1,10 @@
 // GPT-2's byte-level BPE (the tokenizer of GPT-2 and llm.c's GPT-2 data), vocabulary 50257.
 //
 // Encoding, as OpenAI's encoder.py: the text is split by GPT-2's pre-tokenizer regex (PCRE2,
-// UTF + UCP), each piece's bytes are mapped to printable code points (byte_to_unicode), merged
-// by the ranks of vocab.bpe (on ids: each merge joins two tokens of encoder.json into a third),
-// and looked up in encoder.json. Decoding maps ids back to bytes; llm.c's
+// UTF + UCP; \s as Python's `regex` has it, Unicode White_Space), each piece's bytes are mapped
+// to printable code points (byte_to_unicode), merged by the ranks of vocab.bpe (on ids: each
+// merge joins two tokens of encoder.json into a third), and looked up in encoder.json. Decoding
+// maps ids back to bytes; llm.c's
 // gpt2_tokenizer.bin (header int32[256]: magic 20240328, version 1 or 2, vocab size, [3] the
 // end-of-text id in v2; then per token a uint8 length and its bytes) gives the same decoder only.
 #pragma once
@@ -18,6 +19,7 @@
 namespace mpitrain {
 
 class Pcre2Regex;
+class BpeMerges;
 
 class Gpt2Tokenizer final : public Tokenizer {
  public:
@@ -45,17 +47,9 @@ class Gpt2Tokenizer final : public Tokenizer {
   void encode_piece(std::string_view piece, std::vector<uint32_t>& out,
                     std::unordered_map<std::string, std::vector<uint32_t>>& cache) const;
 
-  struct Merge {
-    int rank;
-    uint32_t id;  // the merged token
-  };
-  static uint64_t pair_key(uint32_t left, uint32_t right) {
-    return static_cast<uint64_t>(left) << 32 | right;
-  }
-
   std::vector<std::string> decoder_;            // id -> bytes
   std::vector<uint32_t> byte_ids_;              // byte -> its token (empty: decode only)
-  std::unordered_map<uint64_t, Merge> merges_;  // pair_key(left, right) -> merge
+  std::unique_ptr<BpeMerges> merges_;
   std::unique_ptr<Pcre2Regex> pretokenizer_;
   uint32_t eot_ = kEndOfText;
   std::vector<TokenizerFile> files_;

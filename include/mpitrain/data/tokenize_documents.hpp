@@ -8,10 +8,11 @@
 
 namespace mpitrain {
 
-// The tokens of each piece: tok.document_start() before each one that starts a document, or, for
-// a tokenizer without one, the tokens of "\n" before each one that starts a document after the
-// first. `threads` workers take whole pieces, so the result is the same for any thread count.
-// The error of the first piece that fails is rethrown here.
+// The tokens of each piece: tok.document_start() before each one that starts a document and
+// tok.document_end() after each one that ends a document, or, for a tokenizer with neither, the
+// tokens of "\n" before each one that starts a document after the first. `threads` workers take
+// whole pieces, so the result is the same for any thread count. The error of the first piece that
+// fails is rethrown here.
 std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
                                                    const std::vector<TextPiece>& pieces,
                                                    int threads);

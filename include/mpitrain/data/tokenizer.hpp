@@ -1,10 +1,12 @@
 // Tokenizers: text <-> token ids, and where the tokenizer of a token file is found.
 //
 // prepare-data writes, beside the token files it makes, `tokenizer.json` (kTokenizerFile):
-//   {"name": "bytes" | "gpt2" | "sentencepiece", "vocab_size": N, "files": {ROLE: FILE, ...}}
+//   {"name": "bytes" | "gpt2" | "sentencepiece" | "huggingface", "vocab_size": N,
+//    "files": {ROLE: FILE, ...}}
 // with copies of the files it names in the same directory (gpt2: "encoder" = encoder.json and
 // "merges" = vocab.bpe, or "decoder" = llm.c's gpt2_tokenizer.bin, which only decodes;
-// sentencepiece: "model" = tokenizer.model; bytes: none). That descriptor is how a token file
+// sentencepiece: "model" = tokenizer.model; huggingface: "tokenizer" = hf_tokenizer.json, a
+// Hugging Face tokenizer.json, and "config" = its tokenizer_config.json if it has one; bytes: none). That descriptor is how a token file
 // records its tokenizer; HDF5 token files also name it in their `tokenizer` attribute.
 #pragma once
 
@@ -33,7 +35,7 @@ struct TokenizerFile {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string name() const = 0;  // "bytes", "gpt2", "sentencepiece"
+  virtual std::string name() const = 0;  // "bytes", "gpt2", "sentencepiece", "huggingface"
   virtual int64_t vocab_size() const = 0;
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
   // Ids back to text; an id the tokenizer does not know is rendered as "<|id|>".
@@ -41,6 +43,9 @@ class Tokenizer {
   // The token prepare-data puts before each document (GPT-2's <|endoftext|>, SentencePiece's
   // BOS); none for bytes, whose documents prepare-data separates with '\n'.
   virtual std::optional<uint32_t> document_start() const { return std::nullopt; }
+  // The token prepare-data puts after each document (Hugging Face's eos_token); none for the
+  // others.
+  virtual std::optional<uint32_t> document_end() const { return std::nullopt; }
   // The files this tokenizer was read from (none for bytes).
   virtual std::vector<TokenizerFile> files() const { return {}; }
 };
@@ -57,7 +62,8 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const int32_t* ids, size_t n) const override;
 };
 
-// A tokenizer from PATH: a kTokenizerFile descriptor, a directory holding one (or GPT-2's
+// A tokenizer from PATH: a kTokenizerFile descriptor, a Hugging Face tokenizer.json (with the
+// tokenizer_config.json beside it, if any), a directory holding one of those (or GPT-2's
 // encoder.json + vocab.bpe, or a tokenizer.model), a SentencePiece `.model`, or llm.c's
 // gpt2_tokenizer.bin (decode only: its encode is a UsageError). UsageError naming the path when
 // it is none of these, malformed, or names files that are missing.
@@ -70,7 +76,8 @@ std::string tokenizer_descriptor_json(const Tokenizer& tok);
 std::string tokenizer_descriptor_of(const std::string& token_file);
 
 // Copies a descriptor and the files it names into dir (created if missing; files there are
-// replaced): a run directory keeps the tokenizer of its data (monitor/output_dir.hpp).
+// replaced): a run directory keeps the tokenizer of its data (monitor/output_dir.hpp). A Hugging
+// Face tokenizer.json (or a directory holding one) is copied as a descriptor would name it.
 void copy_tokenizer(const std::string& descriptor, const std::string& dir);
 
 // The tokenizer recorded for a token file: its tokenizer_descriptor_of, else the byte tokenizer

@@ -44,9 +44,10 @@ void load_hf_model(const std::string& dir, const ModelConfig& config, const Para
                    float* params);
 
 // Writes config.json and model.safetensors (fp32) into dir.tmp, with the tokenizer's files when
-// one is given (gpt2: vocab.json + merges.txt, sentencepiece: tokenizer.model; bytes and llm.c's
-// decode-only gpt2_tokenizer.bin: none), syncs them and renames it to dir (dir must not exist
-// or be an empty directory), so dir never holds a partial checkpoint.
+// one is given (gpt2: vocab.json + merges.txt, sentencepiece: tokenizer.model, huggingface:
+// tokenizer.json + tokenizer_config.json; bytes and llm.c's decode-only gpt2_tokenizer.bin:
+// none), syncs them and renames it to dir (dir must not exist or be an empty directory), so dir
+// never holds a partial checkpoint.
 // UsageError when dir holds files or cannot be created; Error if writing fails midway.
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
                    const float* params, const Tokenizer* tokenizer = nullptr);
