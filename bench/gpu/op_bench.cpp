@@ -257,7 +257,7 @@ StepResult bench_step(const Args& a, const std::string& name, const ModelConfig&
   // N for MFU: parameters in matrix products (all but the embedding lookups; the head counts)
   size_t n_matmul = 0;
   for (const ParamTensor& t : model.layout().tensors())
-    if (t.slot != Slot::Wpe && (t.slot != Slot::Wte || cfg.tied_embeddings())) n_matmul += t.numel;
+    if (t.slot != Slot::Wpe && (t.slot != Slot::Wte || cfg.tie_embeddings)) n_matmul += t.numel;
   const double flops_per_token = 6.0 * n_matmul + 12.0 * cfg.n_layer * double(cfg.d_model) * T;
   const double tps = N / (ms * 1e-3);
   std::printf("%s: %zu params, loss %.4f, %s\n", name.c_str(), P, loss / N,
@@ -405,7 +405,7 @@ int run(int argc, char** argv) {
   print_step(steps.back());
   if (a.llama) {
     ModelConfig llama;  // ~1.1B: TinyLlama's shape
-    llama.arch = Arch::Llama;
+    llama.set_arch(Arch::Llama);
     llama.n_layer = 22, llama.n_head = 32, llama.n_kv_head = 4, llama.d_model = 2048;
     llama.d_ff = 5632, llama.vocab_size = 32000, llama.max_seq_len = 1024;
     llama.norm_eps = 1e-5f;

@@ -39,6 +39,7 @@ const std::vector<OptionRange> kRanges = {
     {"max-seq-len", 0, kMaxSize},
     {"norm-eps", 0, 1, true},
     {"rope-theta", 0, kUnbounded, true},
+    {"head-dim", 0, kMaxSize},
     // Data and evaluation
     {"eval-interval", 0, kUnbounded},
     {"eval-samples", 1, kUnbounded},
@@ -105,6 +106,9 @@ const char* const kIntro =
 // Options given as text and converted after parsing, and the INI file's name.
 struct RawText {
   std::string arch = "gpt2";
+  // The model's switches: auto (the arch's default), true or false.
+  std::string tie_embeddings = "auto", attention_bias = "auto", qkv_bias = "auto",
+              mlp_bias = "auto";
   std::string micro_batch = "4";
   std::string config_file;
 };
@@ -112,6 +116,20 @@ struct RawText {
 template <typename V>
 po::typed_value<V>* with_default(V* target) {
   return po::value<V>(target)->default_value(*target);
+}
+
+// A switch whose default depends on the arch: auto, or a given true / false (alone: true).
+po::typed_value<std::string>* arch_switch(std::string* target) {
+  return po::value<std::string>(target)->default_value(*target)->implicit_value("true")->value_name(
+      "auto|true|false");
+}
+
+// An arch_switch's value applied to field (auto: leaves the arch's default).
+void apply_switch(const char* name, const std::string& value, bool& field) {
+  if (value == "auto") return;
+  if (value != "true" && value != "false")
+    throw UsageError(std::string(name) + " must be auto, true or false (got '" + value + "')");
+  field = value == "true";
 }
 
 po::typed_value<bool>* flag(bool* target) {
@@ -153,6 +171,20 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
       ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
       ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)")
+      ("tie-embeddings", arch_switch(&raw.tie_embeddings),
+       "the output head is the token embedding (no lm_head of its own); auto = gpt2 true, "
+       "llama false")
+      ("attention-bias", arch_switch(&raw.attention_bias),
+       "biases on q, k, v and the attention output (llama's attention_bias); auto = gpt2 true "
+       "(always), llama false")
+      ("qkv-bias", arch_switch(&raw.qkv_bias),
+       "biases on q, k and v only (Qwen2; applied after attention-bias); auto as attention-bias")
+      ("mlp-bias", arch_switch(&raw.mlp_bias),
+       "biases on the MLP's layers (llama's mlp_bias: gate, up, down); auto = gpt2 true "
+       "(always), llama false")
+      ("head-dim", with_default(&m.head_dim),
+       "attention head size; 0 = d-model / n-head (llama: any even size, n-head x head-dim "
+       "need not be d-model)")
       ("init-from", with_default(&t.init_from)->value_name("PATH"),
        "start from an llm.c GPT-2 model file or a Hugging Face directory (config.json and "
        "model.safetensors, gpt2 or llama): it sets the shape");
@@ -496,7 +528,12 @@ Options parse_options(int argc, const char* const* argv) {
     throw UsageError(where + e.what() + "; see --help");
   }
 
-  m.arch = parse_arch(raw.arch);
+  m.set_arch(parse_arch(raw.arch));  // its defaults, then the model switches given
+  apply_switch("tie-embeddings", raw.tie_embeddings, m.tie_embeddings);
+  apply_switch("attention-bias", raw.attention_bias, m.proj_bias);
+  apply_switch("attention-bias", raw.attention_bias, m.qkv_bias);
+  apply_switch("qkv-bias", raw.qkv_bias, m.qkv_bias);
+  apply_switch("mlp-bias", raw.mlp_bias, m.mlp_bias);
   for (const auto& [name, value] : vm)
     if (!value.defaulted()) o.given.push_back(name);
   check_ranges(kRanges, vm);

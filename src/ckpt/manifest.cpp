@@ -16,6 +16,13 @@ namespace {
 // checksummed only when not empty or 0), so that files from before it still read.
 constexpr int kOptionalField = 0;
 
+// A model field that older files lack: written and printed only when it is not the default of
+// the model's arch (read before it), which an absent attribute then means.
+template <class V>
+struct ArchDefault {
+  V value;
+};
+
 // Calls f(attribute name, field, format version that added it) for every field, in file order
 // (one list for write, read, print).
 template <class M, class F>
@@ -40,6 +47,16 @@ void for_each_field(M& m, F&& f) {
   f("max_seq_len", m.model.max_seq_len, 1);
   f("norm_eps", m.model.norm_eps, 1);
   f("rope_theta", m.model.rope_theta, 1);
+  const auto arch_default = [&m](auto member) {
+    ModelConfig d;
+    d.set_arch(m.model.arch);
+    return ArchDefault{d.*member};
+  };
+  f("tie_embeddings", m.model.tie_embeddings, arch_default(&ModelConfig::tie_embeddings));
+  f("qkv_bias", m.model.qkv_bias, arch_default(&ModelConfig::qkv_bias));
+  f("proj_bias", m.model.proj_bias, arch_default(&ModelConfig::proj_bias));
+  f("mlp_bias", m.model.mlp_bias, arch_default(&ModelConfig::mlp_bias));
+  f("head_dim", m.model.head_dim, arch_default(&ModelConfig::head_dim));
   f("dp", m.layout.dp, 1);
   f("tp", m.layout.tp, 1);
   f("pp", m.layout.pp, 1);
@@ -71,6 +88,10 @@ struct FieldWriter {
   void operator()(const char* n, OptimizerKind v, int) const {
     write_attribute_string(group, n, to_string(v));
   }
+  template <class V>
+  void operator()(const char* n, V v, ArchDefault<V> d) const {
+    if (v != d.value) write_attribute_int(group, n, v);
+  }
 };
 
 struct FieldReader {
@@ -83,6 +104,18 @@ struct FieldReader {
     if (!has_attribute(group, n))
       throw Error("manifest attribute '" + std::string(n) + "' is missing");
     read(n, v);
+  }
+  template <class V>
+  void operator()(const char* n, V& v, ArchDefault<V> d) const {
+    v = d.value;
+    if (has_attribute(group, n)) read(n, v);
+  }
+  void read(const char* n, bool& v) const {
+    const int64_t x = read_attribute_int(group, n);
+    if (x != 0 && x != 1)
+      throw Error("manifest attribute '" + std::string(n) + "' = " + std::to_string(x) +
+                  " is not 0 or 1");
+    v = x == 1;
   }
   void read(const char* n, int64_t& v) const { v = read_attribute_int(group, n); }
   void read(const char* n, int& v) const {
@@ -127,6 +160,10 @@ struct FieldPrinter {
   }
   void operator()(const char* n, Arch v, int) const { add(n, to_string(v)); }
   void operator()(const char* n, OptimizerKind v, int) const { add(n, to_string(v)); }
+  template <class V>
+  void operator()(const char* n, V v, ArchDefault<V> d) const {
+    if (v != d.value) add(n, std::to_string(v));
+  }
 };
 
 }  // namespace
@@ -254,6 +291,11 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("d_ff", std::to_string(a.d_ff), std::to_string(b.d_ff));
   cmp("vocab_size", std::to_string(a.vocab_size), std::to_string(b.vocab_size));
   cmp("max_seq_len", std::to_string(a.max_seq_len), std::to_string(b.max_seq_len));
+  cmp("tie_embeddings", std::to_string(a.tie_embeddings), std::to_string(b.tie_embeddings));
+  cmp("qkv_bias", std::to_string(a.qkv_bias), std::to_string(b.qkv_bias));
+  cmp("proj_bias", std::to_string(a.proj_bias), std::to_string(b.proj_bias));
+  cmp("mlp_bias", std::to_string(a.mlp_bias), std::to_string(b.mlp_bias));
+  cmp("head_size", std::to_string(a.head_size()), std::to_string(b.head_size()));
   return diff;
 }
 

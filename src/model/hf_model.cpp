@@ -38,6 +38,7 @@ struct Mapping {
   int64_t row0, rows, cols;
   bool transpose = false;
   int rope_head = 0;  // > 0: head size whose rows go from interleaved to rotate-half order
+  bool vector = false;  // rows x 1 read as the vector (rows): a slice of a bias
 };
 
 // HF row a hs/2 + i of a head comes from our row 2 i + a (see the header).
@@ -71,29 +72,45 @@ std::vector<Mapping> mappings(const ModelConfig& c) {
     }
     m.push_back({"transformer.ln_f.weight", "lnf.weight", 0, 1, C});
     m.push_back({"transformer.ln_f.bias", "lnf.bias", 0, 1, C});
+    if (!c.tie_embeddings) m.push_back({"lm_head.weight", "lm_head.weight", 0, V, C});
     return m;
   }
   m.push_back({"model.embed_tokens.weight", "wte", 0, V, C});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     const std::string qkv = layer(l, "attn.qkv.weight"), fc = layer(l, "mlp.fc.weight");
+    const std::string qkv_b = layer(l, "attn.qkv.bias"), fc_b = layer(l, "mlp.fc.bias");
+    const int rope = c.head_size();
     m.push_back({h + "input_layernorm.weight", layer(l, "ln1.weight"), 0, 1, C});
-    m.push_back({h + "self_attn.q_proj.weight", qkv, 0, q, C, false, c.head_size()});
-    m.push_back({h + "self_attn.k_proj.weight", qkv, q, kv, C, false, c.head_size()});
+    m.push_back({h + "self_attn.q_proj.weight", qkv, 0, q, C, false, rope});
+    m.push_back({h + "self_attn.k_proj.weight", qkv, q, kv, C, false, rope});
     m.push_back({h + "self_attn.v_proj.weight", qkv, q + kv, kv, C});
+    if (c.qkv_bias) {  // permuted for RoPE as the weights' rows
+      m.push_back({h + "self_attn.q_proj.bias", qkv_b, 0, q, 1, false, rope, true});
+      m.push_back({h + "self_attn.k_proj.bias", qkv_b, q, kv, 1, false, rope, true});
+      m.push_back({h + "self_attn.v_proj.bias", qkv_b, q + kv, kv, 1, false, 0, true});
+    }
     m.push_back({h + "self_attn.o_proj.weight", layer(l, "attn.proj.weight"), 0, C, q});
+    if (c.proj_bias)
+      m.push_back({h + "self_attn.o_proj.bias", layer(l, "attn.proj.bias"), 0, 1, C});
     m.push_back({h + "post_attention_layernorm.weight", layer(l, "ln2.weight"), 0, 1, C});
     m.push_back({h + "mlp.gate_proj.weight", fc, 0, F, C});
     m.push_back({h + "mlp.up_proj.weight", fc, F, F, C});
     m.push_back({h + "mlp.down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, F});
+    if (c.mlp_bias) {
+      m.push_back({h + "mlp.gate_proj.bias", fc_b, 0, F, 1, false, 0, true});
+      m.push_back({h + "mlp.up_proj.bias", fc_b, F, F, 1, false, 0, true});
+      m.push_back({h + "mlp.down_proj.bias", layer(l, "mlp.proj.bias"), 0, 1, C});
+    }
   }
   m.push_back({"model.norm.weight", "lnf.weight", 0, 1, C});
-  m.push_back({"lm_head.weight", "lm_head.weight", 0, V, C});
+  if (!c.tie_embeddings) m.push_back({"lm_head.weight", "lm_head.weight", 0, V, C});
   return m;
 }
 
 // The HF tensor's shape: (rows, cols), (cols, rows) transposed, (cols) for a vector.
 std::vector<int64_t> hf_shape(const Mapping& m) {
+  if (m.vector) return {m.rows};
   if (m.rows == 1) return {m.cols};
   return m.transpose ? std::vector<int64_t>{m.cols, m.rows} : std::vector<int64_t>{m.rows, m.cols};
 }
@@ -197,6 +214,12 @@ class SafetensorsReader {
   uint64_t data_ = 0, size_ = 0;
 };
 
+// The transformers model_type of a llama-arch model: qwen2 when q, k, v have biases and o_proj
+// has none (LlamaForCausalLM's attention_bias covers all four).
+std::string hf_llama_type(const ModelConfig& c) {
+  return c.qkv_bias && !c.proj_bias ? "qwen2" : "llama";
+}
+
 json config_json(const ModelConfig& c) {
   if (c.arch == Arch::Gpt2)
     return {{"architectures", {"GPT2LMHeadModel"}},
@@ -210,25 +233,31 @@ json config_json(const ModelConfig& c) {
             {"vocab_size", c.vocab_size},
             {"layer_norm_epsilon", c.norm_eps},
             {"activation_function", "gelu_new"},  // HF's name for the tanh approximation
-            {"tie_word_embeddings", true},
+            {"tie_word_embeddings", c.tie_embeddings},
             {"torch_dtype", "float32"}};
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"num_hidden_layers", c.n_layer},
-          {"num_attention_heads", c.n_head},
-          {"num_key_value_heads", c.n_kv_head},
-          {"hidden_size", c.d_model},
-          {"head_dim", c.head_size()},
-          {"intermediate_size", c.d_ff},
-          {"max_position_embeddings", c.max_seq_len},
-          {"vocab_size", c.vocab_size},
-          {"rms_norm_eps", c.norm_eps},
-          {"rope_theta", c.rope_theta},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", false},
-          {"torch_dtype", "float32"}};
+  const bool qwen2 = hf_llama_type(c) == "qwen2";  // q, k, v biases without the o_proj's
+  json j = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", hf_llama_type(c)},
+            {"num_hidden_layers", c.n_layer},
+            {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.n_kv_head},
+            {"hidden_size", c.d_model},
+            {"head_dim", c.head_size()},
+            {"intermediate_size", c.d_ff},
+            {"max_position_embeddings", c.max_seq_len},
+            {"vocab_size", c.vocab_size},
+            {"rms_norm_eps", c.norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"torch_dtype", "float32"}};
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+  } else {
+    j["attention_bias"] = c.proj_bias;
+    j["mlp_bias"] = c.mlp_bias;
+  }
+  return j;
 }
 
 }  // namespace
@@ -258,7 +287,7 @@ ModelConfig read_hf_config(const std::string& dir) {
       throw UsageError(file.string() + ": activation_function " + act +
                        "; the model computes the tanh GELU (gelu_new)");
   } else if (type == "llama") {
-    c.arch = Arch::Llama;
+    c.set_arch(Arch::Llama);
     c.n_layer = int_field(j, file, "num_hidden_layers");
     c.n_head = int_field(j, file, "num_attention_heads");
     c.n_kv_head =
@@ -319,8 +348,16 @@ void save_hf_tokenizer(const Tokenizer& tok, const fs::path& dir) {
 
 }  // namespace
 
+void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
+  require(c.arch == Arch::Gpt2 || hf_llama_type(c) == "llama" || !c.mlp_bias,
+          dir +
+              ": q, k, v biases without an o_proj bias are Qwen2's, whose MLP has no biases: "
+              "mlp-bias cannot be exported");
+}
+
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
                    const float* params, const Tokenizer* tokenizer) {
+  require_hf_expressible(dir, config);
   std::error_code ec;
   require(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)),
           dir + " exists and is not an empty directory");

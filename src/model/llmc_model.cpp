@@ -187,6 +187,10 @@ void load_llmc_model(const std::string& path, const ModelConfig& config, const P
 void require_llmc_expressible(const std::string& path, const ModelConfig& config) {
   require(config.arch == Arch::Gpt2,
           path + ": llm.c's model format holds gpt2 models only, not " + to_string(config.arch));
+  require(config.tie_embeddings,
+          path +
+              ": llm.c's model format ties the head to wte: tie-embeddings false cannot be "
+              "written");
   require(config.d_ff == 4 * config.d_model,
           path + ": llm.c's model format needs d-ff = 4 x d-model (" +
               std::to_string(4 * config.d_model) + "), got " + std::to_string(config.d_ff));

@@ -57,7 +57,7 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
   const int64_t C = cfg.d_model, F = cfg.d_ff, Vp = cfg.padded_vocab(), hs = cfg.head_size();
   const int64_t NH = cfg.n_head, NKV = cfg.n_kv_head, A = NH * hs;
   const int64_t qh = NH / tp * hs, kvh = NKV / tp * hs, Fl = F / tp, Vl = Vp / tp;
-  const bool llama = cfg.arch == Arch::Llama, bias = cfg.has_biases();
+  const bool llama = cfg.arch == Arch::Llama, norm_bias = !llama, tied = cfg.tie_embeddings;
 
   // This rank's pieces of each kind of split (see the header).
   const std::vector<ShardPiece> vocab_rows = {{r * Vl, 0, Vl}};
@@ -97,27 +97,28 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
   const std::vector<ShardPiece> none;
 
   const bool first = shard_.first_stage, last = shard_.last_stage;
-  add(Slot::Wte, -1, {Vp, C}, true, cfg.tied_embeddings(), first || (last && cfg.tied_embeddings()),
-      0, vocab_rows);
+  add(Slot::Wte, -1, {Vp, C}, true, tied, first || (last && tied), 0, vocab_rows);
   if (!llama) add(Slot::Wpe, -1, {cfg.max_seq_len, C}, true, false, first, -1, none);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const bool held = l >= shard_.layer_begin && l < shard_.layer_end;
     add(Slot::Ln1W, l, {C}, false, true, held, -1, none);
-    if (bias) add(Slot::Ln1B, l, {C}, false, true, held, -1, none);
+    if (norm_bias) add(Slot::Ln1B, l, {C}, false, true, held, -1, none);
     add(Slot::QkvW, l, {cfg.qkv_width(), C}, true, true, held, 0, qkv_rows);
-    if (bias) add(Slot::QkvB, l, {cfg.qkv_width()}, false, true, held, 0, qkv_rows);
+    if (cfg.qkv_bias) add(Slot::QkvB, l, {cfg.qkv_width()}, false, true, held, 0, qkv_rows);
     add(Slot::ProjW, l, {C, A}, true, true, held, 1, head_cols);
-    if (bias) add(Slot::ProjB, l, {C}, false, true, held, -1, none);
+    if (cfg.proj_bias) add(Slot::ProjB, l, {C}, false, true, held, -1, none);
     add(Slot::Ln2W, l, {C}, false, true, held, -1, none);
-    if (bias) add(Slot::Ln2B, l, {C}, false, true, held, -1, none);
-    add(Slot::FcW, l, {llama ? 2 * F : F, C}, true, true, held, 0, llama ? gate_up_rows : ff_rows);
-    if (bias) add(Slot::FcB, l, {F}, false, true, held, 0, ff_rows);
+    if (norm_bias) add(Slot::Ln2B, l, {C}, false, true, held, -1, none);
+    const int64_t FC = llama ? 2 * F : F;  // llama: [gate; up]
+    const std::vector<ShardPiece>& fc_rows = llama ? gate_up_rows : ff_rows;
+    add(Slot::FcW, l, {FC, C}, true, true, held, 0, fc_rows);
+    if (cfg.mlp_bias) add(Slot::FcB, l, {FC}, false, true, held, 0, fc_rows);
     add(Slot::FcProjW, l, {C, F}, true, true, held, 1, ff_rows);
-    if (bias) add(Slot::FcProjB, l, {C}, false, true, held, -1, none);
+    if (cfg.mlp_bias) add(Slot::FcProjB, l, {C}, false, true, held, -1, none);
   }
   add(Slot::LnfW, -1, {C}, false, true, last, -1, none);
-  if (bias) add(Slot::LnfB, -1, {C}, false, true, last, -1, none);
-  if (!cfg.tied_embeddings()) add(Slot::LmHead, -1, {Vp, C}, true, true, last, 0, vocab_rows);
+  if (norm_bias) add(Slot::LnfB, -1, {C}, false, true, last, -1, none);
+  if (!tied) add(Slot::LmHead, -1, {Vp, C}, true, true, last, 0, vocab_rows);
   // Units: a block, or one tensor outside the blocks (the final norm's bias joins its weight).
   for (size_t k = 0; k < tensors_.size(); ++k) {
     const ParamTensor& t = tensors_[k];

@@ -74,7 +74,7 @@ double matmul_params(const ModelConfig& config, const ParamLayout& layout) {
   double n = 0;
   for (const ParamTensor& t : layout.tensors()) {
     if (t.slot == Slot::Wpe) continue;
-    if (t.slot == Slot::Wte && !(config.tied_embeddings() && layout.shard().last_stage)) continue;
+    if (t.slot == Slot::Wte && !(config.tie_embeddings && layout.shard().last_stage)) continue;
     n += static_cast<double>(t.numel);
   }
   return n;
@@ -153,7 +153,7 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
       const double ar = all_reduce_s(grad_bytes, layout.dp, dp_bw, a);
       exposed = std::max(ar - window, all_reduce_s(bucket, layout.dp, dp_bw, a));
     }
-    if (config.tied_embeddings() && layout.pp > 1 && (shard.first_stage || shard.last_stage))
+    if (config.tie_embeddings && layout.pp > 1 && (shard.first_stage || shard.last_stage))
       exposed += all_reduce_s(params.find("wte").numel * w, 2, emb_bw, a);
     dp_exposed = std::max(dp_exposed, exposed);
     double rep_elements = 0;

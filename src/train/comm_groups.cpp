@@ -96,11 +96,10 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
     s.dp = sizeof(float) * unit;
     s.dp_started = sharded_call_stages(layout, sharded);
   }
-  // Only tied copies cross the group (gpt2; llama's first and last stage hold different tables),
+  // Only tied copies cross the group (untied, the first and last stage hold different tables),
   // and every member must agree: an NCCL communicator is made by all of them or none.
-  s.embedding = config.tied_embeddings() && layout.has(Slot::Wte)
-                    ? sizeof(float) * layout.find("wte").numel
-                    : 0;
+  s.embedding =
+      config.tie_embeddings && layout.has(Slot::Wte) ? sizeof(float) * layout.find("wte").numel : 0;
   return s;
 }
 

@@ -23,6 +23,8 @@ void require_same(const Options& o, const char* name, V set_value, V file_value,
   if (!given(o, name)) return;
   const auto text = [](V v) {
     if constexpr (std::is_same_v<V, Arch>) return to_string(v);
+    else if constexpr (std::is_same_v<V, bool>)
+      return std::string(v ? "true" : "false");
     else if constexpr (std::is_floating_point_v<V>) return float_text(v);
     else return std::to_string(v);
   };
@@ -43,6 +45,11 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "d-ff", m.d_ff, f.d_ff, source);
   require_same(o, "vocab-size", m.vocab_size, f.vocab_size, source);
   require_same(o, "max-seq-len", m.max_seq_len, f.max_seq_len, source);
+  require_same(o, "tie-embeddings", m.tie_embeddings, f.tie_embeddings, source);
+  require_same(o, "attention-bias", m.proj_bias, f.proj_bias, source);
+  require_same(o, "qkv-bias", m.qkv_bias, f.qkv_bias, source);
+  require_same(o, "mlp-bias", m.mlp_bias, f.mlp_bias, source);
+  require_same(o, "head-dim", m.head_size(), f.head_size(), source);
   if (!norms) return;
   require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);

@@ -47,7 +47,7 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
   require(!t.profile_ops,
           "--profile-ops times the CPU backend's ops, which finish before they return; a GPU's "
           "run asynchronously: profile them with Nsight Systems (nsys) or see --trace");
-  require(cfg.head_size() <= 256, "--device cuda: head size d-model / n-head = " +
+  require(cfg.head_size() <= 256, "--device cuda: head size (head-dim, or d-model / n-head) " +
                                       std::to_string(cfg.head_size()) + " exceeds 256");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
           "--grad-compress " + t.grad_compress + " encodes on the host: --device cpu only");
@@ -205,6 +205,7 @@ void Trainer::check_inputs() {
     if (!t_.export_llmc.empty()) require_llmc_expressible(t_.export_llmc, cfg_);
     require_writable_file(t_.export_params, "export-params");
     require_new_dir(t_.export_hf, "export-hf");
+    if (!t_.export_hf.empty()) require_hf_expressible(t_.export_hf, cfg_);
   });
 }
 
@@ -318,6 +319,7 @@ void Trainer::build_model() {
 
 std::string Trainer::run_ini() const {
   const auto text = [](auto v) { return std::to_string(v); };
+  const auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
   return resolved_ini(options_.effective, {{"dp", text(shape_.dp)},
                                            {"arch", to_string(cfg_.arch)},
                                            {"n-layer", text(cfg_.n_layer)},
@@ -336,7 +338,12 @@ std::string Trainer::run_ini() const {
                                            {"vocab-size", text(cfg_.vocab_size)},
                                            {"max-seq-len", text(cfg_.max_seq_len)},
                                            {"norm-eps", float_text(cfg_.norm_eps)},
-                                           {"rope-theta", float_text(cfg_.rope_theta)}});
+                                           {"rope-theta", float_text(cfg_.rope_theta)},
+                                           {"tie-embeddings", flag(cfg_.tie_embeddings)},
+                                           {"attention-bias", flag(cfg_.proj_bias)},
+                                           {"qkv-bias", flag(cfg_.qkv_bias)},
+                                           {"mlp-bias", flag(cfg_.mlp_bias)},
+                                           {"head-dim", text(cfg_.head_dim)}});
 }
 
 void Trainer::build_step_parts() {
@@ -373,7 +380,7 @@ void Trainer::build_step_parts() {
   // The optimizer updates this rank's owned part of the parameters (all of them without ZeRO),
   // from fp32 master weights taken before the compute copy is rounded to the run's precision.
   // Its norms are host vectors: the host communicators.
-  tied_copies_ = cfg_.tied_embeddings() && shape_.pp > 1 && comms_->embedding;
+  tied_copies_ = cfg_.tie_embeddings && shape_.pp > 1 && comms_->embedding;
   // The emulated path rounds its fp32 containers before the master is taken from them.
   if (float* emulated = model_->params().full())
     backend_->round_to(emulated, model_->num_params(), model_options_.precision);

@@ -36,7 +36,7 @@ using gpu_testing::DeviceInts;
 
 ModelConfig small(Arch arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = 2;
   c.n_head = arch == Arch::Llama ? 8 : 4;
   c.n_kv_head = arch == Arch::Llama ? 2 : 4;  // grouped-query attention for llama

@@ -38,7 +38,7 @@ const MpiComm& world() {
 
 ModelConfig small_model(Arch arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_head = arch == Arch::Llama ? 2 : 4;

@@ -28,7 +28,7 @@ constexpr uint64_t kSeed = 5;
 
 ModelConfig tiny(Arch arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = 3;
   c.n_head = 4;
   c.n_kv_head = arch == Arch::Llama ? 2 : 4;

@@ -109,7 +109,7 @@ class PoolCommunicator final : public Communicator {
 
 ModelConfig four_blocks(Arch arch) {  // blocks taking their two buffers in turn twice
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = 4;
   c.n_head = 2;
   c.n_kv_head = arch == Arch::Llama ? 1 : 2;

@@ -1,12 +1,19 @@
 """A reference forward of a Hugging Face checkpoint directory, written from transformers' own
-conventions (not from mpitrain's code) in plain PyTorch, without the transformers package:
-GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, tied head) and LlamaForCausalLM
-(RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU, own head). safetensors is read by
-hand: u64 header length, JSON header, raw little-endian tensors.
+conventions (not from mpitrain's code) in plain PyTorch, in float64, without the transformers
+package: GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU) and LlamaForCausalLM /
+Qwen2ForCausalLM (RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU; head_dim, default
+hidden_size / heads; biases: llama's attention_bias on q, k, v, o and mlp_bias on gate, up, down,
+qwen2's on q, k, v). The head is lm_head.weight, or the token embedding where
+tie_word_embeddings (default: gpt2 true, llama / qwen2 false). safetensors is read by hand: u64
+header length, JSON header, raw little-endian tensors.
 
   hf_reference.py DIR PROMPT N WINDOW  ->  prints PROMPT and its greedy continuation of N byte
                                            tokens (context: the last WINDOW), as the trainer's
                                            sample prints them
+  hf_reference.py DIR --loss FILE T N  ->  prints the mean cross-entropy over the first N windows
+                                           of FILE (nanoGPT .bin: raw uint16 tokens) as the
+                                           trainer's validation takes them: window i's inputs
+                                           are tokens [iT, iT+T), its targets [iT+1, iT+T+1)
 """
 import json
 import math
@@ -31,7 +38,7 @@ def load(directory):
             continue
         begin, end = t["data_offsets"]
         raw = bytearray(data[begin:end])
-        tensors[name] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).float().reshape(t["shape"])
+        tensors[name] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).double().reshape(t["shape"])
     return config, tensors
 
 
@@ -61,13 +68,22 @@ def gpt2_logits(c, w, ids):
         x = x + conv1d(y, h + "attn.c_proj")
         m = torch.nn.functional.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
         x = x + conv1d(m, h + "mlp.c_proj")
-    return ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
+    return ln(x, "transformer.ln_f") @ head(c, w, True, "transformer.wte.weight").T
+
+
+def head(c, w, tied_default, embedding):  # PreTrainedModel ties lm_head to the input embedding
+    return w[embedding] if c.get("tie_word_embeddings", tied_default) else w["lm_head.weight"]
 
 
 def llama_logits(c, w, ids):
     T, C, H = len(ids), c["hidden_size"], c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)
-    hs = C // H
+    hs = c.get("head_dim") or C // H
+    qwen2 = c["model_type"] == "qwen2"
+    attention_bias, mlp_bias = qwen2 or c.get("attention_bias", False), c.get("mlp_bias", False)
+
+    def linear(x, p, bias):  # nn.Linear: x @ W.T (+ b)
+        return x @ w[p + ".weight"].T + (w[p + ".bias"] if bias else 0)
     eps, theta = c["rms_norm_eps"], c.get("rope_theta", 10000.0)
 
     def rms(x, p):
@@ -79,29 +95,43 @@ def llama_logits(c, w, ids):
     inv = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
     angles = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos().float(), emb.sin().float()
+    cos, sin = emb.cos(), emb.sin()
 
     x = w["model.embed_tokens.weight"][ids]
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         a = rms(x, p + "input_layernorm.weight")
-        q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, hs).transpose(0, 1)
-        k = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
-        v = (a @ w[p + "self_attn.v_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
+        q = linear(a, p + "self_attn.q_proj", attention_bias).reshape(T, H, hs).transpose(0, 1)
+        k = linear(a, p + "self_attn.k_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
+        v = linear(a, p + "self_attn.v_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
-        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, C)
-        x = x + y @ w[p + "self_attn.o_proj.weight"].T
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hs)
+        x = x + linear(y, p + "self_attn.o_proj", attention_bias and not qwen2)
         m = rms(x, p + "post_attention_layernorm.weight")
-        gate = torch.nn.functional.silu(m @ w[p + "mlp.gate_proj.weight"].T)
-        x = x + (gate * (m @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    return rms(x, "model.norm.weight") @ w["lm_head.weight"].T
+        gate = torch.nn.functional.silu(linear(m, p + "mlp.gate_proj", mlp_bias))
+        x = x + linear(gate * linear(m, p + "mlp.up_proj", mlp_bias), p + "mlp.down_proj", mlp_bias)
+    return rms(x, "model.norm.weight") @ head(c, w, False, "model.embed_tokens.weight").T
+
+
+def mean_loss(forward, config, weights, path, T, n):
+    with open(path, "rb") as f:
+        tokens = torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
+    losses = [torch.nn.functional.cross_entropy(forward(config, weights, tokens[i * T:i * T + T]),
+                                                tokens[i * T + 1:i * T + T + 1]) for i in range(n)]
+    return float(torch.stack(losses).mean())
 
 
 def main():
-    directory, prompt, n, window = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    directory = sys.argv[1]
     config, weights = load(directory)
     forward = gpt2_logits if config["model_type"] == "gpt2" else llama_logits
+    if sys.argv[2] == "--loss":
+        with torch.no_grad():
+            print(repr(mean_loss(forward, config, weights, sys.argv[3], int(sys.argv[4]),
+                                 int(sys.argv[5]))))
+        return
+    prompt, n, window = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     ids = list(prompt.encode())
     with torch.no_grad():
         for _ in range(n):

@@ -70,7 +70,7 @@ TEST(DataCallSizes, SmallGpt2) {
 // so neither end makes a data communicator for it (an NCCL one needs every member).
 TEST(DataCallSizes, UntiedLlamaHasNoEmbeddingTraffic) {
   ModelConfig c;
-  c.arch = Arch::Llama;
+  c.set_arch(Arch::Llama);
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_head = 2;

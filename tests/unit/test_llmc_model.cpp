@@ -362,7 +362,7 @@ TEST_F(LlmcModel, ConfigMismatchNamesTheField) {
 
 TEST_F(LlmcModel, SaveRejectsWhatLlmcCannotHoldAndLeavesNoFile) {
   ModelConfig llama = config_;
-  llama.arch = Arch::Llama;
+  llama.set_arch(Arch::Llama);
   const ParamLayout llama_layout(llama);
   const std::vector<float> params(llama_layout.total(), 0.5f);
   const std::string file = path("llama.bin");

@@ -167,3 +167,38 @@ TEST_F(ManifestTest, TheScheduleLengthIsOptional) {
   EXPECT_FALSE(has_attribute(group.get(), "lr_decay_steps"));
   EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 0);
 }
+
+// The model features (fields added within format version 3): recorded and checksummed where they
+// differ from the arch's defaults; a file without them (an older build's) reads with the arch's
+// defaults, its old meaning: a llama with its own head and no biases, a gpt2 tied with biases.
+TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
+  CheckpointManifest m = sample_manifest();
+  m.model.set_arch(Arch::Llama);
+  m.model.tie_embeddings = m.model.qkv_bias = m.model.mlp_bias = true;
+  m.model.head_dim = 12;
+  write(m);
+  {
+    H5Handle file = open_file(path());
+    const ModelConfig back = read_manifest(file.get()).model;
+    EXPECT_TRUE(back.tie_embeddings && back.qkv_bias && !back.proj_bias && back.mlp_bias);
+    EXPECT_EQ(back.head_dim, 12);
+    EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));
+  }
+  edit([](hid_t g) { write_attribute_int(g, "qkv_bias", 0); });
+  EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+  for (Arch arch : {Arch::Llama, Arch::Gpt2}) {
+    CheckpointManifest old = sample_manifest();
+    old.model.set_arch(arch);
+    write(old);
+    H5Handle file = open_file(path());
+    H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
+    for (const char* name : {"tie_embeddings", "qkv_bias", "proj_bias", "mlp_bias", "head_dim"})
+      EXPECT_FALSE(has_attribute(group.get(), name)) << name;
+    const ModelConfig back = read_manifest(file.get()).model;
+    const bool gpt2 = arch == Arch::Gpt2;
+    EXPECT_EQ(back.tie_embeddings, gpt2);
+    EXPECT_EQ(back.qkv_bias && back.proj_bias && back.mlp_bias, gpt2);
+    EXPECT_EQ(back.qkv_bias || back.proj_bias || back.mlp_bias, gpt2);
+    EXPECT_EQ(back.head_dim, 0);
+  }
+}

@@ -20,7 +20,7 @@ namespace {
 
 ModelConfig model(Arch arch, int n_layer, int d_model) {
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = n_layer;
   c.n_head = 4;
   c.n_kv_head = arch == Arch::Llama ? 2 : 4;

@@ -20,7 +20,7 @@ namespace {
 
 ModelConfig tiny(Arch arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_head = arch == Arch::Llama ? 2 : 4;  // grouped-query attention for llama
@@ -31,10 +31,10 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
-void check_all_gradients(Arch arch) {
+void check_all_gradients(const ModelConfig& config) {
   CpuBackend<double> backend(1);
   const int B = 2, T = 5;
-  Model<double> model(tiny(arch), backend, {}, B, T);
+  Model<double> model(config, backend, {}, B, T);
   model.init(7);
   // Move off the initial point so that biases (0) and norm weights (1) get generic gradients.
   Rng rng(11, 0);
@@ -80,9 +80,45 @@ void check_all_gradients(Arch arch) {
 
 }  // namespace
 
-TEST(ModelGradients, Gpt2AllParametersMatchFiniteDifferences) { check_all_gradients(Arch::Gpt2); }
+TEST(ModelGradients, Gpt2AllParametersMatchFiniteDifferences) {
+  check_all_gradients(tiny(Arch::Gpt2));
+}
 
-TEST(ModelGradients, LlamaAllParametersMatchFiniteDifferences) { check_all_gradients(Arch::Llama); }
+TEST(ModelGradients, LlamaAllParametersMatchFiniteDifferences) {
+  check_all_gradients(tiny(Arch::Llama));
+}
+
+// The model features of other families, each with the tensors it adds (so the check covers them).
+TEST(ModelGradients, Gpt2UntiedHeadMatchesFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Gpt2);
+  c.tie_embeddings = false;
+  ASSERT_TRUE(ParamLayout(c).has(Slot::LmHead));
+  check_all_gradients(c);
+}
+
+// Llama's attention_bias and mlp_bias, a tied head, and heads of 6 (q width 24, d-model 16).
+TEST(ModelGradients, LlamaTiedBiasesHeadDimMatchFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Llama);
+  c.tie_embeddings = c.qkv_bias = c.proj_bias = c.mlp_bias = true;
+  c.head_dim = 6;
+  const ParamLayout layout(c);
+  ASSERT_FALSE(layout.has(Slot::LmHead));
+  for (Slot s : {Slot::QkvB, Slot::ProjB, Slot::FcB, Slot::FcProjB}) ASSERT_TRUE(layout.has(s, 1));
+  EXPECT_EQ(layout.find("h.0.attn.qkv.weight").global_shape, (std::vector<int64_t>{48, 16}));
+  EXPECT_EQ(layout.find("h.0.attn.proj.weight").global_shape, (std::vector<int64_t>{16, 24}));
+  EXPECT_EQ(layout.find("h.0.mlp.fc.bias").global_shape, (std::vector<int64_t>{48}));
+  check_all_gradients(c);
+}
+
+// Qwen2: biases on q, k, v only.
+TEST(ModelGradients, LlamaQkvBiasOnlyMatchesFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Llama);
+  c.qkv_bias = true;
+  const ParamLayout layout(c);
+  ASSERT_TRUE(layout.has(Slot::QkvB, 0));
+  ASSERT_FALSE(layout.has(Slot::ProjB, 0));
+  check_all_gradients(c);
+}
 
 TEST(ModelGradients, GradientsAccumulateOverMicroBatches) {
   CpuBackend<double> backend(1);

@@ -17,7 +17,7 @@ namespace {
 
 ModelConfig small(Arch arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.set_arch(arch);
   c.n_layer = 3;
   c.n_head = 4;
   c.n_kv_head = arch == Arch::Llama ? 2 : 4;
@@ -36,10 +36,11 @@ struct Result {
 
 // Two micro-batches in two slots, run as a pipeline would: F0 F1 B0 B1, so the buffers that
 // recomputation shares between slots are overwritten between a forward and its backward.
-Result run(Arch arch, ModelOptions options, float dloss = 1.0f / 32, size_t* activation_bytes = nullptr) {
+Result run(const ModelConfig& config, ModelOptions options, float dloss = 1.0f / 32,
+           size_t* activation_bytes = nullptr) {
   CpuBackend<float> backend(1, options.precision);
   const int B = 2, T = 8;
-  Model<float> model(small(arch), backend, {}, B, T, 2, nullptr, options);
+  Model<float> model(config, backend, {}, B, T, 2, nullptr, options);
   model.init(3);  // 2-byte storage: rounded as written; fp32 containers: rounded here
   if (float* emulated = model.params().full())
     backend.round_to(emulated, model.num_params(), options.precision);
@@ -62,6 +63,11 @@ Result run(Arch arch, ModelOptions options, float dloss = 1.0f / 32, size_t* act
   r.grads.assign(model.grads(), model.grads() + model.num_params());
   if (activation_bytes) *activation_bytes = model.activation_bytes();
   return r;
+}
+
+Result run(Arch arch, ModelOptions options, float dloss = 1.0f / 32,
+           size_t* activation_bytes = nullptr) {
+  return run(small(arch), options, dloss, activation_bytes);
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -155,4 +161,22 @@ TEST(LowPrecision, Fp16OverflowReachesTheGradients) {
   size_t bad = 0;
   for (float g : over.grads) bad += !std::isfinite(g);
   EXPECT_GT(bad, 0u);
+}
+
+// The model features of other families (a tied llama head, q/k/v/o and MLP biases, heads of 6:
+// attention width 24, d-model 32) under bf16: recomputation and 2-byte storage keep every bit.
+TEST(ModelFeatures, RecomputationAndTwoByteStorageKeepTheirBits) {
+  ModelConfig c = small(Arch::Llama);
+  c.tie_embeddings = c.qkv_bias = c.proj_bias = c.mlp_bias = true;
+  c.head_dim = 6;
+  const Precision bf16 = Precision::Bf16;
+  const Result none = run(c, {bf16, Recompute::None});
+  for (Recompute rc : {Recompute::Selective, Recompute::Full}) {
+    for (Precision storage : {Precision::Fp32, bf16}) {
+      const Result r = run(c, {bf16, rc, storage});
+      EXPECT_EQ(r.losses, none.losses);
+      EXPECT_TRUE(same_bits(r.grads, none.grads));
+      EXPECT_TRUE(same_bits(r.output, none.output));
+    }
+  }
 }

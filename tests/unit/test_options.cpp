@@ -295,3 +295,21 @@ TEST(ModelConfig, ValidateNamesTheInconsistency) {
   c.n_kv_head = 3;
   EXPECT_THROW(c.validate(), UsageError);
 }
+
+// The model's switches: auto keeps the arch's defaults, a given value overrides them (alone:
+// true), qkv-bias after attention-bias; anything else is refused naming the switch.
+TEST(Options, ModelSwitchesStartFromTheArchsDefaults) {
+  const ModelConfig llama = parse({"--train-data", "x.h5", "--arch", "llama"}).model;
+  EXPECT_FALSE(llama.tie_embeddings || llama.qkv_bias || llama.proj_bias || llama.mlp_bias);
+  const ModelConfig gpt2 = parse({"--train-data", "x.h5", "--tie-embeddings=false"}).model;
+  EXPECT_FALSE(gpt2.tie_embeddings);
+  EXPECT_TRUE(gpt2.qkv_bias && gpt2.proj_bias && gpt2.mlp_bias);
+  const ModelConfig qwen2 =
+      parse({"--train-data", "x.h5", "--arch", "llama", "--attention-bias", "--qkv-bias=false",
+             "--qkv-bias", "--attention-bias=false", "--tie-embeddings", "--head-dim", "64"})
+          .model;
+  EXPECT_TRUE(qwen2.tie_embeddings && qwen2.qkv_bias && !qwen2.proj_bias && !qwen2.mlp_bias);
+  EXPECT_EQ(qwen2.head_dim, 64);
+  EXPECT_EQ(usage_error({"--train-data", "x.h5", "--mlp-bias=yes"}),
+            "mlp-bias must be auto, true or false (got 'yes')");
+}

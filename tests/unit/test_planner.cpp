@@ -248,7 +248,7 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   CpuBackend<float> backend(1);
   MpiCommunicator self(MPI_COMM_SELF);  // a tp group is needed to build a shard; never used here
   ModelConfig llama = tiny();
-  llama.arch = Arch::Llama;
+  llama.set_arch(Arch::Llama);
   llama.n_head = 4;
   llama.n_kv_head = 2;
   llama.n_layer = 3;

@@ -28,14 +28,21 @@ struct ModelConfig {
   int max_seq_len = 64; // positions the model supports (gpt2: rows of wpe)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // Set by set_arch to the architecture's defaults (gpt2: tied, every bias; llama: own head, no
+  // bias); llama may change them. gpt2's LayerNorm biases exist whatever these say.
+  bool tie_embeddings = true;  // the head is wte (no lm_head)
+  bool qkv_bias = true;        // attn.qkv.bias (q, k, v; llama: Qwen2, attention_bias)
+  bool proj_bias = true;       // attn.proj.bias (llama: attention_bias's o_proj bias)
+  bool mlp_bias = true;        // mlp.fc.bias and mlp.proj.bias (llama: gate, up and down biases)
+  int head_dim = 0;            // 0 = d_model / n_head; llama: any (attention width n_head head_dim)
 
-  int head_size() const { return d_model / n_head; }
+  // arch and its defaults of the fields above.
+  void set_arch(Arch a);
+  int head_size() const { return head_dim > 0 ? head_dim : d_model / n_head; }
   int qkv_width() const { return (n_head + 2 * n_kv_head) * head_size(); }
   // The vocabulary rounded up to a multiple of 128 (as llm.c): aligned GEMMs, and rows
   // vocab_size..padded_vocab-1 of the embedding are zero and never trained.
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
-  bool tied_embeddings() const { return arch == Arch::Gpt2; }
-  bool has_biases() const { return arch == Arch::Gpt2; }
 
   // Throws UsageError naming the first inconsistency (heads not dividing d_model, ...).
   void validate() const;

@@ -38,7 +38,7 @@
 //               forward   wte, wpe | block l0 .. | lnf, head (lm_head or the tied wte)
 //               backward  lnf, head | block .. l0 | wte, wpe   (grads; params but for wte, wpe)
 //             grads_done(u) comes once the backward has written all of u's gradients: the tied
-//             wte of a single-stage gpt2 (head and embedding) only after the embedding.
+//             wte of a single-stage model (head and embedding) only after the embedding.
 //
 // Shapes: B batch, Tlen sequence, C d_model, hs head size; local (this rank's) counts: NHl query
 // heads, NKVl kv heads, Fl = d_ff/tp, Vl = padded vocab/tp; N = B*Tlen rows.
@@ -226,7 +226,7 @@ class Model {
   CBuf<T> row_parallel_bias(Slot slot, int layer) const {
     return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
   }
-  Slot head_slot() const { return config_.tied_embeddings() ? Slot::Wte : Slot::LmHead; }
+  Slot head_slot() const { return config_.tie_embeddings ? Slot::Wte : Slot::LmHead; }
   void norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer, int N);
   void norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);

@@ -7,14 +7,17 @@
 //     gpt2:  ln1.weight (C), ln1.bias (C), attn.qkv.weight (3C, C), attn.qkv.bias (3C),
 //            attn.proj.weight (C, C), attn.proj.bias (C), ln2.weight (C), ln2.bias (C),
 //            mlp.fc.weight (F, C), mlp.fc.bias (F), mlp.proj.weight (C, F), mlp.proj.bias (C)
-//     llama: ln1.weight (C), attn.qkv.weight ((NH+2NKV)hs, C), attn.proj.weight (C, NH hs),
-//            ln2.weight (C), mlp.fc.weight (2F, C) = [gate; up], mlp.proj.weight (C, F)
-//   lnf.weight (C), [lnf.bias (C)], [lm_head.weight (Vp, C) — llama only; gpt2 ties it to wte]
+//     llama: ln1.weight (C), attn.qkv.weight ((NH+2NKV)hs, C), [attn.qkv.bias ((NH+2NKV)hs)],
+//            attn.proj.weight (C, NH hs), [attn.proj.bias (C)], ln2.weight (C),
+//            mlp.fc.weight (2F, C) = [gate; up], [mlp.fc.bias (2F)], mlp.proj.weight (C, F),
+//            [mlp.proj.bias (C)]   (config: qkv_bias, proj_bias, mlp_bias; hs = head_size())
+//   lnf.weight (C), [lnf.bias (C)], [lm_head.weight (Vp, C) — unless tie_embeddings: wte then]
 // Weights are (out, in) row-major. Norm weights and biases get no weight decay.
 //
 // A rank of a parallel run holds a shard (ModelShard): the layers of its pipeline stage (the
-// embedding on the first stage; the final norm and the head on the last, and for gpt2 a copy of
-// wte there too, for the tied head) and, under tensor parallelism, its slice of each tensor:
+// embedding on the first stage; the final norm and the head on the last, and with tied
+// embeddings a copy of wte there too, for the head) and, under tensor parallelism, its slice of
+// each tensor:
 //   column-parallel (split along the output rows): attn.qkv (its query heads' rows of q and its
 //     kv heads' rows of k and v), mlp.fc (gpt2: rows of F; llama: rows of gate and of up), and
 //     their biases; the vocabulary tables wte and lm_head (rows Vp/tp);
