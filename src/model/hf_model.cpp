@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,7 +39,8 @@ struct Mapping {
   std::string ours;
   int64_t row0, rows, cols;
   bool transpose = false;
-  int rope_head = 0;  // > 0: head size whose rows go from interleaved to rotate-half order
+  int rope_head = 0;  // > 0: head size whose rows (a vector's columns) go from interleaved to
+                      // rotate-half order
 };
 
 // HF row a hs/2 + i of a head comes from our row 2 i + a (see the header).
@@ -86,6 +89,12 @@ std::vector<Mapping> mappings(const ModelConfig& c) {
     m.push_back({h + "mlp.gate_proj.weight", fc, 0, F, C});
     m.push_back({h + "mlp.up_proj.weight", fc, F, F, C});
     m.push_back({h + "mlp.down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, F});
+    if (c.qk_norm) {  // Qwen3's per-head norms, in the heads' rotate-half order
+      m.push_back({h + "self_attn.q_norm.weight", layer(l, "attn.q_norm.weight"), 0, 1, hs, false,
+                   c.head_size()});
+      m.push_back({h + "self_attn.k_norm.weight", layer(l, "attn.k_norm.weight"), 0, 1, hs, false,
+                   c.head_size()});
+    }
   }
   m.push_back({"model.norm.weight", "lnf.weight", 0, 1, C});
   m.push_back({"lm_head.weight", "lm_head.weight", 0, V, C});
@@ -105,7 +114,8 @@ size_t our_index(const Mapping& m, size_t e) {
     r = static_cast<int64_t>(e) % m.rows;
     col = static_cast<int64_t>(e) / m.rows;
   }
-  if (m.rope_head > 0) r = rope_source_row(r, m.rope_head);
+  if (m.rope_head > 0 && m.rows == 1) col = rope_source_row(col, m.rope_head);
+  else if (m.rope_head > 0) r = rope_source_row(r, m.rope_head);
   return static_cast<size_t>((m.row0 + r) * m.cols + col);
 }
 
@@ -197,6 +207,25 @@ class SafetensorsReader {
   uint64_t data_ = 0, size_ = 0;
 };
 
+// A float as the decimal it was given ("1.1", not 1.100000023841858).
+double decimal(float v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, ec == std::errc() ? end : buf).c_str(), nullptr);
+}
+
+// transformers' rope_scaling dict (modeling_rope_utils.py), null when unscaled
+json rope_scaling_json(const ModelConfig::RopeScaling& r) {
+  using Type = ModelConfig::RopeScaling::Type;
+  if (r.type == Type::None) return nullptr;
+  if (r.type == Type::Linear) return {{"rope_type", "linear"}, {"factor", decimal(r.factor)}};
+  return {{"rope_type", "llama3"},
+          {"factor", decimal(r.factor)},
+          {"low_freq_factor", decimal(r.low_freq_factor)},
+          {"high_freq_factor", decimal(r.high_freq_factor)},
+          {"original_max_position_embeddings", r.original_max_position}};
+}
+
 json config_json(const ModelConfig& c) {
   if (c.arch == Arch::Gpt2)
     return {{"architectures", {"GPT2LMHeadModel"}},
@@ -210,10 +239,12 @@ json config_json(const ModelConfig& c) {
             {"vocab_size", c.vocab_size},
             {"layer_norm_epsilon", c.norm_eps},
             {"activation_function", "gelu_new"},  // HF's name for the tanh approximation
+            {"scale_attn_weights", c.scale_attn_weights},
+            {"scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx},
             {"tie_word_embeddings", true},
             {"torch_dtype", "float32"}};
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
+  return {{"architectures", {c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+          {"model_type", c.qk_norm ? "qwen3" : "llama"},  // Qwen3: llama with the q/k norms
           {"num_hidden_layers", c.n_layer},
           {"num_attention_heads", c.n_head},
           {"num_key_value_heads", c.n_kv_head},
@@ -224,6 +255,7 @@ json config_json(const ModelConfig& c) {
           {"vocab_size", c.vocab_size},
           {"rms_norm_eps", c.norm_eps},
           {"rope_theta", c.rope_theta},
+          {"rope_scaling", rope_scaling_json(c.rope_scaling)},
           {"hidden_act", "silu"},
           {"attention_bias", false},
           {"mlp_bias", false},

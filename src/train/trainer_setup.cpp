@@ -318,6 +318,7 @@ void Trainer::build_model() {
 
 std::string Trainer::run_ini() const {
   const auto text = [](auto v) { return std::to_string(v); };
+  const auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
   return resolved_ini(options_.effective, {{"dp", text(shape_.dp)},
                                            {"arch", to_string(cfg_.arch)},
                                            {"n-layer", text(cfg_.n_layer)},
@@ -336,7 +337,13 @@ std::string Trainer::run_ini() const {
                                            {"vocab-size", text(cfg_.vocab_size)},
                                            {"max-seq-len", text(cfg_.max_seq_len)},
                                            {"norm-eps", float_text(cfg_.norm_eps)},
-                                           {"rope-theta", float_text(cfg_.rope_theta)}});
+                                           {"rope-theta", float_text(cfg_.rope_theta)},
+                                           {"qk-norm", flag(cfg_.qk_norm)},
+                                           {"rope-scaling", to_string(cfg_.rope_scaling)},
+                                           {"gpt2-scale-attn-weights",
+                                            flag(cfg_.scale_attn_weights)},
+                                           {"gpt2-scale-attn-by-layer",
+                                            flag(cfg_.scale_attn_by_inverse_layer_idx)}});
 }
 
 void Trainer::build_step_parts() {

@@ -1,8 +1,11 @@
 """A reference forward of a Hugging Face checkpoint directory, written from transformers' own
 conventions (not from mpitrain's code) in plain PyTorch, without the transformers package:
-GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, tied head) and LlamaForCausalLM
-(RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU, own head). safetensors is read by
-hand: u64 header length, JSON header, raw little-endian tensors.
+GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, tied head, scale_attn_weights and
+scale_attn_by_inverse_layer_idx) and LlamaForCausalLM (RMSNorm, rotate-half RoPE with
+rope_scaling linear / llama3 as modeling_rope_utils.py, grouped-query attention, SwiGLU, own head)
+with Qwen3ForCausalLM's q_norm / k_norm (RMSNorm over each head before RoPE). In float64
+throughout. safetensors is read by hand: u64 header length, JSON header, raw little-endian
+tensors.
 
   hf_reference.py DIR PROMPT N WINDOW  ->  prints PROMPT and its greedy continuation of N byte
                                            tokens (context: the last WINDOW), as the trainer's
@@ -31,13 +34,13 @@ def load(directory):
             continue
         begin, end = t["data_offsets"]
         raw = bytearray(data[begin:end])
-        tensors[name] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).float().reshape(t["shape"])
+        tensors[name] = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]).double().reshape(t["shape"])
     return config, tensors
 
 
-def causal_attention(q, k, v):  # (heads, T, hs) each
+def causal_attention(q, k, v, divisor=None):  # (heads, T, hs) each; scores / divisor
     T, hs = q.shape[1], q.shape[2]
-    scores = q @ k.transpose(1, 2) / math.sqrt(hs)
+    scores = q @ k.transpose(1, 2) / (math.sqrt(hs) if divisor is None else divisor)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
 
@@ -57,18 +60,41 @@ def gpt2_logits(c, w, ids):
         h = f"transformer.h.{l}."
         q, k, v = conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(C, dim=-1)
         heads = [t.reshape(T, H, C // H).transpose(0, 1) for t in (q, k, v)]
-        y = causal_attention(*heads).transpose(0, 1).reshape(T, C)
+        # GPT2Attention: / sqrt(hs) if scale_attn_weights, / (layer_idx + 1) if by inverse layer
+        divisor = math.sqrt(C // H) if c.get("scale_attn_weights", True) else 1.0
+        divisor *= l + 1 if c.get("scale_attn_by_inverse_layer_idx", False) else 1
+        y = causal_attention(*heads, divisor).transpose(0, 1).reshape(T, C)
         x = x + conv1d(y, h + "attn.c_proj")
         m = torch.nn.functional.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
         x = x + conv1d(m, h + "mlp.c_proj")
     return ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].T
 
 
+def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3
+    inv = 1.0 / c.get("rope_theta", 10000.0) ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    s = c.get("rope_scaling") or {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    if kind == "linear":
+        return inv / s["factor"]
+    if kind == "llama3":  # _compute_llama3_parameters
+        factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+        old = s["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old / low, old / high
+        wavelen = 2 * math.pi / inv
+        inv_llama = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+        medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return torch.where(medium, smoothed, inv_llama)
+    assert kind == "default", f"rope_scaling {kind}"
+    return inv
+
+
 def llama_logits(c, w, ids):
     T, C, H = len(ids), c["hidden_size"], c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)
-    hs = C // H
-    eps, theta = c["rms_norm_eps"], c.get("rope_theta", 10000.0)
+    hs = c.get("head_dim") or C // H
+    eps = c["rms_norm_eps"]
 
     def rms(x, p):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p]
@@ -76,10 +102,9 @@ def llama_logits(c, w, ids):
     def rotate_half(x):
         return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
 
-    inv = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), rope_inv_freq(c, hs))
     emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos().float(), emb.sin().float()
+    cos, sin = emb.cos(), emb.sin()
 
     x = w["model.embed_tokens.weight"][ids]
     for l in range(c["num_hidden_layers"]):
@@ -88,9 +113,11 @@ def llama_logits(c, w, ids):
         q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, hs).transpose(0, 1)
         k = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
         v = (a @ w[p + "self_attn.v_proj.weight"].T).reshape(T, KV, hs).transpose(0, 1)
+        if c["model_type"] == "qwen3":  # Qwen3Attention: q_norm / k_norm over each head, then RoPE
+            q, k = rms(q, p + "self_attn.q_norm.weight"), rms(k, p + "self_attn.k_norm.weight")
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
-        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, C)
+        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hs)
         x = x + y @ w[p + "self_attn.o_proj.weight"].T
         m = rms(x, p + "post_attention_layernorm.weight")
         gate = torch.nn.functional.silu(m @ w[p + "mlp.gate_proj.weight"].T)
