@@ -10,6 +10,9 @@ tensors.
   hf_reference.py DIR PROMPT N WINDOW  ->  prints PROMPT and its greedy continuation of N byte
                                            tokens (context: the last WINDOW), as the trainer's
                                            sample prints them
+  hf_reference.py DIR --loss FILE T N      ->  prints the mean cross-entropy over the first N
+                                           windows (T+1 tokens, stride T) of FILE (nanoGPT .bin:
+                                           raw uint16 tokens), as the trainer's val_loss
 """
 import json
 import math
@@ -126,9 +129,20 @@ def llama_logits(c, w, ids):
 
 
 def main():
-    directory, prompt, n, window = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    directory = sys.argv[1]
     config, weights = load(directory)
     forward = gpt2_logits if config["model_type"] == "gpt2" else llama_logits
+    if sys.argv[2] == "--loss":
+        path, T, n = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        with open(path, "rb") as f:
+            tokens = torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
+        with torch.no_grad():
+            losses = [torch.nn.functional.cross_entropy(
+                forward(config, weights, tokens[i * T:i * T + T]), tokens[i * T + 1:i * T + T + 1])
+                for i in range(n)]
+        print(repr(float(sum(losses) / n)))
+        return
+    prompt, n, window = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     ids = list(prompt.encode())
     with torch.no_grad():
         for _ in range(n):
