@@ -111,6 +111,7 @@ struct RawText {
               mlp_bias = "auto";
   std::string micro_batch = "4";
   std::string config_file;
+  std::string rope_scaling = "none";
 };
 
 template <typename V>
@@ -187,7 +188,17 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
        "need not be d-model)")
       ("init-from", with_default(&t.init_from)->value_name("PATH"),
        "start from an llm.c GPT-2 model file or a Hugging Face directory (config.json and "
-       "model.safetensors, gpt2 or llama): it sets the shape");
+       "model.safetensors, gpt2 or llama): it sets the shape")
+      ("qk-norm", flag(&m.qk_norm),
+       "llama: RMSNorm over each query and key head (weights of head size) before RoPE, as Qwen3")
+      ("rope-scaling", with_default(&raw.rope_scaling)->value_name("SPEC"),
+       "llama: RoPE frequency scaling as transformers' rope_scaling: none, linear:factor=F, or "
+       "llama3:factor=F,low=L,high=H,orig=N (low/high_freq_factor, "
+       "original_max_position_embeddings)")
+      ("gpt2-scale-attn-weights", with_default(&m.scale_attn_weights)->value_name("true|false"),
+       "gpt2: divide the attention scores by sqrt(head size) (HF scale_attn_weights)")
+      ("gpt2-scale-attn-by-layer", flag(&m.scale_attn_by_inverse_layer_idx),
+       "gpt2: divide block l's attention scores by l + 1 too (HF scale_attn_by_inverse_layer_idx)");
   return d;
 }
 
@@ -534,6 +545,7 @@ Options parse_options(int argc, const char* const* argv) {
   apply_switch("attention-bias", raw.attention_bias, m.qkv_bias);
   apply_switch("qkv-bias", raw.qkv_bias, m.qkv_bias);
   apply_switch("mlp-bias", raw.mlp_bias, m.mlp_bias);
+  m.rope_scaling = parse_rope_scaling(raw.rope_scaling);
   for (const auto& [name, value] : vm)
     if (!value.defaulted()) o.given.push_back(name);
   check_ranges(kRanges, vm);

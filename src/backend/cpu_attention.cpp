@@ -23,13 +23,12 @@ bool heads_in_parallel(int B, int Tlen, int NH, int hs, int loop) {
   return static_cast<size_t>(B) * NH * Tlen * Tlen * hs > cpu::kParallelWork && loop > 1;
 }
 
-// per (b,h), g = h / (NH/NKV):  S = q k_g^T / sqrt(hs)  (T,T);  P = causal softmax(S) (rows in
+// per (b,h), g = h / (NH/NKV):  S = scale q k_g^T  (T,T);  P = causal softmax(S) (rows in
 // place; P[t, j>t] = 0);  y = P v_g  (T,hs) into out[b, :, h*hs : (h+1)*hs]
 template <typename T>
 void attention_forward_kernel(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
-                              int hs, bool parallel) {
+                              int hs, T scale, bool parallel) {
   const int QKV = (NH + 2 * NKV) * hs, A = NH * hs, group = NH / NKV;
-  const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static) if (parallel)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH, g = h / group;
@@ -60,14 +59,13 @@ void attention_forward_kernel(T* out, T* probs, const T* qkv, int B, int Tlen, i
 }
 
 // per (b, kv head g), over its query heads h (so dk_g, dv_g have one writer):
-//   dP = dy v_g^T;  dv_g += P^T dy;  dS = P (dP - rowsum(dP P)) / sqrt(hs)
+//   dP = dy v_g^T;  dv_g += P^T dy;  dS = P (dP - rowsum(dP P)) scale
 //   dq_h = dS k_g;  dk_g += dS^T q_h          (the first head of the group overwrites: beta = 0)
 // dS lives in scratch (B,NH,T,T).
 template <typename T>
 void attention_backward_kernel(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs,
-                               int B, int Tlen, int NH, int NKV, int hs, bool parallel) {
+                               int B, int Tlen, int NH, int NKV, int hs, T scale, bool parallel) {
   const int QKV = (NH + 2 * NKV) * hs, A = NH * hs, group = NH / NKV;
-  const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static) if (parallel)
   for (int bg = 0; bg < B * NKV; ++bg) {
     const int b = bg / NKV, g = bg % NKV;
@@ -115,16 +113,17 @@ struct SequenceSizes {
 
 template <typename T>
 void CpuBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                      int NKV, int hs) {
+                                      int NKV, int hs, T scale) {
   const bool parallel = heads_in_parallel(B, Tlen, NH, hs, B * NH);
   if (!cpu::staged(out, qkv))
-    return attention_forward_kernel(out.full(), probs, qkv.full(), B, Tlen, NH, NKV, hs, parallel);
+    return attention_forward_kernel(out.full(), probs, qkv.full(), B, Tlen, NH, NKV, hs, scale,
+                                    parallel);
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* o = staging_->take<T>(cpu::kSlotC, nb * seq.out);
     attention_forward_kernel(o, probs + b0 * seq.probs,
                              staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb,
-                             Tlen, NH, NKV, hs, parallel);
+                             Tlen, NH, NKV, hs, scale, parallel);
     cpu::narrow(out + b0 * seq.out, o, nb * seq.out);
   });
 }
@@ -132,26 +131,26 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, 
 template <typename T>
 void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
                                        CBuf<T> /*out*/, const T* probs, int B, int Tlen, int NH,
-                                       int NKV, int hs) {
+                                       int NKV, int hs, T scale) {
   const bool parallel = heads_in_parallel(B, Tlen, NH, hs, B * NKV);
   if (!cpu::staged(dqkv, dout, qkv))
     return attention_backward_kernel(dqkv.full(), scratch, dout.full(), qkv.full(), probs, B, Tlen,
-                                     NH, NKV, hs, parallel);
+                                     NH, NKV, hs, scale, parallel);
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* d = staging_->take<T>(cpu::kSlotC, nb * seq.qkv);
     attention_backward_kernel(d, scratch + b0 * seq.probs,
                               staging_->widened(cpu::kSlotA, dout + b0 * seq.out, nb * seq.out),
                               staging_->widened(cpu::kSlotB, qkv + b0 * seq.qkv, nb * seq.qkv),
-                              probs + b0 * seq.probs, nb, Tlen, NH, NKV, hs, parallel);
+                              probs + b0 * seq.probs, nb, Tlen, NH, NKV, hs, scale, parallel);
     cpu::narrow(dqkv + b0 * seq.qkv, d, nb * seq.qkv);
   });
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                    \
-  template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int);    \
+  template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int, T); \
   template void CpuBackend<T>::attention_backward(Buf<T>, T*, CBuf<T>, CBuf<T>, CBuf<T>, const T*, \
-                                                  int, int, int, int, int);
+                                                  int, int, int, int, int, T);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

@@ -148,35 +148,51 @@ void ProfilingBackend::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, i
         nf * (2 * bytes_of(dinp) + 2 * bytes_of(inp) + bytes_of(dout)),
         [&] { inner_->swiglu_backward(dinp, inp, dout, N, F); });
 }
-void ProfilingBackend::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
+void ProfilingBackend::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs,
+                                    const RopeFreqs& rope) {
   const double rotated = static_cast<double>(B) * Tlen * (NH + NKV) * hs;
   timed(OpPhase::Forward, "rope_forward", 0, 2 * rotated * bytes_of(qkv),
-        [&] { inner_->rope_forward(qkv, B, Tlen, NH, NKV, hs, theta); });
+        [&] { inner_->rope_forward(qkv, B, Tlen, NH, NKV, hs, rope); });
 }
 void ProfilingBackend::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs,
-                                     T theta) {
+                                     const RopeFreqs& rope) {
   const double rotated = static_cast<double>(B) * Tlen * (NH + NKV) * hs;
   timed(OpPhase::Backward, "rope_backward", 0, 2 * rotated * bytes_of(dqkv),
-        [&] { inner_->rope_backward(dqkv, B, Tlen, NH, NKV, hs, theta); });
+        [&] { inner_->rope_backward(dqkv, B, Tlen, NH, NKV, hs, rope); });
+}
+// ---- q/k norm: the q and k heads read and written (v copied forward), dqkv in place ----------
+void ProfilingBackend::qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk,
+                                       int N, int NH, int NKV, int hs, T eps) {
+  const double row = static_cast<double>(N) * (NH + 2 * NKV) * hs;
+  timed(OpPhase::Forward, "qk_norm_forward", 0, row * (bytes_of(inp) + bytes_of(out)),
+        [&] { inner_->qk_norm_forward(out, rstd, inp, wq, wk, N, NH, NKV, hs, eps); });
+}
+void ProfilingBackend::qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp, CBuf<T> wq,
+                                        CBuf<T> wk, const T* rstd, int N, int NH, int NKV,
+                                        int hs) {
+  const double normed = static_cast<double>(N) * (NH + NKV) * hs;
+  timed(OpPhase::Backward, "qk_norm_backward", 0, normed * (3 * bytes_of(dqkv) + 2 * bytes_of(inp)),
+        [&] { inner_->qk_norm_backward(dqkv, dwq, dwk, inp, wq, wk, rstd, N, NH, NKV, hs); });
 }
 
 // ---- attention: per (b, h) two T x T x hs products forward, four backward --------------------
 void ProfilingBackend::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                         int NKV, int hs) {
+                                         int NKV, int hs, T scale) {
   const double bt = static_cast<double>(B) * Tlen, scores = bt * NH * Tlen;
   timed(OpPhase::Forward, "attention_forward", 4 * scores * hs,
         bt * hs * ((NH + 2 * NKV) * bytes_of(qkv) + NH * bytes_of(out)) + kT * scores,
-        [&] { inner_->attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs); });
+        [&] { inner_->attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale); });
 }
 void ProfilingBackend::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
                                           CBuf<T> out, const T* probs, int B, int Tlen, int NH,
-                                          int NKV, int hs) {
+                                          int NKV, int hs, T scale) {
   const double bt = static_cast<double>(B) * Tlen, scores = bt * NH * Tlen;
   timed(OpPhase::Backward, "attention_backward", 8 * scores * hs,
         bt * hs * ((NH + 2 * NKV) * (bytes_of(qkv) + bytes_of(dqkv)) + NH * bytes_of(dout)) +
             3 * kT * scores,
         [&] {
-          inner_->attention_backward(dqkv, scratch, dout, qkv, out, probs, B, Tlen, NH, NKV, hs);
+          inner_->attention_backward(dqkv, scratch, dout, qkv, out, probs, B, Tlen, NH, NKV, hs,
+                                     scale);
         });
 }
 

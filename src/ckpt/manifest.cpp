@@ -23,6 +23,16 @@ struct ArchDefault {
   V value;
 };
 
+// A model switch recorded only where it differs from its default (an optional field: files from
+// before it read as the default, and their checksums stay as they were). B: bool or const bool.
+template <class B>
+struct Switch {
+  B& value;
+  bool fallback;
+};
+template <class B>
+Switch(B&, bool) -> Switch<B>;
+
 // Calls f(attribute name, field, format version that added it) for every field, in file order
 // (one list for write, read, print).
 template <class M, class F>
@@ -68,7 +78,15 @@ void for_each_field(M& m, F&& f) {
   f("wall_time", m.wall_time, 1);
   f("data", m.data, kOptionalField);
   f("lr_decay_steps", m.lr_decay_steps, kOptionalField);
+  // attention variants (config.hpp): absent = the default
+  f("qk_norm", Switch{m.model.qk_norm, false}, kOptionalField);
+  f("rope_scaling", m.model.rope_scaling, kOptionalField);
+  f("scale_attn_weights", Switch{m.model.scale_attn_weights, true}, kOptionalField);
+  f("scale_attn_by_inverse_layer_idx", Switch{m.model.scale_attn_by_inverse_layer_idx, false},
+    kOptionalField);
 }
+
+using RopeType = ModelConfig::RopeScaling::Type;
 
 struct FieldWriter {
   hid_t group;
@@ -92,13 +110,19 @@ struct FieldWriter {
   void operator()(const char* n, V v, ArchDefault<V> d) const {
     if (v != d.value) write_attribute_int(group, n, v);
   }
+  void operator()(const char* n, Switch<const bool> v, int) const {
+    if (v.value != v.fallback) write_attribute_int(group, n, v.value ? 1 : 0);
+  }
+  void operator()(const char* n, const ModelConfig::RopeScaling& v, int) const {
+    if (v.type != RopeType::None) write_attribute_string(group, n, to_string(v));
+  }
 };
 
 struct FieldReader {
   hid_t group;
   const int64_t* version;  // the file's format version (its field is read first)
   template <class V>
-  void operator()(const char* n, V& v, int since) const {
+  void operator()(const char* n, V&& v, int since) const {  // V&&: a Switch comes as a temporary
     if (since > *version) return;  // not in files of this version: the default stands
     if (since == kOptionalField && !has_attribute(group, n)) return;
     if (!has_attribute(group, n))
@@ -135,6 +159,20 @@ struct FieldReader {
   void read(const char* n, OptimizerKind& v) const {
     v = parse_optimizer(read_attribute_string(group, n));
   }
+  void read(const char* n, Switch<bool>& v) const {
+    const int64_t x = read_attribute_int(group, n);
+    if (x != 0 && x != 1)
+      throw Error("manifest attribute '" + std::string(n) + "' = " + std::to_string(x) +
+                  " is not 0 or 1");
+    v.value = x == 1;
+  }
+  void read(const char* n, ModelConfig::RopeScaling& v) const {
+    try {
+      v = parse_rope_scaling(read_attribute_string(group, n));
+    } catch (const UsageError& e) {
+      throw Error(std::string("manifest attribute '") + n + "': " + e.what());
+    }
+  }
 };
 
 // The shortest text that reads back as v ("1e-05" for the float 1e-5f).
@@ -163,6 +201,12 @@ struct FieldPrinter {
   template <class V>
   void operator()(const char* n, V v, ArchDefault<V> d) const {
     if (v != d.value) add(n, std::to_string(v));
+  }
+  void operator()(const char* n, Switch<const bool> v, int) const {
+    if (v.value != v.fallback) add(n, v.value ? "1" : "0");
+  }
+  void operator()(const char* n, const ModelConfig::RopeScaling& v, int) const {
+    if (v.type != RopeType::None) add(n, to_string(v));
   }
 };
 
@@ -296,6 +340,12 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("proj_bias", std::to_string(a.proj_bias), std::to_string(b.proj_bias));
   cmp("mlp_bias", std::to_string(a.mlp_bias), std::to_string(b.mlp_bias));
   cmp("head_size", std::to_string(a.head_size()), std::to_string(b.head_size()));
+  cmp("qk_norm", std::to_string(a.qk_norm), std::to_string(b.qk_norm));
+  cmp("rope_scaling", to_string(a.rope_scaling), to_string(b.rope_scaling));
+  cmp("scale_attn_weights", std::to_string(a.scale_attn_weights),
+      std::to_string(b.scale_attn_weights));
+  cmp("scale_attn_by_inverse_layer_idx", std::to_string(a.scale_attn_by_inverse_layer_idx),
+      std::to_string(b.scale_attn_by_inverse_layer_idx));
   return diff;
 }
 

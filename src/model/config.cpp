@@ -1,5 +1,10 @@
 #include "mpitrain/model/config.hpp"
 
+#include <charconv>
+#include <algorithm>
+#include <map>
+#include <vector>
+
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -28,7 +33,95 @@ namespace {
 
 constexpr int64_t kMaxAttentionWidth = int64_t{3} << 28;  // as 3 d-model at most (fits an int)
 
+using RopeType = ModelConfig::RopeScaling::Type;
+
+void validate_attention_variants(const ModelConfig& c) {
+  const bool llama = c.arch == Arch::Llama;
+  require(llama || !c.qk_norm, "qk-norm is a llama option (gpt2 has no per-head q/k norm)");
+  require(llama || c.rope_scaling.type == RopeType::None,
+          "rope-scaling is a llama option (gpt2 has no rotary embedding)");
+  require(!llama || (c.scale_attn_weights && !c.scale_attn_by_inverse_layer_idx),
+          "scale_attn_weights / scale_attn_by_inverse_layer_idx are gpt2 options");
+  const ModelConfig::RopeScaling& r = c.rope_scaling;
+  if (r.type == RopeType::None) return;
+  require(r.factor > 0.0f, "rope-scaling factor must be positive");
+  if (r.type == RopeType::Linear) return;
+  require(r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor,
+          "rope-scaling llama3 needs 0 < low_freq_factor < high_freq_factor");
+  require(r.original_max_position >= 1,
+          "rope-scaling llama3 original_max_position_embeddings must be at least 1");
+}
+
+// A number of the --rope-scaling text; UsageError naming it.
+template <class V>
+V rope_number(const std::string& key, const std::string& text) {
+  V v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw UsageError("rope-scaling " + key + "='" + text + "' is not a number");
+  return v;
+}
+
+template <class V>
+std::string number_text(V v) {
+  char buf[40];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, ec == std::errc() ? end : buf);
+}
+
 }  // namespace
+
+ModelConfig::RopeScaling parse_rope_scaling(const std::string& text) {
+  ModelConfig::RopeScaling r;
+  const size_t colon = text.find(':');
+  const std::string type = text.substr(0, colon);
+  const char* expected = "expected none, linear:factor=F or llama3:factor=F,low=L,high=H,orig=N";
+  if (type == "none" && colon == std::string::npos) return r;
+  if (type != "linear" && type != "llama3")
+    throw UsageError("rope-scaling '" + text + "': type '" + type + "' is not supported; " +
+                     expected);
+  r.type = type == "linear" ? RopeType::Linear : RopeType::Llama3;
+  std::map<std::string, std::string> values;  // key -> its text
+  const std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  for (size_t at = 0; at < rest.size();) {
+    const size_t comma = std::min(rest.find(',', at), rest.size());
+    const std::string item = rest.substr(at, comma - at);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || !values.emplace(item.substr(0, eq), item.substr(eq + 1)).second)
+      throw UsageError("rope-scaling '" + text + "': '" + item + "' is not a new key=value; " +
+                       expected);
+    at = comma + 1;
+  }
+  const std::vector<std::string> keys = r.type == RopeType::Linear
+                                            ? std::vector<std::string>{"factor"}
+                                            : std::vector<std::string>{"factor", "low", "high",
+                                                                       "orig"};
+  for (const auto& [key, value] : values)
+    if (std::find(keys.begin(), keys.end(), key) == keys.end())
+      throw UsageError("rope-scaling '" + text + "': unknown key '" + key + "'; " + expected);
+  for (const std::string& key : keys)
+    if (!values.count(key))
+      throw UsageError("rope-scaling '" + text + "': " + key + "= is missing; " + expected);
+  r.factor = rope_number<float>("factor", values["factor"]);
+  if (r.type == RopeType::Llama3) {
+    r.low_freq_factor = rope_number<float>("low", values["low"]);
+    r.high_freq_factor = rope_number<float>("high", values["high"]);
+    r.original_max_position = rope_number<int>("orig", values["orig"]);
+  }
+  return r;
+}
+
+std::string to_string(const ModelConfig::RopeScaling& r) {
+  switch (r.type) {
+    case RopeType::None: return "none";
+    case RopeType::Linear: return "linear:factor=" + number_text(r.factor);
+    case RopeType::Llama3:
+      return "llama3:factor=" + number_text(r.factor) + ",low=" + number_text(r.low_freq_factor) +
+             ",high=" + number_text(r.high_freq_factor) +
+             ",orig=" + std::to_string(r.original_max_position);
+  }
+  return "?";
+}
 
 void ModelConfig::validate() const {
   require(n_layer >= 1, "n-layer must be at least 1 (got " + std::to_string(n_layer) + ")");
@@ -61,6 +154,7 @@ void ModelConfig::validate() const {
   require(max_seq_len >= 1, "seq-len must be at least 1 (got " + std::to_string(max_seq_len) + ")");
   require(norm_eps > 0.0f, "norm-eps must be positive");
   require(rope_theta > 0.0f, "rope-theta must be positive");
+  validate_attention_variants(*this);
 }
 
 }  // namespace mpitrain

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,7 +39,8 @@ struct Mapping {
   std::string ours;
   int64_t row0, rows, cols;
   bool transpose = false;
-  int rope_head = 0;  // > 0: head size whose rows go from interleaved to rotate-half order
+  int rope_head = 0;  // > 0: head size whose rows (a vector's columns) go from interleaved to
+                      // rotate-half order
   bool vector = false;  // rows x 1 read as the vector (rows): a slice of a bias
 };
 
@@ -97,6 +100,12 @@ std::vector<Mapping> mappings(const ModelConfig& c) {
     m.push_back({h + "mlp.gate_proj.weight", fc, 0, F, C});
     m.push_back({h + "mlp.up_proj.weight", fc, F, F, C});
     m.push_back({h + "mlp.down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, F});
+    if (c.qk_norm) {  // Qwen3's per-head norms, in the heads' rotate-half order
+      m.push_back({h + "self_attn.q_norm.weight", layer(l, "attn.q_norm.weight"), 0, 1, hs, false,
+                   c.head_size()});
+      m.push_back({h + "self_attn.k_norm.weight", layer(l, "attn.k_norm.weight"), 0, 1, hs, false,
+                   c.head_size()});
+    }
     if (c.mlp_bias) {
       m.push_back({h + "mlp.gate_proj.bias", fc_b, 0, F, 1, false, 0, true});
       m.push_back({h + "mlp.up_proj.bias", fc_b, F, F, 1, false, 0, true});
@@ -122,7 +131,8 @@ size_t our_index(const Mapping& m, size_t e) {
     r = static_cast<int64_t>(e) % m.rows;
     col = static_cast<int64_t>(e) / m.rows;
   }
-  if (m.rope_head > 0) r = rope_source_row(r, m.rope_head);
+  if (m.rope_head > 0 && m.rows == 1) col = rope_source_row(col, m.rope_head);
+  else if (m.rope_head > 0) r = rope_source_row(r, m.rope_head);
   return static_cast<size_t>((m.row0 + r) * m.cols + col);
 }
 
@@ -214,10 +224,31 @@ class SafetensorsReader {
   uint64_t data_ = 0, size_ = 0;
 };
 
-// The transformers model_type of a llama-arch model: qwen2 when q, k, v have biases and o_proj
-// has none (LlamaForCausalLM's attention_bias covers all four).
+// The transformers model_type of a llama-arch model: qwen3 with per-head q/k norms; qwen2 when
+// q, k, v have biases and o_proj has none (LlamaForCausalLM's and Qwen3's attention_bias cover all
+// four); else llama.
 std::string hf_llama_type(const ModelConfig& c) {
+  if (c.qk_norm) return "qwen3";
   return c.qkv_bias && !c.proj_bias ? "qwen2" : "llama";
+}
+
+// A float as the decimal it was given ("1.1", not 1.100000023841858).
+double decimal(float v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, ec == std::errc() ? end : buf).c_str(), nullptr);
+}
+
+// transformers' rope_scaling dict (modeling_rope_utils.py), null when unscaled
+json rope_scaling_json(const ModelConfig::RopeScaling& r) {
+  using Type = ModelConfig::RopeScaling::Type;
+  if (r.type == Type::None) return nullptr;
+  if (r.type == Type::Linear) return {{"rope_type", "linear"}, {"factor", decimal(r.factor)}};
+  return {{"rope_type", "llama3"},
+          {"factor", decimal(r.factor)},
+          {"low_freq_factor", decimal(r.low_freq_factor)},
+          {"high_freq_factor", decimal(r.high_freq_factor)},
+          {"original_max_position_embeddings", r.original_max_position}};
 }
 
 json config_json(const ModelConfig& c) {
@@ -231,13 +262,18 @@ json config_json(const ModelConfig& c) {
             {"n_positions", c.max_seq_len},
             {"n_ctx", c.max_seq_len},
             {"vocab_size", c.vocab_size},
-            {"layer_norm_epsilon", c.norm_eps},
+            {"layer_norm_epsilon", decimal(c.norm_eps)},
             {"activation_function", "gelu_new"},  // HF's name for the tanh approximation
+            {"scale_attn_weights", c.scale_attn_weights},
+            {"scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx},
             {"tie_word_embeddings", c.tie_embeddings},
             {"torch_dtype", "float32"}};
-  const bool qwen2 = hf_llama_type(c) == "qwen2";  // q, k, v biases without the o_proj's
-  json j = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-            {"model_type", hf_llama_type(c)},
+  const std::string type = hf_llama_type(c);
+  const char* architecture = type == "qwen3"   ? "Qwen3ForCausalLM"
+                             : type == "qwen2" ? "Qwen2ForCausalLM"
+                                               : "LlamaForCausalLM";
+  json j = {{"architectures", {architecture}},
+            {"model_type", type},
             {"num_hidden_layers", c.n_layer},
             {"num_attention_heads", c.n_head},
             {"num_key_value_heads", c.n_kv_head},
@@ -246,17 +282,15 @@ json config_json(const ModelConfig& c) {
             {"intermediate_size", c.d_ff},
             {"max_position_embeddings", c.max_seq_len},
             {"vocab_size", c.vocab_size},
-            {"rms_norm_eps", c.norm_eps},
-            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", decimal(c.norm_eps)},
+            {"rope_theta", decimal(c.rope_theta)},
+            {"rope_scaling", rope_scaling_json(c.rope_scaling)},
             {"hidden_act", "silu"},
             {"tie_word_embeddings", c.tie_embeddings},
             {"torch_dtype", "float32"}};
-  if (qwen2) {
-    j["use_sliding_window"] = false;
-  } else {
-    j["attention_bias"] = c.proj_bias;
-    j["mlp_bias"] = c.mlp_bias;
-  }
+  if (type != "llama") j["use_sliding_window"] = false;
+  if (type != "qwen2") j["attention_bias"] = c.proj_bias;
+  if (type == "llama") j["mlp_bias"] = c.mlp_bias;
   return j;
 }
 
@@ -349,10 +383,15 @@ void save_hf_tokenizer(const Tokenizer& tok, const fs::path& dir) {
 }  // namespace
 
 void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
-  require(c.arch == Arch::Gpt2 || hf_llama_type(c) == "llama" || !c.mlp_bias,
-          dir +
-              ": q, k, v biases without an o_proj bias are Qwen2's, whose MLP has no biases: "
-              "mlp-bias cannot be exported");
+  if (c.arch == Arch::Gpt2) return;
+  const std::string type = hf_llama_type(c);
+  require(type == "llama" || !c.mlp_bias,
+          dir + ": a " + type + " model (" +
+              (type == "qwen3" ? "per-head q/k norms" : "q, k, v biases without an o_proj bias") +
+              ") has no MLP biases: mlp-bias cannot be exported");
+  require(type != "qwen3" || c.qkv_bias == c.proj_bias,
+          dir + ": a qwen3 model (per-head q/k norms) has biases on all of q, k, v and o or on "
+                "none: q, k, v biases without the o bias cannot be exported");
 }
 
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,

@@ -20,7 +20,7 @@ void initial_tensors(const ModelConfig& config, const ParamLayout& layout, uint6
     for (int64_t d : t.global_shape) numel *= static_cast<size_t>(d);
     full.assign(numel, T(0));
     switch (t.slot) {
-      case Slot::Ln1W: case Slot::Ln2W: case Slot::LnfW:
+      case Slot::Ln1W: case Slot::Ln2W: case Slot::LnfW: case Slot::QNormW: case Slot::KNormW:
         full.assign(numel, T(1));
         break;
       case Slot::Ln1B: case Slot::Ln2B: case Slot::LnfB:

@@ -196,6 +196,9 @@ void require_llmc_expressible(const std::string& path, const ModelConfig& config
               std::to_string(4 * config.d_model) + "), got " + std::to_string(config.d_ff));
   require(config.norm_eps == kNormEps,
           path + ": llm.c's models use norm-eps 1e-05, got " + show(config.norm_eps));
+  require(config.scale_attn_weights && !config.scale_attn_by_inverse_layer_idx,
+          path + ": llm.c's gpt2 scales attention by 1/sqrt(head size) only: "
+                 "gpt2-scale-attn-weights false / gpt2-scale-attn-by-layer cannot be written");
 }
 
 void save_llmc_model(const std::string& path, const ModelConfig& config, const ParamLayout& layout,

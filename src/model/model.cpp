@@ -64,7 +64,10 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   // Two allocations, carved in the order the header lists the buffers: the compute tensors (in
   // the storage type) and their fp32 statistics. A block's full set without probs and res3;
   // what each slot keeps per block depends on recomputation.
-  const size_t block = 5 * N * C + N * QKV + N * A + N * FC + N * F, block_stats = 4 * N;
+  const size_t qk_pre = config_.qk_norm ? N * QKV : 0;  // qk_norm's input and its statistics
+  const size_t qk_stats = config_.qk_norm ? N * (n_local_heads_ + n_local_kv_heads_) : 0;
+  const size_t block = 5 * N * C + N * QKV + N * A + N * FC + N * F + qk_pre,
+               block_stats = 4 * N + qk_stats;
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
   const size_t kept = full ? N * C : block + N * C, kept_stats = full ? 0 : block_stats;
@@ -84,6 +87,8 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   auto carve_block = [&](LayerActs& a) {  // everything but probs and res3
     a.ln1 = take(N * C); a.ln1_mean = take_stats(N); a.ln1_rstd = take_stats(N);
     a.qkv = take(N * QKV);
+    a.qkv_pre = config_.qk_norm ? take(qk_pre) : nullptr;
+    a.qk_rstd = config_.qk_norm ? take_stats(qk_stats) : nullptr;
     a.atty = take(N * A);
     a.attproj = take(N * C); a.res2 = take(N * C);
     a.ln2 = take(N * C); a.ln2_mean = take_stats(N); a.ln2_rstd = take_stats(N);
@@ -189,6 +194,13 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
 }
 
 template <typename T>
+T Model<T>::attention_scale(int l) const {
+  T scale = config_.scale_attn_weights ? T(1) / std::sqrt(T(config_.head_size())) : T(1);
+  if (config_.scale_attn_by_inverse_layer_idx) scale /= T(l + 1);
+  return scale;
+}
+
+template <typename T>
 void Model<T>::tp_sum(Buf<T> x, size_t n) {
   if (!tp_) return;
   lp(x, n);
@@ -241,13 +253,19 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
   // attention half: res2 = x + proj(attn(norm(x)))
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, Slot::Ln1W, Slot::Ln1B, l, N);
   lp(a.ln1, NC);
-  backend_.matmul_forward(a.qkv, a.ln1, p(Slot::QkvW, l), maybe_p(Slot::QkvB, l), N, C, QKV);
-  lp(a.qkv, static_cast<size_t>(N) * QKV);
-  if (config_.arch == Arch::Llama) {
-    backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, static_cast<T>(config_.rope_theta));
+  const Buf<T> qkv_out = config_.qk_norm ? a.qkv_pre : a.qkv;  // the q/k norm then writes qkv
+  backend_.matmul_forward(qkv_out, a.ln1, p(Slot::QkvW, l), maybe_p(Slot::QkvB, l), N, C, QKV);
+  lp(qkv_out, static_cast<size_t>(N) * QKV);
+  if (config_.qk_norm) {
+    backend_.qk_norm_forward(a.qkv, a.qk_rstd, a.qkv_pre, p(Slot::QNormW, l), p(Slot::KNormW, l), N,
+                             NH, NKV, hs, static_cast<T>(config_.norm_eps));
     lp(a.qkv, static_cast<size_t>(N) * QKV);
   }
-  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
+  if (config_.arch == Arch::Llama) {
+    backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, rope());
+    lp(a.qkv, static_cast<size_t>(N) * QKV);
+  }
+  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
   lp(a.atty, static_cast<size_t>(N) * A);
   backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), row_parallel_bias(Slot::ProjB, l),
                           N, A, C);
@@ -374,14 +392,19 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
                              p(Slot::ProjW, l), N, A, C);
     lp(d.datty, static_cast<size_t>(N) * A);
     if (options_.recompute == Recompute::Selective) {  // the probabilities, from the kept qkv
-      backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs);
+      backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
       lp(a.atty, static_cast<size_t>(N) * A);
     }
     backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
-                                NKV, hs);
+                                NKV, hs, attention_scale(l));
     lp(d.dqkv, static_cast<size_t>(N) * QKV);
     if (llama) {
-      backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, static_cast<T>(c.rope_theta));
+      backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, rope());
+      lp(d.dqkv, static_cast<size_t>(N) * QKV);
+    }
+    if (c.qk_norm) {
+      backend_.qk_norm_backward(d.dqkv, g(Slot::QNormW, l), g(Slot::KNormW, l), a.qkv_pre,
+                                p(Slot::QNormW, l), p(Slot::KNormW, l), a.qk_rstd, N, NH, NKV, hs);
       lp(d.dqkv, static_cast<size_t>(N) * QKV);
     }
     backend_.matmul_backward(d.dln, g(Slot::QkvW, l), maybe_g(Slot::QkvB, l), d.dqkv, a.ln1,
@@ -412,7 +435,9 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
     if (o.size() == 0) continue;  // the same on every tp rank
     tp_->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
-    backend_.scale(grads + o.at, inv, o.size());
+    // the q/k norm weights' gradients are partial sums over each rank's heads: summed, not averaged
+    if (t.slot != Slot::QNormW && t.slot != Slot::KNormW)
+      backend_.scale(grads + o.at, inv, o.size());
   }
 }
 

@@ -8,7 +8,7 @@ namespace mpitrain {
 
 namespace {
 
-constexpr int kBlockSlots = static_cast<int>(Slot::FcProjB) - static_cast<int>(Slot::Ln1W) + 1;
+constexpr int kBlockSlots = static_cast<int>(Slot::KNormW) - static_cast<int>(Slot::Ln1W) + 1;
 constexpr int kSlots = static_cast<int>(Slot::LmHead) + 1;
 
 const char* slot_name(Slot slot) {
@@ -27,6 +27,8 @@ const char* slot_name(Slot slot) {
     case Slot::FcB: return "mlp.fc.bias";
     case Slot::FcProjW: return "mlp.proj.weight";
     case Slot::FcProjB: return "mlp.proj.bias";
+    case Slot::QNormW: return "attn.q_norm.weight";
+    case Slot::KNormW: return "attn.k_norm.weight";
     case Slot::LnfW: return "lnf.weight";
     case Slot::LnfB: return "lnf.bias";
     case Slot::LmHead: return "lm_head.weight";
@@ -34,7 +36,7 @@ const char* slot_name(Slot slot) {
   return "?";
 }
 
-bool is_block_slot(Slot slot) { return slot >= Slot::Ln1W && slot <= Slot::FcProjB; }
+bool is_block_slot(Slot slot) { return slot >= Slot::Ln1W && slot <= Slot::KNormW; }
 
 }  // namespace
 
@@ -115,6 +117,10 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
     if (cfg.mlp_bias) add(Slot::FcB, l, {FC}, false, true, held, 0, fc_rows);
     add(Slot::FcProjW, l, {C, F}, true, true, held, 1, ff_rows);
     if (cfg.mlp_bias) add(Slot::FcProjB, l, {C}, false, true, held, -1, none);
+    if (cfg.qk_norm) {  // per-head q/k RMSNorm weights: replicated over tp, no weight decay
+      add(Slot::QNormW, l, {hs}, false, true, held, -1, none);
+      add(Slot::KNormW, l, {hs}, false, true, held, -1, none);
+    }
   }
   add(Slot::LnfW, -1, {C}, false, true, last, -1, none);
   if (norm_bias) add(Slot::LnfB, -1, {C}, false, true, last, -1, none);

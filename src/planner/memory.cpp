@@ -19,7 +19,9 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double P = B * NH * T * T;
   const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
   const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
-  const double block = 5 * NC + N * QKV + N * A + N * FC + N * F, block_stats = 4 * N;
+  const double qk_pre = c.qk_norm ? N * QKV : 0, qk_stats = c.qk_norm ? N * (NH + NKV) : 0;
+  const double block = 5 * NC + N * QKV + N * A + N * FC + N * F + qk_pre,
+               block_stats = 4 * N + qk_stats;
   ActivationElements e;
   e.compute = (full ? block : 0) + slots * (NC + L * (full ? NC : block + NC) +
                                             (s.last_stage ? NC + N * Vl : 0)) +

@@ -26,6 +26,7 @@ void require_same(const Options& o, const char* name, V set_value, V file_value,
     else if constexpr (std::is_same_v<V, bool>)
       return std::string(v ? "true" : "false");
     else if constexpr (std::is_floating_point_v<V>) return float_text(v);
+    else if constexpr (std::is_same_v<V, std::string>) return v;
     else return std::to_string(v);
   };
   require(set_value == file_value, std::string(name) + " = " + text(set_value) +
@@ -50,6 +51,11 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "qkv-bias", m.qkv_bias, f.qkv_bias, source);
   require_same(o, "mlp-bias", m.mlp_bias, f.mlp_bias, source);
   require_same(o, "head-dim", m.head_size(), f.head_size(), source);
+  require_same(o, "qk-norm", m.qk_norm, f.qk_norm, source);
+  require_same(o, "rope-scaling", to_string(m.rope_scaling), to_string(f.rope_scaling), source);
+  require_same(o, "gpt2-scale-attn-weights", m.scale_attn_weights, f.scale_attn_weights, source);
+  require_same(o, "gpt2-scale-attn-by-layer", m.scale_attn_by_inverse_layer_idx,
+               f.scale_attn_by_inverse_layer_idx, source);
   if (!norms) return;
   require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);

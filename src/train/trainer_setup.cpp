@@ -343,7 +343,13 @@ std::string Trainer::run_ini() const {
                                            {"attention-bias", flag(cfg_.proj_bias)},
                                            {"qkv-bias", flag(cfg_.qkv_bias)},
                                            {"mlp-bias", flag(cfg_.mlp_bias)},
-                                           {"head-dim", text(cfg_.head_dim)}});
+                                           {"head-dim", text(cfg_.head_dim)},
+                                           {"qk-norm", flag(cfg_.qk_norm)},
+                                           {"rope-scaling", to_string(cfg_.rope_scaling)},
+                                           {"gpt2-scale-attn-weights",
+                                            flag(cfg_.scale_attn_weights)},
+                                           {"gpt2-scale-attn-by-layer",
+                                            flag(cfg_.scale_attn_by_inverse_layer_idx)}});
 }
 
 void Trainer::build_step_parts() {

@@ -315,20 +315,65 @@ TEST(GpuOps, Rope) {
       kFp32Configs, kTol);
 }
 
+// Llama 3's frequency scaling (rope_freqs.hpp): the kernel's table is the CPU's.
+TEST(GpuOps, RopeLlama3Scaling) {
+  const int B = 1, T = 300, NH = 2, NKV = 1, hs = 64;
+  const size_t n = size_t(B) * T * (NH + 2 * NKV) * hs;
+  ModelConfig::RopeScaling s;
+  s.type = ModelConfig::RopeScaling::Type::Llama3;
+  s.factor = 32, s.original_max_position = 256;
+  compare(
+      "rope llama3",
+      [=](auto& be, auto& m) -> Outputs {
+        auto* q = m.in(random_floats(n, 1));
+        be.rope_forward(q, B, T, NH, NKV, hs, RopeFreqs(500000.0, s));
+        auto* d = m.in(random_floats(n, 2));
+        be.rope_backward(d, B, T, NH, NKV, hs, RopeFreqs(500000.0, s));
+        return {m.read(q, n), m.read(d, n)};
+      },
+      kFp32Configs, kTol);
+}
+
+// Qwen3's per-head q/k RMSNorm: forward, and backward in place (weight gradients accumulate).
+TEST(GpuOps, QkNorm) {
+  const int N = 150, NH = 4, NKV = 2, hs = 80;
+  const size_t n = size_t(N) * (NH + 2 * NKV) * hs;
+  compare(
+      "qk norm",
+      [=](auto& be, auto& m) -> Outputs {
+        using T = typename std::decay_t<decltype(m)>::value_type;
+        auto* x = m.in(random_floats(n, 1, -2.0f, 3.0f));
+        auto* wq = m.in(random_floats(hs, 2, 0.5f, 1.5f));
+        auto* wk = m.in(random_floats(hs, 3, 0.5f, 1.5f));
+        auto* out = m.out(n);
+        auto* rstd = m.out(size_t(N) * (NH + NKV));
+        be.qk_norm_forward(out, rstd, x, wq, wk, N, NH, NKV, hs, T(1e-6));
+        auto* d = m.in(random_floats(n, 4));
+        auto* dwq = m.in(random_floats(hs, 5));
+        auto* dwk = m.in(random_floats(hs, 6));
+        be.qk_norm_backward(d, dwq, dwk, x, wq, wk, rstd, N, NH, NKV, hs);
+        return {m.read(out, n), m.read(rstd, size_t(N) * (NH + NKV)), m.read(d, n), m.read(dwq, hs),
+                m.read(dwk, hs)};
+      },
+      kFp32Configs, kTol);
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 
 // Backward is given forward's output, as the model passes it.
-auto attention_op(int B, int T, int NH, int NKV, int hs) {
+// scale: the factor on q k^T (0: 1/sqrt(hs)).
+auto attention_op(int B, int T, int NH, int NKV, int hs, double scale = 0) {
   return [=](auto& be, auto& m) -> Outputs {
     const size_t QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs, P = size_t(B) * NH * T * T;
     auto* qkv = m.in(random_floats(size_t(B) * T * QKV, 1, -2.0f, 2.0f));
     auto* out = m.out(size_t(B) * T * A);
     auto* probs = m.out(P);
-    be.attention_forward(out, probs, qkv, B, T, NH, NKV, hs);
+    const double s = scale != 0 ? scale : 1 / std::sqrt(double(hs));
+    be.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, s);
     auto* dout = m.in(random_floats(size_t(B) * T * A, 2));
     auto* dqkv = m.out(size_t(B) * T * QKV);
     auto* scratch = m.out(P);
-    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs);
+    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs, s);
     return {m.read(out, size_t(B) * T * A), m.read(dqkv, size_t(B) * T * QKV)};
   };
 }
@@ -339,12 +384,15 @@ TEST(GpuOps, AttentionKernels) {
   compare("attention mha", attention_op(2, 128, 4, 4, 64), kFp32Configs, kTol);
   compare("attention hs 128", attention_op(1, 40, 2, 1, 128), kFp32Configs, kTol);
   compare("attention hs 24", attention_op(2, 33, 3, 3, 24), kFp32Configs, kTol);
+  compare("attention gpt2 scale 1/3", attention_op(2, 72, 4, 4, 64, 1.0 / 3), kFp32Configs, kTol);
 }
 
 TEST(GpuOps, AttentionCudnn) {
   compare("cuDNN attention gqa bf16", attention_op(2, 72, 4, 2, 80), {kCudnnBf16}, 2e-2);
   compare("cuDNN attention mha bf16", attention_op(2, 128, 4, 4, 64), {kCudnnBf16}, 2e-2);
   compare("cuDNN attention mha fp16", attention_op(2, 128, 4, 4, 64), {kCudnnFp16}, 4e-3);
+  // gpt2 unscaled, block 3: scores / 4 (the by-value scale scalar reaches the graph)
+  compare("cuDNN attention scale 1/4", attention_op(2, 128, 4, 4, 64, 0.25), {kCudnnBf16}, 2e-2);
   // bf16 math with our kernels: attention stays fp32 there
   compare("attention cuda/bf16", attention_op(2, 72, 4, 2, 80), {kCudaBf16}, kTol);
 }
@@ -359,10 +407,11 @@ TEST(GpuOps, AttentionBackwardReadsTheForwardOutput) {
     DeviceVec qkv(gpu, random_floats(N * QKV, 1, -2.0f, 2.0f)), dout(gpu, random_floats(N * A, 2));
     DeviceVec out(gpu, N * A), probs(gpu, gpu.attention_state_size(B, T, NH));
     DeviceVec scratch(gpu, gpu.attention_state_size(B, T, NH)), dqkv(gpu, N * QKV);
-    gpu.attention_forward(out.get(), probs.get(), qkv.get(), B, T, NH, NH, hs);
+    gpu.attention_forward(out.get(), probs.get(), qkv.get(), B, T, NH, NH, hs,
+                          1 / std::sqrt(double(hs)));
     out.poison();
     gpu.attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), out.get(), probs.get(),
-                           B, T, NH, NH, hs);
+                           B, T, NH, NH, hs, 1 / std::sqrt(double(hs)));
     const std::vector<float> g = dqkv.download();
     EXPECT_TRUE(std::isnan(g[0]) && std::isnan(g[NH * hs]))
         << c.name << ": q " << g[0] << ", k " << g[NH * hs];

@@ -1,11 +1,13 @@
 """A reference forward of a Hugging Face checkpoint directory, written from transformers' own
 conventions (not from mpitrain's code) in plain PyTorch, in float64, without the transformers
-package: GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU) and LlamaForCausalLM /
-Qwen2ForCausalLM (RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU; head_dim, default
-hidden_size / heads; biases: llama's attention_bias on q, k, v, o and mlp_bias on gate, up, down,
-qwen2's on q, k, v). The head is lm_head.weight, or the token embedding where
-tie_word_embeddings (default: gpt2 true, llama / qwen2 false). safetensors is read by hand: u64
-header length, JSON header, raw little-endian tensors.
+package: GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, scale_attn_weights and
+scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
+(RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 as modeling_rope_utils.py,
+grouped-query attention, SwiGLU; head_dim, default hidden_size / heads; biases: llama's and qwen3's
+attention_bias on q, k, v, o and llama's mlp_bias on gate, up, down, qwen2's on q, k, v; qwen3's
+q_norm / k_norm: RMSNorm over each head before RoPE). The head is lm_head.weight, or the token
+embedding where tie_word_embeddings (default: gpt2 true, the others false). safetensors is read
+by hand: u64 header length, JSON header, raw little-endian tensors.
 
   hf_reference.py DIR PROMPT N WINDOW  ->  prints PROMPT and its greedy continuation of N byte
                                            tokens (context: the last WINDOW), as the trainer's
@@ -42,9 +44,9 @@ def load(directory):
     return config, tensors
 
 
-def causal_attention(q, k, v):  # (heads, T, hs) each
+def causal_attention(q, k, v, divisor=None):  # (heads, T, hs) each; scores / divisor
     T, hs = q.shape[1], q.shape[2]
-    scores = q @ k.transpose(1, 2) / math.sqrt(hs)
+    scores = q @ k.transpose(1, 2) / (math.sqrt(hs) if divisor is None else divisor)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
 
@@ -64,7 +66,10 @@ def gpt2_logits(c, w, ids):
         h = f"transformer.h.{l}."
         q, k, v = conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(C, dim=-1)
         heads = [t.reshape(T, H, C // H).transpose(0, 1) for t in (q, k, v)]
-        y = causal_attention(*heads).transpose(0, 1).reshape(T, C)
+        # GPT2Attention: / sqrt(hs) if scale_attn_weights, / (layer_idx + 1) if by inverse layer
+        divisor = math.sqrt(C // H) if c.get("scale_attn_weights", True) else 1.0
+        divisor *= l + 1 if c.get("scale_attn_by_inverse_layer_idx", False) else 1
+        y = causal_attention(*heads, divisor).transpose(0, 1).reshape(T, C)
         x = x + conv1d(y, h + "attn.c_proj")
         m = torch.nn.functional.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
         x = x + conv1d(m, h + "mlp.c_proj")
@@ -73,6 +78,26 @@ def gpt2_logits(c, w, ids):
 
 def head(c, w, tied_default, embedding):  # PreTrainedModel ties lm_head to the input embedding
     return w[embedding] if c.get("tie_word_embeddings", tied_default) else w["lm_head.weight"]
+
+
+def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3
+    inv = 1.0 / c.get("rope_theta", 10000.0) ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    s = c.get("rope_scaling") or {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    if kind == "linear":
+        return inv / s["factor"]
+    if kind == "llama3":  # _compute_llama3_parameters
+        factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+        old = s["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old / low, old / high
+        wavelen = 2 * math.pi / inv
+        inv_llama = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+        medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return torch.where(medium, smoothed, inv_llama)
+    assert kind == "default", f"rope_scaling {kind}"
+    return inv
 
 
 def llama_logits(c, w, ids):
@@ -84,7 +109,7 @@ def llama_logits(c, w, ids):
 
     def linear(x, p, bias):  # nn.Linear: x @ W.T (+ b)
         return x @ w[p + ".weight"].T + (w[p + ".bias"] if bias else 0)
-    eps, theta = c["rms_norm_eps"], c.get("rope_theta", 10000.0)
+    eps = c["rms_norm_eps"]
 
     def rms(x, p):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[p]
@@ -92,8 +117,7 @@ def llama_logits(c, w, ids):
     def rotate_half(x):
         return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
 
-    inv = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), rope_inv_freq(c, hs))
     emb = torch.cat((angles, angles), dim=-1)
     cos, sin = emb.cos(), emb.sin()
 
@@ -104,6 +128,8 @@ def llama_logits(c, w, ids):
         q = linear(a, p + "self_attn.q_proj", attention_bias).reshape(T, H, hs).transpose(0, 1)
         k = linear(a, p + "self_attn.k_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
         v = linear(a, p + "self_attn.v_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
+        if c["model_type"] == "qwen3":  # Qwen3Attention: q_norm / k_norm over each head, then RoPE
+            q, k = rms(q, p + "self_attn.q_norm.weight"), rms(k, p + "self_attn.k_norm.weight")
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
         y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hs)

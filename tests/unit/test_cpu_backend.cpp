@@ -364,7 +364,8 @@ void attention_grad_check(int B, int T, int NH, int NKV, int hs) {
   Vec out(B * T * NH * hs), probs(B * NH * T * T, -1.0), scratch(B * NH * T * T, 99.0);
   Vec dqkv(qkv.size(), 55.0);
   auto loss = [&] {
-    be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
+    be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs,
+                         1 / std::sqrt(double(hs)));
     return dot(out, R);
   };
   loss();
@@ -377,12 +378,12 @@ void attention_grad_check(int B, int T, int NH, int NKV, int hs) {
     for (int j = r % T + 1; j < T; ++j) EXPECT_EQ(probs[r * T + j], 0.0);
   }
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs);
+                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
   const Vec d1 = dqkv;
   expect_grad("dqkv", qkv, d1, loss);
   loss();
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs);
+                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
   for (size_t i = 0; i < dqkv.size(); ++i) EXPECT_EQ(dqkv[i], d1[i]) << "dqkv is overwritten";
 }
 
@@ -399,9 +400,10 @@ TEST(CpuAttention, CausalNoGradientToTheFuture) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t <= t0; ++t)
       for (int i = 0; i < NH * hs; ++i) R[(b * T + t) * NH * hs + i] = std::sin(1.0 + i + t + b);
-  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
+  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs,
+                       1 / std::sqrt(double(hs)));
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs);
+                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
   double past = 0;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
@@ -416,7 +418,8 @@ TEST(CpuAttention, CausalNoGradientToTheFuture) {
   // and the outputs at t <= t0 do not move when the future changes
   const Vec out0 = out;
   for (int i = 0; i < QKV; ++i) qkv[(T - 1) * QKV + i] += 1.0;
-  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs);
+  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs,
+                       1 / std::sqrt(double(hs)));
   for (int t = 0; t < T - 1; ++t)
     for (int i = 0; i < NH * hs; ++i) EXPECT_EQ(out[t * NH * hs + i], out0[t * NH * hs + i]);
 }

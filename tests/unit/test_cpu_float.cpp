@@ -157,14 +157,18 @@ TEST(CpuFloat, RopeAndAttention) {
   be.d.rope_forward(qkv.d.data(), B, T, NH, NKV, hs, 10000.0);
   EXPECT_LT(qkv.err(), kTol);
   qkv.d.assign(qkv.f.begin(), qkv.f.end());  // attention on identical inputs
-  be.f.attention_forward(out.f.data(), probs.f.data(), qkv.f.data(), B, T, NH, NKV, hs);
-  be.d.attention_forward(out.d.data(), probs.d.data(), qkv.d.data(), B, T, NH, NKV, hs);
+  be.f.attention_forward(out.f.data(), probs.f.data(), qkv.f.data(), B, T, NH, NKV, hs,
+                         1 / std::sqrt(double(hs)));
+  be.d.attention_forward(out.d.data(), probs.d.data(), qkv.d.data(), B, T, NH, NKV, hs,
+                         1 / std::sqrt(double(hs)));
   EXPECT_LT(out.err(), kTol);
   EXPECT_LT(probs.err(), kTol);
   be.f.attention_backward(dqkv.f.data(), scratch.f.data(), dout.f.data(), qkv.f.data(),
-                          out.f.data(), probs.f.data(), B, T, NH, NKV, hs);
+                          out.f.data(), probs.f.data(), B, T, NH, NKV, hs,
+                          1 / std::sqrt(double(hs)));
   be.d.attention_backward(dqkv.d.data(), scratch.d.data(), dout.d.data(), qkv.d.data(),
-                          out.d.data(), probs.d.data(), B, T, NH, NKV, hs);
+                          out.d.data(), probs.d.data(), B, T, NH, NKV, hs,
+                          1 / std::sqrt(double(hs)));
   EXPECT_LT(dqkv.err(), kTol);
   be.f.rope_backward(dqkv.f.data(), B, T, NH, NKV, hs, 10000.0f);
   be.d.rope_backward(dqkv.d.data(), B, T, NH, NKV, hs, 10000.0);

@@ -240,6 +240,23 @@ Op rope(AttnShape s, Precision p) {
   });
 }
 
+// Qwen3's per-head q/k RMSNorm on qkv rows (N = B T): forward, backward in place
+Op qk_norm(AttnShape s, Precision p) {
+  return make_op(name("qk norm", s), [=](auto& run) {
+    const int N = s.B * s.T;
+    const size_t n = size_t(N) * (s.NH + 2 * s.NKV) * s.hs, nr = size_t(N) * (s.NH + s.NKV);
+    auto inp = run.tensor(values(n, 55, p, -2, 2)), wq = run.tensor(values(s.hs, 56, p)),
+         wk = run.tensor(values(s.hs, 57, p)), out = run.tensor(n),
+         d = run.tensor(values(n, 58, p));
+    auto *rstd = run.array(nr), *dwq = run.array(s.hs), *dwk = run.array(s.hs);
+    run.be().qk_norm_forward(out, rstd, inp, wq, wk, N, s.NH, s.NKV, s.hs, 1e-6);
+    run.be().qk_norm_backward(d, dwq, dwk, inp, wq, wk, rstd, N, s.NH, s.NKV, s.hs);
+    return std::vector<Out>{run.read("out", out, n, s.hs), run.read("rstd", rstd, nr, s.hs),
+                            run.read("dinp", d, n, 2 * s.hs), run.read("dwq", dwq, s.hs, nr),
+                            run.read("dwk", dwk, s.hs, nr)};
+  });
+}
+
 // forward and backward; backward reads forward's probabilities (fp32)
 Op attention(AttnShape s, Precision p) {
   return make_op(name("attention", s), [=](auto& run) {
@@ -249,8 +266,10 @@ Op attention(AttnShape s, Precision p) {
     auto qkv = run.tensor(values(nq, 53, p, -2, 2)), dout = run.tensor(values(no, 54, p)),
          out = run.tensor(no), dqkv = run.tensor(nq);
     auto *probs = run.array(np), *scratch = run.array(np);
-    run.be().attention_forward(out, probs, qkv, s.B, s.T, s.NH, s.NKV, s.hs);
-    run.be().attention_backward(dqkv, scratch, dout, qkv, out, probs, s.B, s.T, s.NH, s.NKV, s.hs);
+    run.be().attention_forward(out, probs, qkv, s.B, s.T, s.NH, s.NKV, s.hs,
+                               1 / std::sqrt(double(s.hs)));
+    run.be().attention_backward(dqkv, scratch, dout, qkv, out, probs, s.B, s.T, s.NH, s.NKV, s.hs,
+                                1 / std::sqrt(double(s.hs)));
     return std::vector<Out>{run.read("out", out, no, s.hs + 2 * s.T),
                             run.read("probs", probs, np, s.hs + s.T),
                             run.read("dqkv", dqkv, nq, 4 * (s.hs + s.T))};
@@ -338,6 +357,7 @@ TEST_P(CpuStorage, RopeAndAttention) {
   // 32 sequences a block (3 blocks); one sequence larger than a block
   for (const AttnShape s : {AttnShape{2, 5, 2, 1, 4}, {70, 64, 4, 2, 16}, {2, 1100, 2, 1, 64}}) {
     check(rope(s, p), p);
+    check(qk_norm(s, p), p);
     check(attention(s, p), p);
   }
 }

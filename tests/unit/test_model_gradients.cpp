@@ -120,6 +120,26 @@ TEST(ModelGradients, LlamaQkvBiasOnlyMatchesFiniteDifferences) {
   check_all_gradients(c);
 }
 
+// Qwen3's q/k norms (their weights moved off 1 by the check) and Llama 3's frequency scaling with
+// an original context of 8 positions, so that of the 2 frequencies of a head of 4 (wavelengths
+// 6.3 and 628) one is blended, one divided.
+TEST(ModelGradients, LlamaQkNormAndLlama3RopeMatchFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Llama);
+  c.qk_norm = true;
+  c.rope_scaling.type = ModelConfig::RopeScaling::Type::Llama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.original_max_position = 8;
+  check_all_gradients(c);
+}
+
+// gpt2 without the 1/sqrt(hs) and with the scores of block l divided by l + 1.
+TEST(ModelGradients, Gpt2AttentionScaleSwitchesMatchFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Gpt2);
+  c.scale_attn_weights = false;
+  c.scale_attn_by_inverse_layer_idx = true;
+  check_all_gradients(c);
+}
+
 TEST(ModelGradients, GradientsAccumulateOverMicroBatches) {
   CpuBackend<double> backend(1);
   Model<double> model(tiny(Arch::Gpt2), backend, {}, 2, 5);

@@ -252,7 +252,9 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   llama.n_head = 4;
   llama.n_kv_head = 2;
   llama.n_layer = 3;
-  for (const ModelConfig& config : {tiny(), llama}) {
+  ModelConfig qk_norm = llama;  // its q/k norm input and statistics are kept per block
+  qk_norm.qk_norm = true;
+  for (const ModelConfig& config : {tiny(), llama, qk_norm}) {
     for (int tp : {1, 2}) {
       for (int pp : {1, 2}) {
         const std::vector<int> first = pipeline_layer_split(config.n_layer, pp, "");

@@ -27,6 +27,7 @@
 
 #include "mpitrain/backend/buf.hpp"
 #include "mpitrain/backend/precision.hpp"
+#include "mpitrain/backend/rope_freqs.hpp"
 
 namespace mpitrain {
 
@@ -131,13 +132,26 @@ class Backend {
   virtual void swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) = 0;  // dinp =
 
   // ---- rotary position embedding, in place on the q and k parts of qkv(B,T,(NH+2NKV)*hs) -----
-  // Pairs (2i, 2i+1) of each head rotate by angle t * theta^(-2i/hs) (the interleaved pairs of
-  // Meta's original Llama code). backward applies the inverse rotation to dqkv in place.
-  virtual void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
-  virtual void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) = 0;
+  // Pairs (2i, 2i+1) of each head rotate by angle t * rope.inv_freq(i, hs) (theta^(-2i/hs),
+  // scaled; the interleaved pairs of Meta's original Llama code). backward applies the inverse
+  // rotation to dqkv in place.
+  virtual void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs,
+                            const RopeFreqs& rope) = 0;
+  virtual void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs,
+                             const RopeFreqs& rope) = 0;
+
+  // ---- per-head q/k RMSNorm (qk_norm), on qkv(N,(NH+2NKV)*hs) -------------------------------
+  // out's q heads = x rstd wq, its k heads = x rstd wk (rstd = 1/sqrt(mean(x^2) + eps) over the
+  // head's hs values; wq, wk (hs) shared by the heads), its v = inp's; saves rstd(N, NH+NKV).
+  virtual void qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk, int N,
+                               int NH, int NKV, int hs, T eps) = 0;
+  // In place: the q and k heads of dqkv go from d(out) to d(inp) (v untouched); dwq, dwk +=.
+  virtual void qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk,
+                                const T* rstd, int N, int NH, int NKV, int hs) = 0;
 
   // ---- causal self-attention ---------------------------------------------------------------
-  // out(B,T,NH*hs) = softmax(q k^T / sqrt(hs), causal) v per head; saves probs(B,NH,T,T).
+  // out(B,T,NH*hs) = softmax(scale q k^T, causal) v per head; saves probs(B,NH,T,T). scale is
+  // 1/sqrt(hs) but for gpt2's scale_attn_weights / scale_attn_by_inverse_layer_idx.
   // `probs` is the backend's saved state, opaque to the caller, attention_state_size() elements:
   // the CPU backend keeps the probabilities there (B*NH*T*T); the CUDA backend (flash attention)
   // only each row's log-sum-exp (B*NH*T), and uses `scratch` (as large) in backward for the
@@ -145,10 +159,11 @@ class Backend {
   // is given forward's output `out` too (flash attention needs it; the CPU does not).
   virtual size_t attention_state_size(int B, int Tlen, int NH) const = 0;
   virtual void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                 int NKV, int hs) = 0;
+                                 int NKV, int hs, T scale) = 0;
   // dqkv (overwritten) from dout; scratch holds attention_state_size() elements.
   virtual void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
-                                  const T* probs, int B, int Tlen, int NH, int NKV, int hs) = 0;
+                                  const T* probs, int B, int Tlen, int NH, int NKV, int hs,
+                                  T scale) = 0;
 
   // ---- softmax cross-entropy, vocabulary-parallel ------------------------------------------
   // logits(N, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary; columns >= V are padding.

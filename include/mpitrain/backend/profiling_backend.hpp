@@ -63,15 +63,22 @@ class ProfilingBackend final : public Backend<float> {
   void gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t n) override;
   void swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) override;
   void swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) override;
-  void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
-  void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) override;
+  void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs,
+                    const RopeFreqs& rope) override;
+  void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs,
+                     const RopeFreqs& rope) override;
+  void qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk, int N, int NH,
+                       int NKV, int hs, T eps) override;
+  void qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk,
+                        const T* rstd, int N, int NH, int NKV, int hs) override;
   size_t attention_state_size(int B, int Tlen, int NH) const override {
     return inner_->attention_state_size(B, Tlen, NH);
   }
   void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH, int NKV,
-                         int hs) override;
+                         int hs, T scale) override;
   void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
-                          const T* probs, int B, int Tlen, int NH, int NKV, int hs) override;
+                          const T* probs, int B, int Tlen, int NH, int NKV, int hs,
+                          T scale) override;
   void ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) override;
   void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,
                 int v0, int V) override;

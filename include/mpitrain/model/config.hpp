@@ -46,6 +46,25 @@ struct ModelConfig {
 
   // Throws UsageError naming the first inconsistency (heads not dividing d_model, ...).
   void validate() const;
+
+  // ---- attention variants: q/k norm, RoPE scaling, gpt2's score scales ----------------------
+  bool qk_norm = false;  // RMSNorm over each q and k head (weights hs, shared by heads) before RoPE
+  // RoPE frequency scaling (llama), as transformers: "linear" divides every frequency by factor;
+  // "llama3" (_compute_llama3_parameters) divides wavelengths longer than
+  // original_max_position / low_freq_factor, keeps those shorter than
+  // original_max_position / high_freq_factor, and blends the ones between.
+  struct RopeScaling {
+    enum class Type { None, Linear, Llama3 } type = Type::None;
+    float factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+    int original_max_position = 8192;
+  } rope_scaling;
+  bool scale_attn_weights = true;                // gpt2: scores / sqrt(hs); false: unscaled
+  bool scale_attn_by_inverse_layer_idx = false;  // gpt2: scores further / (block index + 1)
 };
+
+// "none" | "linear:factor=F" | "llama3:factor=F,low=L,high=H,orig=N" (the trainer's
+// --rope-scaling and the checkpoint manifest); UsageError naming what is wrong.
+ModelConfig::RopeScaling parse_rope_scaling(const std::string& text);
+std::string to_string(const ModelConfig::RopeScaling& scaling);
 
 }  // namespace mpitrain

@@ -152,7 +152,8 @@ class Model {
   CBuf<T> input_grad() const { return grad_.dres; }
 
   // Gradients of the tensors replicated over tp, averaged over tp (no-op with tp = 1): keeps
-  // the replicas' updates identical. Call after the step's last backward and the data-parallel
+  // the replicas' updates identical. The q/k norm weights' (partial sums over each rank's heads)
+  // are summed. Call after the step's last backward and the data-parallel
   // sync. grads: compact over `held` (parallel/shard_ranges.hpp), e.g. grads() and
   // whole(num_params()); every tp rank holds the same ranges.
   void sync_replicated_grads(T* grads, const ShardRanges& held);
@@ -171,7 +172,8 @@ class Model {
   using B_ = Buf<T>;
   struct LayerActs {
     B_ ln1; T *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
-    B_ qkv;                          // (N, (NHl+2NKVl)hs), after RoPE for llama
+    B_ qkv;                          // (N, (NHl+2NKVl)hs), after q/k norm and RoPE for llama
+    B_ qkv_pre; T *qk_rstd;          // qk_norm only: (N,QKVl) before the q/k norm, (N,NHl+NKVl)
     B_ atty; T* probs;               // (N, NHl hs), attention_state_size (CPU: B,NHl,T,T)
     B_ attproj, res2;                // (N,C), (N,C) = input + attproj
     B_ ln2; T *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
@@ -227,6 +229,9 @@ class Model {
     return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
   }
   Slot head_slot() const { return config_.tie_embeddings ? Slot::Wte : Slot::LmHead; }
+  // The factor on q k^T in block l: 1/sqrt(hs), but for gpt2's two switches (config.hpp).
+  T attention_scale(int l) const;
+  RopeFreqs rope() const { return {config_.rope_theta, config_.rope_scaling}; }
   void norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer, int N);
   void norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);

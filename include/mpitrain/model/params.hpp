@@ -11,6 +11,7 @@
 //            attn.proj.weight (C, NH hs), [attn.proj.bias (C)], ln2.weight (C),
 //            mlp.fc.weight (2F, C) = [gate; up], [mlp.fc.bias (2F)], mlp.proj.weight (C, F),
 //            [mlp.proj.bias (C)]   (config: qkv_bias, proj_bias, mlp_bias; hs = head_size())
+//     qk_norm (llama): then attn.q_norm.weight (hs), attn.k_norm.weight (hs)
 //   lnf.weight (C), [lnf.bias (C)], [lm_head.weight (Vp, C) — unless tie_embeddings: wte then]
 // Weights are (out, in) row-major. Norm weights and biases get no weight decay.
 //
@@ -22,7 +23,8 @@
 //     kv heads' rows of k and v), mlp.fc (gpt2: rows of F; llama: rows of gate and of up), and
 //     their biases; the vocabulary tables wte and lm_head (rows Vp/tp);
 //   row-parallel (split along the input columns): attn.proj, mlp.proj;
-//   replicated: norms, wpe, the biases of the row-parallel layers.
+//   replicated: norms, wpe, the biases of the row-parallel layers; the q/k norm weights too, though
+//     each rank's heads add their part of their gradient (summed over tp, not averaged).
 // Each tensor records how its local rows/columns map into the full logical tensor (pieces).
 
 #pragma once
@@ -42,6 +44,7 @@ enum class Slot {
   Wte, Wpe,                                         // embedding
   Ln1W, Ln1B, QkvW, QkvB, ProjW, ProjB,             // attention half of a block
   Ln2W, Ln2B, FcW, FcB, FcProjW, FcProjB,           // MLP half of a block
+  QNormW, KNormW,                                   // qk_norm's per-head q/k RMSNorm (hs each)
   LnfW, LnfB, LmHead,                               // head
 };
 

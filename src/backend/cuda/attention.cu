@@ -6,7 +6,7 @@
 // scores and dims lane, lane+32, ... of the output; online softmax (running max m and sum l).
 // Backward, one block per (32 keys, b, kv head g): for each query head of the group and each
 // query tile at or after the keys, recompute p = e^(s - lse), dp = dout . v,
-// ds = p (dp - D) / sqrt(hs); dK, dV of the block's keys are summed in registers and stored once
+// ds = p (dp - D) scale; dK, dV of the block's keys are summed in registers and stored once
 // (the block is their only writer); dQ gets atomic adds (many key blocks touch a query row), so
 // the caller zeroes dqkv first. D = rowsum(dout * out) comes from the forward's output (one warp
 // per row, before), lse from the forward: nothing of the forward is recomputed.
@@ -24,6 +24,7 @@ constexpr int kMaxHeadSize = 256;
 
 struct Shape {
   int B, T, NH, NKV, hs;
+  float scale;  // on q.k: 1/sqrt(hs) unless the model says otherwise
   __host__ __device__ size_t qkv_row() const { return size_t(NH + 2 * NKV) * hs; }
 };
 
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t row = sh.qkv_row(), A = size_t(sh.NH) * hs;
   const In base = qkv + size_t(b) * T * row;
-  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  const float scale = sh.scale;
 
   for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
     const int r = e / hs, d = e % hs, t = qb * kTile + r;
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const size_t row = sh.qkv_row(), A = size_t(sh.NH) * hs;
   const In base = qkv + size_t(b) * T * row;
   float* dbase = dqkv + size_t(b) * T * row;
-  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  const float scale = sh.scale;
 
   for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
     const int j = e / hs, d = e % hs, tk = kb * kTile + j;
@@ -263,8 +264,8 @@ void check_shape(const Shape& sh) {
 }  // namespace
 
 void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
-                              cudaStream_t s) {
-  const Shape sh{B, T, NH, NKV, hs};
+                              float scale, cudaStream_t s) {
+  const Shape sh{B, T, NH, NKV, hs, scale};
   check_shape(sh);
   if (B == 0 || T == 0) return;
   const dim3 grid((T + kTile - 1) / kTile, B * NH);
@@ -279,7 +280,7 @@ void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH,
 }
 
 void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s) {
-  const Shape sh{B, T, NH, NH, hs};
+  const Shape sh{B, T, NH, NH, hs, 1.0f};
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
   const int threads = kWarps * 32;
@@ -289,8 +290,9 @@ void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs,
 }
 
 void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
-                               int B, int T, int NH, int NKV, int hs, cudaStream_t s) {
-  const Shape sh{B, T, NH, NKV, hs};
+                               int B, int T, int NH, int NKV, int hs, float scale,
+                               cudaStream_t s) {
+  const Shape sh{B, T, NH, NKV, hs, scale};
   check_shape(sh);
   if (B == 0 || T == 0) return;
   CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(B) * T * sh.qkv_row(), s));

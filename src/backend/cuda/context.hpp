@@ -61,10 +61,12 @@ class CudnnOps {
            std::function<void(const std::string&)> report)
       : handle_(handle), stream_(stream), report_(std::move(report)) {}
   // Each returns false when cuDNN has no engine for the shape: the caller runs its kernel.
-  // qkv16 / o16 / do16 / dqkv16: bf16 or fp16 (s.io) tensors or copies in the packed layouts.
-  bool sdpa_forward(const SdpaShape& s, void* o16, float* stats, const void* qkv16, Scratch& ws);
-  bool sdpa_backward(const SdpaShape& s, void* dqkv16, const void* qkv16, const void* o16,
-                     const void* do16, const float* stats, Scratch& ws);
+  // qkv16 / o16 / do16 / dqkv16: bf16 or fp16 (s.io) tensors or copies in the packed layouts;
+  // scale: the factor on q k^T (a by-value scalar of the graph, not part of the plan's key).
+  bool sdpa_forward(const SdpaShape& s, float scale, void* o16, float* stats, const void* qkv16,
+                    Scratch& ws);
+  bool sdpa_backward(const SdpaShape& s, float scale, void* dqkv16, const void* qkv16,
+                     const void* o16, const void* do16, const float* stats, Scratch& ws);
   // out, inp, w, b, dout in the io type; dx (fp32), dw, db written (not accumulated) — the
   // caller adds them.
   bool norm_forward(bool layer, int N, int C, Precision io, void* out, float* mean, float* rstd,

@@ -64,7 +64,7 @@ void finish_io(cuda::Context& c, Out dst, const void* written, Precision io, siz
 
 template <typename T>
 void CudaBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                       int NKV, int hs) {
+                                       int NKV, int hs, T scale) {
   cuda::Context& c = *ctx_;
   cuda::SdpaShape s{};
   if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
@@ -72,19 +72,19 @@ void CudaBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B,
     Scratch::Frame f(c.scratch);
     const void* qkv16 = as_io(f, c, qkv, s.io, N * QKV, "attention qkv copy");
     void* o16 = io_target(f, out, s.io, N * A, "attention output copy");
-    if (c.cudnn->sdpa_forward(s, o16, probs, qkv16, c.scratch)) {
+    if (c.cudnn->sdpa_forward(s, scale, o16, probs, qkv16, c.scratch)) {
       finish_io(c, out, o16, s.io, N * A);
       return;
     }
     fallback(c, s);
   }
-  cuda::launch_attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, c.stream);
+  cuda::launch_attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale, c.stream);
 }
 
 template <typename T>
 void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
                                         CBuf<T> out, const T* probs, int B, int Tlen, int NH,
-                                        int NKV, int hs) {
+                                        int NKV, int hs, T scale) {
   cuda::Context& c = *ctx_;
   const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
   cuda::SdpaShape s{};
@@ -94,7 +94,7 @@ void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, C
     const void* o16 = as_io(f, c, out, s.io, N * A, "attention output copy");
     const void* do16 = as_io(f, c, dout, s.io, N * A, "attention output gradient copy");
     void* dqkv16 = io_target(f, dqkv, s.io, N * QKV, "attention qkv gradient copy");
-    if (c.cudnn->sdpa_backward(s, dqkv16, qkv16, o16, do16, probs, c.scratch)) {
+    if (c.cudnn->sdpa_backward(s, scale, dqkv16, qkv16, o16, do16, probs, c.scratch)) {
       finish_io(c, dqkv, dqkv16, s.io, N * QKV);
       return;
     }
@@ -103,17 +103,18 @@ void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, C
   cuda::launch_attention_d(scratch, dout, out, B, Tlen, NH, hs, c.stream);
   if (dqkv.dtype() == Precision::Fp32)
     return cuda::launch_attention_backward(dqkv.full(), dout, qkv, probs, scratch, B, Tlen, NH, NKV,
-                                           hs, c.stream);
+                                           hs, scale, c.stream);
   Scratch::Frame f(c.scratch);
   float* sums = f.take<float>(N * QKV, "attention qkv gradient sums");
-  cuda::launch_attention_backward(sums, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, c.stream);
+  cuda::launch_attention_backward(sums, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, scale,
+                                  c.stream);
   cuda::launch_convert(dqkv, sums, 1, N * QKV, N * QKV, c.stream);
 }
 
 template void CudaBackend<float>::attention_forward(Buf<float>, float*, CBuf<float>, int, int, int,
-                                                    int, int);
+                                                    int, int, float);
 template void CudaBackend<float>::attention_backward(Buf<float>, float*, CBuf<float>, CBuf<float>,
                                                      CBuf<float>, const float*, int, int, int, int,
-                                                     int);
+                                                     int, float);
 
 }  // namespace mpitrain

@@ -451,13 +451,31 @@ void CudaBackend<T>::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int
 }
 
 template <typename T>
-void CudaBackend<T>::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  cuda::launch_rope(qkv, B, Tlen, NH, NKV, hs, theta, +1, ctx_->stream);
+void CudaBackend<T>::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs,
+                                  const RopeFreqs& rope) {
+  cuda::launch_rope(qkv, B, Tlen, NH, NKV, hs, rope, +1, ctx_->stream);
 }
 
 template <typename T>
-void CudaBackend<T>::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs, T theta) {
-  cuda::launch_rope(dqkv, B, Tlen, NH, NKV, hs, theta, -1, ctx_->stream);
+void CudaBackend<T>::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs,
+                                   const RopeFreqs& rope) {
+  cuda::launch_rope(dqkv, B, Tlen, NH, NKV, hs, rope, -1, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk,
+                                     int N, int NH, int NKV, int hs, T eps) {
+  cuda::launch_qk_norm_forward(out, rstd, inp, wq, wk, N, NH, NKV, hs, eps, ctx_->stream);
+}
+
+template <typename T>
+void CudaBackend<T>::qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp, CBuf<T> wq,
+                                      CBuf<T> wk, const T* rstd, int N, int NH, int NKV, int hs) {
+  Scratch::Frame frame(ctx_->scratch);
+  float* partial =
+      frame.take<float>(cuda::qk_norm_backward_scratch(N, hs), "qk-norm gradient sums");
+  cuda::launch_qk_norm_backward(dqkv, dwq, dwk, inp, wq, wk, rstd, N, NH, NKV, hs, partial,
+                                ctx_->stream);
 }
 
 // ---- cross-entropy ----------------------------------------------------------------------------

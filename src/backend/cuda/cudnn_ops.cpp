@@ -47,8 +47,8 @@ const dnn::Plan* CudnnOps::plan_for(const std::string& key, Build&& build,
   return cache_.emplace(key, std::move(entry)).first->second.plan.get();
 }
 
-bool CudnnOps::sdpa_forward(const SdpaShape& s, void* o16, float* stats, const void* qkv16,
-                            Scratch& ws) {
+bool CudnnOps::sdpa_forward(const SdpaShape& s, float scale, void* o16, float* stats,
+                            const void* qkv16, Scratch& ws) {
   if (!sdpa_shape_supported(s) || !aligned({o16, stats, qkv16})) return false;
   const dnn::Plan* plan = plan_for(key_of("attention forward", s),
                                    [&] { return sdpa_forward_graph(s); }, {CUDNN_HEUR_MODE_A});
@@ -58,7 +58,7 @@ bool CudnnOps::sdpa_forward(const SdpaShape& s, void* o16, float* stats, const v
       frame.bytes(static_cast<size_t>(plan->workspace_bytes()), "cuDNN attention workspace");
   const char* base = static_cast<const char*>(qkv16);
   const size_t k_off = size_t(s.NH) * s.hs * 2, v_off = size_t(s.NH + s.NKV) * s.hs * 2;
-  float scale = 1.0f / std::sqrt(static_cast<float>(s.hs)), neg_inf = -INFINITY;
+  float neg_inf = -INFINITY;
   CUDNN_CHECK(cudnnSetStream(handle_, stream_));
   plan->execute(handle_, {uid::Q, uid::K, uid::V, uid::O, uid::Stats, uid::Scale, uid::NegInf},
                 {mut(base), mut(base + k_off), mut(base + v_off), o16, stats, &scale, &neg_inf},
@@ -66,8 +66,8 @@ bool CudnnOps::sdpa_forward(const SdpaShape& s, void* o16, float* stats, const v
   return true;
 }
 
-bool CudnnOps::sdpa_backward(const SdpaShape& s, void* dqkv16, const void* qkv16, const void* o16,
-                             const void* do16, const float* stats, Scratch& ws) {
+bool CudnnOps::sdpa_backward(const SdpaShape& s, float scale, void* dqkv16, const void* qkv16,
+                             const void* o16, const void* do16, const float* stats, Scratch& ws) {
   if (!sdpa_shape_supported(s) || !aligned({dqkv16, qkv16, o16, do16, stats})) return false;
   const dnn::Plan* plan = plan_for(key_of("attention backward", s),
                                    [&] { return sdpa_backward_graph(s); }, {CUDNN_HEUR_MODE_A});
@@ -82,7 +82,7 @@ bool CudnnOps::sdpa_backward(const SdpaShape& s, void* dqkv16, const void* qkv16
   const char* base = static_cast<const char*>(qkv16);
   char* dbase = static_cast<char*>(dqkv16);
   const size_t k_off = size_t(s.NH) * s.hs * 2, v_off = size_t(s.NH + s.NKV) * s.hs * 2;
-  float scale = 1.0f / std::sqrt(static_cast<float>(s.hs)), neg_inf = -INFINITY, one = 1.0f;
+  float neg_inf = -INFINITY, one = 1.0f;
   CUDNN_CHECK(cudnnSetStream(handle_, stream_));
   plan->execute(
       handle_,

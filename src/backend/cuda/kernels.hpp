@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "mpitrain/backend/precision.hpp"
+#include "mpitrain/backend/rope_freqs.hpp"
 #include "tensor_view.hpp"
 
 namespace mpitrain::cuda {
@@ -54,19 +55,28 @@ void launch_norm_backward(Out dinp, float* dw, float* db, In dout, In inp, In w,
                           const float* rstd, int N, int C, float* scratch, cudaStream_t s);
 
 // ---- RoPE (rope.cu): sign +1 forward, -1 the inverse rotation (backward) ----------------------
-void launch_rope(Out qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
+void launch_rope(Out qkv, int B, int T, int NH, int NKV, int hs, const RopeFreqs& rope, int sign,
                  cudaStream_t s);
 
+// ---- per-head q/k RMSNorm (qk_norm.cu): the CPU backend's maths (cpu_qk_norm.cpp) -------------
+void launch_qk_norm_forward(Out out, float* rstd, In inp, In wq, In wk, int N, int NH, int NKV,
+                            int hs, float eps, cudaStream_t s);
+// In place on dqkv's q and k heads; dwq, dwk += (column sums: qk_norm_backward_scratch(N, hs)).
+size_t qk_norm_backward_scratch(int N, int hs);
+void launch_qk_norm_backward(Out dqkv, float* dwq, float* dwk, In inp, In wq, In wk,
+                             const float* rstd, int N, int NH, int NKV, int hs, float* scratch,
+                             cudaStream_t s);
+
 // ---- attention (attention.cu), flash-style in fp32 ---------------------------------------------
-// hs <= 256. out(B,T,NH*hs) and lse(B,NH,T) = ln sum_j e^(q.k_j/sqrt(hs)), causal; query head h
+// hs <= 256. out(B,T,NH*hs) and lse(B,NH,T) = ln sum_j e^(scale q.k_j), causal; query head h
 // reads kv head h/(NH/NKV).
 void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
-                              cudaStream_t s);
+                              float scale, cudaStream_t s);
 // D(B,NH,T) = rowsum(dout * out) per head, from forward's out: backward's preprocessing.
 void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s);
 // dqkv (overwritten; fp32: the query gradients are atomic sums) from dout, forward's lse and D.
 void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
-                               int B, int T, int NH, int NKV, int hs, cudaStream_t s);
+                               int B, int T, int NH, int NKV, int hs, float scale, cudaStream_t s);
 
 // ---- cross-entropy (crossentropy.cu); row_loss(N) doubles for the fixed-order total ----------
 void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V, cudaStream_t s);

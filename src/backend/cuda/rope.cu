@@ -1,5 +1,5 @@
 // CUDA kernel: rotary position embedding on the q and k heads of qkv(B,T,(NH+2NKV)hs), in place.
-// Pair (2i, 2i+1) at position t turns by sign * t theta^(-2i/hs); the angle, cos and sin are
+// Pair (2i, 2i+1) at position t turns by sign * t rope.inv_freq(i, hs); the angle, cos and sin are
 // computed in double as the CPU backend does (cpu_rope.cpp), so both round the same values.
 #include "common.cuh"
 #include "kernels.hpp"
@@ -11,11 +11,11 @@ namespace {
 constexpr int kMaxHalf = 512;  // head size <= 1024
 
 // one block per (t, b)
-__global__ void rope_kernel(Out qkv, int T, int NH, int NKV, int hs, double theta, int sign) {
+__global__ void rope_kernel(Out qkv, int T, int NH, int NKV, int hs, RopeFreqs rope, int sign) {
   __shared__ float cs[kMaxHalf], sn[kMaxHalf];
   const int t = blockIdx.x, b = blockIdx.y, half = hs / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = sign * double(t) * pow(theta, -2.0 * i / hs);
+    const double angle = sign * double(t) * rope.inv_freq(i, hs);
     double s, c;
     sincos(angle, &s, &c);
     cs[i] = static_cast<float>(c);
@@ -35,12 +35,12 @@ __global__ void rope_kernel(Out qkv, int T, int NH, int NKV, int hs, double thet
 
 }  // namespace
 
-void launch_rope(Out qkv, int B, int T, int NH, int NKV, int hs, float theta, int sign,
+void launch_rope(Out qkv, int B, int T, int NH, int NKV, int hs, const RopeFreqs& rope, int sign,
                  cudaStream_t s) {
   if (hs % 2 != 0 || hs > 2 * kMaxHalf)
     MPITRAIN_THROW("rope: head size must be even and at most " + std::to_string(2 * kMaxHalf));
   if (B == 0 || T == 0) return;
-  rope_kernel<<<dim3(T, B), 128, 0, s>>>(qkv, T, NH, NKV, hs, static_cast<double>(theta), sign);
+  rope_kernel<<<dim3(T, B), 128, 0, s>>>(qkv, T, NH, NKV, hs, rope, sign);
   CUDA_CHECK_LAUNCH();
 }
 

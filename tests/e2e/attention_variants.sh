@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The attention variants: Qwen3's per-head q/k RMSNorm (--qk-norm), Llama 3's RoPE scaling
+# (--rope-scaling llama3:...), gpt2's two score scales (--gpt2-scale-attn-weights false,
+# --gpt2-scale-attn-by-layer).
+#   - layouts: a llama (GQA 4/2) with q/k norm and llama3 scaling gives, over 4 steps, the losses
+#     of 1 rank (within 1e-5 relative: fp32 sums in another order) at tp 2 (the norm weights
+#     replicated, their gradients summed over the ranks' heads), pp 2, and dp 2 with ZeRO-3 (the
+#     weights lent with their block); 2 steps, a checkpoint (its manifest records the variants)
+#     and, resumed from its path without the options, 2 more are the 4 steps' losses bit for bit;
+#   - export: trained 30 steps and exported (--export-hf: model_type qwen3 with rope_scaling, and
+#     gpt2 with its two switches), the float64 PyTorch reference written from transformers'
+#     modeling code (tests/support/hf_reference.py) gives the trainer's validation loss on the
+#     same windows within 1e-6;
+#   - bad values exit 2 naming them, before any step.
+source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+  fail "/usr/bin/python3 has no torch (python3-torch): make test installs it (tools/install-deps.sh)"
+llama=(--arch llama --n-kv-head 2 --qk-norm --rope-scaling llama3:factor=8,low=1,high=4,orig=16)
+run() {  # run NAME NP ARGS...
+  local name=$1 np=$2; shift 2
+  # shellcheck disable=SC2046
+  run_trainer "$np" "$SCRATCH/$name.log" $(tiny_args) --out-dir "$SCRATCH/$name" "$@"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
+  metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
+}
+run one 1 "${llama[@]}" --steps 4
+for layout in "--tp 2" "--pp 2" "--dp 2 --zero 3"; do
+  name=$(echo "$layout" | tr -d ' -')
+  # shellcheck disable=SC2086
+  run "$name" 2 "${llama[@]}" --steps 4 $layout
+  d=$(max_rel_diff "$SCRATCH/one.loss" "$SCRATCH/$name.loss")
+  awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "$layout: losses differ from 1 rank's by $d"
+  echo "$layout: losses within $d of 1 rank's"
+done
+# shellcheck disable=SC2046
+run_trainer 1 "$SCRATCH/piece.log" $(tiny_args) "${llama[@]}" --steps 4 --exit-at-step 2 \
+  --out-dir "$SCRATCH/pieces"
+[ "$rc" = 85 ] || { cat "$SCRATCH/piece.log"; fail "the first piece exited $rc"; }
+# shellcheck disable=SC2046
+run_trainer 1 "$SCRATCH/resumed.log" $(tiny_args) --steps 4 --resume "$SCRATCH/pieces" \
+  --out-dir "$SCRATCH/resumed"
+[ "$rc" = 0 ] || { cat "$SCRATCH/resumed.log"; fail "resuming without the options exited $rc"; }
+metric "$SCRATCH/resumed/metrics.jsonl" loss | cmp -s - <(tail -2 "$SCRATCH/one.loss") ||
+  fail "steps 3-4 after the checkpoint: $(metric "$SCRATCH/resumed/metrics.jsonl" loss | tr '\n' ' ')"
+echo "resumed at step 2 without the options: steps 3-4 of the straight run, bit for bit"
+
+# Validation text the reference reads too: nanoGPT .bin, raw uint16 byte tokens.
+/usr/bin/python3 -c 'import sys; sys.stdout.buffer.write(b"".join(bytes([b, 0]) for b in open(sys.argv[1], "rb").read(4000)))' \
+  "$SOURCE_DIR/README.md" > "$SCRATCH/val.bin"
+export_matches() {  # export_matches NAME KEY ARGS...: the export's config has KEY; PyTorch's loss
+  local name=$1 key=$2 ours theirs; shift 2
+  # shellcheck disable=SC2046
+  run_trainer 1 "$SCRATCH/$name.log" $(tiny_model_args) "$@" --steps 30 \
+    --train-data "$DATA_DIR/train.h5" --val-data "$SCRATCH/val.bin" --eval-samples 8 --export-hf "$SCRATCH/$name-hf" --out-dir "$SCRATCH/$name"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name: training with --export-hf exited $rc"; }
+  grep -q "$key" "$SCRATCH/$name-hf/config.json" || fail "$name: no $key in the exported config"
+  ours=$(metric "$SCRATCH/$name/metrics.jsonl" val_loss | tail -1)
+  theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/$name-hf" --loss \
+    "$SCRATCH/val.bin" 32 8) || fail "$name: the PyTorch reference failed"
+  # measured 1.3e-8 (the metric's 9 digits, fp32 vs float64); a variant left out moves it >= 7e-4
+  awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+    fail "$name: val loss $ours, PyTorch's float64 reference $theirs"
+  echo "$name: val loss $ours, PyTorch's float64 reference $theirs"
+}
+export_matches qwen3 '"model_type": "qwen3"' "${llama[@]}"
+export_matches gpt2-scales '"scale_attn_by_inverse_layer_idx": true' --arch gpt2 \
+  --gpt2-scale-attn-weights false --gpt2-scale-attn-by-layer
+
+refused() {  # refused PATTERN ARGS...: exit 2 with the message, no step taken
+  local pattern=$1; shift
+  # shellcheck disable=SC2046
+  run_trainer 1 "$SCRATCH/refused.log" $(tiny_args) --steps 3 --out-dir "$SCRATCH/r" "$@"
+  [ "$rc" = 2 ] || { cat "$SCRATCH/refused.log"; fail "$*: exit $rc, expected 2"; }
+  grep -q -- "$pattern" "$SCRATCH/refused.log" || { cat "$SCRATCH/refused.log"; fail "$*: no '$pattern'"; }
+  [ ! -s "$SCRATCH/r/metrics.jsonl" ] || ! grep -q '"step": 1' "$SCRATCH/r/metrics.jsonl" ||
+    fail "$*: trained before refusing"
+  rm -rf "$SCRATCH/r"
+}
+refused "type 'yarn' is not supported" --arch llama --rope-scaling yarn:factor=4
+refused "orig= is missing" --arch llama --rope-scaling llama3:factor=8,low=1,high=4
+refused "0 < low_freq_factor < high_freq_factor" --arch llama --rope-scaling llama3:factor=8,low=4,high=1,orig=64
+refused "rope-scaling is a llama option" --rope-scaling linear:factor=2
+refused "qk-norm is a llama option" --qk-norm
+refused "are gpt2 options" --arch llama --gpt2-scale-attn-by-layer
+refused "rope-scaling = none disagrees with the checkpoint" --resume "$SCRATCH/pieces" --rope-scaling none
+refused "cannot be written" --gpt2-scale-attn-by-layer --export-llmc "$SCRATCH/m.bin"
+echo "ok: q/k norm, RoPE scaling and gpt2's attention scales"
