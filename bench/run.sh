@@ -282,4 +282,48 @@ awk_lib='function f(v, fmt, w) { return (v == "" || v == "n/a") ? sprintf("%" w 
     echo "#          understated and the \"of peak\" fractions overstated."
   fi
 } | tee "$results"
+
+# bf16 rows (BF16=0 leaves them out): the same runs with --precision bf16 where the CPU has bf16
+# instructions, --peak-gflops = the bf16 gemm rate (sgemm-rate --bf16: oneDNN's bf16 matmul,
+# measured just before the row), so the trainer's "mfu" is the fraction of the best bf16 gemm.
+bf16_rate=$("$build/sgemm-rate" --threads 1 --n 512 --repeats 1 --bf16)
+if [[ ${BF16:-1} == 1 && $bf16_rate != n/a ]]; then
+  declare -A bf16 bf16_ms bf16_of
+  for threads in "${thread_counts[@]}"; do
+    for config in "${configs[@]}"; do
+      key=$config/$threads
+      bf16[$key]=$("$build/sgemm-rate" --threads "$threads" --n 2048 --repeats 5 --bf16)
+      echo "bench: mpitrain $config bf16, $threads thread(s), bf16 gemm ${bf16[$key]} GFLOP/s"
+      out=$scratch/$config-t$threads-bf16
+      # shellcheck disable=SC2086  # model_args holds several words on purpose
+      if ! "${mpirun[@]}" "$build/trainer" ${model_args[$config]} --arch gpt2 --precision bf16 \
+           --global-batch-size 4 --micro-batch-size 4 --steps "${steps[$config]}" \
+           --threads "$threads" --peak-gflops "${bf16[$key]}" --lr 1e-4 \
+           --train-data "$data/train.h5" --val-data '' --eval-interval 0 --sample-tokens 0 \
+           --overwrite --out-dir "$out" > "$out.log" 2>&1; then
+        cat "$out.log" >&2
+        echo "bench: the bf16 trainer failed ($config, $threads threads)" >&2
+        exit 1
+      fi
+      bf16_ms[$key]=$(median step_ms "$out/metrics.jsonl")
+      bf16_of[$key]=$(median mfu "$out/metrics.jsonl")
+    done
+  done
+  {
+    echo "#"
+    echo "# bf16 rows (--precision bf16; bf16 gemm: oneDNN's bf16 matmul, n=2048, measured before the row;"
+    echo "#   trainer of the best bf16 gemm: the trainer's \"mfu\" with --peak-gflops = that rate;"
+    echo "#   x fp32: fp32 ms/step / bf16 ms/step of the rows above, same run)"
+    printf '# %-10s %7s %9s %9s %12s %7s\n' config threads ms/step "bf16 gemm" "trainer of" "x fp32"
+    printf '# %-10s %7s %9s %9s %12s %7s\n' "" "" "" GFLOP/s "best bf16 gemm" ""
+    for config in "${configs[@]}"; do
+      for threads in "${thread_counts[@]}"; do
+        key=$config/$threads
+        awk -v c="$config" -v t="$threads" -v ms="${bf16_ms[$key]}" -v r="${bf16[$key]}" \
+            -v of="${bf16_of[$key]}" -v fp="${ms[$key]}" \
+            'BEGIN { printf "  %-10s %7d %9.1f %9.1f %12.3f %7.2f\n", c, t, ms, r, of, fp / ms }'
+      done
+    done
+  } | tee -a "$results"
+fi
 echo "bench: table saved to $results"

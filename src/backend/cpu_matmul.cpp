@@ -44,10 +44,10 @@ void CpuBackend<T>::product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CB
   cpu::blocked_product(*staging_, ta, tb, M, N, K, A, B, accumulate, C);
 }
 
-// Operands in bf16 are read in place, float ones converted (cpu_matmul_bf16.hpp). With A not
-// transposed (out, dinp) the rows of C go in blocks, whatever C's type, so fp32-container and
-// 2-byte tensors run the same oneDNN shapes; a 2-byte block is computed in fp32 scratch (starting
-// from its values when accumulating) and rounded.
+// Operands in bf16 are read in place, float ones converted (cpu_matmul_bf16.hpp). One oneDNN call
+// over the whole product: a 2-byte C is written in bf16 by oneDNN itself (the fp32 result rounded
+// once, as the emulated path's round_to does), never in blocks of rows, which would repack the
+// weights for every block (GPT-2's head in 16-row blocks ran at a third of the one-call rate).
 template <typename T>
 bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
                                  bool accumulate, Buf<T> C, bool a_unchanged) {
@@ -55,34 +55,14 @@ bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> 
     const auto readable = [](Precision p) { return p == Precision::Fp32 || p == Precision::Bf16; };
     if (!bf16_gemms() || !readable(A.dtype()) || !readable(B.dtype()) || !readable(C.dtype()))
       return false;
-    const bool a16 = A.dtype() == Precision::Bf16, b16 = B.dtype() == Precision::Bf16;
-    const size_t na = static_cast<size_t>(M) * K, nb = static_cast<size_t>(K) * N;
-    float* const c32 = C.full();
-    if (ta) {  // dweight: an fp32 parameter gradient, one product
-      if (c32 == nullptr || !bf16_->has_kernel(ta, tb, M, N, K, accumulate)) return false;
-      return bf16_->multiply(ta, tb, M, N, K, bf16_->operand_a(A.data(), a16, na, a_unchanged),
-                             bf16_->operand_b(B.data(), b16, nb), accumulate, c32);
-    }
-    const int rows =
-        static_cast<int>(std::max<size_t>(16, cpu::kTileElems / std::max(N, 1) / 16 * 16));
-    const int last = M % rows;
-    if ((M >= rows && !bf16_->has_kernel(false, tb, rows, N, K, accumulate)) ||
-        (last != 0 && !bf16_->has_kernel(false, tb, last, N, K, accumulate)))
-      return false;
-    const uint16_t* a = bf16_->operand_a(A.data(), a16, na, a_unchanged);
-    const uint16_t* b = bf16_->operand_b(B.data(), b16, nb);
-    float* block =
-        c32 ? nullptr
-            : staging_->take<float>(cpu::kSlotC, static_cast<size_t>(std::min(rows, M)) * N);
-    for (int m0 = 0; m0 < M; m0 += rows) {
-      const int mt = std::min(rows, M - m0);
-      const size_t at = static_cast<size_t>(m0) * N, n = static_cast<size_t>(mt) * N;
-      if (block && accumulate) cpu::widen(block, CBuf<T>(C + at), n);
-      bf16_->multiply(false, tb, mt, N, K, a + static_cast<size_t>(m0) * K, b, accumulate,
-                      c32 ? c32 + at : block);
-      if (block) cpu::narrow(C + at, block, n);
-    }
-    return true;
+    const bool c16 = C.dtype() == Precision::Bf16;
+    if (!bf16_->has_kernel(ta, tb, M, N, K, accumulate, c16)) return false;
+    const uint16_t* a = bf16_->operand_a(A.data(), A.dtype() == Precision::Bf16,
+                                         static_cast<size_t>(M) * K, a_unchanged);
+    const uint16_t* b =
+        bf16_->operand_b(B.data(), B.dtype() == Precision::Bf16, static_cast<size_t>(K) * N);
+    return c16 ? bf16_->multiply(ta, tb, M, N, K, a, b, accumulate, C.half())
+               : bf16_->multiply(ta, tb, M, N, K, a, b, accumulate, C.full());
   } else {
     return false;
   }

@@ -65,12 +65,12 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
     try {
       const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? tag::ba : tag::ab);
       const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? tag::ba : tag::ab);
-      const dnnl::memory::desc c({k.M, k.N}, dt::f32, tag::ab);
+      const dnnl::memory::desc c({k.M, k.N}, k.c_bf16 ? dt::bf16 : dt::f32, tag::ab);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (k.accumulate) {
         dnnl::post_ops ops;
-        ops.append_sum(1.0f);  // C = C + A B, in fp32
+        ops.append_sum(1.0f);  // C = C + A B, in fp32 (then rounded where C is bf16)
         attr.set_post_ops(ops);
       }
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_,
@@ -128,7 +128,16 @@ bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A,
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
                           const uint16_t* b, bool accumulate, float* C) {
-  Plan& p = plan({M, N, K, ta, tb, accumulate});
+  return run({M, N, K, ta, tb, accumulate, false}, a, b, C);
+}
+
+bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
+                          const uint16_t* b, bool accumulate, uint16_t* C) {
+  return run({M, N, K, ta, tb, accumulate, true}, a, b, C);
+}
+
+bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, void* C) {
+  Plan& p = plan(key);
   if (!p.bf16) return false;
   try {
     p.a.set_data_handle(const_cast<uint16_t*>(a));  // oneDNN only reads its source operands

@@ -1,9 +1,11 @@
 // Private to the CPU backend: bf16 matrix products through oneDNN. bf16 operands are read where
 // they lie; operands in float containers are converted to bf16 (exact where they hold bf16
 // values: their low 16 bits are zero) into scratch buffers. oneDNN's matmul multiplies them with
-// fp32 accumulation into an fp32 result.
+// fp32 accumulation into an fp32 result, or into a bf16 one (the fp32 sum rounded once, to nearest
+// even: the bits of the fp32 result rounded by round_to).
 //
-// One primitive per shape (M, N, K, transpositions, accumulate), created on first use and kept;
+// One primitive per shape (M, N, K, transpositions, accumulate, result type), created on first
+// use and kept;
 // the scratch buffers (both operands and oneDNN's scratchpad, which it is told to take from us)
 // grow to the largest shape seen, so repeated shapes allocate nothing of their own.
 #pragma once
@@ -43,9 +45,13 @@ class Bf16Matmul {
   // The same on operands that are bf16 bits (operand_a / operand_b).
   bool multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
                 bool accumulate, float* C);
-  // Whether multiply runs a bf16 kernel for this shape (creating its primitive).
-  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate) {
-    return plan({M, N, K, ta, tb, accumulate}).bf16;
+  // The same into a bf16 C (accumulate: C's values are added in fp32 before the one rounding).
+  bool multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
+                bool accumulate, uint16_t* C);
+  // Whether multiply runs a bf16 kernel for this shape (creating its primitive); c_bf16: into a
+  // bf16 C.
+  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16 = false) {
+    return plan({M, N, K, ta, tb, accumulate, c_bf16}).bf16;
   }
   // The n elements of an operand as bf16 bits: itself where it is bf16 already, else its floats
   // converted into scratch (A's copy reused where a_unchanged and it is the same A, as above).
@@ -55,7 +61,7 @@ class Bf16Matmul {
  private:
   struct Key {
     int M, N, K;
-    bool ta, tb, accumulate;
+    bool ta, tb, accumulate, c_bf16;
     auto operator<=>(const Key&) const = default;
   };
   struct Plan {
@@ -65,6 +71,7 @@ class Bf16Matmul {
   };
 
   Plan& plan(const Key& key);
+  bool run(const Key& key, const uint16_t* a, const uint16_t* b, void* c);
   void say_fallback(const char* why);
 
   dnnl::engine engine_;

@@ -25,27 +25,39 @@ double process_cpu_seconds() {
 
 }  // namespace
 
-std::vector<SgemmTrial> time_sgemm_trials(int n, int trials, SgemmLibrary library,
-                                          const std::function<void()>& between) {
-  const size_t nn = static_cast<size_t>(n) * n;
-  std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn, 0.0f);
+std::vector<SgemmTrial> time_product_trials(int n, int trials,
+                                            const std::function<void()>& multiply,
+                                            const std::function<void()>& between) {
+  const double flops = 2.0 * n * static_cast<double>(n) * n;
   std::vector<SgemmTrial> out;
   for (int r = 0; r <= trials; ++r) {  // r == 0 warms caches and threads
     const double cpu0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
-    if (library == SgemmLibrary::Backend)
-      cpu::gemm(CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                c.data(), n);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                  n, 0.0f, c.data(), n);
+    multiply();
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = process_cpu_seconds() - cpu0;
     if (r == 0) continue;
-    out.push_back({2.0 * n * static_cast<double>(nn) / wall / 1e9, wall, cpu});
+    out.push_back({flops / wall / 1e9, wall, cpu});
     if (between) between();
   }
   return out;
+}
+
+std::vector<SgemmTrial> time_sgemm_trials(int n, int trials, SgemmLibrary library,
+                                          const std::function<void()>& between) {
+  const size_t nn = static_cast<size_t>(n) * n;
+  std::vector<float> a(nn, 0.5f), b(nn, 0.25f), c(nn, 0.0f);
+  return time_product_trials(
+      n, trials,
+      [&] {
+        if (library == SgemmLibrary::Backend)
+          cpu::gemm(CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                    c.data(), n);
+        else
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
+                      b.data(), n, 0.0f, c.data(), n);
+      },
+      between);
 }
 
 double measure_sgemm_gflops(int n, int repeats, SgemmLibrary library) {

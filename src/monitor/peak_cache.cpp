@@ -18,6 +18,7 @@
 #include <thread>
 #include <utility>
 
+#include "mpitrain/backend/bf16_gemm_rate.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 
@@ -337,10 +338,12 @@ Peak cached_or_measured_peak(const std::string& path, const PeakKey& key,
 }
 
 Peak resolve_cpu_peak(double given, const MpiComm& node, const NodeCpus& cpus, int threads,
-                      const std::function<PeakMeasurement()>& measure) {
+                      const std::function<PeakMeasurement()>& measure, const std::string& kind) {
   if (given > 0) return {given, given, 0.0, "given by --peak-gflops", "", ""};
-  const PeakKey key{mpi_host_name(), cpu_model_name(), threads,
-                    static_cast<int>(cpus.cpus[cpus.me].size()), cpu_sgemm_kernel()};
+  PeakKey key{mpi_host_name(), cpu_model_name(), threads,
+              static_cast<int>(cpus.cpus[cpus.me].size()), cpu_sgemm_kernel()};
+  if (kind == kBf16Peak) key.gemm = kBf16GemmLibrary;
+  key.kind = kind;
   int mine[2] = {key.threads, key.cpus};
   std::vector<int> all(2 * node.size());
   MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, node.get()));

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
+
+#include "mpitrain/backend/bf16_gemm_rate.hpp"
 
 namespace mpitrain {
 
@@ -40,15 +43,31 @@ int runnable_threads(const std::string& proc_stat) {
   return -1;
 }
 
-PeakMeasurement measure_cpu_peak(int threads, int cpus) {
+namespace {
+// judge_trials over trial(sample): the fewest runnable threads sampled between its trials.
+PeakMeasurement measure_trials(
+    int threads, int cpus,
+    const std::function<std::vector<SgemmTrial>(const std::function<void()>&)>& trial) {
   int fewest = -1;  // runnable threads, the least of the samples: a passing burst is not load
   const auto sample = [&] {
     const int now = runnable_threads();
     if (now >= 0 && (fewest < 0 || now < fewest)) fewest = now;
   };
-  const std::vector<SgemmTrial> trials = time_sgemm_trials(1024, 5, SgemmLibrary::Backend, sample);
-  return judge_trials(trials, threads, cpus, fewest,
+  return judge_trials(trial(sample), threads, cpus, fewest,
                       static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+}
+}  // namespace
+
+PeakMeasurement measure_cpu_peak(int threads, int cpus) {
+  return measure_trials(threads, cpus, [](const std::function<void()>& sample) {
+    return time_sgemm_trials(1024, 5, SgemmLibrary::Backend, sample);
+  });
+}
+
+PeakMeasurement measure_cpu_bf16_peak(int threads, int cpus) {
+  return measure_trials(threads, cpus, [](const std::function<void()>& sample) {
+    return time_bf16_gemm_trials(1024, 5, sample);
+  });
 }
 
 }  // namespace mpitrain

@@ -155,7 +155,8 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
       num(n ? ms.back() : 0).c_str());
   std::fprintf(f.get(), "  \"tokens_per_s\": {\"mean\": %s, \"p50\": %s},\n",
                num(s.tokens_per_s * mean).c_str(), num(n ? percentile(tps, 50) : 0).c_str());
-  std::fprintf(f.get(), "  \"mfu\": {\"mean\": %s},\n", num(s.mfu * mean).c_str());
+  std::fprintf(f.get(), "  \"mfu\": {\"mean\": %s%s},\n", num(s.mfu * mean).c_str(),
+               mfu_of_.empty() ? "" : (", \"of\": \"" + mfu_of_ + "\"").c_str());
   std::fprintf(f.get(),
                "  \"breakdown_ms_mean\": {\"forward\": %s, \"backward\": %s, \"optimizer\": %s, "
                "\"exposed_comm\": %s, \"data\": %s, \"checkpoint_stall\": %s},\n",
@@ -211,8 +212,9 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
     std::fprintf(out, "step time   mean %.2f ms | p50 %.2f | p90 %.2f | p99 %.2f | max %.2f\n",
                  s.step_ms * mean, percentile(ms, 50), percentile(ms, 90), percentile(ms, 99),
                  ms.back());
-    std::fprintf(out, "throughput  mean %.0f tok/s | p50 %.0f tok/s | MFU mean %.1f%%\n",
-                 s.tokens_per_s * mean, percentile(tps, 50), 100.0 * s.mfu * mean);
+    std::fprintf(out, "throughput  mean %.0f tok/s | p50 %.0f tok/s | MFU mean %.1f%%%s\n",
+                 s.tokens_per_s * mean, percentile(tps, 50), 100.0 * s.mfu * mean,
+                 mfu_of_.empty() ? "" : (" (of " + mfu_of_ + ")").c_str());
     std::fprintf(out,
                  "time (mean ms)  forward %.2f | backward %.2f | optimizer %.2f | exposed comm "
                  "%.2f | data %.2f | checkpoint stall %.2f\n",

@@ -16,6 +16,7 @@
 #include "mpitrain/backend/cuda/device.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
 #endif
+#include "mpitrain/backend/bf16_gemm_rate.hpp"
 #include "mpitrain/backend/memory_bandwidth.hpp"
 #include "mpitrain/backend/profiling_backend.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
@@ -436,13 +437,23 @@ void Trainer::build_step_parts() {
   if (backend_->host_memory()) {
     const NodeCpus node_cpus = gather_node_cpus(*node_);
     const int cpus = static_cast<int>(node_cpus.cpus[node_cpus.me].size());
-    const Peak p = resolve_cpu_peak(t_.peak_gflops, *node_, node_cpus, threads_,
-                                    [&] { return measure_cpu_peak(threads_, cpus); });
+    // bf16 / fp16 runs on a CPU with bf16 instructions: the bf16 products' peak (about 2x sgemm
+    // with AVX512-BF16, more with AMX), the hardware's 16-bit rate.
+    const bool bf16_peak = model_options_.precision != Precision::Fp32 && cpu_bf16_gemms();
+    peak_of_ = bf16_peak ? "the best bf16 gemm" : "the best sgemm";
+    const Peak p = resolve_cpu_peak(
+        t_.peak_gflops, *node_, node_cpus, threads_,
+        [&] {
+          return bf16_peak ? measure_cpu_bf16_peak(threads_, cpus)
+                           : measure_cpu_peak(threads_, cpus);
+        },
+        bf16_peak ? kBf16Peak : kFp32Peak);
     peak_ = p.gflops;
     peak_cpus = p.cpus;
     peak_rate_ = p.rate;
     suspect_ranks = p.suspect.empty() ? 0.0 : 1.0;
-    peak_source_ = p.source + (p.suspect.empty() ? "" : "; SUSPECT: " + p.suspect);
+    peak_source_ = (t_.peak_gflops > 0 ? "" : peak_of_ + ", ") + p.source +
+                   (p.suspect.empty() ? "" : "; SUSPECT: " + p.suspect);
     // --profile-ops: the floors' rates, this rank's (every rank measures at once, as they run).
     if (op_profile_) {
       op_gemm_gflops_ = p.rate;
@@ -484,6 +495,7 @@ void Trainer::build_step_parts() {
   log_ = std::make_unique<MetricsLog>((fs::path(t_.out_dir) / "metrics.jsonl").string(), root_,
                                       continues_run_ ? start_step_ : -1, std::move(tensorboard),
                                       t_.log_interval, start_);
+  if (t_.peak_gflops <= 0 && !peak_of_.empty()) log_->mfu_of(peak_of_);
   report_path_ = (fs::path(t_.out_dir) / "report.json").string();
   checkpointer_ = std::make_unique<Checkpointer>(saves, *store_, *state_, *backend_,
                                                  *log_, trace_);

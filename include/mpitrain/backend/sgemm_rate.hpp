@@ -39,6 +39,11 @@ std::vector<SgemmTrial> time_sgemm_trials(int n, int trials,
                                           SgemmLibrary library = SgemmLibrary::Backend,
                                           const std::function<void()>& between = {});
 
+// The same timing of any n x n x n product: multiply() once to warm up, then `trials` times.
+std::vector<SgemmTrial> time_product_trials(int n, int trials,
+                                            const std::function<void()>& multiply,
+                                            const std::function<void()>& between = {});
+
 // GFLOP/s of the best of `repeats` timed calls (time_sgemm_trials).
 double measure_sgemm_gflops(int n, int repeats, SgemmLibrary library = SgemmLibrary::Backend);
 

@@ -29,6 +29,9 @@ namespace mpitrain {
 inline constexpr const char* kOldCpuGemm = "OpenBLAS sgemm";
 // The kind of an entry written before the "kind" field: fp32 sgemm, the only one measured then.
 inline constexpr const char* kFp32Peak = "fp32";
+// The bf16 peak (bf16_gemm_rate.hpp): what a bf16 or fp16 run's MFU counts against where the CPU
+// has bf16 instructions.
+inline constexpr const char* kBf16Peak = "bf16";
 
 struct PeakKey {
   std::string host, cpu_model;
@@ -95,8 +98,10 @@ Peak cached_or_measured_peak(const std::string& path, const PeakKey& key,
 // (peak_cache_path of the environment), one pair after the other while the rest wait without
 // spinning, and passes the result to the ranks of its pair; each rank then counts that rate per
 // CPU (divided by the threads that ran at once) times its share of the host's CPUs.
-// `threads`: what OpenBLAS runs with now; measure: the sgemm rate under that setting.
+// `threads`: what OpenBLAS runs with now; measure: the sgemm rate under that setting (kind
+// kFp32Peak), or the bf16 products' (kBf16Peak: cached under that kind and kBf16GemmLibrary).
 Peak resolve_cpu_peak(double given, const MpiComm& node, const NodeCpus& cpus, int threads,
-                      const std::function<PeakMeasurement()>& measure);
+                      const std::function<PeakMeasurement()>& measure,
+                      const std::string& kind = kFp32Peak);
 
 }  // namespace mpitrain

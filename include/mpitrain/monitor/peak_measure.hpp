@@ -37,5 +37,8 @@ int runnable_threads(const std::string& proc_stat = "/proc/stat");
 // Five 1024^3 trials of the backend's sgemm under the current thread count (`threads`) and this
 // process's `cpus` allowed CPUs, judged by judge_trials.
 PeakMeasurement measure_cpu_peak(int threads, int cpus);
+// The same with the backend's bf16 products (bf16_gemm_rate.hpp): the bf16 peak; a rate of 0
+// where the CPU has no bf16 instructions.
+PeakMeasurement measure_cpu_bf16_peak(int threads, int cpus);
 
 }  // namespace mpitrain

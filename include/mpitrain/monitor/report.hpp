@@ -62,6 +62,8 @@ class RunReport {
                                               std::chrono::steady_clock::now());
   // This segment continues a run with earlier segments (MetricsLog reads them from its record).
   void continues(const EarlierSegments& earlier) { earlier_ = earlier; }
+  // What MFU counts against, for the summary: "the best sgemm", "the best bf16 gemm", ...
+  void mfu_of(const std::string& peak) { mfu_of_ = peak; }
   void add_step(const StepFigures& f);
   void add_eval(int step, double val_loss);
   // A save's stall of the step loop; a checkpoint committed (any kind): the writer's time and
@@ -104,6 +106,7 @@ class RunReport {
   uint64_t tokens_seen_ = 0, segment_tokens_before_ = 0;  // after the last step; before the first
   std::chrono::steady_clock::time_point start_;
   EarlierSegments earlier_;
+  std::string mfu_of_;  // "" where not said
 };
 
 }  // namespace mpitrain

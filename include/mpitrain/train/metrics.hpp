@@ -53,6 +53,7 @@ class MetricsLog {
              std::unique_ptr<TensorBoardWriter> tensorboard = nullptr, int log_interval = 1,
              std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now());
   void step(const StepRecord& r);
+  void mfu_of(const std::string& peak) { report_.mfu_of(peak); }  // RunReport::mfu_of
   void eval(int step, double val_loss);
   // A save's cost to the step loop (the wait for the save before, the staging copy, and for a
   // synchronous save the write): into the next step record's checkpoint_stall_ms (it is taken

@@ -174,6 +174,7 @@ class Trainer {
   double peak_rate_ = 0.0;        // CPU: rank 0's sgemm rate under its threads and CPUs
   int peak_suspect_ranks_ = 0;    // ranks whose peak may be too low (contended, unchecked)
   std::string peak_source_;       // rank 0's: given, cached (when, where) or measured now
+  std::string peak_of_;           // CPU: what the peak measures ("the best bf16 gemm", ...)
   double flops_per_token_ = 0.0;  // PaLM's 6N + 12 L d T
   double tokens_per_step_ = 0.0;
   double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
