@@ -103,6 +103,19 @@ KeyRule positive(std::string key, float ModelConfig::*field, float fallback) {
           [=](const Writing& w) { return json(decimal(w.c.*field)); }};
 }
 
+// A boolean read into the model (absent: transformers' default); what a refused_unless key
+// becomes when its feature lands: refused_unless("mlp_bias", {false}, ...) ->
+// flag("mlp_bias", false, &ModelConfig::mlp_bias).
+template <class Field>
+KeyRule flag(std::string key, bool absent, Field field) {
+  return {std::move(key), HfKeyUse::Implemented, json(absent),
+          [=](const std::string& k, const json& v, Reading& r) {
+            require_json_kind(v.is_boolean(), v, r.file, k, "a boolean");
+            r.c.*field = v.get<bool>();
+          },
+          [=](const Writing& w) { return json(w.c.*field); }};
+}
+
 // Accepted only as one of `values` (the first is transformers' default and what the export
 // writes): another value would change the model in a way the trainer does not compute.
 KeyRule refused_unless(std::string key, std::vector<json> values, std::string why) {
