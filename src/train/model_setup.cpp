@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "mpitrain/model/hf_config.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -87,7 +88,8 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
     require(hf || m.arch == Arch::Gpt2,
             "init-from: " + file + " is not a Hugging Face directory, and llm.c files hold gpt2 "
             "models: arch must be gpt2");
-    ModelConfig f = hf ? read_hf_config(file) : read_llmc_config(file);
+    ModelConfig f = hf ? read_hf_config(file, o.train.seq_len) : read_llmc_config(file);
+    if (hf) check_hf_weights(file, f);  // the headers only: refused before any work
     require_given_match(o, f, "the init-from model " + file, false);  // llm.c: gpt2, as above
     if (!hf) f.norm_eps = m.norm_eps;  // llm.c files do not record it
     m = f;

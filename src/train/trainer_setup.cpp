@@ -299,12 +299,15 @@ void Trainer::build_model() {
                                [&](const ParamTensor& p, const float* v) { sharded_->set_tensor(p, v); });
       else
         model_->init(t_.seed);
+    } else if (is_hf_dir(t_.init_from)) {  // one tensor at a time, this shard's only
+      load_hf_model(t_.init_from, cfg_, model_->layout(),
+                    [&](const ParamTensor& p, const float* v) {
+                      if (zero3) sharded_->set_tensor(p, v);
+                      else backend_->upload(model_->params() + p.offset, v, p.numel);
+                    });
     } else {
       std::vector<float> full(full_layout_->total()), local(model_->num_params());
-      if (is_hf_dir(t_.init_from))
-        load_hf_model(t_.init_from, cfg_, *full_layout_, full.data());
-      else
-        load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
+      load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
       for (const ParamTensor& p : model_->layout().tensors()) {
         take_shard(p, full.data() + full_layout_->tensors()[p.global_index].offset,
                    local.data() + p.offset);

@@ -1,13 +1,12 @@
-// A Hugging Face checkpoint directory: config.json and model.safetensors (fp32), in the
-// conventions of `transformers`, so that `GPT2LMHeadModel.from_pretrained(dir)` and
+// A Hugging Face checkpoint directory: config.json (hf_config.hpp) and the weights, in
+// model.safetensors or shards with an index (safetensors.hpp), in the conventions of
+// `transformers`, so that `GPT2LMHeadModel.from_pretrained(dir)` and
 // `LlamaForCausalLM.from_pretrained(dir)` read what the trainer wrote, and the trainer reads
 // (--init-from) what they save in fp32, fp16 or bf16.
 //
-// safetensors: u64 little-endian N, an N-byte JSON header {name: {dtype, shape, data_offsets}},
-// then the raw little-endian tensors (offsets from the end of the header).
-//
 // Names and layouts (ours in params.hpp; V the real vocabulary, the padding rows are dropped):
-//   gpt2   transformer.wte.weight (V, C), transformer.wpe.weight (maxT, C),
+//   gpt2   transformer.wte.weight (V, C)  (or without "transformer.", as the original gpt2
+//          upload on the Hub names them), transformer.wpe.weight (maxT, C),
 //          transformer.h.<l>.{ln_1,ln_2}.{weight,bias},
 //          transformer.h.<l>.attn.c_attn.{weight (C, 3C), bias}, .attn.c_proj.{weight (C, C),
 //          bias}, transformer.h.<l>.mlp.c_fc.{weight (C, F), bias}, .mlp.c_proj.{weight (F, C),
@@ -26,6 +25,8 @@
 //          row 2i + a.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "mpitrain/data/tokenizer.hpp"
@@ -34,30 +35,41 @@
 
 namespace mpitrain {
 
-// A directory holding config.json and model.safetensors.
+// Above this many bytes of tensors the export is sharded, as transformers' default (5 GB).
+inline constexpr uint64_t kHfMaxFileBytes = uint64_t{5} * 1000 * 1000 * 1000;
+
+// A directory holding config.json and model.safetensors or its index.
 bool is_hf_dir(const std::string& path);
 
-// The model config.json describes. UsageError naming the file and the field when it is
-// unreadable, not JSON, of another model_type, or lacks a field or holds one out of range.
-ModelConfig read_hf_config(const std::string& dir);
+// Checks, from the safetensors headers alone, that the checkpoint holds the model `config`
+// describes: every tensor present, of its shape, F32, F16 or BF16, and none the model has no
+// place for (the buffers transformers itself skips aside: gpt2's attn.bias / attn.masked_bias,
+// llama's rotary_emb.inv_freq). UsageError naming the file and the tensor otherwise.
+void check_hf_weights(const std::string& dir, const ModelConfig& config);
 
-// Loads model.safetensors into params (layout.total() floats, layout built from config); the
-// padding rows of the vocabulary tables are zero. UsageError naming the file and the tensor when
-// one is missing, of another shape or dtype, or outside the file.
+// Reads the checkpoint into the tensors of layout (a rank's shard or the whole model; layout
+// built from config), one at a time: put(p, values) gets each tensor p filled (p.numel floats,
+// the vocabulary's padding rows zero). Holds at most that tensor and one stored tensor; reads
+// only the stored tensors the shard needs. UsageError as check_hf_weights.
 void load_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   float* params);
+                   const std::function<void(const ParamTensor&, const float*)>& put);
 
 // UsageError unless transformers has a model for config (Qwen2, the q/k/v biases without an
-// o_proj bias, has no MLP biases).
+// o_proj bias, and Qwen3, the per-head q/k norms, have no MLP biases; Qwen3's attention_bias is
+// on all of q, k, v, o or none).
 void require_hf_expressible(const std::string& dir, const ModelConfig& config);
 
-// Writes config.json and model.safetensors (fp32) into dir.tmp, with the tokenizer's files when
-// one is given (gpt2: vocab.json + merges.txt, sentencepiece: tokenizer.model, huggingface:
-// tokenizer.json + tokenizer_config.json; bytes and llm.c's decode-only gpt2_tokenizer.bin:
-// none), syncs them and renames it to dir (dir must not exist or be an empty directory), so dir
-// never holds a partial checkpoint.
-// UsageError when dir holds files or cannot be created; Error if writing fails midway.
+// Writes config.json and the weights (fp32) into dir.tmp: model.safetensors, or, when the
+// tensors exceed max_file_bytes, model-0000N-of-0000M.safetensors of at most that many bytes
+// each (a larger tensor alone in its file) and model.safetensors.index.json; with the
+// tokenizer's files when one is given (gpt2: vocab.json + merges.txt, sentencepiece:
+// tokenizer.model, huggingface: tokenizer.json + tokenizer_config.json;
+// bytes and llm.c's decode-only gpt2_tokenizer.bin: none), syncs them and
+// renames it to dir (dir must not exist or be an empty directory), so dir never holds a partial
+// checkpoint. UsageError when dir holds files or cannot be created; Error if writing fails
+// midway.
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   const float* params, const Tokenizer* tokenizer = nullptr);
+                   const float* params, const Tokenizer* tokenizer = nullptr,
+                   uint64_t max_file_bytes = kHfMaxFileBytes);
 
 }  // namespace mpitrain

@@ -1,0 +1,48 @@
+// config.json of a Hugging Face checkpoint: one table, per model_type (gpt2, llama, mistral,
+// qwen2, qwen3), of every key the trainer knows and what it makes of it:
+//   implemented  read into ModelConfig (and written back by the export);
+//   inert        changes nothing the trainer computes (architectures, torch_dtype, token ids,
+//                use_cache, initializer_range, dropout rates: the trainer trains without
+//                dropout, and the weights compute the same function);
+//   refused      accepted only at the value that leaves the model as the trainer computes it
+//                (transformers' default, e.g. attention_bias false); any other value is
+//                UsageError (exit 2) naming the file, the key and the value: a feature the model
+//                lacks is never dropped silently.
+// A key the table does not know for the model_type is refused too. mistral, qwen2 and qwen3
+// are the llama architecture; the model_type itself is a key: qwen2 means q/k/v biases, qwen3
+// per-head q/k RMSNorm.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpitrain/model/config.hpp"
+
+namespace mpitrain {
+
+enum class HfKeyUse { Implemented, Inert, Refused };
+
+// The model dir/config.json describes. seq_len: the longest sequence the trainer runs it on
+// (a sliding attention window at least that long changes nothing). UsageError naming the file
+// and the key when it is unreadable, not JSON, of an unknown model_type, lacks a key, holds one
+// out of range, a refused value, or a key the table does not know.
+ModelConfig read_hf_config(const std::string& dir, int seq_len);
+
+// The model_type transformers has for a model: gpt2; for the llama architecture qwen3 with
+// per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and qwen3's
+// attention_bias cover all four), else llama.
+std::string hf_model_type(const ModelConfig& config);
+
+// The config.json of the model, as transformers would save it: model_type and the full key set
+// of its class, floats as the shortest decimal that reads back as the same float (1e-05, not
+// 9.999999747378752e-06). document_token: the tokenizer's BOS/EOS id, if it has one.
+nlohmann::json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token);
+
+// The table's keys for a model_type (empty for an unknown one), in table order: for tests.
+std::vector<std::pair<std::string, HfKeyUse>> hf_config_keys(const std::string& model_type);
+
+}  // namespace mpitrain

@@ -1,0 +1,425 @@
+#include "mpitrain/model/hf_config.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include "mpitrain/io/json_input.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kConfig = "config.json";
+
+// A config.json being read: the model so far, and what the checks need.
+struct Reading {
+  std::string file;
+  int seq_len;
+  ModelConfig c;
+};
+
+// What the export writes from.
+struct Writing {
+  const ModelConfig& c;
+  std::optional<uint32_t> token;
+};
+
+// One key of the table. read checks the value and sets the model (inert: nothing); it gets
+// `absent` when the file lacks the key (nullopt: the key is required).
+struct KeyRule {
+  std::string key;
+  HfKeyUse use;
+  std::optional<json> absent;
+  std::function<void(const std::string&, const json&, Reading&)> read;
+  std::function<json(const Writing&)> write;  // the exported value; empty: not written
+};
+
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+[[noreturn]] void refuse(const Reading& r, const std::string& key, const json& v,
+                         const std::string& why) {
+  throw UsageError(r.file + ": " + key + " = " + shown(v) + ": " + why);
+}
+
+// The float's shortest decimal (1e-05 for 1e-5f), as the double JSON writes.
+double decimal(float x) {
+  char buf[32];
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+  double d = 0;
+  std::from_chars(buf, r.ptr, d);
+  return d;
+}
+
+int positive_int(const std::string& key, const json& v, const Reading& r) {
+  require_json_kind(v.is_number_integer(), v, r.file, key, "an integer");
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t{1} << 28)
+                             : v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 28))
+    refuse(r, key, v, "outside [1, 2^28]");
+  return v.get<int>();
+}
+
+// --- the kinds of rules ---------------------------------------------------------------------
+
+KeyRule inert(std::string key, std::function<json(const Writing&)> write = {}) {
+  return {std::move(key), HfKeyUse::Inert, json(), [](auto&&...) {}, std::move(write)};
+}
+
+KeyRule inert_value(std::string key, json written) {
+  return inert(std::move(key), [written](const Writing&) { return written; });
+}
+
+// A required positive integer (absent_value: when absent or null, from the model so far).
+KeyRule count(std::string key, int ModelConfig::*field,
+              std::function<int(const ModelConfig&)> absent_value = {}) {
+  const bool required = !absent_value;
+  return {std::move(key), HfKeyUse::Implemented,
+          required ? std::nullopt : std::optional<json>(json()),
+          [=](const std::string& k, const json& v, Reading& r) {
+            r.c.*field = v.is_null() && !required ? absent_value(r.c) : positive_int(k, v, r);
+          },
+          [=](const Writing& w) { return json(w.c.*field); }};
+}
+
+KeyRule positive(std::string key, float ModelConfig::*field, float fallback) {
+  return {std::move(key), HfKeyUse::Implemented, json(fallback),
+          [=](const std::string& k, const json& v, Reading& r) {
+            require_json_kind(v.is_number(), v, r.file, k, "a number");
+            if (!(v.get<double>() > 0)) refuse(r, k, v, "must be a positive number");
+            r.c.*field = v.get<float>();
+          },
+          [=](const Writing& w) { return json(decimal(w.c.*field)); }};
+}
+
+// A boolean read into the model (absent: transformers' default); what a refused_unless key
+// becomes when its feature lands: refused_unless("mlp_bias", {false}, ...) ->
+// flag("mlp_bias", false, &ModelConfig::mlp_bias).
+template <class Field>
+KeyRule flag(std::string key, bool absent, Field field) {
+  return {std::move(key), HfKeyUse::Implemented, json(absent),
+          [=](const std::string& k, const json& v, Reading& r) {
+            require_json_kind(v.is_boolean(), v, r.file, k, "a boolean");
+            r.c.*field = v.get<bool>();
+          },
+          [=](const Writing& w) { return json(w.c.*field); }};
+}
+
+// Accepted only as one of `values` (the first is transformers' default and what the export
+// writes): another value would change the model in a way the trainer does not compute.
+KeyRule refused_unless(std::string key, std::vector<json> values, std::string why) {
+  const json first = values.front();
+  return {std::move(key), HfKeyUse::Refused, first,
+          [=](const std::string& k, const json& v, Reading& r) {
+            if (first.is_boolean()) require_json_kind(v.is_boolean(), v, r.file, k, "a boolean");
+            if (first.is_string()) require_json_kind(v.is_string(), v, r.file, k, "a string");
+            if (first.is_number()) require_json_kind(v.is_number(), v, r.file, k, "a number");
+            if (std::find(values.begin(), values.end(), v) == values.end()) refuse(r, k, v, why);
+          },
+          [=](const Writing&) { return first; }};
+}
+
+// A model_type the model implements; implies: what it means beyond the architecture (qwen2:
+// q/k/v biases).
+KeyRule model_type(std::string type, Arch arch, std::function<void(ModelConfig&)> implies = {}) {
+  return {"model_type", HfKeyUse::Implemented, std::nullopt,
+          [=](const std::string&, const json&, Reading& r) {
+            r.c.arch = arch;
+            if (implies) implies(r.c);
+          },
+          [=](const Writing&) { return json(type); }};
+}
+
+// head_dim: the head size (absent: transformers' default, `absent`; null: hidden_size /
+// num_attention_heads, kept as 0 = that quotient, as is a size equal to it).
+KeyRule head_dim(json absent) {
+  return {"head_dim", HfKeyUse::Implemented, std::move(absent),
+          [](const std::string& k, const json& v, Reading& r) {
+            const int given = v.is_null() ? 0 : positive_int(k, v, r);
+            r.c.head_dim = given * r.c.n_head == r.c.d_model ? 0 : given;
+          },
+          [](const Writing& w) { return json(w.c.head_size()); }};
+}
+
+// transformers' rope_scaling dict (modeling_rope_utils.py; `rope_type`, or the older `type`):
+// null, linear (factor) or llama3 (factor, low/high_freq_factor,
+// original_max_position_embeddings); any other type or key refused.
+KeyRule rope_scaling() {
+  using Type = ModelConfig::RopeScaling::Type;
+  return {"rope_scaling", HfKeyUse::Implemented, json(),
+          [](const std::string& k, const json& v, Reading& r) {
+            if (v.is_null()) return;
+            require_json_kind(v.is_object(), v, r.file, k, "an object or null");
+            const json type = v.contains("rope_type") ? v["rope_type"] : v.value("type", json());
+            const std::vector<std::string> keys =
+                type == "linear"   ? std::vector<std::string>{"factor"}
+                : type == "llama3" ? std::vector<std::string>{"factor", "low_freq_factor",
+                                                              "high_freq_factor",
+                                                              "original_max_position_embeddings"}
+                                   : std::vector<std::string>{};
+            if (keys.empty()) refuse(r, k, v, "RoPE scaling of type linear or llama3 only");
+            for (const auto& [name, value] : v.items())
+              if (name != "rope_type" && name != "type" &&
+                  std::find(keys.begin(), keys.end(), name) == keys.end())
+                refuse(r, k, v, "its key '" + name + "' is not one of " + type.dump() + "'s");
+            const auto number = [&](const std::string& name) {
+              if (!v.contains(name) || !v[name].is_number())
+                refuse(r, k, v, type.dump() + " needs a number '" + name + "'");
+              return v[name].get<double>();
+            };
+            ModelConfig::RopeScaling& s = r.c.rope_scaling;
+            s.type = type == "linear" ? Type::Linear : Type::Llama3;
+            s.factor = static_cast<float>(number("factor"));
+            if (s.type == Type::Linear) return;
+            s.low_freq_factor = static_cast<float>(number("low_freq_factor"));
+            s.high_freq_factor = static_cast<float>(number("high_freq_factor"));
+            const double orig = number("original_max_position_embeddings");
+            if (!(orig >= 1 && orig <= (1 << 28) && orig == static_cast<int>(orig)))
+              refuse(r, k, v, "original_max_position_embeddings must be an integer in [1, 2^28]");
+            s.original_max_position = static_cast<int>(orig);
+          },
+          [](const Writing& w) -> json {
+            const ModelConfig::RopeScaling& s = w.c.rope_scaling;
+            if (s.type == Type::None) return nullptr;
+            if (s.type == Type::Linear)
+              return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
+            return {{"rope_type", "llama3"},
+                    {"factor", decimal(s.factor)},
+                    {"low_freq_factor", decimal(s.low_freq_factor)},
+                    {"high_freq_factor", decimal(s.high_freq_factor)},
+                    {"original_max_position_embeddings", s.original_max_position}};
+          }};
+}
+
+// attention_bias of llama and qwen3: biases on all of q, k, v and o.
+KeyRule attention_bias() {
+  return {"attention_bias", HfKeyUse::Implemented, json(false),
+          [](const std::string& k, const json& v, Reading& r) {
+            require_json_kind(v.is_boolean(), v, r.file, k, "a boolean");
+            r.c.qkv_bias = r.c.proj_bias = v.get<bool>();
+          },
+          [](const Writing& w) { return json(w.c.proj_bias); }};
+}
+
+// mistral's sliding window (absent: 4096, transformers' default; null: none): only one at least
+// as long as the sequence, where it masks nothing.
+KeyRule sliding_window() {
+  return {"sliding_window", HfKeyUse::Refused, json(4096),
+          [](const std::string& k, const json& v, Reading& r) {
+            if (v.is_null()) return;
+            if (positive_int(k, v, r) < r.seq_len)
+              refuse(r, k, v,
+                     "sliding-window attention shorter than the sequence (seq-len " +
+                         std::to_string(r.seq_len) + ") is not implemented yet");
+          },
+          {}};
+}
+
+// Newer transformers' per-layer attention kinds (qwen2, qwen3): full attention only.
+KeyRule layer_types() {
+  return {"layer_types", HfKeyUse::Refused, json(),
+          [](const std::string& k, const json& v, Reading& r) {
+            if (v.is_null()) return;
+            require_json_kind(v.is_array(), v, r.file, k, "an array");
+            for (const json& t : v)
+              if (t != "full_attention")
+                refuse(r, k, v, "layers of another kind than full_attention are not implemented");
+          },
+          {}};
+}
+
+// --- the table --------------------------------------------------------------------------------
+
+// Keys every model_type has that change nothing computed.
+std::vector<KeyRule> common_keys(const char* architecture) {
+  const auto token = [](const Writing& w) { return w.token ? json(*w.token) : json(); };
+  return {inert_value("architectures", json::array({architecture})),
+          inert_value("torch_dtype", "float32"),
+          inert("dtype"),  // newer transformers' name for torch_dtype
+          inert("transformers_version"),
+          inert("_name_or_path"),
+          inert("bos_token_id", token),
+          inert("eos_token_id", token),
+          inert("pad_token_id"),
+          inert_value("use_cache", true),
+          inert_value("initializer_range", 0.02)};
+}
+
+std::vector<KeyRule> gpt2_keys() {
+  std::vector<KeyRule> t = common_keys("GPT2LMHeadModel");
+  const std::vector<KeyRule> own = {
+      count("n_layer", &ModelConfig::n_layer),
+      {"n_head", HfKeyUse::Implemented, std::nullopt,
+       [](const std::string& k, const json& v, Reading& r) {
+         r.c.n_head = r.c.n_kv_head = positive_int(k, v, r);
+       },
+       [](const Writing& w) { return json(w.c.n_head); }},
+      count("n_embd", &ModelConfig::d_model),
+      count("n_inner", &ModelConfig::d_ff, [](const ModelConfig& c) { return 4 * c.d_model; }),
+      count("n_positions", &ModelConfig::max_seq_len),
+      count("vocab_size", &ModelConfig::vocab_size),
+      positive("layer_norm_epsilon", &ModelConfig::norm_eps, 1e-5f),
+      refused_unless("activation_function", {"gelu_new", "gelu_pytorch_tanh"},
+                     "the model computes the tanh GELU (gelu_new) only"),
+      flag("tie_word_embeddings", true, &ModelConfig::tie_embeddings),
+      flag("scale_attn_weights", true, &ModelConfig::scale_attn_weights),
+      flag("scale_attn_by_inverse_layer_idx", false,
+           &ModelConfig::scale_attn_by_inverse_layer_idx),
+      refused_unless("add_cross_attention", {false}, "cross-attention is not implemented"),
+      inert_value("reorder_and_upcast_attn", false),  // fp16 numerics only: the same function
+      inert("n_ctx", [](const Writing& w) { return json(w.c.max_seq_len); }),  // unused by HF
+      inert_value("attn_pdrop", 0.0),  // dropout: the trainer trains without it
+      inert_value("embd_pdrop", 0.0),
+      inert_value("resid_pdrop", 0.0),
+      inert_value("summary_type", "cls_index"),  // summary_*: GPT2DoubleHeadsModel's head
+      inert_value("summary_use_proj", true),
+      inert_value("summary_activation", json()),
+      inert_value("summary_proj_to_labels", true),
+      inert_value("summary_first_dropout", 0.1),
+      inert("task_specific_params")};
+  t.insert(t.begin(), own.begin(), own.end());
+  t.push_back(model_type("gpt2", Arch::Gpt2));
+  return t;
+}
+
+// The llama architecture's keys, shared by llama, mistral, qwen2 and qwen3. kv_heads: the
+// number of key/value heads transformers takes when the key is absent.
+std::vector<KeyRule> llama_family_keys(const char* architecture, json head_dim_absent,
+                                       std::function<int(const ModelConfig&)> kv_heads) {
+  std::vector<KeyRule> t = {
+      count("num_hidden_layers", &ModelConfig::n_layer),
+      count("num_attention_heads", &ModelConfig::n_head),
+      count("num_key_value_heads", &ModelConfig::n_kv_head, std::move(kv_heads)),
+      count("hidden_size", &ModelConfig::d_model),
+      count("intermediate_size", &ModelConfig::d_ff),
+      count("max_position_embeddings", &ModelConfig::max_seq_len),
+      count("vocab_size", &ModelConfig::vocab_size),
+      positive("rms_norm_eps", &ModelConfig::norm_eps, 1e-6f),
+      positive("rope_theta", &ModelConfig::rope_theta, 10000.0f),
+      head_dim(std::move(head_dim_absent)),
+      refused_unless("hidden_act", {"silu"}, "the model computes SiLU (SwiGLU) only"),
+      flag("tie_word_embeddings", false, &ModelConfig::tie_embeddings),
+      rope_scaling(),
+      inert_value("attention_dropout", 0.0)};  // the trainer trains without dropout
+  const std::vector<KeyRule> common = common_keys(architecture);
+  t.insert(t.end(), common.begin(), common.end());
+  return t;
+}
+
+std::vector<KeyRule> sliding_keys() {  // qwen2's and qwen3's: no sliding window unless asked
+  return {refused_unless("use_sliding_window", {false},
+                         "sliding-window attention is not implemented yet"),
+          inert("sliding_window"),     // used only with use_sliding_window
+          inert("max_window_layers"),  // the same
+          layer_types()};
+}
+
+// The table of a model_type (empty: unknown). model_type comes last: a refused one (a feature
+// the model lacks) is named after the refused values of the other keys.
+std::vector<KeyRule> table(const std::string& type) {
+  const auto heads = [](const ModelConfig& c) { return c.n_head; };
+  const auto fixed = [](int n) { return [n](const ModelConfig&) { return n; }; };
+  std::vector<KeyRule> t;
+  if (type == "gpt2") return gpt2_keys();
+  if (type == "llama") {
+    t = llama_family_keys("LlamaForCausalLM", json(), heads);
+    t.push_back(attention_bias());
+    t.push_back(flag("mlp_bias", false, &ModelConfig::mlp_bias));
+    t.push_back(refused_unless("pretraining_tp", {1}, "only 1 is accepted"));
+    t.push_back(model_type("llama", Arch::Llama));
+  } else if (type == "mistral") {
+    t = llama_family_keys("MistralForCausalLM", json(), fixed(8));
+    t.push_back(sliding_window());
+    t.push_back(model_type("mistral", Arch::Llama));
+  } else if (type == "qwen2") {
+    t = llama_family_keys("Qwen2ForCausalLM", json(), fixed(32));
+    const std::vector<KeyRule> s = sliding_keys();
+    t.insert(t.end(), s.begin(), s.end());
+    t.push_back(refused_unless("use_mrope", {false}, "multimodal RoPE is not implemented"));
+    t.push_back(model_type("qwen2", Arch::Llama, [](ModelConfig& c) { c.qkv_bias = true; }));
+  } else if (type == "qwen3") {
+    t = llama_family_keys("Qwen3ForCausalLM", json(128), fixed(32));
+    const std::vector<KeyRule> s = sliding_keys();
+    t.insert(t.end(), s.begin(), s.end());
+    t.push_back(attention_bias());
+    t.push_back(model_type("qwen3", Arch::Llama, [](ModelConfig& c) { c.qk_norm = true; }));
+  }
+  return t;
+}
+
+
+json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw UsageError(file.string() + ": cannot open: " + std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw UsageError(file.string() + ": cannot read: " + std::strerror(errno));
+  return parse_json_input(text, file.string());
+}
+
+}  // namespace
+
+ModelConfig read_hf_config(const std::string& dir, int seq_len) {
+  const fs::path file = fs::path(dir) / kConfig;
+  const json doc = read_json(file);
+  const std::optional<std::string> type = JsonFields(doc, file.string()).string("model_type");
+  if (!type) throw UsageError(file.string() + ": needs a string 'model_type'");
+  const std::vector<KeyRule> rules = table(*type);
+  if (rules.empty())
+    throw UsageError(file.string() + ": model_type '" + *type +
+                     "'; gpt2, llama, mistral, qwen2 or qwen3 only");
+  Reading r{file.string(), seq_len, {}};
+  r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
+  for (const auto& [key, value] : doc.items())
+    if (std::none_of(rules.begin(), rules.end(), [&](const KeyRule& k) { return k.key == key; }))
+      refuse(r, key, value,
+             "a key the trainer does not know for model_type " + *type +
+                 ": refused rather than ignored, as it may change the model");
+  for (const KeyRule& rule : rules) {
+    const auto it = doc.find(rule.key);
+    if (it != doc.end()) {
+      rule.read(rule.key, *it, r);
+    } else {
+      if (!rule.absent) throw UsageError(file.string() + ": needs '" + rule.key + "'");
+      rule.read(rule.key, *rule.absent, r);
+    }
+  }
+  try {
+    r.c.validate();
+  } catch (const UsageError& e) {
+    throw UsageError(file.string() + " describes an invalid model: " + e.what());
+  }
+  return r.c;
+}
+
+std::string hf_model_type(const ModelConfig& c) {
+  if (c.arch == Arch::Gpt2) return "gpt2";
+  if (c.qk_norm) return "qwen3";
+  return c.qkv_bias && !c.proj_bias ? "qwen2" : "llama";
+}
+
+json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token) {
+  const Writing w{config, document_token};
+  json doc = json::object();
+  for (const KeyRule& rule : table(hf_model_type(config)))
+    if (rule.write) doc[rule.key] = rule.write(w);
+  return doc;
+}
+
+std::vector<std::pair<std::string, HfKeyUse>> hf_config_keys(const std::string& model_type) {
+  std::vector<std::pair<std::string, HfKeyUse>> keys;
+  for (const KeyRule& rule : table(model_type)) keys.emplace_back(rule.key, rule.use);
+  return keys;
+}
+
+}  // namespace mpitrain

@@ -1,0 +1,294 @@
+// Hugging Face checkpoints as users have them (model/hf_model.hpp, model/safetensors.hpp): the
+// export sharded with an index above its size threshold, read back whole and as a tp/pp shard;
+// the index's errors refused; the original gpt2 upload's bare names; F16 and BF16 files.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mpitrain/model/hf_config.hpp"
+#include "mpitrain/model/hf_model.hpp"
+#include "mpitrain/model/safetensors.hpp"
+#include "mpitrain/runtime/error.hpp"
+#include "mpitrain/tensor/bf16.hpp"
+
+using namespace mpitrain;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_bytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Rewrites a safetensors file tensor by tensor: edit(name, entry, data) may rename the tensor
+// (returns its new name) and change its entry's dtype with its data; extra tensors are appended.
+void rewrite(const fs::path& file,
+             const std::function<std::string(const std::string&, json&, std::string&)>& edit,
+             const std::vector<std::pair<std::string, std::vector<float>>>& extra = {}) {
+  const std::string bytes = read_bytes(file);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), sizeof n);
+  const json header = json::parse(bytes.substr(sizeof n, n));
+  json out = json::object();
+  std::string data;
+  auto add = [&](const std::string& name, json entry, const std::string& raw) {
+    entry["data_offsets"] = {data.size(), data.size() + raw.size()};
+    out[name] = entry;
+    data += raw;
+  };
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto off = entry["data_offsets"].get<std::vector<uint64_t>>();
+    std::string raw = bytes.substr(sizeof n + n + off[0], off[1] - off[0]);
+    json e = entry;
+    const std::string renamed = edit(name, e, raw);
+    add(renamed, e, raw);
+  }
+  for (const auto& [name, values] : extra)
+    add(name, {{"dtype", "F32"}, {"shape", {values.size()}}},
+        std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  const std::string text = out.dump();
+  const uint64_t m = text.size();
+  std::ofstream o(file, std::ios::binary | std::ios::trunc);
+  o.write(reinterpret_cast<const char*>(&m), sizeof m);
+  o << text << data;
+}
+
+// F32 data as F16 or BF16 (the test's values are exact in both).
+std::string narrowed(const std::string& raw, const std::string& dtype) {
+  std::string out(raw.size() / 2, '\0');
+  for (size_t i = 0; i < raw.size() / 4; ++i) {
+    float x;
+    std::memcpy(&x, raw.data() + 4 * i, 4);
+    const uint16_t h = dtype == "BF16" ? float_to_bf16(x) : std::bit_cast<uint16_t>(_Float16(x));
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+class HfCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "mpitrain-hfckpt-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    config_.n_layer = 2;
+    config_.n_head = 4;
+    config_.n_kv_head = 2;
+    config_.d_model = 16;
+    config_.d_ff = 32;
+    config_.max_seq_len = 8;
+    config_.vocab_size = 200;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string hf() const { return (dir_ / "hf").string(); }
+
+  // The model's parameters: multiples of 1/8 (exact in F16 and BF16), zero in the padding rows.
+  std::vector<float> params(const ParamLayout& layout) const {
+    std::vector<float> p(layout.total(), 0.0f);
+    for (const ParamTensor& t : layout.tensors()) {
+      const int64_t cols = t.global_shape.back();
+      const bool vocab = t.name == "wte" || t.name == "lm_head.weight";
+      for (size_t i = 0; i < t.numel; ++i)
+        if (!vocab || static_cast<int64_t>(i) / cols < config_.vocab_size)
+          p[t.offset + i] = static_cast<float>(static_cast<int>((i * 7 + t.offset) % 23) - 11) / 8;
+    }
+    return p;
+  }
+
+  void save(uint64_t max_file_bytes = kHfMaxFileBytes) {
+    const ParamLayout layout(config_);
+    save_hf_model(hf(), config_, layout, params(layout).data(), nullptr, max_file_bytes);
+  }
+
+  // The model read back into layout (whole or a shard).
+  std::vector<float> load(const ParamLayout& layout) const {
+    const ModelConfig c = read_hf_config(hf(), config_.max_seq_len);
+    check_hf_weights(hf(), c);
+    std::vector<float> out(layout.total(), -1.0f);
+    load_hf_model(hf(), c, layout, [&](const ParamTensor& p, const float* v) {
+      std::copy(v, v + p.numel, out.begin() + static_cast<std::ptrdiff_t>(p.offset));
+    });
+    return out;
+  }
+
+  std::string load_error() const {
+    try {
+      load(ParamLayout(config_));
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path dir_;
+  ModelConfig config_;
+};
+
+TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
+  for (Arch arch : {Arch::Gpt2, Arch::Llama}) {
+    config_.arch = arch;
+    if (arch == Arch::Gpt2) config_.n_kv_head = config_.n_head;
+    fs::remove_all(hf());
+    save(4096);  // bytes per file: the model's ~40 KB in several
+    EXPECT_FALSE(fs::exists(fs::path(hf()) / kSafetensorsFile));
+    const json index = json::parse(read_bytes(fs::path(hf()) / kSafetensorsIndex));
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : index["weight_map"].items()) files.insert(file);
+    EXPECT_GT(files.size(), 3u);
+    EXPECT_TRUE(files.count("model-00001-of-0000" + std::to_string(files.size()) + ".safetensors"))
+        << index.dump();
+    for (const std::string& f : files)  // a file holds one tensor larger than the limit, or fits
+      EXPECT_TRUE(fs::file_size(fs::path(hf()) / f) < 4096 + 1024 ||
+                  read_bytes(fs::path(hf()) / f).find("\"dtype\"") ==
+                      read_bytes(fs::path(hf()) / f).rfind("\"dtype\""))
+          << f;
+    const ParamLayout whole(config_);
+    EXPECT_EQ(load(whole), params(whole));
+    // tp 2 x pp 2, each rank's shard: what take_shard cuts from the whole model.
+    const std::vector<float> full = params(whole);
+    for (int tp_rank = 0; tp_rank < 2; ++tp_rank)
+      for (int stage = 0; stage < 2; ++stage) {
+        const ModelShard shard{2, tp_rank, stage, stage + 1, stage == 0, stage == 1};
+        const ParamLayout part(config_, shard);
+        std::vector<float> expected(part.total());
+        for (const ParamTensor& p : part.tensors())
+          take_shard(p, full.data() + whole.tensors()[p.global_index].offset,
+                     expected.data() + p.offset);
+        EXPECT_EQ(load(part), expected) << to_string(arch) << " tp " << tp_rank << " pp " << stage;
+      }
+    // Under the limit: one model.safetensors, no index.
+    fs::remove_all(hf());
+    save();
+    EXPECT_TRUE(fs::exists(fs::path(hf()) / kSafetensorsFile));
+    EXPECT_FALSE(fs::exists(fs::path(hf()) / kSafetensorsIndex));
+  }
+}
+
+TEST_F(HfCheckpointTest, IndexErrorsAreRefused) {
+  config_.arch = Arch::Llama;
+  const fs::path index = fs::path(hf()) / kSafetensorsIndex;
+  const auto with_index = [&](const std::function<void(json&)>& edit) {
+    fs::remove_all(hf());
+    save(4096);
+    json doc = json::parse(read_bytes(index));
+    edit(doc);
+    std::ofstream(index) << doc.dump();
+    return load_error();
+  };
+  const std::string first = "model-00001-of-";
+  EXPECT_EQ(with_index([](json&) {}), "");
+  EXPECT_NE(with_index([](json& d) { d["weight_map"]["lm_head.weight"] = "../elsewhere.safetensors"; })
+                .find("weight_map.lm_head.weight = ../elsewhere.safetensors is not a file of the "
+                      "directory itself"),
+            std::string::npos);
+  EXPECT_NE(with_index([](json& d) { d["weight_map"]["lm_head.weight"] = "missing.safetensors"; })
+                .find("missing.safetensors: cannot open"),
+            std::string::npos);
+  // A tensor its file lacks; one a file holds but the index maps to another (there twice).
+  std::string e = with_index([](json& d) { d["weight_map"]["model.norm.weight"] =
+                                               d["weight_map"]["model.embed_tokens.weight"]; });
+  EXPECT_TRUE(e.find("holds model.norm.weight, which") != std::string::npos ||
+              e.find("maps model.norm.weight to") != std::string::npos)
+      << e;
+  std::string dropped;  // a tensor that shares its file with another
+  e = with_index([&](json& d) {
+    std::map<std::string, int> per_file;
+    for (const auto& [tensor, file] : d["weight_map"].items()) ++per_file[file];
+    for (const auto& [tensor, file] : d["weight_map"].items())
+      if (per_file[file] > 1) dropped = tensor;
+    d["weight_map"].erase(dropped);
+  });
+  EXPECT_NE(e.find("holds " + dropped + ", which " + index.string() + " does not map"),
+            std::string::npos)
+      << e;
+  // The same tensor in two files.
+  fs::remove_all(hf());
+  save(4096);
+  const json doc = json::parse(read_bytes(index));
+  const std::string norm_file = doc["weight_map"]["model.norm.weight"];
+  const std::string other = doc["weight_map"]["model.embed_tokens.weight"];
+  rewrite(fs::path(hf()) / other, [](const std::string& n, json&, std::string&) { return n; },
+          {{"model.norm.weight", std::vector<float>(16, 1.0f)}});
+  EXPECT_NE(load_error().find("holds model.norm.weight, which " + index.string() + " maps to " +
+                              (fs::path(hf()) / norm_file).string() + ": a tensor in two files"),
+            std::string::npos)
+      << load_error();
+  // Both model.safetensors and an index.
+  std::ofstream(fs::path(hf()) / kSafetensorsFile) << "x";
+  EXPECT_NE(load_error().find("holds both model.safetensors and model.safetensors.index.json"),
+            std::string::npos);
+  // A header naming a tensor twice (the JSON library would keep the last).
+  fs::remove_all(hf());
+  save();
+  const std::string bytes = read_bytes(fs::path(hf()) / kSafetensorsFile);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), sizeof n);
+  const std::string once = bytes.substr(sizeof n, n);  // {..., "model.norm.weight": {...}, ...}
+  const size_t at = once.find("\"model.norm.weight\"");
+  const std::string entry(once, at, once.find('}', at) + 1 - at);
+  const std::string header = once.substr(0, once.rfind('}')) + ',' + entry + '}';
+  const uint64_t m = header.size();
+  std::ofstream out(fs::path(hf()) / kSafetensorsFile, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&m), sizeof m);
+  out << header << bytes.substr(sizeof n + n);
+  out.close();
+  EXPECT_NE(load_error().find("(its header): names model.norm.weight twice"), std::string::npos)
+      << load_error();
+}
+
+TEST_F(HfCheckpointTest, HubStyleGpt2NamesAndBuffersAreRead) {
+  config_.arch = Arch::Gpt2;
+  config_.n_kv_head = config_.n_head;
+  save();
+  const fs::path file = fs::path(hf()) / kSafetensorsFile;
+  const std::vector<float> mask(64, 1.0f);  // the original upload's attn.bias buffers
+  rewrite(file, [](const std::string& name, json&, std::string&) { return name.substr(12); },
+          {{"h.0.attn.bias", mask}, {"h.1.attn.bias", mask}});
+  const ParamLayout whole(config_);
+  EXPECT_EQ(load(whole), params(whole));
+  // A tensor the model has no place for (an untied head in a tied config) is refused.
+  rewrite(file, [](const std::string& n, json&, std::string&) { return n; },
+          {{"lm_head.weight", std::vector<float>(16, 0.0f)}});
+  EXPECT_EQ(load_error(), file.string() + " holds lm_head.weight, which the model config.json "
+                                          "describes has no place for: refused rather than dropped");
+}
+
+TEST_F(HfCheckpointTest, F16AndBf16AreWidened) {
+  config_.arch = Arch::Llama;
+  for (const char* dtype : {"F16", "BF16"}) {
+    fs::remove_all(hf());
+    save();
+    rewrite(fs::path(hf()) / kSafetensorsFile, [&](const std::string& n, json& e, std::string& raw) {
+      e["dtype"] = dtype;
+      raw = narrowed(raw, dtype);
+      return n;
+    });
+    const ParamLayout whole(config_);
+    EXPECT_EQ(load(whole), params(whole)) << dtype;
+  }
+  rewrite(fs::path(hf()) / kSafetensorsFile, [&](const std::string& n, json& e, std::string&) {
+    if (n == "model.norm.weight") {
+      e["dtype"] = "I16";
+    }
+    return n;
+  });
+  EXPECT_NE(load_error().find("model.norm.weight is I16; F32, F16 or BF16 only"), std::string::npos)
+      << load_error();
+}
+
+}  // namespace

@@ -1,0 +1,275 @@
+// The config.json table (model/hf_config.hpp): every key of the real checkpoints' configs
+// (tests/support/hf_configs) is classified; an unknown key, and each value that would change the
+// model silently, is refused naming the file, the key and the value; the export's config reads
+// back as the same model, epsilons as the decimal given.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mpitrain/model/hf_config.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+using namespace mpitrain;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kRealConfigs[] = {"gpt2", "Llama-3.2-1B", "Qwen2.5-0.5B", "Qwen3-0.6B",
+                                    "Mistral-7B-v0.1"};
+
+json real_config(const std::string& name) {
+  std::ifstream in(fs::path(MPITRAIN_HF_CONFIGS) / (name + ".json"));
+  EXPECT_TRUE(in) << name;
+  return json::parse(in);
+}
+
+class HfConfigTest : public ::testing::Test {  // a fresh temporary directory per test
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "mpitrain-hfcfg-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string file() const { return (dir_ / "config.json").string(); }
+
+  // The error of reading doc as config.json at seq_len ("" if it reads).
+  std::string error(const json& doc, int seq_len = 1024) const {
+    std::ofstream(file()) << doc.dump(2);
+    try {
+      read_hf_config(dir_.string(), seq_len);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  ModelConfig read(const json& doc, int seq_len = 1024) const {
+    std::ofstream(file()) << doc.dump(2);
+    return read_hf_config(dir_.string(), seq_len);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(HfConfigTest, EveryKeyOfTheRealConfigsIsInTheTable) {
+  for (const char* name : kRealConfigs) {
+    const json doc = real_config(name);
+    const auto keys = hf_config_keys(doc["model_type"]);
+    ASSERT_FALSE(keys.empty()) << name;
+    for (const auto& [key, value] : doc.items())
+      EXPECT_TRUE(std::any_of(keys.begin(), keys.end(), [&](auto& k) { return k.first == key; }))
+          << name << ": " << key << " is not in the table";
+  }
+}
+
+// Each real config reads, with the features of its family.
+TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
+  using Rope = ModelConfig::RopeScaling::Type;
+  const ModelConfig gpt2 = read(real_config("gpt2"));
+  EXPECT_EQ(gpt2.arch, Arch::Gpt2);
+  EXPECT_EQ(gpt2.n_layer, 12);
+  EXPECT_EQ(gpt2.n_kv_head, 12);
+  EXPECT_EQ(gpt2.d_ff, 4 * 768);
+  EXPECT_EQ(gpt2.vocab_size, 50257);
+  EXPECT_EQ(gpt2.norm_eps, 1e-5f);
+  EXPECT_TRUE(gpt2.tie_embeddings && gpt2.qkv_bias && gpt2.proj_bias && gpt2.mlp_bias);
+  const ModelConfig mistral = read(real_config("Mistral-7B-v0.1"));
+  EXPECT_EQ(mistral.arch, Arch::Llama);
+  EXPECT_EQ(mistral.n_kv_head, 8);
+  EXPECT_EQ(mistral.d_ff, 14336);
+  EXPECT_EQ(mistral.max_seq_len, 32768);
+  EXPECT_EQ(mistral.norm_eps, 1e-5f);
+  EXPECT_EQ(mistral.rope_theta, 10000.0f);
+  EXPECT_FALSE(mistral.tie_embeddings || mistral.qkv_bias || mistral.proj_bias ||
+               mistral.mlp_bias || mistral.qk_norm);
+  const ModelConfig llama = read(real_config("Llama-3.2-1B"));  // tied, Llama 3 RoPE scaling
+  EXPECT_TRUE(llama.tie_embeddings);
+  EXPECT_FALSE(llama.qkv_bias || llama.proj_bias || llama.mlp_bias || llama.qk_norm);
+  EXPECT_EQ(llama.head_size(), 64);
+  EXPECT_EQ(llama.rope_scaling.type, Rope::Llama3);
+  EXPECT_EQ(llama.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(llama.rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_EQ(llama.rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(llama.rope_scaling.original_max_position, 8192);
+  const ModelConfig qwen2 = read(real_config("Qwen2.5-0.5B"));  // q/k/v biases, tied
+  EXPECT_TRUE(qwen2.tie_embeddings && qwen2.qkv_bias);
+  EXPECT_FALSE(qwen2.proj_bias || qwen2.mlp_bias || qwen2.qk_norm);
+  EXPECT_EQ(qwen2.head_size(), 64);
+  const ModelConfig qwen3 = read(real_config("Qwen3-0.6B"));  // q/k norms, head_dim 128 of 1024
+  EXPECT_TRUE(qwen3.tie_embeddings && qwen3.qk_norm);
+  EXPECT_FALSE(qwen3.qkv_bias || qwen3.proj_bias || qwen3.mlp_bias);
+  EXPECT_EQ(qwen3.head_size(), 128);
+  EXPECT_EQ(qwen3.d_model, 1024);
+  EXPECT_EQ(qwen3.rope_scaling.type, Rope::None);
+}
+
+// The silent changes, now read as the model they describe.
+TEST_F(HfConfigTest, FeaturesOnceDroppedAreRead) {
+  json llama = real_config("Llama-3.2-1B");
+  llama["attention_bias"] = true;
+  llama["mlp_bias"] = true;
+  llama["head_dim"] = 128;
+  llama["tie_word_embeddings"] = false;
+  const ModelConfig l = read(llama);
+  EXPECT_TRUE(l.qkv_bias && l.proj_bias && l.mlp_bias);
+  EXPECT_FALSE(l.tie_embeddings);
+  EXPECT_EQ(l.head_size(), 128);
+  json gpt2 = real_config("gpt2");
+  gpt2["tie_word_embeddings"] = false;
+  gpt2["scale_attn_weights"] = false;
+  gpt2["scale_attn_by_inverse_layer_idx"] = true;
+  const ModelConfig g = read(gpt2);
+  EXPECT_FALSE(g.tie_embeddings || g.scale_attn_weights);
+  EXPECT_TRUE(g.scale_attn_by_inverse_layer_idx);
+  json qwen3 = real_config("Qwen3-0.6B");
+  qwen3["attention_bias"] = true;  // Qwen3Attention: on q, k, v and o
+  const ModelConfig q = read(qwen3);
+  EXPECT_TRUE(q.qkv_bias && q.proj_bias && q.qk_norm);
+  json linear = real_config("Mistral-7B-v0.1");
+  linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key name
+  EXPECT_EQ(read(linear).rope_scaling.type, ModelConfig::RopeScaling::Type::Linear);
+  EXPECT_EQ(read(linear).rope_scaling.factor, 2.0f);
+}
+
+TEST_F(HfConfigTest, UnknownKeyIsRefused) {
+  json doc = real_config("gpt2");
+  doc["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+  EXPECT_EQ(error(doc), file() + ": quantization_config = {\"quant_method\":\"bitsandbytes\"}: a "
+                                 "key the trainer does not know for model_type gpt2: refused "
+                                 "rather than ignored, as it may change the model");
+  json mistral = real_config("Mistral-7B-v0.1");
+  mistral["attention_bias"] = false;  // not a key of MistralConfig: transformers ignores it
+  EXPECT_NE(error(mistral).find("attention_bias = false: a key the trainer does not know"),
+            std::string::npos);
+}
+
+// The values of features the model lacks: exit 2 (a UsageError) naming the file, the key and the
+// value.
+TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
+  struct Case {
+    const char* config;
+    const char* key;
+    json value;
+    int seq_len;
+  };
+  const Case cases[] = {
+      {"Mistral-7B-v0.1", "sliding_window", 512, 1024},
+      {"Mistral-7B-v0.1", "hidden_act", "gelu", 1024},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}}, 1024},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}, {"x", 1}},
+       1024},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}, 1024},
+      {"gpt2", "activation_function", "relu", 1024},
+      {"gpt2", "add_cross_attention", true, 1024},
+      {"Qwen2.5-0.5B", "use_sliding_window", true, 1024},
+      {"Qwen2.5-0.5B", "use_mrope", true, 1024},
+      {"Qwen3-0.6B", "layer_types", {"full_attention", "sliding_attention"}, 1024},
+  };
+  for (const Case& c : cases) {
+    json doc = real_config(c.config);
+    doc[c.key] = c.value;
+    const std::string e = error(doc, c.seq_len);
+    EXPECT_EQ(e.rfind(file() + ": " + c.key + " = " + c.value.dump() + ": ", 0), 0u)
+        << c.config << " " << c.key << ": " << e;
+  }
+  const json llama = real_config("Llama-3.2-1B");
+  for (const auto& [key, value] :
+       std::map<std::string, json>{{"hidden_act", "gelu"}, {"pretraining_tp", 2}}) {
+    json doc = llama;
+    doc[key] = value;
+    EXPECT_EQ(error(doc).rfind(file() + ": " + key + " = " + value.dump() + ": ", 0), 0u) << key;
+  }
+  EXPECT_EQ(error(llama), "");
+  // A sliding window as long as the sequence masks nothing; absent, transformers' is 4096.
+  json mistral = real_config("Mistral-7B-v0.1");
+  EXPECT_EQ(error(mistral, 4096), "");
+  mistral.erase("sliding_window");
+  EXPECT_NE(error(mistral, 4097).find("sliding_window = 4096: "), std::string::npos);
+  mistral["sliding_window"] = nullptr;
+  EXPECT_EQ(error(mistral, 32768), "");
+}
+
+TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
+  ModelConfig llama;
+  llama.set_arch(Arch::Llama);
+  llama.n_layer = 2;
+  llama.n_head = 4;
+  llama.n_kv_head = 2;
+  llama.d_model = 64;
+  llama.d_ff = 128;
+  llama.vocab_size = 300;
+  llama.max_seq_len = 32;
+  llama.norm_eps = 1e-5f;
+  llama.rope_theta = 500000.0f;
+  ModelConfig gpt2 = llama;
+  gpt2.set_arch(Arch::Gpt2);
+  gpt2.n_kv_head = 4;
+  gpt2.norm_eps = 3e-6f;
+  ModelConfig gpt2_untied = gpt2;  // and its attention-scale switches
+  gpt2_untied.tie_embeddings = gpt2_untied.scale_attn_weights = false;
+  gpt2_untied.scale_attn_by_inverse_layer_idx = true;
+  ModelConfig llama3 = llama;  // tied, biases, its own head size, Llama 3's RoPE scaling
+  llama3.tie_embeddings = llama3.qkv_bias = llama3.proj_bias = llama3.mlp_bias = true;
+  llama3.head_dim = 32;
+  llama3.rope_scaling = {ModelConfig::RopeScaling::Type::Llama3, 32.0f, 1.0f, 4.0f, 8192};
+  ModelConfig qwen2 = llama;
+  qwen2.qkv_bias = qwen2.tie_embeddings = true;
+  ModelConfig qwen3 = llama;
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 32;
+  qwen3.rope_scaling = {ModelConfig::RopeScaling::Type::Linear, 1.5f};
+  EXPECT_EQ(hf_model_type(qwen2), "qwen2");
+  EXPECT_EQ(hf_model_type(qwen3), "qwen3");
+  EXPECT_EQ(hf_model_type(llama3), "llama");
+  for (const ModelConfig& c : {llama, gpt2, gpt2_untied, llama3, qwen2, qwen3}) {
+    const json doc = hf_config_json(c, 7);
+    const std::string text = doc.dump(2);
+    EXPECT_NE(text.find(c.arch == Arch::Llama ? "\"rms_norm_eps\": 1e-05"
+                                              : "\"layer_norm_epsilon\": 3e-06"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(doc["bos_token_id"], 7);
+    const ModelConfig back = read(doc, 32);
+    EXPECT_EQ(back.arch, c.arch);
+    EXPECT_EQ(back.n_layer, c.n_layer);
+    EXPECT_EQ(back.n_head, c.n_head);
+    EXPECT_EQ(back.n_kv_head, c.n_kv_head);
+    EXPECT_EQ(back.d_model, c.d_model);
+    EXPECT_EQ(back.d_ff, c.d_ff);
+    EXPECT_EQ(back.vocab_size, c.vocab_size);
+    EXPECT_EQ(back.max_seq_len, c.max_seq_len);
+    EXPECT_EQ(back.norm_eps, c.norm_eps);
+    EXPECT_EQ(back.tie_embeddings, c.tie_embeddings);
+    EXPECT_EQ(back.qkv_bias, c.qkv_bias);
+    EXPECT_EQ(back.proj_bias, c.proj_bias);
+    EXPECT_EQ(back.mlp_bias, c.mlp_bias);
+    EXPECT_EQ(back.head_size(), c.head_size());
+    EXPECT_EQ(back.qk_norm, c.qk_norm);
+    EXPECT_EQ(to_string(back.rope_scaling), to_string(c.rope_scaling));
+    EXPECT_EQ(back.scale_attn_weights, c.scale_attn_weights);
+    EXPECT_EQ(back.scale_attn_by_inverse_layer_idx, c.scale_attn_by_inverse_layer_idx);
+    if (c.arch == Arch::Llama) {
+      EXPECT_EQ(back.rope_theta, c.rope_theta);
+    }
+    if (hf_model_type(c) == "qwen2" || hf_model_type(c) == "qwen3") continue;
+    // The full key set of the real config of its type (but the version of transformers and
+    // gpt2's generation defaults, which are not the model's).
+    const json real = real_config(c.arch == Arch::Llama ? "Llama-3.2-1B" : "gpt2");
+    for (const auto& [key, value] : real.items())
+      if (key != "transformers_version" && key != "task_specific_params") {
+        EXPECT_TRUE(doc.contains(key)) << key << " is not exported";
+      }
+  }
+  EXPECT_EQ(hf_config_json(llama, std::nullopt)["bos_token_id"], nullptr);
+}
+
+}  // namespace
