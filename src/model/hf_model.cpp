@@ -133,10 +133,12 @@ size_t our_index(const Mapping& m, size_t e) {
 // Element (r, col) of our rows [row0, row0 + rows) -> index into the HF tensor (the inverse of
 // our_index).
 size_t hf_index(const Mapping& m, int64_t r, int64_t col) {
-  if (m.rope_head > 0) {  // our row 2 i + a of a head is HF row a hs/2 + i
-    const int64_t hs = m.rope_head, j = r % hs;
-    r = r - j + (j % 2) * (hs / 2) + j / 2;
-  }
+  const auto rotate_half = [hs = int64_t{m.rope_head}](int64_t x) {  // our 2 i + a -> a hs/2 + i
+    const int64_t j = x % hs;
+    return x - j + (j % 2) * (hs / 2) + j / 2;
+  };
+  if (m.rope_head > 0 && m.rows == 1) col = rotate_half(col);  // a per-head vector (q/k norm)
+  else if (m.rope_head > 0) r = rotate_half(r);
   return static_cast<size_t>(m.transpose ? col * m.rows + r : r * m.cols + col);
 }
 
@@ -195,9 +197,9 @@ void load_hf_model(const std::string& dir, const ModelConfig& config, const Para
   std::vector<float> ours, stored;
   for (const ParamTensor& p : layout.tensors()) {
     ours.assign(p.numel, 0.0f);  // the vocabulary's padding rows stay zero
-    const int64_t cols = p.global_shape.back();
     for (const Mapping& m : w.mappings) {
       if (m.ours != p.name) continue;
+      const int64_t cols = m.cols;  // our full tensor seen as rows of m.cols (a bias slice: 1)
       const StoredTensor& t = *w.set.find(m.hf);
       stored.resize(static_cast<size_t>(m.rows * m.cols));
       w.set.read(t, stored.data());

@@ -140,9 +140,16 @@ class HfCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
-  for (Arch arch : {Arch::Gpt2, Arch::Llama}) {
-    config_.arch = arch;
-    if (arch == Arch::Gpt2) config_.n_kv_head = config_.n_head;
+  // gpt2, llama, and the features that add or permute tensors: qwen3 (q/k norms, q/k/v/o biases,
+  // a tied head, heads of 6) and llama with q/k/v/o and MLP biases.
+  for (int variant = 0; variant < 4; ++variant) {
+    const Arch arch = variant == 0 ? Arch::Gpt2 : Arch::Llama;
+    config_.set_arch(arch);
+    config_.n_kv_head = arch == Arch::Gpt2 ? config_.n_head : 2;
+    config_.qk_norm = variant == 2;
+    config_.head_dim = variant == 2 ? 6 : 0;
+    if (variant >= 2) config_.qkv_bias = config_.proj_bias = config_.tie_embeddings = true;
+    config_.mlp_bias = arch == Arch::Gpt2 || variant == 3;
     fs::remove_all(hf());
     save(4096);  // bytes per file: the model's ~40 KB in several
     EXPECT_FALSE(fs::exists(fs::path(hf()) / kSafetensorsFile));
@@ -169,7 +176,7 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
         for (const ParamTensor& p : part.tensors())
           take_shard(p, full.data() + whole.tensors()[p.global_index].offset,
                      expected.data() + p.offset);
-        EXPECT_EQ(load(part), expected) << to_string(arch) << " tp " << tp_rank << " pp " << stage;
+        EXPECT_EQ(load(part), expected) << "variant " << variant << " tp " << tp_rank << " pp " << stage;
       }
     // Under the limit: one model.safetensors, no index.
     fs::remove_all(hf());
@@ -180,7 +187,7 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
 }
 
 TEST_F(HfCheckpointTest, IndexErrorsAreRefused) {
-  config_.arch = Arch::Llama;
+  config_.set_arch(Arch::Llama);
   const fs::path index = fs::path(hf()) / kSafetensorsIndex;
   const auto with_index = [&](const std::function<void(json&)>& edit) {
     fs::remove_all(hf());
@@ -252,7 +259,7 @@ TEST_F(HfCheckpointTest, IndexErrorsAreRefused) {
 }
 
 TEST_F(HfCheckpointTest, HubStyleGpt2NamesAndBuffersAreRead) {
-  config_.arch = Arch::Gpt2;
+  config_.set_arch(Arch::Gpt2);
   config_.n_kv_head = config_.n_head;
   save();
   const fs::path file = fs::path(hf()) / kSafetensorsFile;
@@ -269,7 +276,7 @@ TEST_F(HfCheckpointTest, HubStyleGpt2NamesAndBuffersAreRead) {
 }
 
 TEST_F(HfCheckpointTest, F16AndBf16AreWidened) {
-  config_.arch = Arch::Llama;
+  config_.set_arch(Arch::Llama);
   for (const char* dtype : {"F16", "BF16"}) {
     fs::remove_all(hf());
     save();
