@@ -53,7 +53,8 @@ PeakMeasurement measure_trials(
     const int now = runnable_threads();
     if (now >= 0 && (fewest < 0 || now < fewest)) fewest = now;
   };
-  return judge_trials(trial(sample), threads, cpus, fewest,
+  const std::vector<SgemmTrial> trials = trial(sample);  // before `fewest` is read below
+  return judge_trials(trials, threads, cpus, fewest,
                       static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 }  // namespace
