@@ -15,12 +15,25 @@ namespace mpitrain::cpu {
 // Below this much work (elements touched) a loop runs on the calling thread only.
 inline constexpr size_t kParallelWork = size_t{1} << 15;
 
+// One row's RMSNorm: o = x / sqrt(mean(x^2) + eps) * w over C elements; returns 1/rms (the
+// backward's rstd). The rows of rmsnorm_forward and the q/k heads of qk_norm_forward.
+template <typename T>
+inline T rmsnorm_row(T* o, const T* x, const T* w, int C, T eps) {
+  T ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+  const T r = T(1) / std::sqrt(ss / C + eps);
+#pragma omp simd
+  for (int c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
+  return r;
+}
+
 // ---- gemm: C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major ------------------------
 // float (cpu_gemm.cpp): oneDNN's sgemm where oneDNN has AVX-512 kernels for the CPU and is 3.11.2
 // or later (earlier ones corrupt the heap when a signal lands in that kernel), else OpenBLAS's.
 // oneDNN picks its kernels by the instructions the CPU has; OpenBLAS 0.3.21 picks them by CPU
-// model and runs an AVX-512 CPU it does not know (Zen 5) on its AVX2 kernels, at half oneDNN's
-// rate. With AVX2 only, the two were measured alike (oneDNN 1.0-1.1x) and oneDNN's per-call
+// model and falls back on CPUs it does not know, which blas_kernel.hpp mends by starting the
+// program again on the kernels the CPU's flags call for (unless OPENBLAS_CORETYPE is set). With AVX2 only, the two were measured alike (oneDNN 1.0-1.1x) and oneDNN's per-call
 // packing buffers raise the peak memory, so OpenBLAS stays. bench/cpu_gemm compares them on the
 // model's shapes. Arguments either library refuses throw Error with the library's name, the
 // shape and why (OpenBLAS's own check only prints to stderr and leaves C as it was).

@@ -87,14 +87,7 @@ void rmsnorm_forward_kernel(T* out, T* rstd, const T* inp, const T* w, int N, in
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
   for (int n = 0; n < N; ++n) {
     const T* x = inp + static_cast<size_t>(n) * C;
-    T* o = out + static_cast<size_t>(n) * C;
-    T ss = 0;
-#pragma omp simd reduction(+ : ss)
-    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
-    const T r = T(1) / std::sqrt(ss / C + eps);
-#pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
-    rstd[n] = r;
+    rstd[n] = cpu::rmsnorm_row(out + static_cast<size_t>(n) * C, x, w, C, eps);
   }
 }
 

@@ -30,14 +30,8 @@ void qk_norm_forward_kernel(T* out, T* rstd, const T* inp, const T* wq, const T*
     for (int h = 0; h < heads; ++h) {
       const T* x = row + static_cast<size_t>(h) * hs;
       const T* w = h < NH ? wq : wk;
-      T* o = orow + static_cast<size_t>(h) * hs;
-      T ss = 0;
-#pragma omp simd reduction(+ : ss)
-      for (int c = 0; c < hs; ++c) ss += x[c] * x[c];
-      const T r = T(1) / std::sqrt(ss / hs + eps);
-#pragma omp simd
-      for (int c = 0; c < hs; ++c) o[c] = x[c] * r * w[c];
-      rstd[static_cast<size_t>(n) * heads + h] = r;
+      rstd[static_cast<size_t>(n) * heads + h] =
+          cpu::rmsnorm_row(orow + static_cast<size_t>(h) * hs, x, w, hs, eps);
     }
     std::copy(row + normed, row + QKV, orow + normed);  // v
   }
