@@ -1,11 +1,11 @@
 // The checkpoint manifest: its attributes, their checksum and their ranges.
-#include <charconv>
 #include <cmath>
 #include <limits>
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/monitor/crc32c.hpp"
 
 namespace mpitrain {
@@ -175,14 +175,6 @@ struct FieldReader {
   }
 };
 
-// The shortest text that reads back as v ("1e-05" for the float 1e-5f).
-template <class T>
-std::string text_of(T v) {
-  char buf[40];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, ec == std::errc() ? end : buf);
-}
-
 struct FieldPrinter {
   std::vector<std::pair<std::string, std::string>>* out;
   void add(const char* n, std::string v) const { out->emplace_back(n, std::move(v)); }
@@ -191,8 +183,8 @@ struct FieldPrinter {
   }
   void operator()(const char* n, int v, int) const { add(n, std::to_string(v)); }
   void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
-  void operator()(const char* n, double v, int) const { add(n, text_of(v)); }
-  void operator()(const char* n, float v, int) const { add(n, text_of(v)); }
+  void operator()(const char* n, double v, int) const { add(n, shortest_text(v)); }
+  void operator()(const char* n, float v, int) const { add(n, shortest_text(v)); }
   void operator()(const char* n, const std::string& v, int since) const {
     if (since != kOptionalField || !v.empty()) add(n, v);
   }
@@ -258,9 +250,9 @@ void check_ranges(const CheckpointManifest& m) {
                   "): a step either updates or is skipped");
   check_count("loss_scale_clean_steps", m.loss_scale_clean_steps, 0, m.step, within_step);
   if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0)
-    out_of_range("loss_scale", text_of(m.loss_scale), "must be a positive finite number");
+    out_of_range("loss_scale", shortest_text(m.loss_scale), "must be a positive finite number");
   if (!std::isnan(m.val_loss) && !(m.val_loss >= 0))
-    out_of_range("val_loss", text_of(m.val_loss), "must be a loss (>= 0) or NaN (none yet)");
+    out_of_range("val_loss", shortest_text(m.val_loss), "must be a loss (>= 0) or NaN (none yet)");
   try {
     m.model.validate();
   } catch (const UsageError& e) {

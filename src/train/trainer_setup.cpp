@@ -20,6 +20,7 @@
 #include "mpitrain/backend/memory_bandwidth.hpp"
 #include "mpitrain/backend/profiling_backend.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/output_dir.hpp"
@@ -341,8 +342,8 @@ std::string Trainer::run_ini() const {
                                            {"d-ff", text(cfg_.d_ff)},
                                            {"vocab-size", text(cfg_.vocab_size)},
                                            {"max-seq-len", text(cfg_.max_seq_len)},
-                                           {"norm-eps", float_text(cfg_.norm_eps)},
-                                           {"rope-theta", float_text(cfg_.rope_theta)},
+                                           {"norm-eps", shortest_text(cfg_.norm_eps)},
+                                           {"rope-theta", shortest_text(cfg_.rope_theta)},
                                            {"tie-embeddings", flag(cfg_.tie_embeddings)},
                                            {"attention-bias", flag(cfg_.proj_bias)},
                                            {"qkv-bias", flag(cfg_.qkv_bias)},
