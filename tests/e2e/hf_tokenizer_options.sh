@@ -60,9 +60,7 @@ for m in strip invert; do
     "$SCRATCH/$m.ref" || fail "the reference failed on $m"
   "$tokenize" --jsonl "$SCRATCH/$m" <"$SCRATCH/strings.jsonl" >"$SCRATCH/$m.ours" ||
     fail "tokenize --jsonl with $m failed"
-  paste -d '\n' "$SCRATCH/strings.jsonl" "$SCRATCH/$m.ours" "$SCRATCH/$m.ref" | while read -r s && read -r ours && read -r ref; do
-    [[ $ours == "$ref" ]] || fail "$m: ids for $s: ours $ours, the reference $ref"
-  done || exit 1
+  same_ids "$m" "$SCRATCH/strings.jsonl" "$SCRATCH/$m.ours" "$SCRATCH/$m.ref"
 done
 # The options change the ids (else the check above would prove nothing): against the files as shipped.
 "$tokenize" --jsonl "$HF_TOKENIZERS/qwen3" <"$SCRATCH/strings.jsonl" >"$SCRATCH/qwen3.ours"

@@ -159,14 +159,10 @@ class HfCheckpointTest : public ::testing::Test {
     return "";
   }
 
-  fs::path dir_;
-  ModelConfig config_;
-};
-
-TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
-  // gpt2, llama, and the features that add or permute tensors: qwen3 (q/k norms, q/k/v/o biases,
-  // a tied head, heads of 6) and llama with q/k/v/o and MLP biases.
-  for (int variant = 0; variant < 4; ++variant) {
+  // The model of variant 0 to 3: gpt2, llama, and the features that add or permute tensors:
+  // qwen3 (q/k norms, q/k/v/o biases, a tied head, heads of 6) and llama with q/k/v/o and MLP
+  // biases.
+  void set_variant(int variant) {
     const Arch arch = variant == 0 ? Arch::Gpt2 : Arch::Llama;
     config_.set_arch(arch);
     config_.n_kv_head = arch == Arch::Gpt2 ? config_.n_head : 2;
@@ -174,6 +170,15 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
     config_.head_dim = variant == 2 ? 6 : 0;
     if (variant >= 2) config_.qkv_bias = config_.proj_bias = config_.tie_embeddings = true;
     config_.mlp_bias = arch == Arch::Gpt2 || variant == 3;
+  }
+
+  fs::path dir_;
+  ModelConfig config_;
+};
+
+TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
+  for (int variant = 0; variant < 4; ++variant) {
+    set_variant(variant);
     fs::remove_all(hf());
     save(4096);  // bytes per file: the model's ~40 KB in several
     EXPECT_FALSE(fs::exists(fs::path(hf()) / kSafetensorsFile));
@@ -325,14 +330,10 @@ TEST_F(HfCheckpointTest, F16AndBf16AreWidened) {
 TEST_F(HfCheckpointTest, ARankReadsOnlyItsShare) {
   // A tp rank reads the rows (column-parallel: q/k/v heads, gate/up, the vocabulary) or the
   // columns (row-parallel: o_proj, down_proj; gpt2's Conv1D transposes which) of its slice and
-  // nothing else: the bytes read are its shard's stored elements, 4 each in F32, 2 in F16.
-  for (int variant = 0; variant < 3; ++variant) {
-    const Arch arch = variant == 0 ? Arch::Gpt2 : Arch::Llama;
-    config_.set_arch(arch);
-    config_.n_kv_head = arch == Arch::Gpt2 ? config_.n_head : 2;
-    config_.qk_norm = variant == 2;
-    config_.head_dim = variant == 2 ? 6 : 0;
-    if (arch == Arch::Llama) config_.qkv_bias = config_.proj_bias = variant == 2;
+  // nothing else: the bytes read are its shard's stored elements, 4 each in F32, 2 in F16
+  // (the qwen3-like variant, 2).
+  for (int variant = 0; variant < 4; ++variant) {
+    set_variant(variant);
     fs::remove_all(hf());
     save(4096);
     const std::string dtype = variant == 2 ? "F16" : "F32";
