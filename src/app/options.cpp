@@ -358,7 +358,11 @@ po::options_description checkpoint_options(TrainConfig& t) {
        "at the end, write every parameter with its full shape to this HDF5 file")
       ("export-hf", with_default(&t.export_hf)->value_name("DIR"),
        "at the end, write a Hugging Face checkpoint (config.json, model.safetensors) to this "
-       "new directory");
+       "new directory")
+      ("export-hf-shard-size", with_default(&t.export_hf_shard_size)->value_name("SIZE"),
+       "--export-hf: tensors past this size go into model-0000N-of-0000M.safetensors files of "
+       "at most it each, with model.safetensors.index.json (transformers' max_shard_size: "
+       "bytes, or 500MB, 5GB, 2GiB)");
   return d;
 }
 

@@ -208,6 +208,7 @@ void Trainer::check_inputs() {
     require_writable_file(t_.export_params, "export-params");
     require_new_dir(t_.export_hf, "export-hf");
     if (!t_.export_hf.empty()) require_hf_expressible(t_.export_hf, cfg_);
+    parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size");
   });
 }
 
@@ -301,11 +302,19 @@ void Trainer::build_model() {
       else
         model_->init(t_.seed);
     } else if (is_hf_dir(t_.init_from)) {  // one tensor at a time, this shard's only
-      load_hf_model(t_.init_from, cfg_, model_->layout(),
-                    [&](const ParamTensor& p, const float* v) {
-                      if (zero3) sharded_->set_tensor(p, v);
-                      else backend_->upload(model_->params() + p.offset, v, p.numel);
-                    });
+      // ZeRO-3: only the part of each tensor this rank owns is read.
+      const auto owned = [&](const ParamTensor& p) {
+        const ShardRanges::Overlap o = sharded_->owned().overlap(p.offset, p.offset + p.numel);
+        return o.size() == 0 ? std::pair<size_t, size_t>{0, 0}
+                             : std::pair<size_t, size_t>{o.begin - p.offset, o.end - p.offset};
+      };
+      load_hf_model(
+          t_.init_from, cfg_, model_->layout(),
+          [&](const ParamTensor& p, const float* v) {
+            if (zero3) sharded_->set_tensor(p, v);
+            else backend_->upload(model_->params() + p.offset, v, p.numel);
+          },
+          zero3 ? std::function<std::pair<size_t, size_t>(const ParamTensor&)>(owned) : nullptr);
     } else {
       std::vector<float> full(full_layout_->total()), local(model_->num_params());
       load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());

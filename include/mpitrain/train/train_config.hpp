@@ -55,6 +55,7 @@ struct TrainConfig {
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
   std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
   std::string export_hf;      // write a Hugging Face checkpoint directory here, "" = no
+  std::string export_hf_shard_size = "5GB";  // its files' size (hf_model.hpp: parse_shard_size)
 
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (backend/precision.hpp)
   std::string recompute = "none";   // none | selective | full (model/model.hpp)
