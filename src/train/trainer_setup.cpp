@@ -179,6 +179,7 @@ void Trainer::check_inputs() {
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
+    check_sequence_parallel(t_, shape_.tp);
     stage_first_layer_ = pipeline_layer_split(cfg_.n_layer, shape_.pp, t_.pp_layers);
     // (auto: the plan takes a divisor of global-batch-size / dp)
     require(
@@ -243,7 +244,7 @@ void Trainer::build_model() {
     if (root_) std::fprintf(stderr, "%s\n", warning.c_str());
   allowed_cpus_ = format_cpu_list(node_cpus.cpus[node_cpus.me]);
   model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute),
-                    Precision::Fp32, t_.zero >= 2, t_.zero == 3};
+                    Precision::Fp32, t_.zero >= 2, t_.zero == 3, t_.sequence_parallel};
   all_or_none(world_, [&] {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
                 t_.device == "cpu",
@@ -579,12 +580,12 @@ void Trainer::print_banner() const {
                 count(peak_suspect_ranks_, "rank", "ranks").c_str());
   std::printf(
       "per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
-      "(%s%s) | activations %.2f MiB (%s%s, recompute %s)",
+      "(%s%s) | activations %.2f MiB (%s%s, recompute %s%s)",
       held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
       to_string(optimizer_config_.kind).c_str(), zero_text().c_str(),
       held_bytes_[2] / (1 << 20), t_.precision.c_str(),
       model_options_.storage != model_options_.precision ? " in fp32 containers" : "",
-      t_.recompute.c_str());
+      t_.recompute.c_str(), t_.sequence_parallel ? ", sp" : "");
   if (shape_.pp > 1)
     std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
                 to_string(schedule_).c_str(), shape_.pp,
