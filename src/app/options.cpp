@@ -312,7 +312,7 @@ po::options_description memory_options(TrainConfig& t) {
        "bf16 / fp16: activations and compute weights in that precision (round to nearest even), "
        "fp32 master weights, optimizer state, reductions and loss")
       ("recompute", with_default(&t.recompute)->value_name("none|selective|full"),
-       "activation recomputation in backward: the attention probabilities, or each block")
+       "activation recomputation in backward: the attention, or each block")
       ("device-memory-gib", with_default(&t.device_memory_gib),
        "memory per rank that the start-up check (a model that cannot fit is refused) and "
        "micro-batch-size auto plan for; 0 = the GPU's free memory (cuda), or available memory "

@@ -16,7 +16,7 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp, F = c.d_ff / s.tp;
   const double Vl = c.padded_vocab() / s.tp, NC = N * C;
   const double QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
-  const double P = B * NH * T * T;
+  const double P = B * NH * T;  // attention state: a log-sum-exp per row (both backends)
   const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
   const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
   const double qk_pre = c.qk_norm ? N * QKV : 0, qk_stats = c.qk_norm ? N * (NH + NKV) : 0;

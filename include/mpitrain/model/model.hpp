@@ -25,8 +25,8 @@
 //             the GPU backend's way today). Both give the same bits: the rounding points are the
 //             same, tensor-parallel partial sums included (rounded before they are summed, as a
 //             2-byte message is).
-//   recompute selective: the attention state (the CPU's probabilities) is not kept per layer;
-//             backward recomputes them from the kept qkv, one layer at a time.
+//   recompute selective: the attention state (each row's log-sum-exp) and output are not kept
+//             per layer; backward recomputes them from the kept qkv, one layer at a time.
 //   recompute full: a slot keeps only each block's output (the next block's input); backward
 //             recomputes the block's forward (tensor-parallel sums included) before its backward.
 // Recomputation runs the same kernels on the same inputs, so losses and gradients are identical
@@ -174,7 +174,7 @@ class Model {
     B_ ln1; T *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
     B_ qkv;                          // (N, (NHl+2NKVl)hs), after q/k norm and RoPE for llama
     B_ qkv_pre; T *qk_rstd;          // qk_norm only: (N,QKVl) before the q/k norm, (N,NHl+NKVl)
-    B_ atty; T* probs;               // (N, NHl hs), attention_state_size (CPU: B,NHl,T,T)
+    B_ atty; T* probs;               // (N, NHl hs), attention_state_size (B,NHl,T): row lse
     B_ attproj, res2;                // (N,C), (N,C) = input + attproj
     B_ ln2; T *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
     B_ fch, fch_act;                 // (N, Fl or 2Fl), (N, Fl)

@@ -74,7 +74,7 @@ struct RunShape {
 //   slot    = NC (stage input) + L*kept + [NC + N*Vl + 2N  on the last stage]
 //   scratch = 2NC + N*QKV + N*A + N*FC + N*Fl + P + 4N
 //   total   = shared + slots*slot + scratch
-// with N = B*T, P = B*NHl*T*T (attention probabilities), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
+// with N = B*T, P = B*NHl*T (attention's row log-sum-exps), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
 // In double, so that absurd sizes give a figure to refuse instead of an overflow.
