@@ -194,6 +194,74 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
 }
 
 template <typename T>
+void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunks) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (chunks.local_len() != max_seq_)
+      MPITRAIN_THROW("context parallelism: the model is sized for other chunks");
+    ring_ = std::make_unique<RingAttention>(backend_, *cp, chunks, max_batch_, n_local_heads_,
+                                            n_local_kv_heads_, config_.head_size(),
+                                            options_.storage);
+    positions_ = chunks.positions();
+    ring_bytes_ = RingAttention::bytes(max_batch_, max_seq_, n_local_heads_, n_local_kv_heads_,
+                                       config_.head_size(), options_.storage);
+  } else {
+    MPITRAIN_THROW("context parallelism runs in float models only");
+  }
+}
+
+template <typename T>
+template <typename Fn>
+void Model<T>::for_position_runs(int B, int Tlen, Fn fn) const {
+  if (positions_.empty()) return fn(0, B, Tlen, 0);
+  const int c = Tlen / 2;  // the two chunks of each sequence
+  for (int b = 0; b < B; ++b)
+    for (int k = 0; k < 2; ++k) fn(static_cast<size_t>(b * Tlen + k * c), 1, c, positions_[k * c]);
+}
+
+template <typename T>
+void Model<T>::apply_rope(Buf<T> qkv, int B, int Tlen, bool backward) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {
+    RopeFreqs freqs = rope();
+    freqs.first_position = pos;
+    if (backward)
+      backend_.rope_backward(qkv + row * QKV, b, t, NH, NKV, hs, freqs);
+    else
+      backend_.rope_forward(qkv + row * QKV, b, t, NH, NKV, hs, freqs);
+  });
+  lp(qkv, static_cast<size_t>(N) * QKV);
+}
+
+template <typename T>
+void Model<T>::attention_forward(LayerActs& a, int l, int B, int Tlen) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  if constexpr (std::is_same_v<T, float>)
+    if (ring_) {
+      if (Tlen != max_seq_) MPITRAIN_THROW("context parallelism: rows other than the chunks");
+      ring_->forward(a.atty, a.probs, a.qkv, B, attention_scale(l));
+      lp(a.atty, static_cast<size_t>(N) * A);
+      return;
+    }
+  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
+  lp(a.atty, static_cast<size_t>(N) * A);
+}
+
+template <typename T>
+void Model<T>::attention_backward(LayerActs& a, int l, int B, int Tlen) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  GradActs& d = grad_;
+  if constexpr (std::is_same_v<T, float>)
+    if (ring_) {
+      ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.probs, B, attention_scale(l));
+      lp(d.dqkv, static_cast<size_t>(N) * QKV);
+      return;
+    }
+  backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
+                              NKV, hs, attention_scale(l));
+  lp(d.dqkv, static_cast<size_t>(N) * QKV);
+}
+
+template <typename T>
 T Model<T>::attention_scale(int l) const {
   T scale = config_.scale_attn_weights ? T(1) / std::sqrt(T(config_.head_size())) : T(1);
   if (config_.scale_attn_by_inverse_layer_idx) scale /= T(l + 1);
@@ -261,12 +329,8 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
                              NH, NKV, hs, static_cast<T>(config_.norm_eps));
     lp(a.qkv, static_cast<size_t>(N) * QKV);
   }
-  if (config_.arch == Arch::Llama) {
-    backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, rope());
-    lp(a.qkv, static_cast<size_t>(N) * QKV);
-  }
-  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
-  lp(a.atty, static_cast<size_t>(N) * A);
+  if (config_.arch == Arch::Llama) apply_rope(a.qkv, B, Tlen, false);
+  attention_forward(a, l, B, Tlen);
   backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), row_parallel_bias(Slot::ProjB, l),
                           N, A, C);
   tp_sum(a.attproj, NC);
@@ -303,8 +367,11 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
     const std::array<int, 2> units = embedding_units();
     for (int u : units) take_params(u, false);
     const CBuf<T> wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
-    backend_.embedding_forward(sa.encoded, tokens, p(Slot::Wte), wpe, B, Tlen, C, vocab_start_,
-                               local_vocab_);
+    for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {  // wpe rows from pos on
+      backend_.embedding_forward(sa.encoded + row * C, tokens + row, p(Slot::Wte),
+                                 wpe ? wpe + static_cast<size_t>(pos) * C : nullptr, b, t, C,
+                                 vocab_start_, local_vocab_);
+    });
     for (int u : units) give_params(u, false);
     tp_sum(sa.encoded, NC);
     lp(sa.encoded, NC);
@@ -391,17 +458,10 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l), d.dres, a.atty,
                              p(Slot::ProjW, l), N, A, C);
     lp(d.datty, static_cast<size_t>(N) * A);
-    if (options_.recompute == Recompute::Selective) {  // the probabilities, from the kept qkv
-      backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
-      lp(a.atty, static_cast<size_t>(N) * A);
-    }
-    backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
-                                NKV, hs, attention_scale(l));
-    lp(d.dqkv, static_cast<size_t>(N) * QKV);
-    if (llama) {
-      backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, rope());
-      lp(d.dqkv, static_cast<size_t>(N) * QKV);
-    }
+    if (options_.recompute == Recompute::Selective)  // the probabilities, from the kept qkv
+      attention_forward(a, l, B, Tlen);
+    attention_backward(a, l, B, Tlen);
+    if (llama) apply_rope(d.dqkv, B, Tlen, true);
     if (c.qk_norm) {
       backend_.qk_norm_backward(d.dqkv, g(Slot::QNormW, l), g(Slot::KNormW, l), a.qkv_pre,
                                 p(Slot::QNormW, l), p(Slot::KNormW, l), a.qk_rstd, N, NH, NKV, hs);
@@ -419,8 +479,14 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   }
   if (s.first_stage) {
     for (int u : embedding) take_grads(u);
-    backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), d.dres, tokens, B, Tlen, C,
-                                vocab_start_, local_vocab_);
+    T* dwpe = maybe_g(Slot::Wpe);
+    backend_.embedding_backward(g(Slot::Wte), positions_.empty() ? dwpe : nullptr, d.dres, tokens,
+                                B, Tlen, C, vocab_start_, local_vocab_);
+    if (dwpe && !positions_.empty())  // the chunks' wpe rows: Vl 0 leaves dwte alone
+      for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {
+        backend_.embedding_backward(g(Slot::Wte), dwpe + static_cast<size_t>(pos) * C,
+                                    d.dres + row * C, tokens + row, b, t, C, vocab_start_, 0);
+      });
     for (int u : embedding) give_grads(u);
     ready(0);
   }

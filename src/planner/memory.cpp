@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mpitrain/parallel/ring_attention.hpp"
 #include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/train/gather.hpp"
@@ -111,7 +112,8 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
   const double w = compute_bytes(run);
   const int m = micro_batches(run, layout);
   const int slots = pipeline_slots(run.schedule, m, layout.pp, stage);
-  const double rows = static_cast<double>(layout.micro_batch) * run.seq_len;
+  const int local_len = run.seq_len / layout.cp;  // context parallelism: this rank's chunks
+  const double rows = static_cast<double>(layout.micro_batch) * local_len;
 
   MemoryEstimate e;
   if (layout.zero >= 2) {
@@ -125,21 +127,26 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
     e.master = low ? 4.0 * S : 0.0;
   } else {
     // ZeRO-1's largest piece of the stage (grad_sync.hpp), or all of it.
-    const double owned = layout.zero == 1 ? largest_piece(n, layout.dp) : n;
+    const double owned = layout.zero == 1 ? largest_piece(n, layout.grad_ranks()) : n;
     e.params = n * w;
     e.grads = n * 4.0;
     e.optimizer = 4.0 * run.optimizer_states * owned;
     e.master = low ? 4.0 * owned : 0.0;
   }
   e.activations =
-      activation_elements(config, shard, layout.micro_batch, run.seq_len, slots, layout.recompute)
+      activation_elements(config, shard, layout.micro_batch, local_len, slots, layout.recompute)
           .bytes(w);
+  if (layout.cp > 1)  // the ring's K/V blocks and fp32 accumulators
+    e.activations += static_cast<double>(RingAttention::bytes(
+        layout.micro_batch, local_len, config.n_head / layout.tp, config.n_kv_head / layout.tp,
+        config.head_size(), run.precision == Precision::Fp32 ? Precision::Fp32 : run.precision));
   if (layout.pp > 1) e.buffers += slots * rows * config.d_model * w;  // input-gradient copies
   if (!run.gpu) {
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's
     // Open MPI's non-blocking all-reduce works on a copy of the bucket it is given (measured:
     // one bucket's worth at the peak, the buckets overlapping little).
-    if (layout.dp > 1 && layout.zero < 2) e.buffers += std::min(n * 4.0, run.bucket_mb * (1 << 20));
+    if (layout.grad_ranks() > 1 && layout.zero < 2)
+      e.buffers += std::min(n * 4.0, run.bucket_mb * (1 << 20));
   }
   e.baseline = baseline_bytes;
   return e;

@@ -11,6 +11,7 @@
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/model.hpp"
+#include "mpitrain/parallel/ring_attention.hpp"
 #include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/planner/cluster.hpp"
 #include "mpitrain/planner/inputs.hpp"
@@ -221,6 +222,21 @@ TEST(PlannerMemory, HybridShardingHoldsThePiecesOverTheShardGroup) {
                    largest_pieces(ParamLayout(tiny()), 8) * 8.0);
   EXPECT_LT(layout_memory(tiny(), run, whole, 0.0).total(),
             layout_memory(tiny(), run, hsdp, 0.0).total());
+}
+
+// Context parallelism 2: each rank holds T/2 rows of its micro-batch's sequences (activations
+// as for T = 2) plus the ring's buffers: two packed K/V blocks (B*T/2 rows of 2*NKV*hs = 16) and
+// fp32 accumulators (out/dq 8 wide, dK/dV part and two travelling 16 wide, row dots NH = 2 wide):
+// 4 rows x (2*16 + 8 + 3*16 + 2) = 360 floats. ZeRO-1 shards over dp x cp = 2.
+TEST(PlannerMemory, ContextParallelHoldsTheChunksAndTheRing) {
+  const Layout cp2{1, 1, 1, 2, 1, Recompute::None, true, 0, 2};
+  const MemoryEstimate e = layout_memory(tiny(), tiny_run(), cp2, 0.0);
+  EXPECT_DOUBLE_EQ(e.activations,
+                   activation_elements(tiny(), ModelShard{}, 2, 2, 1, Recompute::None).bytes(4.0) +
+                       360 * 4.0);
+  EXPECT_DOUBLE_EQ(RingAttention::bytes(2, 2, 2, 2, 4, Precision::Fp32), 360 * 4.0);
+  EXPECT_DOUBLE_EQ(e.optimizer, 1408 * 8.0);  // 2816 / (dp x cp)
+  EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 4 + 2816 * 4.0);  // half the token rows; a bucket
 }
 
 TEST(PlannerMemory, PipelineStagesByHand) {

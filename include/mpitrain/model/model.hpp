@@ -47,6 +47,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,8 @@
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
+#include "mpitrain/parallel/context_chunks.hpp"
+#include "mpitrain/parallel/ring_attention.hpp"
 
 namespace mpitrain {
 
@@ -102,6 +105,11 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // Context parallelism (T = float): the model's Tlen rows of each sequence are the cp rank's
+  // two chunks (parallel/context_chunks.hpp; max_seq = chunks.local_len()); RoPE and the
+  // learned position embedding take their true positions, attention is a ring over cp
+  // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp.
+  void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
   // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
   void set_lender(UnitLender<T>* lender) { lender_ = lender; }
   Backend<T>& backend() const { return backend_; }
@@ -114,9 +122,10 @@ class Model {
   size_t num_params() const { return layout_.total(); }  // held by this rank
   const ModelOptions& options() const { return options_; }
   // Bytes of all activation slots and scratch: compute tensors in the storage type, the fp32
-  // statistics beside them.
+  // statistics beside them; the ring's buffers under context parallelism.
   size_t activation_bytes() const {
-    return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T);
+    return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T) +
+           ring_bytes_;
   }
   // Bytes of the whole parameter and gradient buffers the model holds (0 for lent ones).
   size_t param_bytes() const {
@@ -232,6 +241,17 @@ class Model {
   // The factor on q k^T in block l: 1/sqrt(hs), but for gpt2's two switches (config.hpp).
   T attention_scale(int l) const;
   RopeFreqs rope() const { return {config_.rope_theta, config_.rope_scaling}; }
+  // Calls fn(first row, rows, position of the first row) for each run of consecutive positions
+  // among the B*Tlen rows: whole sequences without cp, each sequence's two chunks with it.
+  template <typename Fn>
+  void for_position_runs(int B, int Tlen, Fn fn) const;
+  // RoPE in place on qkv's q and k heads (backward: the inverse rotation), each row at its
+  // sequence position; rounded as stored.
+  void apply_rope(Buf<T> qkv, int B, int Tlen, bool backward);
+  // Attention of block l on a.qkv into a.atty and its state a.probs (the ring under cp), and
+  // its backward into dqkv.
+  void attention_forward(LayerActs& a, int l, int B, int Tlen);
+  void attention_backward(LayerActs& a, int l, int B, int Tlen);
   void norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer, int N);
   void norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);
@@ -255,6 +275,9 @@ class Model {
   ParamLayout layout_;
   Backend<T>& backend_;
   Communicator* tp_;
+  std::unique_ptr<RingAttention> ring_;  // context parallelism only
+  std::vector<int> positions_;           // its rows' sequence positions (Tlen), or empty
+  size_t ring_bytes_ = 0;
   int max_batch_, max_seq_;
   int n_local_heads_, n_local_kv_heads_, local_ff_, local_vocab_, vocab_start_;
   Buf<T> params_;

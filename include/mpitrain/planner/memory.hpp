@@ -50,7 +50,9 @@ struct Layout {
   Recompute recompute = Recompute::None;
   bool reshard_after_forward = true;  // ZeRO-3: gather each unit again for backward
   int zero_shard = 0;  // ZeRO-2/3: shard over groups of this many dp ranks (HSDP); 0 = all dp
-  int shard_ranks() const { return zero_shard > 0 ? zero_shard : dp; }  // the D of the model
+  int cp = 1;          // context parallelism: T/cp rows of each sequence per rank, a K/V ring
+  int grad_ranks() const { return dp * cp; }  // the gradients' (ZeRO's) group: dp x cp
+  int shard_ranks() const { return zero_shard > 0 ? zero_shard : grad_ranks(); }  // the D
 };
 
 // What the run trains with, whatever the layout.
