@@ -70,12 +70,14 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
                block_stats = 4 * N + qk_stats;
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
-  const size_t kept = full ? N * C : block + N * C, kept_stats = full ? 0 : block_stats;
+  const size_t shared_atty = rc == Recompute::Selective ? N * A : 0;  // recomputed with probs
+  const size_t kept = full ? N * C : block - shared_atty + N * C;
+  const size_t kept_stats = full ? 0 : block_stats;
   const size_t per_slot = N * C + L * kept + (s.last_stage ? N * C + N * Vl : 0);
   const size_t per_slot_stats = L * (kept_stats + (none ? P : 0)) + (s.last_stage ? 2 * N : 0);
   const size_t grad_acts = 2 * N * C + N * QKV + N * A + N * FC + N * F;
   const size_t grad_stats = P + 4 * N;
-  activation_count_ = (full ? block : 0) + slots * per_slot + grad_acts;
+  activation_count_ = (full ? block : shared_atty) + slots * per_slot + grad_acts;
   stats_count_ = (full ? block_stats : 0) + (none ? 0 : P) + slots * per_slot_stats + grad_stats;
   backend_.set_alloc_kind(AllocKind::Activations);
   acts_ = backend_.alloc(activation_count_, options_.storage);
@@ -84,12 +86,12 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   T* stats_cursor = stats_;
   auto take = [&](size_t n) { Buf<T> b = cursor; cursor = cursor + n; return b; };
   auto take_stats = [&](size_t n) { T* ptr = stats_cursor; stats_cursor += n; return ptr; };
-  auto carve_block = [&](LayerActs& a) {  // everything but probs and res3
+  auto carve_block = [&](LayerActs& a) {  // everything but probs and res3 (atty unless shared)
     a.ln1 = take(N * C); a.ln1_mean = take_stats(N); a.ln1_rstd = take_stats(N);
     a.qkv = take(N * QKV);
     a.qkv_pre = config_.qk_norm ? take(qk_pre) : nullptr;
     a.qk_rstd = config_.qk_norm ? take_stats(qk_stats) : nullptr;
-    a.atty = take(N * A);
+    if (!a.atty) a.atty = take(N * A);
     a.attproj = take(N * C); a.res2 = take(N * C);
     a.ln2 = take(N * C); a.ln2_mean = take_stats(N); a.ln2_rstd = take_stats(N);
     a.fch = take(N * FC); a.fch_act = take(N * F);
@@ -98,6 +100,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   LayerActs work{};  // recomputed buffers, shared by every block of every slot
   if (full) carve_block(work);
   if (!none) work.probs = take_stats(P);
+  if (shared_atty) work.atty = take(shared_atty);
   slots_.resize(slots);
   for (SlotActs& sa : slots_) {
     sa.encoded = take(N * C);
@@ -455,11 +458,11 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     norm_backward(d.dres, d.dln, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, N);
     lp(d.dres, NC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
+    if (options_.recompute == Recompute::Selective)  // attention's output and state, from qkv
+      attention_forward(a, l, B, Tlen);
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l), d.dres, a.atty,
                              p(Slot::ProjW, l), N, A, C);
     lp(d.datty, static_cast<size_t>(N) * A);
-    if (options_.recompute == Recompute::Selective)  // the probabilities, from the kept qkv
-      attention_forward(a, l, B, Tlen);
     attention_backward(a, l, B, Tlen);
     if (llama) apply_rope(d.dqkv, B, Tlen, true);
     if (c.qk_norm) {

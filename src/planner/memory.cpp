@@ -24,8 +24,10 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double block = 5 * NC + N * QKV + N * A + N * FC + N * F + qk_pre,
                block_stats = 4 * N + qk_stats;
   ActivationElements e;
-  e.compute = (full ? block : 0) + slots * (NC + L * (full ? NC : block + NC) +
-                                            (s.last_stage ? NC + N * Vl : 0)) +
+  const double shared_atty = recompute == Recompute::Selective ? N * A : 0;  // recomputed
+  e.compute = (full ? block : shared_atty) +
+              slots * (NC + L * (full ? NC : block - shared_atty + NC) +
+                       (s.last_stage ? NC + N * Vl : 0)) +
               2 * NC + N * QKV + N * A + N * FC + N * F;
   e.stats = (full ? block_stats + P : none ? 0 : P) +
             slots * (L * ((full ? 0 : block_stats) + (none ? P : 0)) + (s.last_stage ? 2 * N : 0)) +

@@ -71,8 +71,8 @@ struct RunShape {
 // sum of compute tensors (the storage type) + fp32 statistics (norm mean/rstd, attention state
 // P, cross-entropy scratch):
 //   block   = 5NC + N*QKV + N*A + N*FC + N*Fl + 4N      a block's buffers but probs and res3
-//   kept    = none: block + NC + P   selective: block + NC   full: NC        per layer per slot
-//   shared  = none: 0   selective: P   full: block + P                       once
+//   kept    = none: block + NC + P   selective: block - N*A + NC   full: NC   per layer per slot
+//   shared  = none: 0   selective: N*A + P   full: block + P                 once
 //   slot    = NC (stage input) + L*kept + [NC + N*Vl + 2N  on the last stage]
 //   scratch = 2NC + N*QKV + N*A + N*FC + N*Fl + P + 4N
 //   total   = shared + slots*slot + scratch
