@@ -66,6 +66,7 @@ const std::vector<OptionRange> kRanges = {
     {"dp", 0, kUnbounded},
     {"tp", 0, kUnbounded},
     {"pp", 0, kUnbounded},
+    {"cp", 1, kUnbounded},
     {"bucket-mb", 0.0625, 1 << 20},
     {"zero", 0, 3},
     {"zero-shard-size", 0, 1 << 20},
@@ -279,6 +280,9 @@ po::options_description parallel_options(TrainConfig& t) {
       ("dp", with_default(&t.dp), "data-parallel ranks; 0 = world size / (tp x pp)")
       ("tp", with_default(&t.tp), "tensor-parallel ranks (Megatron); 0 = derived, else 1")
       ("pp", with_default(&t.pp), "pipeline stages; 0 = derived, else 1")
+      ("cp", with_default(&t.cp),
+       "context-parallel ranks: each sequence cut into 2 x cp chunks, rank r holding chunks r and "
+       "2cp-1-r, attention a ring over them (CPU backend)")
       ("pp-layers", with_default(&t.pp_layers)->value_name("N,N,..."),
        "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
       ("pp-schedule", with_default(&t.pp_schedule)->value_name("gpipe|1f1b"), "pipeline schedule")
@@ -316,7 +320,7 @@ po::options_description memory_options(TrainConfig& t) {
        "bf16 / fp16: activations and compute weights in that precision (round to nearest even), "
        "fp32 master weights, optimizer state, reductions and loss")
       ("recompute", with_default(&t.recompute)->value_name("none|selective|full"),
-       "activation recomputation in backward: the attention probabilities, or each block")
+       "activation recomputation in backward: the attention, or each block")
       ("device-memory-gib", with_default(&t.device_memory_gib),
        "memory per rank that the start-up check (a model that cannot fit is refused) and "
        "micro-batch-size auto plan for; 0 = the GPU's free memory (cuda), or available memory "

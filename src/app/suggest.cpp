@@ -100,6 +100,8 @@ const std::vector<ForeignName>& foreign_names() {
       {"pipeline-parallel-degree", {"pp"}, ""},
       {"data-parallel-shard-degree", {"zero-shard-size"}, "with --zero 2 or 3"},
       {"zero-stage", {"zero"}, ""},
+      {"context-parallel-size", {"cp"}, ""},
+      {"context-parallel-degree", {"cp"}, ""},
   };
   return names;
 }

@@ -1,10 +1,18 @@
-// CPU backend: causal self-attention. Per (batch, head) small gemms read q, k, v straight out of
-// the qkv layout through leading-dimension strides (no copies), inside an OpenMP loop over heads
-// (cpu::gemm runs on the calling thread inside a parallel region). The full T x T score
-// matrix is computed and the future masked: simpler than blocking, and T x T x hs is small next
-// to the projections. On 2-byte tensors: whole sequences at a time staged (cpu_storage.hpp); the
-// probabilities stay in T.
+// CPU backend: causal self-attention in O(T) memory (flash attention). Queries go in tiles of
+// kAttentionTile rows against tiles of as many keys, with an online softmax: forward keeps a
+// running row max m, row sum l and the unnormalised output, and saves only each row's log-sum-exp
+// lse = m + log l; backward recomputes each tile's probabilities P = exp(scale q k^T - lse) and,
+// with D = rowsum(dout * out) per row, gets dS = P (dout v^T - D) scale. A tile whose queries all
+// precede its keys is skipped; one whose queries all follow its keys is not masked. The tiles'
+// gemms read q, k, v straight out of their row layout through leading dimensions (no copies);
+// the score tiles live on the stack. The whole-sequence attention and context parallelism's
+// block pairs are the same kernels: positions 0..T-1 and the own keys for the former.
+// Deterministic: one thread per (batch, head) in forward and per (batch, kv head) in backward
+// (each output has one writer), tiles in a fixed order. On 2-byte tensors: whole sequences at a
+// time staged (cpu_storage.hpp); lse, D and the block API's accumulators are T.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cpu_kernels.hpp"
 #include "cpu_storage.hpp"
@@ -16,141 +24,323 @@ using cpu::gemm;
 
 namespace {
 
-// Whether the loop over heads runs in a parallel region (its gemms then single-threaded) or on
-// the calling thread (the sgemm threads each product): decided on the whole call's shape, and kept
-// for the blocks of a staged call, so both run every gemm alike and give the same bits.
-bool heads_in_parallel(int B, int Tlen, int NH, int hs, int loop) {
-  return static_cast<size_t>(B) * NH * Tlen * Tlen * hs > cpu::kParallelWork && loop > 1;
-}
+constexpr int kTile = kAttentionTile;
 
-// per (b,h), g = h / (NH/NKV):  S = scale q k_g^T  (T,T);  P = causal softmax(S) (rows in
-// place; P[t, j>t] = 0);  y = P v_g  (T,hs) into out[b, :, h*hs : (h+1)*hs]
-template <typename T>
-void attention_forward_kernel(T* out, T* probs, const T* qkv, int B, int Tlen, int NH, int NKV,
-                              int hs, T scale, bool parallel) {
-  const int QKV = (NH + 2 * NKV) * hs, A = NH * hs, group = NH / NKV;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int bh = 0; bh < B * NH; ++bh) {
-    const int b = bh / NH, h = bh % NH, g = h / group;
-    const T* q = qkv + static_cast<size_t>(b) * Tlen * QKV + h * hs;
-    const T* k = qkv + static_cast<size_t>(b) * Tlen * QKV + (NH + g) * hs;
-    const T* v = qkv + static_cast<size_t>(b) * Tlen * QKV + (NH + NKV + g) * hs;
-    T* P = probs + static_cast<size_t>(bh) * Tlen * Tlen;
-    gemm(CblasNoTrans, CblasTrans, Tlen, Tlen, hs, scale, q, QKV, k, QKV, T(0), P, Tlen);
-    for (int t = 0; t < Tlen; ++t) {
-      T* row = P + static_cast<size_t>(t) * Tlen;
-      T mx = row[0];
-#pragma omp simd reduction(max : mx)
-      for (int j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j <= t; ++j) {
-        row[j] = cpu::exp_fast(row[j] - mx);
-        sum += row[j];
-      }
-      const T inv = T(1) / sum;
-#pragma omp simd
-      for (int j = 0; j <= t; ++j) row[j] *= inv;
-      for (int j = t + 1; j < Tlen; ++j) row[j] = T(0);
-    }
-    gemm(CblasNoTrans, CblasNoTrans, Tlen, hs, Tlen, T(1), P, Tlen, v, QKV, T(0),
-         out + static_cast<size_t>(b) * Tlen * A + h * hs, A);
+// Row i's position: pos[i], or i where pos is null (the whole sequence).
+inline int position(const int* pos, int i) { return pos ? pos[i] : i; }
+
+// How the keys [j0, j0 + nk) are seen by the queries [i0, i0 + nq) (query sees key iff
+// kpos <= qpos): not at all (skipped), wholly (no mask), or in part (masked per element).
+enum class TileMask { None, All, Some };
+TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) {
+  int qlo = position(qpos, i0), qhi = qlo, klo = position(kpos, j0), khi = klo;
+  for (int i = i0; i < i0 + nq; ++i) {
+    qlo = std::min(qlo, position(qpos, i));
+    qhi = std::max(qhi, position(qpos, i));
   }
-}
-
-// per (b, kv head g), over its query heads h (so dk_g, dv_g have one writer):
-//   dP = dy v_g^T;  dv_g += P^T dy;  dS = P (dP - rowsum(dP P)) scale
-//   dq_h = dS k_g;  dk_g += dS^T q_h          (the first head of the group overwrites: beta = 0)
-// dS lives in scratch (B,NH,T,T).
-template <typename T>
-void attention_backward_kernel(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* probs,
-                               int B, int Tlen, int NH, int NKV, int hs, T scale, bool parallel) {
-  const int QKV = (NH + 2 * NKV) * hs, A = NH * hs, group = NH / NKV;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int bg = 0; bg < B * NKV; ++bg) {
-    const int b = bg / NKV, g = bg % NKV;
-    const size_t base = static_cast<size_t>(b) * Tlen * QKV;
-    const T* k = qkv + base + (NH + g) * hs;
-    const T* v = qkv + base + (NH + NKV + g) * hs;
-    T* dk = dqkv + base + (NH + g) * hs;
-    T* dv = dqkv + base + (NH + NKV + g) * hs;
-    for (int j = 0; j < group; ++j) {
-      const int h = g * group + j;
-      const T beta = j == 0 ? T(0) : T(1);
-      const T* q = qkv + base + h * hs;
-      T* dq = dqkv + base + h * hs;
-      const T* dy = dout + static_cast<size_t>(b) * Tlen * A + h * hs;
-      const T* P = probs + (static_cast<size_t>(b) * NH + h) * Tlen * Tlen;
-      T* dS = scratch + (static_cast<size_t>(b) * NH + h) * Tlen * Tlen;
-      gemm(CblasNoTrans, CblasTrans, Tlen, Tlen, hs, T(1), dy, A, v, QKV, T(0), dS, Tlen);
-      gemm(CblasTrans, CblasNoTrans, Tlen, hs, Tlen, T(1), P, Tlen, dy, A, beta, dv, QKV);
-      for (int t = 0; t < Tlen; ++t) {
-        const T* p = P + static_cast<size_t>(t) * Tlen;
-        T* d = dS + static_cast<size_t>(t) * Tlen;
-        T s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i <= t; ++i) s += p[i] * d[i];
-#pragma omp simd
-        for (int i = 0; i <= t; ++i) d[i] = p[i] * (d[i] - s) * scale;
-        for (int i = t + 1; i < Tlen; ++i) d[i] = T(0);
-      }
-      gemm(CblasNoTrans, CblasNoTrans, Tlen, hs, Tlen, T(1), dS, Tlen, k, QKV, T(0), dq, QKV);
-      gemm(CblasTrans, CblasNoTrans, Tlen, hs, Tlen, T(1), dS, Tlen, q, QKV, beta, dk, QKV);
-    }
+  for (int j = j0; j < j0 + nk; ++j) {
+    klo = std::min(klo, position(kpos, j));
+    khi = std::max(khi, position(kpos, j));
   }
+  if (qhi < klo) return TileMask::None;
+  return qlo >= khi ? TileMask::All : TileMask::Some;
 }
 
-// Elements per sequence of qkv, out (and dout) and the probabilities: a staged call's strides.
-struct SequenceSizes {
-  size_t qkv, out, probs;
-  SequenceSizes(int Tlen, int NH, int NKV, int hs)
-      : qkv(static_cast<size_t>(Tlen) * (NH + 2 * NKV) * hs),
-        out(static_cast<size_t>(Tlen) * NH * hs),
-        probs(static_cast<size_t>(NH) * Tlen * Tlen) {}
+// The operands of one block pair, all T (fp32 in the trainer), B sequences each:
+// query head h of row t of sequence b at q[(b Tq + t) q_ld + h hs]; key head g of key row r at
+// kv[(b Tk + r) kv_ld + g hs], its value head at kv[... + (NKV + g) hs].
+template <typename T>
+struct BlockPair {
+  const T* q;
+  size_t q_ld;
+  const T* kv;
+  size_t kv_ld;
+  const int* qpos;  // (Tq), null: 0..Tq-1
+  const int* kpos;  // (Tk), null: 0..Tk-1
+  int B, Tq, Tk, NH, NKV, hs;
+  T scale;
+  size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
+  size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
+  size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
 };
+
+// S (nq, nk; ld kTile) = scale q_i k_j^T, the entries whose key the query does not see -inf.
+template <typename T>
+void tile_scores(T* S, const BlockPair<T>& p, const T* q, const T* k, int i0, int nq, int j0,
+                 int nk, TileMask mask) {
+  gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, kTile);
+  if (mask != TileMask::Some) return;
+  for (int r = 0; r < nq; ++r) {
+    const int qp = position(p.qpos, i0 + r);
+    for (int c = 0; c < nk; ++c)
+      if (position(p.kpos, j0 + c) > qp) S[r * kTile + c] = -std::numeric_limits<T>::infinity();
+  }
+}
+
+// Forward of one block pair per (b, h), into out (ld NH hs) and lse (B, NH, Tq). merge: the
+// earlier blocks' (out, lse) start the online softmax as m = lse, l = 1 (out is normalised), which
+// equals lse' = logaddexp(lse, lse_b), out' = out e^(lse - lse') + out_b e^(lse_b - lse').
+template <typename T>
+void block_forward_kernel(T* out, T* lse, const BlockPair<T>& p, bool merge) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const int A = p.NH * p.hs, group = p.NH / p.NKV;
+  const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int bh = 0; bh < p.B * p.NH; ++bh) {
+    const int b = bh / p.NH, h = bh % p.NH, g = h / group;
+    T S[kTile * kTile], m[kTile], l[kTile];
+    for (int i0 = 0; i0 < p.Tq; i0 += kTile) {
+      const int nq = std::min(kTile, p.Tq - i0);
+      const T* q = p.q + p.q_at(b, i0, h);
+      T* o = out + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;  // (nq, hs; ld A)
+      T* L = lse + (static_cast<size_t>(bh)) * p.Tq + i0;
+      for (int r = 0; r < nq; ++r) {
+        m[r] = merge ? L[r] : ninf;
+        l[r] = m[r] == ninf ? T(0) : T(1);
+        if (l[r] == T(0)) std::fill_n(o + static_cast<size_t>(r) * A, p.hs, T(0));
+      }
+      for (int j0 = 0; j0 < p.Tk; j0 += kTile) {
+        const int nk = std::min(kTile, p.Tk - j0);
+        const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
+        if (mask == TileMask::None) continue;
+        tile_scores(S, p, q, p.kv + p.k_at(b, j0, g), i0, nq, j0, nk, mask);
+        for (int r = 0; r < nq; ++r) {  // S row -> exp(s - m'), m' the new running max
+          T* row = S + r * kTile;
+          T mx = ninf;
+#pragma omp simd reduction(max : mx)
+          for (int c = 0; c < nk; ++c) mx = std::max(mx, row[c]);
+          const T mnew = std::max(m[r], mx);
+          T sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int c = 0; c < nk; ++c) {
+            row[c] = row[c] == ninf ? T(0) : cpu::exp_fast(row[c] - mnew);
+            sum += row[c];
+          }
+          if (mnew == ninf) continue;  // the row has seen no key yet: all zeros
+          if (m[r] != mnew) {          // rescale what came before: e^(m - m')
+            const T alpha = m[r] == ninf ? T(0) : cpu::exp_fast(m[r] - mnew);
+            T* orow = o + static_cast<size_t>(r) * A;
+#pragma omp simd
+            for (int c = 0; c < p.hs; ++c) orow[c] *= alpha;
+            l[r] *= alpha;
+          }
+          l[r] += sum;
+          m[r] = mnew;
+        }
+        gemm(CblasNoTrans, CblasNoTrans, nq, p.hs, nk, T(1), S, kTile, p.kv + p.v_at(b, j0, g),
+             p.kv_ld, T(1), o, A);
+      }
+      for (int r = 0; r < nq; ++r) {  // out = acc / l, lse = m + log l; -inf, 0 for no key
+        T* orow = o + static_cast<size_t>(r) * A;
+        const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
+#pragma omp simd
+        for (int c = 0; c < p.hs; ++c) orow[c] *= inv;
+        L[r] = l[r] > T(0) ? m[r] + std::log(l[r]) : ninf;
+      }
+    }
+  }
+}
+
+// Backward of one block pair per (b, kv head g), over its query heads (dk_g, dv_g and their dq
+// have one writer); every tile adds to dq (ld dq_ld) and dkv (dk head g at g hs, dv at (NKV+g) hs;
+// ld dkv_ld):  P = exp(S - lse);  dv += P^T dout;  dS = P (dout v^T - D) scale;  dq += dS k;
+// dk += dS^T q.
+template <typename T>
+void block_backward_kernel(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout,
+                           const T* lse, const T* D, const BlockPair<T>& p) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const int A = p.NH * p.hs, group = p.NH / p.NKV;
+  const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int bg = 0; bg < p.B * p.NKV; ++bg) {
+    const int b = bg / p.NKV, g = bg % p.NKV;
+    T P[kTile * kTile], dS[kTile * kTile];
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
+      for (int i0 = 0; i0 < p.Tq; i0 += kTile) {
+        const int nq = std::min(kTile, p.Tq - i0);
+        const T* q = p.q + p.q_at(b, i0, h);
+        const T* dy = dout + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;
+        T* dqi = dq + (static_cast<size_t>(b) * p.Tq + i0) * dq_ld + h * p.hs;
+        for (int j0 = 0; j0 < p.Tk; j0 += kTile) {
+          const int nk = std::min(kTile, p.Tk - j0);
+          const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
+          if (mask == TileMask::None) continue;
+          const T* k = p.kv + p.k_at(b, j0, g);
+          const T* v = p.kv + p.v_at(b, j0, g);
+          T* dk = dkv + (static_cast<size_t>(b) * p.Tk + j0) * dkv_ld + g * p.hs;
+          T* dv = dk + static_cast<size_t>(p.NKV) * p.hs;
+          tile_scores(P, p, q, k, i0, nq, j0, nk, mask);
+          for (int r = 0; r < nq; ++r) {
+            T* row = P + r * kTile;
+            const T lr = lse[row0 + i0 + r];
+#pragma omp simd
+            for (int c = 0; c < nk; ++c)
+              row[c] = row[c] == ninf || lr == ninf ? T(0) : cpu::exp_fast(row[c] - lr);
+          }
+          gemm(CblasTrans, CblasNoTrans, nk, p.hs, nq, T(1), P, kTile, dy, A, T(1), dv, dkv_ld);
+          gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, T(1), dy, A, v, p.kv_ld, T(0), dS, kTile);
+          for (int r = 0; r < nq; ++r) {
+            const T* prow = P + r * kTile;
+            T* drow = dS + r * kTile;
+            const T d = D[row0 + i0 + r];
+#pragma omp simd
+            for (int c = 0; c < nk; ++c) drow[c] = prow[c] * (drow[c] - d) * p.scale;
+          }
+          gemm(CblasNoTrans, CblasNoTrans, nq, p.hs, nk, T(1), dS, kTile, k, p.kv_ld, T(1), dqi,
+               dq_ld);
+          gemm(CblasTrans, CblasNoTrans, nk, p.hs, nq, T(1), dS, kTile, q, p.q_ld, T(1), dk,
+               dkv_ld);
+        }
+      }
+    }
+  }
+}
+
+// D(B, NH, Tq) = rowsum over each head's hs columns of dout * out.
+template <typename T>
+void row_dot_kernel(T* D, const T* dout, const T* out, int B, int Tq, int NH, int hs) {
+  const size_t A = static_cast<size_t>(NH) * hs;
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(B) * Tq * A > cpu::kParallelWork)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH;
+    for (int t = 0; t < Tq; ++t) {
+      const size_t at = (static_cast<size_t>(b) * Tq + t) * A + h * hs;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int c = 0; c < hs; ++c) s += dout[at + c] * out[at + c];
+      D[static_cast<size_t>(bh) * Tq + t] = s;
+    }
+  }
+}
+
+// Elements per sequence of qkv and out (and dout): a staged call's strides.
+struct SequenceSizes {
+  size_t qkv, out;
+  SequenceSizes(int Tlen, int NH, int NKV, int hs)
+      : qkv(static_cast<size_t>(Tlen) * (NH + 2 * NKV) * hs), out(static_cast<size_t>(Tlen) * NH * hs) {}
+};
+
+// Elements a staged copy of nb sequences of kv (Tk rows of stride kv_ld, 2 NKV hs read per row)
+// spans: the last row is read only up to its v heads (kv may sit inside qkv at an offset).
+size_t kv_span(int nb, int Tk, int kv_ld, int NKV, int hs) {
+  return (static_cast<size_t>(nb) * Tk - 1) * kv_ld + static_cast<size_t>(2) * NKV * hs;
+}
+
+// Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
+// is read in place), so they may differ in storage type (out is an fp32 accumulator, dout not).
+template <typename... B>
+bool any_half(const B&... bufs) {
+  return (static_cast<bool>(bufs.half()) || ...);
+}
 
 }  // namespace
 
 template <typename T>
-void CpuBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
+void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, int Tlen, int NH,
                                       int NKV, int hs, T scale) {
-  const bool parallel = heads_in_parallel(B, Tlen, NH, hs, B * NH);
-  if (!cpu::staged(out, qkv))
-    return attention_forward_kernel(out.full(), probs, qkv.full(), B, Tlen, NH, NKV, hs, scale,
-                                    parallel);
   const SequenceSizes seq(Tlen, NH, NKV, hs);
+  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
+  const auto run = [&](T* o, const T* x, int nb, T* L) {
+    const BlockPair<T> p{x, QKV, x + NH * hs, QKV, nullptr, nullptr, nb, Tlen, Tlen, NH, NKV, hs, scale};
+    block_forward_kernel(o, L, p, false);
+  };
+  if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* o = staging_->take<T>(cpu::kSlotC, nb * seq.out);
-    attention_forward_kernel(o, probs + b0 * seq.probs,
-                             staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb,
-                             Tlen, NH, NKV, hs, scale, parallel);
+    run(o, staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb,
+        lse + static_cast<size_t>(b0) * NH * Tlen);
     cpu::narrow(out + b0 * seq.out, o, nb * seq.out);
   });
 }
 
 template <typename T>
 void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
-                                       CBuf<T> /*out*/, const T* probs, int B, int Tlen, int NH,
+                                       CBuf<T> out, const T* lse, int B, int Tlen, int NH,
                                        int NKV, int hs, T scale) {
-  const bool parallel = heads_in_parallel(B, Tlen, NH, hs, B * NKV);
-  if (!cpu::staged(dqkv, dout, qkv))
-    return attention_backward_kernel(dqkv.full(), scratch, dout.full(), qkv.full(), probs, B, Tlen,
-                                     NH, NKV, hs, scale, parallel);
   const SequenceSizes seq(Tlen, NH, NKV, hs);
+  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
+  // scratch (B, NH, T) = D; dqkv = 0, then the tiles add dq, dk, dv into it
+  const auto run = [&](T* d, const T* dy, const T* x, const T* y, int nb, size_t b0) {
+    T* D = scratch + b0 * NH * Tlen;
+    row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
+    std::fill_n(d, nb * seq.qkv, T(0));
+    const BlockPair<T> p{x, QKV, x + NH * hs, QKV, nullptr, nullptr, nb, Tlen, Tlen, NH, NKV, hs, scale};
+    block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
+  };
+  if (!cpu::staged(dqkv, dout, qkv, out))
+    return run(dqkv.full(), dout.full(), qkv.full(), out.full(), B, 0);
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* d = staging_->take<T>(cpu::kSlotC, nb * seq.qkv);
-    attention_backward_kernel(d, scratch + b0 * seq.probs,
-                              staging_->widened(cpu::kSlotA, dout + b0 * seq.out, nb * seq.out),
-                              staging_->widened(cpu::kSlotB, qkv + b0 * seq.qkv, nb * seq.qkv),
-                              probs + b0 * seq.probs, nb, Tlen, NH, NKV, hs, scale, parallel);
+    run(d, staging_->widened(cpu::kSlotA, dout + b0 * seq.out, nb * seq.out),
+        staging_->widened(cpu::kSlotB, qkv + b0 * seq.qkv, nb * seq.qkv),
+        staging_->widened(cpu::kSlotD, out + b0 * seq.out, nb * seq.out), nb, b0);
     cpu::narrow(dqkv + b0 * seq.qkv, d, nb * seq.qkv);
+  });
+}
+
+template <typename T>
+void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
+                                            const int* qpos, const int* kpos, int B, int Tq,
+                                            int Tk, int NH, int NKV, int hs, T scale, bool merge) {
+  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
+  const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
+    const BlockPair<T> p{x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale};
+    block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
+  };
+  if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
+  const size_t q_seq = Tq * QKV, kv_seq = static_cast<size_t>(Tk) * kv_ld;
+  cpu::for_sequence_blocks(B, std::max(q_seq, kv_seq), [&](int b0, int nb) {
+    run(staging_->widened(cpu::kSlotA, qkv + b0 * q_seq, nb * q_seq),
+        staging_->widened(cpu::kSlotB, kv + b0 * kv_seq, kv_span(nb, Tk, kv_ld, NKV, hs)), nb, b0);
+  });
+}
+
+template <typename T>
+void CpuBackend<T>::attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH,
+                                      int hs) {
+  const size_t seq = static_cast<size_t>(Tq) * NH * hs;
+  if (!any_half(dout, out)) return row_dot_kernel(D, dout.full(), out.full(), B, Tq, NH, hs);
+  cpu::for_sequence_blocks(B, seq, [&](int b0, int nb) {
+    row_dot_kernel(D + static_cast<size_t>(b0) * NH * Tq,
+                   staging_->widened(cpu::kSlotA, dout + b0 * seq, nb * seq),
+                   staging_->widened(cpu::kSlotB, out + b0 * seq, nb * seq), nb, Tq, NH, hs);
+  });
+}
+
+template <typename T>
+void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv,
+                                             int kv_ld, const T* lse, const T* D, const int* qpos,
+                                             const int* kpos, int B, int Tq, int Tk, int NH,
+                                             int NKV, int hs, T scale) {
+  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
+  const size_t KV = static_cast<size_t>(2) * NKV * hs;
+  const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
+    const BlockPair<T> p{x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale};
+    block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
+                          D + b0 * NH * Tq, p);
+  };
+  if (!any_half(dout, qkv, kv)) return run(dout.full(), qkv.full(), kv.full(), B, 0);
+  const size_t q_seq = Tq * QKV, kv_seq = static_cast<size_t>(Tk) * kv_ld, o_seq = Tq * A;
+  cpu::for_sequence_blocks(B, std::max(q_seq, kv_seq), [&](int b0, int nb) {
+    run(staging_->widened(cpu::kSlotC, dout + b0 * o_seq, nb * o_seq),
+        staging_->widened(cpu::kSlotA, qkv + b0 * q_seq, nb * q_seq),
+        staging_->widened(cpu::kSlotB, kv + b0 * kv_seq, kv_span(nb, Tk, kv_ld, NKV, hs)), nb, b0);
   });
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                    \
   template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int, T); \
   template void CpuBackend<T>::attention_backward(Buf<T>, T*, CBuf<T>, CBuf<T>, CBuf<T>, const T*, \
-                                                  int, int, int, int, int, T);
+                                                  int, int, int, int, int, T);                     \
+  template void CpuBackend<T>::attention_block_forward(T*, T*, CBuf<T>, CBuf<T>, int, const int*,  \
+                                                       const int*, int, int, int, int, int, int,  \
+                                                       T, bool);                                   \
+  template void CpuBackend<T>::attention_row_dot(T*, CBuf<T>, CBuf<T>, int, int, int, int);        \
+  template void CpuBackend<T>::attention_block_backward(T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int,    \
+                                                        const T*, const T*, const int*,            \
+                                                        const int*, int, int, int, int, int, int,  \
+                                                        T);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

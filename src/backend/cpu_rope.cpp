@@ -28,7 +28,7 @@ void rope_rotate(T* qkv, int B, int Tlen, int NH, int NKV, int hs, const RopeFre
   for (int t = 0; t < Tlen; ++t) {
     T cs[kMaxHeadSize / 2], sn[kMaxHeadSize / 2];
     for (int i = 0; i < half; ++i) {  // angle in double: t * freq is large for long sequences
-      const double angle = sign * t * rope.inv_freq(i, hs);
+      const double angle = sign * (rope.first_position + t) * rope.inv_freq(i, hs);
       cs[i] = static_cast<T>(std::cos(angle));
       sn[i] = static_cast<T>(std::sin(angle));
     }

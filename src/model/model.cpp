@@ -78,13 +78,15 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
                block_stats = 4 * Ns + qk_stats;
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
-  const size_t kept = full ? Ns * C : block + Ns * C, kept_stats = full ? 0 : block_stats;
+  const size_t shared_atty = rc == Recompute::Selective ? N * A : 0;  // recomputed with probs
+  const size_t kept = full ? Ns * C : block - shared_atty + Ns * C;
+  const size_t kept_stats = full ? 0 : block_stats;
   const size_t per_slot = Ns * C + L * kept + (s.last_stage ? Ns * C + N * Vl : 0);
   const size_t per_slot_stats = L * (kept_stats + (none ? P : 0)) + (s.last_stage ? 2 * Ns : 0);
   const size_t gathers = sp() ? N * C : 0;
   const size_t grad_acts = Ns * C + N * C + gathers + N * QKV + N * A + N * FC + N * F;
   const size_t grad_stats = P + 4 * N;
-  activation_count_ = (full ? block : 0) + slots * per_slot + grad_acts;
+  activation_count_ = (full ? block : shared_atty) + slots * per_slot + grad_acts;
   stats_count_ = (full ? block_stats : 0) + (none ? 0 : P) + slots * per_slot_stats + grad_stats;
   backend_.set_alloc_kind(AllocKind::Activations);
   acts_ = backend_.alloc(activation_count_, options_.storage);
@@ -93,12 +95,12 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   T* stats_cursor = stats_;
   auto take = [&](size_t n) { Buf<T> b = cursor; cursor = cursor + n; return b; };
   auto take_stats = [&](size_t n) { T* ptr = stats_cursor; stats_cursor += n; return ptr; };
-  auto carve_block = [&](LayerActs& a) {  // everything but probs and res3
+  auto carve_block = [&](LayerActs& a) {  // everything but probs and res3 (atty unless shared)
     a.ln1 = take(Ns * C); a.ln1_mean = take_stats(Ns); a.ln1_rstd = take_stats(Ns);
     a.qkv = take(N * QKV);
     a.qkv_pre = config_.qk_norm ? take(qk_pre) : nullptr;
     a.qk_rstd = config_.qk_norm ? take_stats(qk_stats) : nullptr;
-    a.atty = take(N * A);
+    if (!a.atty) a.atty = take(N * A);
     a.attproj = take(Ns * C); a.res2 = take(Ns * C);
     a.ln2 = take(Ns * C); a.ln2_mean = take_stats(Ns); a.ln2_rstd = take_stats(Ns);
     a.fch = take(N * FC); a.fch_act = take(N * F);
@@ -107,6 +109,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   LayerActs work{};  // recomputed buffers, shared by every block of every slot
   if (full) carve_block(work);
   if (!none) work.probs = take_stats(P);
+  if (shared_atty) work.atty = take(shared_atty);
   slots_.resize(slots);
   for (SlotActs& sa : slots_) {
     sa.encoded = take(Ns * C);
@@ -201,6 +204,74 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
   const int NH = n_local_heads_, NKV = n_local_kv_heads_;
   const int FC = config_.arch == Arch::Llama ? 2 * F : F;
   return {N, C, F, hs, NH, NKV, (NH + 2 * NKV) * hs, NH * hs, FC, static_cast<size_t>(N) * C};
+}
+
+template <typename T>
+void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunks) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (chunks.local_len() != max_seq_)
+      MPITRAIN_THROW("context parallelism: the model is sized for other chunks");
+    ring_ = std::make_unique<RingAttention>(backend_, *cp, chunks, max_batch_, n_local_heads_,
+                                            n_local_kv_heads_, config_.head_size(),
+                                            options_.storage);
+    positions_ = chunks.positions();
+    ring_bytes_ = RingAttention::bytes(max_batch_, max_seq_, n_local_heads_, n_local_kv_heads_,
+                                       config_.head_size(), options_.storage);
+  } else {
+    MPITRAIN_THROW("context parallelism runs in float models only");
+  }
+}
+
+template <typename T>
+template <typename Fn>
+void Model<T>::for_position_runs(int B, int Tlen, Fn fn) const {
+  if (positions_.empty()) return fn(0, B, Tlen, 0);
+  const int c = Tlen / 2;  // the two chunks of each sequence
+  for (int b = 0; b < B; ++b)
+    for (int k = 0; k < 2; ++k) fn(static_cast<size_t>(b * Tlen + k * c), 1, c, positions_[k * c]);
+}
+
+template <typename T>
+void Model<T>::apply_rope(Buf<T> qkv, int B, int Tlen, bool backward) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {
+    RopeFreqs freqs = rope();
+    freqs.first_position = pos;
+    if (backward)
+      backend_.rope_backward(qkv + row * QKV, b, t, NH, NKV, hs, freqs);
+    else
+      backend_.rope_forward(qkv + row * QKV, b, t, NH, NKV, hs, freqs);
+  });
+  lp(qkv, static_cast<size_t>(N) * QKV);
+}
+
+template <typename T>
+void Model<T>::attention_forward(LayerActs& a, int l, int B, int Tlen) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  if constexpr (std::is_same_v<T, float>)
+    if (ring_) {
+      if (Tlen != max_seq_) MPITRAIN_THROW("context parallelism: rows other than the chunks");
+      ring_->forward(a.atty, a.probs, a.qkv, B, attention_scale(l));
+      lp(a.atty, static_cast<size_t>(N) * A);
+      return;
+    }
+  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
+  lp(a.atty, static_cast<size_t>(N) * A);
+}
+
+template <typename T>
+void Model<T>::attention_backward(LayerActs& a, int l, int B, int Tlen) {
+  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  GradActs& d = grad_;
+  if constexpr (std::is_same_v<T, float>)
+    if (ring_) {
+      ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.probs, B, attention_scale(l));
+      lp(d.dqkv, static_cast<size_t>(N) * QKV);
+      return;
+    }
+  backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
+                              NKV, hs, attention_scale(l));
+  lp(d.dqkv, static_cast<size_t>(N) * QKV);
 }
 
 template <typename T>
@@ -306,12 +377,8 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
                              NH, NKV, hs, static_cast<T>(config_.norm_eps));
     lp(a.qkv, static_cast<size_t>(N) * QKV);
   }
-  if (config_.arch == Arch::Llama) {
-    backend_.rope_forward(a.qkv, B, Tlen, NH, NKV, hs, rope());
-    lp(a.qkv, static_cast<size_t>(N) * QKV);
-  }
-  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
-  lp(a.atty, static_cast<size_t>(N) * A);
+  if (config_.arch == Arch::Llama) apply_rope(a.qkv, B, Tlen, false);
+  attention_forward(a, l, B, Tlen);
   backend_.matmul_forward(partial_rows(a.attproj), a.atty, p(Slot::ProjW, l),
                           row_parallel_bias(Slot::ProjB, l), N, A, C);
   sum_rows(partial_rows(a.attproj), a.attproj, NsC);
@@ -354,8 +421,12 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
     const std::array<int, 2> units = embedding_units();
     for (int u : units) take_params(u, false);
     const CBuf<T> wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
-    backend_.embedding_forward(partial_rows(sa.encoded), tokens, p(Slot::Wte), wpe, B, Tlen, C,
-                               vocab_start_, local_vocab_);
+    const Buf<T> encoded = partial_rows(sa.encoded);  // all N rows, summed into this rank's
+    for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {  // wpe rows from pos on
+      backend_.embedding_forward(encoded + row * C, tokens + row, p(Slot::Wte),
+                                 wpe ? wpe + static_cast<size_t>(pos) * C : nullptr, b, t, C,
+                                 vocab_start_, local_vocab_);
+    });
     for (int u : units) give_params(u, false);
     sum_rows(partial_rows(sa.encoded), sa.encoded, NsC);
     lp(sa.encoded, NsC);
@@ -443,20 +514,13 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     norm_backward(d.dres, dln_rows, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, Ns);
     lp(d.dres, NsC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
+    if (options_.recompute == Recompute::Selective)  // attention's output and state, from qkv
+      attention_forward(a, l, B, Tlen);
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l),
                              gather_rows(d.dres, NsC), a.atty, p(Slot::ProjW, l), N, A, C);
     lp(d.datty, static_cast<size_t>(N) * A);
-    if (options_.recompute == Recompute::Selective) {  // the probabilities, from the kept qkv
-      backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
-      lp(a.atty, static_cast<size_t>(N) * A);
-    }
-    backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
-                                NKV, hs, attention_scale(l));
-    lp(d.dqkv, static_cast<size_t>(N) * QKV);
-    if (llama) {
-      backend_.rope_backward(d.dqkv, B, Tlen, NH, NKV, hs, rope());
-      lp(d.dqkv, static_cast<size_t>(N) * QKV);
-    }
+    attention_backward(a, l, B, Tlen);
+    if (llama) apply_rope(d.dqkv, B, Tlen, true);
     if (c.qk_norm) {
       backend_.qk_norm_backward(d.dqkv, g(Slot::QNormW, l), g(Slot::KNormW, l), a.qkv_pre,
                                 p(Slot::QNormW, l), p(Slot::KNormW, l), a.qk_rstd, N, NH, NKV, hs);
@@ -474,8 +538,15 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   }
   if (s.first_stage) {
     for (int u : embedding) take_grads(u);
-    backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), gather_rows(d.dres, NsC), tokens,
-                                B, Tlen, C, vocab_start_, local_vocab_);
+    T* dwpe = maybe_g(Slot::Wpe);
+    const CBuf<T> dres = gather_rows(d.dres, NsC);  // all N rows
+    backend_.embedding_backward(g(Slot::Wte), positions_.empty() ? dwpe : nullptr, dres, tokens, B,
+                                Tlen, C, vocab_start_, local_vocab_);
+    if (dwpe && !positions_.empty())  // the chunks' wpe rows: Vl 0 leaves dwte alone
+      for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {
+        backend_.embedding_backward(g(Slot::Wte), dwpe + static_cast<size_t>(pos) * C,
+                                    dres + row * C, tokens + row, b, t, C, vocab_start_, 0);
+      });
     for (int u : embedding) give_grads(u);
     ready(0);
   }

@@ -36,6 +36,9 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
   require(t.seq_len <= m.max_seq_len, "seq-len " + std::to_string(t.seq_len) +
                                           " exceeds the model's " + std::to_string(m.max_seq_len) +
                                           " positions (max-seq-len)");
+  require(t.cp == 1, config_path + " sets cp " + std::to_string(t.cp) +
+                        ": the planner does not search context parallelism yet (the trainer's "
+                        "memory check and --micro-batch-size auto count it)");
   in.run = run_shape_of(t, gpu);
   return in;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "mpitrain/parallel/ring_attention.hpp"
 #include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/runtime/grid.hpp"
 #include "mpitrain/train/gather.hpp"
@@ -18,15 +19,17 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp, F = c.d_ff / s.tp;
   const double Vl = c.padded_vocab() / s.tp, NC = N * C;
   const double QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
-  const double P = B * NH * T * T;
+  const double P = B * NH * T;  // attention state: a log-sum-exp per row (both backends)
   const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
   const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
   const double qk_pre = c.qk_norm ? N * QKV : 0, qk_stats = c.qk_norm ? N * (NH + NKV) : 0;
   const double block = 5 * NsC + N * QKV + N * A + N * FC + N * F + qk_pre,
                block_stats = 4 * Ns + qk_stats;
   ActivationElements e;
-  e.compute = (full ? block : 0) + slots * (NsC + L * (full ? NsC : block + NsC) +
-                                            (s.last_stage ? NsC + N * Vl : 0)) +
+  const double shared_atty = recompute == Recompute::Selective ? N * A : 0;  // recomputed
+  e.compute = (full ? block : shared_atty) +
+              slots * (NsC + L * (full ? NsC : block - shared_atty + NsC) +
+                       (s.last_stage ? NsC + N * Vl : 0)) +
               NsC + NC + (sp ? NC : 0) + N * QKV + N * A + N * FC + N * F;
   e.stats = (full ? block_stats + P : none ? 0 : P) +
             slots * (L * ((full ? 0 : block_stats) + (none ? P : 0)) + (s.last_stage ? 2 * Ns : 0)) +
@@ -113,7 +116,8 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
   const double w = compute_bytes(run);
   const int m = micro_batches(run, layout);
   const int slots = pipeline_slots(run.schedule, m, layout.pp, stage);
-  const double rows = static_cast<double>(layout.micro_batch) * run.seq_len;
+  const int local_len = run.seq_len / layout.cp;  // context parallelism: this rank's chunks
+  const double rows = static_cast<double>(layout.micro_batch) * local_len;
 
   MemoryEstimate e;
   if (layout.zero >= 2) {
@@ -127,23 +131,28 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
     e.master = low ? 4.0 * S : 0.0;
   } else {
     // ZeRO-1's largest piece of the stage (grad_sync.hpp), or all of it.
-    const double owned = layout.zero == 1 ? largest_piece(n, layout.dp) : n;
+    const double owned = layout.zero == 1 ? largest_piece(n, layout.grad_ranks()) : n;
     e.params = n * w;
     e.grads = n * 4.0;
     e.optimizer = 4.0 * run.optimizer_states * owned;
     e.master = low ? 4.0 * owned : 0.0;
   }
   e.activations =
-      activation_elements(config, shard, layout.micro_batch, run.seq_len, slots, layout.recompute,
+      activation_elements(config, shard, layout.micro_batch, local_len, slots, layout.recompute,
                           layout.sequence_parallel)
           .bytes(w);
+  if (layout.cp > 1)  // the ring's K/V blocks and fp32 accumulators
+    e.activations += static_cast<double>(RingAttention::bytes(
+        layout.micro_batch, local_len, config.n_head / layout.tp, config.n_kv_head / layout.tp,
+        config.head_size(), run.precision == Precision::Fp32 ? Precision::Fp32 : run.precision));
   if (layout.pp > 1)  // input-gradient copies, of this rank's rows under sequence parallelism
     e.buffers += slots * rows * config.d_model * w / (layout.sequence_parallel ? layout.tp : 1);
   if (!run.gpu) {
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's
     // Open MPI's non-blocking all-reduce works on a copy of the bucket it is given (measured:
     // one bucket's worth at the peak, the buckets overlapping little).
-    if (layout.dp > 1 && layout.zero < 2) e.buffers += std::min(n * 4.0, run.bucket_mb * (1 << 20));
+    if (layout.grad_ranks() > 1 && layout.zero < 2)
+      e.buffers += std::min(n * 4.0, run.bucket_mb * (1 << 20));
   }
   e.baseline = baseline_bytes;
   return e;

@@ -61,8 +61,21 @@ std::string fitting_layouts(int world, const std::array<int, 3>& user,
 
 }  // namespace
 
-GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits) {
+GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits,
+                       int cp) {
   require(dp >= 0 && tp >= 0 && pp >= 0, "dp, tp and pp must not be negative");
+  require(cp >= 1, "cp must be at least 1");
+  if (cp > 1) {  // the other entries fit the ranks left per context-parallel rank
+    if (world_size % cp != 0)
+      throw UsageError("cp " + std::to_string(cp) + " does not divide the " +
+                       std::to_string(world_size) + " ranks of this job: use a multiple of " +
+                       std::to_string(cp) + " ranks");
+    GridShape s = resolve_grid(world_size / cp, dp, tp, pp, [&](const GridShape& g) {
+      return !admits || admits(GridShape{g.dp, g.tp, g.pp, cp});
+    });
+    s.cp = cp;
+    return s;
+  }
   const std::array<int, 3> user = {dp, tp, pp};
   if ((dp == 0) + (tp == 0) + (pp == 0) > 1) {  // several left open: tp, pp default to 1
     if (tp == 0) tp = 1;
@@ -84,33 +97,42 @@ GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilte
 }
 
 std::vector<int> Grid::members(const GridShape& s, Group g, int rank, int shard_size) {
-  const int t = rank % s.tp, d = rank / s.tp % s.dp, p = rank / (s.tp * s.dp);
-  const int D = shard_size > 0 ? shard_size : s.dp;
+  const int t = rank % s.tp, c = rank / s.tp % s.cp, d = rank / (s.tp * s.cp) % s.dp,
+            p = rank / (s.tp * s.cp * s.dp);
+  const int DC = s.dp * s.cp, D = shard_size > 0 ? shard_size : DC, dc = c + s.cp * d;
+  // member i of the dp-cp group
+  auto dp_cp = [&](int i) { return world_rank(s, i / s.cp, t, p, i % s.cp); };
   std::vector<int> out;
   switch (g) {
     case Group::Tp:
-      for (int i = 0; i < s.tp; ++i) out.push_back(world_rank(s, d, i, p));
+      for (int i = 0; i < s.tp; ++i) out.push_back(world_rank(s, d, i, p, c));
       break;
     case Group::Dp:
-      for (int i = 0; i < s.dp; ++i) out.push_back(world_rank(s, i, t, p));
+      for (int i = 0; i < s.dp; ++i) out.push_back(world_rank(s, i, t, p, c));
       break;
     case Group::Pp:
-      for (int i = 0; i < s.pp; ++i) out.push_back(world_rank(s, d, t, i));
+      for (int i = 0; i < s.pp; ++i) out.push_back(world_rank(s, d, t, i, c));
+      break;
+    case Group::Cp:
+      for (int i = 0; i < s.cp; ++i) out.push_back(world_rank(s, d, t, p, i));
+      break;
+    case Group::DpCp:
+      for (int i = 0; i < DC; ++i) out.push_back(dp_cp(i));
       break;
     case Group::ModelParallel:
       for (int i = 0; i < s.pp; ++i)
-        for (int j = 0; j < s.tp; ++j) out.push_back(world_rank(s, d, j, i));
+        for (int j = 0; j < s.tp; ++j) out.push_back(world_rank(s, d, j, i, c));
       break;
     case Group::DpShard:
-      for (int i = d / D * D; i < d / D * D + D; ++i) out.push_back(world_rank(s, i, t, p));
+      for (int i = dc / D * D; i < dc / D * D + D; ++i) out.push_back(dp_cp(i));
       break;
     case Group::DpReplica:
-      for (int i = d % D; i < s.dp; i += D) out.push_back(world_rank(s, i, t, p));
+      for (int i = dc % D; i < DC; i += D) out.push_back(dp_cp(i));
       break;
     case Group::Embedding:
       if (p == 0 || p == s.pp - 1) {
-        out.push_back(world_rank(s, d, t, 0));
-        if (s.pp > 1) out.push_back(world_rank(s, d, t, s.pp - 1));
+        out.push_back(world_rank(s, d, t, 0, c));
+        if (s.pp > 1) out.push_back(world_rank(s, d, t, s.pp - 1, c));
       }
       break;
   }
@@ -122,10 +144,12 @@ std::vector<int> Grid::members(const GridShape& s, Group g, int rank, int shard_
 namespace {
 
 int checked_shard_size(const GridShape& shape, int shard_size) {
-  if (shard_size <= 0) return shape.dp;
-  if (shape.dp % shard_size != 0)
+  const int dp_cp = shape.dp * shape.cp;
+  if (shard_size <= 0) return dp_cp;
+  if (dp_cp % shard_size != 0)
     throw UsageError("zero-shard-size " + std::to_string(shard_size) +
                      " does not divide the data-parallel size " + std::to_string(shape.dp) +
+                     (shape.cp > 1 ? " x cp " + std::to_string(shape.cp) : std::string()) +
                      ": use a divisor of it, or 0 (shard over the whole data-parallel group)");
   return shard_size;
 }
@@ -135,17 +159,20 @@ int checked_shard_size(const GridShape& shape, int shard_size) {
 Grid::Grid(const MpiComm& world, GridShape shape, int shard_size)
     : shape_(shape),
       shard_size_(checked_shard_size(shape, shard_size)),
-      dp_rank_(world.rank() / shape.tp % shape.dp),
+      dp_rank_(world.rank() / (shape.tp * shape.cp) % shape.dp),
       tp_rank_(world.rank() % shape.tp),
-      pp_rank_(world.rank() / (shape.tp * shape.dp)),
+      pp_rank_(world.rank() / (shape.tp * shape.cp * shape.dp)),
+      cp_rank_(world.rank() / shape.tp % shape.cp),
       tp_(world.split(members(shape, Group::Tp, world.rank())[0], tp_rank_)),
       dp_(world.split(members(shape, Group::Dp, world.rank())[0], dp_rank_)),
       pp_(world.split(members(shape, Group::Pp, world.rank())[0], pp_rank_)),
+      cp_(world.split(members(shape, Group::Cp, world.rank())[0], cp_rank_)),
+      dp_cp_(world.split(members(shape, Group::DpCp, world.rank())[0], dp_cp_rank())),
       mp_(world.split(members(shape, Group::ModelParallel, world.rank())[0], world.rank())),
       dp_shard_(world.split(members(shape, Group::DpShard, world.rank(), shard_size_)[0],
-                            dp_rank_ % shard_size_)),
+                            dp_cp_rank() % shard_size_)),
       dp_replica_(world.split(members(shape, Group::DpReplica, world.rank(), shard_size_)[0],
-                              dp_rank_ / shard_size_)) {
+                              dp_cp_rank() / shard_size_)) {
   if (shape.size() != world.size()) MPITRAIN_THROW("grid does not match the world size");
   const MpiComm node = world.split_shared();
   local_rank_ = node.rank();

@@ -5,14 +5,17 @@
 namespace mpitrain {
 
 BatchLoader::BatchLoader(SampleStream& stream, int seq_len, int global_batch, int micro_batch,
-                         int dp_rank, int dp_size)
+                         int dp_rank, int dp_size, const ContextChunks* chunks)
     : stream_(stream),
       seq_len_(seq_len),
       global_batch_(global_batch),
       micro_batch_(micro_batch),
       dp_rank_(dp_rank),
       dp_size_(dp_size),
-      micro_batches_(global_batch / (dp_size * micro_batch)) {
+      micro_batches_(global_batch / (dp_size * micro_batch)),
+      chunks_(chunks),
+      whole_tokens_(chunks ? seq_len : 0),
+      whole_targets_(whole_tokens_.size()) {
   if (global_batch % (dp_size * micro_batch) != 0)
     MPITRAIN_THROW("global batch not divisible by dp x micro-batch");
 }
@@ -22,8 +25,14 @@ void BatchLoader::load(uint64_t consumed, int micro, int32_t* tokens, int32_t* t
                          static_cast<uint64_t>(dp_rank_) * (global_batch_ / dp_size_) +
                          static_cast<uint64_t>(micro) * micro_batch_;
   for (int i = 0; i < micro_batch_; ++i) {
-    const size_t row = static_cast<size_t>(i) * seq_len_;
-    stream_.read(first + i, tokens + row, targets + row);
+    const size_t row = static_cast<size_t>(i) * seq_len();
+    if (!chunks_) {
+      stream_.read(first + i, tokens + row, targets + row);
+      continue;
+    }
+    stream_.read(first + i, whole_tokens_.data(), whole_targets_.data());
+    chunks_->take(whole_tokens_.data(), tokens + row, 1);
+    chunks_->take(whole_targets_.data(), targets + row, 1);
   }
 }
 

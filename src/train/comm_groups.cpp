@@ -106,8 +106,9 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
 CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
     : world(world_comm.get(), "world"),
       tp(grid.tp().get(), "tp"),
-      dp(grid.dp().get(), "dp"),
+      dp(grid.dp_cp().get(), "dp"),
       pp(grid.pp().get(), "pp"),
+      cp(grid.cp().get(), "cp"),
       tp_data_(&tp),
       dp_data_(&dp),
       pp_data_(&pp),
@@ -116,7 +117,7 @@ CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
     embedding.emplace(grid.embedding()->get(), "embedding");
     embedding_data_ = &*embedding;
   }
-  if (grid.shard_size() < grid.shape().dp) {
+  if (grid.shard_size() < grid.shape().dp * grid.shape().cp) {
     shard.emplace(grid.dp_shard().get(), "dp-shard");
     replica.emplace(grid.dp_replica().get(), "dp-replica");
     shard_data_ = &*shard;
@@ -179,7 +180,8 @@ uint64_t CommGroups::dp_bytes_sent() {
 }
 
 std::vector<const CallLog*> CommGroups::host_logs() const {
-  std::vector<const CallLog*> logs = {&world.calls(), &tp.calls(), &dp.calls(), &pp.calls()};
+  std::vector<const CallLog*> logs = {&world.calls(), &tp.calls(), &dp.calls(), &pp.calls(),
+                                      &cp.calls()};
   if (embedding) logs.push_back(&embedding->calls());
   if (shard) logs.push_back(&shard->calls());
   if (replica) logs.push_back(&replica->calls());
@@ -197,6 +199,7 @@ std::vector<Communicator*> CommGroups::blocking() {
   add(&tp, tp_data_);
   add(&dp, dp_data_);
   add(&pp, pp_data_);
+  all.push_back(&cp);
   if (embedding) add(&*embedding, embedding_data_);
   if (shard) add(&*shard, shard_data_);
   if (replica) add(&*replica, replica_data_);

@@ -30,7 +30,7 @@ std::vector<float> gather_parameters(const Model<float>& model, const float* sta
     params = host.data();
   }
   if (world.rank() != 0) {
-    if (grid.dp_rank() == 0)
+    if (grid.dp_cp_rank() == 0)
       for (const ParamTensor& t : model.layout().tensors())
         if (t.primary)
           MPI_CHECK(MPI_Send(params + t.offset, static_cast<int>(t.numel), MPI_FLOAT, 0,

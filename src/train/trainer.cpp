@@ -211,10 +211,16 @@ double Trainer::evaluate() {
     for (; rows < micro_batch_ && next < total; ++rows, next += dp)
       val_windows_->read(next, tokens_.data() + rows * t_.seq_len,
                          targets_.data() + rows * t_.seq_len);
-    const double loss = runner_->evaluate(tokens_.data(), targets_.data(), rows);
+    if (chunks_) {  // this cp rank's two chunks of each window
+      chunks_->take(tokens_.data(), local_tokens_.data(), rows);
+      chunks_->take(targets_.data(), local_targets_.data(), rows);
+    }
+    const double loss =
+        chunks_ ? runner_->evaluate(local_tokens_.data(), local_targets_.data(), rows)
+                : runner_->evaluate(tokens_.data(), targets_.data(), rows);
     if (grid_->last_stage() && grid_->tp_rank() == 0) {
       sums[0] += loss;
-      sums[1] += static_cast<double>(rows) * t_.seq_len;
+      sums[1] += static_cast<double>(rows) * local_seq_len();
     }
   }
   comms_->world.all_reduce(sums, 2, ReduceOp::Sum);

@@ -53,6 +53,9 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
                                       std::to_string(cfg.head_size()) + " exceeds 256");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
           "--grad-compress " + t.grad_compress + " encodes on the host: --device cpu only");
+  require(t.cp == 1, "--cp " + std::to_string(t.cp) +
+                         ": the CUDA backend has no ring-attention block kernels yet: use "
+                         "--device cpu, or --cp 1");
 #ifdef MPITRAIN_HAVE_CUDA
   const cuda::DeviceProbe probe = cuda::probe_devices();
   require(probe.count > 0, "--device cuda: " + probe.reason);
@@ -131,13 +134,15 @@ Trainer::~Trainer() = default;
 
 void Trainer::check_inputs() {
   all_or_none(world_, [&] {
-    shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp, layouts_the_model_admits(options_));
+    shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp, layouts_the_model_admits(options_),
+                          t_.cp);
+    if (t_.cp > 1) chunks_.emplace(t_.seq_len, t_.cp, 0);  // checks 2 cp divides seq-len
     require(t_.zero_shard_size == 0 || t_.zero >= 2,
             "zero-shard-size " + std::to_string(t_.zero_shard_size) +
                 " (hybrid sharding) needs --zero 2 or 3");
-    require(t_.zero_shard_size == 0 || shape_.dp % t_.zero_shard_size == 0,
+    require(t_.zero_shard_size == 0 || shape_.dp * shape_.cp % t_.zero_shard_size == 0,
             "zero-shard-size " + std::to_string(t_.zero_shard_size) +
-                " does not divide the data-parallel size " + std::to_string(shape_.dp) +
+                " does not divide the data-parallel size " + std::to_string(shape_.dp * shape_.cp) +
                 ": use a divisor of it, or 0 (shard over the whole data-parallel group)");
     if (t_.zero == 3 && t_.check_replicas > 0) {  // no copies to compare: the default goes off
       const std::vector<std::string>& given = options_.given;
@@ -272,7 +277,7 @@ void Trainer::build_model() {
     all_or_none(world_, [&] {
       comms_->use_device(
           devices_.comm, gpu->stream(),
-          data_call_sizes(cfg_, shard, micro_batch_, t_.seq_len, slots, t_.bucket_mb,
+          data_call_sizes(cfg_, shard, micro_batch_, local_seq_len(), slots, t_.bucket_mb,
                           {t_.zero, model_options_.storage, t_.zero3_prefetch,
                            t_.zero3_reshard_after_forward}),
           std::max(t_.comm_timeout, t_.comm_timeout_startup));
@@ -285,8 +290,12 @@ void Trainer::build_model() {
                                  comms_->host_logs(), comms_->device_work());
   blocking_ = comms_->blocking();
   all_or_none(world_, [&] {
-    model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, t_.seq_len, slots,
-                                            &comms_->tp_data(), model_options_);
+    model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, local_seq_len(),
+                                            slots, &comms_->tp_data(), model_options_);
+    if (shape_.cp > 1) {  // this rank's two chunks of each sequence: their positions, the ring
+      chunks_.emplace(t_.seq_len, shape_.cp, grid_->cp_rank());
+      model_->set_context_parallel(&comms_->cp, *chunks_);
+    }
     if (t_.zero >= 2) {  // ZeRO-2/3: the units' shards, lent to the model as it computes them
       sharded_ = std::make_unique<ShardedUnits>(
           *backend_, model_->layout(), comms_->dp_shard_data(), comms_->dp_replica_data(),
@@ -346,6 +355,7 @@ std::string Trainer::run_ini() const {
                                            {"global-batch-size", text(t_.global_batch_size)},
                                            {"tp", text(shape_.tp)},
                                            {"pp", text(shape_.pp)},
+                                           {"cp", text(shape_.cp)},
                                            {"threads", text(threads_)},
                                            {"micro-batch-size", text(micro_batch_)},
                                            {"n-kv-head", text(cfg_.n_kv_head)},
@@ -377,7 +387,7 @@ void Trainer::build_step_parts() {
   if (train_) {
     stream_.emplace(*train_, t_.seed, t_.shuffle);
     loader_.emplace(*stream_, t_.seq_len, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
-                    shape_.dp);
+                    shape_.dp, chunks_ ? &*chunks_ : nullptr);
     std::string hdf5_file;  // a file only HDF5 reads: on the main thread, so no prefetch
     if (t_.prefetch && train_->concurrent_reads(&hdf5_file))
       prefetch_ = std::make_unique<BatchPrefetcher>(*loader_, std::clamp(micro_batches_, 2, 16));
@@ -386,7 +396,7 @@ void Trainer::build_step_parts() {
                   hdf5_file.c_str());
   }
   runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_, micro_batches_,
-                                             micro_batch_, t_.seq_len, &trace_,
+                                             micro_batch_, local_seq_len(), &trace_,
                                              [this] { return blocked_seconds(); });
   if (sharded_) {
     sync_ = sharded_.get();
@@ -425,9 +435,9 @@ void Trainer::build_step_parts() {
                        t_.loss_scale_window, t_.min_loss_scale});
   guard_ = std::make_unique<NumericGuard>(parse_nan_policy(t_.on_nan), t_.out_dir, comms_->world);
   // The ranks whose owned parts add up to the stage once: the shard group's (every dp rank under
-  // ZeRO-1, the first replica's under hybrid sharding), else data-parallel rank 0.
+  // ZeRO-1, the first replica's under hybrid sharding), else data-parallel (dp-cp) rank 0.
   const bool counts_once = t_.zero == 1 || (t_.zero >= 2 ? grid_->dp_replica().rank() == 0
-                                                         : grid_->dp_rank() == 0);
+                                                         : grid_->dp_cp_rank() == 0);
   update_ = std::make_unique<UpdateStep>(
       *model_, *sync_, *optimizer_, *scaler_, *guard_,
       UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once},
@@ -502,7 +512,8 @@ void Trainer::build_step_parts() {
       trace_.open(t_.trace, world_.rank(),
                   "rank " + std::to_string(world_.rank()) + " (dp " +
                       std::to_string(grid_->dp_rank()) + " tp " + std::to_string(grid_->tp_rank()) +
-                      " pp " + std::to_string(grid_->pp_rank()) + ")");
+                      " pp " + std::to_string(grid_->pp_rank()) + " cp " +
+                      std::to_string(grid_->cp_rank()) + ")");
     if (root_ && !t_.tensorboard.empty())
       tensorboard = std::make_unique<TensorBoardWriter>(t_.tensorboard, start_step_ + 1);
   });
@@ -534,14 +545,18 @@ void Trainer::build_step_parts() {
   grads_ready_ = [this](size_t offset) { update_->grads_ready(offset); };
   tokens_.resize(static_cast<size_t>(micro_batch_) * t_.seq_len);
   targets_.resize(tokens_.size());
+  if (chunks_) {
+    local_tokens_.resize(static_cast<size_t>(micro_batch_) * local_seq_len());
+    local_targets_.resize(local_tokens_.size());
+  }
 }
 
 std::string Trainer::zero_text() const {
   if (t_.zero == 0) return "";
   std::string text = ", ZeRO-" + std::to_string(t_.zero);
-  if (t_.zero >= 2 && grid_->shard_size() < shape_.dp)
+  if (t_.zero >= 2 && grid_->shard_size() < shape_.dp * shape_.cp)
     text += " hybrid: " + std::to_string(grid_->shard_size()) + " x " +
-            std::to_string(shape_.dp / grid_->shard_size()) + " replicas";
+            std::to_string(shape_.dp * shape_.cp / grid_->shard_size()) + " replicas";
   if (t_.zero == 3 && !t_.zero3_reshard_after_forward) text += ", kept gathered";
   return text;
 }
@@ -566,9 +581,9 @@ void Trainer::print_banner() const {
                   std::lround(peak_cpus_), peak_rate_,
                   count(threads_, "thread", "threads").c_str());
   std::printf(
-      "%s = dp %d x tp %d x pp %d, %s each (rank 0 on CPUs %s) | global batch %d = dp %d "
+      "%s = dp %d x tp %d x pp %d x cp %d, %s each (rank 0 on CPUs %s) | global batch %d = dp %d "
       "x %s x %d | peak %.1f GFLOP/s in all%s %s)\n",
-      count(world_.size(), "rank", "ranks").c_str(), shape_.dp, shape_.tp, shape_.pp,
+      count(world_.size(), "rank", "ranks").c_str(), shape_.dp, shape_.tp, shape_.pp, shape_.cp,
       count(threads_, "thread", "threads").c_str(), allowed_cpus_.c_str(), t_.global_batch_size,
       shape_.dp, count(micro_batches_, "micro-batch", "micro-batches").c_str(), micro_batch_, peak_,
       peak_cpus_ > 0 ? counted : " (rank 0:", peak_source_.c_str());

@@ -175,6 +175,74 @@ TEST(Grid, HybridShardingCommunicatorsMatchMembers) {
     }
 }
 
+// Context parallelism's worked example in grid.hpp: 8 ranks, TP = 2, CP = 2, DP = 2, PP = 1.
+TEST(GridMembers, ContextParallelAsDocumented) {
+  const GridShape s{2, 2, 1, 2};
+  const std::vector<Ranks> tp = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+  const std::vector<Ranks> cp = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+  const std::vector<Ranks> dp = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  const std::vector<Ranks> dp_cp = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+  const std::vector<Ranks> shards = {{0, 2}, {4, 6}, {1, 3}, {5, 7}};
+  const std::vector<Ranks> replicas = {{0, 4}, {2, 6}, {1, 5}, {3, 7}};
+  auto check = [&](Group g, const std::vector<Ranks>& groups, int D = 0) {
+    for (const Ranks& group : groups)
+      for (int rank : group) EXPECT_EQ(Grid::members(s, g, rank, D), group) << "rank " << rank;
+  };
+  check(Group::Tp, tp);
+  check(Group::Cp, cp);
+  check(Group::Dp, dp);
+  check(Group::DpCp, dp_cp);
+  check(Group::ModelParallel, tp);
+  check(Group::DpShard, dp_cp);  // without hybrid sharding: the whole dp-cp group
+  check(Group::DpShard, shards, 2);
+  check(Group::DpReplica, replicas, 2);
+  EXPECT_EQ(Grid::world_rank(s, 1, 1, 0, 1), 7);
+  EXPECT_EQ(Grid::world_rank(s, 1, 0, 0, 0), 4);
+  // with pp 2 (16 ranks) a stage's groups are the same shifted by 8; rank 10 is pp 1, cp 1, dp 0
+  const GridShape s16{2, 2, 2, 2};
+  EXPECT_EQ(Grid::members(s16, Group::Cp, 10), (Ranks{8, 10}));
+  EXPECT_EQ(Grid::members(s16, Group::Pp, 10), (Ranks{2, 10}));
+  EXPECT_EQ(Grid::members(s16, Group::DpCp, 10), (Ranks{8, 10, 12, 14}));
+  EXPECT_EQ(Grid::members(s16, Group::Embedding, 10), (Ranks{2, 10}));
+}
+
+// On the real ranks, every shape with cp 2 (and 4): the cp and dp-cp communicators hold the
+// ranks members() names, the coordinates agree, and the shard groups cut dp-cp.
+TEST(Grid, ContextParallelCommunicatorsMatchMembers) {
+  const MpiComm world = MpiComm::world();
+  const int me = world.rank();
+  for (int cp : {2, 4}) {
+    if (world.size() % cp != 0) continue;
+    for (GridShape s : shapes_of(world.size() / cp)) {
+      s.cp = cp;
+      SCOPED_TRACE(name(s) + " cp" + std::to_string(cp));
+      const Grid grid(world, s, 2);
+      EXPECT_EQ(world_ranks_of(grid.cp()), Grid::members(s, Group::Cp, me));
+      EXPECT_EQ(world_ranks_of(grid.dp()), Grid::members(s, Group::Dp, me));
+      EXPECT_EQ(world_ranks_of(grid.dp_cp()), Grid::members(s, Group::DpCp, me));
+      EXPECT_EQ(world_ranks_of(grid.tp()), Grid::members(s, Group::Tp, me));
+      EXPECT_EQ(world_ranks_of(grid.pp()), Grid::members(s, Group::Pp, me));
+      EXPECT_EQ(world_ranks_of(grid.dp_shard()), Grid::members(s, Group::DpShard, me, 2));
+      EXPECT_EQ(world_ranks_of(grid.dp_replica()), Grid::members(s, Group::DpReplica, me, 2));
+      EXPECT_EQ(Grid::world_rank(s, grid.dp_rank(), grid.tp_rank(), grid.pp_rank(), grid.cp_rank()),
+                me);
+      EXPECT_EQ(grid.cp().rank(), grid.cp_rank());
+      EXPECT_EQ(grid.dp_cp().rank(), grid.dp_cp_rank());
+      EXPECT_EQ(grid.dp_cp().size(), s.dp * cp);
+    }
+  }
+}
+
+TEST(ResolveGrid, ContextParallelFixedTheOthersFitTheRest) {
+  const GridShape s = resolve_grid(8, 0, 2, 1, {}, 2);
+  EXPECT_EQ(s.dp, 2);
+  EXPECT_EQ(s.tp, 2);
+  EXPECT_EQ(s.cp, 2);
+  EXPECT_EQ(resolve_grid(8, 0, 0, 0, {}, 4).dp, 2);
+  EXPECT_THROW(resolve_grid(6, 0, 0, 0, {}, 4), UsageError);  // 4 does not divide 6
+  EXPECT_THROW(resolve_grid(8, 4, 1, 1, {}, 4), UsageError);  // 4 x 4 ranks
+}
+
 // A shard size that does not divide dp is the user's error, named with the dp size.
 TEST(Grid, ShardSizeNotDividingDpIsAUsageError) {
   const MpiComm world = MpiComm::world();

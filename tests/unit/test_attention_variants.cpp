@@ -169,7 +169,7 @@ TEST(CpuAttention, ScaleMultipliesTheScores) {
   CpuBackend<double> be(1);
   const int B = 1, T = 4, NH = 2, NKV = 1, hs = 4, QKV = (NH + 2 * NKV) * hs, A = NH * hs;
   const double s = 1.0 / 3.0;  // unscaled weights in block 2 (0-based): 1 / (2 + 1)
-  Vec qkv = random_vec(B * T * QKV, 5, -2, 2), out(B * T * A), probs(B * NH * T * T);
+  Vec qkv = random_vec(B * T * QKV, 5, -2, 2), out(B * T * A), probs(B * NH * T);
   be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs, s);
   Vec q_scaled = qkv, out2(out.size());
   for (int t = 0; t < T; ++t)

@@ -151,23 +151,23 @@ TEST(CpuFloat, Pointwise) {
 TEST(CpuFloat, RopeAndAttention) {
   Backends be;
   const int QKV = (NH + 2 * NKV) * hs, A = NH * hs;
-  Pair qkv(N * QKV, 1, -2, 2), out(N * A), probs(B * NH * T * T), dout(N * A, 2), dqkv(N * QKV),
-      scratch(B * NH * T * T);
+  Pair qkv(N * QKV, 1, -2, 2), out(N * A), lse(B * NH * T), dout(N * A, 2), dqkv(N * QKV),
+      scratch(B * NH * T);
   be.f.rope_forward(qkv.f.data(), B, T, NH, NKV, hs, 10000.0f);
   be.d.rope_forward(qkv.d.data(), B, T, NH, NKV, hs, 10000.0);
   EXPECT_LT(qkv.err(), kTol);
   qkv.d.assign(qkv.f.begin(), qkv.f.end());  // attention on identical inputs
-  be.f.attention_forward(out.f.data(), probs.f.data(), qkv.f.data(), B, T, NH, NKV, hs,
+  be.f.attention_forward(out.f.data(), lse.f.data(), qkv.f.data(), B, T, NH, NKV, hs,
                          1 / std::sqrt(double(hs)));
-  be.d.attention_forward(out.d.data(), probs.d.data(), qkv.d.data(), B, T, NH, NKV, hs,
+  be.d.attention_forward(out.d.data(), lse.d.data(), qkv.d.data(), B, T, NH, NKV, hs,
                          1 / std::sqrt(double(hs)));
   EXPECT_LT(out.err(), kTol);
-  EXPECT_LT(probs.err(), kTol);
+  EXPECT_LT(lse.err(), kTol);
   be.f.attention_backward(dqkv.f.data(), scratch.f.data(), dout.f.data(), qkv.f.data(),
-                          out.f.data(), probs.f.data(), B, T, NH, NKV, hs,
+                          out.f.data(), lse.f.data(), B, T, NH, NKV, hs,
                           1 / std::sqrt(double(hs)));
   be.d.attention_backward(dqkv.d.data(), scratch.d.data(), dout.d.data(), qkv.d.data(),
-                          out.d.data(), probs.d.data(), B, T, NH, NKV, hs,
+                          out.d.data(), lse.d.data(), B, T, NH, NKV, hs,
                           1 / std::sqrt(double(hs)));
   EXPECT_LT(dqkv.err(), kTol);
   be.f.rope_backward(dqkv.f.data(), B, T, NH, NKV, hs, 10000.0f);

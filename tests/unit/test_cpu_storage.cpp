@@ -85,6 +85,10 @@ class Run {
   T* array(const FVec& v) { return arrays_.emplace_back(v.begin(), v.end()).data(); }
   T* array(size_t n) { return arrays_.emplace_back(n, T(0)).data(); }
 
+  // The emulated path's rounding of an op's output before the next op reads it (round_to).
+  void round(Buf<T> b, size_t n) {
+    if (emulate_ != Precision::Fp32 && b.full()) be_.round_to(b.full(), n, emulate_);
+  }
   Out read(const std::string& name, CBuf<T> b, size_t n, double terms) {
     std::vector<T> host(n);
     be_.download(host.data(), b, n);
@@ -257,7 +261,7 @@ Op qk_norm(AttnShape s, Precision p) {
   });
 }
 
-// forward and backward; backward reads forward's probabilities (fp32)
+// forward and backward; backward reads forward's output and row log-sum-exps (fp32)
 Op attention(AttnShape s, Precision p) {
   return make_op(name("attention", s), [=](auto& run) {
     const size_t nq = size_t(s.B) * s.T * (s.NH + 2 * s.NKV) * s.hs,
@@ -268,10 +272,11 @@ Op attention(AttnShape s, Precision p) {
     auto *probs = run.array(np), *scratch = run.array(np);
     run.be().attention_forward(out, probs, qkv, s.B, s.T, s.NH, s.NKV, s.hs,
                                1 / std::sqrt(double(s.hs)));
+    run.round(out, no);  // backward reads out (D = rowsum(dout * out)) as the model keeps it
     run.be().attention_backward(dqkv, scratch, dout, qkv, out, probs, s.B, s.T, s.NH, s.NKV, s.hs,
                                 1 / std::sqrt(double(s.hs)));
     return std::vector<Out>{run.read("out", out, no, s.hs + 2 * s.T),
-                            run.read("probs", probs, np, s.hs + s.T),
+                            run.read("lse", probs, np, s.hs + s.T),
                             run.read("dqkv", dqkv, nq, 4 * (s.hs + s.T))};
   });
 }

@@ -11,6 +11,7 @@
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/model.hpp"
+#include "mpitrain/parallel/ring_attention.hpp"
 #include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/planner/cluster.hpp"
 #include "mpitrain/planner/inputs.hpp"
@@ -61,20 +62,20 @@ RunShape tiny_run() {  // 4 sequences of 4 tokens per step, fp32 on CPU
   return r;
 }
 
-// Activations of the tiny model for B = 2, T = 4 (N = 8 rows, NC = 64, P = 2*2*4*4 = 64,
+// Activations of the tiny model for B = 2, T = 4 (N = 8 rows, NC = 64, P = 2*2*4 = 16,
 // QKV = 24, A = 8, FC = F = 32, Vl = 128):
 //   block   = 5*64 + 4*8 + 8*24 + 8*8 + 8*32 + 8*32 = 1120
 //   head    = 64 + 2*8 + 8*128 = 1104                     (last stage)
-//   scratch = 2*64 + 8*24 + 8*8 + 64 + 8*32 + 8*32 + 4*8 = 992
-//   none:      kept 1120 + 64 + 64 = 1248, slot 64 + 2*1248 + 1104 = 3664, total 3664 + 992 = 4656
-//   selective: kept 1184, shared 64, slot 3536, total 64 + 3536 + 992 = 4592
-//   full:      kept 64, shared 1120 + 64 = 1184, slot 1296, total 1184 + 1296 + 992 = 3472
+//   scratch = 2*64 + 8*24 + 8*8 + 16 + 8*32 + 8*32 + 4*8 = 944
+//   none:      kept 1120 + 64 + 16 = 1200, slot 64 + 2*1200 + 1104 = 3568, total 3568 + 944 = 4512
+//   selective: kept 1120 - 64 + 64 = 1120, shared 64 + 16 = 80, slot 3408, total 80 + 3408 + 944 = 4432
+//   full:      kept 64, shared 1120 + 16 = 1136, slot 1296, total 1136 + 1296 + 944 = 3376
 TEST(PlannerMemory, ActivationsOfATinyModelByHand) {
   const ModelShard whole;
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::None).total(), 4656u);
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Selective).total(), 4592u);
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Full).total(), 3472u);
-  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 3, Recompute::None).total(), 3 * 3664u + 992u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::None).total(), 4512u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Selective).total(), 4432u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 1, Recompute::Full).total(), 3376u);
+  EXPECT_EQ(activation_elements(tiny(), whole, 2, 4, 3, Recompute::None).total(), 3 * 3568u + 944u);
 }
 
 TEST(PlannerMemory, OneRankFp32ByHand) {
@@ -85,10 +86,10 @@ TEST(PlannerMemory, OneRankFp32ByHand) {
   EXPECT_DOUBLE_EQ(e.grads, 2816 * 4.0);
   EXPECT_DOUBLE_EQ(e.optimizer, 2816 * 8.0);  // AdamW m and v
   EXPECT_DOUBLE_EQ(e.master, 0.0);
-  EXPECT_DOUBLE_EQ(e.activations, 4656 * 4.0);
+  EXPECT_DOUBLE_EQ(e.activations, 4512 * 4.0);
   EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 8);  // int32 tokens and targets, 3 x 8 rows
   EXPECT_DOUBLE_EQ(e.baseline, 1000.0);
-  EXPECT_DOUBLE_EQ(e.total(), 11264 + 11264 + 22528 + 18624 + 192 + 1000.0);
+  EXPECT_DOUBLE_EQ(e.total(), 11264 + 11264 + 22528 + 18048 + 192 + 1000.0);
   RunShape sgd = tiny_run();
   sgd.optimizer_states = 1;  // one momentum buffer
   EXPECT_DOUBLE_EQ(layout_memory(tiny(), sgd, layout, 1000.0).optimizer, 2816 * 4.0);
@@ -99,14 +100,14 @@ TEST(PlannerMemory, ZeroShardsTheOptimizerStateAndTheMaster) {
   run.precision = Precision::Bf16;
   run.global_batch = 8;
   // dp2, micro-batch 2: m = 2. bf16 on CPU keeps the compute tensors in 2 bytes plus an fp32
-  // master copy; of the 4656 activation elements, 304 are fp32 statistics: 2 layers x (4N norm
-  // statistics + P probabilities) + 2N (lnf), and the scratch's P + 4N (N = 8, P = 64).
+  // master copy; of the 4512 activation elements, 160 are fp32 statistics: 2 layers x (4N norm
+  // statistics + P row log-sum-exps) + 2N (lnf), and the scratch's P + 4N (N = 8, P = 16).
   const Layout plain{2, 1, 1, 2, false, Recompute::None}, zero{2, 1, 1, 2, true, Recompute::None};
   const MemoryEstimate a = layout_memory(tiny(), run, plain, 0.0);
   const MemoryEstimate b = layout_memory(tiny(), run, zero, 0.0);
   EXPECT_DOUBLE_EQ(a.params, 2816 * 2.0);
   EXPECT_DOUBLE_EQ(a.grads, 2816 * 4.0);
-  EXPECT_DOUBLE_EQ(a.activations, 4352 * 2.0 + 304 * 4.0);
+  EXPECT_DOUBLE_EQ(a.activations, 4352 * 2.0 + 160 * 4.0);
   EXPECT_DOUBLE_EQ(a.optimizer, 2816 * 8.0);
   EXPECT_DOUBLE_EQ(a.master, 2816 * 4.0);
   EXPECT_DOUBLE_EQ(b.optimizer, 1408 * 8.0);  // 2816 / dp
@@ -117,7 +118,7 @@ TEST(PlannerMemory, ZeroShardsTheOptimizerStateAndTheMaster) {
   const MemoryEstimate g = layout_memory(tiny(), run, zero, 0.0);
   EXPECT_DOUBLE_EQ(g.params, 2816 * 2.0);
   EXPECT_DOUBLE_EQ(g.grads, 2816 * 4.0);
-  EXPECT_DOUBLE_EQ(g.activations, 4352 * 2.0 + 304 * 4.0);
+  EXPECT_DOUBLE_EQ(g.activations, 4352 * 2.0 + 160 * 4.0);
   EXPECT_DOUBLE_EQ(g.master, 1408 * 4.0);
 }
 
@@ -224,6 +225,21 @@ TEST(PlannerMemory, HybridShardingHoldsThePiecesOverTheShardGroup) {
             layout_memory(tiny(), run, hsdp, 0.0).total());
 }
 
+// Context parallelism 2: each rank holds T/2 rows of its micro-batch's sequences (activations
+// as for T = 2) plus the ring's buffers: two packed K/V blocks (B*T/2 rows of 2*NKV*hs = 16) and
+// fp32 accumulators (out/dq 8 wide, dK/dV part and two travelling 16 wide, row dots NH = 2 wide):
+// 4 rows x (2*16 + 8 + 3*16 + 2) = 360 floats. ZeRO-1 shards over dp x cp = 2.
+TEST(PlannerMemory, ContextParallelHoldsTheChunksAndTheRing) {
+  const Layout cp2{1, 1, 1, 2, 1, Recompute::None, true, 0, false, 2};
+  const MemoryEstimate e = layout_memory(tiny(), tiny_run(), cp2, 0.0);
+  EXPECT_DOUBLE_EQ(e.activations,
+                   activation_elements(tiny(), ModelShard{}, 2, 2, 1, Recompute::None).bytes(4.0) +
+                       360 * 4.0);
+  EXPECT_DOUBLE_EQ(RingAttention::bytes(2, 2, 2, 2, 4, Precision::Fp32), 360 * 4.0);
+  EXPECT_DOUBLE_EQ(e.optimizer, 1408 * 8.0);  // 2816 / (dp x cp)
+  EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 4 + 2816 * 4.0);  // half the token rows; a bucket
+}
+
 TEST(PlannerMemory, PipelineStagesByHand) {
   // pp2 with 1F1B and m = 2: stage 0 keeps 2 slots of layer 0; stage 1 one slot of layer 1 and
   // the head. Stage 0 holds wte, wpe and block 0 (1024 + 32 + 872 = 1928 parameters); stage 1
@@ -234,8 +250,8 @@ TEST(PlannerMemory, PipelineStagesByHand) {
   const MemoryEstimate s1 = stage_memory(tiny(), tiny_run(), layout, first, 1, 0.0);
   EXPECT_DOUBLE_EQ(s0.params, 1928 * 4.0);
   EXPECT_DOUBLE_EQ(s1.params, 1912 * 4.0);
-  EXPECT_DOUBLE_EQ(s0.activations, (2 * (64 + 1248) + 992) * 4.0);
-  EXPECT_DOUBLE_EQ(s1.activations, (64 + 1248 + 1104 + 992) * 4.0);
+  EXPECT_DOUBLE_EQ(s0.activations, (2 * (64 + 1200) + 944) * 4.0);
+  EXPECT_DOUBLE_EQ(s1.activations, (64 + 1200 + 1104 + 944) * 4.0);
   // Input-gradient copies, 2 slots x 8 rows x 8 floats, and the token lists.
   EXPECT_DOUBLE_EQ(s0.buffers, 2 * 8 * 8 * 4.0 + 4.0 * 2 * 3 * 8);
   EXPECT_DOUBLE_EQ(layout_memory(tiny(), tiny_run(), layout, 0.0).total(),

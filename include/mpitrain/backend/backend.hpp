@@ -150,13 +150,12 @@ class Backend {
                                 const T* rstd, int N, int NH, int NKV, int hs) = 0;
 
   // ---- causal self-attention ---------------------------------------------------------------
-  // out(B,T,NH*hs) = softmax(scale q k^T, causal) v per head; saves probs(B,NH,T,T). scale is
-  // 1/sqrt(hs) but for gpt2's scale_attn_weights / scale_attn_by_inverse_layer_idx.
+  // out(B,T,NH*hs) = softmax(scale q k^T, causal) v per head. scale is 1/sqrt(hs) but for gpt2's
+  // scale_attn_weights / scale_attn_by_inverse_layer_idx.
   // `probs` is the backend's saved state, opaque to the caller, attention_state_size() elements:
-  // the CPU backend keeps the probabilities there (B*NH*T*T); the CUDA backend (flash attention)
-  // only each row's log-sum-exp (B*NH*T), and uses `scratch` (as large) in backward for the
-  // rows' D = rowsum(dout * out). Both must come from the same backend's forward, and backward
-  // is given forward's output `out` too (flash attention needs it; the CPU does not).
+  // both backends (flash attention) keep only each row's log-sum-exp (B*NH*T) and use `scratch`
+  // (as large) in backward for the rows' D = rowsum(dout * out). Both must come from the same
+  // backend's forward, and backward is given forward's output `out` too.
   virtual size_t attention_state_size(int B, int Tlen, int NH) const = 0;
   virtual void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
                                  int NKV, int hs, T scale) = 0;
@@ -164,6 +163,39 @@ class Backend {
   virtual void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
                                   const T* probs, int B, int Tlen, int NH, int NKV, int hs,
                                   T scale) = 0;
+
+  // ---- attention of query rows against one block of key rows, by position (context parallelism)
+  // q heads read from qkv(B, Tq, (NH+2NKV)*hs) (the first NH*hs columns of each row);
+  // k and v heads read from kv with row stride kv_ld: row r's k head g at kv[r*kv_ld + g*hs], its
+  //   v head g at kv[r*kv_ld + (NKV+g)*hs]. kv = qkv + NH*hs with kv_ld = (NH+2NKV)*hs reads this
+  //   rank's own keys; kv_ld = 2*NKV*hs reads a packed block received from another rank. kv is
+  //   (B, Tk, ...): sequence b's row r at kv[(b*Tk + r)*kv_ld]. The CBufs of the three block
+  //   methods may each be of any storage type (unlike the other ops').
+  // qpos(Tq), kpos(Tk): host memory (the profiler counts the unmasked pairs from them): each
+  //   row's position in the sequence, the same for every b (any order; a
+  //   tile of rows is skipped when all its queries precede all its keys, so ascending runs skip
+  //   most). Query i sees key j iff kpos[j] <= qpos[i].
+  // out(B, Tq, NH*hs) and lse(B, NH, Tq) are T (fp32) accumulators:
+  //   merge = false: out = softmax(scale q k^T, masked) v over these keys; lse = log sum exp of
+  //                  the row's scaled unmasked scores (-inf and out = 0 for a row that sees no key);
+  //   merge = true:  (out, lse) from earlier blocks are merged with this block's result:
+  //                  lse' = logaddexp(lse, lse_b); out' = out exp(lse - lse') + out_b exp(lse_b - lse')
+  //                  (the CPU backend continues its online softmax from m = lse, l = 1: the same).
+  // attention_forward is this with qpos = kpos = 0..T-1 and kv = qkv + NH*hs, merge = false.
+  virtual void attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
+                                       const int* qpos, const int* kpos, int B, int Tq, int Tk,
+                                       int NH, int NKV, int hs, T scale, bool merge) = 0;
+  // D(B, NH, Tq) = rowsum over each head's hs columns of dout * out (dout, out (B, Tq, NH*hs)).
+  virtual void attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH,
+                                 int hs) = 0;
+  // Backward of one block pair given the FINAL lse (over all blocks) and D:
+  //   P = exp(scale q k^T - lse) (masked);  dv += P^T dout;  dS = P (dout v^T - D) scale;
+  //   dq += dS k;  dk += dS^T q.   dq (B, Tq, NH*hs) and dkv (B, Tk, 2*NKV*hs: [dk heads | dv
+  //   heads]) are T (fp32) accumulators, added to (the caller zeroes them).
+  virtual void attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv,
+                                        int kv_ld, const T* lse, const T* D, const int* qpos,
+                                        const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
+                                        int hs, T scale) = 0;
 
   // ---- softmax cross-entropy, vocabulary-parallel ------------------------------------------
   // logits(N, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary; columns >= V are padding.

@@ -50,6 +50,9 @@ struct StagingDelete {
 };
 }  // namespace cpu
 
+// Rows of queries (and of keys) in one tile of the CPU's flash attention (cpu_attention.cpp).
+inline constexpr int kAttentionTile = 64;
+
 template <typename T>
 class CpuBackend final : public Backend<T> {
  public:
@@ -110,15 +113,21 @@ class CpuBackend final : public Backend<T> {
   void qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk,
                         const T* rstd, int N, int NH, int NKV, int hs) override;
 
-  size_t attention_state_size(int B, int Tlen, int NH) const override {  // the probabilities
-    return static_cast<size_t>(B) * NH * Tlen * Tlen;
+  size_t attention_state_size(int B, int Tlen, int NH) const override {  // log-sum-exp per row
+    return static_cast<size_t>(B) * NH * Tlen;
   }
   void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH, int NKV,
                          int hs, T scale) override;
-  // `out` is not read: the probabilities are kept.
   void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
                           const T* probs, int B, int Tlen, int NH, int NKV, int hs,
                           T scale) override;
+  void attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
+                               const int* qpos, const int* kpos, int B, int Tq, int Tk, int NH,
+                               int NKV, int hs, T scale, bool merge) override;
+  void attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH, int hs) override;
+  void attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
+                                const T* lse, const T* D, const int* qpos, const int* kpos, int B,
+                                int Tq, int Tk, int NH, int NKV, int hs, T scale) override;
 
   void ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) override;
   void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,

@@ -20,6 +20,7 @@ struct RopeFreqs {
   using Scaling = ModelConfig::RopeScaling;
   double theta = 10000.0;
   Scaling scaling;
+  int first_position = 0;  // the position of each sequence's row 0 (a context-parallel chunk's)
 
   // A plain base theta is unscaled RoPE (implicit: the tests' and tools' rope calls pass one).
   RopeFreqs(double base, const Scaling& s = {}) : theta(base), scaling(s) {}  // NOLINT

@@ -41,8 +41,8 @@
 //             the GPU backend's way today). Both give the same bits: the rounding points are the
 //             same, tensor-parallel partial sums included (rounded before they are summed, as a
 //             2-byte message is).
-//   recompute selective: the attention state (the CPU's probabilities) is not kept per layer;
-//             backward recomputes them from the kept qkv, one layer at a time.
+//   recompute selective: the attention state (each row's log-sum-exp) and output are not kept
+//             per layer; backward recomputes them from the kept qkv, one layer at a time.
 //   recompute full: a slot keeps only each block's output (the next block's input); backward
 //             recomputes the block's forward (tensor-parallel sums included) before its backward.
 // Recomputation runs the same kernels on the same inputs, so losses and gradients are identical
@@ -63,6 +63,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,8 @@
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/config.hpp"
 #include "mpitrain/model/params.hpp"
+#include "mpitrain/parallel/context_chunks.hpp"
+#include "mpitrain/parallel/ring_attention.hpp"
 
 namespace mpitrain {
 
@@ -119,6 +122,11 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // Context parallelism (T = float): the model's Tlen rows of each sequence are the cp rank's
+  // two chunks (parallel/context_chunks.hpp; max_seq = chunks.local_len()); RoPE and the
+  // learned position embedding take their true positions, attention is a ring over cp
+  // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp.
+  void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
   // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
   void set_lender(UnitLender<T>* lender) { lender_ = lender; }
   Backend<T>& backend() const { return backend_; }
@@ -131,9 +139,10 @@ class Model {
   size_t num_params() const { return layout_.total(); }  // held by this rank
   const ModelOptions& options() const { return options_; }
   // Bytes of all activation slots and scratch: compute tensors in the storage type, the fp32
-  // statistics beside them.
+  // statistics beside them; the ring's buffers under context parallelism.
   size_t activation_bytes() const {
-    return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T);
+    return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T) +
+           ring_bytes_;
   }
   // Bytes of the whole parameter and gradient buffers the model holds (0 for lent ones).
   size_t param_bytes() const {
@@ -195,7 +204,7 @@ class Model {
     B_ ln1; T *ln1_mean, *ln1_rstd;  // (N,C) (N) (N)
     B_ qkv;                          // (N, (NHl+2NKVl)hs), after q/k norm and RoPE for llama
     B_ qkv_pre; T *qk_rstd;          // qk_norm only: (N,QKVl) before the q/k norm, (N,NHl+NKVl)
-    B_ atty; T* probs;               // (N, NHl hs), attention_state_size (CPU: B,NHl,T,T)
+    B_ atty; T* probs;               // (N, NHl hs), attention_state_size (B,NHl,T): row lse
     B_ attproj, res2;                // (N,C), (N,C) = input + attproj
     B_ ln2; T *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
     B_ fch, fch_act;                 // (N, Fl or 2Fl), (N, Fl)
@@ -253,6 +262,17 @@ class Model {
   // The factor on q k^T in block l: 1/sqrt(hs), but for gpt2's two switches (config.hpp).
   T attention_scale(int l) const;
   RopeFreqs rope() const { return {config_.rope_theta, config_.rope_scaling}; }
+  // Calls fn(first row, rows, position of the first row) for each run of consecutive positions
+  // among the B*Tlen rows: whole sequences without cp, each sequence's two chunks with it.
+  template <typename Fn>
+  void for_position_runs(int B, int Tlen, Fn fn) const;
+  // RoPE in place on qkv's q and k heads (backward: the inverse rotation), each row at its
+  // sequence position; rounded as stored.
+  void apply_rope(Buf<T> qkv, int B, int Tlen, bool backward);
+  // Attention of block l on a.qkv into a.atty and its state a.probs (the ring under cp), and
+  // its backward into dqkv.
+  void attention_forward(LayerActs& a, int l, int B, int Tlen);
+  void attention_backward(LayerActs& a, int l, int B, int Tlen);
   void norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer, int N);
   void norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);
@@ -291,6 +311,9 @@ class Model {
   ParamLayout layout_;
   Backend<T>& backend_;
   Communicator* tp_;
+  std::unique_ptr<RingAttention> ring_;  // context parallelism only
+  std::vector<int> positions_;           // its rows' sequence positions (Tlen), or empty
+  size_t ring_bytes_ = 0;
   int max_batch_, max_seq_;
   int n_local_heads_, n_local_kv_heads_, local_ff_, local_vocab_, vocab_start_;
   Buf<T> params_;

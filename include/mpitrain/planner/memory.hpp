@@ -51,7 +51,9 @@ struct Layout {
   bool reshard_after_forward = true;  // ZeRO-3: gather each unit again for backward
   int zero_shard = 0;  // ZeRO-2/3: shard over groups of this many dp ranks (HSDP); 0 = all dp
   bool sequence_parallel = false;  // tp > 1: the norm/residual regions on N/tp rows (model.hpp)
-  int shard_ranks() const { return zero_shard > 0 ? zero_shard : dp; }  // the D of the model
+  int cp = 1;          // context parallelism: T/cp rows of each sequence per rank, a K/V ring
+  int grad_ranks() const { return dp * cp; }  // the gradients' (ZeRO's) group: dp x cp
+  int shard_ranks() const { return zero_shard > 0 ? zero_shard : grad_ranks(); }  // the D
 };
 
 // What the run trains with, whatever the layout.
@@ -70,12 +72,14 @@ struct RunShape {
 // sum of compute tensors (the storage type) + fp32 statistics (norm mean/rstd, attention state
 // P, cross-entropy scratch):
 //   block   = 5NsC + N*QKV + N*A + N*FC + N*Fl + 4Ns    a block's buffers but probs and res3
-//   kept    = none: block + NsC + P   selective: block + NsC   full: NsC     per layer per slot
-//   shared  = none: 0   selective: P   full: block + P                       once
+//   kept    = none: block + NsC + P   selective: block - N*A + NsC   full: NsC   per layer per slot
+//   shared  = none: 0   selective: N*A + P   full: block + P                   once
 //   slot    = NsC (stage input) + L*kept + [NsC + N*Vl + 2Ns  on the last stage]
 //   scratch = NsC + NC [+ NC gathers, sp] + N*QKV + N*A + N*FC + N*Fl + P + 4N
 //   total   = shared + slots*slot + scratch
-// with N = B*T, Ns = N/tp under sequence parallelism (else N), P = B*NHl*T*T (attention probabilities), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
+// with N = B*T (T: this rank's tokens of a sequence, T/cp under context parallelism), Ns = N/tp
+// under sequence parallelism (else N), P = B*NHl*T (attention's row log-sum-exps),
+// QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
 // In double, so that absurd sizes give a figure to refuse instead of an overflow.

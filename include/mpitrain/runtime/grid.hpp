@@ -1,8 +1,13 @@
-// The parallel grid: the one place that knows how world ranks map to (dp, tp, pp) coordinates and
-// which process groups exist.
+// The parallel grid: the one place that knows how world ranks map to (dp, tp, pp, cp)
+// coordinates and which process groups exist.
 //
-// Ranks are ordered tp fastest, then dp, then pp (Megatron's order, so that a tensor-parallel
-// group sits inside one node):   world rank = tp + TP * (dp + DP * pp).
+// Ranks are ordered tp fastest, then cp, then dp, then pp (Megatron-Core's order, so that a
+// tensor-parallel group sits inside one node and a context-parallel group next to it):
+//   world rank = tp + TP * (cp + CP * (dp + DP * pp)).
+// Context parallelism (cp) splits each sequence over CP ranks inside data parallelism: the
+// samples are split over dp only, but the parameters are replicated over dp x cp, so gradients
+// (the bucket sync, ZeRO's shard and replica groups) go over the dp-cp group (Megatron's
+// get_data_parallel_group(with_context_parallel=True)). Without cp (CP = 1) it is the dp group.
 //
 // Worked example, 16 ranks, TP = 2, PP = 4 (so DP = 2):
 //   tp groups   [0,1] [2,3] [4,5] [6,7] [8,9] [10,11] [12,13] [14,15]
@@ -16,6 +21,14 @@
 // the dp ranks at the same place in their shard group (they hold the same pieces). With DP = 4,
 // D = 2, TP = PP = 1: dp group [0,1,2,3]; shard groups [0,1] [2,3]; replica groups [0,2] [1,3].
 // Without hybrid sharding (D = 0 or DP) the shard group is the dp group and replicas are alone.
+// With cp these cut the dp-cp group (D divides DP x CP; its rank order is cp + CP * dp).
+// Worked example with cp, 8 ranks, TP = 2, CP = 2, DP = 2, PP = 1:
+//   tp groups   [0,1] [2,3] [4,5] [6,7]
+//   cp groups   [0,2] [1,3] [4,6] [5,7]
+//   dp groups   [0,4] [1,5] [2,6] [3,7]          (the samples: dp rank 0 holds ranks 0-3)
+//   dp-cp groups   [0,2,4,6] [1,3,5,7]            (the gradients)
+//   model-parallel groups   [0,1] [2,3] [4,5] [6,7]
+//   with D = 2: shard groups [0,2] [4,6] [1,3] [5,7], replica groups [0,4] [2,6] [1,5] [3,7].
 #pragma once
 
 #include <functional>
@@ -30,7 +43,8 @@ struct GridShape {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  int size() const { return dp * tp * pp; }
+  int cp = 1;
+  int size() const { return dp * tp * pp * cp; }
 };
 
 // Completes a shape whose entries may be 0 ("derive from the world size"). One entry 0: it is
@@ -41,19 +55,24 @@ struct GridShape {
 // changed value is named only where `admits` (when given) accepts the whole shape it makes:
 // the layouts the model can run (a 4-head model: not --tp 3).
 using LayoutFilter = std::function<bool(const GridShape&)>;
-GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits = {});
+// cp (>= 1) is fixed: the others fit world_size / cp ranks.
+GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits = {},
+                       int cp = 1);
 
-enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica };
+enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica, Cp, DpCp };
 
 class Grid {
  public:
-  // shard_size: hybrid sharding's D (0 = none); UsageError unless it divides dp.
+  // shard_size: hybrid sharding's D (0 = none); UsageError unless it divides dp x cp.
   Grid(const MpiComm& world, GridShape shape, int shard_size = 0);
 
   const GridShape& shape() const { return shape_; }
   int dp_rank() const { return dp_rank_; }
   int tp_rank() const { return tp_rank_; }
   int pp_rank() const { return pp_rank_; }
+  int cp_rank() const { return cp_rank_; }
+  // Rank in the dp-cp (gradient) group: cp + CP * dp.
+  int dp_cp_rank() const { return cp_rank_ + shape_.cp * dp_rank_; }
   bool first_stage() const { return pp_rank_ == 0; }
   bool last_stage() const { return pp_rank_ == shape_.pp - 1; }
   int local_rank() const { return local_rank_; }  // rank within the node, for device choice
@@ -62,25 +81,27 @@ class Grid {
   const MpiComm& tp() const { return tp_; }
   const MpiComm& dp() const { return dp_; }
   const MpiComm& pp() const { return pp_; }
+  const MpiComm& cp() const { return cp_; }
+  const MpiComm& dp_cp() const { return dp_cp_; }  // the gradients' group (dp with cp = 1)
   const MpiComm& model_parallel() const { return mp_; }
   const MpiComm& dp_shard() const { return dp_shard_; }
   const MpiComm& dp_replica() const { return dp_replica_; }
-  int shard_size() const { return shard_size_; }  // D: dp without hybrid sharding
+  int shard_size() const { return shard_size_; }  // D: dp x cp without hybrid sharding
   // First and last stage of this rank's pipeline; empty on middle stages.
   const std::optional<MpiComm>& embedding() const { return embedding_; }
 
   // World ranks of the group `g` that world rank `rank` belongs to, in group rank order (empty:
   // no such group, i.e. the embedding group of a middle stage). Pure arithmetic.
   static std::vector<int> members(const GridShape& shape, Group g, int rank, int shard_size = 0);
-  static int world_rank(const GridShape& shape, int dp, int tp, int pp) {
-    return tp + shape.tp * (dp + shape.dp * pp);
+  static int world_rank(const GridShape& shape, int dp, int tp, int pp, int cp = 0) {
+    return tp + shape.tp * (cp + shape.cp * (dp + shape.dp * pp));
   }
 
  private:
   GridShape shape_;
   int shard_size_;
-  int dp_rank_, tp_rank_, pp_rank_, local_rank_, local_size_;
-  MpiComm tp_, dp_, pp_, mp_, dp_shard_, dp_replica_;
+  int dp_rank_, tp_rank_, pp_rank_, cp_rank_, local_rank_, local_size_;
+  MpiComm tp_, dp_, pp_, cp_, dp_cp_, mp_, dp_shard_, dp_replica_;
   std::optional<MpiComm> embedding_;
 };
 

@@ -6,29 +6,36 @@
 // global order over a blend of files: data/sample_stream.hpp). The
 // sequence of samples is therefore the same for any number of ranks, and a resumed run (even at
 // another layout or batch size) continues it from the consumed count in the checkpoint.
+// Under context parallelism (chunks given) each cp rank of a dp rank takes the same samples and
+// keeps its two chunks of each (parallel/context_chunks.hpp): rows of chunks->local_len().
 #pragma once
 
 #include <cstdint>
 
+#include <vector>
+
 #include "mpitrain/data/sample_stream.hpp"
+#include "mpitrain/parallel/context_chunks.hpp"
 
 namespace mpitrain {
 
 class BatchLoader {
  public:
   BatchLoader(SampleStream& stream, int seq_len, int global_batch, int micro_batch, int dp_rank,
-              int dp_size);
+              int dp_size, const ContextChunks* chunks = nullptr);
 
   int micro_batches() const { return micro_batches_; }  // per rank per step
   int micro_batch() const { return micro_batch_; }
-  int seq_len() const { return seq_len_; }
+  int seq_len() const { return chunks_ ? chunks_->local_len() : seq_len_; }  // rows handed out
   int global_batch() const { return global_batch_; }
-  // tokens, targets: (micro_batch, seq_len) each. Not thread-safe (the stream is not).
+  // tokens, targets: (micro_batch, seq_len()) each. Not thread-safe (the stream is not).
   void load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets);
 
  private:
   SampleStream& stream_;
   int seq_len_, global_batch_, micro_batch_, dp_rank_, dp_size_, micro_batches_;
+  const ContextChunks* chunks_;
+  std::vector<int32_t> whole_tokens_, whole_targets_;  // with chunks: one whole sample
 };
 
 }  // namespace mpitrain

@@ -98,7 +98,9 @@ class CommGroups {
   // world). stream: the backend's cudaStream_t; timeout_s: NCCL's own deadline (0 = none).
   void use_device(CommKind kind, void* stream, const DataCallSizes& sizes, double timeout_s);
 
-  MpiCommunicator world, tp, dp, pp;
+  // dp is the gradients' group: dp x cp (Grid::dp_cp), the dp group itself without cp. cp: the
+  // ring attention's group (host memory: context parallelism runs on the CPU backend).
+  MpiCommunicator world, tp, dp, pp, cp;
   std::optional<MpiCommunicator> embedding;
   // Hybrid sharding's groups (runtime/grid.hpp); without it the shard group is dp itself and
   // the replica group is absent.

@@ -33,6 +33,7 @@ struct TrainConfig {
   double grad_clip = 1.0;     // global grad-norm clip, 0 = off
 
   int dp = 0, tp = 0, pp = 0;   // process grid; 0 = derived from the world size
+  int cp = 1;                   // context parallelism (ranks per sequence)
   std::string pp_layers;        // blocks per stage "3,2,..."; "" = balanced
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25.0;      // data-parallel gradient bucket size

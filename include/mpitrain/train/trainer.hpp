@@ -34,6 +34,7 @@
 #include "mpitrain/optim/loss_scaler.hpp"
 #include "mpitrain/optim/lr_schedule.hpp"
 #include "mpitrain/optim/optimizer.hpp"
+#include "mpitrain/parallel/context_chunks.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
 #include "mpitrain/runtime/dir_lock.hpp"
@@ -112,6 +113,8 @@ class Trainer {
 
   // What the options and the data decide (check_inputs).
   GridShape shape_;
+  std::optional<ContextChunks> chunks_;  // --cp > 1: this rank's two chunks of each sequence
+  int local_seq_len() const { return chunks_ ? chunks_->local_len() : t_.seq_len; }
   std::vector<int> stage_first_layer_;
   PipelineSchedule schedule_{};
   std::optional<Dataset> train_, val_;  // --train-data (none: --steps 0), --val-data
@@ -179,6 +182,7 @@ class Trainer {
   double tokens_per_step_ = 0.0;
   double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
+  std::vector<int32_t> local_tokens_, local_targets_;  // --cp > 1: its chunks on this rank
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();  // set-up
   std::chrono::steady_clock::time_point run_start_;                                 // the step loop
   double slowest_step_ = 0.0;  // seconds, for --exit-after-minutes

@@ -15,6 +15,7 @@
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
@@ -111,6 +112,38 @@ void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, C
   cuda::launch_convert(dqkv, sums, 1, N * QKV, N * QKV, c.stream);
 }
 
+namespace {
+[[noreturn]] void block_attention_unsupported() {
+  throw Error("context parallelism's block attention is not implemented on the CUDA backend");
+}
+}  // namespace
+
+template <typename T>
+void CudaBackend<T>::attention_block_forward(T*, T*, CBuf<T>, CBuf<T>, int, const int*, const int*,
+                                             int, int, int, int, int, int, T, bool) {
+  block_attention_unsupported();
+}
+template <typename T>
+void CudaBackend<T>::attention_row_dot(T*, CBuf<T>, CBuf<T>, int, int, int, int) {
+  block_attention_unsupported();
+}
+template <typename T>
+void CudaBackend<T>::attention_block_backward(T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int, const T*,
+                                              const T*, const int*, const int*, int, int, int, int,
+                                              int, int, T) {
+  block_attention_unsupported();
+}
+
+template void CudaBackend<float>::attention_block_forward(float*, float*, CBuf<float>, CBuf<float>,
+                                                          int, const int*, const int*, int, int,
+                                                          int, int, int, int, float, bool);
+template void CudaBackend<float>::attention_row_dot(float*, CBuf<float>, CBuf<float>, int, int, int,
+                                                    int);
+template void CudaBackend<float>::attention_block_backward(float*, float*, CBuf<float>,
+                                                           CBuf<float>, CBuf<float>, int,
+                                                           const float*, const float*, const int*,
+                                                           const int*, int, int, int, int, int,
+                                                           int, float);
 template void CudaBackend<float>::attention_forward(Buf<float>, float*, CBuf<float>, int, int, int,
                                                     int, int, float);
 template void CudaBackend<float>::attention_backward(Buf<float>, float*, CBuf<float>, CBuf<float>,

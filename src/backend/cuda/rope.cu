@@ -15,7 +15,7 @@ __global__ void rope_kernel(Out qkv, int T, int NH, int NKV, int hs, RopeFreqs r
   __shared__ float cs[kMaxHalf], sn[kMaxHalf];
   const int t = blockIdx.x, b = blockIdx.y, half = hs / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = sign * double(t) * rope.inv_freq(i, hs);
+    const double angle = sign * double(rope.first_position + t) * rope.inv_freq(i, hs);
     double s, c;
     sincos(angle, &s, &c);
     cs[i] = static_cast<float>(c);

@@ -1,0 +1,131 @@
+// attention-bench: the CPU backend's causal attention, forward + backward, against the dense
+// kernel it replaced (tests/support/dense_attention.hpp: the whole T x T probabilities kept), at
+// each sequence length, the two timed in turn in one run (the machine's load hits both alike).
+//
+//   attention-bench [--lengths 64,256,1024,4096] [--heads 4] [--kv-heads 4] [--head-size 64]
+//                   [--batch 1] [--threads 2] [--repeats 3] [--dense-gib 4]
+//
+// Prints per length: the best of `repeats` calls (after a warm-up) in ms of flash and dense,
+// dense / flash, and each one's attention state + backward scratch in MiB. The dense kernel is
+// skipped where its state and scratch (2 B NH T^2 floats) would pass --dense-gib GiB.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../tests/support/dense_attention.hpp"
+#include "bench_args.hpp"
+#include "mpitrain/backend/blas_kernel.hpp"
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/backend/sgemm_rate.hpp"
+
+namespace {
+
+struct Args {
+  std::vector<int> lengths{64, 256, 1024, 4096};
+  int heads = 4, kv_heads = 4, head_size = 64, batch = 1, threads = 2, repeats = 3, dense_gib = 4;
+};
+
+bool parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return false;
+    const std::string value = argv[++i];
+    const auto num = [&](int* out) { return bench::parse_positive(value, out); };
+    bool ok = false;
+    if (flag == "--lengths") ok = bench::parse_list(value, &a->lengths);
+    else if (flag == "--heads") ok = num(&a->heads);
+    else if (flag == "--kv-heads") ok = num(&a->kv_heads);
+    else if (flag == "--head-size") ok = num(&a->head_size);
+    else if (flag == "--batch") ok = num(&a->batch);
+    else if (flag == "--threads") ok = num(&a->threads);
+    else if (flag == "--repeats") ok = num(&a->repeats);
+    else if (flag == "--dense-gib") ok = num(&a->dense_gib);
+    if (!ok) return false;
+  }
+  return a->heads % a->kv_heads == 0;
+}
+
+template <class F>
+double seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.5f, 1.5f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpitrain::run_on_best_blas_kernel(argv);
+  Args a;
+  if (!parse(argc, argv, &a)) {
+    std::fprintf(stderr,
+                 "usage: attention-bench [--lengths 64,256,...] [--heads N] [--kv-heads N] "
+                 "[--head-size N] [--batch N] [--threads N] [--repeats N] [--dense-gib N] "
+                 "(positive integers; heads a multiple of kv-heads)\n");
+    return 2;
+  }
+  mpitrain::CpuBackend<float> be(a.threads);
+  const int B = a.batch, NH = a.heads, NKV = a.kv_heads, hs = a.head_size;
+  const float scale = 1 / std::sqrt(static_cast<float>(hs));
+  std::printf("attention forward+backward: B %d NH %d NKV %d hs %d, %d threads, %s\n", B, NH, NKV,
+              hs, a.threads, mpitrain::cpu_sgemm_in_use().c_str());
+  std::printf("%7s %12s %12s %8s %14s %14s\n", "T", "flash ms", "dense ms", "ratio",
+              "flash MiB", "dense MiB");
+  for (const int T : a.lengths) {
+    const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, N = static_cast<size_t>(B) * T;
+    const std::vector<float> qkv = random_floats(N * QKV, 1), dout = random_floats(N * NH * hs, 2);
+    std::vector<float> out(N * NH * hs), dqkv(N * QKV);
+    const size_t flash_state = be.attention_state_size(B, T, NH);
+    const double dense_state = 1.0 * B * NH * T * T;
+    const bool dense = 2 * dense_state * sizeof(float) <= a.dense_gib * 1073741824.0;
+    std::vector<float> lse(flash_state), D(flash_state), probs, scratch;
+    if (dense) {
+      probs.resize(static_cast<size_t>(dense_state));
+      scratch.resize(probs.size());
+    }
+    const auto flash_step = [&] {
+      be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale);
+      be.attention_backward(dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                            B, T, NH, NKV, hs, scale);
+    };
+    const bool parallel = mpitrain::testing::heads_in_parallel(B, T, NH, hs, B * NH);
+    const auto dense_step = [&] {
+      mpitrain::testing::dense_attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH,
+                                                 NKV, hs, scale, parallel);
+      mpitrain::testing::dense_attention_backward(dqkv.data(), scratch.data(), dout.data(),
+                                                  qkv.data(), probs.data(), B, T, NH, NKV, hs,
+                                                  scale, parallel);
+    };
+    // interleaved: dense, flash, dense, flash, ... (a warm-up of each first)
+    double flash_best = 1e30, dense_best = 1e30;
+    if (dense) dense_step();
+    flash_step();
+    for (int r = 0; r < a.repeats; ++r) {
+      if (dense) dense_best = std::min(dense_best, seconds(dense_step));
+      flash_best = std::min(flash_best, seconds(flash_step));
+    }
+    const double mib = 4.0 / 1048576;
+    if (dense)
+      std::printf("%7d %12.2f %12.2f %8.2f %14.3f %14.1f\n", T, flash_best * 1e3, dense_best * 1e3,
+                  dense_best / flash_best, 2 * flash_state * mib, 2 * dense_state * mib);
+    else
+      std::printf("%7d %12.2f %12s %8s %14.3f %14.1f (dense skipped: > %d GiB)\n", T,
+                  flash_best * 1e3, "-", "-", 2 * flash_state * mib, 2 * dense_state * mib,
+                  a.dense_gib);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,419 @@
+// The CPU backend's flash attention (issue 35) and its block-pair API (context parallelism):
+//   - CpuBackend<double> against a plain double reference (a formula per row, no tiles): the
+//     same function, up to double rounding;
+//   - CpuBackend<float> against the reference and against the dense kernel it replaced
+//     (support/dense_attention.hpp), normwise; the bound is derived below;
+//   - the block API over 2 and 3 key blocks in context parallelism's layout (rank r holds chunks
+//     r and 2N-1-r of the sequence), merged by log-sum-exp, against the whole sequence;
+//   - tile edges (T = 1, tile-1, tile, tile+1, 255), GQA, 2-byte operands (bit for bit against
+//     fp32 containers of the same rounded values), the same bits at 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "dense_attention.hpp"
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/backend/precision.hpp"
+
+namespace mpitrain {
+namespace {
+
+using DVec = std::vector<double>;
+using IVec = std::vector<int>;
+
+struct Shape {
+  int B, NH, NKV, hs;
+  int QKV() const { return (NH + 2 * NKV) * hs; }
+  int A() const { return NH * hs; }
+  int KV() const { return 2 * NKV * hs; }
+  double scale() const { return 1 / std::sqrt(double(hs)); }
+};
+
+DVec random_values(size_t n, uint64_t seed, double lo = -1.5, double hi = 1.5) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  DVec v(n);
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+IVec iota(int n, int from = 0) {
+  IVec v(n);
+  for (int i = 0; i < n; ++i) v[i] = from + i;
+  return v;
+}
+
+// Attention of the query rows q (B, Tq, QKV: q heads first) against keys kv (B, Tk, kv_ld: k
+// heads then v heads), query i seeing key j iff kpos[j] <= qpos[i], in double, row by row:
+// out, lse; and for dout: dq (B, Tq, A), dkv (B, Tk, KV) of sum(out * dout).
+struct Reference {
+  DVec out, lse, dq, dkv;
+};
+Reference reference(const DVec& q, const DVec& kv, int kv_ld, const IVec& qpos, const IVec& kpos,
+                    const DVec& dout, Shape s) {
+  const int Tq = static_cast<int>(qpos.size()), Tk = static_cast<int>(kpos.size());
+  const int group = s.NH / s.NKV, hs = s.hs;
+  Reference r{DVec(size_t(s.B) * Tq * s.A()), DVec(size_t(s.B) * s.NH * Tq),
+              DVec(size_t(s.B) * Tq * s.A()), DVec(size_t(s.B) * Tk * s.KV())};
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < Tq; ++i) {
+        const int g = h / group;
+        const double* qi = &q[(size_t(b) * Tq + i) * s.QKV() + h * hs];
+        const double* dy = &dout[(size_t(b) * Tq + i) * s.A() + h * hs];
+        const auto k = [&](int j) { return &kv[(size_t(b) * Tk + j) * kv_ld + g * hs]; };
+        const auto v = [&](int j) { return &kv[(size_t(b) * Tk + j) * kv_ld + (s.NKV + g) * hs]; };
+        DVec sc(Tk, -std::numeric_limits<double>::infinity());
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < Tk; ++j)
+          if (kpos[j] <= qpos[i]) {
+            double d = 0;
+            for (int c = 0; c < hs; ++c) d += qi[c] * k(j)[c];
+            sc[j] = d * s.scale();
+            mx = std::max(mx, sc[j]);
+          }
+        double* o = &r.out[(size_t(b) * Tq + i) * s.A() + h * hs];
+        double& lse = r.lse[(size_t(b) * s.NH + h) * Tq + i];
+        if (mx == -std::numeric_limits<double>::infinity()) {
+          lse = mx;
+          continue;
+        }
+        double z = 0;
+        for (int j = 0; j < Tk; ++j) z += std::exp(sc[j] - mx);
+        lse = mx + std::log(z);
+        DVec p(Tk), dp(Tk);
+        double D = 0;
+        for (int j = 0; j < Tk; ++j) {
+          p[j] = std::exp(sc[j] - lse);
+          for (int c = 0; c < hs; ++c) {
+            o[c] += p[j] * v(j)[c];
+            dp[j] += dy[c] * v(j)[c];
+          }
+          D += p[j] * dp[j];
+        }
+        double* dq = &r.dq[(size_t(b) * Tq + i) * s.A() + h * hs];
+        for (int j = 0; j < Tk; ++j) {
+          double* dk = &r.dkv[(size_t(b) * Tk + j) * s.KV() + g * hs];
+          double* dv = dk + s.NKV * hs;
+          const double ds = p[j] * (dp[j] - D) * s.scale();
+          for (int c = 0; c < hs; ++c) {
+            dv[c] += p[j] * dy[c];
+            dq[c] += ds * k(j)[c];
+            dk[c] += ds * qi[c];
+          }
+        }
+      }
+  return r;
+}
+
+// max |a - b| / max |b| (0 for an all-zero b equal to a); -inf entries must agree exactly.
+template <class V>
+double rel_err(const V& a, const DVec& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (std::isinf(b[i])) {
+      if (double(a[i]) != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    num = std::max(num, std::abs(double(a[i]) - b[i]));
+    den = std::max(den, std::abs(b[i]));
+  }
+  return den > 0 ? num / den : num;
+}
+
+template <typename T>
+std::vector<T> as(const DVec& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+// The rows of x (rows of width w) at the given row indices of each of B sequences of n rows.
+DVec gather_rows(const DVec& x, int B, int n, int w, const IVec& rows, int c0 = 0, int c1 = -1) {
+  if (c1 < 0) c1 = w;
+  DVec out;
+  for (int b = 0; b < B; ++b)
+    for (int r : rows)
+      for (int c = c0; c < c1; ++c) out.push_back(x[(size_t(b) * n + r) * w + c]);
+  return out;
+}
+
+// ---- the whole sequence -------------------------------------------------------------------
+
+// attention_forward / attention_backward of backend T on qkv (B, Tlen, QKV) for dout.
+template <typename T>
+struct Whole {
+  std::vector<T> out, lse, dqkv;
+};
+template <typename T>
+Whole<T> whole(CpuBackend<T>& be, const DVec& qkv, const DVec& dout, int Tlen, Shape s) {
+  const size_t S = be.attention_state_size(s.B, Tlen, s.NH);
+  EXPECT_EQ(S, size_t(s.B) * s.NH * Tlen) << "the state is one log-sum-exp per row";
+  std::vector<T> x = as<T>(qkv), dy = as<T>(dout), scratch(S, T(7));
+  Whole<T> w{std::vector<T>(size_t(s.B) * Tlen * s.A(), T(3)), std::vector<T>(S),
+             std::vector<T>(qkv.size(), T(5))};  // out and dqkv overwritten
+  be.attention_forward(w.out.data(), w.lse.data(), x.data(), s.B, Tlen, s.NH, s.NKV, s.hs,
+                       T(s.scale()));
+  be.attention_backward(w.dqkv.data(), scratch.data(), dy.data(), x.data(), w.out.data(),
+                        w.lse.data(), s.B, Tlen, s.NH, s.NKV, s.hs, T(s.scale()));
+  return w;
+}
+
+// The reference's dq and dkv laid out as dqkv (B, T, QKV).
+DVec reference_dqkv(const Reference& r, int Tlen, Shape s) {
+  DVec d(size_t(s.B) * Tlen * s.QKV());
+  for (size_t row = 0; row < size_t(s.B) * Tlen; ++row) {
+    std::copy_n(&r.dq[row * s.A()], s.A(), &d[row * s.QKV()]);
+    std::copy_n(&r.dkv[row * s.KV()], s.KV(), &d[row * s.QKV() + s.A()]);
+  }
+  return d;
+}
+
+Reference whole_reference(const DVec& qkv, const DVec& dout, int Tlen, Shape s) {
+  const DVec kv = gather_rows(qkv, s.B, Tlen, s.QKV(), iota(Tlen), s.A(), s.QKV());
+  return reference(qkv, kv, s.KV(), iota(Tlen), iota(Tlen), dout, s);
+}
+
+constexpr int kTile = kAttentionTile;
+const int kEdgeLengths[] = {1, kTile - 1, kTile, kTile + 1, 255};
+
+// Double: the tiles and the online softmax are the same function as the reference's rows.
+// Measured: out 6e-16, lse 3e-16, dqkv 3.7e-15; tolerance 2e-14.
+TEST(CpuFlashAttention, DoubleEqualsTheReferenceAtTileEdges) {
+  CpuBackend<double> be(2);
+  for (const Shape s : {Shape{2, 4, 2, 8}, Shape{1, 3, 3, 5}, Shape{1, 4, 1, 4}})
+    for (int Tlen : kEdgeLengths) {
+      const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 1 + Tlen);
+      const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 2 + Tlen, -1, 1);
+      const Reference r = whole_reference(qkv, dout, Tlen, s);
+      const Whole<double> w = whole(be, qkv, dout, Tlen, s);
+      SCOPED_TRACE("T " + std::to_string(Tlen) + " NH " + std::to_string(s.NH) + " NKV " +
+                   std::to_string(s.NKV));
+      EXPECT_LT(rel_err(w.out, r.out), 2e-14);
+      EXPECT_LT(rel_err(w.lse, r.lse), 2e-14);
+      EXPECT_LT(rel_err(w.dqkv, reference_dqkv(r, Tlen, s)), 2e-14);
+    }
+}
+
+// Float against the double reference, normwise. An output is a sum over at most T keys of
+// products of hs terms: each fp32 sum adds at most one rounding (2^-24) per term, relative to the
+// sum of |terms| (within a small factor of the largest output for these O(1) inputs), so the
+// bound is ~2 (T + hs + 16) 2^-24, ~4e-5 at T 255, hs 32 (exp_fast's ~2 ulp among the 16); for
+// random data the roundings mostly cancel. Measured (worst over the shapes): out 2.1e-7, lse
+// 1.9e-7, dqkv 4.4e-7; the dense kernel it replaced: out 2.1e-7, dqkv 5.7e-7; flash vs dense:
+// out 1.8e-7, dqkv 4.9e-7. Tolerance 2e-6.
+TEST(CpuFlashAttention, FloatMatchesTheReferenceAndTheDenseKernel) {
+  CpuBackend<float> be(2);
+  for (const Shape s : {Shape{2, 4, 2, 16}, Shape{2, 2, 2, 32}})
+    for (int Tlen : kEdgeLengths) {
+      const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 11 + Tlen);
+      const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 12 + Tlen, -1, 1);
+      const Reference r = whole_reference(qkv, dout, Tlen, s);
+      const DVec dqkv_ref = reference_dqkv(r, Tlen, s);
+      const Whole<float> w = whole(be, qkv, dout, Tlen, s);
+      // the dense kernel on the same inputs
+      std::vector<float> x = as<float>(qkv), dy = as<float>(dout), out(w.out.size()),
+                         probs(size_t(s.B) * s.NH * Tlen * Tlen), scratch(probs.size()),
+                         dqkv(qkv.size());
+      testing::dense_attention_forward(out.data(), probs.data(), x.data(), s.B, Tlen, s.NH, s.NKV,
+                                       s.hs, float(s.scale()), true);
+      testing::dense_attention_backward(dqkv.data(), scratch.data(), dy.data(), x.data(),
+                                        probs.data(), s.B, Tlen, s.NH, s.NKV, s.hs,
+                                        float(s.scale()), true);
+      SCOPED_TRACE("T " + std::to_string(Tlen) + " NH " + std::to_string(s.NH) + " NKV " +
+                   std::to_string(s.NKV) + " hs " + std::to_string(s.hs));
+      EXPECT_LT(rel_err(w.out, r.out), 2e-6);
+      EXPECT_LT(rel_err(w.lse, r.lse), 2e-6);
+      EXPECT_LT(rel_err(w.dqkv, dqkv_ref), 2e-6);
+      EXPECT_LT(rel_err(out, r.out), 2e-6) << "the dense kernel";
+      EXPECT_LT(rel_err(dqkv, dqkv_ref), 2e-6) << "the dense kernel";
+      EXPECT_LT(rel_err(w.out, DVec(out.begin(), out.end())), 2e-6) << "flash vs dense";
+      EXPECT_LT(rel_err(w.dqkv, DVec(dqkv.begin(), dqkv.end())), 2e-6) << "flash vs dense";
+    }
+}
+
+// Each output has one writer and the tiles go in a fixed order: the same bits at 1 and 2 threads.
+TEST(CpuFlashAttention, SameBitsAtOneAndTwoThreads) {
+  const Shape s{2, 4, 2, 16};
+  const int Tlen = 200;
+  const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 21);
+  const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 22, -1, 1);
+  CpuBackend<float> one(1);
+  const Whole<float> a = whole(one, qkv, dout, Tlen, s);
+  CpuBackend<float> two(2);
+  const Whole<float> b = whole(two, qkv, dout, Tlen, s);
+  EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.dqkv.data(), b.dqkv.data(), a.dqkv.size() * sizeof(float)));
+}
+
+// ---- the block-pair API in context parallelism's layout ------------------------------------
+
+// Rank r of N: chunks r and 2N-1-r of a sequence of 2N chunks of c rows.
+IVec cp_positions(int r, int N, int c) {
+  IVec p = iota(c, r * c), hi = iota(c, (2 * N - 1 - r) * c);
+  p.insert(p.end(), hi.begin(), hi.end());
+  return p;
+}
+
+// Rank r's attention as the ring computes it: its own keys first (kv inside its qkv), then each
+// other rank's packed kv block in ring order, merged; then the backward of every block pair with
+// the final lse. Checked against the whole sequence's reference restricted to rank r's rows.
+template <typename T>
+void check_ring(int N, int r, int c, Shape s, double tol) {
+  const int Tlen = 2 * N * c, Tq = 2 * c;
+  const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 31 + r);
+  const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 32 + r, -1, 1);
+  const Reference whole = whole_reference(qkv, dout, Tlen, s);  // every query, every key
+  const IVec qpos = cp_positions(r, N, c);
+  // the reference of rank r's queries against all keys: its dq rows, and dk dv of all keys from
+  // rank r's queries only (what the ring returns to each key's owner)
+  const DVec q_local = gather_rows(qkv, s.B, Tlen, s.QKV(), qpos);
+  const DVec dy_local = gather_rows(dout, s.B, Tlen, s.A(), qpos);
+  const Reference ref = reference(q_local, gather_rows(qkv, s.B, Tlen, s.QKV(), iota(Tlen), s.A(),
+                                                       s.QKV()),
+                                  s.KV(), qpos, iota(Tlen), dy_local, s);
+  EXPECT_LT(rel_err(ref.out, gather_rows(whole.out, s.B, Tlen, s.A(), qpos)), 1e-14);
+
+  CpuBackend<T> be(2);
+  const std::vector<T> x = as<T>(q_local), dy = as<T>(dy_local);
+  std::vector<T> out(size_t(s.B) * Tq * s.A(), T(9)), lse(size_t(s.B) * s.NH * Tq, T(9));
+  std::vector<std::vector<T>> packed(N);  // each other rank's kv (B, Tq, KV)
+  for (int step = 0; step < N; ++step) {
+    const int src = (r - step + N) % N;  // ring order: own keys, then r-1, r-2, ...
+    const IVec kpos = cp_positions(src, N, c);
+    if (src == r) {
+      be.attention_block_forward(out.data(), lse.data(), x.data(), x.data() + s.A(), s.QKV(),
+                                 qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs,
+                                 T(s.scale()), false);
+    } else {
+      packed[src] = as<T>(gather_rows(qkv, s.B, Tlen, s.QKV(), kpos, s.A(), s.QKV()));
+      be.attention_block_forward(out.data(), lse.data(), x.data(), packed[src].data(), s.KV(),
+                                 qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs,
+                                 T(s.scale()), true);
+    }
+  }
+  SCOPED_TRACE("N " + std::to_string(N) + " rank " + std::to_string(r) + " chunk " +
+               std::to_string(c));
+  EXPECT_LT(rel_err(out, ref.out), tol) << "merged out";
+  EXPECT_LT(rel_err(lse, ref.lse), tol) << "merged lse";
+
+  std::vector<T> D(lse.size(), T(9)), dq(out.size(), T(0));
+  be.attention_row_dot(D.data(), dy.data(), out.data(), s.B, Tq, s.NH, s.hs);
+  for (int src = 0; src < N; ++src) {
+    const IVec kpos = cp_positions(src, N, c);
+    std::vector<T> dkv(size_t(s.B) * Tq * s.KV(), T(0));
+    const T* kv = src == r ? x.data() + s.A() : packed[src].data();
+    be.attention_block_backward(dq.data(), dkv.data(), dy.data(), x.data(), kv,
+                                src == r ? s.QKV() : s.KV(), lse.data(), D.data(), qpos.data(),
+                                kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs, T(s.scale()));
+    EXPECT_LT(rel_err(dkv, gather_rows(ref.dkv, s.B, Tlen, s.KV(), kpos)), tol)
+        << "dk dv of rank " << src << "'s keys";
+  }
+  EXPECT_LT(rel_err(dq, ref.dq), tol) << "dq";
+}
+
+// Double: the same function up to rounding (measured: out 1e-15, lse 3e-16, dq 1e-15, dkv 1.1e-15).
+TEST(CpuFlashAttention, BlocksMergedOverTheRingEqualTheWholeSequence) {
+  for (int N : {2, 3})
+    for (int r : {0, N - 1})
+      for (int c : {5, 40})  // c 40: a 64-row tile holds rows of both chunks
+        check_ring<double>(N, r, c, Shape{2, 4, 2, 8}, 2e-14);
+  check_ring<double>(2, 1, 33, Shape{1, 2, 1, 6}, 2e-14);  // multi-query
+}
+
+// Float: the bound of the whole sequence (measured: out 3.1e-7, lse 7.7e-8, dq 3.7e-7, dkv 3.1e-7).
+TEST(CpuFlashAttention, FloatBlocksMergedOverTheRing) {
+  check_ring<float>(3, 1, 40, Shape{2, 4, 2, 16}, 2e-6);
+}
+
+// A row that sees no key of a block: lse -inf and out 0, and a merge with such a block leaves
+// (out, lse) as they were; a row that has seen nothing yet takes the next block's result.
+TEST(CpuFlashAttention, RowsThatSeeNoKey) {
+  CpuBackend<double> be(1);
+  const Shape s{1, 2, 1, 4};
+  const DVec qkv = random_values(size_t(s.B) * 4 * s.QKV(), 41);
+  const IVec qpos{0, 1, 2, 3}, late{2, 3, 4, 5}, early{0, 0, 1, 1};
+  std::vector<double> out(4 * s.A(), 9), lse(s.NH * 4, 9);
+  const double* kv = qkv.data() + s.A();
+  be.attention_block_forward(out.data(), lse.data(), qkv.data(), kv, s.QKV(), qpos.data(),
+                             late.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), false);
+  for (int h = 0; h < s.NH; ++h)
+    for (int t : {0, 1}) EXPECT_EQ(lse[h * 4 + t], -std::numeric_limits<double>::infinity());
+  for (int t : {0, 1})
+    for (int i = 0; i < s.A(); ++i) EXPECT_EQ(out[t * s.A() + i], 0.0);
+  const std::vector<double> out1 = out, lse1 = lse;
+  // the early keys merged in: equal to them alone for rows 0, 1; a proper merge for 2, 3
+  be.attention_block_forward(out.data(), lse.data(), qkv.data(), kv, s.QKV(), qpos.data(),
+                             early.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), true);
+  std::vector<double> alone(out.size()), lse_alone(lse.size());
+  be.attention_block_forward(alone.data(), lse_alone.data(), qkv.data(), kv, s.QKV(), qpos.data(),
+                             early.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), false);
+  for (int h = 0; h < s.NH; ++h)
+    for (int t : {0, 1}) EXPECT_NEAR(lse[h * 4 + t], lse_alone[h * 4 + t], 1e-15);
+  for (int t : {0, 1})
+    for (int i = 0; i < s.A(); ++i) EXPECT_NEAR(out[t * s.A() + i], alone[t * s.A() + i], 1e-15);
+  // a block no row sees changes nothing
+  const std::vector<double> out2 = out, lse2 = lse;
+  const IVec never{9, 9, 9, 9};
+  be.attention_block_forward(out.data(), lse.data(), qkv.data(), kv, s.QKV(), qpos.data(),
+                             never.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), true);
+  EXPECT_EQ(out, out2);
+  EXPECT_EQ(lse, lse2);
+}
+
+// 2-byte operands (bf16 bits) give the bits of fp32 containers holding the same rounded values:
+// the block API widens them (a packed block and a kv inside qkv, several sequences per staged
+// block and one larger than a block).
+TEST(CpuFlashAttention, BlockApiOnTwoByteOperandsEqualsFp32Containers) {
+  for (const int c : {8, 700}) {
+    const Shape s{c == 8 ? 3 : 1, 4, 2, 32};
+    const int N = 2, Tlen = 2 * N * c, Tq = 2 * c;
+    const IVec qpos = cp_positions(1, N, c), kpos = cp_positions(0, N, c);
+    DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 51);
+    DVec dout = random_values(size_t(s.B) * Tq * s.A(), 52, -1, 1);
+    for (double& v : qkv) v = round_to(float(v), Precision::Bf16);
+    for (double& v : dout) v = round_to(float(v), Precision::Bf16);
+    const DVec x = gather_rows(qkv, s.B, Tlen, s.QKV(), qpos);
+    const DVec kv = gather_rows(qkv, s.B, Tlen, s.QKV(), kpos, s.A(), s.QKV());
+    const auto bits = [](const DVec& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16_bits(float(v[i]));
+      return h;
+    };
+    const std::vector<uint16_t> xh = bits(x), kvh = bits(kv), dyh = bits(dout);
+    const std::vector<float> xf = as<float>(x), kvf = as<float>(kv), dyf = as<float>(dout);
+    CpuBackend<float> be(2);
+    const auto run = [&](CBuf<float> q, CBuf<float> own, CBuf<float> other, CBuf<float> dy) {
+      std::vector<float> out(size_t(s.B) * Tq * s.A()), lse(size_t(s.B) * s.NH * Tq),
+          D(lse.size()), dq(out.size()), dkv(size_t(s.B) * Tq * s.KV()), dkv2(dkv.size());
+      be.attention_block_forward(out.data(), lse.data(), q, own, s.QKV(), qpos.data(), qpos.data(),
+                                 s.B, Tq, Tq, s.NH, s.NKV, s.hs, float(s.scale()), false);
+      be.attention_block_forward(out.data(), lse.data(), q, other, s.KV(), qpos.data(),
+                                 kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs, float(s.scale()), true);
+      be.attention_row_dot(D.data(), dy, CBuf<float>(out.data()), s.B, Tq, s.NH, s.hs);
+      be.attention_block_backward(dq.data(), dkv.data(), dy, q, own, s.QKV(), lse.data(), D.data(),
+                                  qpos.data(), qpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs,
+                                  float(s.scale()));
+      be.attention_block_backward(dq.data(), dkv2.data(), dy, q, other, s.KV(), lse.data(),
+                                  D.data(), qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV,
+                                  s.hs, float(s.scale()));
+      std::vector<float> all = out;
+      for (const auto* v : {&lse, &D, &dq, &dkv, &dkv2}) all.insert(all.end(), v->begin(), v->end());
+      return all;
+    };
+    const auto half = [](const std::vector<uint16_t>& h, size_t at = 0) {
+      return CBuf<float>(h.data() + at, Precision::Bf16);
+    };
+    const std::vector<float> a = run(xf.data(), xf.data() + s.A(), kvf.data(), dyf.data());
+    const std::vector<float> b = run(half(xh), half(xh, s.A()), half(kvh), half(dyh));
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "chunk " << c;
+  }
+}
+
+}  // namespace
+}  // namespace mpitrain
