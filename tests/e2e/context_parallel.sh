@@ -4,8 +4,8 @@
 # per-step losses and gradient norms within fp32-order noise (the ring merges the blocks by their
 # log-sum-exps and sums dK/dV in another order; the gradients are summed over dp x cp).
 # Measured (AMD EPYC Zen 5, 2 cores): losses within 5.8e-9 relative, gradient norms within
-# 3.0e-8 (cp 2, cp 4, cp 2 with dp 2, tp 2 and ZeRO-3, pp 2 under both schedules, gpt2 and
-# llama); bf16 within 1.5e-5 and 2.5e-4 (a partial sum rounded apart can turn a bf16 value).
+# 3.0e-8 (cp 2, cp 4, cp 2 with dp 2, tp 2 with sequence parallelism and ZeRO-3 (4.0e-9,
+# 2.5e-8), pp 2 under both schedules, gpt2 and llama); bf16 within 1.5e-5 and 2.5e-4 (a partial sum rounded apart can turn a bf16 value).
 # Bounds: LOSS_TOL 1e-7, NORM_TOL 2e-7; bf16 1e-4 and 1e-3. A wrong ring or position is far
 # outside (llama cp 2): with the last ring step skipped the losses moved by 1.8e-4 to 2e-3
 # relative, the norms by 0.02 to 0.46; with rank 0's second chunk rotated at the positions of
@@ -40,19 +40,19 @@ llama="--arch llama --n-kv-head 2"
 # shellcheck disable=SC2016
 run_cases 2 'run gpt2 1' 'run gpt2-cp2-dp2 4 --cp 2 --dp 2' \
   "run llama 1 $llama --steps 6" "run llama-cp2 2 $llama --cp 2 --steps 6" \
-  "run llama-cp4 4 $llama --cp 4" "run llama-cp2-tp2-zero3 4 $llama --cp 2 --tp 2 --zero 3" \
+  "run llama-cp4 4 $llama --cp 4" "run llama-cp2-tp2-sp-zero3 4 $llama --cp 2 --tp 2 --sequence-parallel --zero 3" \
   "run llama-cp2-pp2-1f1b 4 $llama --cp 2 --pp 2 --pp-schedule 1f1b" \
   "run llama-cp2-pp2-gpipe-recompute 4 $llama --cp 2 --pp 2 --pp-schedule gpipe --recompute full" \
   "run llama-bf16 1 $llama --precision bf16" "run llama-bf16-cp2 2 $llama --precision bf16 --cp 2"
 # (run_cases runs each case in a subshell: the files are read here)
-for name in gpt2 gpt2-cp2-dp2 llama llama-cp2 llama-cp4 llama-cp2-tp2-zero3 llama-cp2-pp2-1f1b \
+for name in gpt2 gpt2-cp2-dp2 llama llama-cp2 llama-cp4 llama-cp2-tp2-sp-zero3 llama-cp2-pp2-1f1b \
             llama-cp2-pp2-gpipe-recompute llama-bf16 llama-bf16-cp2; do
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
   metric "$SCRATCH/$name/metrics.jsonl" grad_norm > "$SCRATCH/$name.norm"
 done
 grep -q "dp 2 x tp 1 x pp 1 x cp 2" "$SCRATCH/gpt2-cp2-dp2.log" || fail "the start-up line shows no cp"
 same gpt2 gpt2-cp2-dp2
-for name in llama-cp2 llama-cp4 llama-cp2-tp2-zero3 llama-cp2-pp2-1f1b llama-cp2-pp2-gpipe-recompute; do
+for name in llama-cp2 llama-cp4 llama-cp2-tp2-sp-zero3 llama-cp2-pp2-1f1b llama-cp2-pp2-gpipe-recompute; do
   same llama $name
 done
 same llama-bf16 llama-bf16-cp2 $BF16_LOSS_TOL $BF16_NORM_TOL
