@@ -5,7 +5,8 @@
 # log-sum-exps and sums dK/dV in another order; the gradients are summed over dp x cp).
 # Measured (AMD EPYC Zen 5, 2 cores): losses within 5.8e-9 relative, gradient norms within
 # 3.0e-8 (cp 2, cp 4, cp 2 with dp 2, tp 2 with sequence parallelism and ZeRO-3 (4.0e-9,
-# 2.5e-8), pp 2 under both schedules, gpt2 and llama); bf16 within 1.5e-5 and 2.5e-4 (a partial sum rounded apart can turn a bf16 value).
+# 2.5e-8), pp 2 under both schedules, gpt2 and llama); bf16 within 1.5e-5 and 2.5e-4 (a
+# partial sum rounded apart can turn a bf16 value).
 # Bounds: LOSS_TOL 1e-7, NORM_TOL 2e-7; bf16 1e-4 and 1e-3. A wrong ring or position is far
 # outside (llama cp 2): with the last ring step skipped the losses moved by 1.8e-4 to 2e-3
 # relative, the norms by 0.02 to 0.46; with rank 0's second chunk rotated at the positions of
