@@ -12,13 +12,16 @@
 // independent of the thread count. Each phase reads the row once (phase 3 only with a gradient),
 // and e^x is the vectorised cpu::exp_fast for float.
 //
-// 2-byte logits: blocks of rows staged (cpu_storage.hpp). ce_loss's total is then summed after
-// the blocks, over the same row chunks and from the same per-row values as the fp32 kernel, so it
-// is the same double.
+// 2-byte logits: each thread widens its row into a row of fp32 scratch (in cache: a block of rows
+// staged through memory cost 1.7x the fp32 phases) and runs the same row functions on it, the
+// gradient rounded back into the row. ce_loss's total is summed after the rows, over the same row
+// chunks and from the same per-row values either way, so it is the same double.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "cpu_kernels.hpp"
 #include "cpu_storage.hpp"
@@ -43,110 +46,100 @@ inline double row_loss(T m, T z, T target_logit) {
          static_cast<double>(target_logit);
 }
 
+// ---- one row's pieces, on T values --------------------------------------------------------
 template <typename T>
-void ce_row_max_kernel(const T* logits, T* row_max, int N, int Vl, int v0, int V) {
-  const int R = real_columns(Vl, v0, V);
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * R > cpu::kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const T* x = logits + static_cast<size_t>(n) * Vl;
-    T m = -std::numeric_limits<T>::infinity();
-    // not std::max(m, x[j]): GCC leaves that form scalar. A NaN logit may be dropped here, but
-    // e^(NaN - m) = NaN in phase 2 still makes the row's loss NaN.
+inline T max_of_row(const T* x, int R) {
+  T m = -std::numeric_limits<T>::infinity();
+  // not std::max(m, x[j]): GCC leaves that form scalar. A NaN logit may be dropped here, but
+  // e^(NaN - m) = NaN in phase 2 still makes the row's loss NaN.
 #pragma omp simd reduction(max : m)
-    for (int j = 0; j < R; ++j) m = m > x[j] ? m : x[j];
-    row_max[n] = m;
-  }
+  for (int j = 0; j < R; ++j) m = m > x[j] ? m : x[j];
+  return m;
 }
 
 template <typename T>
-void ce_stats_kernel(const T* logits, const T* row_max, const int32_t* targets, T* stats, int N,
-                     int Vl, int v0, int V) {
-  const int R = real_columns(Vl, v0, V);
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * R > cpu::kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const T* x = logits + static_cast<size_t>(n) * Vl;
-    const T m = row_max[n];
-    double z = 0.0;
+inline double row_sum_exp(const T* x, T m, int R) {
+  double z = 0.0;
 #pragma omp simd reduction(+ : z)
-    for (int j = 0; j < R; ++j) z += cpu::exp_fast(x[j] - m);
-    stats[n] = static_cast<T>(z);
-    const int t = targets[n] - v0;
-    stats[N + n] = t >= 0 && t < R ? x[t] : T(0);
-  }
+  for (int j = 0; j < R; ++j) z += cpu::exp_fast(x[j] - m);
+  return z;
 }
 
+// x = the row's gradient: e^(x_j - m) (dloss / z) - [j == t] dloss, 0 in the padding.
 template <typename T>
-double ce_loss_kernel(T* logits, const T* row_max, const T* stats, const int32_t* targets,
-                      T* losses, int N, int Vl, int v0, int V, T dloss) {
-  const int R = real_columns(Vl, v0, V);
-  const bool grad = dloss != T(0);
-  return cpu::chunked_sum(N, loss_rows_per_chunk(Vl), [&](size_t n0, size_t n1) {
-    double total = 0.0;
-    for (size_t n = n0; n < n1; ++n) {
-      const T m = row_max[n];
-      const double z = static_cast<double>(stats[n]);
-      const double loss = row_loss(m, stats[n], stats[N + n]);
-      losses[n] = static_cast<T>(loss);
-      total += loss;
-      if (grad) {
-        T* x = logits + n * Vl;
-        const T s = static_cast<T>(1.0 / z) * dloss;
+inline void row_gradient(T* x, T m, double z, int t, int R, int Vl, T dloss) {
+  const T s = static_cast<T>(1.0 / z) * dloss;
 #pragma omp simd
-        for (int j = 0; j < R; ++j) x[j] = cpu::exp_fast(x[j] - m) * s;
-        for (int j = R; j < Vl; ++j) x[j] = T(0);
-        const int t = targets[n] - v0;
-        if (t >= 0 && t < R) x[t] -= dloss;
-      }
+  for (int j = 0; j < R; ++j) x[j] = cpu::exp_fast(x[j] - m) * s;
+  for (int j = R; j < Vl; ++j) x[j] = T(0);
+  if (t >= 0 && t < R) x[t] -= dloss;
+}
+
+// The per-thread rows 2-byte logits are widened into (omp_get_max_threads() rows of Vl), from
+// the staging scratch; null for fp32 logits, which are read and written in place.
+template <typename T>
+T* staged_rows(cpu::Staging& staging, CBuf<T> logits, int Vl) {
+  if (!cpu::staged(logits)) return nullptr;
+  return staging.take<T>(cpu::kSlotA, static_cast<size_t>(omp_get_max_threads()) * Vl);
+}
+
+// f(n, x) over the N rows, in parallel above `work`; x: row n as T values, the row itself, or
+// with `rows`, widened into this thread's row there and (for a Buf, which f writes) rounded back
+// after f: the bits of the emulated path (the same row functions on the same values).
+template <typename T, class B, class F>
+void for_rows(B logits, T* rows, int N, int Vl, size_t work, F&& f) {
+  const size_t row = static_cast<size_t>(Vl);
+#pragma omp parallel for schedule(static) if (work > cpu::kParallelWork)
+  for (int n = 0; n < N; ++n) {
+    const B src = logits + n * row;
+    if (rows == nullptr) {
+      f(n, src.full());
+      continue;
     }
-    return total;
-  });
+    T* x = rows + static_cast<size_t>(omp_get_thread_num()) * row;
+    cpu::widen_row(x, CBuf<T>(src), row);
+    f(n, x);
+    if constexpr (std::is_same_v<B, Buf<T>>) cpu::narrow_row(src, x, row);
+  }
 }
 
 }  // namespace
 
 template <typename T>
 void CpuBackend<T>::ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) {
-  if (!cpu::staged(logits)) return ce_row_max_kernel(logits.full(), row_max, N, Vl, v0, V);
-  cpu::for_row_blocks(N, Vl, [&](size_t n0, size_t rows) {
-    ce_row_max_kernel(staging_->widened(cpu::kSlotA, logits + n0 * Vl, rows * Vl), row_max + n0,
-                      static_cast<int>(rows), Vl, v0, V);
-  });
+  const int R = real_columns(Vl, v0, V);
+  for_rows(logits, staged_rows(*staging_, logits, Vl), N, Vl, static_cast<size_t>(N) * R,
+           [&](int n, const T* x) { row_max[n] = max_of_row(x, R); });
 }
 
-// A block's stats come back as [sums (rows) | target logits (rows)] and go to their halves.
 template <typename T>
 void CpuBackend<T>::ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats,
                              int N, int Vl, int v0, int V) {
-  if (!cpu::staged(logits))
-    return ce_stats_kernel(logits.full(), row_max, targets, stats, N, Vl, v0, V);
-  cpu::for_row_blocks(N, Vl, [&](size_t n0, size_t rows) {
-    T* st = staging_->take<T>(cpu::kSlotD, 2 * rows);
-    ce_stats_kernel(staging_->widened(cpu::kSlotA, logits + n0 * Vl, rows * Vl), row_max + n0,
-                    targets + n0, st, static_cast<int>(rows), Vl, v0, V);
-    std::memcpy(stats + n0, st, rows * sizeof(T));
-    std::memcpy(stats + N + n0, st + rows, rows * sizeof(T));
-  });
+  const int R = real_columns(Vl, v0, V);
+  for_rows(logits, staged_rows(*staging_, logits, Vl), N, Vl, static_cast<size_t>(N) * R,
+           [&](int n, const T* x) {
+             stats[n] = static_cast<T>(row_sum_exp(x, row_max[n], R));
+             const int t = targets[n] - v0;
+             stats[N + n] = t >= 0 && t < R ? x[t] : T(0);
+           });
 }
 
-// Without a gradient the logits are not read, so they are not widened.
+// The total is summed over fixed row chunks of the per-row losses (the same double with or
+// without the gradient, staged or not).
 template <typename T>
 double CpuBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
                               const int32_t* targets, T* losses, int N, int Vl, int v0, int V,
                               T dloss) {
-  if (!cpu::staged(logits))
-    return ce_loss_kernel(logits.full(), row_max, stats, targets, losses, N, Vl, v0, V, dloss);
-  const bool grad = dloss != T(0);
-  cpu::for_row_blocks(N, Vl, [&](size_t n0, size_t rows) {
-    const size_t at = n0 * Vl, n = rows * Vl;
-    T* x = grad ? staging_->take<T>(cpu::kSlotA, n) : nullptr;
-    if (grad) cpu::widen(x, CBuf<T>(logits + at), n);
-    T* st = staging_->take<T>(cpu::kSlotD, 2 * rows);
-    std::memcpy(st, stats + n0, rows * sizeof(T));
-    std::memcpy(st + rows, stats + N + n0, rows * sizeof(T));
-    ce_loss_kernel(x, row_max + n0, st, targets + n0, losses + n0, static_cast<int>(rows), Vl, v0,
-                   V, dloss);
-    if (grad) cpu::narrow(logits + at, x, n);
-  });
+  const int R = real_columns(Vl, v0, V);
+  for (int n = 0; n < N; ++n)
+    losses[n] = static_cast<T>(row_loss(row_max[n], stats[n], stats[N + n]));
+  if (dloss != T(0)) {
+    for_rows(logits, staged_rows(*staging_, CBuf<T>(logits), Vl), N, Vl,
+             static_cast<size_t>(N) * Vl, [&](int n, T* x) {
+               row_gradient(x, row_max[n], static_cast<double>(stats[n]), targets[n] - v0, R, Vl,
+                            dloss);
+             });
+  }
   return cpu::chunked_sum(N, loss_rows_per_chunk(Vl), [&](size_t n0, size_t n1) {
     double total = 0.0;
     for (size_t r = n0; r < n1; ++r) total += row_loss(row_max[r], stats[r], stats[N + r]);

@@ -23,17 +23,23 @@ namespace {
                  dnnl_status2str(e.status) + ")");
 }
 
-// dst[i] = the bf16 bits of src[i]: exact (the low 16 bits dropped) for values bf16 can hold.
+// dst[i] = the bf16 bits of src[i], rounded to nearest even (exact for values bf16 can hold).
 void to_bf16(uint16_t* dst, const float* src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelWork)
   for (size_t i = 0; i < n; ++i) dst[i] = to_bf16_bits(src[i]);
+}
+
+// dst[i] = the value of the bf16 bits src[i] (exact).
+void from_bf16(float* dst, const uint16_t* src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelWork)
+  for (size_t i = 0; i < n; ++i) dst[i] = from_bf16_bits(src[i]);
 }
 
 }  // namespace
 
 void Bf16MatmulDelete::operator()(Bf16Matmul* p) const { delete p; }
 
-Bf16Matmul::Bf16Matmul() {
+Bf16Matmul::Bf16Matmul(int chunk) : chunk_(chunk) {
   try {
     engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
     stream_ = dnnl::stream(engine_);
@@ -61,11 +67,13 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
   Plan p;
   if (native_) {
     using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
     try {
-      const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? tag::ba : tag::ab);
-      const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? tag::ba : tag::ab);
-      const dnnl::memory::desc c({k.M, k.N}, k.c_bf16 ? dt::bf16 : dt::f32, tag::ab);
+      using strides = dnnl::memory::dims;
+      const dnnl::memory::desc a({k.M, k.K}, dt::bf16,
+                                 k.ta ? strides{1, k.lda} : strides{k.lda, 1});
+      const dnnl::memory::desc b({k.K, k.N}, dt::bf16,
+                                 k.tb ? strides{1, k.ldb} : strides{k.ldb, 1});
+      const dnnl::memory::desc c({k.M, k.N}, k.c_bf16 ? dt::bf16 : dt::f32, strides{k.ldc, 1});
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (k.accumulate) {
@@ -92,6 +100,43 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
     }
   }
   return plans_.emplace(k, std::move(p)).first->second;
+}
+
+Bf16Matmul::Along Bf16Matmul::along(const Key& k) const {
+  const int longest = std::max({k.M, k.N, k.K});
+  if (longest <= 4 * chunk_) return Along::None;
+  return longest == k.N ? Along::N : longest == k.M ? Along::M : Along::K;
+}
+
+template <class F>
+void Bf16Matmul::for_pieces(const Key& k, F&& f) const {
+  const Along dim = along(k);
+  if (dim == Along::None) return f(k, size_t{0}, size_t{0}, size_t{0});
+  const int longest = dim == Along::N ? k.N : dim == Along::M ? k.M : k.K;
+  for (int at = 0; at < longest; at += chunk_) {
+    const int n = std::min(chunk_, longest - at);
+    const size_t i = static_cast<size_t>(at);
+    Key piece = k;
+    if (dim == Along::N) {  // columns of C and B
+      piece.N = n;
+      f(piece, size_t{0}, k.tb ? i * k.ldb : i, i);
+    } else if (dim == Along::M) {  // rows of C and A
+      piece.M = n;
+      f(piece, k.ta ? i : i * k.lda, size_t{0}, i * k.ldc);
+    } else {  // along K: the pieces' products add up in fp32
+      piece.K = n;
+      piece.accumulate = k.accumulate || at > 0;
+      piece.c_bf16 = false;
+      f(piece, k.ta ? i * k.lda : i, k.tb ? i : i * k.ldb, size_t{0});
+    }
+  }
+}
+
+bool Bf16Matmul::has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16) {
+  bool all = true;
+  for_pieces(whole(ta, tb, M, N, K, accumulate, c_bf16),
+             [&](const Key& piece, size_t, size_t, size_t) { all = all && plan(piece).bf16; });
+  return all;
 }
 
 const uint16_t* Bf16Matmul::operand_a(const void* A, bool is_bf16, size_t n, bool a_unchanged) {
@@ -128,12 +173,29 @@ bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A,
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
                           const uint16_t* b, bool accumulate, float* C) {
-  return run({M, N, K, ta, tb, accumulate, false}, a, b, C);
+  return run_pieces(whole(ta, tb, M, N, K, accumulate, false), a, b, C);
 }
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
                           const uint16_t* b, bool accumulate, uint16_t* C) {
-  return run({M, N, K, ta, tb, accumulate, true}, a, b, C);
+  return run_pieces(whole(ta, tb, M, N, K, accumulate, true), a, b, C);
+}
+
+// Pieces along K into a bf16 C add up in sum_ (C's values first where they accumulate), which
+// is rounded into C once at the end: the one rounding of the whole product.
+bool Bf16Matmul::run_pieces(const Key& k, const uint16_t* a, const uint16_t* b, void* C) {
+  if (!has_kernel(k.ta, k.tb, k.M, k.N, k.K, k.accumulate, k.c_bf16)) return false;
+  const size_t c_elems = static_cast<size_t>(k.M) * k.N;
+  const bool split_k = k.c_bf16 && along(k) == Along::K;
+  float* sum = split_k ? static_cast<float*>(sum_.reserve(c_elems * sizeof(float))) : nullptr;
+  if (split_k && k.accumulate) from_bf16(sum, static_cast<const uint16_t*>(C), c_elems);
+  const size_t c_size = k.c_bf16 && !split_k ? sizeof(uint16_t) : sizeof(float);
+  char* c = split_k ? reinterpret_cast<char*>(sum) : static_cast<char*>(C);
+  for_pieces(k, [&](const Key& piece, size_t at_a, size_t at_b, size_t at_c) {
+    run(piece, a + at_a, b + at_b, c + at_c * c_size);
+  });
+  if (split_k) to_bf16(static_cast<uint16_t*>(C), sum, c_elems);
+  return true;
 }
 
 bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, void* C) {

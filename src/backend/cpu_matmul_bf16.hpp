@@ -5,7 +5,11 @@
 // even: the bits of the fp32 result rounded by round_to).
 //
 // One primitive per shape (M, N, K, transpositions, accumulate, result type), created on first
-// use and kept;
+// use and kept. A product whose largest dimension exceeds 4 chunks (the head's vocabulary: GPT-2's
+// 50304) runs as pieces of `chunk` along it, strided views of the operands: oneDNN 2.6 runs it
+// whole at 0.7-0.9x the rate of the pieces (GPT-2 small's head, 1 thread, GFLOP/s per CPU second
+// on Zen 5: dinp 268-286 whole vs 385-391 in pieces, dW 304-309 vs 336-379, forward 330-350 vs
+// 370-374); pieces along K add up in fp32 scratch, rounded once into a bf16 C.
 // the scratch buffers (both operands and oneDNN's scratchpad, which it is told to take from us)
 // grow to the largest shape seen, so repeated shapes allocate nothing of their own.
 #pragma once
@@ -30,7 +34,10 @@ inline bool onednn_has(dnnl::cpu_isa need) {
 
 class Bf16Matmul {
  public:
-  Bf16Matmul();  // the CPU engine and stream; finds whether the CPU has bf16 instructions
+  // The CPU engine and stream; finds whether the CPU has bf16 instructions. chunk: the pieces'
+  // length (tests make it small).
+  explicit Bf16Matmul(int chunk = kChunk);
+  static constexpr int kChunk = 4096;
 
   bool native() const { return native_; }  // avx512_bf16 (or AMX) present and enabled
 
@@ -50,9 +57,7 @@ class Bf16Matmul {
                 bool accumulate, uint16_t* C);
   // Whether multiply runs a bf16 kernel for this shape (creating its primitive); c_bf16: into a
   // bf16 C.
-  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16 = false) {
-    return plan({M, N, K, ta, tb, accumulate, c_bf16}).bf16;
-  }
+  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16 = false);
   // The n elements of an operand as bf16 bits: itself where it is bf16 already, else its floats
   // converted into scratch (A's copy reused where a_unchanged and it is the same A, as above).
   const uint16_t* operand_a(const void* A, bool is_bf16, size_t n, bool a_unchanged);
@@ -62,8 +67,20 @@ class Bf16Matmul {
   struct Key {
     int M, N, K;
     bool ta, tb, accumulate, c_bf16;
+    int lda, ldb, ldc;  // row strides: A (K,M) rows when ta, B (N,K) rows when tb, C's
     auto operator<=>(const Key&) const = default;
   };
+  // A whole product: contiguous operands.
+  static Key whole(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16) {
+    return {M, N, K, ta, tb, accumulate, c_bf16, ta ? M : K, tb ? K : N, N};
+  }
+  // The dimension a product is split along: its longest, where that exceeds 4 chunks.
+  enum class Along { None, M, N, K };
+  Along along(const Key& k) const;
+  // f(piece, A offset, B offset, C offset) (offsets in elements) over the pieces of k: k itself
+  // where no dimension exceeds 4 chunks; pieces along K accumulate after the first, into fp32.
+  template <class F>
+  void for_pieces(const Key& k, F&& f) const;
   struct Plan {
     bool bf16 = false;  // false: oneDNN has no bf16 kernel for this shape (sgemm instead)
     dnnl::matmul matmul;
@@ -71,16 +88,18 @@ class Bf16Matmul {
   };
 
   Plan& plan(const Key& key);
-  bool run(const Key& key, const uint16_t* a, const uint16_t* b, void* c);
+  bool run(const Key& key, const uint16_t* a, const uint16_t* b, void* c);  // one primitive
+  bool run_pieces(const Key& key, const uint16_t* a, const uint16_t* b, void* c);
   void say_fallback(const char* why);
 
   dnnl::engine engine_;
   dnnl::stream stream_;
+  int chunk_;
   bool native_ = false;
   bool said_fallback_ = false;
   std::map<Key, Plan> plans_;
-  ScratchBuffer a_, b_, scratchpad_;
-  const float* a_source_ = nullptr;  // the previous call's A, if a_ holds its bf16 copy
+  ScratchBuffer a_, b_, scratchpad_, sum_;  // sum_: the fp32 C of pieces along K into a bf16 C
+  const float* a_source_ = nullptr;         // the previous call's A, if a_ holds its bf16 copy
   size_t a_count_ = 0;
 };
 

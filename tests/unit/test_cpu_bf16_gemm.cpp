@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
+#include "../../src/backend/cpu_matmul_bf16.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -270,6 +270,63 @@ TEST(CpuBf16Gemm, Bf16KernelsExactlyWhereTheCpuHasThem) {
   EXPECT_FALSE(CpuBackend<float>(1, Precision::Fp32).bf16_gemms());
   EXPECT_FALSE(CpuBackend<float>(1).bf16_gemms());
   EXPECT_THROW(CpuBackend<double>(1, Precision::Bf16), Error);
+}
+
+// Products whose longest dimension exceeds 4 chunks run in pieces along it (cpu_matmul_bf16.hpp):
+// with a chunk of 16, each split (along N, M, K; both transpositions; fp32 and bf16 C, with and
+// without accumulation) against the double reference. A bf16 C is the fp32 result rounded once:
+// along K the pieces add up in fp32, so it equals the fp32 C of the same call rounded, bit for bit.
+TEST(CpuBf16Gemm, ProductsInPiecesMatchDoubleReference) {
+  cpu::Bf16Matmul pieces(16);
+  if (!pieces.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
+  struct Case {
+    const char* along;
+    bool ta, tb;
+    int M, N, K;
+  };
+  const Case cases[] = {{"N", false, true, 9, 150, 24},   {"N", true, false, 7, 131, 20},
+                        {"M", true, false, 150, 20, 9},   {"M", false, true, 140, 12, 17},
+                        {"K", false, false, 12, 10, 150}, {"K", true, true, 11, 13, 170}};
+  const auto bits = [](const FVec& v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
+    return b;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("along ") + c.along + " M=" + std::to_string(c.M) +
+                 " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+    const size_t mk = static_cast<size_t>(c.M) * c.K, kn = static_cast<size_t>(c.K) * c.N,
+                 mn = static_cast<size_t>(c.M) * c.N;
+    const FVec a = random_values(mk, 51), b = random_values(kn, 52), c0 = random_values(mn, 53);
+    const std::vector<uint16_t> a16 = bits(a), b16 = bits(b), c016 = bits(c0);
+    for (const bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+      DVec ref(mn);
+      for (int m = 0; m < c.M; ++m)
+        for (int n = 0; n < c.N; ++n) {
+          double s = accumulate ? c0[static_cast<size_t>(m) * c.N + n] : 0.0;
+          for (int k = 0; k < c.K; ++k)
+            s +=
+                static_cast<double>(
+                    a[c.ta ? static_cast<size_t>(k) * c.M + m : static_cast<size_t>(m) * c.K + k]) *
+                b[c.tb ? static_cast<size_t>(n) * c.K + k : static_cast<size_t>(k) * c.N + n];
+          ref[static_cast<size_t>(m) * c.N + n] = s;
+        }
+      FVec c32(c0);
+      std::vector<uint16_t> c16(c016);
+      ASSERT_TRUE(pieces.multiply(c.ta, c.tb, c.M, c.N, c.K, a16.data(), b16.data(), accumulate,
+                                  c32.data()));
+      ASSERT_TRUE(pieces.multiply(c.ta, c.tb, c.M, c.N, c.K, a16.data(), b16.data(), accumulate,
+                                  c16.data()));
+      EXPECT_LE(rel_frobenius(c32, ref), bound(c.K + 1)) << "fp32 C";
+      FVec widened(mn);
+      for (size_t i = 0; i < mn; ++i) widened[i] = from_bf16_bits(c16[i]);
+      EXPECT_LE(rel_frobenius(widened, ref), std::ldexp(1.0, -9)) << "bf16 C: one rounding";
+      if (c.along[0] == 'K') {
+        EXPECT_EQ(c16, bits(c32)) << "bf16 C = the fp32 C rounded once";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
 //   - bf16 on a CPU with bf16 instructions (AVX512-BF16 / AMX; bf16_gemms()): oneDNN bf16 matmuls
 //     reading 2-byte operands as they lie in memory (fp32-container operands are converted into
 //     scratch), fp32 accumulation (onto the bias), one call per product: a 2-byte result written
-//     by oneDNN in bf16 (the fp32 sum rounded once), an fp32 one in fp32. One primitive per shape,
+//     by oneDNN in bf16 (the fp32 sum rounded once), an fp32 one in fp32 (a vocabulary-long
+//     product in pieces along that dimension: cpu_matmul_bf16.hpp). One primitive per shape,
 //     created on first use and cached. Where oneDNN has only reference
 //     code for a shape, the blocked sgemm below runs instead, said once on stderr.
 //   - otherwise (fp16 always: no CPU here has fp16 arithmetic): blocked sgemm. Tiles of A, B (and
