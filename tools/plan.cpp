@@ -123,7 +123,9 @@ bool parse(int argc, char** argv, PlanOptions& o) {
       ("zero-shard-size", po::value(&o.limits.zero_shard),
        "ZeRO-2/3 shard over groups of this many dp ranks, replicated across dp / D (HSDP); only "
        "grids whose dp it divides get ZeRO-2/3 options (default: the whole dp group)")
-      ("recompute", po::value<std::string>(), "only none, selective or full");
+      ("recompute", po::value<std::string>(), "only none, selective or full")
+      ("sequence-parallel", po::value<bool>(),
+       "only with (true) or without (false) sequence parallelism; unset: both where tp > 1");
   po::options_description all(
       "plan: the parallel layout of a model for a cluster (ranked by estimated step time)\n"
       "usage: plan --config MODEL.ini (--cluster FILE | --nodes N --gpus-per-node G --gpu-mem GiB "
@@ -192,6 +194,8 @@ bool parse(int argc, char** argv, PlanOptions& o) {
   if (vm.count("zero3-reshard-after-forward"))
     o.limits.reshard_after_forward = vm["zero3-reshard-after-forward"].as<bool>();
   if (vm.count("recompute")) o.limits.recompute = parse_recompute(vm["recompute"].as<std::string>());
+  if (vm.count("sequence-parallel"))
+    o.limits.sequence_parallel = vm["sequence-parallel"].as<bool>();
   for (const char* name : {"global-batch", "seq-len", "vocab-size"})
     require(!vm.count(name) || vm[name].as<int>() > 0, std::string("--") + name + " must be positive");
   return true;

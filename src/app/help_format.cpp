@@ -1,10 +1,11 @@
 #include "mpitrain/app/help_format.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
+
+#include "mpitrain/io/shortest_text.hpp"
 
 namespace po = boost::program_options;
 
@@ -14,13 +15,6 @@ namespace {
 
 constexpr size_t kDescriptionColumn = 30;  // names and placeholder up to 28 columns fit beside
 constexpr char kGlue = '\x1f';  // a space that wrap() does not break at: "(default: 0)" stays whole
-
-// std::to_chars without a precision: the shortest text that reads back to the same value.
-template <typename F>
-std::string shortest(F value) {
-  char text[32];
-  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
-}
 
 // Takes no value (--help) or an optional one (--overwrite, the same as --overwrite=true).
 bool is_flag(const po::option_description& option) { return option.semantic()->min_tokens() == 0; }
@@ -86,8 +80,8 @@ std::string format_value(const boost::any& value) {
   if (const auto* s = boost::any_cast<std::string>(&value)) return *s;
   if (const auto* i = boost::any_cast<int>(&value)) return std::to_string(*i);
   if (const auto* u = boost::any_cast<uint64_t>(&value)) return std::to_string(*u);
-  if (const auto* d = boost::any_cast<double>(&value)) return shortest(*d);
-  if (const auto* f = boost::any_cast<float>(&value)) return shortest(*f);
+  if (const auto* d = boost::any_cast<double>(&value)) return shortest_text(*d);
+  if (const auto* f = boost::any_cast<float>(&value)) return shortest_text(*f);
   if (const auto* b = boost::any_cast<bool>(&value)) return *b ? "true" : "false";
   throw std::logic_error(std::string("format_value: no format for ") + value.type().name());
 }

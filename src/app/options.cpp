@@ -282,6 +282,10 @@ po::options_description parallel_options(TrainConfig& t) {
       ("pp-layers", with_default(&t.pp_layers)->value_name("N,N,..."),
        "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
       ("pp-schedule", with_default(&t.pp_schedule)->value_name("gpipe|1f1b"), "pipeline schedule")
+      ("sequence-parallel", flag(&t.sequence_parallel),
+       "with tp > 1: the norms, residual adds and embedding output on 1/tp of the rows per rank "
+       "(Megatron's sequence parallelism): their activations / tp, the tp all-reduces become "
+       "reduce-scatter / all-gather pairs; seq-len must be divisible by tp")
       ("bucket-mb", with_default(&t.bucket_mb), "data-parallel gradient all-reduce bucket (MiB)")
       ("zero", with_default(&t.zero),
        "sharding over dp: 1 = ZeRO-1, optimizer state and master weights (reduce-scatter the "
@@ -358,7 +362,11 @@ po::options_description checkpoint_options(TrainConfig& t) {
        "at the end, write every parameter with its full shape to this HDF5 file")
       ("export-hf", with_default(&t.export_hf)->value_name("DIR"),
        "at the end, write a Hugging Face checkpoint (config.json, model.safetensors) to this "
-       "new directory");
+       "new directory")
+      ("export-hf-shard-size", with_default(&t.export_hf_shard_size)->value_name("SIZE"),
+       "--export-hf: tensors past this size go into model-0000N-of-0000M.safetensors files of "
+       "at most it each, with model.safetensors.index.json (transformers' max_shard_size: "
+       "bytes, or 500MB, 5GB, 2GiB)");
   return d;
 }
 

@@ -1,11 +1,11 @@
 // The checkpoint manifest: its attributes, their checksum and their ranges.
-#include <charconv>
 #include <cmath>
 #include <limits>
 
 #include "ckpt_io.hpp"
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/io/hdf5.hpp"
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/monitor/crc32c.hpp"
 
 namespace mpitrain {
@@ -16,22 +16,13 @@ namespace {
 // checksummed only when not empty or 0), so that files from before it still read.
 constexpr int kOptionalField = 0;
 
-// A model field that older files lack: written and printed only when it is not the default of
-// the model's arch (read before it), which an absent attribute then means.
+// A model field that older files lack: written and printed only when it is not its default for
+// the model's arch (ModelConfig::set_arch; read before it), which an absent attribute then means,
+// so files from before it read as the default and their checksums stay as they were.
 template <class V>
 struct ArchDefault {
   V value;
 };
-
-// A model switch recorded only where it differs from its default (an optional field: files from
-// before it read as the default, and their checksums stay as they were). B: bool or const bool.
-template <class B>
-struct Switch {
-  B& value;
-  bool fallback;
-};
-template <class B>
-Switch(B&, bool) -> Switch<B>;
 
 // Calls f(attribute name, field, format version that added it) for every field, in file order
 // (one list for write, read, print).
@@ -79,11 +70,12 @@ void for_each_field(M& m, F&& f) {
   f("data", m.data, kOptionalField);
   f("lr_decay_steps", m.lr_decay_steps, kOptionalField);
   // attention variants (config.hpp): absent = the default
-  f("qk_norm", Switch{m.model.qk_norm, false}, kOptionalField);
+  f("qk_norm", m.model.qk_norm, arch_default(&ModelConfig::qk_norm));
   f("rope_scaling", m.model.rope_scaling, kOptionalField);
-  f("scale_attn_weights", Switch{m.model.scale_attn_weights, true}, kOptionalField);
-  f("scale_attn_by_inverse_layer_idx", Switch{m.model.scale_attn_by_inverse_layer_idx, false},
-    kOptionalField);
+  f("scale_attn_weights", m.model.scale_attn_weights,
+    arch_default(&ModelConfig::scale_attn_weights));
+  f("scale_attn_by_inverse_layer_idx", m.model.scale_attn_by_inverse_layer_idx,
+    arch_default(&ModelConfig::scale_attn_by_inverse_layer_idx));
 }
 
 using RopeType = ModelConfig::RopeScaling::Type;
@@ -110,9 +102,6 @@ struct FieldWriter {
   void operator()(const char* n, V v, ArchDefault<V> d) const {
     if (v != d.value) write_attribute_int(group, n, v);
   }
-  void operator()(const char* n, Switch<const bool> v, int) const {
-    if (v.value != v.fallback) write_attribute_int(group, n, v.value ? 1 : 0);
-  }
   void operator()(const char* n, const ModelConfig::RopeScaling& v, int) const {
     if (v.type != RopeType::None) write_attribute_string(group, n, to_string(v));
   }
@@ -122,7 +111,7 @@ struct FieldReader {
   hid_t group;
   const int64_t* version;  // the file's format version (its field is read first)
   template <class V>
-  void operator()(const char* n, V&& v, int since) const {  // V&&: a Switch comes as a temporary
+  void operator()(const char* n, V& v, int since) const {
     if (since > *version) return;  // not in files of this version: the default stands
     if (since == kOptionalField && !has_attribute(group, n)) return;
     if (!has_attribute(group, n))
@@ -159,13 +148,6 @@ struct FieldReader {
   void read(const char* n, OptimizerKind& v) const {
     v = parse_optimizer(read_attribute_string(group, n));
   }
-  void read(const char* n, Switch<bool>& v) const {
-    const int64_t x = read_attribute_int(group, n);
-    if (x != 0 && x != 1)
-      throw Error("manifest attribute '" + std::string(n) + "' = " + std::to_string(x) +
-                  " is not 0 or 1");
-    v.value = x == 1;
-  }
   void read(const char* n, ModelConfig::RopeScaling& v) const {
     try {
       v = parse_rope_scaling(read_attribute_string(group, n));
@@ -175,14 +157,6 @@ struct FieldReader {
   }
 };
 
-// The shortest text that reads back as v ("1e-05" for the float 1e-5f).
-template <class T>
-std::string text_of(T v) {
-  char buf[40];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, ec == std::errc() ? end : buf);
-}
-
 struct FieldPrinter {
   std::vector<std::pair<std::string, std::string>>* out;
   void add(const char* n, std::string v) const { out->emplace_back(n, std::move(v)); }
@@ -191,8 +165,8 @@ struct FieldPrinter {
   }
   void operator()(const char* n, int v, int) const { add(n, std::to_string(v)); }
   void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
-  void operator()(const char* n, double v, int) const { add(n, text_of(v)); }
-  void operator()(const char* n, float v, int) const { add(n, text_of(v)); }
+  void operator()(const char* n, double v, int) const { add(n, shortest_text(v)); }
+  void operator()(const char* n, float v, int) const { add(n, shortest_text(v)); }
   void operator()(const char* n, const std::string& v, int since) const {
     if (since != kOptionalField || !v.empty()) add(n, v);
   }
@@ -201,9 +175,6 @@ struct FieldPrinter {
   template <class V>
   void operator()(const char* n, V v, ArchDefault<V> d) const {
     if (v != d.value) add(n, std::to_string(v));
-  }
-  void operator()(const char* n, Switch<const bool> v, int) const {
-    if (v.value != v.fallback) add(n, v.value ? "1" : "0");
   }
   void operator()(const char* n, const ModelConfig::RopeScaling& v, int) const {
     if (v.type != RopeType::None) add(n, to_string(v));
@@ -258,9 +229,9 @@ void check_ranges(const CheckpointManifest& m) {
                   "): a step either updates or is skipped");
   check_count("loss_scale_clean_steps", m.loss_scale_clean_steps, 0, m.step, within_step);
   if (!std::isfinite(m.loss_scale) || m.loss_scale <= 0)
-    out_of_range("loss_scale", text_of(m.loss_scale), "must be a positive finite number");
+    out_of_range("loss_scale", shortest_text(m.loss_scale), "must be a positive finite number");
   if (!std::isnan(m.val_loss) && !(m.val_loss >= 0))
-    out_of_range("val_loss", text_of(m.val_loss), "must be a loss (>= 0) or NaN (none yet)");
+    out_of_range("val_loss", shortest_text(m.val_loss), "must be a loss (>= 0) or NaN (none yet)");
   try {
     m.model.validate();
   } catch (const UsageError& e) {

@@ -30,6 +30,15 @@ void CudaAwareMpiCommunicator::reduce_scatter(const float* in, float* out, size_
   sync().reduce_scatter(in, out, n, op);
 }
 
+void CudaAwareMpiCommunicator::all_gather(const uint16_t* in, uint16_t* out, size_t n) {
+  sync().all_gather(in, out, n);
+}
+
+void CudaAwareMpiCommunicator::reduce_scatter(const uint16_t* in, uint16_t* out, size_t n,
+                                              Precision dtype, ReduceOp op) {
+  sync().reduce_scatter(in, out, n, dtype, op);
+}
+
 // The started collectives: staged (see the header), the staged communicator waits for the
 // compute stream itself.
 CommHandle CudaAwareMpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {

@@ -172,46 +172,68 @@ void MpiCommunicator::barrier() {
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, size_t n) {
-  BlockedTimer timer(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
-  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
+  all_gather_typed(in, out, n, MPI_FLOAT);
+}
+
+void MpiCommunicator::all_gather(const uint16_t* in, uint16_t* out, size_t n) {
+  all_gather_typed(in, out, n, MPI_UINT16_T);
+}
+
+void MpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
+  reduce_scatter_typed(in, out, n, MPI_FLOAT, mpi_op(op));
+}
+
+void MpiCommunicator::reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                                     ReduceOp op) {
+  if (op != ReduceOp::Sum || dtype == Precision::Fp32)
+    MPITRAIN_THROW("a 2-byte reduce_scatter is a bf16 or fp16 sum");
+  if (!half_sums_) half_sums_ = std::make_unique<HalfSums>();
+  reduce_scatter_typed(in, out, n, MPI_UINT16_T, half_sums_->sum(dtype));
+}
+
+template <typename E>
+void MpiCommunicator::all_gather_typed(const E* in, E* out, size_t n, MPI_Datatype type) {
+  BlockedTimer timer(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(E));
+  count_sent(blocks_bus_bytes(size_ * n * sizeof(E), n * sizeof(E), size_));
   const bool in_place = in == out + rank_ * n;
   if (n <= max_count_) {
     const int count = static_cast<int>(n);
-    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in, count, MPI_FLOAT, out, count, MPI_FLOAT,
-                            comm_));
+    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in, count, type, out, count, type, comm_));
     return;
   }
   // Too large for one call: every block is broadcast from its owner, piece by piece.
   if (!in_place) std::copy(in, in + n, out + rank_ * n);
   for (int root = 0; root < size_; ++root)
     for_each_chunk(n, max_count_, [&](size_t off, int count) {
-      MPI_CHECK(MPI_Bcast(out + root * n + off, count, MPI_FLOAT, root, comm_));
+      MPI_CHECK(MPI_Bcast(out + root * n + off, count, type, root, comm_));
     });
 }
 
-void MpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
-  BlockedTimer timer(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
-  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
+template <typename E>
+void MpiCommunicator::reduce_scatter_typed(const E* in, E* out, size_t n, MPI_Datatype type,
+                                           MPI_Op op) {
+  BlockedTimer timer(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(E));
+  count_sent(blocks_bus_bytes(size_ * n * sizeof(E), n * sizeof(E), size_));
   const bool in_place = out == in + rank_ * n;
   if (n <= max_count_) {
     const int count = static_cast<int>(n);
     if (!in_place) {
-      MPI_CHECK(MPI_Reduce_scatter_block(in, out, count, MPI_FLOAT, mpi_op(op), comm_));
+      MPI_CHECK(MPI_Reduce_scatter_block(in, out, count, type, op, comm_));
       return;
     }
     // MPI's in-place form reads the whole buffer and leaves this rank's result at its start.
-    float* whole = out - rank_ * n;
-    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, whole, count, MPI_FLOAT, mpi_op(op), comm_));
+    E* whole = out - rank_ * n;
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, whole, count, type, op, comm_));
     if (rank_ != 0) std::copy(whole, whole + n, out);
     return;
   }
   // Too large for one call: every block is reduced onto its owner, piece by piece.
   for (int root = 0; root < size_; ++root)
     for_each_chunk(n, max_count_, [&](size_t off, int count) {
-      const float* block = in + root * n + off;
+      const E* block = in + root * n + off;
       const bool mine = root == rank_;
       MPI_CHECK(MPI_Reduce(mine && in_place ? MPI_IN_PLACE : block, mine ? out + off : nullptr,
-                           count, MPI_FLOAT, mpi_op(op), root, comm_));
+                           count, type, op, root, comm_));
     });
 }
 

@@ -322,21 +322,44 @@ void NcclCommunicator::barrier() {
 }
 
 // In place (in == out + rank * n) is NCCL's own in-place form.
-void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
-  BlockedTimer block(blocked_seconds_, calls_, "all_gather", size_ * n * sizeof(float));
-  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
+void NcclCommunicator::all_gather_blocking(const void* in, void* out, size_t n, size_t element,
+                                           ncclDataType_t type) {
+  BlockedTimer block(blocked_seconds_, calls_, "all_gather", size_ * n * element);
+  count_sent(blocks_bus_bytes(size_ * n * element, n * element, size_));
   begin();
-  NCCL_CHECK(ncclAllGather(in, out, n, ncclFloat, comm_, stream_.get()));
+  NCCL_CHECK(ncclAllGather(in, out, n, type, comm_, stream_.get()));
   finish_blocking();
 }
 
 // In place (out == in + rank * n) is NCCL's own in-place form.
-void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
-  BlockedTimer block(blocked_seconds_, calls_, "reduce_scatter", size_ * n * sizeof(float));
-  count_sent(blocks_bus_bytes(size_ * n * sizeof(float), n * sizeof(float), size_));
+void NcclCommunicator::reduce_scatter_blocking(const void* in, void* out, size_t n, size_t element,
+                                               ncclDataType_t type, ReduceOp op) {
+  BlockedTimer block(blocked_seconds_, calls_, "reduce_scatter", size_ * n * element);
+  count_sent(blocks_bus_bytes(size_ * n * element, n * element, size_));
   begin();
-  NCCL_CHECK(ncclReduceScatter(in, out, n, ncclFloat, nccl_op(op), comm_, stream_.get()));
+  NCCL_CHECK(ncclReduceScatter(in, out, n, type, nccl_op(op), comm_, stream_.get()));
   finish_blocking();
+}
+
+void NcclCommunicator::all_gather(const float* in, float* out, size_t n) {
+  all_gather_blocking(in, out, n, sizeof(float), ncclFloat);
+}
+
+void NcclCommunicator::all_gather(const uint16_t* in, uint16_t* out, size_t n) {
+  all_gather_blocking(in, out, n, sizeof(uint16_t), kTwoBytes);
+}
+
+void NcclCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
+  reduce_scatter_blocking(in, out, n, sizeof(float), ncclFloat, op);
+}
+
+// NCCL sums 2-byte floats as the interface says: each partial sum rounded to the type.
+void NcclCommunicator::reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                                      ReduceOp op) {
+  if (op != ReduceOp::Sum || dtype == Precision::Fp32)
+    MPITRAIN_THROW(calls_.name() + " reduce_scatter of 2-byte elements: only a Sum of bf16 or fp16");
+  reduce_scatter_blocking(in, out, n, sizeof(uint16_t),
+                       dtype == Precision::Bf16 ? ncclBfloat16 : ncclFloat16, op);
 }
 
 CommHandle NcclCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {

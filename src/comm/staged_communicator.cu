@@ -138,24 +138,43 @@ void StagedMpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   if (!mine) to_device(data, host(blocking_), bytes);
 }
 
-void StagedMpiCommunicator::all_gather(const float* in, float* out, size_t n) {
-  const size_t block = n * sizeof(float);
+template <typename E>
+void StagedMpiCommunicator::all_gather_typed(const E* in, E* out, size_t n) {
+  const size_t block = n * sizeof(E);
   need(size() * block, "all_gather");
-  auto* h = reinterpret_cast<float*>(host(blocking_));
+  auto* h = reinterpret_cast<E*>(host(blocking_));
   to_host(h + rank() * n, in, block);
   sync_compute();
   mpi_.all_gather(h + rank() * n, h, n);  // in place
   to_device(out, h, size() * block);
 }
 
-void StagedMpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
-  const size_t block = n * sizeof(float);
+template <typename E, typename... How>
+void StagedMpiCommunicator::reduce_scatter_typed(const E* in, E* out, size_t n, How... how) {
+  const size_t block = n * sizeof(E);
   need(size() * block, "reduce_scatter");
-  auto* h = reinterpret_cast<float*>(host(blocking_));
+  auto* h = reinterpret_cast<E*>(host(blocking_));
   to_host(h, in, size() * block);
   sync_compute();
-  mpi_.reduce_scatter(h, h + rank() * n, n, op);  // in place
+  mpi_.reduce_scatter(h, h + rank() * n, n, how...);  // in place
   to_device(out, h + rank() * n, block);
+}
+
+void StagedMpiCommunicator::all_gather(const float* in, float* out, size_t n) {
+  all_gather_typed(in, out, n);
+}
+
+void StagedMpiCommunicator::all_gather(const uint16_t* in, uint16_t* out, size_t n) {
+  all_gather_typed(in, out, n);
+}
+
+void StagedMpiCommunicator::reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) {
+  reduce_scatter_typed(in, out, n, op);
+}
+
+void StagedMpiCommunicator::reduce_scatter(const uint16_t* in, uint16_t* out, size_t n,
+                                           Precision dtype, ReduceOp op) {
+  reduce_scatter_typed(in, out, n, dtype, op);
 }
 
 CommHandle StagedMpiCommunicator::all_reduce_start(float* data, size_t n, ReduceOp op) {

@@ -1,10 +1,10 @@
 #include "mpitrain/data/dataset.hpp"
 
-#include <charconv>
 #include <filesystem>
 #include <map>
 #include <sstream>
 
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -47,12 +47,6 @@ void require_one_vocabulary(const std::vector<std::unique_ptr<TokenSource>>& fil
   }
 }
 
-std::string weight_text(double w) {
-  char buf[40];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, w);
-  return std::string(buf, ec == std::errc() ? end : buf);
-}
-
 struct RecordedFile {
   std::string weight, tokens;
 };
@@ -85,7 +79,7 @@ Dataset::Dataset(const DataSpec& spec, TokenFormat format, int seq_len, const st
   size_t begin = 0;
   for (const DataEntry& e : spec.entries) {
     for (size_t i = 0; i < e.files.size(); ++i)
-      file_weights_.push_back(spec.weighted ? weight_text(e.weight) : "-");
+      file_weights_.push_back(spec.weighted ? shortest_text(e.weight) : "-");
     if (spec.weighted) {
       components_.emplace_back(pointers(files_, begin, begin + e.files.size()), seq_len);
       weights_.push_back(e.weight);

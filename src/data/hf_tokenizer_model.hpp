@@ -20,10 +20,11 @@ struct AddedTokens {
   struct Token {
     std::string content;
     uint32_t id;
+    bool lstrip = false, rstrip = false;  // takes the white space before / after it along
   };
   std::array<std::vector<Token>, 256> by_first_byte;  // each longest first
   bool empty() const;
-  void add(std::string content, uint32_t id);
+  void add(Token token);
   // The first token in text at or after from: true with its place and token, else false.
   bool find(std::string_view text, size_t from, size_t& at, const Token*& token) const;
 };
@@ -33,6 +34,7 @@ struct PreTokenizerStep {
   enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
   std::unique_ptr<Pcre2Regex> regex;  // null: add a space before a piece that has none first
   Behavior behavior = Behavior::Isolated;
+  bool invert = false;  // the regex matches the pieces, not the delimiters (with Removed only)
 };
 
 struct HfModel {

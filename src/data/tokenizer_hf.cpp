@@ -14,9 +14,9 @@ bool AddedTokens::empty() const {
                      [](const auto& tokens) { return tokens.empty(); });
 }
 
-void AddedTokens::add(std::string content, uint32_t id) {
-  auto& tokens = by_first_byte[static_cast<unsigned char>(content[0])];
-  tokens.push_back({std::move(content), id});
+void AddedTokens::add(Token token) {
+  auto& tokens = by_first_byte[static_cast<unsigned char>(token.content[0])];
+  tokens.push_back(std::move(token));
   std::stable_sort(tokens.begin(), tokens.end(), [](const Token& a, const Token& b) {
     return a.content.size() > b.content.size();
   });
@@ -35,7 +35,41 @@ bool AddedTokens::find(std::string_view text, size_t from, size_t& at, const Tok
 
 namespace {
 
-// Calls on_text(piece) for the text between added tokens and on_token(id) for each token, in order.
+size_t utf8_length(unsigned char lead) {
+  return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
+
+// Whether the UTF-8 character text[i, i + n) is Unicode White_Space (Rust's char::is_whitespace,
+// which the tokenizers library strips with): TAB..CR, space, NEL, NBSP, Ogham space mark,
+// U+2000..U+200A, line and paragraph separators, narrow NBSP, medium math space, ideographic space.
+bool white_space(std::string_view text, size_t i, size_t n) {
+  const auto byte = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(text[i + k])); };
+  uint32_t c = n == 1 ? byte(0) : n == 2 ? byte(0) & 0x1F : n == 3 ? byte(0) & 0x0F : byte(0) & 0x07;
+  for (size_t k = 1; k < n; ++k) c = (c << 6) | (byte(k) & 0x3F);
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+// The end of the white space that starts text[from, to) / the start of the one that ends it.
+size_t skip_white_space(std::string_view text, size_t from, size_t to) {
+  for (size_t n; from < to && white_space(text, from, n = std::min(utf8_length(text[from]), to - from));)
+    from += n;
+  return from;
+}
+size_t back_over_white_space(std::string_view text, size_t from, size_t to) {
+  while (to > from) {
+    size_t start = to - 1;
+    while (start > from && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    if (!white_space(text, start, to - start)) break;
+    to = start;
+  }
+  return to;
+}
+
+// Calls on_text(piece) for the text between added tokens and on_token(id) for each token, in
+// order; a token with lstrip / rstrip takes the white space between it and the text before /
+// after it along (none of it reaches on_text).
 template <class OnText, class OnToken>
 void split_added(const AddedTokens& added, std::string_view text, OnText on_text,
                  OnToken on_token) {
@@ -43,15 +77,13 @@ void split_added(const AddedTokens& added, std::string_view text, OnText on_text
   const AddedTokens::Token* token = nullptr;
   if (!added.empty())
     while (added.find(text, pos, at, token)) {
-      if (at > pos) on_text(text.substr(pos, at - pos));
+      const size_t text_end = token->lstrip ? back_over_white_space(text, pos, at) : at;
+      if (text_end > pos) on_text(text.substr(pos, text_end - pos));
       on_token(token->id);
       pos = at + token->content.size();
+      if (token->rstrip) pos = skip_white_space(text, pos, text.size());
     }
   if (pos < text.size()) on_text(text.substr(pos));
-}
-
-size_t utf8_length(unsigned char lead) {
-  return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
 }
 
 // piece split by regex: its matches and the gaps between them, (begin, end, is_match), in order.
@@ -179,8 +211,10 @@ std::vector<uint32_t> HfTokenizer::encode(std::string_view text) const {
           next.push_back(piece.starts_with(' ') ? std::move(piece) : " " + piece);
           continue;
         }
-        for (const Segment& s :
-             apply_behavior(segments(*matchers[k], piece), m_->pre_tokenizer[k].behavior))
+        std::vector<Segment> segs = segments(*matchers[k], piece);
+        if (m_->pre_tokenizer[k].invert)  // the matches are the pieces, the rest delimiters
+          for (Segment& s : segs) s.match = !s.match;
+        for (const Segment& s : apply_behavior(std::move(segs), m_->pre_tokenizer[k].behavior))
           if (s.end > s.begin) next.push_back(piece.substr(s.begin, s.end - s.begin));
       }
       pieces.swap(next);

@@ -171,8 +171,7 @@ std::unordered_map<std::string, uint32_t> read_added_tokens(const Fields& f, con
     const json& t = tokens[i];
     const std::string field = "added_tokens[" + std::to_string(i) + "]";
     f.only_keys(t, field, {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
-    for (const char* option : {"single_word", "lstrip", "rstrip"})
-      f.refuse_unless(!f.flag(t, field, option, false), field + "." + option, true);
+    f.refuse_unless(!f.flag(t, field, "single_word", false), field + ".single_word", true);
     const uint32_t id = f.id(t.value("id", json()), field + ".id");
     const std::string content = f.string(t.value("content", json()), field + ".content");
     const bool special = f.flag(t, field, "special", false);
@@ -184,7 +183,8 @@ std::unordered_map<std::string, uint32_t> read_added_tokens(const Fields& f, con
     m.known[id] = true;
     if (!m.alphabet.bytes_of(content, m.decoded[id])) m.decoded[id] = content;
     // Without a normalizer the normalized text is the text itself.
-    (normalized && m.nfc ? m.normalized_added : m.raw_added).add(content, id);
+    (normalized && m.nfc ? m.normalized_added : m.raw_added)
+        .add({content, id, f.flag(t, field, "lstrip", false), f.flag(t, field, "rstrip", false)});
     added.emplace(content, id);
   }
   return added;
@@ -232,7 +232,6 @@ void read_pre_tokenizer(const Fields& f, const json& p, const std::string& field
   }
   f.refuse_unless(type == "Split", field + ".type", type);
   f.only_keys(p, field, {"type", "pattern", "behavior", "invert"});
-  f.refuse_unless(!f.flag(p, field, "invert", false), field + ".invert", true);
   const json& pattern = p.value("pattern", json());
   f.check(pattern.is_object() && pattern.size() == 1 &&
               (pattern.contains("Regex") || pattern.contains("String")),
@@ -252,7 +251,13 @@ void read_pre_tokenizer(const Fields& f, const json& p, const std::string& field
   const auto b = std::find_if(behaviors.begin(), behaviors.end(),
                               [&](const auto& e) { return behavior == e.first; });
   f.refuse_unless(b != behaviors.end(), field + ".behavior", behavior);
-  m.pre_tokenizer.push_back({std::make_unique<Pcre2Regex>(regex), b->second});
+  // Inverted, Hugging Face's Rust library keeps the behavior on the swapped pieces and its
+  // JavaScript one keeps the matches alone: they agree only when the rest is Removed.
+  const bool invert = f.flag(p, field, "invert", false);
+  f.check(!invert || b->second == B::Removed, field + ".invert",
+          "= true with behavior " + behavior.dump() + " is not supported: Hugging Face's Rust "
+          "and JavaScript tokenizers split it differently (it is read with \"Removed\" only)");
+  m.pre_tokenizer.push_back({std::make_unique<Pcre2Regex>(regex), b->second, invert});
 }
 
 // The special tokens a TemplateProcessing puts before and after a single sequence.

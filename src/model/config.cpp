@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -62,13 +63,6 @@ V rope_number(const std::string& key, const std::string& text) {
   return v;
 }
 
-template <class V>
-std::string number_text(V v) {
-  char buf[40];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, ec == std::errc() ? end : buf);
-}
-
 }  // namespace
 
 ModelConfig::RopeScaling parse_rope_scaling(const std::string& text) {
@@ -114,10 +108,10 @@ ModelConfig::RopeScaling parse_rope_scaling(const std::string& text) {
 std::string to_string(const ModelConfig::RopeScaling& r) {
   switch (r.type) {
     case RopeType::None: return "none";
-    case RopeType::Linear: return "linear:factor=" + number_text(r.factor);
+    case RopeType::Linear: return "linear:factor=" + shortest_text(r.factor);
     case RopeType::Llama3:
-      return "llama3:factor=" + number_text(r.factor) + ",low=" + number_text(r.low_freq_factor) +
-             ",high=" + number_text(r.high_freq_factor) +
+      return "llama3:factor=" + shortest_text(r.factor) + ",low=" + shortest_text(r.low_freq_factor) +
+             ",high=" + shortest_text(r.high_freq_factor) +
              ",orig=" + std::to_string(r.original_max_position);
   }
   return "?";

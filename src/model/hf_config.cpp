@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "mpitrain/io/json_input.hpp"
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -56,10 +57,9 @@ std::string shown(const json& v) {
 
 // The float's shortest decimal (1e-05 for 1e-5f), as the double JSON writes.
 double decimal(float x) {
-  char buf[32];
-  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+  const std::string text = shortest_text(x);
   double d = 0;
-  std::from_chars(buf, r.ptr, d);
+  std::from_chars(text.data(), text.data() + text.size(), d);
   return d;
 }
 

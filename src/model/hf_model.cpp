@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -191,29 +193,117 @@ void check_hf_weights(const std::string& dir, const ModelConfig& config) {
   checked_weights(dir, config);
 }
 
-void load_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   const std::function<void(const ParamTensor&, const float*)>& put) {
+namespace {
+
+// The HF tensor as a matrix: element hf_index(m, r, col) is at (index / width, index % width).
+int64_t hf_width(const Mapping& m) { return m.transpose ? m.rows : m.cols; }
+
+// Columns [col, col + n) of the mapping's row r (relative to row0), at our local index l.
+struct Segment {
+  int64_t r, col, n;
+  uint64_t l;
+};
+
+// The segments of p's local elements [wanted.first, wanted.second) that the mapping fills, in
+// local order.
+std::vector<Segment> segments(const ParamTensor& p, const Mapping& m,
+                              std::pair<size_t, size_t> wanted) {
+  std::vector<Segment> out;
+  const auto cols = static_cast<uint64_t>(m.cols);  // our full tensor seen as rows of m.cols
+  for_each_run(p, [&](uint64_t g, uint64_t l, uint64_t n) {
+    const uint64_t lo = std::max<uint64_t>(l, wanted.first), hi = std::min<uint64_t>(l + n, wanted.second);
+    for (uint64_t at = lo; at < hi;) {
+      const uint64_t e = g + (at - l), col = e % cols, take = std::min(hi - at, cols - col);
+      const int64_t r = static_cast<int64_t>(e / cols) - m.row0;
+      if (r >= 0 && r < m.rows)
+        out.push_back({r, static_cast<int64_t>(col), static_cast<int64_t>(take), at});
+      at += take;
+    }
+  });
+  return out;
+}
+
+// A rectangle of the HF matrix: rows [r0, r1], columns [c0, c1].
+struct Box {
+  int64_t r0, r1, c0, c1;
+  int64_t area() const { return (r1 - r0 + 1) * (c1 - c0 + 1); }
+};
+
+// What a segment needs: part of one HF row (or of one column, transposed) between its ends'
+// images; the whole row when the mapping permutes a vector's columns (the q/k norms).
+Box segment_box(const Mapping& m, const Segment& s) {
+  const int64_t width = hf_width(m);
+  if (m.rope_head > 0 && m.rows == 1) return {0, 0, 0, width - 1};
+  const auto a = static_cast<int64_t>(hf_index(m, s.r, s.col)),
+             b = static_cast<int64_t>(hf_index(m, s.r, s.col + s.n - 1));
+  return {std::min(a, b) / width, std::max(a, b) / width, std::min(a % width, b % width),
+          std::max(a % width, b % width)};
+}
+
+// The boxes to read for the segments, each with the segments it serves [first, end): one box
+// when their bounding box holds nothing else (whole rows, heads, a tp slice of rows or
+// columns); else the runs of segments that extend a rectangle by a row or a column (gpt2's
+// Conv1D c_attn, whose q, k and v columns each give a rank a slice).
+std::vector<std::pair<Box, size_t>> boxes(const Mapping& m, const std::vector<Segment>& segs) {
+  std::vector<std::pair<Box, size_t>> out;
+  if (segs.empty()) return out;
+  Box all = segment_box(m, segs[0]);
+  int64_t needed = 0;
+  for (const Segment& s : segs) {
+    const Box b = segment_box(m, s);
+    all = {std::min(all.r0, b.r0), std::max(all.r1, b.r1), std::min(all.c0, b.c0),
+           std::max(all.c1, b.c1)};
+    needed += b.area();
+  }
+  if (needed == all.area()) return {{all, 0}};
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const Box b = segment_box(m, segs[i]);
+    Box* cur = out.empty() ? nullptr : &out.back().first;
+    if (cur && b.c0 == cur->c0 && b.c1 == cur->c1 && b.r0 == cur->r1 + 1) {
+      cur->r1 = b.r1;  // the next rows
+    } else if (cur && b.r0 == cur->r0 && b.r1 == cur->r1 && b.c0 == cur->c1 + 1) {
+      cur->c1 = b.c1;  // the next columns
+    } else {
+      out.push_back({b, i});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+uint64_t load_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
+                       const std::function<void(const ParamTensor&, const float*)>& put,
+                       const std::function<std::pair<size_t, size_t>(const ParamTensor&)>& wanted) {
   const CheckedWeights w = checked_weights(dir, config);
-  std::vector<float> ours, stored;
+  std::vector<float> ours, block;
+  uint64_t bytes_read = 0;
   for (const ParamTensor& p : layout.tensors()) {
     ours.assign(p.numel, 0.0f);  // the vocabulary's padding rows stay zero
+    const std::pair<size_t, size_t> part = wanted ? wanted(p) : std::pair<size_t, size_t>{0, p.numel};
     for (const Mapping& m : w.mappings) {
       if (m.ours != p.name) continue;
-      const int64_t cols = m.cols;  // our full tensor seen as rows of m.cols (a bias slice: 1)
-      const StoredTensor& t = *w.set.find(m.hf);
-      stored.resize(static_cast<size_t>(m.rows * m.cols));
-      w.set.read(t, stored.data());
-      // Our full tensor's element g is row g / cols, of which the mapping holds [row0, +rows).
-      for_each_run(p, [&](uint64_t g, uint64_t l, uint64_t n) {
-        for (uint64_t k = 0; k < n; ++k) {
-          const int64_t r = static_cast<int64_t>((g + k) / cols) - m.row0;
-          if (r >= 0 && r < m.rows)
-            ours[l + k] = stored[hf_index(m, r, static_cast<int64_t>((g + k) % cols))];
-        }
-      });
+      const std::vector<Segment> segs = segments(p, m, part);
+      const std::vector<std::pair<Box, size_t>> reads = boxes(m, segs);
+      const int64_t width = hf_width(m);
+      for (size_t k = 0; k < reads.size(); ++k) {
+        const Box& b = reads[k].first;
+        const size_t end = k + 1 < reads.size() ? reads[k + 1].second : segs.size();
+        block.resize(static_cast<size_t>(b.area()));
+        bytes_read += w.set.read_block(*w.set.find(m.hf),
+                                       {width, b.r0, b.r1 - b.r0 + 1, b.c0, b.c1 - b.c0 + 1},
+                                       block.data());
+        for (size_t i = reads[k].second; i < end; ++i)
+          for (int64_t e = 0; e < segs[i].n; ++e) {
+            const auto h = static_cast<int64_t>(hf_index(m, segs[i].r, segs[i].col + e));
+            ours[segs[i].l + static_cast<uint64_t>(e)] = block[static_cast<size_t>(
+                (h / width - b.r0) * (b.c1 - b.c0 + 1) + h % width - b.c0)];
+          }
+      }
     }
     put(p, ours.data());
   }
+  return bytes_read;
 }
 
 namespace {
@@ -238,6 +328,36 @@ void save_hf_tokenizer(const Tokenizer& tok, const fs::path& dir) {
 }
 
 }  // namespace
+
+uint64_t parse_shard_size(const std::string& text, const std::string& option) {
+  const std::vector<std::pair<std::string, uint64_t>> units = {
+      {"KiB", uint64_t{1} << 10}, {"MiB", uint64_t{1} << 20}, {"GiB", uint64_t{1} << 30},
+      {"KB", 1000},               {"MB", 1000 * 1000},        {"GB", 1000 * 1000 * 1000}};
+  const auto bad = [&] {
+    return UsageError(option + " = '" + text + "': not a size; give bytes as an integer, or one "
+                      "followed by KB, MB, GB (1000s) or KiB, MiB, GiB (1024s), as \"5GB\"");
+  };
+  const size_t digits = std::min(text.find_first_not_of("0123456789"), text.size());
+  if (digits == 0) throw bad();
+  uint64_t scale = 1;
+  if (digits < text.size()) {
+    std::string unit = text.substr(digits);
+    const auto upper = [](std::string x) {
+      for (char& ch : x) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      return x;
+    };
+    const auto u = std::find_if(units.begin(), units.end(),
+                                [&](const auto& x) { return upper(x.first) == upper(unit); });
+    // transformers reads a lowercase b after KB, MB, GB as bits: refused here as unclear
+    if (u == units.end() || (unit.size() == 2 && unit[1] == 'b')) throw bad();
+    scale = u->second;
+  }
+  if (std::min(text.find_first_not_of('0'), text.size()) == digits || digits > 18)
+    throw bad();  // zero, or past 2^63 whatever the unit
+  const uint64_t n = std::stoull(text.substr(0, digits));
+  if (n > (uint64_t{1} << 63) / scale) throw bad();
+  return n * scale;
+}
 
 void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
   if (c.arch == Arch::Gpt2) return;

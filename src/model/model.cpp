@@ -47,8 +47,15 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   local_ff_ = config_.d_ff / s.tp;
   local_vocab_ = config_.padded_vocab() / s.tp;
   vocab_start_ = s.tp_rank * local_vocab_;
+  if (options_.sequence_parallel && s.tp > 1) {
+    if (!std::is_same_v<T, float>) MPITRAIN_THROW("sequence parallelism in a double model");
+    if (max_seq % s.tp != 0)
+      throw UsageError("sequence-parallel: seq-len " + std::to_string(max_seq) +
+                       " is not divisible by tp " + std::to_string(s.tp));
+  }
 
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
+  const size_t Ns = seq_rows(static_cast<int>(N));  // the sequence-parallel region's rows
   const size_t C = config_.d_model, hs = config_.head_size(), F = local_ff_, Vl = local_vocab_;
   const size_t QKV = (n_local_heads_ + 2 * n_local_kv_heads_) * hs, A = n_local_heads_ * hs;
   const size_t FC = config_.arch == Arch::Llama ? 2 * F : F;
@@ -63,19 +70,21 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
 
   // Two allocations, carved in the order the header lists the buffers: the compute tensors (in
   // the storage type) and their fp32 statistics. A block's full set without probs and res3;
-  // what each slot keeps per block depends on recomputation.
+  // what each slot keeps per block depends on recomputation. Tensors of the sequence-parallel
+  // region (header) have Ns rows, the rest N.
   const size_t qk_pre = config_.qk_norm ? N * QKV : 0;  // qk_norm's input and its statistics
   const size_t qk_stats = config_.qk_norm ? N * (n_local_heads_ + n_local_kv_heads_) : 0;
-  const size_t block = 5 * N * C + N * QKV + N * A + N * FC + N * F + qk_pre,
-               block_stats = 4 * N + qk_stats;
+  const size_t block = 5 * Ns * C + N * QKV + N * A + N * FC + N * F + qk_pre,
+               block_stats = 4 * Ns + qk_stats;
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
   const size_t shared_atty = rc == Recompute::Selective ? N * A : 0;  // recomputed with probs
-  const size_t kept = full ? N * C : block - shared_atty + N * C;
+  const size_t kept = full ? Ns * C : block - shared_atty + Ns * C;
   const size_t kept_stats = full ? 0 : block_stats;
-  const size_t per_slot = N * C + L * kept + (s.last_stage ? N * C + N * Vl : 0);
-  const size_t per_slot_stats = L * (kept_stats + (none ? P : 0)) + (s.last_stage ? 2 * N : 0);
-  const size_t grad_acts = 2 * N * C + N * QKV + N * A + N * FC + N * F;
+  const size_t per_slot = Ns * C + L * kept + (s.last_stage ? Ns * C + N * Vl : 0);
+  const size_t per_slot_stats = L * (kept_stats + (none ? P : 0)) + (s.last_stage ? 2 * Ns : 0);
+  const size_t gathers = sp() ? N * C : 0;
+  const size_t grad_acts = Ns * C + N * C + gathers + N * QKV + N * A + N * FC + N * F;
   const size_t grad_stats = P + 4 * N;
   activation_count_ = (full ? block : shared_atty) + slots * per_slot + grad_acts;
   stats_count_ = (full ? block_stats : 0) + (none ? 0 : P) + slots * per_slot_stats + grad_stats;
@@ -87,15 +96,15 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   auto take = [&](size_t n) { Buf<T> b = cursor; cursor = cursor + n; return b; };
   auto take_stats = [&](size_t n) { T* ptr = stats_cursor; stats_cursor += n; return ptr; };
   auto carve_block = [&](LayerActs& a) {  // everything but probs and res3 (atty unless shared)
-    a.ln1 = take(N * C); a.ln1_mean = take_stats(N); a.ln1_rstd = take_stats(N);
+    a.ln1 = take(Ns * C); a.ln1_mean = take_stats(Ns); a.ln1_rstd = take_stats(Ns);
     a.qkv = take(N * QKV);
     a.qkv_pre = config_.qk_norm ? take(qk_pre) : nullptr;
     a.qk_rstd = config_.qk_norm ? take_stats(qk_stats) : nullptr;
     if (!a.atty) a.atty = take(N * A);
-    a.attproj = take(N * C); a.res2 = take(N * C);
-    a.ln2 = take(N * C); a.ln2_mean = take_stats(N); a.ln2_rstd = take_stats(N);
+    a.attproj = take(Ns * C); a.res2 = take(Ns * C);
+    a.ln2 = take(Ns * C); a.ln2_mean = take_stats(Ns); a.ln2_rstd = take_stats(Ns);
     a.fch = take(N * FC); a.fch_act = take(N * F);
-    a.fcproj = take(N * C);
+    a.fcproj = take(Ns * C);
   };
   LayerActs work{};  // recomputed buffers, shared by every block of every slot
   if (full) carve_block(work);
@@ -103,22 +112,23 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   if (shared_atty) work.atty = take(shared_atty);
   slots_.resize(slots);
   for (SlotActs& sa : slots_) {
-    sa.encoded = take(N * C);
+    sa.encoded = take(Ns * C);
     sa.layers.resize(L);
     for (LayerActs& a : sa.layers) {
       a = work;
       if (!full) carve_block(a);
       if (none) a.probs = take_stats(P);
-      a.res3 = take(N * C);
+      a.res3 = take(Ns * C);
     }
     sa.lnf = sa.logits = nullptr;
     sa.lnf_mean = sa.lnf_rstd = nullptr;
     if (s.last_stage) {
-      sa.lnf = take(N * C); sa.lnf_mean = take_stats(N); sa.lnf_rstd = take_stats(N);
+      sa.lnf = take(Ns * C); sa.lnf_mean = take_stats(Ns); sa.lnf_rstd = take_stats(Ns);
       sa.logits = take(N * Vl);
     }
   }
-  grad_.dres = take(N * C); grad_.dln = take(N * C);
+  grad_.dres = take(Ns * C); grad_.dln = take(N * C);
+  gathered_ = sp() ? take(gathers) : nullptr;
   grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take_stats(P);
   grad_.dfch = take(N * FC); grad_.dfch_act = take(N * F);
   grad_.losses = take_stats(N); grad_.row_max = take_stats(N); grad_.ce_stats = take_stats(2 * N);
@@ -214,6 +224,38 @@ void Model<T>::tp_sum(Buf<T> x, size_t n) {
 }
 
 template <typename T>
+CBuf<T> Model<T>::gather_rows(CBuf<T> x, size_t n) {
+  if (!sp()) return x;
+  if constexpr (std::is_same_v<T, float>) {
+    if (const float* full = x.full())
+      tp_->all_gather(full, gathered_.full(), n);
+    else
+      tp_->all_gather(x.half(), gathered_.half(), n);
+  }
+  return gathered_;
+}
+
+template <typename T>
+void Model<T>::sum_rows(Buf<T> full, Buf<T> out, size_t n) {
+  if (!sp()) return tp_sum(full, n);
+  lp(full, n * tp_->size());  // the emulated path: partial sums rounded, as 2-byte messages are
+  if constexpr (std::is_same_v<T, float>) {
+    if (float* f = full.full())
+      tp_->reduce_scatter(f, out.full(), n, ReduceOp::Sum);
+    else
+      tp_->reduce_scatter(full.half(), out.half(), n, full.dtype(), ReduceOp::Sum);
+  }
+}
+
+template <typename T>
+bool Model<T>::tp_partial_grad(Slot slot) const {
+  if (slot == Slot::QNormW || slot == Slot::KNormW) return true;  // partial over each rank's heads
+  const bool norm = slot == Slot::Ln1W || slot == Slot::Ln1B || slot == Slot::Ln2W ||
+                    slot == Slot::Ln2B || slot == Slot::LnfW || slot == Slot::LnfB;
+  return norm && sp();  // partial over each rank's rows
+}
+
+template <typename T>
 void Model<T>::norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer,
                             int N) {
   const int C = config_.d_model;
@@ -253,11 +295,14 @@ template <typename T>
 void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const size_t NF = static_cast<size_t>(N) * F;
+  const int Ns = seq_rows(N);  // the residual stream's and the norms' rows on this rank
+  const size_t NsC = static_cast<size_t>(Ns) * C;
   // attention half: res2 = x + proj(attn(norm(x)))
-  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, Slot::Ln1W, Slot::Ln1B, l, N);
-  lp(a.ln1, NC);
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, Slot::Ln1W, Slot::Ln1B, l, Ns);
+  lp(a.ln1, NsC);
   const Buf<T> qkv_out = config_.qk_norm ? a.qkv_pre : a.qkv;  // the q/k norm then writes qkv
-  backend_.matmul_forward(qkv_out, a.ln1, p(Slot::QkvW, l), maybe_p(Slot::QkvB, l), N, C, QKV);
+  backend_.matmul_forward(qkv_out, gather_rows(a.ln1, NsC), p(Slot::QkvW, l),
+                          maybe_p(Slot::QkvB, l), N, C, QKV);
   lp(qkv_out, static_cast<size_t>(N) * QKV);
   if (config_.qk_norm) {
     backend_.qk_norm_forward(a.qkv, a.qk_rstd, a.qkv_pre, p(Slot::QNormW, l), p(Slot::KNormW, l), N,
@@ -270,28 +315,29 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
   }
   backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
   lp(a.atty, static_cast<size_t>(N) * A);
-  backend_.matmul_forward(a.attproj, a.atty, p(Slot::ProjW, l), row_parallel_bias(Slot::ProjB, l),
-                          N, A, C);
-  tp_sum(a.attproj, NC);
-  lp(a.attproj, NC);
-  backend_.add(a.res2, x, a.attproj, NC);
-  lp(a.res2, NC);
+  backend_.matmul_forward(partial_rows(a.attproj), a.atty, p(Slot::ProjW, l),
+                          row_parallel_bias(Slot::ProjB, l), N, A, C);
+  sum_rows(partial_rows(a.attproj), a.attproj, NsC);
+  lp(a.attproj, NsC);
+  backend_.add(a.res2, x, a.attproj, NsC);
+  lp(a.res2, NsC);
   // MLP half: res3 = res2 + proj(act(fc(norm(res2))))
-  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, Slot::Ln2W, Slot::Ln2B, l, N);
-  lp(a.ln2, NC);
-  backend_.matmul_forward(a.fch, a.ln2, p(Slot::FcW, l), maybe_p(Slot::FcB, l), N, C, FC);
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, Slot::Ln2W, Slot::Ln2B, l, Ns);
+  lp(a.ln2, NsC);
+  backend_.matmul_forward(a.fch, gather_rows(a.ln2, NsC), p(Slot::FcW, l), maybe_p(Slot::FcB, l),
+                          N, C, FC);
   lp(a.fch, static_cast<size_t>(N) * FC);
   if (config_.arch == Arch::Llama)
     backend_.swiglu_forward(a.fch_act, a.fch, N, F);
   else
     backend_.gelu_forward(a.fch_act, a.fch, NF);
   lp(a.fch_act, NF);
-  backend_.matmul_forward(a.fcproj, a.fch_act, p(Slot::FcProjW, l),
+  backend_.matmul_forward(partial_rows(a.fcproj), a.fch_act, p(Slot::FcProjW, l),
                           row_parallel_bias(Slot::FcProjB, l), N, F, C);
-  tp_sum(a.fcproj, NC);
-  lp(a.fcproj, NC);
-  backend_.add(a.res3, a.res2, a.fcproj, NC);
-  lp(a.res3, NC);
+  sum_rows(partial_rows(a.fcproj), a.fcproj, NsC);
+  lp(a.fcproj, NsC);
+  backend_.add(a.res3, a.res2, a.fcproj, NsC);
+  lp(a.res3, NsC);
 }
 
 template <typename T>
@@ -300,17 +346,22 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (B > max_batch_ || Tlen > max_seq_) MPITRAIN_THROW("batch larger than the model was sized for");
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+  if (sp() && N % s.tp != 0)
+    MPITRAIN_THROW("sequence parallelism: " + std::to_string(N) + " rows over tp " +
+                   std::to_string(s.tp));
+  const int Ns = seq_rows(N);
+  const size_t NsC = static_cast<size_t>(Ns) * C;
   SlotActs& sa = slots_[slot];
 
   if (s.first_stage) {
     const std::array<int, 2> units = embedding_units();
     for (int u : units) take_params(u, false);
     const CBuf<T> wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
-    backend_.embedding_forward(sa.encoded, tokens, p(Slot::Wte), wpe, B, Tlen, C, vocab_start_,
-                               local_vocab_);
+    backend_.embedding_forward(partial_rows(sa.encoded), tokens, p(Slot::Wte), wpe, B, Tlen, C,
+                               vocab_start_, local_vocab_);
     for (int u : units) give_params(u, false);
-    tp_sum(sa.encoded, NC);
-    lp(sa.encoded, NC);
+    sum_rows(partial_rows(sa.encoded), sa.encoded, NsC);
+    lp(sa.encoded, NsC);
   }
   CBuf<T> x = sa.encoded;  // (N,C) the residual stream entering each block
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
@@ -323,9 +374,10 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (!s.last_stage) return 0.0;
   const std::array<int, 2> units = head_units();
   for (int u : units) take_params(u, false);
-  norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, x, Slot::LnfW, Slot::LnfB, -1, N);
-  lp(sa.lnf, NC);
-  backend_.matmul_forward(sa.logits, sa.lnf, p(head_slot()), nullptr, N, C, local_vocab_);
+  norm_forward(sa.lnf, sa.lnf_mean, sa.lnf_rstd, x, Slot::LnfW, Slot::LnfB, -1, Ns);
+  lp(sa.lnf, NsC);
+  backend_.matmul_forward(sa.logits, gather_rows(sa.lnf, NsC), p(head_slot()), nullptr, N, C,
+                          local_vocab_);
   for (int u : units) give_params(u, false);
   lp(sa.logits, static_cast<size_t>(N) * local_vocab_);  // the loss itself is taken in fp32
   return targets ? loss(sa, targets, N, dloss) : 0.0;
@@ -339,8 +391,11 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const bool llama = c.arch == Arch::Llama;
   const size_t NF = static_cast<size_t>(N) * F;
+  const int Ns = seq_rows(N);
+  const size_t NsC = static_cast<size_t>(Ns) * C;
   SlotActs& sa = slots_[slot];
   GradActs& d = grad_;
+  const Buf<T> dln_rows = sp() ? gathered_ : d.dln;  // this rank's rows of a norm's output gradient
   auto ready = [&](size_t offset) {
     if (grads_ready) grads_ready(offset);
   };
@@ -355,13 +410,13 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     }
     const CBuf<T> x = sa.layers.back().res3;
     lp(sa.logits, static_cast<size_t>(N) * local_vocab_);
-    backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, sa.lnf, p(head_slot()), N,
-                             C, local_vocab_);
-    tp_sum(d.dln, NC);
-    lp(d.dln, NC);
-    backend_.zero(d.dres, NC);
-    norm_backward(d.dres, d.dln, x, sa.lnf_mean, sa.lnf_rstd, Slot::LnfW, Slot::LnfB, -1, N);
-    lp(d.dres, NC);
+    backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, gather_rows(sa.lnf, NsC),
+                             p(head_slot()), N, C, local_vocab_);
+    sum_rows(d.dln, dln_rows, NsC);
+    lp(dln_rows, NsC);
+    backend_.zero(d.dres, NsC);
+    norm_backward(d.dres, dln_rows, x, sa.lnf_mean, sa.lnf_rstd, Slot::LnfW, Slot::LnfB, -1, Ns);
+    lp(d.dres, NsC);
     for (int u : units) give_params(u, true);
     give_grads(units[0]);
     if (units[1] != embedding[0]) give_grads(units[1]);  // the tied wte waits for the embedding
@@ -376,27 +431,27 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     take_grads(u);
     if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
-    backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l), d.dres,
-                             a.fch_act, p(Slot::FcProjW, l), N, F, C);
+    backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l),
+                             gather_rows(d.dres, NsC), a.fch_act, p(Slot::FcProjW, l), N, F, C);
     lp(d.dfch_act, NF);
     if (llama)
       backend_.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
     else
       backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, NF);
     lp(d.dfch, static_cast<size_t>(N) * FC);
-    backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch, a.ln2,
-                             p(Slot::FcW, l), N, C, FC);
-    tp_sum(d.dln, NC);
-    lp(d.dln, NC);
-    norm_backward(d.dres, d.dln, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, N);
-    lp(d.dres, NC);
+    backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch,
+                             gather_rows(a.ln2, NsC), p(Slot::FcW, l), N, C, FC);
+    sum_rows(d.dln, dln_rows, NsC);
+    lp(dln_rows, NsC);
+    norm_backward(d.dres, dln_rows, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, Ns);
+    lp(d.dres, NsC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
     if (options_.recompute == Recompute::Selective) {  // attention's output and state, from qkv
       backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
       lp(a.atty, static_cast<size_t>(N) * A);
     }
-    backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l), d.dres, a.atty,
-                             p(Slot::ProjW, l), N, A, C);
+    backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l),
+                             gather_rows(d.dres, NsC), a.atty, p(Slot::ProjW, l), N, A, C);
     lp(d.datty, static_cast<size_t>(N) * A);
     backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
                                 NKV, hs, attention_scale(l));
@@ -410,20 +465,20 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
                                 p(Slot::QNormW, l), p(Slot::KNormW, l), a.qk_rstd, N, NH, NKV, hs);
       lp(d.dqkv, static_cast<size_t>(N) * QKV);
     }
-    backend_.matmul_backward(d.dln, g(Slot::QkvW, l), maybe_g(Slot::QkvB, l), d.dqkv, a.ln1,
-                             p(Slot::QkvW, l), N, C, QKV);
-    tp_sum(d.dln, NC);
-    lp(d.dln, NC);
-    norm_backward(d.dres, d.dln, x, a.ln1_mean, a.ln1_rstd, Slot::Ln1W, Slot::Ln1B, l, N);
-    lp(d.dres, NC);
+    backend_.matmul_backward(d.dln, g(Slot::QkvW, l), maybe_g(Slot::QkvB, l), d.dqkv,
+                             gather_rows(a.ln1, NsC), p(Slot::QkvW, l), N, C, QKV);
+    sum_rows(d.dln, dln_rows, NsC);
+    lp(dln_rows, NsC);
+    norm_backward(d.dres, dln_rows, x, a.ln1_mean, a.ln1_rstd, Slot::Ln1W, Slot::Ln1B, l, Ns);
+    lp(d.dres, NsC);
     give_params(u, true);
     give_grads(u);
     ready(layout_.offset(Slot::Ln1W, l));
   }
   if (s.first_stage) {
     for (int u : embedding) take_grads(u);
-    backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), d.dres, tokens, B, Tlen, C,
-                                vocab_start_, local_vocab_);
+    backend_.embedding_backward(g(Slot::Wte), maybe_g(Slot::Wpe), gather_rows(d.dres, NsC), tokens,
+                                B, Tlen, C, vocab_start_, local_vocab_);
     for (int u : embedding) give_grads(u);
     ready(0);
   }
@@ -438,9 +493,7 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
     if (o.size() == 0) continue;  // the same on every tp rank
     tp_->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
-    // the q/k norm weights' gradients are partial sums over each rank's heads: summed, not averaged
-    if (t.slot != Slot::QNormW && t.slot != Slot::KNormW)
-      backend_.scale(grads + o.at, inv, o.size());
+    if (!tp_partial_grad(t.slot)) backend_.scale(grads + o.at, inv, o.size());
   }
 }
 

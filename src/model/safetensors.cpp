@@ -1,5 +1,8 @@
 #include "mpitrain/model/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +14,7 @@
 
 #include "mpitrain/io/json_input.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/unique_fd.hpp"
 #include "mpitrain/tensor/bf16.hpp"
 
 namespace mpitrain {
@@ -173,25 +177,47 @@ const StoredTensor* SafetensorsSet::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-void SafetensorsSet::read(const StoredTensor& t, float* out) const {
-  const uint64_t width = dtype_width(t.dtype);
+uint64_t SafetensorsSet::read_block(const StoredTensor& t, const Block& b, float* out) const {
   if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
     throw UsageError(t.file + ": a tensor is " + t.dtype + "; F32, F16 or BF16 only");
-  std::ifstream in(t.file, std::ios::binary);
-  in.seekg(static_cast<std::streamoff>(t.begin));
-  if (!in || !in.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(t.bytes)))
-    throw UsageError(t.file + ": cannot read " + std::to_string(t.bytes) + " bytes at " +
-                     std::to_string(t.begin) + ": " + std::strerror(errno));
-  if (width == 4) return;
+  const uint64_t width = dtype_width(t.dtype);
+  const uint64_t row_bytes = static_cast<uint64_t>(b.cols) * width;
+  if (b.rows <= 0 || b.cols <= 0) return 0;
+  if (b.row0 < 0 || b.col0 < 0 || b.col0 + b.cols > b.width ||
+      static_cast<uint64_t>((b.row0 + b.rows) * b.width) * width > t.bytes)
+    MPITRAIN_THROW(t.file + ": a block outside its tensor was asked for");
+  const UniqueFd fd(::open(t.file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw UsageError(t.file + ": cannot open: " + std::strerror(errno));
+  // Whole rows: one range; else each row's segment at its place (out's row i, 2-byte values
+  // packed at the front of its floats until widened below).
+  const bool whole_rows = b.col0 == 0 && b.cols == b.width;
+  const uint64_t ranges = whole_rows ? 1 : static_cast<uint64_t>(b.rows);
+  const uint64_t range_bytes = whole_rows ? row_bytes * static_cast<uint64_t>(b.rows) : row_bytes;
+  char* bytes = reinterpret_cast<char*>(out);
+  for (uint64_t i = 0; i < ranges; ++i) {
+    const uint64_t at = t.begin + (static_cast<uint64_t>(b.row0) + i) * b.width * width +
+                        static_cast<uint64_t>(b.col0) * width;
+    for (uint64_t done = 0; done < range_bytes;) {  // pread may return less than asked
+      const ssize_t got = ::pread(fd.get(), bytes + i * range_bytes + done, range_bytes - done,
+                                  static_cast<off_t>(at + done));
+      if (got <= 0)
+        throw UsageError(t.file + ": cannot read " + std::to_string(range_bytes) + " bytes at " +
+                         std::to_string(at) + ": " +
+                         (got == 0 ? "the file ends first" : std::strerror(errno)));
+      done += static_cast<uint64_t>(got);
+    }
+  }
+  const uint64_t count = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(b.cols);
+  if (width == 4) return count * width;
   // Widened in place from the back: float i (bytes 4i..4i+3) overwrites only 2-byte values
   // at i and above, already read.
-  const char* bytes = reinterpret_cast<const char*>(out);
   const bool bf16 = t.dtype == "BF16";
-  for (uint64_t i = t.bytes / 2; i-- > 0;) {
+  for (uint64_t i = count; i-- > 0;) {
     uint16_t h;
     std::memcpy(&h, bytes + 2 * i, sizeof h);  // bytes, not a uint16_t*: out is floats
     out[i] = bf16 ? bf16_to_float(h) : static_cast<float>(std::bit_cast<_Float16>(h));
   }
+  return count * width;
 }
 
 }  // namespace mpitrain

@@ -10,9 +10,11 @@
 namespace mpitrain {
 
 ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s, int B, int T,
-                                       int slots, Recompute recompute) {
+                                       int slots, Recompute recompute, bool sequence_parallel) {
   // In double: exact below 2^53 elements, and no overflow for absurd sizes (they are refused).
   const double N = static_cast<double>(B) * T, C = c.d_model, hs = c.head_size();
+  const bool sp = sequence_parallel && s.tp > 1;
+  const double Ns = sp ? N / s.tp : N, NsC = Ns * C;  // the sequence-parallel region's rows
   const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp, F = c.d_ff / s.tp;
   const double Vl = c.padded_vocab() / s.tp, NC = N * C;
   const double QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
@@ -20,16 +22,16 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
   const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
   const double qk_pre = c.qk_norm ? N * QKV : 0, qk_stats = c.qk_norm ? N * (NH + NKV) : 0;
-  const double block = 5 * NC + N * QKV + N * A + N * FC + N * F + qk_pre,
-               block_stats = 4 * N + qk_stats;
+  const double block = 5 * NsC + N * QKV + N * A + N * FC + N * F + qk_pre,
+               block_stats = 4 * Ns + qk_stats;
   ActivationElements e;
   const double shared_atty = recompute == Recompute::Selective ? N * A : 0;  // recomputed
   e.compute = (full ? block : shared_atty) +
-              slots * (NC + L * (full ? NC : block - shared_atty + NC) +
-                       (s.last_stage ? NC + N * Vl : 0)) +
-              2 * NC + N * QKV + N * A + N * FC + N * F;
+              slots * (NsC + L * (full ? NsC : block - shared_atty + NsC) +
+                       (s.last_stage ? NsC + N * Vl : 0)) +
+              NsC + NC + (sp ? NC : 0) + N * QKV + N * A + N * FC + N * F;
   e.stats = (full ? block_stats + P : none ? 0 : P) +
-            slots * (L * ((full ? 0 : block_stats) + (none ? P : 0)) + (s.last_stage ? 2 * N : 0)) +
+            slots * (L * ((full ? 0 : block_stats) + (none ? P : 0)) + (s.last_stage ? 2 * Ns : 0)) +
             P + 4 * N;
   return e;
 }
@@ -134,9 +136,11 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
     e.master = low ? 4.0 * owned : 0.0;
   }
   e.activations =
-      activation_elements(config, shard, layout.micro_batch, run.seq_len, slots, layout.recompute)
+      activation_elements(config, shard, layout.micro_batch, run.seq_len, slots, layout.recompute,
+                          layout.sequence_parallel)
           .bytes(w);
-  if (layout.pp > 1) e.buffers += slots * rows * config.d_model * w;  // input-gradient copies
+  if (layout.pp > 1)  // input-gradient copies, of this rank's rows under sequence parallelism
+    e.buffers += slots * rows * config.d_model * w / (layout.sequence_parallel ? layout.tp : 1);
   if (!run.gpu) {
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's
     // Open MPI's non-blocking all-reduce works on a copy of the bucket it is given (measured:

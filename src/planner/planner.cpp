@@ -70,8 +70,11 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
                 *limits.reshard_after_forward != reshard)
               continue;
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
-              if (!limits.recompute || *limits.recompute == rc)
-                options.push_back({dp, tp, pp, mb, zero, rc, reshard, shard});
+              for (bool sp : {false, true})  // sequence parallelism: tp > 1, T divisible by tp
+                if ((!limits.recompute || *limits.recompute == rc) &&
+                    (!sp || (tp > 1 && run.seq_len % tp == 0)) &&
+                    (!limits.sequence_parallel || *limits.sequence_parallel == sp))
+                  options.push_back({dp, tp, pp, mb, zero, rc, reshard, shard, sp});
           }
         }
       }

@@ -20,7 +20,8 @@ std::string zero_text(const Layout& l) {
 }  // namespace
 
 std::string layout_name(const Layout& l) {
-  return "dp" + std::to_string(l.dp) + " tp" + std::to_string(l.tp) + " pp" + std::to_string(l.pp);
+  return "dp" + std::to_string(l.dp) + " tp" + std::to_string(l.tp) + " pp" + std::to_string(l.pp) +
+         (l.sequence_parallel ? " sp" : "");
 }
 
 std::string trainer_flags(const Layout& l, const RunShape& run) {
@@ -31,7 +32,8 @@ std::string trainer_flags(const Layout& l, const RunShape& run) {
          std::to_string(l.pp) + " --micro-batch-size " + std::to_string(l.micro_batch) + zero +
          " --recompute " + to_string(l.recompute) + " --precision " + to_string(run.precision) +
          " --pp-schedule " + to_string(run.schedule) + " --global-batch-size " +
-         std::to_string(run.global_batch) + " --seq-len " + std::to_string(run.seq_len);
+         std::to_string(run.global_batch) + " --seq-len " + std::to_string(run.seq_len) +
+         (l.sequence_parallel ? " --sequence-parallel" : "");
 }
 
 void print_plan(std::FILE* out, const Plan& plan, const RunShape& run, int top) {

@@ -130,7 +130,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     if (layout.recompute == Recompute::Selective) extra = 0.5 * attention * tokens / rate;
     const double compute = 3.0 * fwd + extra;
     const int tp_calls = (full ? 6 : 4) * L + (shard.first_stage ? 1 : 0) + (shard.last_stage ? 1 : 0);
-    const double tp = tp_calls * tp_call;
+    // Sequence parallelism: each all-reduce becomes a reduce-scatter + all-gather of the same
+    // bytes; backward gathers each column-parallel layer's normed input again (half an
+    // all-reduce each: 2 a block, 1 for the head).
+    const double regathers =
+        layout.sequence_parallel ? 0.5 * (2 * L + (shard.last_stage ? 1 : 0)) : 0.0;
+    const double tp = (tp_calls + regathers) * tp_call;
     const double p2p = layout.pp > 1 ? 2.0 * (act_bytes / pp_bw + a) : 0.0;
     if (compute + tp + p2p > micro) {
       micro = compute + tp + p2p;

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/model/hf_config.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/runtime/error.hpp"
-#include "mpitrain/train/run_record.hpp"
 
 namespace mpitrain {
 
@@ -26,7 +26,7 @@ void require_same(const Options& o, const char* name, V set_value, V file_value,
     if constexpr (std::is_same_v<V, Arch>) return to_string(v);
     else if constexpr (std::is_same_v<V, bool>)
       return std::string(v ? "true" : "false");
-    else if constexpr (std::is_floating_point_v<V>) return float_text(v);
+    else if constexpr (std::is_floating_point_v<V>) return shortest_text(v);
     else if constexpr (std::is_same_v<V, std::string>) return v;
     else return std::to_string(v);
   };

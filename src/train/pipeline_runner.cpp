@@ -23,7 +23,7 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
   tokens_.resize(micro_batches * rows);
   targets_.resize(micro_batches * rows);
   if (pp_)
-    dinput_ = model.backend().alloc(slots_ * rows * model.config().d_model,
+    dinput_ = model.backend().alloc(slots_ * model.boundary_elements(batch, seq_len),
                                     model.options().storage);
   out_sends_.resize(slots_);
   grad_sends_.resize(slots_);
@@ -84,7 +84,7 @@ void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&
 void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
                              bool send_with_next) {
   const int slot = micro % slots_;
-  const size_t n = static_cast<size_t>(rows) * seq_len_ * model_.config().d_model;
+  const size_t n = model_.boundary_elements(rows, seq_len_);
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   const int32_t* targets = target_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_) {
@@ -104,7 +104,7 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
 void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grads_ready,
                               bool send_with_next) {
   const int slot = micro % slots_;
-  const size_t n = static_cast<size_t>(batch_) * seq_len_ * model_.config().d_model;
+  const size_t n = model_.boundary_elements(batch_, seq_len_);
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   if (pp_ && stage_ < stages_ - 1)
     wait_recv(recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1),

@@ -1,15 +1,8 @@
 #include "mpitrain/train/run_record.hpp"
 
-#include <charconv>
 #include <sstream>
 
 namespace mpitrain {
-
-std::string float_text(float x) {
-  char buf[32];
-  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);  // shortest round trip
-  return std::string(buf, r.ptr);
-}
 
 std::string resolved_ini(const std::string& effective,
                          const std::vector<std::pair<std::string, std::string>>& resolved) {

@@ -66,6 +66,13 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.padded_vocab(), "the padded vocabulary");
 }
 
+void check_sequence_parallel(const TrainConfig& t, int tp) {
+  if (!t.sequence_parallel) return;
+  require(tp > 1, "--sequence-parallel needs tp > 1 (it splits the tp group's rows)");
+  require(t.seq_len % tp == 0, "--sequence-parallel: seq-len " + std::to_string(t.seq_len) +
+                                   " is not divisible by tp " + std::to_string(tp));
+}
+
 std::string layout_problem(const ModelConfig& m, int tp, int pp, const std::string& pp_layers) {
   try {
     check_tensor_parallel(m, tp);

@@ -12,6 +12,7 @@
 #include "mpitrain/io/out_file.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
+#include "mpitrain/model/safetensors.hpp"
 #include "mpitrain/monitor/memory.hpp"
 #include "mpitrain/monitor/output_dir.hpp"
 #include "mpitrain/runtime/agree.hpp"
@@ -303,9 +304,12 @@ int Trainer::export_and_sample() {
     std::printf("wrote the parameters to %s\n", t_.export_params.c_str());
   }
   if (!t_.export_hf.empty()) {
-    save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data(), tokenizer_.get());
-    std::printf("exported the model to %s (Hugging Face: config.json, model.safetensors)\n",
-                t_.export_hf.c_str());
+    save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data(), tokenizer_.get(),
+                  parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size"));
+    std::printf("exported the model to %s (Hugging Face: config.json, %s)\n", t_.export_hf.c_str(),
+                std::filesystem::exists(std::filesystem::path(t_.export_hf) / kSafetensorsIndex)
+                    ? "model.safetensors.index.json and its shards"
+                    : "model.safetensors");
   }
   if (t_.sample_tokens > 0) {
     if (backend_->host_memory()) {

@@ -20,6 +20,7 @@
 #include "mpitrain/backend/memory_bandwidth.hpp"
 #include "mpitrain/backend/profiling_backend.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/monitor/output_dir.hpp"
@@ -178,6 +179,7 @@ void Trainer::check_inputs() {
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
+    check_sequence_parallel(t_, shape_.tp);
     stage_first_layer_ = pipeline_layer_split(cfg_.n_layer, shape_.pp, t_.pp_layers);
     // (auto: the plan takes a divisor of global-batch-size / dp)
     require(
@@ -207,6 +209,7 @@ void Trainer::check_inputs() {
     require_writable_file(t_.export_params, "export-params");
     require_new_dir(t_.export_hf, "export-hf");
     if (!t_.export_hf.empty()) require_hf_expressible(t_.export_hf, cfg_);
+    parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size");
   });
 }
 
@@ -241,7 +244,7 @@ void Trainer::build_model() {
     if (root_) std::fprintf(stderr, "%s\n", warning.c_str());
   allowed_cpus_ = format_cpu_list(node_cpus.cpus[node_cpus.me]);
   model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute),
-                    Precision::Fp32, t_.zero >= 2, t_.zero == 3};
+                    Precision::Fp32, t_.zero >= 2, t_.zero == 3, t_.sequence_parallel};
   all_or_none(world_, [&] {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
                 t_.device == "cpu",
@@ -300,11 +303,19 @@ void Trainer::build_model() {
       else
         model_->init(t_.seed);
     } else if (is_hf_dir(t_.init_from)) {  // one tensor at a time, this shard's only
-      load_hf_model(t_.init_from, cfg_, model_->layout(),
-                    [&](const ParamTensor& p, const float* v) {
-                      if (zero3) sharded_->set_tensor(p, v);
-                      else backend_->upload(model_->params() + p.offset, v, p.numel);
-                    });
+      // ZeRO-3: only the part of each tensor this rank owns is read.
+      const auto owned = [&](const ParamTensor& p) {
+        const ShardRanges::Overlap o = sharded_->owned().overlap(p.offset, p.offset + p.numel);
+        return o.size() == 0 ? std::pair<size_t, size_t>{0, 0}
+                             : std::pair<size_t, size_t>{o.begin - p.offset, o.end - p.offset};
+      };
+      load_hf_model(
+          t_.init_from, cfg_, model_->layout(),
+          [&](const ParamTensor& p, const float* v) {
+            if (zero3) sharded_->set_tensor(p, v);
+            else backend_->upload(model_->params() + p.offset, v, p.numel);
+          },
+          zero3 ? std::function<std::pair<size_t, size_t>(const ParamTensor&)>(owned) : nullptr);
     } else {
       std::vector<float> full(full_layout_->total()), local(model_->num_params());
       load_llmc_model(t_.init_from, cfg_, *full_layout_, full.data());
@@ -341,8 +352,8 @@ std::string Trainer::run_ini() const {
                                            {"d-ff", text(cfg_.d_ff)},
                                            {"vocab-size", text(cfg_.vocab_size)},
                                            {"max-seq-len", text(cfg_.max_seq_len)},
-                                           {"norm-eps", float_text(cfg_.norm_eps)},
-                                           {"rope-theta", float_text(cfg_.rope_theta)},
+                                           {"norm-eps", shortest_text(cfg_.norm_eps)},
+                                           {"rope-theta", shortest_text(cfg_.rope_theta)},
                                            {"tie-embeddings", flag(cfg_.tie_embeddings)},
                                            {"attention-bias", flag(cfg_.proj_bias)},
                                            {"qkv-bias", flag(cfg_.qkv_bias)},
@@ -569,12 +580,12 @@ void Trainer::print_banner() const {
                 count(peak_suspect_ranks_, "rank", "ranks").c_str());
   std::printf(
       "per rank (at most): parameters and gradients %.2f MiB | optimizer state %.2f MiB "
-      "(%s%s) | activations %.2f MiB (%s%s, recompute %s)",
+      "(%s%s) | activations %.2f MiB (%s%s, recompute %s%s)",
       held_bytes_[0] / (1 << 20), held_bytes_[1] / (1 << 20),
       to_string(optimizer_config_.kind).c_str(), zero_text().c_str(),
       held_bytes_[2] / (1 << 20), t_.precision.c_str(),
       model_options_.storage != model_options_.precision ? " in fp32 containers" : "",
-      t_.recompute.c_str());
+      t_.recompute.c_str(), t_.sequence_parallel ? ", sp" : "");
   if (shape_.pp > 1)
     std::printf(" | pipeline %s, %d stages, bubble (pp-1)/(m+pp-1) = %.1f%%",
                 to_string(schedule_).c_str(), shape_.pp,

@@ -48,9 +48,7 @@ node -e '
 for m in llama3 qwen3; do
   "$tokenize" --jsonl "$HF_TOKENIZERS/$m" <"$SCRATCH/strings.jsonl" >"$SCRATCH/$m.ours" ||
     fail "tokenize --jsonl with $m failed"
-  paste -d '\n' "$SCRATCH/strings.jsonl" "$SCRATCH/$m.ours" "$SCRATCH/$m.ref" | while read -r s && read -r ours && read -r ref; do
-    [[ $ours == "$ref" ]] || fail "$m: ids for $s: ours $ours, the reference $ref"
-  done || exit 1
+  same_ids "$m" "$SCRATCH/strings.jsonl" "$SCRATCH/$m.ours" "$SCRATCH/$m.ref"
 done
 # decode(encode(s)) == s: all the strings' ids decode to the strings joined (for Qwen in NFC,
 # which its normalizer makes of them).

@@ -118,8 +118,9 @@ inline std::vector<uint16_t> two_byte_values(int rank, size_t n, Precision p) {
   return bits_of(values<float>(rank, n), p);
 }
 
-// The 2-byte operations (bf16 / fp16 bits): the all-reduce (Sum; other operations throw), a
-// ring of sends and receives, the uneven all-gather; each counts 2 bytes an element.
+// The 2-byte operations (bf16 / fp16 bits): the all-reduce (Sum; other operations throw), the
+// blocking all-gather and reduce-scatter (Sum), a ring of sends and receives, the uneven
+// all-gather; each counts 2 bytes an element.
 inline void check_two_byte(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stream) {
   const int rank = mpi.rank(), size = mpi.size();
   const size_t n = 1000;
@@ -140,6 +141,20 @@ inline void check_two_byte(Communicator& dev, MpiCommunicator& mpi, cudaStream_t
     EXPECT_EQ(h, bits_of(sum, p)) << "MpiCommunicator's 2-byte all_reduce";
     EXPECT_THROW(dev.all_reduce(d.get(), n, p, ReduceOp::Max), Error);
     EXPECT_THROW(mpi.all_reduce(h.data(), n, p, ReduceOp::Max), Error);
+    // the blocking gather and reduce-scatter (sequence parallelism's), bit for bit
+    const std::vector<uint16_t> in = two_byte_values(rank, n, p);
+    std::vector<uint16_t> out(size * n, 0xffff);
+    DeviceVec<uint16_t> din(in, stream), dout(out, stream);
+    dev.all_gather(din.get(), dout.get(), n);
+    mpi.all_gather(in.data(), out.data(), n);
+    EXPECT_EQ(dout.host(stream), out) << "all_gather 2-byte";
+    const std::vector<uint16_t> whole = two_byte_values(rank, size * n, p);
+    std::vector<uint16_t> part(n, 0xffff);
+    DeviceVec<uint16_t> dwhole(whole, stream), dpart(part, stream);
+    dev.reduce_scatter(dwhole.get(), dpart.get(), n, p, ReduceOp::Sum);
+    mpi.reduce_scatter(whole.data(), part.data(), n, p, ReduceOp::Sum);
+    EXPECT_EQ(dpart.host(stream), part) << "reduce_scatter 2-byte";
+    EXPECT_THROW(dev.reduce_scatter(dwhole.get(), dpart.get(), n, p, ReduceOp::Max), Error);
   }
 
   const Precision p = Precision::Bf16;

@@ -236,6 +236,50 @@ TEST_P(Split, TwoByteAllReduceSendRecvAndAllGather) {
     for (size_t k = 0; k < counts[q]; ++k) EXPECT_EQ(gathered[at++], 0xabc0u + q);
 }
 
+// The blocking 2-byte forms sequence parallelism uses: the gather moves bits, in place too; the
+// reduce-scatter sums small integers exactly (each rank's block), rounds a 2-rank tie to even as
+// round(a + b) does, and refuses anything but a bf16 / fp16 Sum.
+TEST_P(Split, TwoByteAllGatherAndReduceScatter) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int r = comm.rank(), n = comm.size();
+  const size_t count = 7;
+  std::vector<uint16_t> mine(count), out(n * count, 0), expect(n * count);
+  for (size_t i = 0; i < count; ++i) mine[i] = static_cast<uint16_t>(0x8001u + 977u * i + r);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i)
+      expect[q * count + i] = static_cast<uint16_t>(0x8001u + 977u * i + q);
+  comm.all_gather(mine.data(), out.data(), count);
+  EXPECT_EQ(out, expect);
+  std::vector<uint16_t> buf(n * count, 0);
+  std::copy(mine.begin(), mine.end(), buf.begin() + r * count);
+  comm.all_gather(buf.data() + r * count, buf.data(), count);
+  EXPECT_EQ(buf, expect) << "in place";
+  for (Precision p : {Precision::Bf16, Precision::Fp16}) {
+    const auto bits = [p](float x) { return p == Precision::Bf16 ? to_bf16_bits(x) : to_fp16_bits(x); };
+    const auto value_of = [p](uint16_t h) {
+      return p == Precision::Bf16 ? from_bf16_bits(h) : from_fp16_bits(h);
+    };
+    std::vector<uint16_t> in(n * count), sum(count, 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = bits(value(r, i));
+    comm.reduce_scatter(in.data(), sum.data(), count, p, ReduceOp::Sum);
+    for (size_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int q = 0; q < n; ++q) expected += value(q, r * count + i);
+      EXPECT_EQ(value_of(sum[i]), expected) << to_string(p) << " element " << i;
+    }
+    if (n == 2) {
+      const float ulp = p == Precision::Bf16 ? 0x1p-7f : 0x1p-10f;
+      const uint16_t term = bits(r == 0 ? 1.0f + ulp : ulp / 2);
+      std::vector<uint16_t> ties(2, term);
+      uint16_t tie = 0;
+      comm.reduce_scatter(ties.data(), &tie, 1, p, ReduceOp::Sum);
+      EXPECT_EQ(value_of(tie), 1.0f + 2 * ulp) << to_string(p);
+    }
+  }
+  std::vector<uint16_t> in(n), one(1);
+  EXPECT_THROW(comm.reduce_scatter(in.data(), one.data(), 1, Precision::Bf16, ReduceOp::Max), Error);
+}
+
 TEST(MpiCommunicator, WaitOnAHandleNotPendingThrows) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   EXPECT_THROW(comm.wait(CommHandle{}), Error);

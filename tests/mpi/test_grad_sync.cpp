@@ -53,6 +53,10 @@ class RecordingComm final : public Communicator {
   void barrier() override { unexpected(); }
   void all_gather(const float*, float*, size_t) override { unexpected(); }
   void reduce_scatter(const float*, float*, size_t, ReduceOp) override { unexpected(); }
+  void all_gather(const uint16_t*, uint16_t*, size_t) override { unexpected(); }
+  void reduce_scatter(const uint16_t*, uint16_t*, size_t, Precision, ReduceOp) override {
+    unexpected();
+  }
   CommHandle send_start(const float*, size_t, int, int) override { unexpected(); }
   CommHandle recv_start(float*, size_t, int, int) override { unexpected(); }
   CommHandle send_start(const uint16_t*, size_t, int, int) override { unexpected(); }

@@ -46,6 +46,13 @@ class PoolCommunicator final : public Communicator {
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override {
     mpi_.reduce_scatter(in, out, n, op);
   }
+  void all_gather(const uint16_t* in, uint16_t* out, size_t n) override {
+    mpi_.all_gather(in, out, n);
+  }
+  void reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                      ReduceOp op) override {
+    mpi_.reduce_scatter(in, out, n, dtype, op);
+  }
   CommHandle all_reduce_start(float* d, size_t n, ReduceOp op) override {
     const int slot = acquire(n * sizeof(float));
     return started(slot, mpi_.all_reduce_start(d, n, op));

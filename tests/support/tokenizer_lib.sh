@@ -38,3 +38,11 @@ corpus_files() {  # corpus_files DIR [N [BYTES]]
   done
   rm "$dir/corpus.txt"
 }
+
+# Fails naming the first string whose ids differ: STRINGS (JSON lines), OURS and REF (ids, a line
+# each).
+same_ids() {  # same_ids WHAT STRINGS OURS REF
+  paste -d '\n' "$2" "$3" "$4" | while read -r s && read -r ours && read -r ref; do
+    [[ $ours == "$ref" ]] || fail "$1: ids for $s: ours $ours, the reference $ref"
+  done || exit 1
+}

@@ -115,15 +115,39 @@ class HfCheckpointTest : public ::testing::Test {
     save_hf_model(hf(), config_, layout, params(layout).data(), nullptr, max_file_bytes);
   }
 
-  // The model read back into layout (whole or a shard).
-  std::vector<float> load(const ParamLayout& layout) const {
+  // The model read back into layout (whole or a shard; wanted: a part of each tensor);
+  // bytes_read: what load_hf_model read from the files.
+  std::vector<float> load(const ParamLayout& layout, uint64_t* bytes_read = nullptr,
+                          const std::function<std::pair<size_t, size_t>(const ParamTensor&)>&
+                              wanted = {}) const {
     const ModelConfig c = read_hf_config(hf(), config_.max_seq_len);
     check_hf_weights(hf(), c);
     std::vector<float> out(layout.total(), -1.0f);
-    load_hf_model(hf(), c, layout, [&](const ParamTensor& p, const float* v) {
-      std::copy(v, v + p.numel, out.begin() + static_cast<std::ptrdiff_t>(p.offset));
-    });
+    const uint64_t bytes = load_hf_model(
+        hf(), c, layout,
+        [&](const ParamTensor& p, const float* v) {
+          std::copy(v, v + p.numel, out.begin() + static_cast<std::ptrdiff_t>(p.offset));
+        },
+        wanted);
+    if (bytes_read) *bytes_read = bytes;
     return out;
+  }
+
+  // Elements of layout's tensors the checkpoint stores (the vocabulary's padding rows are not).
+  int64_t stored_elements(const ParamLayout& layout) const {
+    int64_t n = 0;
+    for (const ParamTensor& p : layout.tensors()) {
+      const bool vocab = p.name == "wte" || p.name == "lm_head.weight";
+      if (!vocab) {
+        n += static_cast<int64_t>(p.numel);
+        continue;
+      }
+      for_each_run(p, [&](uint64_t g, uint64_t, uint64_t k) {
+        for (uint64_t e = g; e < g + k; ++e)
+          n += static_cast<int64_t>(e) / p.global_shape.back() < config_.vocab_size;
+      });
+    }
+    return n;
   }
 
   std::string load_error() const {
@@ -135,14 +159,10 @@ class HfCheckpointTest : public ::testing::Test {
     return "";
   }
 
-  fs::path dir_;
-  ModelConfig config_;
-};
-
-TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
-  // gpt2, llama, and the features that add or permute tensors: qwen3 (q/k norms, q/k/v/o biases,
-  // a tied head, heads of 6) and llama with q/k/v/o and MLP biases.
-  for (int variant = 0; variant < 4; ++variant) {
+  // The model of variant 0 to 3: gpt2, llama, and the features that add or permute tensors:
+  // qwen3 (q/k norms, q/k/v/o biases, a tied head, heads of 6) and llama with q/k/v/o and MLP
+  // biases.
+  void set_variant(int variant) {
     const Arch arch = variant == 0 ? Arch::Gpt2 : Arch::Llama;
     config_.set_arch(arch);
     config_.n_kv_head = arch == Arch::Gpt2 ? config_.n_head : 2;
@@ -150,6 +170,15 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
     config_.head_dim = variant == 2 ? 6 : 0;
     if (variant >= 2) config_.qkv_bias = config_.proj_bias = config_.tie_embeddings = true;
     config_.mlp_bias = arch == Arch::Gpt2 || variant == 3;
+  }
+
+  fs::path dir_;
+  ModelConfig config_;
+};
+
+TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
+  for (int variant = 0; variant < 4; ++variant) {
+    set_variant(variant);
     fs::remove_all(hf());
     save(4096);  // bytes per file: the model's ~40 KB in several
     EXPECT_FALSE(fs::exists(fs::path(hf()) / kSafetensorsFile));
@@ -296,6 +325,92 @@ TEST_F(HfCheckpointTest, F16AndBf16AreWidened) {
   });
   EXPECT_NE(load_error().find("model.norm.weight is I16; F32, F16 or BF16 only"), std::string::npos)
       << load_error();
+}
+
+TEST_F(HfCheckpointTest, ARankReadsOnlyItsShare) {
+  // A tp rank reads the rows (column-parallel: q/k/v heads, gate/up, the vocabulary) or the
+  // columns (row-parallel: o_proj, down_proj; gpt2's Conv1D transposes which) of its slice and
+  // nothing else: the bytes read are its shard's stored elements, 4 each in F32, 2 in F16
+  // (the qwen3-like variant, 2).
+  for (int variant = 0; variant < 4; ++variant) {
+    set_variant(variant);
+    fs::remove_all(hf());
+    save(4096);
+    const std::string dtype = variant == 2 ? "F16" : "F32";
+    if (variant == 2)
+      for (const auto& f : fs::directory_iterator(hf()))
+        if (f.path().extension() == ".safetensors")
+          rewrite(f.path(), [&](const std::string& n, json& e, std::string& raw) {
+            e["dtype"] = dtype;
+            raw = narrowed(raw, dtype);
+            return n;
+          });
+    const int64_t width = variant == 2 ? 2 : 4;
+    const ParamLayout whole(config_);
+    const std::vector<float> full = params(whole);
+    uint64_t bytes = 0;
+    load(whole, &bytes);
+    EXPECT_EQ(static_cast<int64_t>(bytes), width * stored_elements(whole));
+    for (int stages = 1; stages <= 2; ++stages)
+      for (int tp_rank = 0; tp_rank < 2; ++tp_rank)
+        for (int stage = 0; stage < stages; ++stage) {
+          const ModelShard shard{2, tp_rank, stage, stages == 1 ? -1 : stage + 1, stage == 0,
+                                 stage == stages - 1};
+          const ParamLayout part(config_, shard);
+          std::vector<float> expected(part.total());
+          for (const ParamTensor& p : part.tensors())
+            take_shard(p, full.data() + whole.tensors()[p.global_index].offset,
+                       expected.data() + p.offset);
+          EXPECT_EQ(load(part, &bytes), expected) << "variant " << variant;
+          EXPECT_EQ(static_cast<int64_t>(bytes), width * stored_elements(part))
+              << "variant " << variant << " tp rank " << tp_rank << " stage " << stage << "/"
+              << stages;
+        }
+    // ZeRO-3: a part of each tensor (its middle third here), the rest zero; what is read is that
+    // part and at most a row of the stored matrix either side of it.
+    const ParamLayout part(config_, ModelShard{2, 1, 0, -1, true, true});
+    std::vector<float> expected(part.total(), 0.0f);
+    int64_t bound = 0;
+    const auto third = [](const ParamTensor& p) {
+      return std::pair<size_t, size_t>{p.numel / 3, 2 * p.numel / 3};
+    };
+    for (const ParamTensor& p : part.tensors()) {
+      std::vector<float> local(p.numel);
+      take_shard(p, full.data() + whole.tensors()[p.global_index].offset, local.data());
+      const auto [lo, hi] = third(p);
+      std::copy(local.begin() + static_cast<std::ptrdiff_t>(lo),
+                local.begin() + static_cast<std::ptrdiff_t>(hi),
+                expected.begin() + static_cast<std::ptrdiff_t>(p.offset + lo));
+      const int64_t rows = p.global_shape.front(), cols = p.global_shape.back();
+      bound += width * (static_cast<int64_t>(hi - lo) + 2 * std::max(rows, cols) * 3);  // 3 mappings at most
+    }
+    EXPECT_EQ(load(part, &bytes, third), expected) << "variant " << variant;
+    EXPECT_LE(static_cast<int64_t>(bytes), bound) << "variant " << variant;
+    EXPECT_LT(bytes, width * stored_elements(part) / 2) << "variant " << variant;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(HfShardSize, ReadsTransformersMaxShardSize) {
+  EXPECT_EQ(parse_shard_size("5GB", "s"), 5000000000u);
+  EXPECT_EQ(parse_shard_size("500MB", "s"), 500000000u);
+  EXPECT_EQ(parse_shard_size("20kB", "s"), 20000u);
+  EXPECT_EQ(parse_shard_size("2GiB", "s"), uint64_t{2} << 30);
+  EXPECT_EQ(parse_shard_size("3mib", "s"), 3u << 20);  // transformers compares upper-cased
+  EXPECT_EQ(parse_shard_size("4096", "s"), 4096u);
+  for (const char* bad : {"", "0", "0GB", "GB", "5 GB", "5Gb", "1.5GB", "-5GB", "5TB", "5G",
+                          "9223372036854775809", "9300000000GB"}) {
+    try {
+      parse_shard_size(bad, "export-hf-shard-size");
+      ADD_FAILURE() << "'" << bad << "' was taken";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("export-hf-shard-size = '" + std::string(bad) + "': not a size", 0), 0u)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -185,8 +185,9 @@ TEST_F(HfTokenizerTest, WhatItDoesNotRunIsRefusedByName) {
       {"/post_processor", "post_processor.type = \"RobertaProcessing\" is not supported"},
       {"/truncation", "truncation = {\"max_length\":8} is not supported"},
       {"/extra", "(top level).extra = 1 is not supported"},
-      {"/added_tokens", "added_tokens[0].lstrip = true is not supported"},
-      {"/split_invert", "pre_tokenizer.pretokenizers[0].invert = true is not supported"},
+      {"/added_tokens", "added_tokens[0].single_word = true is not supported"},
+      {"/split_invert",
+       "pre_tokenizer.pretokenizers[0].invert = true with behavior \"Isolated\" is not supported"},
       {"/split_regex", "\\w means one thing in PCRE2 and another"},
       {"/behavior", "pre_tokenizer.pretokenizers[0].behavior = \"Shuffled\" is not supported"},
   };
@@ -203,7 +204,7 @@ TEST_F(HfTokenizerTest, WhatItDoesNotRunIsRefusedByName) {
     if (what == "/truncation") j["truncation"] = {{"max_length", 8}};
     if (what == "/extra") j["extra"] = 1;
     if (what == "/added_tokens")
-      j["added_tokens"] = {{{"id", 260}, {"content", "<x>"}, {"lstrip", true}}};
+      j["added_tokens"] = {{{"id", 260}, {"content", "<x>"}, {"single_word", true}}};
     if (what == "/split_invert") {
       j = split({{"String", "-"}}, "Isolated");
       j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;

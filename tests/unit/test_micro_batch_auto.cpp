@@ -107,3 +107,18 @@ TEST(MicroBatchAuto, RejectsABatchThatDpDoesNotDivide) {
   EXPECT_THROW(plan_micro_batch(small_gpt2(), gpu_run(), layout, 1e12), UsageError);
   EXPECT_THROW(plan_micro_batch(small_gpt2(), gpu_run(), Layout{}, 1e12, 1.0), Error);
 }
+
+// Sequence parallelism shrinks the activations of a tp 2 rank, so auto may pick a larger
+// micro-batch on the same memory: room for 6 with it, between its 6 and the 6 without.
+TEST(MicroBatchAuto, SequenceParallelismMakesRoomForMore) {
+  const RunShape run = gpu_run();
+  Layout layout;
+  layout.tp = 2;  // 24 sequences per rank: candidates 24, 12, 8, 6, 4, ...
+  Layout sp = layout;
+  sp.sequence_parallel = true;
+  ASSERT_LT(bytes_at(run, sp, 6), bytes_at(run, layout, 6));
+  const double free = (bytes_at(run, sp, 6) + bytes_at(run, layout, 6)) / 2 / 0.9;
+  ASSERT_GT(bytes_at(run, sp, 8), free * 0.9) << "the test's sizes: sp at 8 must not fit";
+  EXPECT_EQ(plan_micro_batch(small_gpt2(), run, layout, free, 0.10).micro_batch, 4);
+  EXPECT_EQ(plan_micro_batch(small_gpt2(), run, sp, free, 0.10).micro_batch, 6);
+}

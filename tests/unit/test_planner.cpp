@@ -16,6 +16,7 @@
 #include "mpitrain/planner/inputs.hpp"
 #include "mpitrain/planner/micro_batch_auto.hpp"
 #include "mpitrain/planner/planner.hpp"
+#include "mpitrain/planner/report.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "unit_mpi.hpp"
@@ -242,7 +243,8 @@ TEST(PlannerMemory, PipelineStagesByHand) {
 }
 
 // The planner's count is what Model really allocates, for every kind of stage, tensor
-// parallelism, grouped-query attention and each recomputation mode.
+// parallelism (with and without sequence parallelism), grouped-query attention and each
+// recomputation mode.
 TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   mpitrain::test::start_mpi();
   CpuBackend<float> backend(1);
@@ -262,15 +264,18 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
           const ModelShard shard = shard_of({1, tp, pp}, first, 0, stage);
           for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
             for (Precision storage : {Precision::Fp32, Precision::Bf16}) {  // 4 and 2 bytes
-              const int slots = pp - stage;
-              Model<float> model(config, backend, shard, 2, 4, slots, &self,
-                                 {storage, rc, storage});
-              const double w = storage == Precision::Fp32 ? 4.0 : 2.0;
-              EXPECT_EQ(model.activation_bytes(),
-                        activation_elements(config, shard, 2, 4, slots, rc).bytes(w))
-                  << to_string(config.arch) << " tp " << tp << " stage " << stage << "/" << pp
-                  << " recompute " << to_string(rc) << " storage " << to_string(storage);
-              EXPECT_EQ(model.param_bytes(), ParamLayout(config, shard).total() * w);
+              for (bool sp : {false, true}) {  // sequence parallelism (only at tp 2)
+                const int slots = pp - stage;
+                Model<float> model(config, backend, shard, 2, 4, slots, &self,
+                                   {storage, rc, storage, false, false, sp});
+                const double w = storage == Precision::Fp32 ? 4.0 : 2.0;
+                EXPECT_EQ(model.activation_bytes(),
+                          activation_elements(config, shard, 2, 4, slots, rc, sp).bytes(w))
+                    << to_string(config.arch) << " tp " << tp << " stage " << stage << "/" << pp
+                    << " recompute " << to_string(rc) << " storage " << to_string(storage)
+                    << " sp " << sp;
+                EXPECT_EQ(model.param_bytes(), ParamLayout(config, shard).total() * w);
+              }
             }
           }
         }
@@ -468,6 +473,30 @@ TEST(Planner, SearchLimitsPinALayout) {
   EXPECT_EQ(l.tp, 1);
   EXPECT_EQ(l.pp, 2);
   EXPECT_EQ(l.micro_batch, 2);
+}
+
+// At tp > 1 the planner offers each option with and without sequence parallelism: the same
+// layout with its norm/residual activations / tp (less memory) and a little more tp time (the
+// backward's gathers again of the normed inputs), and a flag the trainer reads.
+TEST(Planner, OffersSequenceParallelismAtTpAboveOne) {
+  Cluster c = four_cpu_ranks();
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  SearchLimits only;
+  only.dp = 2, only.tp = 2, only.micro_batch = 2, only.zero = 0;
+  only.recompute = Recompute::None;
+  const Plan plan = make_plan(tiny(), run, c, {}, only);
+  ASSERT_EQ(plan.fits.size(), 2u);
+  const Candidate& off = plan.fits[0].layout.sequence_parallel ? plan.fits[1] : plan.fits[0];
+  const Candidate& on = plan.fits[0].layout.sequence_parallel ? plan.fits[0] : plan.fits[1];
+  ASSERT_TRUE(on.layout.sequence_parallel && !off.layout.sequence_parallel);
+  EXPECT_LT(on.memory.activations, off.memory.activations);
+  EXPECT_GT(on.time.tp_comm, off.time.tp_comm);
+  EXPECT_NE(trainer_flags(on.layout, run).find(" --sequence-parallel"), std::string::npos);
+  EXPECT_EQ(trainer_flags(off.layout, run).find("--sequence-parallel"), std::string::npos);
+  only.tp = 1, only.dp = 4;  // nothing to split: never offered
+  for (const Candidate& one : make_plan(tiny(), run, c, {}, only).fits)
+    EXPECT_FALSE(one.layout.sequence_parallel);
 }
 
 TEST(Planner, OffersEveryZeroLevelWhereDpIsAboveOne) {

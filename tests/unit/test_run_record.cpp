@@ -1,22 +1,23 @@
 // run.ini: the options with the resolved values put in, never overwrite = true; floats in the
-// shortest text that reads back.
+// shortest text that reads back (io/shortest_text.hpp, which every file of a user's float uses).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/train/run_record.hpp"
 
 namespace mpitrain {
 namespace {
 
-TEST(RunRecord, FloatTextIsTheShortestThatReadsBack) {
-  EXPECT_EQ(float_text(1e-5f), "1e-05");
-  EXPECT_EQ(float_text(0.95f), "0.95");
-  EXPECT_EQ(float_text(10000.0f), "10000");
-  EXPECT_EQ(float_text(3e-3f), "0.003");
+TEST(RunRecord, FloatsAreWrittenAsTheShortestTextThatReadsBack) {
+  EXPECT_EQ(shortest_text(1e-5f), "1e-05");
+  EXPECT_EQ(shortest_text(0.95f), "0.95");
+  EXPECT_EQ(shortest_text(10000.0f), "10000");
+  EXPECT_EQ(shortest_text(3e-3f), "0.003");
   for (float x : {0.1f, 1.0f / 3.0f, 6.02e23f, 1.17549435e-38f, 123456.789f})
-    EXPECT_EQ(std::strtof(float_text(x).c_str(), nullptr), x) << float_text(x);
+    EXPECT_EQ(std::strtof(shortest_text(x).c_str(), nullptr), x) << shortest_text(x);
 }
 
 TEST(RunRecord, ResolvedValuesReplaceTheOptionsAndOverwriteIsNeverKept) {

@@ -47,6 +47,11 @@ class Communicator {
   virtual void all_gather(const float* in, float* out, size_t n) = 0;
   // out(n) = reduction over ranks of in[rank * n .. rank * n + n).
   virtual void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) = 0;
+  // The same for 2-byte tensors (bf16 / fp16 bits): the gather moves bits; the reduce-scatter is
+  // a Sum of dtype whose every partial sum is rounded, as the 2-byte all_reduce's.
+  virtual void all_gather(const uint16_t* in, uint16_t* out, size_t n) = 0;
+  virtual void reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                              ReduceOp op) = 0;
 
   // Non-blocking: start, then wait(). data must stay untouched until wait() returns.
   virtual CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) = 0;
@@ -122,6 +127,9 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
+  void all_gather(const uint16_t* in, uint16_t* out, size_t n) override;
+  void reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                      ReduceOp op) override;
 
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
@@ -160,7 +168,12 @@ class MpiCommunicator final : public Communicator {
   void set_blocks(Slot& slot, std::span<const size_t> counts);  // counts, displs as MPI ints
   int checked_count(size_t count, const char* op) const;        // throws above max_count
   void count_sent(uint64_t bytes) { bytes_sent_ += bytes; }  // bus bytes: 0 on one rank
-  // The float and 2-byte forms of send/recv and of the uneven all_gather.
+  // The float and 2-byte forms of the blocking all_gather / reduce_scatter, of send/recv and of
+  // the uneven all_gather.
+  template <typename E>
+  void all_gather_typed(const E* in, E* out, size_t n, MPI_Datatype type);
+  template <typename E>
+  void reduce_scatter_typed(const E* in, E* out, size_t n, MPI_Datatype type, MPI_Op op);
   template <typename E>
   CommHandle point_start(bool send, E* data, size_t n, MPI_Datatype type, int peer, int tag);
   template <typename E>

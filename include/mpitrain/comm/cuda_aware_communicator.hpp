@@ -45,6 +45,9 @@ class CudaAwareMpiCommunicator final : public DeviceMpiCommunicator {
   void broadcast(void* data, size_t bytes, int root) override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
+  void all_gather(const uint16_t* in, uint16_t* out, size_t n) override;
+  void reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                      ReduceOp op) override;
 
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;

@@ -83,6 +83,9 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   void barrier() override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
+  void all_gather(const uint16_t* in, uint16_t* out, size_t n) override;
+  void reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                      ReduceOp op) override;  // ncclSum of bf16 / fp16
 
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
@@ -157,6 +160,11 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   void require_usable() const;
   template <typename E>
   void all_reduce_typed(E* data, size_t n, ncclDataType_t type, ReduceOp op);
+  // The blocking all_gather / reduce_scatter of n elements per rank of `type`.
+  void all_gather_blocking(const void* in, void* out, size_t n, size_t element,
+                           ncclDataType_t type);
+  void reduce_scatter_blocking(const void* in, void* out, size_t n, size_t element,
+                               ncclDataType_t type, ReduceOp op);
   template <typename E>
   CommHandle p2p_start(bool send, E* data, size_t n, ncclDataType_t type, int peer);
   template <typename E>

@@ -51,6 +51,9 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
   void broadcast(void* data, size_t bytes, int root) override;
   void all_gather(const float* in, float* out, size_t n) override;
   void reduce_scatter(const float* in, float* out, size_t n, ReduceOp op) override;
+  void all_gather(const uint16_t* in, uint16_t* out, size_t n) override;
+  void reduce_scatter(const uint16_t* in, uint16_t* out, size_t n, Precision dtype,
+                      ReduceOp op) override;
 
   CommHandle all_reduce_start(float* data, size_t n, ReduceOp op) override;
   CommHandle send_start(const float* data, size_t n, int peer, int tag) override;
@@ -94,6 +97,10 @@ class StagedMpiCommunicator final : public DeviceMpiCommunicator {
   // dtype and op for 2-byte elements).
   template <typename E, typename... How>
   void all_reduce_typed(E* data, size_t n, How... how);
+  template <typename E>
+  void all_gather_typed(const E* in, E* out, size_t n);
+  template <typename E, typename... How>
+  void reduce_scatter_typed(const E* in, E* out, size_t n, How... how);
   template <typename E>
   CommHandle send_typed(const E* data, size_t n, int peer, int tag);
   template <typename E>

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/config.hpp"
@@ -37,6 +38,12 @@ namespace mpitrain {
 
 // Above this many bytes of tensors the export is sharded, as transformers' default (5 GB).
 inline constexpr uint64_t kHfMaxFileBytes = uint64_t{5} * 1000 * 1000 * 1000;
+
+// The bytes of a shard size as transformers' max_shard_size writes it: an integer of bytes, or
+// one followed by KB, MB, GB (powers of 1000) or KiB, MiB, GiB (of 1024), in any case but the
+// B of KB, MB, GB ("500MB", "5GB", "2GiB"). UsageError naming `option` for anything else (bits
+// as transformers reads "5Gb", a fraction, a space, zero, a size past 2^63).
+uint64_t parse_shard_size(const std::string& text, const std::string& option);
 
 // A directory holding config.json and model.safetensors or its index.
 bool is_hf_dir(const std::string& path);
@@ -49,10 +56,15 @@ void check_hf_weights(const std::string& dir, const ModelConfig& config);
 
 // Reads the checkpoint into the tensors of layout (a rank's shard or the whole model; layout
 // built from config), one at a time: put(p, values) gets each tensor p filled (p.numel floats,
-// the vocabulary's padding rows zero). Holds at most that tensor and one stored tensor; reads
-// only the stored tensors the shard needs. UsageError as check_hf_weights.
-void load_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   const std::function<void(const ParamTensor&, const float*)>& put);
+// the vocabulary's padding rows zero). wanted(p), when given, narrows that to p's local elements
+// [first, second) (ZeRO-3: the rank's part), the others zero. Reads from the files only the
+// elements it fills (a tp slice of rows is one read, of columns one read per row), converted
+// to fp32 as read; holds at most p and the stored block it needs. Returns the bytes read.
+// UsageError as check_hf_weights.
+uint64_t load_hf_model(
+    const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
+    const std::function<void(const ParamTensor&, const float*)>& put,
+    const std::function<std::pair<size_t, size_t>(const ParamTensor&)>& wanted = {});
 
 // UsageError unless transformers has a model for config (Qwen2, the q/k/v biases without an
 // o_proj bias, and Qwen3, the per-head q/k norms, have no MLP biases; Qwen3's attention_bias is

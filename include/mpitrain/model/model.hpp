@@ -8,6 +8,22 @@
 //             — Megatron's "f".
 // With tp = 1 and one stage it is the plain single-rank model and communicates nothing.
 //
+// Sequence parallelism (ModelOptions::sequence_parallel, Megatron-Core's, tp > 1): the regions
+// between a row-parallel and the next column-parallel layer — the embedding output, the norms
+// and the residual adds — hold only this rank's rows: the N = B*Tlen rows of the flattened batch
+// cut into tp contiguous blocks of Ns = N/tp, rank r holding rows [r Ns, (r+1) Ns) (Tlen divisible
+// by tp, so that any B splits). Each "g" all-reduce becomes a reduce-scatter (the partial sums of
+// all N rows in, this rank's Ns summed rows out); before each column-parallel layer (qkv, fc, the
+// head) its normed input is all-gathered; backward mirrors it (the gradient entering a
+// row-parallel layer and the embedding is all-gathered, each "f" is a reduce-scatter, and the
+// normed input is gathered again for the weight gradient). The same bytes as the all-reduces plus
+// that one all-gather per column-parallel layer in backward. Every (N,C) tensor of those regions
+// (encoded, ln1/ln2/lnf and their statistics, attproj, res2, fcproj, res3, dres) is Ns rows; one
+// (N,C) buffer receives the gathers. The norm weights' (and layernorm biases') gradients are then
+// partial sums over each rank's rows: sync_replicated_grads sums them over tp. Row-parallel
+// biases are still added by tp rank 0 before the reduce-scatter (their gradients, from the
+// gathered output gradient, are whole on every rank, as without).
+//
 // The model owns its parameters, their gradients (same layout) and activations, all allocated at
 // construction for B <= max_batch sequences of Tlen <= max_seq tokens, with `slots` copies of the
 // activations so a pipeline can keep several micro-batches in flight. No step allocates.
@@ -67,6 +83,7 @@ struct ModelOptions {
   Precision storage = Precision::Fp32;  // Fp32, or precision itself (2-byte compute tensors)
   bool lend_grads = false;   // ZeRO-2/3: gradients lent per unit (set_lender)
   bool lend_params = false;  // ZeRO-3: parameters too
+  bool sequence_parallel = false;  // with tp > 1: the norm/residual regions on N/tp rows
 };
 
 // Who lends a unit's tensors to a Model under ZeRO-2/3. Pointers are to the unit's element 0
@@ -145,7 +162,11 @@ class Model {
                 const std::function<void(size_t)>& grads_ready = {});
   void zero_grads();  // the whole buffer; nothing when lent (the lender's)
 
-  // Pipeline stage boundaries, (B, Tlen, C) each, in the storage type.
+  // Pipeline stage boundaries, (B, Tlen, C) each, in the storage type: this rank's
+  // boundary_elements(B, Tlen) of them (sequence parallelism: its Ns rows).
+  size_t boundary_elements(int B, int Tlen) const {
+    return static_cast<size_t>(seq_rows(B * Tlen)) * config_.d_model;
+  }
   Buf<T> input(int slot) { return slots_[slot].encoded; }
   CBuf<T> output(int slot) const { return slots_[slot].layers.back().res3; }
   Buf<T> output_grad() { return grad_.dres; }
@@ -153,7 +174,7 @@ class Model {
 
   // Gradients of the tensors replicated over tp, averaged over tp (no-op with tp = 1): keeps
   // the replicas' updates identical. The q/k norm weights' (partial sums over each rank's heads)
-  // are summed. Call after the step's last backward and the data-parallel
+  // are summed, and so are the norms' under sequence parallelism (sums over each rank's rows). Call after the step's last backward and the data-parallel
   // sync. grads: compact over `held` (parallel/shard_ranges.hpp), e.g. grads() and
   // whole(num_params()); every tp rank holds the same ranges.
   void sync_replicated_grads(T* grads, const ShardRanges& held);
@@ -238,6 +259,21 @@ class Model {
   // All-reduce of a compute tensor over tp (g in forward, f in backward): 2-byte messages under
   // 2-byte storage; the emulated path rounds the partial sums first, as those messages are.
   void tp_sum(Buf<T> x, size_t n);
+  // Sequence parallelism (header): on, and the rows Ns of the sequence-parallel region of N rows.
+  bool sp() const { return tp_ && options_.sequence_parallel; }
+  int seq_rows(int N) const { return sp() ? N / layout_.shard().tp : N; }
+  // Before a column-parallel layer: this rank's rows x (Ns,C), n = Ns*C, all-gathered into
+  // gathered_ (N,C); without sequence parallelism x itself (already all N rows).
+  CBuf<T> gather_rows(CBuf<T> x, size_t n);
+  // Where a row-parallel layer (or the embedding) writes the partial sums that sum_rows reduces
+  // into out: gathered_ under sequence parallelism, else out itself.
+  Buf<T> partial_rows(Buf<T> out) const { return sp() ? gathered_ : out; }
+  // Megatron's g (forward) / f (backward): the partial sums full (N,C) summed over tp into this
+  // rank's rows out (Ns,C), n = Ns*C: a reduce-scatter, or without sequence parallelism tp_sum
+  // in place (out == full).
+  void sum_rows(Buf<T> full, Buf<T> out, size_t n);
+  // A gradient of a tensor replicated over tp that is a partial sum (summed, not averaged).
+  bool tp_partial_grad(Slot slot) const;
   bool emulated() const {
     return options_.precision != Precision::Fp32 && options_.storage == Precision::Fp32;
   }
@@ -265,6 +301,7 @@ class Model {
   Buf<T> acts_;        // one block holding every compute activation buffer
   T* stats_ = nullptr;  // and one for their fp32 statistics and scratch
   size_t activation_count_ = 0, stats_count_ = 0;
+  Buf<T> gathered_;  // (N,C) sequence parallelism's gathers and partial sums; null without
   std::vector<SlotActs> slots_;
   GradActs grad_;
   mutable std::vector<Segment> norm_segments_;  // grad_square_sum's list, refilled each step

@@ -40,9 +40,15 @@ class SafetensorsSet {
   // What names the set in messages: model.safetensors or the index.
   const std::string& source() const { return source_; }
 
-  // The tensor's elements, widened to fp32 (F32, F16 or BF16 stored) into out (its element
-  // count). UsageError for another dtype or a read that fails.
-  void read(const StoredTensor& t, float* out) const;
+  // A rectangle of the tensor seen as a matrix `width` elements wide: rows [row0, +rows) x
+  // columns [col0, +cols).
+  struct Block {
+    int64_t width, row0, rows, col0, cols;
+  };
+  // The block's elements, widened to fp32 (F32, F16 or BF16 stored) into out (rows x cols,
+  // row-major), as read: one read of whole rows, else one per row of its columns. Returns the
+  // bytes read from the file. UsageError for another dtype or a read that fails.
+  uint64_t read_block(const StoredTensor& t, const Block& b, float* out) const;
 
  private:
   void add_file(const std::string& path, const std::map<std::string, std::string>* weight_map);

@@ -50,6 +50,7 @@ struct Layout {
   Recompute recompute = Recompute::None;
   bool reshard_after_forward = true;  // ZeRO-3: gather each unit again for backward
   int zero_shard = 0;  // ZeRO-2/3: shard over groups of this many dp ranks (HSDP); 0 = all dp
+  bool sequence_parallel = false;  // tp > 1: the norm/residual regions on N/tp rows (model.hpp)
   int shard_ranks() const { return zero_shard > 0 ? zero_shard : dp; }  // the D of the model
 };
 
@@ -68,13 +69,13 @@ struct RunShape {
 // B sequences of T tokens in flight, plus its backward scratch (model.cpp's constructor), as the
 // sum of compute tensors (the storage type) + fp32 statistics (norm mean/rstd, attention state
 // P, cross-entropy scratch):
-//   block   = 5NC + N*QKV + N*A + N*FC + N*Fl + 4N      a block's buffers but probs and res3
-//   kept    = none: block + NC + P   selective: block - N*A + NC   full: NC   per layer per slot
+//   block   = 5NsC + N*QKV + N*A + N*FC + N*Fl + 4Ns    a block's buffers but probs and res3
+//   kept    = none: block + NsC + P   selective: block - N*A + NsC   full: NsC   per layer per slot
 //   shared  = none: 0   selective: N*A + P   full: block + P                 once
-//   slot    = NC (stage input) + L*kept + [NC + N*Vl + 2N  on the last stage]
-//   scratch = 2NC + N*QKV + N*A + N*FC + N*Fl + P + 4N
+//   slot    = NsC (stage input) + L*kept + [NsC + N*Vl + 2Ns  on the last stage]
+//   scratch = NsC + NC [+ NC gathers, sp] + N*QKV + N*A + N*FC + N*Fl + P + 4N
 //   total   = shared + slots*slot + scratch
-// with N = B*T, P = B*NHl*T (attention's row log-sum-exps), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
+// with N = B*T, Ns = N/tp under sequence parallelism (else N), P = B*NHl*T (attention's row log-sum-exps), QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
 // In double, so that absurd sizes give a figure to refuse instead of an overflow.
@@ -87,7 +88,8 @@ struct ActivationElements {
   double bytes(double compute_bytes) const { return compute * compute_bytes + stats * 4; }
 };
 ActivationElements activation_elements(const ModelConfig& config, const ModelShard& shard, int B,
-                                       int T, int slots, Recompute recompute);
+                                       int T, int slots, Recompute recompute,
+                                       bool sequence_parallel = false);
 
 // A stage's ZeRO-2/3 units (ParamLayout::units()) without listing the shard's blocks one by one
 // (n-layer may be absurd): a two-layer model's units outside the blocks and one block, the block

@@ -45,6 +45,7 @@ struct SearchLimits {
   std::optional<bool> reshard_after_forward;  // ZeRO-3
   int zero_shard = 0;                         // ZeRO-2/3: HSDP's shard group; 0 = dp
   std::optional<Recompute> recompute;
+  std::optional<bool> sequence_parallel;      // with tp > 1 (unset: both, where T divides)
 };
 
 struct Plan {

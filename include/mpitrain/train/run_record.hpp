@@ -7,9 +7,6 @@
 
 namespace mpitrain {
 
-// The shortest decimal text that reads back as x ("1e-05" for 1e-5f, not 9.99999974738e-06).
-std::string float_text(float x);
-
 // `effective` (every option in INI syntax, one "key = value" per line) with the values the
 // set-up decided (the layout, threads, micro-batch, model sizes: key -> value) put in, and
 // overwrite = false, resume empty: a run repeated from it cannot destroy the one it came from

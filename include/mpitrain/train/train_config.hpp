@@ -40,6 +40,7 @@ struct TrainConfig {
                  // parameters (train/sharded_units.hpp)
   bool zero3_reshard_after_forward = true;  // gather again for the backward
   bool zero3_prefetch = true;               // the next unit's gather during this unit's compute
+  bool sequence_parallel = false;  // tp > 1: norm/residual regions on seq rows / tp (model.hpp)
   int zero_shard_size = 0;                  // HSDP: shard groups of this many dp ranks; 0 = dp
   std::string grad_compress = "none";  // none | bf16 | fp16 | int8 | topk (compression.hpp)
   double topk_ratio = 0.01;     // topk: fraction of each bucket sent
@@ -55,6 +56,7 @@ struct TrainConfig {
   std::string export_llmc;    // write the trained gpt2 model in llm.c's format here, "" = no
   std::string export_params;  // write the trained parameters (full shapes) to this HDF5 file
   std::string export_hf;      // write a Hugging Face checkpoint directory here, "" = no
+  std::string export_hf_shard_size = "5GB";  // its files' size (hf_model.hpp: parse_shard_size)
 
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (backend/precision.hpp)
   std::string recompute = "none";   // none | selective | full (model/model.hpp)
