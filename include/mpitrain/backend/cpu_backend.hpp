@@ -52,7 +52,7 @@ struct StagingDelete {
 }  // namespace cpu
 
 // Rows of queries (and of keys) in one tile of the CPU's flash attention (cpu_attention.cpp).
-inline constexpr int kAttentionTile = 64;
+inline constexpr int kAttentionTile = 32;
 
 template <typename T>
 class CpuBackend final : public Backend<T> {
