@@ -53,6 +53,25 @@ void validate_attention_variants(const ModelConfig& c) {
           "rope-scaling llama3 original_max_position_embeddings must be at least 1");
 }
 
+void validate_experts(const ModelConfig& c) {
+  if (c.n_experts == 0) return;
+  require(c.n_experts >= 1, "n-experts must be 0 (dense) or at least 1 (got " +
+                                std::to_string(c.n_experts) + ")");
+  require(c.arch == Arch::Llama, "mixture of experts is a llama option (gpt2's MLP is dense)");
+  require(c.top_k >= 1 && c.top_k <= c.n_experts,
+          "top-k must be between 1 and n-experts (" + std::to_string(c.n_experts) + "), got " +
+              std::to_string(c.top_k));
+  require(c.moe_ff >= 0, "moe-ff must be positive, or 0 for d-ff (got " +
+                             std::to_string(c.moe_ff) + ")");
+  require(c.n_shared_experts >= 0, "n-shared-experts must not be negative");
+  require(int64_t{c.n_shared_experts} * c.expert_width() <= kMaxAttentionWidth,
+          "the shared experts' width n-shared-experts x expert width is too large");
+  require(c.moe_every >= 1 && c.moe_every <= c.n_layer,
+          "moe-every must be between 1 and n-layer (" + std::to_string(c.n_layer) +
+              ") so that some layer is MoE, got " + std::to_string(c.moe_every));
+  require(!c.mlp_bias, "MLP biases with mixture of experts are not supported (no MoE model has them)");
+}
+
 // A number of the --rope-scaling text; UsageError naming it.
 template <class V>
 V rope_number(const std::string& key, const std::string& text) {
@@ -149,6 +168,7 @@ void ModelConfig::validate() const {
   require(norm_eps > 0.0f, "norm-eps must be positive");
   require(rope_theta > 0.0f, "rope-theta must be positive");
   validate_attention_variants(*this);
+  validate_experts(*this);
 }
 
 }  // namespace mpitrain

@@ -28,7 +28,9 @@ void initial_tensors(const ModelConfig& config, const ParamLayout& layout, uint6
         break;
       default: {
         Rng rng(seed, rng_stream::kParamInit + t.global_index);
-        const double s = (t.slot == Slot::ProjW || t.slot == Slot::FcProjW) ? residual_std : std_dev;
+        const bool output_projection =
+            t.slot == Slot::ProjW || t.slot == Slot::FcProjW || t.slot == Slot::ExpertProjW;
+        const double s = output_projection ? residual_std : std_dev;
         // Vocabulary tables: only the first vocab_size rows are real; padding rows stay zero.
         const bool vocab_table = t.slot == Slot::Wte || t.slot == Slot::LmHead;
         const size_t real = vocab_table ? static_cast<size_t>(config.vocab_size) * C : numel;

@@ -8,7 +8,8 @@ namespace mpitrain {
 
 namespace {
 
-constexpr int kBlockSlots = static_cast<int>(Slot::KNormW) - static_cast<int>(Slot::Ln1W) + 1;
+constexpr int kBlockSlots =
+    static_cast<int>(Slot::ExpertProjW) - static_cast<int>(Slot::Ln1W) + 1;
 constexpr int kSlots = static_cast<int>(Slot::LmHead) + 1;
 
 const char* slot_name(Slot slot) {
@@ -29,6 +30,9 @@ const char* slot_name(Slot slot) {
     case Slot::FcProjB: return "mlp.proj.bias";
     case Slot::QNormW: return "attn.q_norm.weight";
     case Slot::KNormW: return "attn.k_norm.weight";
+    case Slot::RouterW: return "moe.router.weight";
+    case Slot::ExpertFcW: return "moe.experts.fc.weight";
+    case Slot::ExpertProjW: return "moe.experts.proj.weight";
     case Slot::LnfW: return "lnf.weight";
     case Slot::LnfB: return "lnf.bias";
     case Slot::LmHead: return "lm_head.weight";
@@ -36,7 +40,7 @@ const char* slot_name(Slot slot) {
   return "?";
 }
 
-bool is_block_slot(Slot slot) { return slot >= Slot::Ln1W && slot <= Slot::KNormW; }
+bool is_block_slot(Slot slot) { return slot >= Slot::Ln1W && slot <= Slot::ExpertProjW; }
 
 }  // namespace
 
@@ -56,9 +60,10 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
   if (shard_.layer_end < 0) shard_.layer_end = cfg.n_layer;
   index_.assign(kSlots - kBlockSlots + n_layer_ * kBlockSlots, -1);
   const int64_t tp = shard_.tp, r = shard_.tp_rank;
-  const int64_t C = cfg.d_model, F = cfg.d_ff, Vp = cfg.padded_vocab(), hs = cfg.head_size();
+  const int64_t C = cfg.d_model, Vp = cfg.padded_vocab(), hs = cfg.head_size();
+  const int64_t E = cfg.n_experts, Fe = cfg.expert_width();
   const int64_t NH = cfg.n_head, NKV = cfg.n_kv_head, A = NH * hs;
-  const int64_t qh = NH / tp * hs, kvh = NKV / tp * hs, Fl = F / tp, Vl = Vp / tp;
+  const int64_t qh = NH / tp * hs, kvh = NKV / tp * hs, Vl = Vp / tp;
   const bool llama = cfg.arch == Arch::Llama, norm_bias = !llama, tied = cfg.tie_embeddings;
 
   // This rank's pieces of each kind of split (see the header).
@@ -67,17 +72,16 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
                                             {A + r * kvh, qh, kvh},
                                             {A + NKV * hs + r * kvh, qh + kvh, kvh}};
   const std::vector<ShardPiece> head_cols = {{r * qh, 0, qh}};
-  const std::vector<ShardPiece> ff_rows = {{r * Fl, 0, Fl}};
-  const std::vector<ShardPiece> gate_up_rows = {{r * Fl, 0, Fl}, {F + r * Fl, Fl, Fl}};
 
   int global_index = 0;  // counts every tensor of the whole model, held here or not
   // One tensor of the whole model, in canonical order; kept if this shard holds it.
-  auto add = [&](Slot slot, int layer, std::vector<int64_t> global_shape, bool decay, bool matmul,
-                 bool held, int split_dim, const std::vector<ShardPiece>& pieces) {
+  // matmul: the fraction of it a token's products use (the routed experts: top_k / E), 0 none.
+  auto add = [&](Slot slot, int layer, std::vector<int64_t> global_shape, bool decay,
+                 double matmul, bool held, int split_dim, const std::vector<ShardPiece>& pieces) {
     const int gi = global_index++;
     size_t global_numel = 1;
     for (int64_t d : global_shape) global_numel *= static_cast<size_t>(d);
-    if (matmul) matmul_params_ += global_numel;
+    matmul_params_ += static_cast<size_t>(static_cast<double>(global_numel) * matmul);
     if (!held) return;
     std::vector<int64_t> shape = global_shape;
     if (split_dim >= 0) {
@@ -111,12 +115,23 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
     if (cfg.proj_bias) add(Slot::ProjB, l, {C}, false, true, held, -1, none);
     add(Slot::Ln2W, l, {C}, false, true, held, -1, none);
     if (norm_bias) add(Slot::Ln2B, l, {C}, false, true, held, -1, none);
-    const int64_t FC = llama ? 2 * F : F;  // llama: [gate; up]
-    const std::vector<ShardPiece>& fc_rows = llama ? gate_up_rows : ff_rows;
-    add(Slot::FcW, l, {FC, C}, true, true, held, 0, fc_rows);
-    if (cfg.mlp_bias) add(Slot::FcB, l, {FC}, false, true, held, 0, fc_rows);
-    add(Slot::FcProjW, l, {C, F}, true, true, held, 1, ff_rows);
-    if (cfg.mlp_bias) add(Slot::FcProjB, l, {C}, false, true, held, -1, none);
+    const int64_t F = cfg.dense_mlp_width(l), Fl = F / tp;  // an MoE layer: the shared experts'
+    if (F > 0) {
+      const int64_t FC = llama ? 2 * F : F;  // llama: [gate; up]
+      const std::vector<ShardPiece> ff_rows = {{r * Fl, 0, Fl}};
+      const std::vector<ShardPiece> fc_rows =
+          llama ? std::vector<ShardPiece>{{r * Fl, 0, Fl}, {F + r * Fl, Fl, Fl}} : ff_rows;
+      add(Slot::FcW, l, {FC, C}, true, true, held, 0, fc_rows);
+      if (cfg.mlp_bias) add(Slot::FcB, l, {FC}, false, true, held, 0, fc_rows);
+      add(Slot::FcProjW, l, {C, F}, true, true, held, 1, ff_rows);
+      if (cfg.mlp_bias) add(Slot::FcProjB, l, {C}, false, true, held, -1, none);
+    }
+    if (cfg.is_moe_layer(l)) {  // router and routed experts: whole on every tp rank
+      const double active = static_cast<double>(cfg.top_k) / static_cast<double>(E);
+      add(Slot::RouterW, l, {E, C}, true, true, held, -1, none);
+      add(Slot::ExpertFcW, l, {E, 2 * Fe, C}, true, active, held, -1, none);
+      add(Slot::ExpertProjW, l, {E, C, Fe}, true, active, held, -1, none);
+    }
     if (cfg.qk_norm) {  // per-head q/k RMSNorm weights: replicated over tp, no weight decay
       add(Slot::QNormW, l, {hs}, false, true, held, -1, none);
       add(Slot::KNormW, l, {hs}, false, true, held, -1, none);

@@ -60,6 +60,24 @@ struct ModelConfig {
   } rope_scaling;
   bool scale_attn_weights = true;                // gpt2: scores / sqrt(hs); false: unscaled
   bool scale_attn_by_inverse_layer_idx = false;  // gpt2: scores further / (block index + 1)
+
+  // ---- mixture of experts (llama; n_experts 0 = every MLP dense) ----------------------------
+  // An MoE layer's MLP is a router (E, C) choosing top_k of n_experts SwiGLU experts per token
+  // (gates: the softmax over all E renormalised over the chosen, as Mixtral), plus, with
+  // n_shared_experts > 0, one shared SwiGLU every token passes, of width
+  // n_shared_experts x expert width (DeepSeek's shared experts, held in mlp.fc / mlp.proj).
+  int n_experts = 0;
+  int top_k = 2;
+  int moe_ff = 0;            // each expert's SwiGLU width; 0 = d_ff
+  int n_shared_experts = 0;
+  int moe_every = 1;         // layer l is MoE when (l + 1) % moe_every == 0 (HF decoder_sparse_step)
+  bool is_moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
+  int expert_width() const { return moe_ff > 0 ? moe_ff : d_ff; }
+  // The MLP width of layer l held in mlp.fc / mlp.proj: d_ff for a dense layer, the shared
+  // experts' width for an MoE layer (0: none).
+  int dense_mlp_width(int l) const {
+    return is_moe_layer(l) ? n_shared_experts * expert_width() : d_ff;
+  }
 };
 
 // "none" | "linear:factor=F" | "llama3:factor=F,low=L,high=H,orig=N" (the trainer's

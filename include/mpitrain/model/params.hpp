@@ -11,6 +11,10 @@
 //            attn.proj.weight (C, NH hs), [attn.proj.bias (C)], ln2.weight (C),
 //            mlp.fc.weight (2F, C) = [gate; up], [mlp.fc.bias (2F)], mlp.proj.weight (C, F),
 //            [mlp.proj.bias (C)]   (config: qkv_bias, proj_bias, mlp_bias; hs = head_size())
+//     MoE layer (config.is_moe_layer(l), llama): mlp.fc / mlp.proj hold the shared experts
+//            (width Fs = n_shared_experts x Fe; absent when 0), then moe.router.weight (E, C),
+//            moe.experts.fc.weight (E, 2Fe, C) = each expert's [gate; up],
+//            moe.experts.proj.weight (E, C, Fe)   (Fe = expert_width())
 //     qk_norm (llama): then attn.q_norm.weight (hs), attn.k_norm.weight (hs)
 //   lnf.weight (C), [lnf.bias (C)], [lm_head.weight (Vp, C) — unless tie_embeddings: wte then]
 // Weights are (out, in) row-major. Norm weights and biases get no weight decay.
@@ -24,7 +28,8 @@
 //     their biases; the vocabulary tables wte and lm_head (rows Vp/tp);
 //   row-parallel (split along the input columns): attn.proj, mlp.proj;
 //   replicated: norms, wpe, the biases of the row-parallel layers; the q/k norm weights too, though
-//     each rank's heads add their part of their gradient (summed over tp, not averaged).
+//     each rank's heads add their part of their gradient (summed over tp, not averaged); the
+//     router and the routed experts (whole on every tp rank).
 // Each tensor records how its local rows/columns map into the full logical tensor (pieces).
 
 #pragma once
@@ -45,6 +50,7 @@ enum class Slot {
   Ln1W, Ln1B, QkvW, QkvB, ProjW, ProjB,             // attention half of a block
   Ln2W, Ln2B, FcW, FcB, FcProjW, FcProjB,           // MLP half of a block
   QNormW, KNormW,                                   // qk_norm's per-head q/k RMSNorm (hs each)
+  RouterW, ExpertFcW, ExpertProjW,                  // an MoE layer's router and routed experts
   LnfW, LnfB, LmHead,                               // head
 };
 
