@@ -236,6 +236,16 @@ bool any_half(const B&... bufs) {
 
 }  // namespace
 
+size_t cpu_attention_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks) {
+  const SequenceSizes seq(Tlen, NH, NKV, hs);
+  const size_t nb = std::min<size_t>(B, std::max<size_t>(1, cpu::kBlockElems / seq.qkv));
+  const auto slot = [](size_t need) { return std::max(cpu::kBlockElems, need); };
+  // slots A, B, C, D: qkv, the keys (in qkv), dqkv (blocks: dout), dout (blocks: other ops)
+  const size_t floats = 2 * slot(nb * seq.qkv) + slot(nb * (blocks ? seq.out : seq.qkv)) +
+                        slot(blocks ? 0 : nb * seq.out);
+  return floats * sizeof(float);
+}
+
 template <typename T>
 void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, int Tlen, int NH,
                                       int NKV, int hs, T scale) {

@@ -240,6 +240,34 @@ TEST(PlannerMemory, ContextParallelHoldsTheChunksAndTheRing) {
   EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 4 + 2816 * 4.0);  // half the token rows; a bucket
 }
 
+// On the CPU, bf16/fp16 attention widens whole sequences into fp32 staging slots that only grow
+// (2^18 floats at least: the other staged ops' blocks). T 16384 of the tiny model (QKV 24, A 8
+// floats a row): qkv, its keys and dqkv 393216 floats each, dout 131072 -> 262144 (the blocks):
+// 1441792 floats. Context parallelism 2 (T 32768, 16384 rows): qkv and keys 393216 each, dout
+// 262144, the fourth slot 262144: 1310720.
+TEST(PlannerMemory, TwoByteCpuAttentionStagesWholeSequences) {
+  EXPECT_EQ(cpu_attention_staging_bytes(1, 16384, 2, 2, 4, false), 1441792u * 4);
+  EXPECT_EQ(cpu_attention_staging_bytes(1, 16384, 2, 2, 4, true), 1310720u * 4);
+  EXPECT_EQ(cpu_attention_staging_bytes(2, 64, 2, 2, 4, false), 4 * 262144u * 4);  // short: blocks
+  ModelConfig c = tiny();
+  c.max_seq_len = 32768;
+  RunShape run = tiny_run();
+  run.seq_len = 16384;
+  run.global_batch = 1;
+  Layout one{1, 1, 1, 1, 0, Recompute::None};
+  const double fp32 = layout_memory(c, run, one, 0.0).buffers;
+  run.precision = Precision::Bf16;
+  EXPECT_DOUBLE_EQ(layout_memory(c, run, one, 0.0).buffers - fp32, 1441792.0 * 4);
+  run.seq_len = 32768;
+  one.cp = 2;
+  const double cp_bf16 = layout_memory(c, run, one, 0.0).buffers;
+  run.precision = Precision::Fp32;
+  EXPECT_DOUBLE_EQ(cp_bf16 - layout_memory(c, run, one, 0.0).buffers, 1310720.0 * 4);
+  run.gpu = true;  // the GPU's attention reads 2-byte tensors in place
+  run.precision = Precision::Bf16;
+  EXPECT_EQ(layout_memory(c, run, one, 0.0).buffers, 0.0);
+}
+
 TEST(PlannerMemory, PipelineStagesByHand) {
   // pp2 with 1F1B and m = 2: stage 0 keeps 2 slots of layer 0; stage 1 one slot of layer 1 and
   // the head. Stage 0 holds wte, wpe and block 0 (1024 + 32 + 872 = 1928 parameters); stage 1
