@@ -31,26 +31,25 @@ struct Args {
 };
 
 bool parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) return false;
-    const std::string value = argv[++i];
+  const auto take = [&](const std::string& flag, const std::string& value) {
     const auto num = [&](int* out) { return bench::parse_positive(value, out); };
-    bool ok = true;
-    if (flag == "--config") a->config = value;
-    else if (flag == "--recompute") a->recompute = value;
-    else if (flag == "--precision") a->precision = value;
-    else if (flag == "--cp") ok = bench::parse_list(value, &a->cps);
-    else if (flag == "--gib") ok = num(&a->gib);
-    else if (flag == "--micro-batch") ok = num(&a->micro_batch);
-    else if (flag == "--zero") ok = value.size() == 1 && value[0] >= '0' && value[0] <= '3';
-    else if (flag == "--vocab-size") ok = num(&a->vocab);
-    else if (flag == "--seq-len") ok = num(&a->seq_len);
-    else ok = false;
-    if (flag == "--zero" && ok) a->zero = value[0] - '0';
-    if (!ok) return false;
-  }
-  return !a->config.empty();
+    const auto text = [&](std::string* out) {
+      *out = value;
+      return true;
+    };
+    if (flag == "--config") return text(&a->config);
+    if (flag == "--recompute") return text(&a->recompute);
+    if (flag == "--precision") return text(&a->precision);
+    if (flag == "--cp") return bench::parse_list(value, &a->cps);
+    if (flag == "--gib") return num(&a->gib);
+    if (flag == "--micro-batch") return num(&a->micro_batch);
+    if (flag == "--vocab-size") return num(&a->vocab);
+    if (flag == "--seq-len") return num(&a->seq_len);
+    if (flag != "--zero" || value.size() != 1 || value[0] < '0' || value[0] > '3') return false;
+    a->zero = value[0] - '0';
+    return true;
+  };
+  return bench::parse_pairs(argc, argv, take) && !a->config.empty();
 }
 
 // The model and run at seq-len T, and the layout at cp; what the trainer would check.
@@ -87,8 +86,8 @@ int run(const Args& a) {
     if (a.seq_len > 0) {
       const Candidate c = candidate(a, a.seq_len, cp);
       const MemoryEstimate e = layout_memory(c.in.model, c.in.run, c.layout, 0.0);
-      std::printf("cp %d seq-len %d: %.1f MiB per rank (%s)\n", cp, a.seq_len, e.total() / (1 << 20),
-                  memory_breakdown(e).c_str());
+      std::printf("cp %d seq-len %d: %.1f MiB per rank (%s)\n", cp, a.seq_len,
+                  e.total() / (1 << 20), memory_breakdown(e).c_str());
       continue;
     }
     if (!misfit(candidate(a, step, cp), bytes).empty()) {
@@ -96,7 +95,8 @@ int run(const Args& a) {
       continue;
     }
     int lo = 1, hi = 2;  // in chunks of `step` tokens: lo fits, hi is to be found not to
-    while (hi < (1 << 24) / step && misfit(candidate(a, hi * step, cp), bytes).empty()) lo = hi, hi *= 2;
+    while (hi < (1 << 24) / step && misfit(candidate(a, hi * step, cp), bytes).empty())
+      lo = hi, hi *= 2;
     while (hi - lo > 1) {
       const int mid = lo + (hi - lo) / 2;
       (misfit(candidate(a, mid * step, cp), bytes).empty() ? lo : hi) = mid;

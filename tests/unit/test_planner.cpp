@@ -360,14 +360,25 @@ TEST(PlannerTime, OneRankByHand) {
 //   kept:   forward gather once 0.751616 + reduce-scatter 0.658432 = 1.410048
 //   HSDP, ZeRO-2 over 2 ranks (S = 1440): max(0.5632 - 0.186368, 0.2048) + 0.5632 + the shard's
 //           all-reduce over the 2 replicas 1440 x 4 / 1e4 = 0.576: 1.516032
-TEST(PlannerTime, ZeroTwoAndThreeByHand) {
+// The by-hand time tests' machine: four_cpu_ranks at 1 MFLOP/s and 1 MB/s of memory, all-reduces
+// at intra_bw; the compute at half the peak, no latency.
+Cluster slow_cpu_ranks(double intra_bw) {
   Cluster c = four_cpu_ranks();
   c.peak_flops = 1e6;
   c.mem_bw = 1e6;
-  c.intra_bw = 1e4;
+  c.intra_bw = intra_bw;
+  return c;
+}
+Calibration half_peak_no_latency() {
   Calibration cal;
   cal.efficiency = 0.5;
   cal.latency_s = 0;
+  return cal;
+}
+
+TEST(PlannerTime, ZeroTwoAndThreeByHand) {
+  const Cluster c = slow_cpu_ranks(1e4);
+  const Calibration cal = half_peak_no_latency();
   RunShape run = tiny_run();
   run.global_batch = 8;
   Layout two{4, 1, 1, 2, 2, Recompute::None}, three = two, kept = two, hybrid = two;
@@ -401,17 +412,9 @@ TEST(PlannerTime, ZeroTwoAndThreeByHand) {
 //   2.048e-3. The gradients are summed over dp x cp = 2 ranks: an all-reduce of 2816 x 4 bytes,
 //   11264 / 1e5 = 0.11264 s, none of it hidden (the last bucket is the whole model).
 TEST(PlannerTime, ContextParallelByHand) {
-  Cluster c;
-  c.cpu = true;
-  c.cores_per_node = 2;
-  c.ranks_per_node = 2;
-  c.peak_flops = 1e6;
-  c.mem_bw = 1e6;
-  c.intra_bw = 1e5;
-  c.mem_bytes = 1e9;
-  Calibration cal;
-  cal.efficiency = 0.5;
-  cal.latency_s = 0;
+  Cluster c = slow_cpu_ranks(1e5);
+  c.cores_per_node = c.ranks_per_node = 2;
+  const Calibration cal = half_peak_no_latency();
   Layout cp2{1, 1, 1, 2, 0, Recompute::None};
   cp2.cp = 2;
   const TimeEstimate t = estimate_time(tiny(), tiny_run(), cp2, c, cal);
