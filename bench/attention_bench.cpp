@@ -31,23 +31,19 @@ struct Args {
 };
 
 bool parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) return false;
-    const std::string value = argv[++i];
+  const auto take = [&](const std::string& flag, const std::string& value) {
     const auto num = [&](int* out) { return bench::parse_positive(value, out); };
-    bool ok = false;
-    if (flag == "--lengths") ok = bench::parse_list(value, &a->lengths);
-    else if (flag == "--heads") ok = num(&a->heads);
-    else if (flag == "--kv-heads") ok = num(&a->kv_heads);
-    else if (flag == "--head-size") ok = num(&a->head_size);
-    else if (flag == "--batch") ok = num(&a->batch);
-    else if (flag == "--threads") ok = num(&a->threads);
-    else if (flag == "--repeats") ok = num(&a->repeats);
-    else if (flag == "--dense-gib") ok = num(&a->dense_gib);
-    if (!ok) return false;
-  }
-  return a->heads % a->kv_heads == 0;
+    if (flag == "--lengths") return bench::parse_list(value, &a->lengths);
+    if (flag == "--heads") return num(&a->heads);
+    if (flag == "--kv-heads") return num(&a->kv_heads);
+    if (flag == "--head-size") return num(&a->head_size);
+    if (flag == "--batch") return num(&a->batch);
+    if (flag == "--threads") return num(&a->threads);
+    if (flag == "--repeats") return num(&a->repeats);
+    if (flag == "--dense-gib") return num(&a->dense_gib);
+    return false;
+  };
+  return bench::parse_pairs(argc, argv, take) && a->heads % a->kv_heads == 0;
 }
 
 template <class F>

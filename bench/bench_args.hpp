@@ -32,6 +32,15 @@ inline bool parse_list(const std::string& text, std::vector<int>* out) {
   return !out->empty();
 }
 
+// take(flag, value) for each "--flag value" pair of argv[1..]; false where a value is missing or
+// take refuses the pair (an unknown flag, a bad value).
+template <class F>
+bool parse_pairs(int argc, char** argv, F&& take) {
+  for (int i = 1; i < argc; i += 2)
+    if (i + 1 >= argc || !take(std::string(argv[i]), std::string(argv[i + 1]))) return false;
+  return true;
+}
+
 // Best seconds of `repeats` calls of f after one warm-up call.
 template <class F>
 double best_seconds(int repeats, F&& f) {

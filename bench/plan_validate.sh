@@ -125,8 +125,8 @@ for spec in "${layouts[@]}"; do
   row=$("$build/plan" --config "$scratch/model.ini" --cpu --cores-per-node "$cores" \
         --ranks-per-node "$np" --host-mem "$host_gib" --peak-gflops "$peak" --intra-bw "$busbw" \
         --dp "$dp" --tp "$tp" --pp "$pp" --micro-batch-size "$mb" --zero "$zero" --recompute "$rc" \
-        --zero3-reshard-after-forward true \
-        --top 1 | awk '$1 == 1 && $2 ~ /^dp/ {print $8 * 1024, $9}')
+        --zero3-reshard-after-forward true --cp 1 --sequence-parallel false \
+        --top 1 | awk '$1 == 1 && $2 ~ /^dp/ {print $9 * 1024, $10}')
   [[ -n $row ]] || { echo "plan_validate: the planner has no row for $spec" >&2; exit 1; }
   meas_mib=$(cat "$scratch/$np-$dp-$tp-$pp-$mb-$rc-$zero-"*.rss.* | sort -n | tail -1 | awk '{print $1 / 1024}')
   meas_s=$(for ((rep = 0; rep < repeats; rep++)); do

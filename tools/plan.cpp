@@ -1,7 +1,8 @@
-// plan: the parallel layout of a model for a cluster — every dp x tp x pp grid of its ranks with
-// each micro-batch size, ZeRO 0-3 and recomputation none/selective/full; memory per rank
-// and step time estimated (include/mpitrain/planner/); a ranked table, the trainer flags of the
-// best layout, and the grids that do not fit with the reason.
+// plan: the parallel layout of a model for a cluster — every dp x tp x pp x cp grid of its ranks
+// (cp on CPU clusters) with each micro-batch size, ZeRO 0-3 and recomputation none/selective/full,
+// sequence parallelism on and off; memory per rank and step time estimated
+// (include/mpitrain/planner/); a ranked table, the trainer flags of the best layout, and the grids
+// that do not fit with the reason.
 //
 //   plan --config MODEL.ini --nodes 8 --gpus-per-node 8 --gpu-mem 80 --peak-tflops 989
 //        --intra-bw 450 --inter-bw 400 --global-batch 1024 [--seq-len 4096] [--precision bf16]
@@ -114,6 +115,9 @@ bool parse(int argc, char** argv, PlanOptions& o) {
       ("dp", po::value(&o.limits.dp), "only this dp")
       ("tp", po::value(&o.limits.tp), "only this tp")
       ("pp", po::value(&o.limits.pp), "only this pp")
+      ("cp", po::value(&o.limits.cp), "only this cp (context parallelism, CPU clusters; default: "
+                                      "the config's cp if it sets one, else every cp with 2 cp "
+                                      "dividing seq-len)")
       ("micro-batch-size", po::value(&o.limits.micro_batch), "only this micro-batch size")
       ("zero", po::value<int>(), "only this ZeRO level: 0 off, 1 optimizer state sharded over "
                                  "dp, 2 and gradients, 3 and parameters")
@@ -183,9 +187,9 @@ bool parse(int argc, char** argv, PlanOptions& o) {
           "--baseline-mib, --half-rows, --latency-us and --scheduling-us must not be negative");
   require(o.top >= 0, "--top must not be negative");
   require(o.limits.max_micro_batch >= 1, "--max-micro-batch must be at least 1");
-  require(o.limits.dp >= 0 && o.limits.tp >= 0 && o.limits.pp >= 0 && o.limits.micro_batch >= 0 &&
-              o.limits.zero_shard >= 0,
-          "--dp, --tp, --pp, --micro-batch-size and --zero-shard-size must not be negative");
+  require(o.limits.dp >= 0 && o.limits.tp >= 0 && o.limits.pp >= 0 && o.limits.cp >= 0 &&
+              o.limits.micro_batch >= 0 && o.limits.zero_shard >= 0,
+          "--dp, --tp, --pp, --cp, --micro-batch-size and --zero-shard-size must not be negative");
   if (vm.count("zero")) {
     const int z = vm["zero"].as<int>();
     require(z >= 0 && z <= 3, "--zero must be 0, 1, 2 or 3");
@@ -205,6 +209,11 @@ int run(int argc, char** argv) {
   PlanOptions o;
   if (!parse(argc, argv, o)) return kExitOk;
   const PlanInput in = read_plan_input(o.config, o.run, !o.spec.cpu);
+  if (o.limits.cp == 0) o.limits.cp = in.cp;
+  require(o.limits.cp <= 1 || o.spec.cpu,
+          "cp " + std::to_string(o.limits.cp) +
+              ": context parallelism runs on the CPU backend only (the CUDA backend has no ring "
+              "attention yet): plan for --cpu, or --cp 1");
   if (o.measure_peak) {  // every check is done: measuring takes a second
     omp_set_num_threads(1);  // a node's peak: its cores times one core's rate
     openblas_set_num_threads(1);

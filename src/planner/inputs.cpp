@@ -1,5 +1,6 @@
 #include "mpitrain/planner/inputs.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "mpitrain/app/options.hpp"
@@ -36,9 +37,8 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
   require(t.seq_len <= m.max_seq_len, "seq-len " + std::to_string(t.seq_len) +
                                           " exceeds the model's " + std::to_string(m.max_seq_len) +
                                           " positions (max-seq-len)");
-  require(t.cp == 1, config_path + " sets cp " + std::to_string(t.cp) +
-                        ": the planner does not search context parallelism yet (the trainer's "
-                        "memory check and --micro-batch-size auto count it)");
+  // A cp the file sets is the layout to plan (as --cp); left at its default, cp is searched.
+  if (std::find(o.given.begin(), o.given.end(), "cp") != o.given.end()) in.cp = t.cp;
   in.run = run_shape_of(t, gpu);
   return in;
 }

@@ -26,17 +26,30 @@ double group_bw(const Cluster& cluster, const GridShape& grid, Group g) {
   return cluster.intra_bw;
 }
 
-// Bandwidth of the ZeRO-2/3 parts of the dp groups, D ranks a shard: the shard groups (dp ranks
-// g D .. g D + D - 1) or, HSDP, the replica groups (dp ranks i, i + D, ...).
+// Bandwidth of the ZeRO-2/3 parts of the gradient (dp x cp) groups, D ranks a shard: the shard
+// groups (dp-cp ranks g D .. g D + D - 1) or, HSDP, the replica groups (i, i + D, ...).
 double dp_part_bw(const Cluster& cluster, const GridShape& grid, int D, bool replicas) {
-  for (int r = 0; r < grid.size(); ++r) {
-    const std::vector<int> dp = Grid::members(grid, Group::Dp, r);
-    const int self = r / grid.tp % grid.dp;
-    for (int i = 0; i < grid.dp; ++i)
-      if ((replicas ? i % D == self % D : i / D == self / D) && !cluster.same_node(r, dp[i]))
-        return cluster.inter_bw;
-  }
+  for (int r = 0; r < grid.size(); ++r)
+    for (int member : Grid::members(grid, replicas ? Group::DpReplica : Group::DpShard, r, D))
+      if (!cluster.same_node(r, member)) return cluster.inter_bw;
   return cluster.intra_bw;
+}
+
+// Context parallelism's ring (ring_attention.cpp), exposed seconds of one layer's pass of one
+// micro-batch: each of the cp steps computes the local queries against one K/V block (step_s,
+// 1/cp of the rank's attention, the causal balance) while the next block is in flight; a
+// message longer than its step's compute shows the excess. kv_s: one K/V block, acc_s: one fp32
+// dK/dV accumulator. Forward: cp - 1 K/V sends. Backward (steps twice the compute): the K/V
+// sends of steps 0 .. cp-2 and the accumulators arriving at steps 1 .. cp-1, and the own
+// block's accumulator coming home after the last step, never hidden.
+double ring_forward_exposed(int cp, double kv_s, double step_s) {
+  return cp < 2 ? 0.0 : (cp - 1) * std::max(0.0, kv_s - step_s);
+}
+double ring_backward_exposed(int cp, double kv_s, double acc_s, double step_s) {
+  if (cp < 2) return 0.0;
+  const double b = 2 * step_s;
+  return std::max(0.0, kv_s - b) + (cp - 2) * std::max(0.0, kv_s + acc_s - b) +
+         std::max(0.0, acc_s - b) + acc_s;
 }
 
 // ZeRO-2/3's data-parallel communication of one stage not hidden behind compute, per step: the
@@ -47,7 +60,7 @@ double dp_part_bw(const Cluster& cluster, const GridShape& grid, int D, bool rep
 double sharded_exposed(const ModelConfig& config, const ModelShard& shard, const Layout& layout,
                        const Cluster& cluster, const GridShape& grid, int m, double w, double fwd,
                        double window, double a) {
-  const int D = layout.shard_ranks(), replicas = layout.dp / D;
+  const int D = layout.shard_ranks(), replicas = layout.grad_ranks() / D;
   const StageUnits u = stage_units(config, shard, D);
   const double bw = dp_part_bw(cluster, grid, D, false);
   auto per_unit = [&](double bytes) {
@@ -98,11 +111,12 @@ double model_flops_per_token(const ModelConfig& config, int seq_len) {
 
 TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,
                            const Cluster& cluster, const Calibration& cal) {
-  const GridShape grid{layout.dp, layout.tp, layout.pp};
+  const GridShape grid{layout.dp, layout.tp, layout.pp, layout.cp};
   const std::vector<int> first = pipeline_layer_split(config.n_layer, layout.pp, "");
   const int m = micro_batches(run, layout);
   const double w = compute_bytes(run);
-  const double tokens = static_cast<double>(layout.micro_batch) * run.seq_len;  // per micro-batch
+  // This rank's rows of a micro-batch: T / cp of each sequence under context parallelism.
+  const double tokens = static_cast<double>(layout.micro_batch) * run.seq_len / layout.cp;
   const double act_bytes = tokens * config.d_model * w;  // one (B, T, C) activation
   // More CPU ranks than cores: a busy rank runs on a whole core while others wait, and a message
   // waits until its partner is scheduled.
@@ -110,19 +124,27 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   const double rows = tokens / cluster.threads_per_rank();  // a thread's share of a GEMM's rows
   const double rate = cluster.peak_flops * oversub * cal.efficiency * rows / (rows + cal.half_rows);
   const double a = cal.latency_s + (oversub > 1 ? cal.scheduling_s : 0.0);
-  const double dp_bw = group_bw(cluster, grid, Group::Dp);
+  const double dp_bw = group_bw(cluster, grid, Group::DpCp);  // the gradients' group
+  const int dp = layout.grad_ranks();
   const double pp_bw = group_bw(cluster, grid, Group::Pp);
+  const double cp_bw = group_bw(cluster, grid, Group::Cp);
+  // One K/V block of the ring: this rank's rows x 2 NKV/tp heads, in w bytes and as fp32 dK/dV.
+  const double kv = tokens * 2.0 * config.n_kv_head / layout.tp * config.head_size();
+  const double kv_s = kv * w / cp_bw + a, acc_s = kv * 4.0 / cp_bw + a;
   const double emb_bw = group_bw(cluster, grid, Group::Embedding);
   const double tp_call = all_reduce_s(act_bytes, layout.tp, cluster.intra_bw, a);
   const bool full = layout.recompute == Recompute::Full;
 
-  double micro = 0, micro_compute = 0, micro_tp = 0, micro_p2p = 0;  // slowest stage's
+  double micro = 0, micro_compute = 0, micro_tp = 0, micro_p2p = 0, micro_cp = 0;  // slowest
+  double micro_ring = 0;  // the slowest stage's ring messages, hidden or not
   double dp_exposed = 0, per_step_tp = 0, optimizer = 0;
   for (int s = 0; s < layout.pp; ++s) {
     const ModelShard shard = shard_of(grid, first, 0, s);
     const ParamLayout params(config, shard);
     const int L = shard.layer_end - shard.layer_begin;
-    // Forward flops per token on this rank: 2 per matmul parameter, 4 L d T / tp for attention.
+    // Forward flops per token on this rank: 2 per matmul parameter, 4 L d T / tp for attention
+    // (every query against the whole sequence T; under cp the rank's T/cp rows do 1/cp of the
+    // sequence's attention, the chunks' causal balance).
     const double attention = 4.0 * L * config.d_model * run.seq_len / layout.tp;
     const double fwd = (2.0 * matmul_params(config, params) + attention) * tokens / rate;
     double extra = 0;
@@ -137,9 +159,18 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
         layout.sequence_parallel ? 0.5 * (2 * L + (shard.last_stage ? 1 : 0)) : 0.0;
     const double tp = (tp_calls + regathers) * tp_call;
     const double p2p = layout.pp > 1 ? 2.0 * (act_bytes / pp_bw + a) : 0.0;
-    if (compute + tp + p2p > micro) {
-      micro = compute + tp + p2p;
-      micro_compute = compute, micro_tp = tp, micro_p2p = p2p;
+    // The ring: forward again under either recomputation (selective recomputes attention).
+    const double ring_step = attention / L * tokens / rate / layout.cp;  // a layer's, a step's
+    const int forwards = layout.recompute == Recompute::None ? 1 : 2;
+    const double ring =
+        layout.cp < 2 ? 0.0
+                      : L * (forwards * ring_forward_exposed(layout.cp, kv_s, ring_step) +
+                             ring_backward_exposed(layout.cp, kv_s, acc_s, ring_step));
+    if (compute + tp + p2p + ring > micro) {
+      micro = compute + tp + p2p + ring;
+      micro_compute = compute, micro_tp = tp, micro_p2p = p2p, micro_cp = ring;
+      micro_ring = layout.cp < 2 ? 0.0 : L * (forwards + 1) * (layout.cp - 1) * kv_s +
+                                             L * layout.cp * acc_s;
     }
 
     // Once per step: gradient sync over dp, behind the last micro-batch's backward.
@@ -151,12 +182,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     if (layout.zero >= 2) {
       exposed = sharded_exposed(config, shard, layout, cluster, grid, m, w, fwd, window, a);
     } else if (layout.zero == 1) {
-      const double rs = half_ring_s(grad_bytes, layout.dp, dp_bw, a);
-      exposed = std::max(rs - window, half_ring_s(bucket, layout.dp, dp_bw, a)) +
-                half_ring_s(n * w, layout.dp, dp_bw, a);  // the updated parameters, gathered
+      const double rs = half_ring_s(grad_bytes, dp, dp_bw, a);
+      exposed = std::max(rs - window, half_ring_s(bucket, dp, dp_bw, a)) +
+                half_ring_s(n * w, dp, dp_bw, a);  // the updated parameters, gathered
     } else {
-      const double ar = all_reduce_s(grad_bytes, layout.dp, dp_bw, a);
-      exposed = std::max(ar - window, all_reduce_s(bucket, layout.dp, dp_bw, a));
+      const double ar = all_reduce_s(grad_bytes, dp, dp_bw, a);
+      exposed = std::max(ar - window, all_reduce_s(bucket, dp, dp_bw, a));
     }
     if (config.tie_embeddings && layout.pp > 1 && (shard.first_stage || shard.last_stage))
       exposed += all_reduce_s(params.find("wte").numel * w, 2, emb_bw, a);
@@ -169,7 +200,7 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     // Parameters the optimizer updates, and gradients held (cleared, their norm taken).
     const double held =
         layout.zero >= 2 ? stage_units(config, shard, layout.shard_ranks()).shard() : n;
-    const double shard_n = layout.zero == 1 ? n / layout.dp : held;
+    const double shard_n = layout.zero == 1 ? n / dp : held;
     const double update_bytes = 4.0 * (3 + 2 * run.optimizer_states);  // read p, g, state; write p, state
     optimizer = std::max(optimizer, (update_bytes * shard_n + 8.0 * held) / cluster.mem_bw);
   }
@@ -188,12 +219,14 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   t.compute = busy * micro_compute;
   t.tp_comm = busy * micro_tp + per_step_tp;
   t.p2p = busy * micro_p2p;
+  t.cp_exposed = busy * micro_cp;
+  t.cp_ring = busy * micro_ring;
   t.bubble = pipelined - busy * micro;
   t.dp_exposed = dp_exposed;
   t.optimizer = optimizer;
   t.step = pipelined + per_step_tp + dp_exposed + optimizer;
   t.bubble_fraction = t.bubble / pipelined;
-  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.dp_exposed) / t.step;
+  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.cp_exposed + t.dp_exposed) / t.step;
   return t;
 }
 

@@ -21,28 +21,31 @@ EOF
 cpu=(--config "$SCRATCH/tiny.ini" --cpu --cores-per-node 2 --host-mem 8 --peak-gflops 100)
 # A plan's lines with a layout's " sp" (sequence parallelism) dropped: the table's columns in
 # place for the awk programs below.
-without_sp() { sed -E 's/^( *[0-9]+ +dp[0-9]+ tp[0-9]+ pp[0-9]+) sp /\1 /' "$1"; }
+without_sp() { sed -E 's/^( *[0-9]+ +dp[0-9]+ tp[0-9]+ pp[0-9]+ cp[0-9]+) sp /\1 /' "$1"; }
 
 # 1. The table and the flags, for 4 ranks on one node.
 "$PLAN" "${cpu[@]}" --ranks-per-node 4 --top 0 > "$SCRATCH/cpu.txt"
 cat "$SCRATCH/cpu.txt"
 grep -q '^rank  layout  *mb  *zero  *recompute  *memory GiB  *est. step s  *bubble %  *exposed comm %  *tokens/s  *MFU %  *headroom %$' \
   "$SCRATCH/cpu.txt" || fail "no table header"
-rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp[0-9]+$/ && $3 ~ /^tp[0-9]+$/ && $4 ~ /^pp[0-9]+$/' "$SCRATCH/cpu.txt" | wc -l)
-# dp x tp x pp = 4 with pp <= 2 layers: (4,1,1) (2,2,1) (1,4,1) (2,1,2) (1,2,2); micro-batches
-# dividing 8/dp; where dp > 1 ZeRO 0, 1, 2, 3 and 3 keeping its gathered parameters (3k); three
-# recomputation modes; where tp > 1 with and without sequence parallelism (x 2); all fit in 2 GiB.
-[ "$rows" = $(( (2 * 5 + 2 * 3 * 5 + 2 * 4 + 3 * 5 + 2 * 4) * 3 )) ] || fail "$rows rows, expected 213"
-without_sp "$SCRATCH/cpu.txt" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $9}' | sort -c -g ||
+rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp[0-9]+$/ && $3 ~ /^tp[0-9]+$/ && $4 ~ /^pp[0-9]+$/ && $5 ~ /^cp[0-9]+$/' "$SCRATCH/cpu.txt" | wc -l)
+# dp x tp x pp x cp = 4 with pp <= 2 layers; at cp 1: (4,1,1) (2,2,1) (1,4,1) (2,1,2) (1,2,2);
+# micro-batches dividing 8/dp; where dp x cp > 1 ZeRO 0, 1, 2, 3 and 3 keeping its gathered
+# parameters (3k); three recomputation modes; where tp > 1 with and without sequence parallelism
+# (x 2); all fit in 2 GiB. Context parallelism (2 cp divides seq-len 32): cp 2 with (2,1,1) (1,2,1)
+# (1,1,2), cp 4 with (1,1,1), all with every ZeRO level.
+[ "$rows" = $(( (2 * 5 + 2 * 3 * 5 + 2 * 4 + 3 * 5 + 2 * 4) * 3 + (3 * 5 + 4 * 5 * 2 + 4 * 5) * 3 + 3 * 5 * 4 )) ] ||
+  fail "$rows rows, expected 498"
+without_sp "$SCRATCH/cpu.txt" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $10}' | sort -c -g ||
   fail "the table is not sorted by step time"
 flags=$(sed -n 's/^trainer flags: //p' "$SCRATCH/cpu.txt")
-[[ $flags =~ ^--dp\ ([0-9]+)\ --tp\ ([0-9]+)\ --pp\ ([0-9]+)\ --micro-batch-size\ [0-9]+\ --zero\ [0-3](\ --zero3-reshard-after-forward\ false)?\ --recompute\ (none|selective|full)\  ]] ||
+[[ $flags =~ ^--dp\ ([0-9]+)\ --tp\ ([0-9]+)\ --pp\ ([0-9]+)\ --cp\ ([0-9]+)\ --micro-batch-size\ [0-9]+\ --zero\ [0-3](\ --zero3-reshard-after-forward\ false)?\ --recompute\ (none|selective|full)\  ]] ||
   fail "trainer flags line: '$flags'"
-layout="dp ${BASH_REMATCH[1]} x tp ${BASH_REMATCH[2]} x pp ${BASH_REMATCH[3]}"
-grep -q "^   1  dp${BASH_REMATCH[1]} tp${BASH_REMATCH[2]} pp${BASH_REMATCH[3]} " "$SCRATCH/cpu.txt" ||
+layout="dp ${BASH_REMATCH[1]} x tp ${BASH_REMATCH[2]} x pp ${BASH_REMATCH[3]} x cp ${BASH_REMATCH[4]}"
+grep -q "^   1  dp${BASH_REMATCH[1]} tp${BASH_REMATCH[2]} pp${BASH_REMATCH[3]} cp${BASH_REMATCH[4]} " "$SCRATCH/cpu.txt" ||
   fail "the flags are not the first row's layout"
 grep -q '^do not fit:$' "$SCRATCH/cpu.txt" || fail "no 'do not fit' section"
-grep -q '^  dp1 tp1 pp4  *n-layer 2 is fewer than the 4 pipeline stages (pp)$' "$SCRATCH/cpu.txt" ||
+grep -q '^  dp1 tp1 pp4 cp1  *n-layer 2 is fewer than the 4 pipeline stages (pp)$' "$SCRATCH/cpu.txt" ||
   fail "pp 4 over 2 layers not reported"
 
 # The flags are the trainer's own: it runs them on the same model (last flag wins over tiny_args).
@@ -54,7 +57,7 @@ echo "ok: the trainer ran the best layout: $flags"
 
 # 2. Grids that cannot run: heads not divisible by tp, and no memory.
 "$PLAN" "${cpu[@]}" --cores-per-node 8 --ranks-per-node 8 > "$SCRATCH/eight.txt"
-grep -q '^  dp1 tp8 pp1  *n-head (4) is not divisible by tp (8)$' "$SCRATCH/eight.txt" ||
+grep -q '^  dp1 tp8 pp1 cp1  *n-head (4) is not divisible by tp (8)$' "$SCRATCH/eight.txt" ||
   { cat "$SCRATCH/eight.txt"; fail "tp 8 over 4 heads not reported"; }
 set +e
 "$PLAN" "${cpu[@]}" --ranks-per-node 4 --host-mem 0.05 > "$SCRATCH/small.txt" 2> "$SCRATCH/small.err"
@@ -62,7 +65,7 @@ small_rc=$?
 set -e
 [ "$small_rc" = 1 ] || fail "nothing fits: exit $small_rc, expected 1"
 grep -q 'no layout fits' "$SCRATCH/small.err" || fail "nothing fits: no message"
-grep -q '^  dp4 tp1 pp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero [0-3]k\{0,1\}, recompute full) > 0.01 GiB usable$' \
+grep -q '^  dp4 tp1 pp1 cp1  *memory: at least [0-9.]* GiB per rank (mb 1, zero [0-3]k\{0,1\}, recompute full) > 0.01 GiB usable$' \
   "$SCRATCH/small.txt" || { cat "$SCRATCH/small.txt"; fail "memory not given as the reason"; }
 echo "ok: grids that do not fit are named with the reason"
 # The trainer, given a grid that does not fit its ranks, names only layouts the model admits:
@@ -77,10 +80,10 @@ echo "ok: $(grep -o 'dp x tp x pp.*' "$SCRATCH/tp.log" | head -1)"
 # 2b. --zero 3: only ZeRO-3 options (resharding after forward or keeping what it gathered), the
 # flags say so, and the grids without data parallelism say why they have none.
 "$PLAN" "${cpu[@]}" --ranks-per-node 4 --top 0 --zero 3 > "$SCRATCH/zero3.txt"
-levels=$(without_sp "$SCRATCH/zero3.txt" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $6}' | sort -u | tr '\n' ' ')
+levels=$(without_sp "$SCRATCH/zero3.txt" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ {print $7}' | sort -u | tr '\n' ' ')
 [ "$levels" = "3 3k " ] || { cat "$SCRATCH/zero3.txt"; fail "--zero 3: zero column '$levels'"; }
 grep -q '^trainer flags: .* --zero 3 ' "$SCRATCH/zero3.txt" || fail "--zero 3: flags without --zero 3"
-grep -q '^  dp1 tp4 pp1  *zero 3 needs dp > 1$' "$SCRATCH/zero3.txt" ||
+grep -q '^  dp1 tp4 pp1 cp1  *zero 3 needs dp > 1$' "$SCRATCH/zero3.txt" ||
   { cat "$SCRATCH/zero3.txt"; fail "--zero 3: dp 1 not explained"; }
 "$PLAN" "${cpu[@]}" --ranks-per-node 4 --zero 3 --zero3-reshard-after-forward false --zero-shard-size 2 \
   --dp 4 > "$SCRATCH/hsdp.txt"
@@ -126,21 +129,21 @@ expect_plan_error bad_cluster "cluster file $SCRATCH/cluster.ini" "${llama[@]}" 
 # grid's ZeRO levels and recomputation modes are rows of their own).
 "$PLAN" "${llama[@]}" "${gpu[@]}" --top 30 > "$SCRATCH/70b.txt"
 cat "$SCRATCH/70b.txt"
-top_grids=$(without_sp "$SCRATCH/70b.txt" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && !seen[$2 $3 $4]++ {print $2, $3, $4}' | head -5)
+top_grids=$(without_sp "$SCRATCH/70b.txt" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && !seen[$2 $3 $4 $5]++ {print $2, $3, $4, $5}' | head -5)
 megatron=$(echo "$top_grids" | awk '$2 == "tp8" && ($3 == "pp2" || $3 == "pp4" || $3 == "pp8")')
 [ -n "$megatron" ] || fail "no TP 8 x PP 2-8 layout among the top 5 grids for Llama-2 70B: $top_grids"
 echo "ok: Megatron's layout ranks: $(echo "$megatron" | head -1)"
 # Pure data parallelism holds 70B in 80 GiB only fully sharded (ZeRO-3: 1/64 of the parameters,
 # gradients and optimizer state, plus two gathered blocks).
 "$PLAN" "${llama[@]}" "${gpu[@]}" --dp 64 --top 0 > "$SCRATCH/70b-dp64.txt"
-dp64=$(without_sp "$SCRATCH/70b-dp64.txt" | awk '$1 ~ /^[0-9]+$/ && $2 == "dp64" {print $6}' | sort -u | tr '\n' ' ')
+dp64=$(without_sp "$SCRATCH/70b-dp64.txt" | awk '$1 ~ /^[0-9]+$/ && $2 == "dp64" {print $7}' | sort -u | tr '\n' ' ')
 [[ $dp64 =~ ^3(\ 3k)?\ $ ]] || { cat "$SCRATCH/70b-dp64.txt"; fail "dp 64 fits 70B with zero '$dp64'"; }
 set +e
 "$PLAN" "${llama[@]}" "${gpu[@]}" --dp 64 --zero 1 > "$SCRATCH/70b-zero1.txt" 2>&1
 set -e
-grep -q '^  dp64 tp1 pp1  *memory: at least' "$SCRATCH/70b-zero1.txt" ||
+grep -q '^  dp64 tp1 pp1 cp1  *memory: at least' "$SCRATCH/70b-zero1.txt" ||
   fail "pure data parallelism fitted 70B in 80 GiB with ZeRO-1"
-grep -q '^  dp4 tp16 pp1  *tp 16 does not divide the 8 ranks of a node' "$SCRATCH/70b.txt" ||
+grep -q '^  dp4 tp16 pp1 cp1  *tp 16 does not divide the 8 ranks of a node' "$SCRATCH/70b.txt" ||
   fail "tp across nodes not reported"
 # The same cluster from a cluster file (bandwidths in Gb/s, as links are sold: NVLink's 450 GB/s,
 # 8 x 400 Gb/s InfiniBand), flags overriding it.
@@ -166,7 +169,7 @@ grep -q '^cluster 2 x 8 GPU ranks | per rank 80.00 GiB, 989 TFLOP/s peak .* 450 
 "$PLAN" "${llama[@]}" "${gpu[@]}" --nodes 32 --top 10 > "$SCRATCH/70b-32.txt"
 usable=$(sed -n 's/^memory per rank 80.00 GiB; a layout may hold \([0-9.]*\) GiB of it .*margin of --micro-batch-size auto)$/\1/p' "$SCRATCH/70b-32.txt")
 [ "$usable" = 72.30 ] || { cat "$SCRATCH/70b-32.txt"; fail "usable memory '$usable', expected 3 + 0.9 x 77 = 72.30 GiB"; }
-without_sp "$SCRATCH/70b-32.txt" | awk -v usable="$usable" '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && ($8 > usable || $NF < 9.6) {bad = 1; print "over:", $0}
+without_sp "$SCRATCH/70b-32.txt" | awk -v usable="$usable" '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && ($9 > usable || $NF < 9.6) {bad = 1; print "over:", $0}
   END {exit bad}' || fail "a layout beyond the margin"
-echo "ok: the plan keeps the margin: top pick $(without_sp "$SCRATCH/70b-32.txt" | awk '$1 == 1 && $2 ~ /^dp/ {print $8 " GiB, headroom " $NF " %"}')"
+echo "ok: the plan keeps the margin: top pick $(without_sp "$SCRATCH/70b-32.txt" | awk '$1 == 1 && $2 ~ /^dp/ {print $9 " GiB, headroom " $NF " %"}')"
 echo "ok: plan"

@@ -240,6 +240,34 @@ TEST(PlannerMemory, ContextParallelHoldsTheChunksAndTheRing) {
   EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 4 + 2816 * 4.0);  // half the token rows; a bucket
 }
 
+// On the CPU, bf16/fp16 attention widens whole sequences into fp32 staging slots that only grow
+// (2^18 floats at least: the other staged ops' blocks). T 16384 of the tiny model (QKV 24, A 8
+// floats a row): qkv, its keys and dqkv 393216 floats each, dout 131072 -> 262144 (the blocks):
+// 1441792 floats. Context parallelism 2 (T 32768, 16384 rows): qkv and keys 393216 each, dout
+// 262144, the fourth slot 262144: 1310720.
+TEST(PlannerMemory, TwoByteCpuAttentionStagesWholeSequences) {
+  EXPECT_EQ(cpu_attention_staging_bytes(1, 16384, 2, 2, 4, false), 1441792u * 4);
+  EXPECT_EQ(cpu_attention_staging_bytes(1, 16384, 2, 2, 4, true), 1310720u * 4);
+  EXPECT_EQ(cpu_attention_staging_bytes(2, 64, 2, 2, 4, false), 4 * 262144u * 4);  // short: blocks
+  ModelConfig c = tiny();
+  c.max_seq_len = 32768;
+  RunShape run = tiny_run();
+  run.seq_len = 16384;
+  run.global_batch = 1;
+  Layout one{1, 1, 1, 1, 0, Recompute::None};
+  const double fp32 = layout_memory(c, run, one, 0.0).buffers;
+  run.precision = Precision::Bf16;
+  EXPECT_DOUBLE_EQ(layout_memory(c, run, one, 0.0).buffers - fp32, 1441792.0 * 4);
+  run.seq_len = 32768;
+  one.cp = 2;
+  const double cp_bf16 = layout_memory(c, run, one, 0.0).buffers;
+  run.precision = Precision::Fp32;
+  EXPECT_DOUBLE_EQ(cp_bf16 - layout_memory(c, run, one, 0.0).buffers, 1310720.0 * 4);
+  run.gpu = true;  // the GPU's attention reads 2-byte tensors in place
+  run.precision = Precision::Bf16;
+  EXPECT_EQ(layout_memory(c, run, one, 0.0).buffers, 0.0);
+}
+
 TEST(PlannerMemory, PipelineStagesByHand) {
   // pp2 with 1F1B and m = 2: stage 0 keeps 2 slots of layer 0; stage 1 one slot of layer 1 and
   // the head. Stage 0 holds wte, wpe and block 0 (1024 + 32 + 872 = 1928 parameters); stage 1
@@ -332,14 +360,25 @@ TEST(PlannerTime, OneRankByHand) {
 //   kept:   forward gather once 0.751616 + reduce-scatter 0.658432 = 1.410048
 //   HSDP, ZeRO-2 over 2 ranks (S = 1440): max(0.5632 - 0.186368, 0.2048) + 0.5632 + the shard's
 //           all-reduce over the 2 replicas 1440 x 4 / 1e4 = 0.576: 1.516032
-TEST(PlannerTime, ZeroTwoAndThreeByHand) {
+// The by-hand time tests' machine: four_cpu_ranks at 1 MFLOP/s and 1 MB/s of memory, all-reduces
+// at intra_bw; the compute at half the peak, no latency.
+Cluster slow_cpu_ranks(double intra_bw) {
   Cluster c = four_cpu_ranks();
   c.peak_flops = 1e6;
   c.mem_bw = 1e6;
-  c.intra_bw = 1e4;
+  c.intra_bw = intra_bw;
+  return c;
+}
+Calibration half_peak_no_latency() {
   Calibration cal;
   cal.efficiency = 0.5;
   cal.latency_s = 0;
+  return cal;
+}
+
+TEST(PlannerTime, ZeroTwoAndThreeByHand) {
+  const Cluster c = slow_cpu_ranks(1e4);
+  const Calibration cal = half_peak_no_latency();
   RunShape run = tiny_run();
   run.global_batch = 8;
   Layout two{4, 1, 1, 2, 2, Recompute::None}, three = two, kept = two, hybrid = two;
@@ -358,6 +397,41 @@ TEST(PlannerTime, ZeroTwoAndThreeByHand) {
   // max(0.8448 - 0.046592, 0.3072) + 2 x max(0.8448 - 0.093184, 0.3072) = 2.30144.
   kept.micro_batch = 1;
   EXPECT_NEAR(estimate_time(tiny(), run, kept, c, cal).dp_exposed, 2.30144, 1e-12);
+}
+
+// Context parallelism 2 on one node of 2 CPU ranks (dp 1), micro-batch 2 of T = 4 (m = 2): each
+// rank runs T/2 = 2 rows of each sequence, 4 tokens a micro-batch, each against the whole
+// sequence: forward flops per token 2*2784 + 4*2*8*4 = 5824 as at cp 1, t_f = 4 x 5824 / 5e5 =
+// 0.046592 s, compute 2 x 3 t_f = 0.279552 (half of cp 1's 0.559104).
+// The ring at 1e5 B/s without latency: a K/V block is 4 rows x 2 x 2 heads x 4 = 64 floats,
+// 256 bytes: kv = acc = 2.56e-3 s; a ring step's attention 4 x 128 / 5e5 / 2 = 5.12e-4 s.
+//   forward per layer   (cp-1) x (2.56e-3 - 5.12e-4) = 2.048e-3
+//   backward per layer  (2.56e-3 - 1.024e-3) + (2.56e-3 - 1.024e-3) + 2.56e-3 (home) = 5.632e-3
+//   exposed 2 layers x 2 micro-batches x 7.68e-3 = 0.03072; all of it (hidden or not) per layer
+//   2 x kv + 2 x acc = 1.024e-2, x 4 = 0.04096. Selective recomputes the ring's forward: + 4 x
+//   2.048e-3. The gradients are summed over dp x cp = 2 ranks: an all-reduce of 2816 x 4 bytes,
+//   11264 / 1e5 = 0.11264 s, none of it hidden (the last bucket is the whole model).
+TEST(PlannerTime, ContextParallelByHand) {
+  Cluster c = slow_cpu_ranks(1e5);
+  c.cores_per_node = c.ranks_per_node = 2;
+  const Calibration cal = half_peak_no_latency();
+  Layout cp2{1, 1, 1, 2, 0, Recompute::None};
+  cp2.cp = 2;
+  const TimeEstimate t = estimate_time(tiny(), tiny_run(), cp2, c, cal);
+  EXPECT_NEAR(t.compute, 0.279552, 1e-12);
+  EXPECT_NEAR(t.cp_exposed, 0.03072, 1e-12);
+  EXPECT_NEAR(t.cp_ring, 0.04096, 1e-12);
+  EXPECT_NEAR(t.dp_exposed, 0.11264, 1e-12);
+  EXPECT_NEAR(t.optimizer, 36 * 2816 / 1e6, 1e-12);
+  EXPECT_NEAR(t.step, 0.279552 + 0.03072 + 0.11264 + 0.101376, 1e-12);
+  cp2.recompute = Recompute::Selective;
+  EXPECT_NEAR(estimate_time(tiny(), tiny_run(), cp2, c, cal).cp_exposed, 0.03072 + 4 * 2.048e-3,
+              1e-12);
+  // A fast link hides every message behind its step but the last accumulator's trip home:
+  // 256 / 1e9 per layer and micro-batch.
+  c.intra_bw = 1e9;
+  cp2.recompute = Recompute::None;
+  EXPECT_NEAR(estimate_time(tiny(), tiny_run(), cp2, c, cal).cp_exposed, 4 * 256 / 1e9, 1e-15);
 }
 
 TEST(PlannerTime, BubbleAndCommunication) {
@@ -515,6 +589,64 @@ TEST(Planner, OffersSequenceParallelismAtTpAboveOne) {
     EXPECT_FALSE(one.layout.sequence_parallel);
 }
 
+// On CPU clusters the planner searches cp over the divisors of the ranks with 2 cp dividing
+// seq-len: each sequence's activations / cp per rank, the layout's flag for the trainer, and the
+// reason where the chunks do not divide; GPU clusters (no ring attention yet) never get cp > 1.
+TEST(Planner, SearchesContextParallelismOnCpuClusters) {
+  Cluster c = four_cpu_ranks();
+  RunShape run = tiny_run();
+  run.global_batch = 8;
+  SearchLimits one;
+  one.tp = 1, one.pp = 1, one.micro_batch = 1, one.zero = 0, one.recompute = Recompute::None;
+  const Plan plan = make_plan(tiny(), run, c, {}, one);
+  std::vector<int> cps;
+  for (const Candidate& k : plan.fits) {
+    cps.push_back(k.layout.cp);
+    EXPECT_EQ(k.layout.dp * k.layout.cp, 4);
+    EXPECT_NE(trainer_flags(k.layout, run).find(" --cp " + std::to_string(k.layout.cp) + " "),
+              std::string::npos);
+    EXPECT_NE(layout_name(k.layout).find(" cp" + std::to_string(k.layout.cp)), std::string::npos);
+  }
+  std::sort(cps.begin(), cps.end());
+  EXPECT_EQ(cps, (std::vector<int>{1, 2}));  // cp 4 needs 8 chunks of 4 tokens
+  bool chunks = false;
+  for (const Rejected& r : plan.rejected)
+    chunks |= r.cp == 4 && r.reason == "seq-len 4 is not divisible by 2 x cp (8 chunks)";
+  EXPECT_TRUE(chunks);
+  const Candidate& at1 = plan.fits[0].layout.cp == 1 ? plan.fits[0] : plan.fits[1];
+  const Candidate& at2 = plan.fits[0].layout.cp == 2 ? plan.fits[0] : plan.fits[1];
+  EXPECT_LT(at2.memory.activations, at1.memory.activations);
+  // Pinned to cp 2 (tools/plan --cp 2, or an INI's cp = 2).
+  one.cp = 2;
+  for (const Candidate& k : make_plan(tiny(), run, c, {}, one).fits) EXPECT_EQ(k.layout.cp, 2);
+  c.cpu = false;
+  for (const Candidate& k : make_plan(tiny(), run, c, {}, {}).fits) EXPECT_EQ(k.layout.cp, 1);
+}
+
+// Sequence parallelism splits a rank's T/cp rows over tp (the Model's rule): T 12 at cp 2 is 6
+// rows, which tp 2 splits and tp 4 does not (though tp 4 divides T).
+TEST(Planner, SequenceParallelismSplitsTheChunkRows) {
+  Cluster c = four_cpu_ranks();
+  c.cores_per_node = c.ranks_per_node = 8;
+  ModelConfig m = tiny();
+  m.n_head = m.n_kv_head = 4;
+  m.max_seq_len = 12;
+  RunShape run = tiny_run();
+  run.seq_len = 12;
+  run.global_batch = 4;
+  SearchLimits limits;
+  limits.cp = 2, limits.pp = 1, limits.micro_batch = 1, limits.zero = 0;
+  limits.recompute = Recompute::None;
+  for (int tp : {2, 4}) {
+    limits.tp = tp;
+    int with = 0, without = 0;
+    for (const Candidate& k : make_plan(m, run, c, {}, limits).fits)
+      ++(k.layout.sequence_parallel ? with : without);
+    EXPECT_EQ(without, 1) << "tp " << tp;
+    EXPECT_EQ(with, tp == 2 ? 1 : 0) << "tp " << tp;
+  }
+}
+
 TEST(Planner, OffersEveryZeroLevelWhereDpIsAboveOne) {
   Cluster c = four_cpu_ranks();
   RunShape run = tiny_run();
@@ -537,7 +669,8 @@ TEST(Planner, OffersEveryZeroLevelWhereDpIsAboveOne) {
   ASSERT_FALSE(z3.fits.empty());
   for (const Candidate& k : z3.fits) {
     EXPECT_EQ(k.layout.zero, 3);
-    EXPECT_EQ(k.layout.zero_shard, k.layout.dp == 4 ? 2 : 0);  // 2 = the whole dp of dp 2
+    // 2 = the whole gradient group of dp 2 (or dp 1 x cp 2)
+    EXPECT_EQ(k.layout.zero_shard, k.layout.grad_ranks() == 4 ? 2 : 0);
   }
   bool explained = false;
   for (const Rejected& r : z3.rejected) explained |= r.dp == 1 && r.reason == "zero 3 needs dp > 1";
@@ -570,7 +703,10 @@ TEST(PlannerInputs, ReadsTheTrainersIniAndCompletesTheModel) {
   EXPECT_EQ(in.run.global_batch, 64);  // the flag wins over the file
   EXPECT_EQ(in.run.schedule, PipelineSchedule::GPipe);
   EXPECT_EQ(in.run.optimizer_states, 1);  // sgd: the momentum buffer
+  EXPECT_EQ(in.cp, 0);  // not set: searched
   EXPECT_THROW(read_plan_input(ini, {}, false), UsageError);  // no vocabulary anywhere
+  std::ofstream(ini, std::ios::app) << "cp = 2\n";
+  EXPECT_EQ(read_plan_input(ini, over, false).cp, 2);  // set: the layout to plan
   EXPECT_THROW(read_plan_input(ini + ".missing", over, false), UsageError);
 }
 

@@ -54,6 +54,13 @@ struct StagingDelete {
 // Rows of queries (and of keys) in one tile of the CPU's flash attention (cpu_attention.cpp).
 inline constexpr int kAttentionTile = 32;
 
+// Bytes of fp32 scratch the CPU attention holds on 2-byte tensors (cpu_attention.cpp): it widens
+// whole sequences, min(B, 2^18 / (T QKV)) at a time, into the staging slots, which only grow
+// and which the other staged ops fill with blocks of 2^18 floats: qkv, its keys again and dqkv
+// (T QKV floats a sequence) and dout (T NH hs); blocks (context parallelism's ring): qkv, the
+// keys and dout.
+size_t cpu_attention_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
+
 template <typename T>
 class CpuBackend final : public Backend<T> {
  public:

@@ -21,6 +21,7 @@ struct RunOverrides {
 struct PlanInput {
   ModelConfig model;  // complete: nothing left to derive from data
   RunShape run;
+  int cp = 0;  // the file's cp when it sets one (the search is pinned to it); 0 = searched
 };
 
 // Fields the trainer derives from its data or the sequence length are completed as it does

@@ -1,20 +1,30 @@
 // How long one optimizer step of a layout takes: the planner's time model.
 //
-// Per micro-batch on the slowest stage s, t_fwd = (2 W_s + 4 L_s d T / tp) x B T / rate, W_s the
-// stage's matmul parameters per tp rank, L_s its layers, rate = peak x efficiency x r / (r +
-// half_rows) with r = B T / threads (small GEMMs run below the peak):
+// Per micro-batch on the slowest stage s, t_fwd = (2 W_s + 4 L_s d T / tp) x B Tl / rate, W_s the
+// stage's matmul parameters per tp rank, L_s its layers, Tl = T / cp this rank's rows of a
+// sequence (each against the whole T: with the chunks' causal balance a cp rank does 1/cp of the
+// sequence's attention), rate = peak x efficiency x r / (r + half_rows) with r = B Tl / threads
+// (small GEMMs run below the peak):
 //   compute  t_fwd + 2 t_fwd, plus t_fwd again under full recomputation, plus the recomputed
 //            attention scores (2 L_s d T / tp flops per token) under selective
-//   tp       4 all-reduces of B T C activations per layer (6 under full recomputation), one
+//   tp       4 all-reduces of B Tl C activations per layer (6 under full recomputation), one
 //            more for the embedding / the head; ring over tp inside a node
 //   p2p      the stage's output forward and its input gradient back (pp > 1)
-// Step = (m + pp - 1) x (compute + tp + p2p)   (1F1B and GPipe: bubble (pp-1)/(m+pp-1));
+//   cp ring  (cp > 1) per layer, the K/V blocks (B Tl x 2 NKV/tp x hs, w bytes) passed around
+//            the cp group: cp - 1 sends per forward (again under either recomputation), and in
+//            backward cp - 1 K/V sends plus cp fp32 dK/dV accumulators. The model assumes them
+//            overlapped: each ring step's message hides behind that step's attention compute
+//            (1/cp of the layer's, twice that in backward); only a message's excess over it
+//            is exposed, and the last accumulator's trip home always is
+// Step = (m + pp - 1) x (compute + tp + p2p + exposed cp ring)
+//        (1F1B and GPipe: bubble (pp-1)/(m+pp-1));
 //        CPU ranks oversubscribing the cores (o = ranks / cores > 1) run at a core's rate when
 //        they have one: of the m + pp - 1 slots, slot j with a_j busy stages takes
 //        max(1, a_j o / pp) times (...), the busy ranks sharing the cores the idle ones leave
-//      + the data-parallel gradient sync not hidden behind the last micro-batch's backward (ring,
-//        2(dp-1)/dp x bytes / bw, over the intra- or inter-node bandwidth by where the dp group's
-//        ranks sit; the last bucket is never hidden); under ZeRO-1 a reduce-scatter instead and an
+//      + the data-parallel gradient sync not hidden behind the last micro-batch's backward, over
+//        the gradients' group of dp x cp ranks (dp below; ring, 2(dp-1)/dp x bytes / bw, over
+//        the intra- or inter-node bandwidth by where the group's ranks sit; the last bucket is
+//        never hidden); under ZeRO-1 a reduce-scatter instead and an
 //        all-gather of the updated parameters after the step. ZeRO-2/3 over shard groups of D
 //        ranks (dp, or HSDP's --zero-shard-size), one collective per unit (ParamLayout::units()),
 //        the largest unit's never hidden: per micro-batch a reduce-scatter of the stage's fp32
@@ -55,11 +65,13 @@ struct TimeEstimate {  // seconds per optimizer step, and shares of it
   double bubble = 0;      // pipeline fill and drain: (pp-1)/(m+pp-1) of the pipelined part
   double tp_comm = 0;     // tensor-parallel all-reduces (never hidden)
   double p2p = 0;         // pipeline sends and receives (counted as exposed)
+  double cp_exposed = 0;  // context parallelism's ring messages not hidden behind its compute
+  double cp_ring = 0;     // all of the ring's messages' time, hidden or not (cp_exposed's base)
   double dp_exposed = 0;  // data-parallel gradient sync (and ZeRO's all-gathers) not hidden
   double optimizer = 0;
   double step = 0;
   double bubble_fraction = 0;      // (pp-1)/(m+pp-1)
-  double exposed_comm_fraction = 0;  // (tp + p2p + dp exposed) / step
+  double exposed_comm_fraction = 0;  // (tp + p2p + cp exposed + dp exposed) / step
 };
 
 // Useful model FLOPs per token (PaLM: 6N + 12 L d T, N = ParamLayout::matmul_params()): the MFU
