@@ -10,6 +10,7 @@
 // (the block is their only writer); dQ gets atomic adds (many key blocks touch a query row), so
 // the caller zeroes dqkv first. D = rowsum(dout * out) comes from the forward's output (one warp
 // per row, before), lse from the forward: nothing of the forward is recomputed.
+#include "attention_tiles.cuh"
 #include "common.cuh"
 #include "kernels.hpp"
 
@@ -17,22 +18,18 @@ namespace mpitrain::cuda {
 
 namespace {
 
-constexpr int kTile = 32;  // queries per block, keys per tile
-constexpr int kWarps = 4;  // threads = 128
-constexpr int kRowsPerWarp = kTile / kWarps;
-constexpr int kMaxHeadSize = 256;
+using attention::backward_smem;
+using attention::dispatch;
+using attention::forward_smem;
+using attention::kRowsPerWarp;
+using attention::kTile;
+using attention::kWarps;
 
 struct Shape {
   int B, T, NH, NKV, hs;
   float scale;  // on q.k: 1/sqrt(hs) unless the model says otherwise
   __host__ __device__ size_t qkv_row() const { return size_t(NH + 2 * NKV) * hs; }
 };
-
-size_t forward_smem(int hs) { return sizeof(float) * kTile * (3 * hs + 1); }
-size_t backward_smem(int hs) {
-  return sizeof(float) *
-         (2 * kTile * (hs + 1) + 2 * kTile * hs + 2 * kTile * (kTile + 1) + 2 * kTile);
-}
 
 // DPL: output dims per lane (hs <= 32 * DPL).
 template <int DPL>
@@ -244,22 +241,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// The kernel instance for head size hs: dims per lane 2, 4 or 8.
-template <class F>
-void dispatch(int hs, F&& f) {
-  if (hs <= 64)
-    f.template operator()<2>();
-  else if (hs <= 128)
-    f.template operator()<4>();
-  else
-    f.template operator()<8>();
-}
-
-void check_shape(const Shape& sh) {
-  if (sh.hs > kMaxHeadSize || sh.hs <= 0 || sh.NKV <= 0 || sh.NH % sh.NKV != 0)
-    MPITRAIN_THROW("attention kernel: head size must be in 1.." + std::to_string(kMaxHeadSize) +
-                   " and the query heads a multiple of the kv heads");
-}
+void check_shape(const Shape& sh) { attention::check_heads(sh.hs, sh.NH, sh.NKV); }
 
 }  // namespace
 

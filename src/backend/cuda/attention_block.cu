@@ -1,0 +1,321 @@
+// CUDA kernels: attention of query rows against one block of key rows by sequence position
+// (context parallelism's ring; backend.hpp's block API), the CPU backend's semantics
+// (cpu_attention.cpp) on the tiling of attention.cu, in fp32 on q, k, v of any storage type.
+//
+// Query i sees key j iff kpos[j] <= qpos[i] (device arrays, or null: 0, 1, ...). A tile whose
+// queries all precede its keys is skipped (the decision is the same for every thread of a block).
+// Forward, one block per (32 queries, b, query head h): the online softmax over the key tiles
+// starts from m = -inf, l = 0, o = 0, or with merge from the earlier blocks' m = lse, l = 1,
+// o = out (a row with lse = -inf starts empty); out = o / l, lse = m + log l at the end (0 and
+// -inf for a row that saw no key). Backward, one block per (32 keys, b, kv head g): over the
+// group's query heads and every query tile that sees a key of the block, P = e^(s - lse),
+// dS = P (dout.v - D) scale; dK, dV summed in registers and added once (the block is their
+// only writer in the launch); dQ by atomic adds.
+#include <climits>
+
+#include "attention_tiles.cuh"
+#include "common.cuh"
+#include "kernels.hpp"
+
+namespace mpitrain::cuda {
+
+namespace {
+
+using attention::backward_smem;
+using attention::dispatch;
+using attention::forward_smem;
+using attention::kRowsPerWarp;
+using attention::kTile;
+using attention::kWarps;
+
+// q heads at qkv[(b Tq + i) q_ld + h hs], q_ld = (NH + 2 NKV) hs; k head g at
+// kv[(b Tk + j) kv_ld + g hs], v head g at kv[(b Tk + j) kv_ld + (NKV + g) hs].
+struct BlockShape {
+  int B, Tq, Tk, NH, NKV, hs, kv_ld;
+  float scale;
+  __host__ __device__ size_t q_ld() const { return size_t(NH + 2 * NKV) * hs; }
+  __host__ __device__ size_t k_at(int b, int j, int g) const {
+    return (size_t(b) * Tk + j) * kv_ld + size_t(g) * hs;
+  }
+  __host__ __device__ size_t v_at(int b, int j, int g) const { return k_at(b, j, NKV + g); }
+};
+
+__device__ __forceinline__ int position(const int* pos, int i) { return pos ? pos[i] : i; }
+
+__device__ __forceinline__ int warp_min_int(int v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int warp_max_int(int v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// The lowest / highest position of rows [i0, i0 + kTile) ∩ [0, n), the same in every warp.
+__device__ __forceinline__ int tile_min(const int* pos, int i0, int n) {
+  const int i = i0 + threadIdx.x % 32;
+  return warp_min_int(i < n ? position(pos, i) : INT_MAX);
+}
+__device__ __forceinline__ int tile_max(const int* pos, int i0, int n) {
+  const int i = i0 + threadIdx.x % 32;
+  return warp_max_int(i < n ? position(pos, i) : INT_MIN);
+}
+
+// K [kTile][hs + 1] and V [kTile][v_ld] of keys [j0, j0 + kTile) of (b, g); zeros past Tk.
+__device__ __forceinline__ void load_keys(float* Ks, float* Vs, int v_ld, In kv,
+                                          const BlockShape& sh, int b, int g, int j0) {
+  const int hs = sh.hs;
+  for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
+    const int j = e / hs, d = e % hs;
+    const bool in = j0 + j < sh.Tk;
+    Ks[j * (hs + 1) + d] = in ? kv[sh.k_at(b, j0 + j, g) + d] : 0.0f;
+    Vs[j * v_ld + d] = in ? kv[sh.v_at(b, j0 + j, g) + d] : 0.0f;
+  }
+}
+
+// DPL: output dims per lane (hs <= 32 * DPL). out (B, Tq, NH hs) and lse (B, NH, Tq): fp32.
+template <int DPL>
+__global__ void __launch_bounds__(kWarps * 32)
+    block_forward_kernel(float* out, float* lse, In qkv, In kv, const int* qpos, const int* kpos,
+                         BlockShape sh, bool merge) {
+  extern __shared__ float smem[];
+  const int hs = sh.hs;
+  float* Qs = smem;                   // [kTile][hs]
+  float* Ks = Qs + kTile * hs;        // [kTile][hs + 1]
+  float* Vs = Ks + kTile * (hs + 1);  // [kTile][hs]
+  const int i0 = blockIdx.x * kTile, b = blockIdx.y / sh.NH, h = blockIdx.y % sh.NH;
+  const int g = h / (sh.NH / sh.NKV);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t q_ld = sh.q_ld(), A = size_t(sh.NH) * hs;
+
+  for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
+    const int r = e / hs, d = e % hs, t = i0 + r;
+    Qs[e] = t < sh.Tq ? qkv[(size_t(b) * sh.Tq + t) * q_ld + size_t(h) * hs + d] : 0.0f;
+  }
+  float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
+  int qp[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {  // the running state: empty, or the earlier blocks'
+    const int t = i0 + warp + kWarps * i;
+    const bool row = t < sh.Tq;
+    qp[i] = row ? position(qpos, t) : INT_MIN;
+    m[i] = merge && row ? lse[(size_t(b) * sh.NH + h) * sh.Tq + t] : -INFINITY;
+    l[i] = m[i] == -INFINITY ? 0.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < DPL; ++k) {
+      const int d = lane + 32 * k;
+      o[i][k] = l[i] > 0.0f && d < hs ? out[(size_t(b) * sh.Tq + t) * A + size_t(h) * hs + d] : 0.0f;
+    }
+  }
+  const int qhi = tile_max(qpos, i0, sh.Tq);
+
+  for (int j0 = 0; j0 < sh.Tk; j0 += kTile) {
+    if (qhi < tile_min(kpos, j0, sh.Tk)) continue;  // every query precedes every key
+    __syncthreads();                                 // the previous tile is no longer read
+    load_keys(Ks, Vs, hs, kv, sh, b, g, j0);
+    __syncthreads();
+    const int tk = j0 + lane;
+    const int kp = tk < sh.Tk ? position(kpos, tk) : INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp + kWarps * i;
+      if (i0 + r >= sh.Tq) continue;  // uniform over the warp
+      float s = 0.0f;
+#pragma unroll 4
+      for (int d = 0; d < hs; ++d) s += Qs[r * hs + d] * Ks[lane * (hs + 1) + d];
+      const bool valid = kp <= qp[i];
+      s = valid ? s * sh.scale : -INFINITY;
+      const float m_new = fmaxf(m[i], warp_max(s));
+      if (m_new == -INFINITY) continue;  // the row has seen no key yet (uniform over the warp)
+      const float p = valid ? expf(s - m_new) : 0.0f;
+      const float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);  // o, l are 0 if -inf
+      l[i] = l[i] * corr + warp_sum(p);
+      m[i] = m_new;
+#pragma unroll
+      for (int k = 0; k < DPL; ++k) o[i][k] *= corr;
+#pragma unroll 4
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+        for (int k = 0; k < DPL; ++k) {
+          const int d = lane + 32 * k;
+          if (d < hs) o[i][k] += pj * Vs[jj * hs + d];
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = i0 + warp + kWarps * i;
+    if (t >= sh.Tq) continue;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    const size_t orow = (size_t(b) * sh.Tq + t) * A + size_t(h) * hs;
+#pragma unroll
+    for (int k = 0; k < DPL; ++k) {
+      const int d = lane + 32 * k;
+      if (d < hs) out[orow + d] = o[i][k] * inv;
+    }
+    if (lane == 0)
+      lse[(size_t(b) * sh.NH + h) * sh.Tq + t] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+  }
+}
+
+// dq (B, Tq, NH hs) and dkv (B, Tk, 2 NKV hs) fp32 accumulators, added to; lse, D (B, NH, Tq).
+template <int DPL>
+__global__ void __launch_bounds__(kWarps * 32)
+    block_backward_kernel(float* dq, float* dkv, In dout, In qkv, In kv, const float* lse,
+                          const float* D, const int* qpos, const int* kpos, BlockShape sh) {
+  extern __shared__ float smem[];
+  constexpr int EPT = kTile * 32 * DPL / (kWarps * 32);  // dK/dV elements per thread (hs=32 DPL)
+  const int hs = sh.hs;
+  float* Ks = smem;                          // [kTile][hs + 1]
+  float* Vs = Ks + kTile * (hs + 1);         // [kTile][hs + 1]
+  float* Qs = Vs + kTile * (hs + 1);         // [kTile][hs]
+  float* dOs = Qs + kTile * hs;              // [kTile][hs]
+  float* Ps = dOs + kTile * hs;              // [kTile queries][kTile + 1 keys]
+  float* dSs = Ps + kTile * (kTile + 1);     // [kTile][kTile + 1]
+  float* lse_s = dSs + kTile * (kTile + 1);  // [kTile]
+  float* D_s = lse_s + kTile;                // [kTile]
+  const int j0 = blockIdx.x * kTile, b = blockIdx.y / sh.NKV, g = blockIdx.y % sh.NKV;
+  const int group = sh.NH / sh.NKV;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t q_ld = sh.q_ld(), A = size_t(sh.NH) * hs, KV = size_t(2) * sh.NKV * hs;
+
+  load_keys(Ks, Vs, hs + 1, kv, sh, b, g, j0);
+  const int klo = tile_min(kpos, j0, sh.Tk);
+  const int kp = j0 + lane < sh.Tk ? position(kpos, j0 + lane) : INT_MAX;  // lane's key
+  float dk[EPT], dv[EPT];
+#pragma unroll
+  for (int x = 0; x < EPT; ++x) dk[x] = dv[x] = 0.0f;
+
+  for (int hi = 0; hi < group; ++hi) {
+    const int h = g * group + hi;
+    for (int i0 = 0; i0 < sh.Tq; i0 += kTile) {
+      if (tile_max(qpos, i0, sh.Tq) < klo) continue;  // every query precedes every key
+      __syncthreads();                                // the previous tile is no longer read
+      for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
+        const int r = e / hs, d = e % hs, t = i0 + r;
+        const bool row = t < sh.Tq;
+        Qs[e] = row ? qkv[(size_t(b) * sh.Tq + t) * q_ld + size_t(h) * hs + d] : 0.0f;
+        dOs[e] = row ? dout[(size_t(b) * sh.Tq + t) * A + size_t(h) * hs + d] : 0.0f;
+      }
+      if (threadIdx.x < kTile) {
+        const int t = i0 + threadIdx.x;
+        const size_t srow = (size_t(b) * sh.NH + h) * sh.Tq + t;
+        lse_s[threadIdx.x] = t < sh.Tq ? lse[srow] : -INFINITY;
+        D_s[threadIdx.x] = t < sh.Tq ? D[srow] : 0.0f;
+      }
+      __syncthreads();
+      // scores of (the warp's rows) x (key lane); dQ rows += dS K
+#pragma unroll 1
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp + kWarps * i, t = i0 + r;
+        const bool valid = t < sh.Tq && kp <= position(qpos, t) && lse_s[r] != -INFINITY;
+        float s = 0.0f, dp = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < hs; ++d) {
+          s += Qs[r * hs + d] * Ks[lane * (hs + 1) + d];
+          dp += dOs[r * hs + d] * Vs[lane * (hs + 1) + d];
+        }
+        const float p = valid ? expf(s * sh.scale - lse_s[r]) : 0.0f;
+        const float ds = p * (dp - D_s[r]) * sh.scale;
+        Ps[r * (kTile + 1) + lane] = p;
+        dSs[r * (kTile + 1) + lane] = ds;
+        if (t >= sh.Tq) continue;  // uniform over the warp
+        float acc[DPL];
+#pragma unroll
+        for (int k = 0; k < DPL; ++k) acc[k] = 0.0f;
+#pragma unroll 4
+        for (int jj = 0; jj < kTile; ++jj) {
+          const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+#pragma unroll
+          for (int k = 0; k < DPL; ++k) {
+            const int d = lane + 32 * k;
+            if (d < hs) acc[k] += dsj * Ks[jj * (hs + 1) + d];
+          }
+        }
+        float* dqr = dq + (size_t(b) * sh.Tq + t) * A + size_t(h) * hs;
+#pragma unroll
+        for (int k = 0; k < DPL; ++k) {
+          const int d = lane + 32 * k;
+          if (d < hs) atomicAdd(dqr + d, acc[k]);
+        }
+      }
+      __syncthreads();
+      // dV[j] += sum_i P[i][j] dO[i];  dK[j] += sum_i dS[i][j] Q[i]
+#pragma unroll
+      for (int x = 0; x < EPT; ++x) {
+        const int e = threadIdx.x + kWarps * 32 * x;
+        if (e >= kTile * hs) break;
+        const int j = e / hs, d = e % hs;
+        float av = 0.0f, ak = 0.0f;
+#pragma unroll 4
+        for (int r = 0; r < kTile; ++r) {
+          av += Ps[r * (kTile + 1) + j] * dOs[r * hs + d];
+          ak += dSs[r * (kTile + 1) + j] * Qs[r * hs + d];
+        }
+        dv[x] += av;
+        dk[x] += ak;
+      }
+    }
+  }
+#pragma unroll
+  for (int x = 0; x < EPT; ++x) {
+    const int e = threadIdx.x + kWarps * 32 * x;
+    if (e >= kTile * hs) break;
+    const int j = e / hs, d = e % hs, tk = j0 + j;
+    if (tk >= sh.Tk) continue;
+    float* row = dkv + (size_t(b) * sh.Tk + tk) * KV;
+    row[size_t(g) * hs + d] += dk[x];
+    row[size_t(sh.NKV + g) * hs + d] += dv[x];
+  }
+}
+
+BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld, float scale) {
+  attention::check_heads(hs, NH, NKV);
+  if (kv_ld < 2 * NKV * hs)
+    MPITRAIN_THROW("attention block kernel: kv row stride " + std::to_string(kv_ld) +
+                   " is shorter than the 2 * NKV * hs = " + std::to_string(2 * NKV * hs) +
+                   " values each row holds");
+  return {B, Tq, Tk, NH, NKV, hs, kv_ld, scale};
+}
+
+}  // namespace
+
+void launch_attention_block_forward(float* out, float* lse, In qkv, In kv, int kv_ld,
+                                    const int* qpos, const int* kpos, int B, int Tq, int Tk,
+                                    int NH, int NKV, int hs, float scale, bool merge,
+                                    cudaStream_t s) {
+  const BlockShape sh = block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale);
+  if (B == 0 || Tq == 0) return;
+  const dim3 grid((Tq + kTile - 1) / kTile, B * NH);
+  const size_t smem = forward_smem(hs);
+  dispatch(hs, [&]<int DPL>() {
+    CUDA_CHECK(cudaFuncSetAttribute(block_forward_kernel<DPL>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+    block_forward_kernel<DPL>
+        <<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, kv, qpos, kpos, sh, merge);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_attention_block_backward(float* dq, float* dkv, In dout, In qkv, In kv, int kv_ld,
+                                     const float* lse, const float* D, const int* qpos,
+                                     const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
+                                     int hs, float scale, cudaStream_t s) {
+  const BlockShape sh = block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale);
+  if (B == 0 || Tq == 0 || Tk == 0) return;
+  const dim3 grid((Tk + kTile - 1) / kTile, B * NKV);
+  const size_t smem = backward_smem(hs);
+  dispatch(hs, [&]<int DPL>() {
+    CUDA_CHECK(cudaFuncSetAttribute(block_backward_kernel<DPL>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+    block_backward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(dq, dkv, dout, qkv, kv, lse, D,
+                                                               qpos, kpos, sh);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace mpitrain::cuda
