@@ -13,8 +13,8 @@
 # the chunk after its first, the losses by 1.8e-6 to 4e-5, the norms by 4e-5 to 4.5e-4.
 # Checkpoints are layout-free: cp 2 resumes at cp 1 and back (within LOSS_TOL of 6 straight
 # steps at cp 2, measured 6.3e-9), and bit-exactly at cp 2.
-# Bad input: seq-len not divisible by 2 cp, --device cuda, and cp in tools/plan's INI (it does
-# not search cp yet) are refused: exit 2, the reason.
+# Bad input: seq-len not divisible by 2 cp, and cp in tools/plan's INI (it does not search cp
+# yet) are refused: exit 2, the reason. (cp on --device cuda: tests/e2e/device_cuda_cp.sh.)
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 LOSS_TOL=1e-7 NORM_TOL=2e-7 BF16_LOSS_TOL=1e-4 BF16_NORM_TOL=1e-3
 run() {  # run NAME NP ARGS...: 4 steps (or --steps 6) of one learning-rate schedule
@@ -81,13 +81,6 @@ run_trainer 4 "$SCRATCH/bad.log" $(tiny_args) --cp 4 --seq-len 36 --steps 1 --ou
 [ "$rc" = 2 ] || { cat "$SCRATCH/bad.log"; fail "seq-len 36 at cp 4 exited $rc, expected 2"; }
 grep -q "seq-len 36 must be divisible by 2 x cp = 8" "$SCRATCH/bad.log" ||
   { cat "$SCRATCH/bad.log"; fail "no reason given for seq-len 36 at cp 4"; }
-# The CUDA backend has no block kernels: --cp 2 --device cuda is refused before any work (a
-# build without CUDA refuses --device cuda itself).
-# shellcheck disable=SC2046
-run_trainer 2 "$SCRATCH/cuda.log" $(tiny_args) --cp 2 --device cuda --steps 1 --out-dir "$SCRATCH/cuda"
-[ "$rc" = 2 ] || { cat "$SCRATCH/cuda.log"; fail "--cp 2 --device cuda exited $rc, expected 2"; }
-grep -qE "cp 2: the CUDA backend has no ring-attention|this build has no CUDA backend" "$SCRATCH/cuda.log" ||
-  { cat "$SCRATCH/cuda.log"; fail "no reason given for --cp 2 --device cuda"; }
 # tools/plan does not search cp yet: an INI with cp 2 is refused, not planned at cp 1.
 printf 'arch = llama\nn-layer = 2\nn-head = 4\nd-model = 64\nvocab-size = 256\nseq-len = 32\ncp = 2\n' \
   > "$SCRATCH/cp.ini"
