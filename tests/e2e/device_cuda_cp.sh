@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Context parallelism on --device cuda (label gpu): the ring of K/V blocks runs the CUDA block
-# kernels (src/backend/cuda/attention_block.cu) over the cp group's device communicator. Each
+# kernels (src/backend/cuda/attention.cu) over the cp group's device communicator. Each
 # layout trains 4 steps of the tiny model from the same seed and data as cp 1 on the GPU, and
 # the per-step losses and gradient norms must agree:
 #   - all ranks on GPU 0 over --comm mpi (pinned staging or CUDA-aware MPI): llama with GQA at

@@ -9,7 +9,7 @@
 //     kernels computing in fp32 on tensors of any storage type; backward first computes
 //     D = rowsum(dout * out) into `scratch`, and sums a 2-byte dqkv in fp32 workspace first.
 // Context parallelism's block API (attention_block_forward / _row_dot / _block_backward): the
-// CUDA kernels of attention_block.cu in every configuration (fp32 accumulators, q/k/v read in
+// same CUDA kernels, by position, in every configuration (fp32 accumulators, q, k, v read in
 // their storage type); row_dot is the whole-sequence backward's D kernel.
 // Where cuDNN has an engine for one direction only, the other reads what it saved: under
 // --precision bf16|fp16 qkv is already rounded, so both saw the same values and their statistics
