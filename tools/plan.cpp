@@ -1,5 +1,5 @@
 // plan: the parallel layout of a model for a cluster — every dp x tp x pp x cp grid of its ranks
-// (cp on CPU clusters) with each micro-batch size, ZeRO 0-3 and recomputation none/selective/full,
+// with each micro-batch size, ZeRO 0-3 and recomputation none/selective/full,
 // sequence parallelism on and off; memory per rank and step time estimated
 // (include/mpitrain/planner/); a ranked table, the trainer flags of the best layout, and the grids
 // that do not fit with the reason.
@@ -115,7 +115,7 @@ bool parse(int argc, char** argv, PlanOptions& o) {
       ("dp", po::value(&o.limits.dp), "only this dp")
       ("tp", po::value(&o.limits.tp), "only this tp")
       ("pp", po::value(&o.limits.pp), "only this pp")
-      ("cp", po::value(&o.limits.cp), "only this cp (context parallelism, CPU clusters; default: "
+      ("cp", po::value(&o.limits.cp), "only this cp (context parallelism; default: "
                                       "the config's cp if it sets one, else every cp with 2 cp "
                                       "dividing seq-len)")
       ("micro-batch-size", po::value(&o.limits.micro_batch), "only this micro-batch size")
@@ -210,10 +210,6 @@ int run(int argc, char** argv) {
   if (!parse(argc, argv, o)) return kExitOk;
   const PlanInput in = read_plan_input(o.config, o.run, !o.spec.cpu);
   if (o.limits.cp == 0) o.limits.cp = in.cp;
-  require(o.limits.cp <= 1 || o.spec.cpu,
-          "cp " + std::to_string(o.limits.cp) +
-              ": context parallelism runs on the CPU backend only (the CUDA backend has no ring "
-              "attention yet): plan for --cpu, or --cp 1");
   if (o.measure_peak) {  // every check is done: measuring takes a second
     omp_set_num_threads(1);  // a node's peak: its cores times one core's rate
     openblas_set_num_threads(1);

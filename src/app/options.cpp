@@ -282,7 +282,7 @@ po::options_description parallel_options(TrainConfig& t) {
       ("pp", with_default(&t.pp), "pipeline stages; 0 = derived, else 1")
       ("cp", with_default(&t.cp),
        "context-parallel ranks: each sequence cut into 2 x cp chunks, rank r holding chunks r and "
-       "2cp-1-r, attention a ring over them (CPU backend)")
+       "2cp-1-r, attention a ring over them")
       ("pp-layers", with_default(&t.pp_layers)->value_name("N,N,..."),
        "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
       ("pp-schedule", with_default(&t.pp_schedule)->value_name("gpipe|1f1b"), "pipeline schedule")

@@ -92,7 +92,9 @@ void RingAttention::forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, 
 
 // The dK/dV accumulator of the block held at step s arrives from r-1 (it holds the steps
 // before), gains this rank's part and goes on to r+1; after the last step the own block's comes
-// home. The dq accumulator stays.
+// home. The dq accumulator stays. Each step posts the accumulator's receive before the K/V
+// exchange, so between two neighbours the messages start in the same order on both sides (dK/dV
+// of step s-1, then K/V of step s): NCCL matches sends to receives by order, not by tag.
 void RingAttention::backward(Buf<float> dqkv, CBuf<float> dout, CBuf<float> qkv, CBuf<float> out,
                              const float* lse, int B, float scale) {
   if (B > max_batch_) MPITRAIN_THROW("ring attention: batch larger than sized for");
@@ -111,9 +113,9 @@ void RingAttention::backward(Buf<float> dqkv, CBuf<float> dout, CBuf<float> qkv,
   };
   for (int s = 0; s < size_; ++s) {
     const int cur = s % 2, src = (rank_ - s + size_) % size_;
-    if (s + 1 < size_) start_kv_exchange(kv_[cur], kv_[1 - cur], block, kKvTag);
     CommHandle incoming{};
     if (s > 0) incoming = receive_into(cur);
+    if (s + 1 < size_) start_kv_exchange(kv_[cur], kv_[1 - cur], block, kKvTag);
     const CBuf<float> kv = s == 0 ? qkv + static_cast<size_t>(NH_) * hs_ : CBuf<float>(kv_[cur]);
     float* part = s == 0 ? dkv_acc_[cur] : dkv_part_;  // step 0 starts the own accumulator
     backend_.zero(part, block);

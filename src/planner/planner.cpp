@@ -17,10 +17,6 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// Context parallelism's ring attention runs on the CPU backend only: the CUDA backend has no
-// block kernels yet and the trainer refuses --cp with --device cuda (trainer_setup.cpp).
-bool ring_attention_on(const Cluster& cluster) { return cluster.cpu; }
-
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1u << 30));
@@ -53,7 +49,6 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
   const int world = cluster.world();
   const double flops_per_token = model_flops_per_token(config, run.seq_len);
   for (int cp : divisors(world)) {
-    if (cp > 1 && !ring_attention_on(cluster)) continue;
     for (int tp : divisors(world / cp)) {
       for (int pp : divisors(world / (cp * tp))) {
         const int dp = world / (tp * pp * cp);

@@ -100,6 +100,8 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   // and every member must agree: an NCCL communicator is made by all of them or none.
   s.embedding =
       config.tie_embeddings && layout.has(Slot::Wte) ? sizeof(float) * layout.find("wte").numel : 0;
+  s.cp = sizeof(float) * rows * 2 * (config.n_kv_head / shard.tp) * config.head_size();
+  s.cp_started.assign(4, s.cp);
   return s;
 }
 
@@ -112,7 +114,8 @@ CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
       tp_data_(&tp),
       dp_data_(&dp),
       pp_data_(&pp),
-      embedding_data_(nullptr) {
+      embedding_data_(nullptr),
+      cp_data_(&cp) {
   if (grid.embedding()) {
     embedding.emplace(grid.embedding()->get(), "embedding");
     embedding_data_ = &*embedding;
@@ -162,6 +165,7 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
   dp_data_ = make(dp, sizes.dp, shard ? std::vector<size_t>{} : sizes.dp_started);
   pp_data_ = make(pp, sizes.pp, sizes.pp_started);
   if (embedding && sizes.embedding > 0) embedding_data_ = make(*embedding, sizes.embedding, {});
+  cp_data_ = make(cp, sizes.cp, sizes.cp_started);
   if (shard) shard_data_ = make(*shard, sizes.dp, sizes.dp_started);
   if (replica) replica_data_ = make(*replica, sizes.dp, {});
 #endif
@@ -199,7 +203,7 @@ std::vector<Communicator*> CommGroups::blocking() {
   add(&tp, tp_data_);
   add(&dp, dp_data_);
   add(&pp, pp_data_);
-  all.push_back(&cp);
+  add(&cp, cp_data_);
   if (embedding) add(&*embedding, embedding_data_);
   if (shard) add(&*shard, shard_data_);
   if (replica) add(&*replica, replica_data_);

@@ -53,9 +53,6 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
                                       std::to_string(cfg.head_size()) + " exceeds 256");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
           "--grad-compress " + t.grad_compress + " encodes on the host: --device cpu only");
-  require(t.cp == 1, "--cp " + std::to_string(t.cp) +
-                         ": the CUDA backend has no ring-attention block kernels yet: use "
-                         "--device cpu, or --cp 1");
 #ifdef MPITRAIN_HAVE_CUDA
   const cuda::DeviceProbe probe = cuda::probe_devices();
   require(probe.count > 0, "--device cuda: " + probe.reason);
@@ -294,7 +291,7 @@ void Trainer::build_model() {
                                             slots, &comms_->tp_data(), model_options_);
     if (shape_.cp > 1) {  // this rank's two chunks of each sequence: their positions, the ring
       chunks_.emplace(t_.seq_len, shape_.cp, grid_->cp_rank());
-      model_->set_context_parallel(&comms_->cp, *chunks_);
+      model_->set_context_parallel(&comms_->cp_data(), *chunks_);
     }
     if (t_.zero >= 2) {  // ZeRO-2/3: the units' shards, lent to the model as it computes them
       sharded_ = std::make_unique<ShardedUnits>(

@@ -56,6 +56,9 @@ TEST(DataCallSizes, SmallGpt2) {
   const size_t total = ParamLayout(c, last).total();
   EXPECT_EQ(s.dp, 4 * total);  // a 1 MiB bucket holds the whole stage
   EXPECT_EQ(s.dp_started, std::vector<size_t>(1, 4 * total));
+  // The ring's block: B T rows of 2 kv heads of the 4 (tp 2), head size 16, in fp32.
+  EXPECT_EQ(s.cp, 4u * 2 * 16 * 2 * 2 * 16);
+  EXPECT_EQ(s.cp_started, std::vector<size_t>(4, s.cp));
   // First stage, no tp: wpe (32 x 64 = 2048) is replicated too; 8 KiB buckets of 2048 floats.
   ModelShard first{1, 0, 0, 1, true, false};
   s = data_call_sizes(c, first, 1, 8, slots, 8.0 / 1024);

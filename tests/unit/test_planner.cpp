@@ -589,10 +589,10 @@ TEST(Planner, OffersSequenceParallelismAtTpAboveOne) {
     EXPECT_FALSE(one.layout.sequence_parallel);
 }
 
-// On CPU clusters the planner searches cp over the divisors of the ranks with 2 cp dividing
-// seq-len: each sequence's activations / cp per rank, the layout's flag for the trainer, and the
-// reason where the chunks do not divide; GPU clusters (no ring attention yet) never get cp > 1.
-TEST(Planner, SearchesContextParallelismOnCpuClusters) {
+// The planner searches cp over the divisors of the ranks with 2 cp dividing seq-len: each
+// sequence's activations / cp per rank, the layout's flag for the trainer, and the reason where
+// the chunks do not divide.
+TEST(Planner, SearchesContextParallelism) {
   Cluster c = four_cpu_ranks();
   RunShape run = tiny_run();
   run.global_batch = 8;
@@ -619,8 +619,6 @@ TEST(Planner, SearchesContextParallelismOnCpuClusters) {
   // Pinned to cp 2 (tools/plan --cp 2, or an INI's cp = 2).
   one.cp = 2;
   for (const Candidate& k : make_plan(tiny(), run, c, {}, one).fits) EXPECT_EQ(k.layout.cp, 2);
-  c.cpu = false;
-  for (const Candidate& k : make_plan(tiny(), run, c, {}, {}).fits) EXPECT_EQ(k.layout.cp, 1);
 }
 
 // Sequence parallelism splits a rank's T/cp rows over tp (the Model's rule): T 12 at cp 2 is 6

@@ -154,7 +154,9 @@ class CudaBackend final : public Backend<T> {
   void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
                           const T* probs, int B, int Tlen, int NH, int NKV, int hs,
                           T scale) override;
-  // Context parallelism's block attention is CPU-only for now: these throw Error.
+  // Context parallelism's block attention: our CUDA kernels (attention.cu) in fp32 on q, k,
+  // v of any storage type, whatever the kernel set (cuDNN's graph takes no positions); qpos and
+  // kpos are copied to the workspace, in stream order, at each call.
   void attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                const int* qpos, const int* kpos, int B, int Tq, int Tk, int NH,
                                int NKV, int hs, T scale, bool merge) override;

@@ -12,8 +12,10 @@
 // 2-byte blocks), dK/dV accumulators in fp32.
 //
 // Shapes: B sequences of Tl = T/CP local rows; qkv (B, Tl, (NH + 2 NKV) hs); a packed block
-// (B, Tl, 2 NKV hs) = [k heads | v heads] of each row; lse (B, NH, Tl). CPU (float) only: the
-// CUDA backend has no block kernels yet (refused at start-up).
+// (B, Tl, 2 NKV hs) = [k heads | v heads] of each row; lse (B, NH, Tl). Float models on either
+// backend: on the GPU the blocks are device memory and `cp` a device communicator (NCCL, or MPI
+// staged or CUDA-aware), whose sends and receives between two ranks start in the same order on
+// both sides (NCCL ignores tags).
 #pragma once
 
 #include <vector>

@@ -6,8 +6,7 @@
 // A grid is possible when tp divides the ranks of a node (a tp group never spans nodes) and the
 // model's heads, kv heads, d_ff and padded vocabulary (check_tensor_parallel, as the trainer),
 // pp <= n_layer (the trainer's balanced split, uneven when pp does not divide n_layer), dp
-// divides the global batch, and 2 cp divides seq-len (context_chunks.hpp). Context parallelism
-// (cp > 1) is searched on CPU clusters only: the CUDA backend has no ring attention yet. ZeRO
+// divides the global batch, and 2 cp divides seq-len (context_chunks.hpp). ZeRO
 // shards over the gradients' group, dp x cp ranks; sequence parallelism needs T/cp divisible by
 // tp. A layout fits when its largest stage holds at most usable_memory of a
 // rank's memory (the margin --micro-batch-size auto keeps). Micro-batch sizes: the divisors of global batch / dp up to

@@ -1,11 +1,12 @@
 // The communicators of a run, built in one place over the Grid's groups.
 //
-// Every group (world, tp, dp, pp, and the embedding group of tied wte copies) has an
+// Every group (world, tp, dp, pp, cp, and the embedding group of tied wte copies) has an
 // MpiCommunicator on host memory: it carries the scalars and small host vectors (the loss, the
 // norm's squares, the optimizer's norms, replica hashes, stop requests) and, on the CPU backend,
 // the tensors too. On --device cuda the tensors — activations over tp, stage boundaries over pp,
-// gradient buckets and ZeRO's ranges over dp, the tied wte gradient over the embedding group —
-// go over a data communicator chosen by --comm:
+// gradient buckets and ZeRO's ranges over dp, the tied wte gradient over the embedding group,
+// context parallelism's ring of K/V blocks and their gradients over cp — go over a data
+// communicator chosen by --comm:
 //   nccl  an NcclCommunicator per group, on a stream of its own ordered after the backend's
 //         (comm/nccl_communicator.hpp); needs a GPU per rank
 //   mpi   over the group's host communicator: a CudaAwareMpiCommunicator handing MPI the device
@@ -50,8 +51,8 @@ CommKind resolve_comm(const std::string& option, const std::string& device, bool
 // its started calls: one per call that can be in flight at once, each of that call's bytes (the
 // staging pools are sized by them; NCCL needs neither).
 struct DataCallSizes {
-  size_t tp = 0, dp = 0, pp = 0, embedding = 0;
-  std::vector<size_t> dp_started, pp_started;
+  size_t tp = 0, dp = 0, pp = 0, embedding = 0, cp = 0;
+  std::vector<size_t> dp_started, pp_started, cp_started;
 };
 
 // ZeRO-2/3's sharding for data_call_sizes: level 0 or 1 is none. storage: the compute copy's
@@ -72,6 +73,9 @@ struct ShardedCalls {
 //        blocking
 //   embedding  the local wte (the tied gradient sum, blocking); 0 without tied embeddings (no
 //              data communicator for the group then)
+//   cp   the ring attention's message, a packed K/V block or its fp32 dK/dV (B T 2 NKV/tp hs
+//        floats, T the rank's rows); started: 4 of them, the most a backward step has in flight
+//        (a K/V block each way, the dK/dV accumulator coming in and the last one sent)
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
                               int slots, double bucket_mb, const ShardedCalls& sharded = {});
 
@@ -99,7 +103,7 @@ class CommGroups {
   void use_device(CommKind kind, void* stream, const DataCallSizes& sizes, double timeout_s);
 
   // dp is the gradients' group: dp x cp (Grid::dp_cp), the dp group itself without cp. cp: the
-  // ring attention's group (host memory: context parallelism runs on the CPU backend).
+  // ring attention's group (its tensors go over cp_data()).
   MpiCommunicator world, tp, dp, pp, cp;
   std::optional<MpiCommunicator> embedding;
   // Hybrid sharding's groups (runtime/grid.hpp); without it the shard group is dp itself and
@@ -111,6 +115,7 @@ class CommGroups {
   Communicator& tp_data() { return *tp_data_; }
   Communicator& dp_data() { return *dp_data_; }
   Communicator& pp_data() { return *pp_data_; }
+  Communicator& cp_data() { return *cp_data_; }
   Communicator* embedding_data() { return embedding_data_; }
   Communicator& dp_shard_data() { return shard ? *shard_data_ : *dp_data_; }
   Communicator* dp_replica_data() { return replica ? replica_data_ : nullptr; }
@@ -131,6 +136,7 @@ class CommGroups {
   Communicator* dp_data_;
   Communicator* pp_data_;
   Communicator* embedding_data_;
+  Communicator* cp_data_;
   Communicator* shard_data_ = nullptr;
   Communicator* replica_data_ = nullptr;
   std::vector<std::unique_ptr<Communicator>> owned_;  // the data communicators made here

@@ -1,15 +1,25 @@
-// CUDA kernels: causal self-attention with grouped-query heads, flash-attention style in fp32:
-// the T x T scores are never stored, only each row's log-sum-exp.
+// CUDA kernels: causal self-attention with grouped-query heads by sequence position,
+// flash-attention style in fp32 on q, k, v of any storage type: the T x T scores are never
+// stored, only each row's log-sum-exp. One kernel set serves both Backend APIs: the whole
+// sequence (positions 0..T-1, its own keys) and context parallelism's block pairs (queries
+// against one block of keys, by position, the CPU backend's semantics: cpu_attention.cpp).
 //
+// Query i sees key j iff kpos[j] <= qpos[i] (device arrays, or null: 0, 1, ...). A tile whose
+// queries all precede its keys is skipped (the same decision in every thread of a block).
 // Forward, one block per (32 queries, b, query head h): tiles of 32 keys of kv head h/group pass
 // through shared memory; each warp owns 8 query rows, a lane owns one key of the tile for the
-// scores and dims lane, lane+32, ... of the output; online softmax (running max m and sum l).
+// scores and dims lane, lane+32, ... of the output; online softmax (running max m and sum l)
+// from m = -inf, l = 0, o = 0, or with merge from the earlier blocks' m = lse, l = 1, o = out (a
+// row with lse -inf starts empty); out = o / l, lse = m + log l at the end (0 and -inf for a row
+// that saw no key).
 // Backward, one block per (32 keys, b, kv head g): for each query head of the group and each
-// query tile at or after the keys, recompute p = e^(s - lse), dp = dout . v,
-// ds = p (dp - D) scale; dK, dV of the block's keys are summed in registers and stored once
-// (the block is their only writer); dQ gets atomic adds (many key blocks touch a query row), so
-// the caller zeroes dqkv first. D = rowsum(dout * out) comes from the forward's output (one warp
-// per row, before), lse from the forward: nothing of the forward is recomputed.
+// query tile that sees a key of the block, recompute p = e^(s - lse), dp = dout . v,
+// ds = p (dp - D) scale; dK, dV of the block's keys are summed in registers and added once (the
+// block is their only writer in a launch); dQ gets atomic adds (many key blocks touch a query
+// row). D = rowsum(dout * out) comes from the forward's output (one warp per row, before), lse
+// from the forward: nothing of the forward is recomputed.
+#include <climits>
+
 #include "common.cuh"
 #include "kernels.hpp"
 
@@ -22,69 +32,118 @@ constexpr int kWarps = 4;  // threads = 128
 constexpr int kRowsPerWarp = kTile / kWarps;
 constexpr int kMaxHeadSize = 256;
 
-struct Shape {
-  int B, T, NH, NKV, hs;
-  float scale;  // on q.k: 1/sqrt(hs) unless the model says otherwise
-  __host__ __device__ size_t qkv_row() const { return size_t(NH + 2 * NKV) * hs; }
-};
-
+// Shared memory of a forward block: Q [kTile][hs], K [kTile][hs + 1] (padded: lanes read
+// different rows), V [kTile][hs].
 size_t forward_smem(int hs) { return sizeof(float) * kTile * (3 * hs + 1); }
+// Of a backward block: K, V [kTile][hs + 1], Q, dO [kTile][hs], P, dS [kTile][kTile + 1], the
+// query rows' lse and D [kTile].
 size_t backward_smem(int hs) {
   return sizeof(float) *
          (2 * kTile * (hs + 1) + 2 * kTile * hs + 2 * kTile * (kTile + 1) + 2 * kTile);
 }
 
-// DPL: output dims per lane (hs <= 32 * DPL).
+// q heads at qkv[(b Tq + i) q_ld + h hs], q_ld = (NH + 2 NKV) hs; k head g at
+// kv[(b Tk + j) kv_ld + g hs], v head g at kv[(b Tk + j) kv_ld + (NKV + g) hs].
+struct BlockShape {
+  int B, Tq, Tk, NH, NKV, hs, kv_ld;
+  float scale;
+  __host__ __device__ size_t q_ld() const { return size_t(NH + 2 * NKV) * hs; }
+  __host__ __device__ size_t k_at(int b, int j, int g) const {
+    return (size_t(b) * Tk + j) * kv_ld + size_t(g) * hs;
+  }
+  __host__ __device__ size_t v_at(int b, int j, int g) const { return k_at(b, j, NKV + g); }
+};
+
+__device__ __forceinline__ int position(const int* pos, int i) { return pos ? pos[i] : i; }
+
+__device__ __forceinline__ int warp_min_int(int v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int warp_max_int(int v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// The lowest / highest position of rows [i0, i0 + kTile) ∩ [0, n), the same in every warp.
+__device__ __forceinline__ int tile_min(const int* pos, int i0, int n) {
+  const int i = i0 + threadIdx.x % 32;
+  return warp_min_int(i < n ? position(pos, i) : INT_MAX);
+}
+__device__ __forceinline__ int tile_max(const int* pos, int i0, int n) {
+  const int i = i0 + threadIdx.x % 32;
+  return warp_max_int(i < n ? position(pos, i) : INT_MIN);
+}
+
+// K [kTile][hs + 1] and V [kTile][v_ld] of keys [j0, j0 + kTile) of (b, g); zeros past Tk.
+__device__ __forceinline__ void load_keys(float* Ks, float* Vs, int v_ld, In kv,
+                                          const BlockShape& sh, int b, int g, int j0) {
+  const int hs = sh.hs;
+  for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
+    const int j = e / hs, d = e % hs;
+    const bool in = j0 + j < sh.Tk;
+    Ks[j * (hs + 1) + d] = in ? kv[sh.k_at(b, j0 + j, g) + d] : 0.0f;
+    Vs[j * v_ld + d] = in ? kv[sh.v_at(b, j0 + j, g) + d] : 0.0f;
+  }
+}
+
+// DPL: output dims per lane (hs <= 32 * DPL). out (B, Tq, NH hs) in its storage type (the
+// block API's is fp32), lse (B, NH, Tq).
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_forward_kernel(Out out, float* lse, In qkv, Shape sh) {
+    forward_kernel(Out out, float* lse, In qkv, In kv, const int* qpos, const int* kpos,
+                   BlockShape sh, bool merge) {
   extern __shared__ float smem[];
-  const int hs = sh.hs, T = sh.T;
+  const int hs = sh.hs;
   float* Qs = smem;                   // [kTile][hs]
-  float* Ks = Qs + kTile * hs;        // [kTile][hs + 1] (padded: lanes read different rows)
+  float* Ks = Qs + kTile * hs;        // [kTile][hs + 1]
   float* Vs = Ks + kTile * (hs + 1);  // [kTile][hs]
-  const int qb = blockIdx.x, b = blockIdx.y / sh.NH, h = blockIdx.y % sh.NH;
+  const int i0 = blockIdx.x * kTile, b = blockIdx.y / sh.NH, h = blockIdx.y % sh.NH;
   const int g = h / (sh.NH / sh.NKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t row = sh.qkv_row(), A = size_t(sh.NH) * hs;
-  const In base = qkv + size_t(b) * T * row;
-  const float scale = sh.scale;
+  const size_t q_ld = sh.q_ld(), A = size_t(sh.NH) * hs;
 
   for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
-    const int r = e / hs, d = e % hs, t = qb * kTile + r;
-    Qs[e] = t < T ? base[size_t(t) * row + size_t(h) * hs + d] : 0.0f;
+    const int r = e / hs, d = e % hs, t = i0 + r;
+    Qs[e] = t < sh.Tq ? qkv[(size_t(b) * sh.Tq + t) * q_ld + size_t(h) * hs + d] : 0.0f;
   }
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
+  int qp[kRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    m[i] = -INFINITY;
-    l[i] = 0.0f;
+  for (int i = 0; i < kRowsPerWarp; ++i) {  // the running state: empty, or the earlier blocks'
+    const int t = i0 + warp + kWarps * i;
+    const bool row = t < sh.Tq;
+    qp[i] = row ? position(qpos, t) : INT_MIN;
+    m[i] = merge && row ? lse[(size_t(b) * sh.NH + h) * sh.Tq + t] : -INFINITY;
+    l[i] = m[i] == -INFINITY ? 0.0f : 1.0f;
+    const size_t orow = (size_t(b) * sh.Tq + t) * A + size_t(h) * hs;
 #pragma unroll
-    for (int k = 0; k < DPL; ++k) o[i][k] = 0.0f;
-  }
-
-  for (int kt = 0; kt <= qb; ++kt) {
-    __syncthreads();  // the previous tile is no longer read
-    for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
-      const int j = e / hs, d = e % hs, tk = kt * kTile + j;
-      const bool in = tk < T;
-      Ks[j * (hs + 1) + d] = in ? base[size_t(tk) * row + size_t(sh.NH + g) * hs + d] : 0.0f;
-      Vs[j * hs + d] = in ? base[size_t(tk) * row + size_t(sh.NH + sh.NKV + g) * hs + d] : 0.0f;
+    for (int k = 0; k < DPL; ++k) {
+      const int d = lane + 32 * k;
+      o[i][k] = l[i] > 0.0f && d < hs ? float(out[orow + d]) : 0.0f;
     }
+  }
+  const int qhi = tile_max(qpos, i0, sh.Tq);
+
+  for (int j0 = 0; j0 < sh.Tk; j0 += kTile) {
+    if (qhi < tile_min(kpos, j0, sh.Tk)) continue;  // every query precedes every key
+    __syncthreads();                                 // the previous tile is no longer read
+    load_keys(Ks, Vs, hs, kv, sh, b, g, j0);
     __syncthreads();
+    const int tk = j0 + lane;
+    const int kp = tk < sh.Tk ? position(kpos, tk) : INT_MAX;
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp + kWarps * i, t = qb * kTile + r;
-      if (t >= T) continue;  // uniform over the warp
-      const int tk = kt * kTile + lane;
+      const int r = warp + kWarps * i;
+      if (i0 + r >= sh.Tq) continue;  // uniform over the warp
       float s = 0.0f;
 #pragma unroll 4
       for (int d = 0; d < hs; ++d) s += Qs[r * hs + d] * Ks[lane * (hs + 1) + d];
-      const bool valid = tk <= t;  // key 0 of every tile up to qb is valid: the max is finite
-      s = valid ? s * scale : -INFINITY;
+      const bool valid = kp <= qp[i];
+      s = valid ? s * sh.scale : -INFINITY;
       const float m_new = fmaxf(m[i], warp_max(s));
+      if (m_new == -INFINITY) continue;  // the row has seen no key yet (uniform over the warp)
       const float p = valid ? expf(s - m_new) : 0.0f;
-      const float corr = expf(m[i] - m_new);  // 0 on the first tile (m = -inf)
+      const float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);  // o, l are 0 if -inf
       l[i] = l[i] * corr + warp_sum(p);
       m[i] = m_new;
 #pragma unroll
@@ -103,41 +162,30 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int r = warp + kWarps * i, t = qb * kTile + r;
-    if (t >= T) continue;
-    const float inv = 1.0f / l[i];
-    const size_t orow = (size_t(b) * T + t) * A + size_t(h) * hs;
+    const int t = i0 + warp + kWarps * i;
+    if (t >= sh.Tq) continue;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    const size_t orow = (size_t(b) * sh.Tq + t) * A + size_t(h) * hs;
 #pragma unroll
     for (int k = 0; k < DPL; ++k) {
       const int d = lane + 32 * k;
       if (d < hs) out[orow + d] = o[i][k] * inv;
     }
-    if (lane == 0) lse[(size_t(b) * sh.NH + h) * T + t] = m[i] + logf(l[i]);
+    if (lane == 0)
+      lse[(size_t(b) * sh.NH + h) * sh.Tq + t] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
   }
 }
 
-// D(B,NH,T) = rowsum(dout * out) over each head's hs dims, one warp per row; lane sums dims lane,
-// lane + 32, ... in order, then the warp: the order of a warp's output dims in the forward.
-__global__ void attention_d_kernel(float* D, In dout, In out, Shape sh) {
-  const size_t rows = size_t(sh.B) * sh.NH * sh.T;
-  const size_t r = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= rows) return;  // uniform over the warp
-  const size_t b = r / (size_t(sh.NH) * sh.T), h = r / sh.T % sh.NH, t = r % sh.T;
-  const size_t orow = (b * sh.T + t) * sh.NH * sh.hs + h * sh.hs;
-  float dsum = 0.0f;
-  for (int d = lane; d < sh.hs; d += 32) dsum += out[orow + d] * dout[orow + d];
-  dsum = warp_sum(dsum);
-  if (lane == 0) D[r] = dsum;
-}
-
+// dq (B, Tq, rows of dq_ld: head h at h hs) and dkv (B, Tk, rows of dkv_ld: dk head g at g hs,
+// dv head g at (NKV + g) hs): fp32 accumulators, added to; lse, D (B, NH, Tq).
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_backward_kernel(float* dqkv, In dout, In qkv, const float* lse, const float* D,
-                              Shape sh) {
+    backward_kernel(float* dq, size_t dq_ld, float* dkv, size_t dkv_ld, In dout, In qkv, In kv,
+                    const float* lse, const float* D, const int* qpos, const int* kpos,
+                    BlockShape sh) {
   extern __shared__ float smem[];
   constexpr int EPT = kTile * 32 * DPL / (kWarps * 32);  // dK/dV elements per thread (hs=32 DPL)
-  const int hs = sh.hs, T = sh.T;
+  const int hs = sh.hs;
   float* Ks = smem;                          // [kTile][hs + 1]
   float* Vs = Ks + kTile * (hs + 1);         // [kTile][hs + 1]
   float* Qs = Vs + kTile * (hs + 1);         // [kTile][hs]
@@ -146,56 +194,52 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* dSs = Ps + kTile * (kTile + 1);     // [kTile][kTile + 1]
   float* lse_s = dSs + kTile * (kTile + 1);  // [kTile]
   float* D_s = lse_s + kTile;                // [kTile]
-  const int kb = blockIdx.x, b = blockIdx.y / sh.NKV, g = blockIdx.y % sh.NKV;
-  const int group = sh.NH / sh.NKV, nq = (T + kTile - 1) / kTile;
+  const int j0 = blockIdx.x * kTile, b = blockIdx.y / sh.NKV, g = blockIdx.y % sh.NKV;
+  const int group = sh.NH / sh.NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t row = sh.qkv_row(), A = size_t(sh.NH) * hs;
-  const In base = qkv + size_t(b) * T * row;
-  float* dbase = dqkv + size_t(b) * T * row;
-  const float scale = sh.scale;
+  const size_t q_ld = sh.q_ld(), A = size_t(sh.NH) * hs;
 
-  for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
-    const int j = e / hs, d = e % hs, tk = kb * kTile + j;
-    const bool in = tk < T;
-    Ks[j * (hs + 1) + d] = in ? base[size_t(tk) * row + size_t(sh.NH + g) * hs + d] : 0.0f;
-    Vs[j * (hs + 1) + d] = in ? base[size_t(tk) * row + size_t(sh.NH + sh.NKV + g) * hs + d] : 0.0f;
-  }
+  load_keys(Ks, Vs, hs + 1, kv, sh, b, g, j0);
+  const int klo = tile_min(kpos, j0, sh.Tk);
+  const int kp = j0 + lane < sh.Tk ? position(kpos, j0 + lane) : INT_MAX;  // lane's key
   float dk[EPT], dv[EPT];
 #pragma unroll
   for (int x = 0; x < EPT; ++x) dk[x] = dv[x] = 0.0f;
 
   for (int hi = 0; hi < group; ++hi) {
     const int h = g * group + hi;
-    for (int qt = kb; qt < nq; ++qt) {
-      __syncthreads();  // the previous tile is no longer read
+    for (int i0 = 0; i0 < sh.Tq; i0 += kTile) {
+      if (tile_max(qpos, i0, sh.Tq) < klo) continue;  // every query precedes every key
+      __syncthreads();                                // the previous tile is no longer read
       for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
-        const int r = e / hs, d = e % hs, t = qt * kTile + r;
-        Qs[e] = t < T ? base[size_t(t) * row + size_t(h) * hs + d] : 0.0f;
-        dOs[e] = t < T ? dout[(size_t(b) * T + t) * A + size_t(h) * hs + d] : 0.0f;
+        const int r = e / hs, d = e % hs, t = i0 + r;
+        const bool row = t < sh.Tq;
+        Qs[e] = row ? qkv[(size_t(b) * sh.Tq + t) * q_ld + size_t(h) * hs + d] : 0.0f;
+        dOs[e] = row ? dout[(size_t(b) * sh.Tq + t) * A + size_t(h) * hs + d] : 0.0f;
       }
       if (threadIdx.x < kTile) {
-        const int t = qt * kTile + threadIdx.x;
-        const size_t srow = (size_t(b) * sh.NH + h) * T + t;
-        lse_s[threadIdx.x] = t < T ? lse[srow] : 0.0f;
-        D_s[threadIdx.x] = t < T ? D[srow] : 0.0f;
+        const int t = i0 + threadIdx.x;
+        const size_t srow = (size_t(b) * sh.NH + h) * sh.Tq + t;
+        lse_s[threadIdx.x] = t < sh.Tq ? lse[srow] : -INFINITY;
+        D_s[threadIdx.x] = t < sh.Tq ? D[srow] : 0.0f;
       }
       __syncthreads();
-      // scores of (the warp's rows) x (key lane); dQ rows += ds K
+      // scores of (the warp's rows) x (key lane); dQ rows += dS K
 #pragma unroll 1
       for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp + kWarps * i, t = qt * kTile + r, tk = kb * kTile + lane;
-        const bool valid = t < T && tk <= t;  // tk <= t < T
+        const int r = warp + kWarps * i, t = i0 + r;
+        const bool valid = t < sh.Tq && kp <= position(qpos, t) && lse_s[r] != -INFINITY;
         float s = 0.0f, dp = 0.0f;
 #pragma unroll 4
         for (int d = 0; d < hs; ++d) {
           s += Qs[r * hs + d] * Ks[lane * (hs + 1) + d];
           dp += dOs[r * hs + d] * Vs[lane * (hs + 1) + d];
         }
-        const float p = valid ? expf(s * scale - lse_s[r]) : 0.0f;
-        const float ds = p * (dp - D_s[r]) * scale;
+        const float p = valid ? expf(s * sh.scale - lse_s[r]) : 0.0f;
+        const float ds = p * (dp - D_s[r]) * sh.scale;
         Ps[r * (kTile + 1) + lane] = p;
         dSs[r * (kTile + 1) + lane] = ds;
-        if (t >= T) continue;  // uniform over the warp
+        if (t >= sh.Tq) continue;  // uniform over the warp
         float acc[DPL];
 #pragma unroll
         for (int k = 0; k < DPL; ++k) acc[k] = 0.0f;
@@ -208,11 +252,11 @@ __global__ void __launch_bounds__(kWarps * 32)
             if (d < hs) acc[k] += dsj * Ks[jj * (hs + 1) + d];
           }
         }
-        float* dq = dbase + size_t(t) * row + size_t(h) * hs;
+        float* dqr = dq + (size_t(b) * sh.Tq + t) * dq_ld + size_t(h) * hs;
 #pragma unroll
         for (int k = 0; k < DPL; ++k) {
           const int d = lane + 32 * k;
-          if (d < hs) atomicAdd(dq + d, acc[k]);
+          if (d < hs) atomicAdd(dqr + d, acc[k]);
         }
       }
       __syncthreads();
@@ -237,11 +281,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int x = 0; x < EPT; ++x) {
     const int e = threadIdx.x + kWarps * 32 * x;
     if (e >= kTile * hs) break;
-    const int j = e / hs, d = e % hs, tk = kb * kTile + j;
-    if (tk >= T) continue;
-    dbase[size_t(tk) * row + size_t(sh.NH + g) * hs + d] = dk[x];
-    dbase[size_t(tk) * row + size_t(sh.NH + sh.NKV + g) * hs + d] = dv[x];
+    const int j = e / hs, d = e % hs, tk = j0 + j;
+    if (tk >= sh.Tk) continue;
+    float* row = dkv + (size_t(b) * sh.Tk + tk) * dkv_ld;
+    row[size_t(g) * hs + d] += dk[x];
+    row[size_t(sh.NKV + g) * hs + d] += dv[x];
   }
+}
+
+// The row-dot kernel's shape: B sequences of T rows, NH heads of hs.
+struct RowShape {
+  int B, T, NH, hs;
+};
+
+// D(B,NH,T) = rowsum(dout * out) over each head's hs dims, one warp per row; lane sums dims lane,
+// lane + 32, ... in order, then the warp: the order of a warp's output dims in the forward.
+__global__ void attention_d_kernel(float* D, In dout, In out, RowShape sh) {
+  const size_t rows = size_t(sh.B) * sh.NH * sh.T;
+  const size_t r = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;  // uniform over the warp
+  const size_t b = r / (size_t(sh.NH) * sh.T), h = r / sh.T % sh.NH, t = r % sh.T;
+  const size_t orow = (b * sh.T + t) * sh.NH * sh.hs + h * sh.hs;
+  float dsum = 0.0f;
+  for (int d = lane; d < sh.hs; d += 32) dsum += out[orow + d] * dout[orow + d];
+  dsum = warp_sum(dsum);
+  if (lane == 0) D[r] = dsum;
 }
 
 // The kernel instance for head size hs: dims per lane 2, 4 or 8.
@@ -255,32 +320,58 @@ void dispatch(int hs, F&& f) {
     f.template operator()<8>();
 }
 
-void check_shape(const Shape& sh) {
-  if (sh.hs > kMaxHeadSize || sh.hs <= 0 || sh.NKV <= 0 || sh.NH % sh.NKV != 0)
+BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld, float scale) {
+  if (hs > kMaxHeadSize || hs <= 0 || NKV <= 0 || NH % NKV != 0)
     MPITRAIN_THROW("attention kernel: head size must be in 1.." + std::to_string(kMaxHeadSize) +
                    " and the query heads a multiple of the kv heads");
+  if (kv_ld < 2 * NKV * hs)
+    MPITRAIN_THROW("attention block kernel: kv row stride " + std::to_string(kv_ld) +
+                   " is shorter than the 2 * NKV * hs = " + std::to_string(2 * NKV * hs) +
+                   " values each row holds");
+  return {B, Tq, Tk, NH, NKV, hs, kv_ld, scale};
+}
+
+void forward(Out out, float* lse, In qkv, In kv, const int* qpos, const int* kpos,
+             const BlockShape& sh, bool merge, cudaStream_t s) {
+  if (sh.B == 0 || sh.Tq == 0) return;
+  const dim3 grid((sh.Tq + kTile - 1) / kTile, sh.B * sh.NH);
+  const size_t smem = forward_smem(sh.hs);
+  dispatch(sh.hs, [&]<int DPL>() {
+    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<DPL>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+    forward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, kv, qpos, kpos, sh, merge);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void backward(float* dq, size_t dq_ld, float* dkv, size_t dkv_ld, In dout, In qkv, In kv,
+              const float* lse, const float* D, const int* qpos, const int* kpos,
+              const BlockShape& sh, cudaStream_t s) {
+  if (sh.B == 0 || sh.Tq == 0 || sh.Tk == 0) return;
+  const dim3 grid((sh.Tk + kTile - 1) / kTile, sh.B * sh.NKV);
+  const size_t smem = backward_smem(sh.hs);
+  dispatch(sh.hs, [&]<int DPL>() {
+    CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<DPL>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+    backward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(dq, dq_ld, dkv, dkv_ld, dout, qkv, kv,
+                                                         lse, D, qpos, kpos, sh);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace
 
 void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
                               float scale, cudaStream_t s) {
-  const Shape sh{B, T, NH, NKV, hs, scale};
-  check_shape(sh);
-  if (B == 0 || T == 0) return;
-  const dim3 grid((T + kTile - 1) / kTile, B * NH);
-  const size_t smem = forward_smem(hs);
-  dispatch(hs, [&]<int DPL>() {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<DPL>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
-    attention_forward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, sh);
-    CUDA_CHECK_LAUNCH();
-  });
+  const int QKV = (NH + 2 * NKV) * hs;
+  forward(out, lse, qkv, qkv + size_t(NH) * hs, nullptr, nullptr,
+          block_shape(B, T, T, NH, NKV, hs, QKV, scale), false, s);
 }
 
 void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s) {
-  const Shape sh{B, T, NH, NH, hs, 1.0f};
+  const RowShape sh{B, T, NH, hs};
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
   const int threads = kWarps * 32;
@@ -292,19 +383,27 @@ void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs,
 void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
                                int B, int T, int NH, int NKV, int hs, float scale,
                                cudaStream_t s) {
-  const Shape sh{B, T, NH, NKV, hs, scale};
-  check_shape(sh);
-  if (B == 0 || T == 0) return;
-  CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(B) * T * sh.qkv_row(), s));
-  const dim3 grid((T + kTile - 1) / kTile, B * NKV);
-  const size_t smem = backward_smem(hs);
-  dispatch(hs, [&]<int DPL>() {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<DPL>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
-    attention_backward_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, sh);
-    CUDA_CHECK_LAUNCH();
-  });
+  const int QKV = (NH + 2 * NKV) * hs;
+  const BlockShape sh = block_shape(B, T, T, NH, NKV, hs, QKV, scale);
+  CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(B) * T * QKV, s));
+  backward(dqkv, QKV, dqkv + size_t(NH) * hs, QKV, dout, qkv, qkv + size_t(NH) * hs, lse, D,
+           nullptr, nullptr, sh, s);
+}
+
+void launch_attention_block_forward(float* out, float* lse, In qkv, In kv, int kv_ld,
+                                    const int* qpos, const int* kpos, int B, int Tq, int Tk,
+                                    int NH, int NKV, int hs, float scale, bool merge,
+                                    cudaStream_t s) {
+  forward(out, lse, qkv, kv, qpos, kpos, block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale), merge,
+          s);
+}
+
+void launch_attention_block_backward(float* dq, float* dkv, In dout, In qkv, In kv, int kv_ld,
+                                     const float* lse, const float* D, const int* qpos,
+                                     const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
+                                     int hs, float scale, cudaStream_t s) {
+  backward(dq, size_t(NH) * hs, dkv, size_t(2) * NKV * hs, dout, qkv, kv, lse, D, qpos, kpos,
+           block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale), s);
 }
 
 }  // namespace mpitrain::cuda

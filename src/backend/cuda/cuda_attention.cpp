@@ -8,6 +8,9 @@
 //   otherwise (fp32/tf32 math, the cuda kernel set, or no cuDNN engine): the flash-style CUDA
 //     kernels computing in fp32 on tensors of any storage type; backward first computes
 //     D = rowsum(dout * out) into `scratch`, and sums a 2-byte dqkv in fp32 workspace first.
+// Context parallelism's block API (attention_block_forward / _row_dot / _block_backward): the
+// same CUDA kernels, by position, in every configuration (fp32 accumulators, q, k, v read in
+// their storage type); row_dot is the whole-sequence backward's D kernel.
 // Where cuDNN has an engine for one direction only, the other reads what it saved: under
 // --precision bf16|fp16 qkv is already rounded, so both saw the same values and their statistics
 // differ by fp32 rounding (the order of the sums) only.
@@ -15,7 +18,6 @@
 #include "kernels.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
-#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
@@ -113,25 +115,47 @@ void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, C
 }
 
 namespace {
-[[noreturn]] void block_attention_unsupported() {
-  throw Error("context parallelism's block attention is not implemented on the CUDA backend");
+
+// n positions from host memory into the frame (stream-ordered: the kernel after reads them), or
+// null for null (0, 1, ...).
+const int* device_positions(Scratch::Frame& f, cuda::Context& c, const int* host, int n) {
+  if (!host || n == 0) return nullptr;
+  int* d = f.take<int>(n, "attention block positions");
+  CUDA_CHECK(cudaMemcpyAsync(d, host, sizeof(int) * n, cudaMemcpyHostToDevice, c.stream));
+  return d;
 }
+
 }  // namespace
 
 template <typename T>
-void CudaBackend<T>::attention_block_forward(T*, T*, CBuf<T>, CBuf<T>, int, const int*, const int*,
-                                             int, int, int, int, int, int, T, bool) {
-  block_attention_unsupported();
+void CudaBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
+                                             const int* qpos, const int* kpos, int B, int Tq,
+                                             int Tk, int NH, int NKV, int hs, T scale,
+                                             bool merge) {
+  cuda::Context& c = *ctx_;
+  Scratch::Frame f(c.scratch);
+  cuda::launch_attention_block_forward(out, lse, qkv, kv, kv_ld, device_positions(f, c, qpos, Tq),
+                                       device_positions(f, c, kpos, Tk), B, Tq, Tk, NH, NKV, hs,
+                                       scale, merge, c.stream);
 }
+
 template <typename T>
-void CudaBackend<T>::attention_row_dot(T*, CBuf<T>, CBuf<T>, int, int, int, int) {
-  block_attention_unsupported();
+void CudaBackend<T>::attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH,
+                                       int hs) {
+  cuda::launch_attention_d(D, dout, out, B, Tq, NH, hs, ctx_->stream);
 }
+
 template <typename T>
-void CudaBackend<T>::attention_block_backward(T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int, const T*,
-                                              const T*, const int*, const int*, int, int, int, int,
-                                              int, int, T) {
-  block_attention_unsupported();
+void CudaBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv,
+                                              CBuf<T> kv, int kv_ld, const T* lse, const T* D,
+                                              const int* qpos, const int* kpos, int B, int Tq,
+                                              int Tk, int NH, int NKV, int hs, T scale) {
+  cuda::Context& c = *ctx_;
+  Scratch::Frame f(c.scratch);
+  cuda::launch_attention_block_backward(dq, dkv, dout, qkv, kv, kv_ld, lse, D,
+                                        device_positions(f, c, qpos, Tq),
+                                        device_positions(f, c, kpos, Tk), B, Tq, Tk, NH, NKV, hs,
+                                        scale, c.stream);
 }
 
 template void CudaBackend<float>::attention_block_forward(float*, float*, CBuf<float>, CBuf<float>,
