@@ -224,6 +224,29 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
   }
 }
 
+// What transformers has no MoE class for is refused before any work, naming the option.
+TEST_F(HfCheckpointTest, ExpertsWithoutAnHfClassAreRefused) {
+  set_variant(4);  // mixtral
+  const auto error = [&](const ModelConfig& c) -> std::string {
+    try {
+      require_hf_expressible(hf(), c);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(config_), "");
+  ModelConfig shared = config_, sparse = config_, biased = config_;
+  shared.n_shared_experts = 1;
+  sparse.moe_every = 2;
+  biased.qkv_bias = true;
+  EXPECT_NE(error(shared).find("n-shared-experts cannot be exported"), std::string::npos);
+  EXPECT_NE(error(sparse).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
+  EXPECT_NE(error(biased).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
+  sparse.qk_norm = true;  // qwen3_moe: dense layers between are its decoder_sparse_step
+  EXPECT_EQ(error(sparse), "");
+}
+
 TEST_F(HfCheckpointTest, IndexErrorsAreRefused) {
   config_.set_arch(Arch::Llama);
   const fs::path index = fs::path(hf()) / kSafetensorsIndex;
