@@ -43,6 +43,24 @@ ModelConfig tiny() {
   return c;
 }
 
+// llama L2 H2 C8 F32, vocabulary 100 (padded 128), untied, as tiny(); layer 1 an MoE layer
+// (moe-every 2) of E 4 experts of width Fe 16, top-2, one shared expert. Parameters:
+//   wte 1024, lm_head 1024, lnf 8,
+//   block 0 (dense): ln1 8 + qkv 24*8 + proj 8*8 + ln2 8 + fc 64*8 + proj 8*32 = 1040
+//   block 1 (MoE):   ln1 8 + qkv 192 + proj 64 + ln2 8 + shared fc 32*8 + proj 8*16
+//                    + router 4*8 + experts fc 4*32*8 + experts proj 4*8*16 = 2224
+//   whole model 1024 + 1024 + 8 + 1040 + 2224 = 5320.
+ModelConfig tiny_moe() {
+  ModelConfig c = tiny();
+  c.set_arch(Arch::Llama);
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.moe_ff = 16;
+  c.n_shared_experts = 1;
+  c.moe_every = 2;
+  return c;
+}
+
 Cluster four_cpu_ranks() {  // one node of 4 CPU ranks, 1 GFLOP/s, 1 GB/s, 1 GB each
   Cluster c;
   c.cpu = true;
@@ -259,8 +277,8 @@ TEST(PlannerMemory, PipelineStagesByHand) {
 }
 
 // The planner's count is what Model really allocates, for every kind of stage, tensor
-// parallelism (with and without sequence parallelism), grouped-query attention and each
-// recomputation mode.
+// parallelism (with and without sequence parallelism), grouped-query attention, mixture of
+// experts (with and without shared experts and dense layers) and each recomputation mode.
 TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   mpitrain::test::start_mpi();
   CpuBackend<float> backend(1);
@@ -272,7 +290,12 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   llama.n_layer = 3;
   ModelConfig qk_norm = llama;  // its q/k norm input and statistics are kept per block
   qk_norm.qk_norm = true;
-  for (const ModelConfig& config : {tiny(), llama, qk_norm}) {
+  ModelConfig moe = tiny_moe();  // layer 1 MoE with a shared expert, layers 0 and 2 dense
+  moe.n_layer = 3;
+  ModelConfig all_moe = moe;  // every layer MoE, no dense MLP at all
+  all_moe.moe_every = 1;
+  all_moe.n_shared_experts = 0;
+  for (const ModelConfig& config : {tiny(), llama, qk_norm, moe, all_moe}) {
     for (int tp : {1, 2}) {
       for (int pp : {1, 2}) {
         const std::vector<int> first = pipeline_layer_split(config.n_layer, pp, "");
@@ -287,7 +310,7 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
                 const double w = storage == Precision::Fp32 ? 4.0 : 2.0;
                 EXPECT_EQ(model.activation_bytes(),
                           activation_elements(config, shard, 2, 4, slots, rc, sp).bytes(w))
-                    << to_string(config.arch) << " tp " << tp << " stage " << stage << "/" << pp
+                    << to_string(config.arch) << " E" << config.n_experts << " tp " << tp << " stage " << stage << "/" << pp
                     << " recompute " << to_string(rc) << " storage " << to_string(storage)
                     << " sp " << sp;
                 EXPECT_EQ(model.param_bytes(), ParamLayout(config, shard).total() * w);
@@ -298,24 +321,6 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
       }
     }
   }
-}
-
-// llama L2 H2 C8 F32, vocabulary 100 (padded 128), untied, as tiny(); layer 1 an MoE layer
-// (moe-every 2) of E 4 experts of width Fe 16, top-2, one shared expert. Parameters:
-//   wte 1024, lm_head 1024, lnf 8,
-//   block 0 (dense): ln1 8 + qkv 24*8 + proj 8*8 + ln2 8 + fc 64*8 + proj 8*32 = 1040
-//   block 1 (MoE):   ln1 8 + qkv 192 + proj 64 + ln2 8 + shared fc 32*8 + proj 8*16
-//                    + router 4*8 + experts fc 4*32*8 + experts proj 4*8*16 = 2224
-//   whole model 1024 + 1024 + 8 + 1040 + 2224 = 5320.
-ModelConfig tiny_moe() {
-  ModelConfig c = tiny();
-  c.set_arch(Arch::Llama);
-  c.n_experts = 4;
-  c.top_k = 2;
-  c.moe_ff = 16;
-  c.n_shared_experts = 1;
-  c.moe_every = 2;
-  return c;
 }
 
 // Every expert's weights, gradients and optimizer state are held (ep 1), the MoE block counted

@@ -83,14 +83,21 @@ struct RunShape {
 // QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
+// Mixture of experts (model/moe.hpp): an MoE layer's block has Fl = its shared experts' width/tp
+// (maybe 0) and keeps per slot RK(2C + 3Fe) more (xs, y, h, a), Ns(2E + 1 + K) fp32 (logits,
+// probs, lse, gates) and 2RK + 2(E + 1) int32 (ActivationElements::ids), with RK = Ns top_k, E
+// experts of width Fe; the scratch's Fl is the stage's widest MLP, + RK(C + 3Fe) and fp32
+// 3NsC + RK C + E C + Ns E + RK where the stage has an MoE layer; full's shared block likewise
+// the widest, with an MoE layer's buffers.
 // In double, so that absurd sizes give a figure to refuse instead of an overflow.
 // Bytes of one compute-tensor element (the w above; also what tp and pp messages carry).
 double compute_bytes(const RunShape& run);
 
 struct ActivationElements {
   double compute = 0, stats = 0;
-  double total() const { return compute + stats; }
-  double bytes(double compute_bytes) const { return compute * compute_bytes + stats * 4; }
+  double ids = 0;  // MoE layers' routing indices (int32)
+  double total() const { return compute + stats + ids; }
+  double bytes(double compute_bytes) const { return compute * compute_bytes + (stats + ids) * 4; }
 };
 ActivationElements activation_elements(const ModelConfig& config, const ModelShard& shard, int B,
                                        int T, int slots, Recompute recompute,
