@@ -6,7 +6,7 @@
 # parameters; 4 steps + exit 85 + resume + 4 equal 8 steps bit for bit (losses, aux losses,
 # tokens); tools/plot draws moe.png; what is not implemented is refused with exit 2 and its
 # message: gpt2, cp > 1, --device cuda, --export-hf, an llm.c --init-from, a resume under other
-# experts, a shared-expert width tp does not divide.
+# experts, a shared-expert width tp does not divide, a memory the plan says it cannot fit.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
 # shellcheck disable=SC2207
@@ -76,6 +76,7 @@ refused resume-other 1 "n-experts = 8 disagrees with the checkpoint" "${MOE[@]}"
   --n-experts 8 --resume "$SCRATCH/full"
 refused tp 2 "the shared experts' width n-shared-experts x expert width (95) is not divisible" \
   "${MOE[@]}" --moe-ff 95 --tp 2
+refused fit 1 "the model does not fit in memory" "${MOE[@]}" --device-memory-gib 0.0001
 if grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
   refused cuda 1 "runs on the cpu device only for now" "${MOE[@]}" --device cuda
 fi
@@ -85,5 +86,5 @@ run_trainer 1 "$SCRATCH/llmc.log" $(tiny_args) --steps 1 --out-dir "$SCRATCH/llm
 [ "$rc" = 0 ] || { cat "$SCRATCH/llmc.log"; fail "the llm.c export exited $rc"; }
 refused init-llmc 1 "n-experts = 4 disagrees with the init-from model" "${MOE[@]}" --arch gpt2 \
   --init-from "$SCRATCH/model.bin"
-echo "ok: gpt2, cp 2, --export-hf, another resume shape, a tp-indivisible shared width," \
-  "--device cuda and an llm.c --init-from refused with exit 2"
+echo "ok: gpt2, cp 2, --export-hf, another resume shape, a tp-indivisible shared width, a" \
+  "memory that cannot hold it, --device cuda and an llm.c --init-from refused with exit 2"
