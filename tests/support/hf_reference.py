@@ -20,9 +20,9 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            of FILE (nanoGPT .bin: raw uint16 tokens) as the
                                            trainer's validation takes them: window i's inputs
                                            are tokens [iT, iT+T), its targets [iT+1, iT+T+1)
-  hf_reference.py DIR --aux FILE T N B ->  (MoE) the mean over micro-batches of B of those windows
-                                           of the sum over MoE layers of the load-balancing loss
-                                           of the micro-batch's B*T rows
+  hf_reference.py DIR --aux FILE T N   ->  (MoE) the sum over the MoE layers of the
+                                           load-balancing loss of those N windows' N*T rows
+                                           (one micro-batch of N)
 """
 import json
 import math
@@ -191,18 +191,13 @@ def read_tokens(path):
         return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
 
 
-def mean_aux(config, weights, path, T, n, B):  # per micro-batch of B windows: sum over layers
-    tokens, sums = read_tokens(path), []
-    for first in range(0, n, B):
-        layers = []  # each window's router logits, layer by layer
-        for i in range(first, first + B):
-            logits = []
-            llama_logits(config, weights, tokens[i * T:i * T + T], logits)
-            layers.append(logits)
-        sums.append(sum(load_balancing_loss(torch.cat([w[l] for w in layers]),
-                                            config["num_experts_per_tok"])
-                        for l in range(len(layers[0]))))
-    return sum(sums) / len(sums)
+def aux_loss(config, weights, path, T, n):  # one micro-batch of n windows: sum over the layers
+    tokens, windows = read_tokens(path), []  # each window's router logits, layer by layer
+    for i in range(n):
+        windows.append([])
+        llama_logits(config, weights, tokens[i * T:i * T + T], windows[-1])
+    return sum(load_balancing_loss(torch.cat([w[l] for w in windows]), config["num_experts_per_tok"])
+               for l in range(len(windows[0])))
 
 
 def mean_loss(forward, config, weights, path, T, n):
@@ -218,8 +213,7 @@ def main():
     forward = gpt2_logits if config["model_type"] == "gpt2" else llama_logits
     if sys.argv[2] == "--aux":
         with torch.no_grad():
-            print(repr(mean_aux(config, weights, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
-                                int(sys.argv[6]))))
+            print(repr(aux_loss(config, weights, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
         return
     if sys.argv[2] == "--loss":
         with torch.no_grad():
