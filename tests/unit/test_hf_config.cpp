@@ -248,16 +248,22 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
             std::string::npos);
 }
 
+// A small llama model: 2 layers, 4 heads of 16, 2 kv heads, MLP width 128, vocabulary 300.
+ModelConfig small_llama() {
+  ModelConfig c;
+  c.set_arch(Arch::Llama);
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_model = 64;
+  c.d_ff = 128;
+  c.vocab_size = 300;
+  c.max_seq_len = 32;
+  return c;
+}
+
 TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
-  ModelConfig llama;
-  llama.set_arch(Arch::Llama);
-  llama.n_layer = 2;
-  llama.n_head = 4;
-  llama.n_kv_head = 2;
-  llama.d_model = 64;
-  llama.d_ff = 128;
-  llama.vocab_size = 300;
-  llama.max_seq_len = 32;
+  ModelConfig llama = small_llama();
   llama.norm_eps = 1e-5f;
   llama.rope_theta = 500000.0f;
   ModelConfig gpt2 = llama;
@@ -325,18 +331,11 @@ TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
 // An MoE model exports as mixtral (every layer MoE, no q/k norms) or qwen3_moe (q/k norms; dense
 // layers between), with the real config's key set, and reads back as the same model.
 TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
-  ModelConfig mixtral;
-  mixtral.set_arch(Arch::Llama);
-  mixtral.n_layer = 2;
-  mixtral.n_head = 4;
-  mixtral.n_kv_head = 2;
-  mixtral.d_model = 64;
+  ModelConfig mixtral = small_llama();
   mixtral.d_ff = 96;  // no layer is dense: exported as the experts' width
   mixtral.moe_ff = 128;
   mixtral.n_experts = 4;
   mixtral.top_k = 2;
-  mixtral.vocab_size = 300;
-  mixtral.max_seq_len = 32;
   ModelConfig qwen3_moe = mixtral;
   qwen3_moe.qk_norm = true;
   qwen3_moe.head_dim = 32;
