@@ -147,7 +147,7 @@ struct Layer {
 
   Layer(float aux, float z)
       : moe(backend, E, K, C, Fe, R, aux, z, Precision::Fp32, nullptr),
-        acts(MoeLayer<double>::kept_acts(R, E, K, C, Fe)),
+        acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
         scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C)),
