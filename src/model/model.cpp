@@ -89,7 +89,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const size_t qk_stats = config_.qk_norm ? N * (n_local_heads_ + n_local_kv_heads_) : 0;
   auto block = [&](size_t Fl, bool moe) {
     return 5 * Ns * C + N * QKV + N * A + N * fc_width(Fl) + N * Fl + qk_pre +
-           (moe ? MoeLayer<T>::kept_acts(Ns, E, K, C, Fe) : 0);
+           (moe ? MoeLayer<T>::kept_acts(Ns, K, C, Fe) : 0);
   };
   auto block_stats = [&](bool moe) {
     return 4 * Ns + qk_stats + (moe ? MoeLayer<T>::kept_stats(Ns, E, K) : 0);

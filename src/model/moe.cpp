@@ -22,15 +22,14 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model
       z_coef_(static_cast<T>(z_coef)),
       emulate_(emulate),
       stats_group_(stats_group),
-      sums_(2 * static_cast<size_t>(n_experts) + 1),
+      sums_(2 * static_cast<size_t>(n_experts) + 2),
       next_(n_experts) {
   if (!backend_.host_memory())
     throw UsageError("mixture of experts runs on the cpu device only for now");
 }
 
 template <typename T>
-size_t MoeLayer<T>::kept_acts(size_t R, int E, int K, int C, int Fe) {
-  (void)E;
+size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
   return R * K * (2 * static_cast<size_t>(C) + 3 * static_cast<size_t>(Fe));  // xs, y, h, a
 }
 
@@ -179,18 +178,16 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
       dxh_[r * C + c] = s;
     }
   store(out, dxh_, RC);
-  // statistics: counts, sums of p, sum of lse^2 (over all tp ranks' rows under sp)
+  // statistics: counts, sums of p, sum of lse^2, rows (over all tp ranks' rows under sp)
   std::fill(sums_.begin(), sums_.end(), 0.0);
   for (int e = 0; e < E_; ++e) sums_[e] = a.offsets[e + 1] - a.offsets[e];
   for (int r = 0; r < R; ++r) {
     for (int e = 0; e < E_; ++e) sums_[E_ + e] += a.probs[static_cast<size_t>(r) * E_ + e];
     sums_[2 * E_] += static_cast<double>(a.lse[r]) * a.lse[r];
   }
-  int64_t rows = R;
-  if (stats_group_) {
-    stats_group_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
-    stats_group_->all_reduce(&rows, 1, ReduceOp::Sum);
-  }
+  sums_[2 * E_ + 1] = R;
+  if (stats_group_) stats_group_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
+  const double rows = sums_[2 * E_ + 1];  // exact: integers far below 2^53
   for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(sums_[e]);
   a.counts[E_] = static_cast<int32_t>(rows);
   if (!stats) return;
@@ -200,7 +197,7 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   stats->z_loss += sums_[2 * E_] / rows;
   stats->tokens_per_expert.resize(E_);
   for (int e = 0; e < E_; ++e) stats->tokens_per_expert[e] += a.counts[e];
-  stats->rows += rows;
+  stats->rows += static_cast<int64_t>(rows);
 }
 
 template <typename T>

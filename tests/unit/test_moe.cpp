@@ -15,6 +15,7 @@
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/model/moe.hpp"
 #include "mpitrain/runtime/rng.hpp"
+#include "cpu_test_util.hpp"
 
 using namespace mpitrain;
 
@@ -146,7 +147,7 @@ struct Layer {
 
   Layer(float aux, float z)
       : moe(backend, E, K, C, Fe, R, aux, z, Precision::Fp32, nullptr),
-        acts(MoeLayer<double>::kept_acts(R, E, K, C, Fe)),
+        acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
         scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C)),
@@ -254,7 +255,8 @@ TEST(Moe, LayerMatchesTheReferenceAndItsLosses) {
 
 // The layer's backward against central differences of the objective
 // sum(out * dout) + (aux_coef aux + z_coef z) R dloss, for x, Wr, We1, We2 (the routing does not
-// change for h = 1e-6 here). Measured max error 2.7e-9; tolerance 1e-8 (+ relative).
+// change for h = 1e-6 here). Measured max error 2.7e-9; tolerance expect_grad's 1e-8 + 1e-6
+// relative.
 TEST(Moe, LayerBackwardMatchesFiniteDifferences) {
   const float aux_coef = 0.3f, z_coef = 0.2f;  // large, so their terms are visible
   Layer L(aux_coef, z_coef);
@@ -274,25 +276,10 @@ TEST(Moe, LayerBackwardMatchesFiniteDifferences) {
   std::vector<double> dx(R * C), dwr(L.wr.size()), dw1(L.w1.size()), dw2(L.w2.size());
   L.moe.backward(L.a, dx.data(), false, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
                  L.w2.data(), dwr.data(), dw1.data(), dw2.data(), R, dloss);
-  double worst = 0;
-  auto check = [&](std::vector<double>& v, const std::vector<double>& grad, const char* name) {
-    for (size_t j = 0; j < v.size(); ++j) {
-      const double h = 1e-6, saved = v[j];
-      v[j] = saved + h;
-      const double up = objective();
-      v[j] = saved - h;
-      const double down = objective();
-      v[j] = saved;
-      const double numeric = (up - down) / (2 * h);
-      worst = std::max(worst, std::abs(numeric - grad[j]));
-      ASSERT_NEAR(grad[j], numeric, 1e-8 * (1 + std::abs(numeric))) << name << "[" << j << "]";
-    }
-  };
-  check(L.x, dx, "x");
-  check(L.wr, dwr, "router");
-  check(L.w1, dw1, "experts.fc");
-  check(L.w2, dw2, "experts.proj");
-  std::printf("moe layer backward: max |analytic - numeric| %.2e\n", worst);
+  mpitrain::testing::expect_grad("x", L.x, dx, objective);
+  mpitrain::testing::expect_grad("router", L.wr, dwr, objective);
+  mpitrain::testing::expect_grad("experts.fc", L.w1, dw1, objective);
+  mpitrain::testing::expect_grad("experts.proj", L.w2, dw2, objective);
 }
 
 // The tie rule: router rows 1 and 2 equal give every row p1 == p2 exactly; rows 3 = 2 w1,
@@ -477,4 +464,88 @@ TEST(Moe, Bf16StaysNearFp32) {
   std::printf("moe bf16 vs fp32: loss %.2e relative, gradient %.2e relative\n",
               std::abs(bf16.losses[0] - fp32.losses[0]) / fp32.losses[0], std::sqrt(diff / ref));
   EXPECT_LT(std::sqrt(diff / ref), 3e-2);
+}
+
+namespace {
+
+// ZeRO-2/3's lending in its simplest form: every unit lent from one whole buffer of parameters
+// and one of gradients (zeroed before the pass), so the model reaches the MoE tensors only
+// through its units.
+class WholeLender final : public UnitLender<float> {
+ public:
+  WholeLender(const ParamLayout& layout, const float* params)
+      : layout_(layout), params_(params), whole_grads(layout.total(), 0.0f) {}
+  CBuf<float> params(int u, bool) override { return params_ + layout_.units()[u].lo; }
+  void params_done(int, bool) override {}
+  float* grads(int u) override { return whole_grads.data() + layout_.units()[u].lo; }
+  void grads_done(int) override {}
+
+ private:
+  const ParamLayout& layout_;
+  const float* params_;
+
+ public:
+  std::vector<float> whole_grads;
+};
+
+}  // namespace
+
+// Two pipeline stages (one layer each) and ZeRO-3's lent units give the single-stage model's
+// loss and gradients bit for bit: nothing of the MoE layer lives outside its block's unit.
+TEST(Moe, PipelineStagesAndLentUnitsEqualThePlainModel) {
+  const ModelConfig config = moe(1, 1);
+  CpuBackend<float> backend(1);
+  const int B = 2, T = 6, N = B * T, C = config.d_model;
+  std::vector<int32_t> tokens, targets;
+  fill_tokens<float>(N, config.vocab_size, tokens, targets);
+  const float dloss = 1.0f / N;
+  Model<float> plain(config, backend, {}, B, T);
+  plain.init(3);
+  plain.zero_grads();
+  const double loss = plain.forward(0, tokens.data(), targets.data(), B, T, dloss);
+  plain.backward(0, tokens.data(), B, T);
+  const std::vector<float> whole(plain.grads(), plain.grads() + plain.num_params());
+  const std::vector<MoeLayerStats> plain_stats = plain.take_moe_stats();
+
+  ModelOptions lent;
+  lent.lend_grads = lent.lend_params = true;
+  Model<float> zero3(config, backend, {}, B, T, 1, nullptr, lent);
+  WholeLender lender(zero3.layout(), plain.params().full());
+  zero3.set_lender(&lender);
+  EXPECT_EQ(zero3.forward(0, tokens.data(), targets.data(), B, T, dloss), loss);
+  zero3.backward(0, tokens.data(), B, T);
+  EXPECT_TRUE(same_bits(lender.whole_grads, whole));
+
+  ModelShard first, second;
+  first.layer_end = 1;
+  first.last_stage = false;
+  second.layer_begin = 1;
+  second.first_stage = false;
+  Model<float> s0(config, backend, first, B, T), s1(config, backend, second, B, T);
+  s0.init(3);
+  s1.init(3);
+  s0.zero_grads();
+  s1.zero_grads();
+  s0.forward(0, tokens.data(), nullptr, B, T, dloss);
+  std::copy_n(s0.output(0).full(), N * C, s1.input(0).full());
+  EXPECT_EQ(s1.forward(0, nullptr, targets.data(), B, T, dloss), loss);
+  s1.backward(0, nullptr, B, T);
+  std::copy_n(s1.input_grad().full(), N * C, s0.output_grad().full());
+  s0.backward(0, tokens.data(), B, T);
+  for (const Model<float>* s : {&s0, &s1})
+    for (const ParamTensor& t : s->layout().tensors()) {
+      if (t.slot == Slot::Wte && !s->layout().shard().first_stage) continue;  // the tied copy
+      const size_t at = plain.layout().find(t.name).offset;
+      const float* g = const_cast<Model<float>*>(s)->grads() + t.offset;
+      EXPECT_TRUE(same_bits(std::vector<float>(g, g + t.numel),
+                            std::vector<float>(whole.begin() + at, whole.begin() + at + t.numel)))
+          << t.name;
+    }
+  const std::vector<MoeLayerStats> st0 = s0.take_moe_stats(), st1 = s1.take_moe_stats();
+  ASSERT_EQ(st0.size(), 1u);
+  ASSERT_EQ(st1.size(), 1u);
+  EXPECT_EQ(st0[0].layer, 0);
+  EXPECT_EQ(st1[0].layer, 1);
+  EXPECT_EQ(st0[0].aux_loss, plain_stats[0].aux_loss);
+  EXPECT_EQ(st1[0].tokens_per_expert, plain_stats[1].tokens_per_expert);
 }

@@ -24,6 +24,14 @@
 // biases are still added by tp rank 0 before the reduce-scatter (their gradients, from the
 // gathered output gradient, are whole on every rank, as without).
 //
+// Mixture of experts (config.is_moe_layer(l), model/moe.hpp): the layer's MLP is its shared
+// experts (mlp.fc/mlp.proj of width dense_mlp_width(l), maybe none) plus the routed experts of a
+// MoeLayer on this rank's Ns rows of ln2, added into fcproj after the shared experts' tp sum; the
+// router and experts are replicated over tp (their gradients averaged; under sequence parallelism
+// each rank routes its own rows, the gradients are partial sums, the statistics all-reduced). The
+// aux and z losses are not in forward's returned loss: backward adds their gradient weighted by
+// N x dloss, take_moe_stats reports them. Host memory only (the CPU backend).
+//
 // The model owns its parameters, their gradients (same layout) and activations, all allocated at
 // construction for B <= max_batch sequences of Tlen <= max_seq tokens, with `slots` copies of the
 // activations so a pipeline can keep several micro-batches in flight. No step allocates.

@@ -59,7 +59,7 @@ class MoeLayer {
            int R_max, float aux_coef, float z_coef, Precision emulate, Communicator* stats_group);
 
   // Sizes of one layer's kept MoeActs for R rows (compute elements, T, int32).
-  static size_t kept_acts(size_t R, int E, int K, int C, int Fe);
+  static size_t kept_acts(size_t R, int K, int C, int Fe);
   static size_t kept_stats(size_t R, int E, int K);
   static size_t kept_ids(size_t R, int E, int K);
   // Sizes of the scratch shared by every layer (compute elements, T): set_scratch's buffers.
@@ -94,7 +94,7 @@ class MoeLayer {
   T aux_coef_, z_coef_;
   Precision emulate_;
   Communicator* stats_group_;
-  std::vector<double> sums_;  // (2E+1) counts, sums of p, sum of lse^2: all-reduced together
+  std::vector<double> sums_;  // (2E+2) counts, sums of p, sum of lse^2, rows: all-reduced at once
   std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
   // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K)
