@@ -116,11 +116,13 @@ KeyRule flag(std::string key, bool absent, Field field) {
           [=](const Writing& w) { return json(w.c.*field); }};
 }
 
-// Accepted only as one of `values` (the first is transformers' default and what the export
-// writes): another value would change the model in a way the trainer does not compute.
-KeyRule refused_unless(std::string key, std::vector<json> values, std::string why) {
+// Accepted only as one of `values` (the first is what the export writes and, unless `absent`
+// says otherwise, transformers' default): another value would change the model in a way the
+// trainer does not compute.
+KeyRule refused_unless(std::string key, std::vector<json> values, std::string why,
+                       std::optional<json> absent = std::nullopt) {
   const json first = values.front();
-  return {std::move(key), HfKeyUse::Refused, first,
+  return {std::move(key), HfKeyUse::Refused, absent ? *absent : first,
           [=](const std::string& k, const json& v, Reading& r) {
             if (first.is_boolean()) require_json_kind(v.is_boolean(), v, r.file, k, "a boolean");
             if (first.is_string()) require_json_kind(v.is_string(), v, r.file, k, "a string");
@@ -212,10 +214,10 @@ KeyRule attention_bias() {
           [](const Writing& w) { return json(w.c.proj_bias); }};
 }
 
-// mistral's sliding window (absent: 4096, transformers' default; null: none): only one at least
-// as long as the sequence, where it masks nothing.
-KeyRule sliding_window() {
-  return {"sliding_window", HfKeyUse::Refused, json(4096),
+// mistral's and mixtral's sliding window (absent: transformers' default, mistral's 4096,
+// mixtral's null; null: none): only one at least as long as the sequence, where it masks nothing.
+KeyRule sliding_window(json absent) {
+  return {"sliding_window", HfKeyUse::Refused, std::move(absent),
           [](const std::string& k, const json& v, Reading& r) {
             if (v.is_null()) return;
             if (positive_int(k, v, r) < r.seq_len)
@@ -223,7 +225,7 @@ KeyRule sliding_window() {
                      "sliding-window attention shorter than the sequence (seq-len " +
                          std::to_string(r.seq_len) + ") is not implemented yet");
           },
-          {}};
+          [](const Writing&) { return json(); }};  // none, as the model computes
 }
 
 // Newer transformers' per-layer attention kinds (qwen2, qwen3): full attention only.
@@ -237,6 +239,30 @@ KeyRule layer_types() {
                 refuse(r, k, v, "layers of another kind than full_attention are not implemented");
           },
           {}};
+}
+
+// A rule whose exported value is another than its field's.
+KeyRule written_as(KeyRule rule, std::function<json(const Writing&)> write) {
+  rule.write = std::move(write);
+  return rule;
+}
+
+// The table's rule for `key`, its absent value changed (a family's own default).
+void absent_default(std::vector<KeyRule>& t, const std::string& key, json absent) {
+  const auto it = std::find_if(t.begin(), t.end(), [&](const KeyRule& k) { return k.key == key; });
+  it->absent = std::move(absent);
+}
+
+// The routing keys of mixtral and qwen3_moe (experts: the key of their number). The auxiliary
+// loss is the trainer's to add (--moe-aux-loss-coef): transformers adds router_aux_loss_coef x
+// its load-balancing loss only with output_router_logits, false in the published configs, and
+// neither changes the function the weights compute.
+std::vector<KeyRule> expert_keys(const char* experts, int n_experts, int top_k) {
+  const auto fixed = [](int n) { return [n](const ModelConfig&) { return n; }; };
+  return {count(experts, &ModelConfig::n_experts, fixed(n_experts)),
+          count("num_experts_per_tok", &ModelConfig::top_k, fixed(top_k)),
+          inert_value("router_aux_loss_coef", 0.001),  // MOE_DESIGN's default, Qwen3-MoE's
+          inert_value("output_router_logits", false)};
 }
 
 // --- the table --------------------------------------------------------------------------------
@@ -340,7 +366,7 @@ std::vector<KeyRule> table(const std::string& type) {
     t.push_back(model_type("llama", Arch::Llama));
   } else if (type == "mistral") {
     t = llama_family_keys("MistralForCausalLM", json(), fixed(8));
-    t.push_back(sliding_window());
+    t.push_back(sliding_window(4096));
     t.push_back(model_type("mistral", Arch::Llama));
   } else if (type == "qwen2") {
     t = llama_family_keys("Qwen2ForCausalLM", json(), fixed(32));
@@ -354,6 +380,36 @@ std::vector<KeyRule> table(const std::string& type) {
     t.insert(t.end(), s.begin(), s.end());
     t.push_back(attention_bias());
     t.push_back(model_type("qwen3", Arch::Llama, [](ModelConfig& c) { c.qk_norm = true; }));
+  } else if (type == "mixtral") {  // every layer MoE, of experts intermediate_size wide
+    t = llama_family_keys("MixtralForCausalLM", json(), fixed(8));
+    absent_default(t, "rope_theta", 1e6);
+    for (KeyRule& k : t)
+      if (k.key == "intermediate_size")
+        k = written_as(std::move(k), [](const Writing& w) { return json(w.c.expert_width()); });
+    const std::vector<KeyRule> e = expert_keys("num_local_experts", 8, 2);
+    t.insert(t.end(), e.begin(), e.end());
+    t.push_back(refused_unless("router_jitter_noise", {0.0},
+                               "router jitter (noise on the router's input) is not implemented"));
+    t.push_back(sliding_window(json()));
+    t.push_back(model_type("mixtral", Arch::Llama));
+  } else if (type == "qwen3_moe") {  // qwen3 whose MLPs are MoE every decoder_sparse_step layers
+    t = llama_family_keys("Qwen3MoeForCausalLM", json(), fixed(4));
+    const std::vector<KeyRule> s = sliding_keys();
+    t.insert(t.end(), s.begin(), s.end());
+    t.push_back(attention_bias());
+    const std::vector<KeyRule> e = expert_keys("num_experts", 128, 8);
+    t.insert(t.end(), e.begin(), e.end());
+    t.push_back(written_as(count("moe_intermediate_size", &ModelConfig::moe_ff, fixed(768)),
+                           [](const Writing& w) { return json(w.c.expert_width()); }));
+    t.push_back(count("decoder_sparse_step", &ModelConfig::moe_every, fixed(1)));
+    t.push_back(refused_unless("mlp_only_layers", {json::array(), json()},
+                               "dense layers other than every decoder_sparse_step-th are not "
+                               "implemented"));
+    t.push_back(refused_unless("norm_topk_prob", {true},
+                               "the model renormalises the chosen experts' gates (Mixtral's "
+                               "routing); false, transformers' default, is not implemented",
+                               json(false)));
+    t.push_back(model_type("qwen3_moe", Arch::Llama, [](ModelConfig& c) { c.qk_norm = true; }));
   }
   return t;
 }
@@ -375,9 +431,13 @@ ModelConfig read_hf_config(const std::string& dir, int seq_len) {
   const std::optional<std::string> type = JsonFields(doc, file.string()).string("model_type");
   if (!type) throw UsageError(file.string() + ": needs a string 'model_type'");
   const std::vector<KeyRule> rules = table(*type);
+  if (*type == "qwen2_moe")  // its shared expert's output is scaled by a learned sigmoid gate
+    throw UsageError(file.string() + ": model_type 'qwen2_moe': its shared expert's gate "
+                     "(mlp.shared_expert_gate, shared_expert_intermediate_size) is not in the "
+                     "model: refused");
   if (rules.empty())
     throw UsageError(file.string() + ": model_type '" + *type +
-                     "'; gpt2, llama, mistral, qwen2 or qwen3 only");
+                     "'; gpt2, llama, mistral, qwen2, qwen3, mixtral or qwen3_moe only");
   Reading r{file.string(), seq_len, {}};
   r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
   for (const auto& [key, value] : doc.items())
@@ -404,6 +464,7 @@ ModelConfig read_hf_config(const std::string& dir, int seq_len) {
 
 std::string hf_model_type(const ModelConfig& c) {
   if (c.arch == Arch::Gpt2) return "gpt2";
+  if (c.n_experts > 0) return c.qk_norm ? "qwen3_moe" : "mixtral";
   if (c.qk_norm) return "qwen3";
   return c.qkv_bias && !c.proj_bias ? "qwen2" : "llama";
 }

@@ -45,6 +45,27 @@ int64_t rope_source_row(int64_t r, int hs) {
 }
 
 // gpt2_prefix: "transformer." (transformers' names) or "" (the original gpt2 upload's).
+// Layer l's router and experts (h: its name prefix): mixtral's block_sparse_moe.gate (E, C),
+// .experts.<e>.{w1 (gate), w3 (up): (Fe, C), w2 (down): (C, Fe)}; qwen3_moe's mlp.gate and
+// mlp.experts.<e>.{gate,up,down}_proj. Ours: router (E, C), experts.fc (E, 2Fe, C) = each
+// expert's [gate; up], experts.proj (E, C, Fe), each seen as rows of its last dimension.
+void expert_mappings(const ModelConfig& c, int l, const std::string& h, std::vector<Mapping>& m) {
+  const int64_t C = c.d_model, E = c.n_experts, Fe = c.expert_width();
+  const bool mixtral = hf_model_type(c) == "mixtral";
+  const std::string p = "h." + std::to_string(l) + ".moe.";
+  const std::string block = h + (mixtral ? "block_sparse_moe." : "mlp.");
+  m.push_back({block + "gate.weight", p + "router.weight", 0, E, C});
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = block + "experts." + std::to_string(e) + ".";
+    m.push_back({x + (mixtral ? "w1" : "gate_proj") + ".weight", p + "experts.fc.weight",
+                 e * 2 * Fe, Fe, C});
+    m.push_back({x + (mixtral ? "w3" : "up_proj") + ".weight", p + "experts.fc.weight",
+                 e * 2 * Fe + Fe, Fe, C});
+    m.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", p + "experts.proj.weight",
+                 e * C, C, Fe});
+  }
+}
+
 std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_prefix = "transformer.") {
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, hs = c.head_size();
   const int64_t q = int64_t(c.n_head) * hs, kv = int64_t(c.n_kv_head) * hs;
@@ -93,9 +114,13 @@ std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_pref
     if (c.proj_bias)
       m.push_back({h + "self_attn.o_proj.bias", layer(l, "attn.proj.bias"), 0, 1, C});
     m.push_back({h + "post_attention_layernorm.weight", layer(l, "ln2.weight"), 0, 1, C});
-    m.push_back({h + "mlp.gate_proj.weight", fc, 0, F, C});
-    m.push_back({h + "mlp.up_proj.weight", fc, F, F, C});
-    m.push_back({h + "mlp.down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, F});
+    const int64_t Fd = c.dense_mlp_width(l);  // an MoE layer: none (no shared experts exported)
+    if (Fd > 0) {
+      m.push_back({h + "mlp.gate_proj.weight", fc, 0, Fd, C});
+      m.push_back({h + "mlp.up_proj.weight", fc, Fd, Fd, C});
+      m.push_back({h + "mlp.down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, Fd});
+    }
+    if (c.is_moe_layer(l)) expert_mappings(c, l, h, m);
     if (c.qk_norm) {  // Qwen3's per-head norms, in the heads' rotate-half order
       m.push_back({h + "self_attn.q_norm.weight", layer(l, "attn.q_norm.weight"), 0, 1, hs, false,
                    c.head_size()});
@@ -362,6 +387,12 @@ uint64_t parse_shard_size(const std::string& text, const std::string& option) {
 void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
   if (c.arch == Arch::Gpt2) return;
   const std::string type = hf_model_type(c);
+  require(c.n_experts == 0 || c.n_shared_experts == 0,
+          dir + ": mixtral and qwen3_moe have no shared experts (qwen2_moe's is gated): "
+                "n-shared-experts cannot be exported");
+  require(type != "mixtral" || (c.moe_every == 1 && !c.qkv_bias && !c.proj_bias),
+          dir + ": a mixtral model (experts without per-head q/k norms) has experts in every "
+                "layer and no attention biases: moe-every > 1 or biases cannot be exported");
   require(type == "llama" || !c.mlp_bias,
           dir + ": a " + type + " model (" +
               (type == "qwen3" ? "per-head q/k norms" : "q, k, v biases without an o_proj bias") +

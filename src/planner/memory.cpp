@@ -17,24 +17,45 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double N = static_cast<double>(B) * T, C = c.d_model, hs = c.head_size();
   const bool sp = sequence_parallel && s.tp > 1;
   const double Ns = sp ? N / s.tp : N, NsC = Ns * C;  // the sequence-parallel region's rows
-  const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp, F = c.d_ff / s.tp;
+  const double NH = c.n_head / s.tp, NKV = c.n_kv_head / s.tp;
   const double Vl = c.padded_vocab() / s.tp, NC = N * C;
-  const double QKV = (NH + 2 * NKV) * hs, A = NH * hs, FC = c.arch == Arch::Llama ? 2 * F : F;
+  const double QKV = (NH + 2 * NKV) * hs, A = NH * hs;
+  const auto fc = [&](double Fl) { return c.arch == Arch::Llama ? 2 * Fl : Fl; };
   const double P = B * NH * T;  // attention state: a log-sum-exp per row (both backends)
-  const double L = (s.layer_end < 0 ? c.n_layer : s.layer_end) - s.layer_begin;  // -1 = all
+  const int begin = s.layer_begin, end = s.layer_end < 0 ? c.n_layer : s.layer_end;  // -1 = all
+  const double L = end - begin;
+  // MoE layers among them (ModelConfig::is_moe_layer) and the dense ones; their local MLP widths
+  // (an MoE layer's: its shared experts'); F the widest, which the gradient buffers take.
+  const double Lm = c.n_experts > 0 ? end / c.moe_every - begin / c.moe_every : 0, Ld = L - Lm;
+  const double Fd = static_cast<double>(c.d_ff / s.tp);
+  const double Fs = c.n_experts > 0 ? c.dense_mlp_width(c.moe_every - 1) / s.tp : 0;
+  const double F = std::max(Ld > 0 ? Fd : 0.0, Lm > 0 ? Fs : 0.0);
+  // What an MoE layer keeps (model/moe.hpp), on its Ns rows, R K of them routed: xs, y, h, a;
+  // logits, probs (E), lse, gates (K) in fp32; experts, slots, offsets and counts in int32.
+  const double E = c.n_experts, K = c.top_k, Fe = c.expert_width(), RK = Ns * K;
+  const double moe_acts = RK * (2 * C + 3 * Fe), moe_stats = Ns * (2 * E + 1 + K);
+  const double moe_ids = 2 * RK + 2 * (E + 1);
   const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
   const double qk_pre = c.qk_norm ? N * QKV : 0, qk_stats = c.qk_norm ? N * (NH + NKV) : 0;
-  const double block = 5 * NsC + N * QKV + N * A + N * FC + N * F + qk_pre,
-               block_stats = 4 * Ns + qk_stats;
-  ActivationElements e;
+  const auto block = [&](double Fl) {
+    return 5 * NsC + N * QKV + N * A + N * fc(Fl) + N * Fl + qk_pre;
+  };
+  const double block_stats = 4 * Ns + qk_stats;
   const double shared_atty = recompute == Recompute::Selective ? N * A : 0;  // recomputed
-  e.compute = (full ? block : shared_atty) +
-              slots * (NsC + L * (full ? NsC : block - shared_atty + NsC) +
-                       (s.last_stage ? NsC + N * Vl : 0)) +
-              NsC + NC + (sp ? NC : 0) + N * QKV + N * A + N * FC + N * F;
-  e.stats = (full ? block_stats + P : none ? 0 : P) +
-            slots * (L * ((full ? 0 : block_stats) + (none ? P : 0)) + (s.last_stage ? 2 * Ns : 0)) +
-            P + 4 * N;
+  // The slot's kept blocks: each layer's set but probs and res3 (and the shared atty), + res3.
+  const double kept = full ? L * NsC
+                           : Ld * block(Fd) + Lm * (block(Fs) + moe_acts) + L * (NsC - shared_atty);
+  const double kept_stats = full ? 0 : L * block_stats + Lm * moe_stats;
+  // full: one set of the widest block, with an MoE layer's buffers when the stage has one.
+  const bool any_moe = Lm > 0;
+  ActivationElements e;
+  e.compute = (full ? block(F) + (any_moe ? moe_acts : 0) : shared_atty) +
+              slots * (NsC + kept + (s.last_stage ? NsC + N * Vl : 0)) + NsC + NC + (sp ? NC : 0) +
+              N * QKV + N * A + N * fc(F) + N * F + (any_moe ? RK * (C + 3 * Fe) : 0);
+  e.stats = (full ? block_stats + (any_moe ? moe_stats : 0) + P : none ? 0 : P) +
+            slots * (kept_stats + (none ? L * P : 0) + (s.last_stage ? 2 * Ns : 0)) + P + 4 * N +
+            (any_moe ? 3 * NsC + RK * C + E * C + Ns * E + RK : 0);  // MoE backward's host scratch
+  e.ids = (full ? (any_moe ? moe_ids : 0) : 0) + slots * (full ? 0 : Lm * moe_ids);
   return e;
 }
 
@@ -54,15 +75,21 @@ double largest_piece(double n, int ranks) {
 }  // namespace
 
 StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int shard_ranks) {
-  ModelConfig two = config;
-  two.n_layer = 2;
+  // A two-layer model's layer 0 is a dense block (no experts) or an MoE block (moe-every 1).
+  ModelConfig dense = config, moe = config;
+  dense.n_layer = moe.n_layer = 2;
+  dense.n_experts = 0;
+  moe.moe_every = 1;
   ModelShard ends = shard, one_block = shard;
   ends.layer_begin = ends.layer_end = 0;
   one_block.layer_begin = 0;
   one_block.layer_end = 1;
   StageUnits u;
-  u.layers = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
-  const ParamLayout outside(two, ends);
+  const int begin = shard.layer_begin, end = shard.layer_end < 0 ? config.n_layer : shard.layer_end;
+  u.layers = end - begin;
+  // Layers l of [begin, end) with (l + 1) % moe_every == 0 (ModelConfig::is_moe_layer).
+  u.moe_layers = config.n_experts > 0 ? end / config.moe_every - begin / config.moe_every : 0;
+  const ParamLayout outside(dense, ends);
   for (const FlatRange& unit : outside.units()) {
     const double n = static_cast<double>(unit.size());
     u.outer += n;
@@ -70,9 +97,13 @@ StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int s
     u.largest = std::max(u.largest, n);
     ++u.outer_units;
   }
-  u.block = static_cast<double>(ParamLayout(two, one_block).total()) - u.outer;
+  u.block = static_cast<double>(ParamLayout(dense, one_block).total()) - u.outer;
   u.block_piece = largest_piece(u.block, shard_ranks);
-  if (u.layers > 0) u.largest = std::max(u.largest, u.block);
+  if (u.moe_layers > 0) {
+    u.moe_block = static_cast<double>(ParamLayout(moe, one_block).total()) - u.outer;
+    u.moe_block_piece = largest_piece(u.moe_block, shard_ranks);
+  }
+  u.largest = std::max(u.largest, u.largest_block());
   return u;
 }
 

@@ -18,6 +18,7 @@
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "mpitrain/train/generate.hpp"
+#include "mpitrain/train/moe_metrics.hpp"
 #include "mpitrain/train/replica_check.hpp"
 
 namespace mpitrain {
@@ -157,6 +158,11 @@ Trainer::StepEnd Trainer::step(int step) {
   const bool counts_loss = grid_->last_stage() && grid_->tp_rank() == 0;
   const double loss = runner_->train(load_, static_cast<float>(dloss * scaler_->scale()),
                                      grads_ready_);
+  // MoE: the routing and aux/z losses of this step's forwards, over all ranks (a collective).
+  const std::vector<MoeLayerRecord> moe =
+      cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_, grid_->tp_rank() == 0,
+                                            shape_.dp * micro_batches_, comms_->world)
+                         : std::vector<MoeLayerRecord>{};
   const double lr = lr_schedule_->at(step);
   const UpdateResult result = update_->apply(lr, counts_loss ? loss : 0.0, step + 1);
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};
@@ -193,7 +199,7 @@ Trainer::StepEnd Trainer::step(int step) {
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
               comms_->dp_bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
-              consumed_ * static_cast<uint64_t>(t_.seq_len)});
+              consumed_ * static_cast<uint64_t>(t_.seq_len), moe});
   watchdog_->step_finished();
   slowest_step_ = std::max(slowest_step_, seconds);
   return {};
@@ -224,6 +230,7 @@ double Trainer::evaluate() {
     }
   }
   comms_->world.all_reduce(sums, 2, ReduceOp::Sum);
+  model_->take_moe_stats();  // MoE: evaluation's routing is not the next step's
   return sums[0] / sums[1];
 }
 

@@ -1,8 +1,9 @@
 """A small random Hugging Face checkpoint whose config.json has exactly the keys of a real one
 (tests/support/hf_configs/NAME.json), its sizes shrunk, written as transformers' save_pretrained
-writes it (names and shapes of GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM:
-biases as attention_bias, mlp_bias and qwen2 ask, qwen3's q_norm / k_norm, lm_head unless tied),
-independently of mpitrain.
+writes it (names and shapes of GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
+/ MixtralForCausalLM / Qwen3MoeForCausalLM: biases as attention_bias, mlp_bias and qwen2 ask,
+qwen3's q_norm / k_norm, lm_head unless tied, the experts of an MoE layer: 4, top 2), independently
+of mpitrain.
 
   hf_checkpoint.py CONFIG OUT [--dtype F32|F16|BF16] [--round-to BF16] [--shard-bytes N]
                    [--bare-names] [--lm-head] [--set KEY=JSON ...]
@@ -23,14 +24,30 @@ GPT2_SIZES = {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 64, "n_ctx
 LLAMA_SIZES = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                "hidden_size": 64, "intermediate_size": 128, "max_position_embeddings": 64,
                "vocab_size": 256}
+EXPERT_SIZES = {"mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+                "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2,
+                              "moe_intermediate_size": 32}}
+QWEN3_TYPES = ("qwen3", "qwen3_moe")  # Qwen3Attention's q_norm / k_norm
+
+
+def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's rule
+    if c["model_type"] == "mixtral":
+        return True
+    return (c["model_type"] == "qwen3_moe" and l not in (c.get("mlp_only_layers") or [])
+            and (l + 1) % c.get("decoder_sparse_step", 1) == 0)
+
+
+def expert_width(c):  # MixtralBlockSparseTop2MLP: intermediate_size; Qwen3MoeMLP in the block
+    return c["intermediate_size"] if c["model_type"] == "mixtral" else c["moe_intermediate_size"]
 
 
 def shrunk(config):
     sizes = GPT2_SIZES if config["model_type"] == "gpt2" else LLAMA_SIZES
     config.update(sizes)
+    config.update(EXPERT_SIZES.get(config["model_type"], {}))
     if "head_dim" in config:  # qwen3's is twice hidden / heads, as the real one's (128 of 1024 / 16)
         config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
-        if config["model_type"] == "qwen3":
+        if config["model_type"] in QWEN3_TYPES:
             config["head_dim"] *= 2
     if config.get("sliding_window"):
         config["sliding_window"] = config["max_position_embeddings"]
@@ -66,9 +83,12 @@ def llama_shapes(c):
                        p + "self_attn.k_proj.weight": (kv, C),
                        p + "self_attn.v_proj.weight": (kv, C),
                        p + "self_attn.o_proj.weight": (C, H * hs),
-                       p + "post_attention_layernorm.weight": (C,),
-                       p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
-                       p + "mlp.down_proj.weight": (C, F)})
+                       p + "post_attention_layernorm.weight": (C,)})
+        if is_moe_layer(c, l):
+            shapes.update(expert_shapes(c, p))
+        else:
+            shapes.update({p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                           p + "mlp.down_proj.weight": (C, F)})
         attention_bias = c.get("attention_bias", False)  # llama, qwen3: on q, k, v and o
         if attention_bias or c["model_type"] == "qwen2":  # qwen2: on q, k, v
             shapes.update({p + "self_attn.q_proj.bias": (H * hs,), p + "self_attn.k_proj.bias": (kv,),
@@ -78,11 +98,25 @@ def llama_shapes(c):
         if c.get("mlp_bias", False):
             shapes.update({p + "mlp.gate_proj.bias": (F,), p + "mlp.up_proj.bias": (F,),
                            p + "mlp.down_proj.bias": (C,)})
-        if c["model_type"] == "qwen3":  # RMSNorm over each q and k head
+        if c["model_type"] in QWEN3_TYPES:  # RMSNorm over each q and k head
             shapes.update({p + "self_attn.q_norm.weight": (hs,), p + "self_attn.k_norm.weight": (hs,)})
     shapes["model.norm.weight"] = (C,)
     if not c.get("tie_word_embeddings", False):
         shapes["lm_head.weight"] = (c["vocab_size"], C)
+    return shapes
+
+
+def expert_shapes(c, p):  # the router (E, C) and each expert's gate, up (Fe, C), down (C, Fe)
+    C, Fe = c["hidden_size"], expert_width(c)
+    mixtral = c["model_type"] == "mixtral"
+    block = p + ("block_sparse_moe." if mixtral else "mlp.")
+    experts = c["num_local_experts"] if mixtral else c["num_experts"]
+    shapes = {block + "gate.weight": (experts, C)}
+    for e in range(experts):
+        x = f"{block}experts.{e}."
+        for name, shape in zip(("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj"),
+                               ((Fe, C), (Fe, C), (C, Fe))):
+            shapes[f"{x}{name}.weight"] = shape
     return shapes
 
 

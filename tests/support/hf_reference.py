@@ -5,7 +5,11 @@ scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3
 (RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 as modeling_rope_utils.py,
 grouped-query attention, SwiGLU; head_dim, default hidden_size / heads; biases: llama's and qwen3's
 attention_bias on q, k, v, o and llama's mlp_bias on gate, up, down, qwen2's on q, k, v; qwen3's
-q_norm / k_norm: RMSNorm over each head before RoPE). The head is lm_head.weight, or the token
+q_norm / k_norm: RMSNorm over each head before RoPE) and MixtralForCausalLM / Qwen3MoeForCausalLM
+(their MoE layers as MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: router softmax, top-k,
+gates renormalised over the chosen (qwen3_moe: norm_topk_prob), sum of the experts'
+w2(silu(w1 x) * w3 x) weighted by their gates; the load-balancing loss as
+load_balancing_loss_func on one layer's router logits). The head is lm_head.weight, or the token
 embedding where tie_word_embeddings (default: gpt2 true, the others false). safetensors is read
 by hand: u64 header length, JSON header, raw little-endian tensors.
 
@@ -16,6 +20,9 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            of FILE (nanoGPT .bin: raw uint16 tokens) as the
                                            trainer's validation takes them: window i's inputs
                                            are tokens [iT, iT+T), its targets [iT+1, iT+T+1)
+  hf_reference.py DIR --aux FILE T N   ->  (MoE) the sum over the MoE layers of the
+                                           load-balancing loss of those N windows' N*T rows
+                                           (one micro-batch of N)
 """
 import json
 import math
@@ -100,7 +107,43 @@ def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3
     return inv
 
 
-def llama_logits(c, w, ids):
+def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's rule
+    if c["model_type"] == "mixtral":
+        return True
+    return (c["model_type"] == "qwen3_moe" and l not in (c.get("mlp_only_layers") or [])
+            and (l + 1) % c.get("decoder_sparse_step", 1) == 0)
+
+
+def sparse_moe(c, w, p, x, router_logits):  # MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock
+    mixtral = c["model_type"] == "mixtral"
+    block = p + ("block_sparse_moe." if mixtral else "mlp.")
+    names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+    logits = x @ w[block + "gate.weight"].T  # (T, E)
+    router_logits.append(logits)
+    weights, chosen = torch.topk(torch.softmax(logits, dim=-1), c["num_experts_per_tok"], dim=-1)
+    if mixtral or c.get("norm_topk_prob", False):
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(logits.shape[1]):
+        rows, k = torch.where(chosen == e)
+        if len(rows) == 0:
+            continue
+        gate, up, down = (w[f"{block}experts.{e}.{n}.weight"] for n in names)
+        xe = x[rows]
+        y = (torch.nn.functional.silu(xe @ gate.T) * (xe @ up.T)) @ down.T
+        out.index_add_(0, rows, y * weights[rows, k, None])
+    return out
+
+
+def load_balancing_loss(logits, top_k):  # load_balancing_loss_func for one layer's (R, E) logits
+    experts = logits.shape[1]
+    routing = torch.softmax(logits, dim=-1)
+    _, chosen = torch.topk(routing, top_k, dim=-1)
+    tokens_per_expert = torch.nn.functional.one_hot(chosen, experts).double().mean(dim=0)  # (K, E)
+    return float((tokens_per_expert * routing.mean(dim=0).unsqueeze(0)).sum() * experts)
+
+
+def llama_logits(c, w, ids, router_logits=None):
     T, C, H = len(ids), c["hidden_size"], c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)
     hs = c.get("head_dim") or C // H
@@ -128,21 +171,37 @@ def llama_logits(c, w, ids):
         q = linear(a, p + "self_attn.q_proj", attention_bias).reshape(T, H, hs).transpose(0, 1)
         k = linear(a, p + "self_attn.k_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
         v = linear(a, p + "self_attn.v_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
-        if c["model_type"] == "qwen3":  # Qwen3Attention: q_norm / k_norm over each head, then RoPE
+        if c["model_type"] in ("qwen3", "qwen3_moe"):  # q_norm / k_norm over each head, then RoPE
             q, k = rms(q, p + "self_attn.q_norm.weight"), rms(k, p + "self_attn.k_norm.weight")
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
         y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hs)
         x = x + linear(y, p + "self_attn.o_proj", attention_bias and not qwen2)
         m = rms(x, p + "post_attention_layernorm.weight")
+        if is_moe_layer(c, l):
+            x = x + sparse_moe(c, w, p, m, [] if router_logits is None else router_logits)
+            continue
         gate = torch.nn.functional.silu(linear(m, p + "mlp.gate_proj", mlp_bias))
         x = x + linear(gate * linear(m, p + "mlp.up_proj", mlp_bias), p + "mlp.down_proj", mlp_bias)
     return rms(x, "model.norm.weight") @ head(c, w, False, "model.embed_tokens.weight").T
 
 
-def mean_loss(forward, config, weights, path, T, n):
+def read_tokens(path):
     with open(path, "rb") as f:
-        tokens = torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
+
+
+def aux_loss(config, weights, path, T, n):  # one micro-batch of n windows: sum over the layers
+    tokens, windows = read_tokens(path), []  # each window's router logits, layer by layer
+    for i in range(n):
+        windows.append([])
+        llama_logits(config, weights, tokens[i * T:i * T + T], windows[-1])
+    return sum(load_balancing_loss(torch.cat([w[l] for w in windows]), config["num_experts_per_tok"])
+               for l in range(len(windows[0])))
+
+
+def mean_loss(forward, config, weights, path, T, n):
+    tokens = read_tokens(path)
     losses = [torch.nn.functional.cross_entropy(forward(config, weights, tokens[i * T:i * T + T]),
                                                 tokens[i * T + 1:i * T + T + 1]) for i in range(n)]
     return float(torch.stack(losses).mean())
@@ -152,6 +211,10 @@ def main():
     directory = sys.argv[1]
     config, weights = load(directory)
     forward = gpt2_logits if config["model_type"] == "gpt2" else llama_logits
+    if sys.argv[2] == "--aux":
+        with torch.no_grad():
+            print(repr(aux_loss(config, weights, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
+        return
     if sys.argv[2] == "--loss":
         with torch.no_grad():
             print(repr(mean_loss(forward, config, weights, sys.argv[3], int(sys.argv[4]),

@@ -1,9 +1,11 @@
 // Hugging Face checkpoints as users have them (model/hf_model.hpp, model/safetensors.hpp): the
 // export sharded with an index above its size threshold, read back whole and as a tp/pp shard;
-// the index's errors refused; the original gpt2 upload's bare names; F16 and BF16 files.
+// the index's errors refused; the original gpt2 upload's bare names; F16 and BF16 files; Mixtral's
+// and Qwen3-MoE's experts.
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -159,17 +161,23 @@ class HfCheckpointTest : public ::testing::Test {
     return "";
   }
 
-  // The model of variant 0 to 3: gpt2, llama, and the features that add or permute tensors:
-  // qwen3 (q/k norms, q/k/v/o biases, a tied head, heads of 6) and llama with q/k/v/o and MLP
-  // biases.
+  // The model of variant 0 to kVariants - 1: gpt2, llama, and the features that add or permute
+  // tensors: qwen3 (q/k norms, q/k/v/o biases, a tied head, heads of 6), llama with q/k/v/o and
+  // MLP biases, mixtral (4 experts in every layer) and qwen3_moe (qwen3's features; 4 experts of
+  // width 8 in layer 1, layer 0 dense).
+  static constexpr int kVariants = 6;
   void set_variant(int variant) {
     const Arch arch = variant == 0 ? Arch::Gpt2 : Arch::Llama;
     config_.set_arch(arch);
     config_.n_kv_head = arch == Arch::Gpt2 ? config_.n_head : 2;
-    config_.qk_norm = variant == 2;
-    config_.head_dim = variant == 2 ? 6 : 0;
-    if (variant >= 2) config_.qkv_bias = config_.proj_bias = config_.tie_embeddings = true;
+    const bool qwen3 = variant == 2 || variant == 5;
+    config_.qk_norm = qwen3;
+    config_.head_dim = qwen3 ? 6 : 0;
+    if (qwen3 || variant == 3) config_.qkv_bias = config_.proj_bias = config_.tie_embeddings = true;
     config_.mlp_bias = arch == Arch::Gpt2 || variant == 3;
+    config_.n_experts = variant >= 4 ? 4 : 0;
+    config_.moe_ff = variant == 5 ? 8 : 0;
+    config_.moe_every = variant == 5 ? 2 : 1;
   }
 
   fs::path dir_;
@@ -177,7 +185,7 @@ class HfCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < kVariants; ++variant) {
     set_variant(variant);
     fs::remove_all(hf());
     save(4096);  // bytes per file: the model's ~40 KB in several
@@ -186,8 +194,9 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
     std::set<std::string> files;
     for (const auto& [tensor, file] : index["weight_map"].items()) files.insert(file);
     EXPECT_GT(files.size(), 3u);
-    EXPECT_TRUE(files.count("model-00001-of-0000" + std::to_string(files.size()) + ".safetensors"))
-        << index.dump();
+    char first[64];
+    std::snprintf(first, sizeof first, "model-00001-of-%05zu.safetensors", files.size());
+    EXPECT_TRUE(files.count(first)) << index.dump();
     for (const std::string& f : files)  // a file holds one tensor larger than the limit, or fits
       EXPECT_TRUE(fs::file_size(fs::path(hf()) / f) < 4096 + 1024 ||
                   read_bytes(fs::path(hf()) / f).find("\"dtype\"") ==
@@ -213,6 +222,29 @@ TEST_F(HfCheckpointTest, ShardedExportReadsBackWholeAndAsShards) {
     EXPECT_TRUE(fs::exists(fs::path(hf()) / kSafetensorsFile));
     EXPECT_FALSE(fs::exists(fs::path(hf()) / kSafetensorsIndex));
   }
+}
+
+// What transformers has no MoE class for is refused before any work, naming the option.
+TEST_F(HfCheckpointTest, ExpertsWithoutAnHfClassAreRefused) {
+  set_variant(4);  // mixtral
+  const auto error = [&](const ModelConfig& c) -> std::string {
+    try {
+      require_hf_expressible(hf(), c);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(config_), "");
+  ModelConfig shared = config_, sparse = config_, biased = config_;
+  shared.n_shared_experts = 1;
+  sparse.moe_every = 2;
+  biased.qkv_bias = true;
+  EXPECT_NE(error(shared).find("n-shared-experts cannot be exported"), std::string::npos);
+  EXPECT_NE(error(sparse).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
+  EXPECT_NE(error(biased).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
+  sparse.qk_norm = true;  // qwen3_moe: dense layers between are its decoder_sparse_step
+  EXPECT_EQ(error(sparse), "");
 }
 
 TEST_F(HfCheckpointTest, IndexErrorsAreRefused) {
@@ -332,7 +364,7 @@ TEST_F(HfCheckpointTest, ARankReadsOnlyItsShare) {
   // columns (row-parallel: o_proj, down_proj; gpt2's Conv1D transposes which) of its slice and
   // nothing else: the bytes read are its shard's stored elements, 4 each in F32, 2 in F16
   // (the qwen3-like variant, 2).
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < kVariants; ++variant) {
     set_variant(variant);
     fs::remove_all(hf());
     save(4096);

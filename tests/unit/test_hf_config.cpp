@@ -1,6 +1,6 @@
 // The config.json table (model/hf_config.hpp): every key of the real checkpoints' configs
-// (tests/support/hf_configs) is classified; an unknown key, and each value that would change the
-// model silently, is refused naming the file, the key and the value; the export's config reads
+// (tests/support/hf_configs, Mixtral's and Qwen3-MoE's included) is classified; an unknown key,
+// and each value that would change the model silently, is refused naming the file, the key and the value; the export's config reads
 // back as the same model, epsilons as the decimal given.
 #include <gtest/gtest.h>
 
@@ -21,8 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kRealConfigs[] = {"gpt2", "Llama-3.2-1B", "Qwen2.5-0.5B", "Qwen3-0.6B",
-                                    "Mistral-7B-v0.1"};
+const char* const kRealConfigs[] = {"gpt2",          "Llama-3.2-1B",      "Qwen2.5-0.5B",
+                                    "Qwen3-0.6B",    "Mistral-7B-v0.1",   "Mixtral-8x7B-v0.1",
+                                    "Qwen3-30B-A3B"};
 
 json real_config(const std::string& name) {
   std::ifstream in(fs::path(MPITRAIN_HF_CONFIGS) / (name + ".json"));
@@ -110,6 +111,34 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
   EXPECT_EQ(qwen3.head_size(), 128);
   EXPECT_EQ(qwen3.d_model, 1024);
   EXPECT_EQ(qwen3.rope_scaling.type, Rope::None);
+  EXPECT_EQ(qwen3.n_experts, 0);
+  const ModelConfig mixtral = read(real_config("Mixtral-8x7B-v0.1"));  // 8 experts, top 2
+  EXPECT_EQ(mixtral.arch, Arch::Llama);
+  EXPECT_EQ(mixtral.n_experts, 8);
+  EXPECT_EQ(mixtral.top_k, 2);
+  EXPECT_EQ(mixtral.expert_width(), 14336);
+  EXPECT_EQ(mixtral.moe_every, 1);
+  EXPECT_EQ(mixtral.n_shared_experts, 0);
+  EXPECT_EQ(mixtral.n_kv_head, 8);
+  EXPECT_EQ(mixtral.rope_theta, 1e6f);
+  EXPECT_FALSE(mixtral.tie_embeddings || mixtral.qkv_bias || mixtral.proj_bias ||
+               mixtral.mlp_bias || mixtral.qk_norm);
+  const ModelConfig qwen3_moe = read(real_config("Qwen3-30B-A3B"));  // 128 experts of 768, top 8
+  EXPECT_TRUE(qwen3_moe.qk_norm);
+  EXPECT_FALSE(qwen3_moe.tie_embeddings || qwen3_moe.qkv_bias || qwen3_moe.proj_bias);
+  EXPECT_EQ(qwen3_moe.n_experts, 128);
+  EXPECT_EQ(qwen3_moe.top_k, 8);
+  EXPECT_EQ(qwen3_moe.expert_width(), 768);
+  EXPECT_EQ(qwen3_moe.d_ff, 6144);
+  EXPECT_EQ(qwen3_moe.moe_every, 1);
+  EXPECT_EQ(qwen3_moe.n_kv_head, 4);
+  EXPECT_EQ(qwen3_moe.head_size(), 128);
+  json sparse = real_config("Qwen3-30B-A3B");  // MoE every second layer, the others dense
+  sparse["decoder_sparse_step"] = 2;
+  const ModelConfig every2 = read(sparse);
+  EXPECT_FALSE(every2.is_moe_layer(0));
+  EXPECT_TRUE(every2.is_moe_layer(1));
+  EXPECT_EQ(every2.dense_mlp_width(0), 6144);
 }
 
 // The silent changes, now read as the model they describe.
@@ -173,6 +202,11 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
       {"Qwen2.5-0.5B", "use_sliding_window", true, 1024},
       {"Qwen2.5-0.5B", "use_mrope", true, 1024},
       {"Qwen3-0.6B", "layer_types", {"full_attention", "sliding_attention"}, 1024},
+      {"Mixtral-8x7B-v0.1", "sliding_window", 512, 1024},
+      {"Mixtral-8x7B-v0.1", "router_jitter_noise", 0.01, 1024},
+      {"Qwen3-30B-A3B", "norm_topk_prob", false, 1024},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {0, 47}, 1024},
+      {"Qwen3-30B-A3B", "use_sliding_window", true, 1024},
   };
   for (const Case& c : cases) {
     json doc = real_config(c.config);
@@ -196,18 +230,40 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
   EXPECT_NE(error(mistral, 4097).find("sliding_window = 4096: "), std::string::npos);
   mistral["sliding_window"] = nullptr;
   EXPECT_EQ(error(mistral, 32768), "");
+  // transformers' default norm_topk_prob is false: absent, the gates would not be renormalised.
+  json qwen3_moe = real_config("Qwen3-30B-A3B");
+  qwen3_moe.erase("norm_topk_prob");
+  EXPECT_NE(error(qwen3_moe).find("norm_topk_prob = false: "), std::string::npos);
+  // Mixtral's default window is none; the aux-loss settings are the trainer's, any value reads.
+  json mixtral = real_config("Mixtral-8x7B-v0.1");
+  mixtral.erase("sliding_window");
+  mixtral["router_aux_loss_coef"] = 0.5;
+  mixtral["output_router_logits"] = true;
+  EXPECT_EQ(error(mixtral, 32768), "");
+  // Qwen2-MoE's shared expert is scaled by a sigmoid gate the model does not have.
+  json qwen2_moe = real_config("Qwen2.5-0.5B");
+  qwen2_moe["model_type"] = "qwen2_moe";
+  EXPECT_NE(error(qwen2_moe).find("model_type 'qwen2_moe': its shared expert's gate "
+                                  "(mlp.shared_expert_gate"),
+            std::string::npos);
+}
+
+// A small llama model: 2 layers, 4 heads of 16, 2 kv heads, MLP width 128, vocabulary 300.
+ModelConfig small_llama() {
+  ModelConfig c;
+  c.set_arch(Arch::Llama);
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_model = 64;
+  c.d_ff = 128;
+  c.vocab_size = 300;
+  c.max_seq_len = 32;
+  return c;
 }
 
 TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
-  ModelConfig llama;
-  llama.set_arch(Arch::Llama);
-  llama.n_layer = 2;
-  llama.n_head = 4;
-  llama.n_kv_head = 2;
-  llama.d_model = 64;
-  llama.d_ff = 128;
-  llama.vocab_size = 300;
-  llama.max_seq_len = 32;
+  ModelConfig llama = small_llama();
   llama.norm_eps = 1e-5f;
   llama.rope_theta = 500000.0f;
   ModelConfig gpt2 = llama;
@@ -270,6 +326,52 @@ TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
       }
   }
   EXPECT_EQ(hf_config_json(llama, std::nullopt)["bos_token_id"], nullptr);
+}
+
+// An MoE model exports as mixtral (every layer MoE, no q/k norms) or qwen3_moe (q/k norms; dense
+// layers between), with the real config's key set, and reads back as the same model.
+TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
+  ModelConfig mixtral = small_llama();
+  mixtral.d_ff = 96;  // no layer is dense: exported as the experts' width
+  mixtral.moe_ff = 128;
+  mixtral.n_experts = 4;
+  mixtral.top_k = 2;
+  ModelConfig qwen3_moe = mixtral;
+  qwen3_moe.qk_norm = true;
+  qwen3_moe.head_dim = 32;
+  qwen3_moe.n_experts = 8;
+  qwen3_moe.top_k = 3;
+  qwen3_moe.moe_every = 2;
+  EXPECT_EQ(hf_model_type(mixtral), "mixtral");
+  EXPECT_EQ(hf_model_type(qwen3_moe), "qwen3_moe");
+  for (const ModelConfig& c : {mixtral, qwen3_moe}) {
+    const json doc = hf_config_json(c, 1);
+    const ModelConfig back = read(doc, 32);
+    EXPECT_EQ(back.n_experts, c.n_experts);
+    EXPECT_EQ(back.top_k, c.top_k);
+    EXPECT_EQ(back.expert_width(), c.expert_width());
+    EXPECT_EQ(back.moe_every, c.moe_every);
+    EXPECT_EQ(back.qk_norm, c.qk_norm);
+    EXPECT_EQ(back.head_size(), c.head_size());
+    EXPECT_EQ(back.n_kv_head, c.n_kv_head);
+    for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(back.dense_mlp_width(l), c.dense_mlp_width(l));
+    const bool is_mixtral = hf_model_type(c) == "mixtral";
+    EXPECT_EQ(doc["architectures"][0], is_mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM");
+    if (is_mixtral) {
+      EXPECT_EQ(doc["intermediate_size"], 128);
+      EXPECT_EQ(doc["sliding_window"], nullptr);
+    } else {
+      EXPECT_EQ(doc["norm_topk_prob"], true);
+      EXPECT_EQ(doc["moe_intermediate_size"], 128);
+      EXPECT_EQ(doc["intermediate_size"], 96);
+    }
+    // qwen3's inert sliding-window details aside, the real config's keys.
+    const json real = real_config(is_mixtral ? "Mixtral-8x7B-v0.1" : "Qwen3-30B-A3B");
+    for (const auto& [key, value] : real.items())
+      if (key != "transformers_version" && key != "max_window_layers" && key != "sliding_window") {
+        EXPECT_TRUE(doc.contains(key)) << key << " is not exported";
+      }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // config.json of a Hugging Face checkpoint: one table, per model_type (gpt2, llama, mistral,
-// qwen2, qwen3), of every key the trainer knows and what it makes of it:
+// qwen2, qwen3, mixtral, qwen3_moe), of every key the trainer knows and what it makes of it:
 //   implemented  read into ModelConfig (and written back by the export);
 //   inert        changes nothing the trainer computes (architectures, torch_dtype, token ids,
 //                use_cache, initializer_range, dropout rates: the trainer trains without
@@ -10,7 +10,11 @@
 //                lacks is never dropped silently.
 // A key the table does not know for the model_type is refused too. mistral, qwen2 and qwen3
 // are the llama architecture; the model_type itself is a key: qwen2 means q/k/v biases, qwen3
-// per-head q/k RMSNorm.
+// per-head q/k RMSNorm. mixtral and qwen3_moe are mixtures of experts (mixtral: every layer,
+// experts intermediate_size wide; qwen3_moe: qwen3 whose every decoder_sparse_step-th MLP is one,
+// experts moe_intermediate_size wide, gates renormalised: norm_topk_prob true only); the routing
+// loss coefficients are the trainer's (--moe-aux-loss-coef), not the model's. qwen2_moe is
+// refused: its shared expert has a sigmoid gate the model lacks.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +36,8 @@ enum class HfKeyUse { Implemented, Inert, Refused };
 // out of range, a refused value, or a key the table does not know.
 ModelConfig read_hf_config(const std::string& dir, int seq_len);
 
-// The model_type transformers has for a model: gpt2; for the llama architecture qwen3 with
-// per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and qwen3's
+// The model_type transformers has for a model: gpt2; for the llama architecture with experts
+// qwen3_moe with per-head q/k norms, else mixtral; without, qwen3 with per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and qwen3's
 // attention_bias cover all four), else llama.
 std::string hf_model_type(const ModelConfig& config);
 

@@ -23,6 +23,12 @@
 //          Our RoPE rotates interleaved pairs (2i, 2i+1) of a head, HF's rotate-half pairs
 //          (i, i + hs/2): q and k rows (and biases) are permuted per head, HF row a hs/2 + i = our
 //          row 2i + a.
+//   mixtral, qwen3_moe (the llama names but in an MoE layer's MLP): mixtral's
+//          model.layers.<l>.block_sparse_moe.gate.weight (E, C), its
+//          .block_sparse_moe.experts.<e>.{w1 (gate), w3 (up): (Fe, C); w2 (down): (C, Fe)}.weight;
+//          qwen3_moe's .mlp.gate.weight and .mlp.experts.<e>.{gate,up,down}_proj.weight (its
+//          other layers' dense mlp as llama's). Ours: moe.router (E, C), moe.experts.fc
+//          (E, 2Fe, C) = each expert's [gate; up], moe.experts.proj (E, C, Fe).
 #pragma once
 
 #include <cstdint>
@@ -68,7 +74,8 @@ uint64_t load_hf_model(
 
 // UsageError unless transformers has a model for config (Qwen2, the q/k/v biases without an
 // o_proj bias, and Qwen3, the per-head q/k norms, have no MLP biases; Qwen3's attention_bias is
-// on all of q, k, v, o or none).
+// on all of q, k, v, o or none; Mixtral has experts in every layer and no biases; neither it nor
+// Qwen3-MoE has shared experts).
 void require_hf_expressible(const std::string& dir, const ModelConfig& config);
 
 // Writes config.json and the weights (fp32) into dir.tmp: model.safetensors, or, when the

@@ -31,6 +31,7 @@
 // The layout's figure is the largest stage's.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -83,30 +84,46 @@ struct RunShape {
 // QKV = (NHl + 2 NKVl) hs, A = NHl hs,
 // FC = 2Fl (llama) or Fl, local counts NHl = heads/tp, NKVl = kv heads/tp, Fl = d_ff/tp,
 // Vl = padded vocab/tp, L = the stage's layers.
+// Mixture of experts (model/moe.hpp): an MoE layer's block has Fl = its shared experts' width/tp
+// (maybe 0) and keeps per slot RK(2C + 3Fe) more (xs, y, h, a), Ns(2E + 1 + K) fp32 (logits,
+// probs, lse, gates) and 2RK + 2(E + 1) int32 (ActivationElements::ids), with RK = Ns top_k, E
+// experts of width Fe; the scratch's Fl is the stage's widest MLP, + RK(C + 3Fe) and fp32
+// 3NsC + RK C + E C + Ns E + RK where the stage has an MoE layer; full's shared block likewise
+// the widest, with an MoE layer's buffers.
 // In double, so that absurd sizes give a figure to refuse instead of an overflow.
 // Bytes of one compute-tensor element (the w above; also what tp and pp messages carry).
 double compute_bytes(const RunShape& run);
 
 struct ActivationElements {
   double compute = 0, stats = 0;
-  double total() const { return compute + stats; }
-  double bytes(double compute_bytes) const { return compute * compute_bytes + stats * 4; }
+  double ids = 0;  // MoE layers' routing indices (int32)
+  double total() const { return compute + stats + ids; }
+  double bytes(double compute_bytes) const { return compute * compute_bytes + (stats + ids) * 4; }
 };
 ActivationElements activation_elements(const ModelConfig& config, const ModelShard& shard, int B,
                                        int T, int slots, Recompute recompute,
                                        bool sequence_parallel = false);
 
 // A stage's ZeRO-2/3 units (ParamLayout::units()) without listing the shard's blocks one by one
-// (n-layer may be absurd): a two-layer model's units outside the blocks and one block, the block
-// counted per layer; pieces are the largest of zero_range(unit, shard_ranks).
+// (n-layer may be absurd): a two-layer model's units outside the blocks and one block of each
+// kind (dense; MoE: router, all E experts and the shared experts), each block counted per layer
+// of its kind; pieces are the largest of zero_range(unit, shard_ranks).
 struct StageUnits {
   double outer = 0, outer_pieces = 0;  // elements of the units outside the blocks, their pieces
-  double block = 0, block_piece = 0;   // one block unit and its piece
+  double block = 0, block_piece = 0;   // one dense block unit and its piece
+  double moe_block = 0, moe_block_piece = 0;  // one MoE block unit and its piece (moe_layers > 0)
   double largest = 0;                  // the largest unit
-  int outer_units = 0, layers = 0;
-  double params() const { return outer + layers * block; }              // P_s
-  double shard() const { return outer_pieces + layers * block_piece; }  // S
-  double unit_buffers() const { return outer + 2 * block; }             // G
+  int outer_units = 0, layers = 0, moe_layers = 0;  // layers: all of the stage's, MoE among them
+  int dense_layers() const { return layers - moe_layers; }
+  double params() const { return outer + dense_layers() * block + moe_layers * moe_block; }  // P_s
+  double shard() const {  // S
+    return outer_pieces + dense_layers() * block_piece + moe_layers * moe_block_piece;
+  }
+  // The stage's largest block (ZeRO-2/3's two turn buffers are of its size); 0 without layers.
+  double largest_block() const {
+    return std::max(dense_layers() > 0 ? block : 0.0, moe_layers > 0 ? moe_block : 0.0);
+  }
+  double unit_buffers() const { return outer + 2 * largest_block(); }  // G
   int units() const { return outer_units + layers; }
 };
 StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int shard_ranks);

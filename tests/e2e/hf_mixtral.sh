@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# --init-from and --export-hf of mixtures of experts: small random Mixtral and Qwen3-MoE
+# checkpoints whose config.json has exactly the keys of the real Mixtral-8x7B-v0.1 and
+# Qwen3-30B-A3B (tests/support/hf_configs, shrunk to 4 experts, top 2; written by
+# tests/support/hf_checkpoint.py, not by mpitrain):
+#   - the validation loss is the float64 PyTorch reference's written from transformers'
+#     MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (tests/support/hf_reference.py): Mixtral, and
+#     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms);
+#   - the first step's load-balancing loss (moe_aux_loss) is the reference's
+#     load_balancing_loss_func of each layer's router logits, summed over the layers;
+#   - router jitter and norm_topk_prob false are refused with exit 2 naming them, before any step;
+#   - Mixtral trains 3 steps at dp 2, tp 2 and pp 2 with one rank's losses, and its export, read
+#     back and exported again, gives the same files byte for byte (tests/support/hf_layouts_lib.sh).
+source "$SOURCE_DIR/tests/support/e2e_lib.sh"
+source "$SOURCE_DIR/tests/support/hf_import_lib.sh"
+
+make_ckpt mixtral Mixtral-8x7B-v0.1
+matches_reference mixtral "$(val_loss mixtral)"
+# The load-balancing loss of the first step (one micro-batch of 4 windows, before the update):
+# load_balancing_loss_func's of each layer's router logits, summed over the layers.
+/usr/bin/python3 -c 'import sys; sys.stdout.buffer.write(b"".join(bytes([c, 0]) for c in sys.stdin.buffer.read(129)))' \
+  < "$SOURCE_DIR/README.md" > "$SCRATCH/step.bin"
+run_trainer 1 "$SCRATCH/aux.log" --train-data "$SCRATCH/step.bin" --val-data "$SCRATCH/val.bin" \
+  --seq-len 32 --global-batch-size 4 --micro-batch-size 4 --eval-interval 0 --sample-tokens 0 \
+  --peak-gflops 100 --threads 1 --steps 1 --init-from "$SCRATCH/mixtral" --out-dir "$SCRATCH/aux"
+[ "$rc" = 0 ] || { cat "$SCRATCH/aux.log"; fail "mixtral: one step exited $rc"; }
+ours=$(metric "$SCRATCH/aux/metrics.jsonl" moe_aux_loss)
+theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/mixtral" --aux \
+  "$SCRATCH/step.bin" 32 4) || fail "mixtral: the PyTorch reference's aux loss failed"
+# measured 5e-9 relative (fp32 vs float64); one token routed elsewhere moves it by about 1e-3
+awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+  fail "mixtral: aux loss $ours, PyTorch's float64 reference $theirs"
+echo "mixtral: step 1's aux loss $ours, PyTorch's float64 reference $theirs"
+make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
+matches_reference qwen3-moe "$(val_loss qwen3-moe)"
+refused "router jitter" "config.json: router_jitter_noise = 0.1: " jitter Mixtral-8x7B-v0.1 \
+  --set router_jitter_noise=0.1
+refused "unnormalised gates" "config.json: norm_topk_prob = false: " unnormalised Qwen3-30B-A3B \
+  --set norm_topk_prob=false
+
+source "$SOURCE_DIR/tests/support/hf_layouts_lib.sh"
+layouts_and_round_trip Mixtral-8x7B-v0.1
+grep -q '"MixtralForCausalLM"' "$ckpt-export/config.json" ||
+  { cat "$ckpt-export/config.json"; fail "the export is not a MixtralForCausalLM"; }
+echo "ok: Mixtral and Qwen3-MoE imports against the float64 reference, refusals, layouts, round trip"
