@@ -557,7 +557,7 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
   if (!tp_) return;
   const T inv = T(1) / static_cast<T>(tp_->size());
   for (const ParamTensor& t : layout_.tensors()) {
-    if (t.split_dim >= 0) continue;
+    if (!t.tp_replicated()) continue;
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
     if (o.size() == 0) continue;  // the same on every tp rank
     tp_->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
@@ -568,11 +568,13 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
 // One backend call over the held part of every primary tensor: the tensors' sums added in order.
 // The list is refilled in place: no allocation after the first step.
 template <typename T>
-double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held) const {
+double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held, bool dense,
+                                 bool experts) const {
   norm_segments_.clear();
   for (const ParamTensor& t : layout_.tensors()) {
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
-    if (t.primary && o.size() > 0) norm_segments_.push_back({o.at, o.size()});
+    if (t.primary && o.size() > 0 && (t.ep_split ? experts : dense))
+      norm_segments_.push_back({o.at, o.size()});
   }
   return backend_.sum_squares(grads, norm_segments_);
 }

@@ -86,7 +86,7 @@ void replicated(const ParamLayout& layout, double& elements, int& tensors) {
   elements = 0;
   tensors = 0;
   for (const ParamTensor& t : layout.tensors())
-    if (t.split_dim < 0) elements += static_cast<double>(t.numel), ++tensors;
+    if (t.tp_replicated()) elements += static_cast<double>(t.numel), ++tensors;
 }
 
 }  // namespace
@@ -98,7 +98,8 @@ double model_flops_per_token(const ModelConfig& config, int seq_len) {
 
 TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,
                            const Cluster& cluster, const Calibration& cal) {
-  const GridShape grid{layout.dp, layout.tp, layout.pp};
+  GridShape grid{layout.dp, layout.tp, layout.pp};
+  grid.ep = layout.ep;
   const std::vector<int> first = pipeline_layer_split(config.n_layer, layout.pp, "");
   const int m = micro_batches(run, layout);
   const double w = compute_bytes(run);
@@ -113,10 +114,16 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   const double dp_bw = group_bw(cluster, grid, Group::Dp);
   const double pp_bw = group_bw(cluster, grid, Group::Pp);
   const double emb_bw = group_bw(cluster, grid, Group::Embedding);
+  const double ep_bw = group_bw(cluster, grid, Group::Ep);
+  // Expert parallelism: one all-to-all of the routed rows (tokens x top_k x C), all but 1/ep of
+  // them leaving the rank: dispatch and combine forward, their mirrors backward.
+  const double ep_call = layout.ep > 1 ? tokens * config.top_k * config.d_model * w *
+                                                 (layout.ep - 1) / layout.ep / ep_bw + a
+                                       : 0.0;
   const double tp_call = all_reduce_s(act_bytes, layout.tp, cluster.intra_bw, a);
   const bool full = layout.recompute == Recompute::Full;
 
-  double micro = 0, micro_compute = 0, micro_tp = 0, micro_p2p = 0;  // slowest stage's
+  double micro = 0, micro_compute = 0, micro_tp = 0, micro_p2p = 0, micro_ep = 0;  // slowest
   double dp_exposed = 0, per_step_tp = 0, optimizer = 0;
   for (int s = 0; s < layout.pp; ++s) {
     const ModelShard shard = shard_of(grid, first, 0, s);
@@ -137,9 +144,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
         layout.sequence_parallel ? 0.5 * (2 * L + (shard.last_stage ? 1 : 0)) : 0.0;
     const double tp = (tp_calls + regathers) * tp_call;
     const double p2p = layout.pp > 1 ? 2.0 * (act_bytes / pp_bw + a) : 0.0;
-    if (compute + tp + p2p > micro) {
-      micro = compute + tp + p2p;
-      micro_compute = compute, micro_tp = tp, micro_p2p = p2p;
+    int moe_layers = 0;
+    for (int l = shard.layer_begin; l < shard.layer_end; ++l) moe_layers += config.is_moe_layer(l);
+    const double ep = moe_layers * (full ? 6 : 4) * ep_call;
+    if (compute + tp + p2p + ep > micro) {
+      micro = compute + tp + p2p + ep;
+      micro_compute = compute, micro_tp = tp, micro_p2p = p2p, micro_ep = ep;
     }
 
     // Once per step: gradient sync over dp, behind the last micro-batch's backward.
@@ -188,12 +198,13 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   t.compute = busy * micro_compute;
   t.tp_comm = busy * micro_tp + per_step_tp;
   t.p2p = busy * micro_p2p;
+  t.ep_comm = busy * micro_ep;
   t.bubble = pipelined - busy * micro;
   t.dp_exposed = dp_exposed;
   t.optimizer = optimizer;
   t.step = pipelined + per_step_tp + dp_exposed + optimizer;
   t.bubble_fraction = t.bubble / pipelined;
-  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.dp_exposed) / t.step;
+  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.ep_comm + t.dp_exposed) / t.step;
   return t;
 }
 

@@ -188,8 +188,10 @@ class Model {
   // whole(num_params()); every tp rank holds the same ranges.
   void sync_replicated_grads(T* grads, const ShardRanges& held);
   // Sum of squared gradients of the tensors this rank counts for the global norm (primary),
-  // over the held part (ZeRO: this rank's shard); grads compact over held.
-  double grad_square_sum(const T* grads, const ShardRanges& held) const;
+  // over the held part (ZeRO: this rank's shard); grads compact over held. dense / experts:
+  // whether the tensors other than the ep-split experts / those experts count here.
+  double grad_square_sum(const T* grads, const ShardRanges& held, bool dense = true,
+                         bool experts = true) const;
 
   // Logits of row n = b*Tlen + t after a forward without targets (single rank): Vp values, the
   // first V real; backend memory, in the storage type.
