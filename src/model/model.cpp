@@ -44,7 +44,12 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   if (s.tp > 1 && tp == nullptr) MPITRAIN_THROW("tensor parallelism without a tp communicator");
   n_local_heads_ = config_.n_head / s.tp;
   n_local_kv_heads_ = config_.n_kv_head / s.tp;
-  local_ff_ = config_.d_ff / s.tp;
+  local_ff_ = 0;  // the widest local dense MLP of this stage's blocks (the gradient buffers)
+  bool any_moe = false;
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    local_ff_ = std::max(local_ff_, mlp_width(l));
+    any_moe = any_moe || config_.is_moe_layer(l);
+  }
   local_vocab_ = config_.padded_vocab() / s.tp;
   vocab_start_ = s.tp_rank * local_vocab_;
   if (options_.sequence_parallel && s.tp > 1) {
@@ -58,8 +63,15 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const size_t Ns = seq_rows(static_cast<int>(N));  // the sequence-parallel region's rows
   const size_t C = config_.d_model, hs = config_.head_size(), F = local_ff_, Vl = local_vocab_;
   const size_t QKV = (n_local_heads_ + 2 * n_local_kv_heads_) * hs, A = n_local_heads_ * hs;
-  const size_t FC = config_.arch == Arch::Llama ? 2 * F : F;
+  auto fc_width = [&](size_t Fl) { return config_.arch == Arch::Llama ? 2 * Fl : Fl; };
+  const size_t FC = fc_width(F);
   const size_t P = backend_.attention_state_size(max_batch, max_seq, n_local_heads_);
+  const int E = config_.n_experts, K = config_.top_k, Fe = config_.expert_width();
+  if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp
+    moe_ = std::make_unique<MoeLayer<T>>(
+        backend_, E, K, static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
+        options_.moe_z_loss_coef, emulated() ? options_.precision : Precision::Fp32,
+        sp() ? tp_ : nullptr);
   const size_t L = s.layer_end - s.layer_begin;
 
   if (options_.storage != Precision::Fp32 && options_.storage != options_.precision)
@@ -69,33 +81,53 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
     MPITRAIN_THROW("this backend does not store compute tensors as " + to_string(options_.storage));
 
   // Two allocations, carved in the order the header lists the buffers: the compute tensors (in
-  // the storage type) and their fp32 statistics. A block's full set without probs and res3;
-  // what each slot keeps per block depends on recomputation. Tensors of the sequence-parallel
-  // region (header) have Ns rows, the rest N.
+  // the storage type) and their fp32 statistics (and a host vector of the MoE layers' indices).
+  // A block's full set without probs and res3, for a dense MLP of local width Fl and, on an MoE
+  // layer, the router's and experts' (model/moe.hpp); what each slot keeps per block depends on
+  // recomputation. Tensors of the sequence-parallel region (header) have Ns rows, the rest N.
   const size_t qk_pre = config_.qk_norm ? N * QKV : 0;  // qk_norm's input and its statistics
   const size_t qk_stats = config_.qk_norm ? N * (n_local_heads_ + n_local_kv_heads_) : 0;
-  const size_t block = 5 * Ns * C + N * QKV + N * A + N * FC + N * F + qk_pre,
-               block_stats = 4 * Ns + qk_stats;
+  auto block = [&](size_t Fl, bool moe) {
+    return 5 * Ns * C + N * QKV + N * A + N * fc_width(Fl) + N * Fl + qk_pre +
+           (moe ? MoeLayer<T>::kept_acts(Ns, E, K, C, Fe) : 0);
+  };
+  auto block_stats = [&](bool moe) {
+    return 4 * Ns + qk_stats + (moe ? MoeLayer<T>::kept_stats(Ns, E, K) : 0);
+  };
+  auto block_ids = [&](bool moe) { return moe ? MoeLayer<T>::kept_ids(Ns, E, K) : 0; };
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
   const size_t shared_atty = rc == Recompute::Selective ? N * A : 0;  // recomputed with probs
-  const size_t kept = full ? Ns * C : block - shared_atty + Ns * C;
-  const size_t kept_stats = full ? 0 : block_stats;
-  const size_t per_slot = Ns * C + L * kept + (s.last_stage ? Ns * C + N * Vl : 0);
-  const size_t per_slot_stats = L * (kept_stats + (none ? P : 0)) + (s.last_stage ? 2 * Ns : 0);
+  size_t kept = 0, kept_stats = 0, kept_ids = 0;  // over this stage's blocks
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    const bool moe = config_.is_moe_layer(l);
+    kept += full ? Ns * C : block(mlp_width(l), moe) - shared_atty + Ns * C;
+    kept_stats += full ? 0 : block_stats(moe);
+    kept_ids += full ? 0 : block_ids(moe);
+  }
+  const size_t per_slot = Ns * C + kept + (s.last_stage ? Ns * C + N * Vl : 0);
+  const size_t per_slot_stats = kept_stats + L * (none ? P : 0) + (s.last_stage ? 2 * Ns : 0);
   const size_t gathers = sp() ? N * C : 0;
-  const size_t grad_acts = Ns * C + N * C + gathers + N * QKV + N * A + N * FC + N * F;
-  const size_t grad_stats = P + 4 * N;
-  activation_count_ = (full ? block : shared_atty) + slots * per_slot + grad_acts;
-  stats_count_ = (full ? block_stats : 0) + (none ? 0 : P) + slots * per_slot_stats + grad_stats;
+  const size_t moe_scratch = any_moe ? MoeLayer<T>::scratch_acts(Ns, K, C, Fe) : 0;
+  const size_t moe_scratch_stats = any_moe ? MoeLayer<T>::scratch_stats(Ns, E, K, C) : 0;
+  const size_t grad_acts =
+      Ns * C + N * C + gathers + N * QKV + N * A + N * FC + N * F + moe_scratch;
+  const size_t grad_stats = P + 4 * N + moe_scratch_stats;
+  // full: one set of every block's buffers (the widest MLP, the MoE layer's) shared by all
+  activation_count_ = (full ? block(F, any_moe) : shared_atty) + slots * per_slot + grad_acts;
+  stats_count_ = (full ? block_stats(any_moe) : 0) + (none ? 0 : P) + slots * per_slot_stats +
+                 grad_stats;
+  moe_ids_.assign((full ? block_ids(any_moe) : 0) + slots * kept_ids, 0);
   backend_.set_alloc_kind(AllocKind::Activations);
   acts_ = backend_.alloc(activation_count_, options_.storage);
   stats_ = backend_.alloc(stats_count_);
   Buf<T> cursor = acts_;
   T* stats_cursor = stats_;
+  int32_t* ids_cursor = moe_ids_.data();
   auto take = [&](size_t n) { Buf<T> b = cursor; cursor = cursor + n; return b; };
   auto take_stats = [&](size_t n) { T* ptr = stats_cursor; stats_cursor += n; return ptr; };
-  auto carve_block = [&](LayerActs& a) {  // everything but probs and res3 (atty unless shared)
+  // everything but probs and res3 (atty unless shared), for a dense MLP of local width Fl
+  auto carve_block = [&](LayerActs& a, size_t Fl, bool moe) {
     a.ln1 = take(Ns * C); a.ln1_mean = take_stats(Ns); a.ln1_rstd = take_stats(Ns);
     a.qkv = take(N * QKV);
     a.qkv_pre = config_.qk_norm ? take(qk_pre) : nullptr;
@@ -103,20 +135,23 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
     if (!a.atty) a.atty = take(N * A);
     a.attproj = take(Ns * C); a.res2 = take(Ns * C);
     a.ln2 = take(Ns * C); a.ln2_mean = take_stats(Ns); a.ln2_rstd = take_stats(Ns);
-    a.fch = take(N * FC); a.fch_act = take(N * F);
+    a.fch = take(N * fc_width(Fl)); a.fch_act = take(N * Fl);
     a.fcproj = take(Ns * C);
+    if (moe) moe_->carve(a.moe, cursor, stats_cursor, ids_cursor);
   };
   LayerActs work{};  // recomputed buffers, shared by every block of every slot
-  if (full) carve_block(work);
+  if (full) carve_block(work, F, any_moe);
   if (!none) work.probs = take_stats(P);
   if (shared_atty) work.atty = take(shared_atty);
   slots_.resize(slots);
   for (SlotActs& sa : slots_) {
     sa.encoded = take(Ns * C);
     sa.layers.resize(L);
-    for (LayerActs& a : sa.layers) {
+    for (size_t i = 0; i < L; ++i) {
+      LayerActs& a = sa.layers[i];
+      const int l = s.layer_begin + static_cast<int>(i);
       a = work;
-      if (!full) carve_block(a);
+      if (!full) carve_block(a, mlp_width(l), config_.is_moe_layer(l));
       if (none) a.probs = take_stats(P);
       a.res3 = take(Ns * C);
     }
@@ -132,9 +167,13 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take_stats(P);
   grad_.dfch = take(N * FC); grad_.dfch_act = take(N * F);
   grad_.losses = take_stats(N); grad_.row_max = take_stats(N); grad_.ce_stats = take_stats(2 * N);
+  if (moe_) moe_->set_scratch(take(moe_scratch), take_stats(moe_scratch_stats));
   if (cursor.data() != (acts_ + activation_count_).data() ||
-      stats_cursor != stats_ + stats_count_)
+      stats_cursor != stats_ + stats_count_ || ids_cursor != moe_ids_.data() + moe_ids_.size())
     MPITRAIN_THROW("activation layout does not add up");
+  for (int l = s.layer_begin; l < s.layer_end; ++l)
+    if (config_.is_moe_layer(l))
+      moe_stats_.push_back({l, 0, 0, std::vector<int64_t>(static_cast<size_t>(E), 0), 0});
 
   if (options_.lend_params && !options_.lend_grads)
     MPITRAIN_THROW("parameters lent without their gradients");
@@ -160,6 +199,17 @@ Model<T>::~Model() {
 template <typename T>
 void Model<T>::zero_grads() {
   if (grads_) backend_.zero(grads_, layout_.total());
+}
+
+template <typename T>
+std::vector<MoeLayerStats> Model<T>::take_moe_stats() {
+  std::vector<MoeLayerStats> taken = moe_stats_;
+  for (MoeLayerStats& st : moe_stats_) {
+    st.aux_loss = st.z_loss = 0;
+    std::fill(st.tokens_per_expert.begin(), st.tokens_per_expert.end(), 0);
+    st.rows = 0;
+  }
+  return taken;
 }
 
 template <typename T>
@@ -320,7 +370,8 @@ bool Model<T>::tp_partial_grad(Slot slot) const {
   if (slot == Slot::QNormW || slot == Slot::KNormW) return true;  // partial over each rank's heads
   const bool norm = slot == Slot::Ln1W || slot == Slot::Ln1B || slot == Slot::Ln2W ||
                     slot == Slot::Ln2B || slot == Slot::LnfW || slot == Slot::LnfB;
-  return norm && sp();  // partial over each rank's rows
+  const bool routed = slot == Slot::RouterW || slot == Slot::ExpertFcW || slot == Slot::ExpertProjW;
+  return (norm || routed) && sp();  // partial over each rank's rows
 }
 
 template <typename T>
@@ -360,8 +411,10 @@ double Model<T>::loss(SlotActs& a, const int32_t* targets, int N, T dloss) {
 }
 
 template <typename T>
-void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
-  const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
+void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
+                             MoeLayerStats* moe_stats) {
+  const auto [N, C, Fmax, hs, NH, NKV, QKV, A, FCmax, NC] = dims(B, Tlen);
+  const int F = mlp_width(l), FC = config_.arch == Arch::Llama ? 2 * F : F;  // this layer's
   const size_t NF = static_cast<size_t>(N) * F;
   const int Ns = seq_rows(N);  // the residual stream's and the norms' rows on this rank
   const size_t NsC = static_cast<size_t>(Ns) * C;
@@ -385,21 +438,27 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen) {
   lp(a.attproj, NsC);
   backend_.add(a.res2, x, a.attproj, NsC);
   lp(a.res2, NsC);
-  // MLP half: res3 = res2 + proj(act(fc(norm(res2))))
+  // MLP half: res3 = res2 + proj(act(fc(norm(res2)))) (an MoE layer: its shared experts, if
+  // any, + the routed experts on this rank's rows, after the shared experts' tp sum)
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, Slot::Ln2W, Slot::Ln2B, l, Ns);
   lp(a.ln2, NsC);
-  backend_.matmul_forward(a.fch, gather_rows(a.ln2, NsC), p(Slot::FcW, l), maybe_p(Slot::FcB, l),
-                          N, C, FC);
-  lp(a.fch, static_cast<size_t>(N) * FC);
-  if (config_.arch == Arch::Llama)
-    backend_.swiglu_forward(a.fch_act, a.fch, N, F);
-  else
-    backend_.gelu_forward(a.fch_act, a.fch, NF);
-  lp(a.fch_act, NF);
-  backend_.matmul_forward(partial_rows(a.fcproj), a.fch_act, p(Slot::FcProjW, l),
-                          row_parallel_bias(Slot::FcProjB, l), N, F, C);
-  sum_rows(partial_rows(a.fcproj), a.fcproj, NsC);
-  lp(a.fcproj, NsC);
+  if (F > 0) {
+    backend_.matmul_forward(a.fch, gather_rows(a.ln2, NsC), p(Slot::FcW, l),
+                            maybe_p(Slot::FcB, l), N, C, FC);
+    lp(a.fch, static_cast<size_t>(N) * FC);
+    if (config_.arch == Arch::Llama)
+      backend_.swiglu_forward(a.fch_act, a.fch, N, F);
+    else
+      backend_.gelu_forward(a.fch_act, a.fch, NF);
+    lp(a.fch_act, NF);
+    backend_.matmul_forward(partial_rows(a.fcproj), a.fch_act, p(Slot::FcProjW, l),
+                            row_parallel_bias(Slot::FcProjB, l), N, F, C);
+    sum_rows(partial_rows(a.fcproj), a.fcproj, NsC);
+    lp(a.fcproj, NsC);
+  }
+  if (config_.is_moe_layer(l))  // fcproj (+)= the routed experts' output
+    moe_->forward(a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
+                  p(Slot::ExpertProjW, l), Ns, moe_stats);
   backend_.add(a.res3, a.res2, a.fcproj, NsC);
   lp(a.res3, NsC);
 }
@@ -416,6 +475,7 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   const int Ns = seq_rows(N);
   const size_t NsC = static_cast<size_t>(Ns) * C;
   SlotActs& sa = slots_[slot];
+  sa.dloss = dloss;
 
   if (s.first_stage) {
     const std::array<int, 2> units = embedding_units();
@@ -432,10 +492,11 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
     lp(sa.encoded, NsC);
   }
   CBuf<T> x = sa.encoded;  // (N,C) the residual stream entering each block
+  MoeLayerStats* moe_stats = moe_stats_.data();  // the next MoE layer's
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
     const int l = s.layer_begin + i, u = layout_.unit_of(Slot::Ln1W, l);
     take_params(u, false);
-    block_forward(sa.layers[i], x, l, B, Tlen);
+    block_forward(sa.layers[i], x, l, B, Tlen, config_.is_moe_layer(l) ? moe_stats++ : nullptr);
     give_params(u, false);
     x = sa.layers[i].res3;
   }
@@ -458,7 +519,6 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   const bool llama = c.arch == Arch::Llama;
-  const size_t NF = static_cast<size_t>(N) * F;
   const int Ns = seq_rows(N);
   const size_t NsC = static_cast<size_t>(Ns) * C;
   SlotActs& sa = slots_[slot];
@@ -497,20 +557,9 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     const int u = layout_.unit_of(Slot::Ln1W, l);
     take_params(u, true);
     take_grads(u);
-    if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen);
+    if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen, nullptr);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
-    backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l),
-                             gather_rows(d.dres, NsC), a.fch_act, p(Slot::FcProjW, l), N, F, C);
-    lp(d.dfch_act, NF);
-    if (llama)
-      backend_.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
-    else
-      backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, NF);
-    lp(d.dfch, static_cast<size_t>(N) * FC);
-    backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch,
-                             gather_rows(a.ln2, NsC), p(Slot::FcW, l), N, C, FC);
-    sum_rows(d.dln, dln_rows, NsC);
-    lp(dln_rows, NsC);
+    mlp_backward(a, l, B, Tlen, dln_rows, sa.dloss);
     norm_backward(d.dres, dln_rows, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, Ns);
     lp(d.dres, NsC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
@@ -550,6 +599,34 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     for (int u : embedding) give_grads(u);
     ready(0);
   }
+}
+
+template <typename T>
+void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss) {
+  const auto [N, C, Fmax, hs, NH, NKV, QKV, A, FCmax, NC] = dims(B, Tlen);
+  const int F = mlp_width(l), FC = config_.arch == Arch::Llama ? 2 * F : F;  // this layer's
+  const size_t NF = static_cast<size_t>(N) * F;
+  const int Ns = seq_rows(N);
+  const size_t NsC = static_cast<size_t>(Ns) * C;
+  GradActs& d = grad_;
+  if (F > 0) {
+    backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l),
+                             gather_rows(d.dres, NsC), a.fch_act, p(Slot::FcProjW, l), N, F, C);
+    lp(d.dfch_act, NF);
+    if (config_.arch == Arch::Llama)
+      backend_.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
+    else
+      backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, NF);
+    lp(d.dfch, static_cast<size_t>(N) * FC);
+    backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch,
+                             gather_rows(a.ln2, NsC), p(Slot::FcW, l), N, C, FC);
+    sum_rows(d.dln, dln_rows, NsC);
+    lp(dln_rows, NsC);
+  }
+  if (config_.is_moe_layer(l))  // dln_rows (+)= the routed experts' and the router's gradient
+    moe_->backward(a.moe, dln_rows, F > 0, d.dres, a.ln2, p(Slot::RouterW, l),
+                   p(Slot::ExpertFcW, l), p(Slot::ExpertProjW, l), g(Slot::RouterW, l),
+                   g(Slot::ExpertFcW, l), g(Slot::ExpertProjW, l), Ns, dloss);
 }
 
 template <typename T>

@@ -70,6 +70,7 @@
 #include "mpitrain/backend/backend.hpp"
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/model/config.hpp"
+#include "mpitrain/model/moe.hpp"
 #include "mpitrain/model/params.hpp"
 #include "mpitrain/parallel/context_chunks.hpp"
 #include "mpitrain/parallel/ring_attention.hpp"
@@ -87,6 +88,9 @@ struct ModelOptions {
   bool lend_grads = false;   // ZeRO-2/3: gradients lent per unit (set_lender)
   bool lend_params = false;  // ZeRO-3: parameters too
   bool sequence_parallel = false;  // with tp > 1: the norm/residual regions on N/tp rows
+  // Mixture of experts (model/moe.hpp): the weights of the load-balancing aux loss and the router
+  // z-loss in the objective (not in forward's returned cross-entropy; take_moe_stats reports them).
+  float moe_aux_loss_coef = 0.001f, moe_z_loss_coef = 0.0f;
 };
 
 // Who lends a unit's tensors to a Model under ZeRO-2/3. Pointers are to the unit's element 0
@@ -142,7 +146,7 @@ class Model {
   // statistics beside them; the ring's buffers under context parallelism.
   size_t activation_bytes() const {
     return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T) +
-           ring_bytes_;
+           moe_ids_.size() * sizeof(int32_t) + ring_bytes_;
   }
   // Bytes of the whole parameter and gradient buffers the model holds (0 for lent ones).
   size_t param_bytes() const {
@@ -170,6 +174,9 @@ class Model {
   void backward(int slot, const int32_t* tokens, int B, int Tlen,
                 const std::function<void(size_t)>& grads_ready = {});
   void zero_grads();  // the whole buffer; nothing when lent (the lender's)
+  // This stage's MoE layers' statistics accumulated over the forwards since the last call (not
+  // the recomputations), then reset; empty for a dense model. Under tp each rank's are whole.
+  std::vector<MoeLayerStats> take_moe_stats();
 
   // Pipeline stage boundaries, (B, Tlen, C) each, in the storage type: this rank's
   // boundary_elements(B, Tlen) of them (sequence parallelism: its Ns rows).
@@ -211,12 +218,14 @@ class Model {
     B_ ln2; T *ln2_mean, *ln2_rstd;  // (N,C) (N) (N)
     B_ fch, fch_act;                 // (N, Fl or 2Fl), (N, Fl)
     B_ fcproj, res3;                 // (N,C), (N,C) = res2 + fcproj: the block's output
+    MoeActs<T> moe;                  // an MoE layer's router and experts, on the Ns ln2 rows
   };
   struct SlotActs {
     B_ encoded;                      // (N,C) the stage's input (embedding output on stage 0)
     std::vector<LayerActs> layers;   // this stage's blocks
     B_ lnf; T *lnf_mean, *lnf_rstd;  // (N,C) (N) (N)   last stage only
     B_ logits;                       // (N, Vl)          last stage only; dlogits after forward
+    T dloss = 0;                     // forward's per-token loss gradient (the MoE losses' weight)
   };
   struct GradActs {
     B_ dres;                         // (N,C) gradient of the residual stream
@@ -233,6 +242,8 @@ class Model {
     size_t NC;
   };
   Dims dims(int B, int Tlen) const;
+  // Layer l's local dense MLP width (an MoE layer: its shared experts', maybe 0).
+  int mlp_width(int l) const { return config_.dense_mlp_width(l) / layout_.shard().tp; }
   // A tensor in its unit's current buffer (the whole buffers', or lent).
   size_t in_unit(Slot slot, int layer) const {
     return layout_.offset(slot, layer) - layout_.units()[layout_.unit_of(slot, layer)].lo;
@@ -304,8 +315,12 @@ class Model {
   void lp(Buf<T> x, size_t n) {
     if (emulated()) backend_.round_to(x.full(), n, options_.precision);
   }
-  // Block i of slot sa (global layer l) on input x(N,C): fills a, ends with a.res3.
-  void block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen);
+  // Block i of slot sa (global layer l) on input x(N,C): fills a, ends with a.res3. An MoE
+  // layer adds its statistics into moe_stats when given (not when recomputing).
+  void block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen, MoeLayerStats* moe_stats);
+  // The MLP half of block l's backward: the gradient at ln2's output from d res3 (grad_.dres)
+  // into dln_rows (Ns,C).
+  void mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss);
   double loss(SlotActs& a, const int32_t* targets, int N, T dloss);
 
   ModelConfig config_;
@@ -330,6 +345,9 @@ class Model {
   std::vector<SlotActs> slots_;
   GradActs grad_;
   mutable std::vector<Segment> norm_segments_;  // grad_square_sum's list, refilled each step
+  std::unique_ptr<MoeLayer<T>> moe_;         // null for a dense stage
+  std::vector<int32_t> moe_ids_;             // the MoE layers' kept indices (MoeActs' int32)
+  std::vector<MoeLayerStats> moe_stats_;     // this stage's MoE layers', since the last take
 };
 
 }  // namespace mpitrain

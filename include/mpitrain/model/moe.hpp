@@ -1,0 +1,106 @@
+// One mixture-of-experts MLP (docs: /work/MOE_DESIGN.md's math), forward and backward, for the
+// R rows of an MoE layer's input x (the ln2 output: this rank's rows) on a host-memory backend.
+//
+//   router   z = x Wr^T (R,E) from the stored x and Wr, then in T (fp32): p = softmax(z), lse
+//   top-k    the K largest p of each row, ties to the lower expert index; gates g = p / sum chosen
+//   dispatch the R*K assignments (r,k) sorted stably by expert: expert e's rows are the
+//            contiguous slots [offset[e], offset[e+1]); xs (RK,C) = x's row of each slot
+//   experts  per expert, one matmul over its rows: h = xs We1^T (n_e,2Fe), a = swiglu(h) (n_e,Fe),
+//            y = a We2^T (n_e,C): dropless, no capacity, no padding
+//   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]
+//   losses   aux = E sum_e f_e P_e (f_e = counts[e]/R, P_e = mean_r p[r,e]; HF Mixtral's
+//            load_balancing_loss_func), z = mean_r lse_r^2 (ST-MoE); over R of all tp ranks under
+//            sequence parallelism (their sums all-reduced over `stats_group`). Their gradient
+//            enters backward weighted by R x dloss (the micro-batch's share of the step's mean).
+// Compute tensors (xs, h, a, y and their gradients) are in the storage type and rounded where
+// the dense MLP rounds (`emulate`: the emulated path's precision, Fp32 = nothing to round);
+// everything of the router is T.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mpitrain/backend/backend.hpp"
+#include "mpitrain/comm/communicator.hpp"
+
+namespace mpitrain {
+
+// One MoE layer's load statistics (Model::take_moe_stats).
+struct MoeLayerStats {
+  int layer;                               // global layer index
+  double aux_loss = 0, z_loss = 0;         // summed over the micro-batches since the last take
+  std::vector<int64_t> tokens_per_expert;  // (E) rows routed to each expert (sum = R*K per mb)
+  int64_t rows = 0;                        // R summed over those micro-batches
+};
+
+// What one MoE layer keeps from forward for backward (one activation slot's), carved by the
+// Model: `acts` compute-tensor elements, `stats` T, `ids` int32 (the sizes below).
+template <typename T>
+struct MoeActs {
+  T* logits = nullptr;         // (R,E) router logits z
+  T* probs = nullptr;          // (R,E) softmax(z)
+  T* lse = nullptr;            // (R) log-sum-exp of each row of z
+  T* gates = nullptr;          // (R,K) renormalised over the chosen
+  int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending p (ties: lower index)
+  int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
+  int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
+  int32_t* counts = nullptr;   // (E+1) rows routed to each expert over all tp ranks, then R of
+                               // all tp ranks: the aux loss's constants
+  Buf<T> xs, h, a, y;          // (RK,C) (RK,2Fe) (RK,Fe) (RK,C)
+};
+
+template <typename T>
+class MoeLayer {
+ public:
+  // R_max: the most rows a call gets. stats_group: the tp group under sequence parallelism (the
+  // statistics' sums all-reduced over it), else null. Throws unless backend memory is host
+  // memory (the routing runs on the host).
+  MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width,
+           int R_max, float aux_coef, float z_coef, Precision emulate, Communicator* stats_group);
+
+  // Sizes of one layer's kept MoeActs for R rows (compute elements, T, int32).
+  static size_t kept_acts(size_t R, int E, int K, int C, int Fe);
+  static size_t kept_stats(size_t R, int E, int K);
+  static size_t kept_ids(size_t R, int E, int K);
+  // Sizes of the scratch shared by every layer (compute elements, T): set_scratch's buffers.
+  static size_t scratch_acts(size_t R, int K, int C, int Fe);
+  static size_t scratch_stats(size_t R, int E, int K, int C);
+  // Carves a's buffers from the three cursors (advanced), and the scratch likewise.
+  void carve(MoeActs<T>& a, Buf<T>& acts, T*& stats, int32_t*& ids) const;
+  void set_scratch(Buf<T> acts, T* stats);
+
+  // out (R,C): = the routed output, or += it when add (the shared experts' output is there).
+  // x (R,C) the layer's input; wr (E,C), w1 (E,2Fe,C), w2 (E,C,Fe). Adds this call's statistics
+  // into stats when given (not when recomputing).
+  void forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1,
+               CBuf<T> w2, int R, MoeLayerStats* stats);
+  // dx (R,C): = the gradient of x, or += it when add; dout (R,C) the gradient of out; parameter
+  // gradients added into dwr, dw1, dw2. dloss: the per-token loss gradient of forward (weights
+  // the aux and z losses, as the header says).
+  void backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x, CBuf<T> wr,
+                CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss);
+
+ private:
+  // x as T on the host: its own elements (fp32 storage) or converted into scratch.
+  const T* host(CBuf<T> x, size_t n, T* scratch);
+  // dst = src (n), rounded as stored.
+  void store(Buf<T> dst, const T* src, size_t n);
+  void round(Buf<T> x, size_t n);
+  // probs, lse, experts, gates of R rows from logits.
+  void route(MoeActs<T>& a, int R) const;
+
+  Backend<T>& backend_;
+  int E_, K_, C_, Fe_, R_max_;
+  T aux_coef_, z_coef_;
+  Precision emulate_;
+  Communicator* stats_group_;
+  std::vector<double> sums_;  // (2E+1) counts, sums of p, sum of lse^2: all-reduced together
+  std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
+  // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
+  // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K)
+  Buf<T> dy_, da_, dh_;
+  T *xh_ = nullptr, *wh_ = nullptr, *yh_ = nullptr, *oh_ = nullptr, *dxh_ = nullptr,
+    *dz_ = nullptr, *dg_ = nullptr;
+};
+
+}  // namespace mpitrain

@@ -1,0 +1,298 @@
+#include "mpitrain/model/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+
+template <typename T>
+MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model,
+                      int expert_width, int R_max, float aux_coef, float z_coef, Precision emulate,
+                      Communicator* stats_group)
+    : backend_(backend),
+      E_(n_experts),
+      K_(top_k),
+      C_(d_model),
+      Fe_(expert_width),
+      R_max_(R_max),
+      aux_coef_(static_cast<T>(aux_coef)),
+      z_coef_(static_cast<T>(z_coef)),
+      emulate_(emulate),
+      stats_group_(stats_group),
+      sums_(2 * static_cast<size_t>(n_experts) + 1),
+      next_(n_experts) {
+  if (!backend_.host_memory())
+    throw UsageError("mixture of experts runs on the cpu device only for now");
+}
+
+template <typename T>
+size_t MoeLayer<T>::kept_acts(size_t R, int E, int K, int C, int Fe) {
+  (void)E;
+  return R * K * (2 * static_cast<size_t>(C) + 3 * static_cast<size_t>(Fe));  // xs, y, h, a
+}
+
+template <typename T>
+size_t MoeLayer<T>::kept_stats(size_t R, int E, int K) {
+  return R * (2 * static_cast<size_t>(E) + 1 + K);  // logits, probs, lse, gates
+}
+
+template <typename T>
+size_t MoeLayer<T>::kept_ids(size_t R, int E, int K) {
+  return 2 * R * K + 2 * (static_cast<size_t>(E) + 1);  // experts, slot_of, offsets, counts
+}
+
+template <typename T>
+size_t MoeLayer<T>::scratch_acts(size_t R, int K, int C, int Fe) {
+  return R * K * (static_cast<size_t>(C) + 3 * static_cast<size_t>(Fe));  // dy, da, dh
+}
+
+template <typename T>
+size_t MoeLayer<T>::scratch_stats(size_t R, int E, int K, int C) {
+  // xh, oh, dxh, yh, wh, dz, dg
+  return 3 * R * C + R * K * C + static_cast<size_t>(E) * C + R * E + R * K;
+}
+
+template <typename T>
+void MoeLayer<T>::carve(MoeActs<T>& a, Buf<T>& acts, T*& stats, int32_t*& ids) const {
+  const size_t R = R_max_, RK = R * K_;
+  auto take = [&](size_t n) { Buf<T> b = acts; acts = acts + n; return b; };
+  auto take_stats = [&](size_t n) { T* p = stats; stats += n; return p; };
+  auto take_ids = [&](size_t n) { int32_t* p = ids; ids += n; return p; };
+  a.logits = take_stats(R * E_); a.probs = take_stats(R * E_); a.lse = take_stats(R);
+  a.gates = take_stats(R * K_);
+  a.experts = take_ids(RK); a.slot_of = take_ids(RK);
+  a.offsets = take_ids(E_ + 1); a.counts = take_ids(E_ + 1);
+  a.xs = take(RK * C_); a.h = take(RK * 2 * Fe_); a.a = take(RK * Fe_); a.y = take(RK * C_);
+}
+
+template <typename T>
+void MoeLayer<T>::set_scratch(Buf<T> acts, T* stats) {
+  const size_t R = R_max_, RK = R * K_;
+  dy_ = acts; da_ = dy_ + RK * C_; dh_ = da_ + RK * Fe_;
+  xh_ = stats; oh_ = xh_ + R * C_; dxh_ = oh_ + R * C_; yh_ = dxh_ + R * C_;
+  wh_ = yh_ + RK * C_; dz_ = wh_ + static_cast<size_t>(E_) * C_; dg_ = dz_ + R * E_;
+}
+
+template <typename T>
+const T* MoeLayer<T>::host(CBuf<T> x, size_t n, T* scratch) {
+  if (const T* full = x.full()) return full;
+  backend_.download(scratch, x, n);
+  return scratch;
+}
+
+template <typename T>
+void MoeLayer<T>::round(Buf<T> x, size_t n) {
+  if (emulate_ != Precision::Fp32 && x.full()) backend_.round_to(x.full(), n, emulate_);
+}
+
+template <typename T>
+void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
+  backend_.upload(dst, src, n);  // 2-byte storage: rounded by the conversion
+  round(dst, n);
+}
+
+// Softmax in T, then each row's top K: repeatedly the largest p not yet chosen, scanning the
+// experts in index order with a strict >, so that of equal p the lower index wins.
+template <typename T>
+void MoeLayer<T>::route(MoeActs<T>& a, int R) const {
+  for (int r = 0; r < R; ++r) {
+    const T* z = a.logits + static_cast<size_t>(r) * E_;
+    T* p = a.probs + static_cast<size_t>(r) * E_;
+    const T zmax = *std::max_element(z, z + E_);
+    T sum = 0;
+    for (int e = 0; e < E_; ++e) sum += p[e] = std::exp(z[e] - zmax);
+    for (int e = 0; e < E_; ++e) p[e] /= sum;
+    a.lse[r] = zmax + std::log(sum);
+    int32_t* chosen = a.experts + static_cast<size_t>(r) * K_;
+    T chosen_sum = 0;
+    for (int k = 0; k < K_; ++k) {
+      int best = -1;
+      for (int e = 0; e < E_; ++e) {
+        if (std::find(chosen, chosen + k, e) != chosen + k) continue;
+        if (best < 0 || p[e] > p[best]) best = e;
+      }
+      chosen[k] = best;
+      chosen_sum += p[best];
+    }
+    for (int k = 0; k < K_; ++k) a.gates[static_cast<size_t>(r) * K_ + k] = p[chosen[k]] / chosen_sum;
+  }
+}
+
+template <typename T>
+void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr,
+                          CBuf<T> w1, CBuf<T> w2, int R, MoeLayerStats* stats) {
+  if (R > R_max_) MPITRAIN_THROW("mixture of experts: more rows than sized for");
+  const size_t C = C_, Fe = Fe_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
+  // router: z (R,E) = x Wr^T, in T
+  const T* xh = host(x, RC, xh_);
+  const T* wh = host(wr, static_cast<size_t>(E_) * C, wh_);
+  for (int r = 0; r < R; ++r)
+    for (int e = 0; e < E_; ++e) {
+      T s = 0;
+      for (size_t c = 0; c < C; ++c) s += xh[r * C + c] * wh[e * C + c];
+      a.logits[static_cast<size_t>(r) * E_ + e] = s;
+    }
+  route(a, R);
+  // dispatch: a counting sort of the assignments by expert, stable (by row, then k)
+  std::fill(a.offsets, a.offsets + E_ + 1, 0);
+  for (size_t i = 0; i < RK; ++i) ++a.offsets[a.experts[i] + 1];
+  for (int e = 0; e < E_; ++e) a.offsets[e + 1] += a.offsets[e];
+  next_.assign(a.offsets, a.offsets + E_);  // each expert's next free slot
+  const size_t row_bytes = C * x.element_size();
+  for (size_t i = 0; i < RK; ++i) {  // xs[slot] = x[row]
+    const int32_t s = next_[a.experts[i]]++;
+    a.slot_of[i] = s;
+    std::memcpy(static_cast<char*>(a.xs.data()) + s * row_bytes,
+                static_cast<const char*>(x.data()) + (i / K_) * row_bytes, row_bytes);
+  }
+  // experts: h = xs We1^T, a = swiglu(h), y = a We2^T, one matmul per expert over its rows
+  for (int e = 0; e < E_; ++e) {
+    const size_t o = a.offsets[e];
+    const int n = a.offsets[e + 1] - a.offsets[e];
+    if (n > 0)
+      backend_.matmul_forward(a.h + o * 2 * Fe, a.xs + o * C, w1 + e * 2 * Fe * C, nullptr, n,
+                              C_, 2 * Fe_);
+  }
+  round(a.h, RK * 2 * Fe);
+  backend_.swiglu_forward(a.a, a.h, static_cast<int>(RK), Fe_);
+  round(a.a, RK * Fe);
+  for (int e = 0; e < E_; ++e) {
+    const size_t o = a.offsets[e];
+    const int n = a.offsets[e + 1] - a.offsets[e];
+    if (n > 0)
+      backend_.matmul_forward(a.y + o * C, a.a + o * Fe, w2 + e * C * Fe, nullptr, n, Fe_, C_);
+  }
+  round(a.y, RK * C);
+  // combine: out[r] (+)= sum_k g[r,k] y[slot(r,k)]
+  const T* yh = host(a.y, RK * C, yh_);
+  const T* prior = add ? host(out, RC, oh_) : nullptr;
+  for (int r = 0; r < R; ++r)
+    for (size_t c = 0; c < C; ++c) {
+      T s = prior ? prior[r * C + c] : T(0);
+      for (int k = 0; k < K_; ++k) {
+        const size_t i = static_cast<size_t>(r) * K_ + k;
+        s += a.gates[i] * yh[a.slot_of[i] * C + c];
+      }
+      dxh_[r * C + c] = s;
+    }
+  store(out, dxh_, RC);
+  // statistics: counts, sums of p, sum of lse^2 (over all tp ranks' rows under sp)
+  std::fill(sums_.begin(), sums_.end(), 0.0);
+  for (int e = 0; e < E_; ++e) sums_[e] = a.offsets[e + 1] - a.offsets[e];
+  for (int r = 0; r < R; ++r) {
+    for (int e = 0; e < E_; ++e) sums_[E_ + e] += a.probs[static_cast<size_t>(r) * E_ + e];
+    sums_[2 * E_] += static_cast<double>(a.lse[r]) * a.lse[r];
+  }
+  int64_t rows = R;
+  if (stats_group_) {
+    stats_group_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
+    stats_group_->all_reduce(&rows, 1, ReduceOp::Sum);
+  }
+  for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(sums_[e]);
+  a.counts[E_] = static_cast<int32_t>(rows);
+  if (!stats) return;
+  double aux = 0;
+  for (int e = 0; e < E_; ++e) aux += sums_[e] / rows * (sums_[E_ + e] / rows);
+  stats->aux_loss += E_ * aux;
+  stats->z_loss += sums_[2 * E_] / rows;
+  stats->tokens_per_expert.resize(E_);
+  for (int e = 0; e < E_; ++e) stats->tokens_per_expert[e] += a.counts[e];
+  stats->rows += rows;
+}
+
+template <typename T>
+void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x,
+                           CBuf<T> wr, CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R,
+                           T dloss) {
+  const size_t C = C_, Fe = Fe_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
+  // combine: dg[r,k] = dout[r] . y[slot], dy[slot] = g[r,k] dout[r]   (RK,C)
+  const T* doh = host(dout, RC, oh_);
+  const T* yh = host(a.y, RK * C, yh_);
+  for (size_t i = 0; i < RK; ++i) {
+    const T* d = doh + (i / K_) * C;
+    const T* y = yh + a.slot_of[i] * C;
+    T s = 0;
+    for (size_t c = 0; c < C; ++c) s += d[c] * y[c];
+    dg_[i] = s;
+  }
+  T* dyh = yh_;  // y is read: its scratch takes dy
+  for (size_t i = 0; i < RK; ++i) {
+    const T* d = doh + (i / K_) * C;
+    T* dy = dyh + a.slot_of[i] * C;
+    for (size_t c = 0; c < C; ++c) dy[c] = a.gates[i] * d[c];
+  }
+  store(dy_, dyh, RK * C);
+  // experts backward, per expert: da = dy We2, dWe2 += dy^T a; dh = swiglu'; dxs = dh We1,
+  // dWe1 += dh^T xs (dxs in dy's place)
+  for (int e = 0; e < E_; ++e) {
+    const size_t o = a.offsets[e];
+    const int n = a.offsets[e + 1] - a.offsets[e];
+    if (n > 0)
+      backend_.matmul_backward(da_ + o * Fe, dw2 + e * C * Fe, nullptr, dy_ + o * C, a.a + o * Fe,
+                               w2 + e * C * Fe, n, Fe_, C_);
+  }
+  round(da_, RK * Fe);
+  backend_.swiglu_backward(dh_, a.h, da_, static_cast<int>(RK), Fe_);
+  round(dh_, RK * 2 * Fe);
+  for (int e = 0; e < E_; ++e) {
+    const size_t o = a.offsets[e];
+    const int n = a.offsets[e + 1] - a.offsets[e];
+    if (n > 0)
+      backend_.matmul_backward(dy_ + o * C, dw1 + e * 2 * Fe * C, nullptr, dh_ + o * 2 * Fe,
+                               a.xs + o * C, w1 + e * 2 * Fe * C, n, C_, 2 * Fe_);
+  }
+  round(dy_, RK * C);
+  // dx[r] = sum_k dxs[slot(r,k)]   (R,C)
+  const T* dxs = host(dy_, RK * C, yh_);
+  for (int r = 0; r < R; ++r)
+    for (size_t c = 0; c < C; ++c) {
+      T s = 0;
+      for (int k = 0; k < K_; ++k) s += dxs[a.slot_of[static_cast<size_t>(r) * K_ + k] * C + c];
+      dxh_[r * C + c] = s;
+    }
+  // gates -> p: g_k = p_k / S over the chosen, dp_j = (dg_j - sum_k g_k dg_k) / S; the aux
+  // loss adds aux_coef dloss E counts[e] / R_all to every p[r,e]; softmax: dz = p (dp - p.dp);
+  // the z-loss adds z_coef dloss 2 lse p (R x dloss times d/dz of aux_coef aux + z_coef z).
+  const T R_all = static_cast<T>(a.counts[E_]);
+  for (int r = 0; r < R; ++r) {
+    const T* p = a.probs + static_cast<size_t>(r) * E_;
+    const T* g = a.gates + static_cast<size_t>(r) * K_;
+    const T* dg = dg_ + static_cast<size_t>(r) * K_;
+    const int32_t* chosen = a.experts + static_cast<size_t>(r) * K_;
+    T* dz = dz_ + static_cast<size_t>(r) * E_;
+    T S = 0, gdg = 0;
+    for (int k = 0; k < K_; ++k) {
+      S += p[chosen[k]];
+      gdg += g[k] * dg[k];
+    }
+    for (int e = 0; e < E_; ++e) dz[e] = aux_coef_ * dloss * E_ * a.counts[e] / R_all;  // dp
+    for (int k = 0; k < K_; ++k) dz[chosen[k]] += (dg[k] - gdg) / S;
+    T pdp = 0;
+    for (int e = 0; e < E_; ++e) pdp += p[e] * dz[e];
+    for (int e = 0; e < E_; ++e) dz[e] = p[e] * (dz[e] - pdp) + z_coef_ * dloss * 2 * a.lse[r] * p[e];
+  }
+  // router: dWr += dz^T x (E,C), dx += dz Wr
+  const T* xh = host(x, RC, xh_);
+  const T* wh = host(wr, static_cast<size_t>(E_) * C, wh_);
+  for (int r = 0; r < R; ++r)
+    for (int e = 0; e < E_; ++e) {
+      const T d = dz_[static_cast<size_t>(r) * E_ + e];
+      for (size_t c = 0; c < C; ++c) {
+        dwr[e * C + c] += d * xh[r * C + c];
+        dxh_[r * C + c] += d * wh[e * C + c];
+      }
+    }
+  if (add) {
+    const T* prior = host(dx, RC, oh_);
+    for (size_t i = 0; i < RC; ++i) dxh_[i] += prior[i];
+  }
+  store(dx, dxh_, RC);
+}
+
+template class MoeLayer<float>;
+template class MoeLayer<double>;
+
+}  // namespace mpitrain
