@@ -22,6 +22,7 @@
 #include "mpitrain/app/command_line.hpp"
 #include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/model/summary.hpp"
 #include "mpitrain/planner/inputs.hpp"
 #include "mpitrain/planner/planner.hpp"
 #include "mpitrain/planner/report.hpp"
@@ -212,11 +213,17 @@ int run(int argc, char** argv) {
   }
   const Cluster cluster = make_cluster(o.spec);
   const ModelConfig& m = in.model;
-  const double n = static_cast<double>(ParamLayout(m).total());
-  std::printf("model %s L%d H%d KV%d C%d F%d V%d, %.4g%s parameters | seq %d, global batch %d, "
-              "%s\n",
+  const double n = static_cast<double>(ParamLayout(m).total()), active = active_params(m);
+  const std::string experts = experts_text(m);
+  char active_text[48] = "";  // an MoE model: the parameters a token uses
+  if (!experts.empty())
+    std::snprintf(active_text, sizeof active_text, " (%.4g%s active per token)",
+                  active >= 1e9 ? active / 1e9 : active / 1e6, active >= 1e9 ? "B" : "M");
+  std::printf("model %s L%d H%d KV%d C%d F%d V%d%s, %.4g%s parameters%s | seq %d, global batch "
+              "%d, %s\n",
               to_string(m.arch).c_str(), m.n_layer, m.n_head, m.n_kv_head, m.d_model, m.d_ff,
-              m.vocab_size, n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", in.run.seq_len,
+              m.vocab_size, experts.empty() ? "" : (" " + experts).c_str(),
+              n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", active_text, in.run.seq_len,
               in.run.global_batch, to_string(in.run.precision).c_str());
   std::printf("cluster %d x %d %s ranks | per rank %.2f GiB, %.4g %s peak%s x efficiency "
               "%.2f | all-reduce %.4g GB/s in a node",

@@ -40,6 +40,11 @@ const std::vector<OptionRange> kRanges = {
     {"norm-eps", 0, 1, true},
     {"rope-theta", 0, kUnbounded, true},
     {"head-dim", 0, kMaxSize},
+    {"n-experts", 0, kMaxSize},
+    {"top-k", 1, kMaxSize},
+    {"moe-ff", 0, kMaxSize},
+    {"n-shared-experts", 0, kMaxSize},
+    {"moe-every", 1, kMaxSize},
     // Data and evaluation
     {"eval-interval", 0, kUnbounded},
     {"eval-samples", 1, kUnbounded},
@@ -61,6 +66,8 @@ const std::vector<OptionRange> kRanges = {
     {"beta2", 0, 1, false, true},
     {"adam-eps", 0, 1, true},
     {"grad-clip", 0, kUnbounded},
+    {"moe-aux-loss-coef", 0, kUnbounded},
+    {"moe-z-loss-coef", 0, kUnbounded},
     // Parallelism; a bucket of 1/16 MiB (16384 floats) keeps the count of buckets, each an
     // all-reduce in flight, sane; 1 TiB exceeds any model's gradients (one bucket).
     {"dp", 0, kUnbounded},
@@ -200,7 +207,20 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("gpt2-scale-attn-weights", with_default(&m.scale_attn_weights)->value_name("true|false"),
        "gpt2: divide the attention scores by sqrt(head size) (HF scale_attn_weights)")
       ("gpt2-scale-attn-by-layer", flag(&m.scale_attn_by_inverse_layer_idx),
-       "gpt2: divide block l's attention scores by l + 1 too (HF scale_attn_by_inverse_layer_idx)");
+       "gpt2: divide block l's attention scores by l + 1 too (HF scale_attn_by_inverse_layer_idx)")
+      ("n-experts", with_default(&m.n_experts),
+       "llama: mixture of experts, routed SwiGLU experts per MoE layer (a router, softmax in "
+       "fp32, top-k, dropless); 0 = every MLP dense")
+      ("top-k", with_default(&m.top_k),
+       "experts each token goes to, their gates renormalised over the chosen (Mixtral); ties: the "
+       "lower expert index wins")
+      ("moe-ff", with_default(&m.moe_ff), "each expert's SwiGLU width; 0 = d-ff")
+      ("n-shared-experts", with_default(&m.n_shared_experts),
+       "experts every token passes besides its routed ones (DeepSeek, Qwen-MoE): one SwiGLU of "
+       "n-shared-experts x moe-ff width in each MoE layer")
+      ("moe-every", with_default(&m.moe_every),
+       "layer l (from 0) is MoE when l + 1 is a multiple of this (HF decoder_sparse_step); the "
+       "others keep a dense MLP of d-ff");
   return d;
 }
 
@@ -271,7 +291,14 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
       ("beta1", with_default(&t.beta1), "AdamW / LAMB beta1")
       ("beta2", with_default(&t.beta2), "AdamW / LAMB beta2")
       ("adam-eps", with_default(&t.adam_eps), "AdamW / LAMB epsilon")
-      ("grad-clip", with_default(&t.grad_clip), "clip the global gradient norm to this; 0 = off");
+      ("grad-clip", with_default(&t.grad_clip), "clip the global gradient norm to this; 0 = off")
+      ("moe-aux-loss-coef", with_default(&t.moe_aux_loss_coef),
+       "n-experts > 0: weight of the load-balancing loss E sum_e f_e P_e of each MoE layer "
+       "(Switch, Mixtral's router_aux_loss_coef) added to the objective; reported apart from the "
+       "loss")
+      ("moe-z-loss-coef", with_default(&t.moe_z_loss_coef),
+       "n-experts > 0: weight of the router z-loss mean(logsumexp(logits)^2) of each MoE layer "
+       "(ST-MoE); reported apart from the loss");
   return d;
 }
 

@@ -76,6 +76,12 @@ void for_each_field(M& m, F&& f) {
     arch_default(&ModelConfig::scale_attn_weights));
   f("scale_attn_by_inverse_layer_idx", m.model.scale_attn_by_inverse_layer_idx,
     arch_default(&ModelConfig::scale_attn_by_inverse_layer_idx));
+  // mixture of experts (config.hpp): absent = the default (n_experts 0: dense)
+  f("n_experts", m.model.n_experts, arch_default(&ModelConfig::n_experts));
+  f("top_k", m.model.top_k, arch_default(&ModelConfig::top_k));
+  f("moe_ff", m.model.moe_ff, arch_default(&ModelConfig::moe_ff));
+  f("n_shared_experts", m.model.n_shared_experts, arch_default(&ModelConfig::n_shared_experts));
+  f("moe_every", m.model.moe_every, arch_default(&ModelConfig::moe_every));
 }
 
 using RopeType = ModelConfig::RopeScaling::Type;
@@ -317,6 +323,11 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
       std::to_string(b.scale_attn_weights));
   cmp("scale_attn_by_inverse_layer_idx", std::to_string(a.scale_attn_by_inverse_layer_idx),
       std::to_string(b.scale_attn_by_inverse_layer_idx));
+  cmp("n_experts", std::to_string(a.n_experts), std::to_string(b.n_experts));
+  cmp("top_k", std::to_string(a.top_k), std::to_string(b.top_k));
+  cmp("expert_width", std::to_string(a.expert_width()), std::to_string(b.expert_width()));
+  cmp("n_shared_experts", std::to_string(a.n_shared_experts), std::to_string(b.n_shared_experts));
+  cmp("moe_every", std::to_string(a.moe_every), std::to_string(b.moe_every));
   return diff;
 }
 

@@ -39,6 +39,10 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
   require(t.cp == 1, config_path + " sets cp " + std::to_string(t.cp) +
                         ": the planner does not search context parallelism yet (the trainer's "
                         "memory check and --micro-batch-size auto count it)");
+  require(!gpu || m.n_experts == 0,
+          config_path + " sets n-experts " + std::to_string(m.n_experts) +
+              ": the trainer runs mixture of experts on the cpu device only for now: plan it "
+              "with --cpu");
   in.run = run_shape_of(t, gpu);
   return in;
 }

@@ -53,15 +53,21 @@ double largest_piece(double n, int ranks) {
 }  // namespace
 
 StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int shard_ranks) {
-  ModelConfig two = config;
-  two.n_layer = 2;
+  // A two-layer model's layer 0 is a dense block (no experts) or an MoE block (moe-every 1).
+  ModelConfig dense = config, moe = config;
+  dense.n_layer = moe.n_layer = 2;
+  dense.n_experts = 0;
+  moe.moe_every = 1;
   ModelShard ends = shard, one_block = shard;
   ends.layer_begin = ends.layer_end = 0;
   one_block.layer_begin = 0;
   one_block.layer_end = 1;
   StageUnits u;
-  u.layers = (shard.layer_end < 0 ? config.n_layer : shard.layer_end) - shard.layer_begin;
-  const ParamLayout outside(two, ends);
+  const int begin = shard.layer_begin, end = shard.layer_end < 0 ? config.n_layer : shard.layer_end;
+  u.layers = end - begin;
+  // Layers l of [begin, end) with (l + 1) % moe_every == 0 (ModelConfig::is_moe_layer).
+  u.moe_layers = config.n_experts > 0 ? end / config.moe_every - begin / config.moe_every : 0;
+  const ParamLayout outside(dense, ends);
   for (const FlatRange& unit : outside.units()) {
     const double n = static_cast<double>(unit.size());
     u.outer += n;
@@ -69,9 +75,13 @@ StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int s
     u.largest = std::max(u.largest, n);
     ++u.outer_units;
   }
-  u.block = static_cast<double>(ParamLayout(two, one_block).total()) - u.outer;
+  u.block = static_cast<double>(ParamLayout(dense, one_block).total()) - u.outer;
   u.block_piece = largest_piece(u.block, shard_ranks);
-  if (u.layers > 0) u.largest = std::max(u.largest, u.block);
+  if (u.moe_layers > 0) {
+    u.moe_block = static_cast<double>(ParamLayout(moe, one_block).total()) - u.outer;
+    u.moe_block_piece = largest_piece(u.moe_block, shard_ranks);
+  }
+  u.largest = std::max(u.largest, u.largest_block());
   return u;
 }
 

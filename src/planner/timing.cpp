@@ -67,15 +67,18 @@ double sharded_exposed(const ModelConfig& config, const ModelShard& shard, const
   return exposed + all_reduce_s(u.shard() * 4.0, replicas, dp_part_bw(cluster, grid, D, true), a);
 }
 
-// Parameters of this shard that take part in matrix products (as ParamLayout::matmul_params
-// counts them for the whole model): all but wpe and the wte lookup; a tied wte is the head on
-// the last stage.
+// Parameters of this shard that take part in a token's matrix products (as
+// ParamLayout::matmul_params counts them for the whole model): all but wpe and the wte lookup; a
+// tied wte is the head on the last stage; of the routed experts, the top_k of n_experts a token
+// goes to (the router in full).
 double matmul_params(const ModelConfig& config, const ParamLayout& layout) {
   double n = 0;
   for (const ParamTensor& t : layout.tensors()) {
     if (t.slot == Slot::Wpe) continue;
     if (t.slot == Slot::Wte && !(config.tie_embeddings && layout.shard().last_stage)) continue;
-    n += static_cast<double>(t.numel);
+    const bool routed = t.slot == Slot::ExpertFcW || t.slot == Slot::ExpertProjW;
+    const double used = routed ? static_cast<double>(config.top_k) / config.n_experts : 1.0;
+    n += static_cast<double>(t.numel) * used;
   }
   return n;
 }

@@ -46,7 +46,54 @@ EarlierSegments earlier_segments(const std::vector<std::string>& kept) {
   return e;
 }
 
+// The MoE layers' losses summed over the layers: {aux, z}.
+std::pair<double, double> moe_losses(const std::vector<MoeLayerRecord>& layers) {
+  double aux = 0, z = 0;
+  for (const MoeLayerRecord& l : layers) aux += l.aux_loss, z += l.z_loss;
+  return {aux, z};
+}
+
+// The largest imbalance (max / mean tokens per expert) of the MoE layers.
+double moe_imbalance(const std::vector<MoeLayerRecord>& layers) {
+  double worst = 0;
+  for (const MoeLayerRecord& l : layers) worst = std::max(worst, l.imbalance());
+  return worst;
+}
+
+// metrics.jsonl's MoE fields: the summed losses, the worst imbalance, and per layer its losses,
+// tokens per expert and their max and mean.
+std::string moe_fields(const std::vector<MoeLayerRecord>& layers) {
+  const auto n9 = [](double v) { return json_number(v, 9); };
+  const auto [aux, z] = moe_losses(layers);
+  std::string text = ", \"moe_aux_loss\": " + n9(aux) + ", \"moe_z_loss\": " + n9(z) +
+                     ", \"moe_imbalance\": " + json_number(moe_imbalance(layers), 6) +
+                     ", \"moe_layers\": [";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const MoeLayerRecord& l = layers[i];
+    text += (i ? ", " : "") + std::string("{\"layer\": ") + std::to_string(l.layer) +
+            ", \"aux_loss\": " + n9(l.aux_loss) + ", \"z_loss\": " + n9(l.z_loss) +
+            ", \"tokens_max\": " + json_number(l.tokens_max(), 9) +
+            ", \"tokens_mean\": " + json_number(l.tokens_mean(), 9) + ", \"tokens\": [";
+    for (size_t e = 0; e < l.tokens.size(); ++e)
+      text += (e ? ", " : "") + std::to_string(l.tokens[e]);
+    text += "]}";
+  }
+  return text + "]";
+}
+
 }  // namespace
+
+double MoeLayerRecord::tokens_max() const {
+  int64_t most = 0;
+  for (int64_t n : tokens) most = std::max(most, n);
+  return static_cast<double>(most);
+}
+
+double MoeLayerRecord::tokens_mean() const {
+  double sum = 0;
+  for (int64_t n : tokens) sum += static_cast<double>(n);
+  return tokens.empty() ? 0.0 : sum / static_cast<double>(tokens.size());
+}
 
 MetricsLog::MetricsLog(const std::string& path, bool active, int64_t resumed_step,
                        std::unique_ptr<TensorBoardWriter> tensorboard, int log_interval,
@@ -110,6 +157,7 @@ void MetricsLog::step(const StepRecord& r) {
     line += ", \"gpu_power_w\": " + n6(r.gpu_joules / step_s);
     line += ", \"joules_per_token\": " + n6(r.gpu_joules / tokens);
   }
+  if (!r.moe.empty()) line += moe_fields(r.moe);
   std::fprintf(file_.get(), "%s}\n", line.c_str());
   std::fflush(file_.get());
   if (tensorboard_) {
@@ -134,6 +182,13 @@ void MetricsLog::step(const StepRecord& r) {
                               {"energy/joules_per_token", r.gpu_joules / tokens}};
       tensorboard_->write(r.step, power);
     }
+    if (!r.moe.empty()) {
+      const auto [aux, z] = moe_losses(r.moe);
+      const Scalar moe[] = {{"moe/aux_loss", aux},
+                            {"moe/z_loss", z},
+                            {"moe/imbalance", moe_imbalance(r.moe)}};
+      tensorboard_->write(r.step, moe);
+    }
   }
   report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
                     r.optimizer_ms, r.exposed_comm_ms, r.data_ms, stall_ms, r.peak_rss_mib,
@@ -146,6 +201,9 @@ void MetricsLog::step(const StepRecord& r) {
 void MetricsLog::console_line(const StepRecord& r) {
   if (first_step_ < 0) first_step_ = r.step;
   interval_loss_ += r.loss;
+  const auto [aux, z] = moe_losses(r.moe);
+  interval_aux_ += aux;
+  interval_z_ += z;
   ++interval_steps_;
   if (r.step != first_step_ && r.step % log_interval_ != 0 && r.step != r.steps) return;
   const double elapsed =
@@ -154,6 +212,9 @@ void MetricsLog::console_line(const StepRecord& r) {
   std::printf("step %*d/%d | loss %.6f", static_cast<int>(std::to_string(r.steps).size()), r.step,
               r.steps, interval_loss_ / interval_steps_);
   if (interval_steps_ > 1) std::printf(" (mean of %d)", interval_steps_);
+  if (!r.moe.empty())  // the MoE layers' summed losses (the same mean), the step's imbalance
+    std::printf(" | aux %.4f z %.4f | imbalance %.2f", interval_aux_ / interval_steps_,
+                interval_z_ / interval_steps_, moe_imbalance(r.moe));
   std::printf(" | lr %.3e | norm %.4f | %8.0f tok/s | %8.1f ms (exposed comm %.1f)", r.lr,
               r.grad_norm, r.tokens_per_s, r.step_ms, r.exposed_comm_ms);
   if (r.mfu > 1.0)  // more than the peak: the peak is wrong, not the run
@@ -169,7 +230,7 @@ void MetricsLog::console_line(const StepRecord& r) {
               count_text(static_cast<double>(r.tokens_seen)).c_str(), clock_text(elapsed).c_str(),
               clock_text(eta).c_str());
   std::fflush(stdout);
-  interval_loss_ = 0.0;
+  interval_loss_ = interval_aux_ = interval_z_ = 0.0;
   interval_steps_ = 0;
 }
 

@@ -57,6 +57,11 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "gpt2-scale-attn-weights", m.scale_attn_weights, f.scale_attn_weights, source);
   require_same(o, "gpt2-scale-attn-by-layer", m.scale_attn_by_inverse_layer_idx,
                f.scale_attn_by_inverse_layer_idx, source);
+  require_same(o, "n-experts", m.n_experts, f.n_experts, source);
+  require_same(o, "top-k", m.top_k, f.top_k, source);
+  require_same(o, "moe-ff", m.expert_width(), f.expert_width(), source);
+  require_same(o, "n-shared-experts", m.n_shared_experts, f.n_shared_experts, source);
+  require_same(o, "moe-every", m.moe_every, f.moe_every, source);
   if (!norms) return;
   require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);

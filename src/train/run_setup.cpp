@@ -62,8 +62,23 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   };
   divides(m.n_head, "n-head");
   divides(m.n_kv_head, "n-kv-head");
-  divides(m.d_ff, "d-ff");
+  if (m.n_experts == 0 || m.moe_every > 1) divides(m.d_ff, "d-ff");  // some layer is dense
+  // MoE layers: the shared experts are split like a dense MLP; the router and routed experts
+  // are whole on every tp rank.
+  divides(m.n_experts > 0 ? m.n_shared_experts * m.expert_width() : 0,
+          "the shared experts' width n-shared-experts x expert width");
   divides(m.padded_vocab(), "the padded vocabulary");
+}
+
+void check_experts(const TrainConfig& t, const ModelConfig& m, int cp) {
+  if (m.n_experts == 0) return;
+  require(false, "mixture of experts (n-experts " + std::to_string(m.n_experts) +
+                     "): the MoE layers' compute is not in this build yet");
+  require(t.device == "cpu", "mixture of experts (n-experts " + std::to_string(m.n_experts) +
+                                 ") runs on the cpu device only for now: use --device cpu");
+  require(cp == 1, "mixture of experts (n-experts " + std::to_string(m.n_experts) +
+                       ") with context parallelism (cp " + std::to_string(cp) +
+                       ") is not supported yet: use --cp 1");
 }
 
 void check_sequence_parallel(const TrainConfig& t, int tp) {

@@ -23,6 +23,7 @@
 #include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
+#include "mpitrain/model/summary.hpp"
 #include "mpitrain/monitor/output_dir.hpp"
 #include "mpitrain/monitor/peak_cache.hpp"
 #include "mpitrain/monitor/report.hpp"
@@ -213,6 +214,7 @@ void Trainer::check_inputs() {
     cfg_ = resolve_model_config(options_, train_first, tokenizer_vocab);
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
+    check_experts(t_, cfg_, shape_.cp);
     check_tensor_parallel(cfg_, shape_.tp);
     check_sequence_parallel(t_, shape_.tp);
     check_expert_parallel(t_, cfg_, shape_);
@@ -407,7 +409,12 @@ std::string Trainer::run_ini() const {
                                            {"gpt2-scale-attn-weights",
                                             flag(cfg_.scale_attn_weights)},
                                            {"gpt2-scale-attn-by-layer",
-                                            flag(cfg_.scale_attn_by_inverse_layer_idx)}});
+                                            flag(cfg_.scale_attn_by_inverse_layer_idx)},
+                                           {"n-experts", text(cfg_.n_experts)},
+                                           {"top-k", text(cfg_.top_k)},
+                                           {"moe-ff", text(cfg_.moe_ff)},
+                                           {"n-shared-experts", text(cfg_.n_shared_experts)},
+                                           {"moe-every", text(cfg_.moe_every)}});
 }
 
 void Trainer::build_step_parts() {
@@ -601,12 +608,17 @@ std::string Trainer::zero_text() const {
 
 void Trainer::print_banner() const {
   if (!root_) return;
+  // An MoE model: its experts, and the parameters a token uses of the total.
+  const std::string experts = experts_text(cfg_);
+  const std::string params =
+      count_text(static_cast<double>(full_layout_->total())) +
+      (experts.empty() ? "" : " (" + count_text(active_params(cfg_)) + " active per token)");
   std::printf(
-      "mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d | %s parameters | %zu tokens of "
+      "mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d%s | %s parameters | %zu tokens of "
       "training data in %zu %s\n",
       MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head,
       cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
-      count_text(static_cast<double>(full_layout_->total())).c_str(),
+      experts.empty() ? "" : (" " + experts).c_str(), params.c_str(),
       static_cast<size_t>(train_ ? train_->tokens() : 0), train_ ? train_->files().size() : 0,
       train_ && train_->files().size() == 1 ? "file" : "files");
   const auto count = [](int n, const char* one, const char* many) {

@@ -202,3 +202,41 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
     EXPECT_EQ(back.head_dim, 0);
   }
 }
+
+// The mixture-of-experts fields: recorded and checksummed where they differ from the defaults; a
+// dense model's manifest has none of them (its attributes and checksum as before the fields), and
+// reads back dense.
+TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
+  const char* names[] = {"n_experts", "top_k", "moe_ff", "n_shared_experts", "moe_every"};
+  CheckpointManifest m = sample_manifest();
+  m.model.set_arch(Arch::Llama);
+  m.model.n_experts = 4;
+  m.model.top_k = 1;
+  m.model.moe_ff = 96;
+  m.model.n_shared_experts = 1;
+  m.model.moe_every = 2;
+  write(m);
+  {
+    H5Handle file = open_file(path());
+    const ModelConfig back = read_manifest(file.get()).model;
+    EXPECT_EQ(back.n_experts, 4);
+    EXPECT_EQ(back.top_k, 1);
+    EXPECT_EQ(back.moe_ff, 96);
+    EXPECT_EQ(back.n_shared_experts, 1);
+    EXPECT_EQ(back.moe_every, 2);
+    EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));
+    EXPECT_NE(model_differences(back, sample_manifest().model).find("n_experts 4 vs 0"),
+              std::string::npos);
+  }
+  edit([](hid_t g) { write_attribute_int(g, "n_experts", 8); });
+  EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+  CheckpointManifest dense = sample_manifest();
+  dense.model.set_arch(Arch::Llama);
+  write(dense);
+  H5Handle file = open_file(path());
+  H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
+  for (const char* name : names) EXPECT_FALSE(has_attribute(group.get(), name)) << name;
+  for (const auto& [name, value] : manifest_fields(dense))
+    for (const char* moe : names) EXPECT_NE(name, moe);  // so its checksum is unchanged
+  EXPECT_EQ(read_manifest(file.get()).model.n_experts, 0);
+}

@@ -173,3 +173,24 @@ TEST(MetricsNonFinite, JsonNumber) {
   EXPECT_EQ(json_number(0.125), "0.125");
   EXPECT_EQ(json_number(3.14159265358979, 9), "3.14159265");
 }
+
+// A mixture-of-experts step: the layers' losses summed, the worst imbalance, and per layer its
+// tokens per expert with their max and mean; a dense step has none of these fields.
+TEST(MetricsMoe, LayersLossesAndTokensPerExpert) {
+  StepRecord r = step_with_energy(-1.0);
+  EXPECT_EQ(record_of(r).find("moe"), std::string::npos);
+  r.moe = {{1, 2.25, 0.5, {10, 30, 20, 20}}, {3, 2.5, 0.25, {40, 0, 20, 20}}};
+  const std::string line = record_of(r);
+  const json v = json::parse(line);
+  EXPECT_DOUBLE_EQ(v.at("moe_aux_loss").get<double>(), 4.75) << line;
+  EXPECT_DOUBLE_EQ(v.at("moe_z_loss").get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(v.at("moe_imbalance").get<double>(), 2.0);  // layer 3: 40 / 20
+  ASSERT_EQ(v.at("moe_layers").size(), 2u);
+  const json& first = v.at("moe_layers")[0];
+  EXPECT_EQ(first.at("layer").get<int>(), 1);
+  EXPECT_DOUBLE_EQ(first.at("aux_loss").get<double>(), 2.25);
+  EXPECT_DOUBLE_EQ(first.at("tokens_max").get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(first.at("tokens_mean").get<double>(), 20.0);
+  EXPECT_EQ(first.at("tokens").get<std::vector<int64_t>>(), (std::vector<int64_t>{10, 30, 20, 20}));
+  EXPECT_DOUBLE_EQ(v.at("loss").get<double>(), 3.5);  // the cross-entropy alone
+}

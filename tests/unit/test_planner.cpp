@@ -300,6 +300,95 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   }
 }
 
+// llama L2 H2 C8 F32, vocabulary 100 (padded 128), untied, as tiny(); layer 1 an MoE layer
+// (moe-every 2) of E 4 experts of width Fe 16, top-2, one shared expert. Parameters:
+//   wte 1024, lm_head 1024, lnf 8,
+//   block 0 (dense): ln1 8 + qkv 24*8 + proj 8*8 + ln2 8 + fc 64*8 + proj 8*32 = 1040
+//   block 1 (MoE):   ln1 8 + qkv 192 + proj 64 + ln2 8 + shared fc 32*8 + proj 8*16
+//                    + router 4*8 + experts fc 4*32*8 + experts proj 4*8*16 = 2224
+//   whole model 1024 + 1024 + 8 + 1040 + 2224 = 5320.
+ModelConfig tiny_moe() {
+  ModelConfig c = tiny();
+  c.set_arch(Arch::Llama);
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.moe_ff = 16;
+  c.n_shared_experts = 1;
+  c.moe_every = 2;
+  return c;
+}
+
+// Every expert's weights, gradients and optimizer state are held (ep 1), the MoE block counted
+// on the stage that holds it: by hand, and as ParamLayout lays out every stage of pp 1 to 4.
+TEST(PlannerMemory, ExpertParametersByHandAndPerStage) {
+  const ModelConfig moe = tiny_moe();
+  ASSERT_EQ(ParamLayout(moe).total(), 5320u);
+  const Layout one{1, 1, 1, 2, 0, Recompute::None};
+  const MemoryEstimate e = layout_memory(moe, tiny_run(), one, 0.0);
+  EXPECT_DOUBLE_EQ(e.params, 5320 * 4.0);
+  EXPECT_DOUBLE_EQ(e.grads, 5320 * 4.0);
+  EXPECT_DOUBLE_EQ(e.optimizer, 5320 * 8.0);
+  // pp 2: stage 0 wte + block 0 = 2064, stage 1 block 1 (the MoE one) + lnf + lm_head = 3256.
+  const Layout two{1, 1, 2, 2, 0, Recompute::None};
+  const std::vector<int> first = {0, 1, 2};
+  EXPECT_DOUBLE_EQ(stage_memory(moe, tiny_run(), two, first, 0, 0.0).params, 2064 * 4.0);
+  EXPECT_DOUBLE_EQ(stage_memory(moe, tiny_run(), two, first, 1, 0.0).params, 3256 * 4.0);
+  // ZeRO-3 over dp 2 (m = 1): the outer units + 2 of the largest block (the MoE one) gathered.
+  RunShape run = tiny_run();
+  run.global_batch = 4;
+  Layout three{2, 1, 1, 2, 3, Recompute::None};
+  const StageUnits u = stage_units(moe, ModelShard{}, 2);
+  EXPECT_DOUBLE_EQ(u.params(), 5320.0);
+  EXPECT_DOUBLE_EQ(u.unit_buffers(), 1024 + 1024 + 8 + 2 * 2224.0);
+  EXPECT_DOUBLE_EQ(u.shard(), 512 + 512 + 8 + 528 + 1120.0);  // pieces rounded up to 16
+  EXPECT_DOUBLE_EQ(layout_memory(moe, run, three, 0.0).params, (u.shard() + u.unit_buffers()) * 4);
+  for (int every : {1, 2, 3}) {
+    ModelConfig c = tiny_moe();
+    c.n_layer = 6;
+    c.moe_every = every;
+    for (int pp : {1, 2, 3, 4}) {
+      const std::vector<int> split = pipeline_layer_split(c.n_layer, pp, "");
+      for (int stage = 0; stage < pp; ++stage) {
+        const ModelShard shard = shard_of({1, 1, pp}, split, 0, stage);
+        const ParamLayout layout(c, shard);
+        const StageUnits units = stage_units(c, shard, 3);
+        double largest = 0, pieces = 0;
+        for (const FlatRange& unit : layout.units()) {
+          largest = std::max(largest, static_cast<double>(unit.size()));
+          pieces += static_cast<double>(zero_range(unit.size(), 3, 0).size());
+        }
+        EXPECT_EQ(units.params(), static_cast<double>(layout.total()))
+            << "every " << every << " stage " << stage << "/" << pp;
+        EXPECT_EQ(units.largest, largest) << "every " << every << " stage " << stage << "/" << pp;
+        EXPECT_EQ(units.shard(), pieces) << "every " << every << " stage " << stage << "/" << pp;
+      }
+    }
+  }
+}
+
+// A token's products use the router and top_k of the n_experts: with top-1 of 4 experts of width
+// 16, an MoE model computes what a dense model of d-ff 16 does plus the router (4 x 8 per MoE
+// layer), 2 x 32 x 2 layers = 128 flops per token forward; at 1e6 x 0.5 FLOP/s, 2 micro-batches of
+// 8 tokens, forward and backward: 3 x 128 x 16 / 5e5 = 0.012288 s more.
+TEST(PlannerTime, ExpertsCountTheirActiveShare) {
+  ModelConfig moe = tiny_moe();
+  moe.n_shared_experts = 0;
+  moe.moe_every = 1;
+  moe.top_k = 1;
+  ModelConfig dense = tiny_moe();
+  dense.n_experts = 0;
+  dense.d_ff = 16;
+  EXPECT_DOUBLE_EQ(model_flops_per_token(moe, 4) - model_flops_per_token(dense, 4), 6.0 * 64);
+  Cluster c;
+  c.peak_flops = 1e6;
+  c.mem_bw = 1e6;
+  c.mem_bytes = 1e9;
+  const Layout layout{1, 1, 1, 2, 0, Recompute::None};
+  const TimeEstimate a = estimate_time(moe, tiny_run(), layout, c, Calibration{});
+  const TimeEstimate b = estimate_time(dense, tiny_run(), layout, c, Calibration{});
+  EXPECT_NEAR(a.compute - b.compute, 0.012288, 1e-12);
+}
+
 // One rank, fp32: only compute and the optimizer. Matmul parameters 2816 - wpe 32 = 2784 (the
 // tied wte is the head); forward flops per token 2*2784 + 4*L*d*T = 5568 + 256 = 5824; a
 // micro-batch of 8 tokens forward and backward 3*8*5824 = 139776 flops, two of them 279552, at

@@ -30,6 +30,7 @@
 // The layout's figure is the largest stage's.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -97,16 +98,25 @@ ActivationElements activation_elements(const ModelConfig& config, const ModelSha
                                        bool sequence_parallel = false);
 
 // A stage's ZeRO-2/3 units (ParamLayout::units()) without listing the shard's blocks one by one
-// (n-layer may be absurd): a two-layer model's units outside the blocks and one block, the block
-// counted per layer; pieces are the largest of zero_range(unit, shard_ranks).
+// (n-layer may be absurd): a two-layer model's units outside the blocks and one block of each
+// kind (dense; MoE: router, all E experts and the shared experts), each block counted per layer
+// of its kind; pieces are the largest of zero_range(unit, shard_ranks).
 struct StageUnits {
   double outer = 0, outer_pieces = 0;  // elements of the units outside the blocks, their pieces
-  double block = 0, block_piece = 0;   // one block unit and its piece
+  double block = 0, block_piece = 0;   // one dense block unit and its piece
+  double moe_block = 0, moe_block_piece = 0;  // one MoE block unit and its piece (moe_layers > 0)
   double largest = 0;                  // the largest unit
-  int outer_units = 0, layers = 0;
-  double params() const { return outer + layers * block; }              // P_s
-  double shard() const { return outer_pieces + layers * block_piece; }  // S
-  double unit_buffers() const { return outer + 2 * block; }             // G
+  int outer_units = 0, layers = 0, moe_layers = 0;  // layers: all of the stage's, MoE among them
+  int dense_layers() const { return layers - moe_layers; }
+  double params() const { return outer + dense_layers() * block + moe_layers * moe_block; }  // P_s
+  double shard() const {  // S
+    return outer_pieces + dense_layers() * block_piece + moe_layers * moe_block_piece;
+  }
+  // The stage's largest block (ZeRO-2/3's two turn buffers are of its size); 0 without layers.
+  double largest_block() const {
+    return std::max(dense_layers() > 0 ? block : 0.0, moe_layers > 0 ? moe_block : 0.0);
+  }
+  double unit_buffers() const { return outer + 2 * largest_block(); }  // G
   int units() const { return outer_units + layers; }
 };
 StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int shard_ranks);

@@ -10,11 +10,23 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mpitrain/monitor/report.hpp"
 #include "mpitrain/monitor/tensorboard.hpp"
 
 namespace mpitrain {
+
+// One mixture-of-experts layer over a step's global batch (train/moe_metrics.hpp reduces it).
+struct MoeLayerRecord {
+  int layer = 0;                // global layer index
+  double aux_loss = 0;          // load-balancing loss E sum_e f_e P_e, mean over the micro-batches
+  double z_loss = 0;            // router z-loss mean(lse^2), mean over the micro-batches
+  std::vector<int64_t> tokens;  // (E) rows routed to each expert (sum: rows x top-k)
+  double tokens_max() const;
+  double tokens_mean() const;
+  double imbalance() const { return tokens_mean() > 0 ? tokens_max() / tokens_mean() : 0.0; }
+};
 
 struct StepRecord {
   int step;     // 1-based: the number of optimizer steps done
@@ -38,6 +50,10 @@ struct StepRecord {
   // left out of the record.
   double gpu_joules = -1;
   uint64_t tokens_seen = 0;  // of the whole run by the end of this step, resumes included
+  // Mixture of experts: each MoE layer's routing and losses (empty for a dense model). The
+  // objective adds moe-aux-loss-coef x their aux_loss and moe-z-loss-coef x their z_loss; loss
+  // above is the cross-entropy alone, comparable with a dense run's.
+  std::vector<MoeLayerRecord> moe = {};
 };
 
 class MetricsLog {
@@ -83,6 +99,7 @@ class MetricsLog {
   std::chrono::steady_clock::time_point start_;
   int first_step_ = -1;         // of this run (after a resume: the first after the checkpoint)
   double interval_loss_ = 0.0;  // the sum over the steps since the last console line
+  double interval_aux_ = 0.0, interval_z_ = 0.0;  // MoE: the layers' summed losses, likewise
   int interval_steps_ = 0;
 };
 

@@ -31,6 +31,8 @@ struct TrainConfig {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   double grad_clip = 1.0;     // global grad-norm clip, 0 = off
+  double moe_aux_loss_coef = 0.001;  // MoE load-balancing loss weight (Mixtral's default)
+  double moe_z_loss_coef = 0.0;      // MoE router z-loss weight (ST-MoE)
 
   int dp = 0, tp = 0, pp = 0;   // process grid; 0 = derived from the world size
   int cp = 1;                   // context parallelism (ranks per sequence)

@@ -1,0 +1,24 @@
+#include "mpitrain/model/summary.hpp"
+
+#include "mpitrain/model/params.hpp"
+
+namespace mpitrain {
+
+std::string experts_text(const ModelConfig& c) {
+  if (c.n_experts == 0) return "";
+  return "MoE E" + std::to_string(c.n_experts) + " K" + std::to_string(c.top_k) + " Fe" +
+         std::to_string(c.expert_width()) + " shared " + std::to_string(c.n_shared_experts) +
+         " every " + std::to_string(c.moe_every);
+}
+
+double active_params(const ModelConfig& c) {
+  const ParamLayout layout(c);
+  double n = 0;
+  for (const ParamTensor& t : layout.tensors()) {
+    const bool routed = t.slot == Slot::ExpertFcW || t.slot == Slot::ExpertProjW;
+    n += static_cast<double>(t.numel) * (routed ? static_cast<double>(c.top_k) / c.n_experts : 1);
+  }
+  return n;
+}
+
+}  // namespace mpitrain
