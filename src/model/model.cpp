@@ -257,6 +257,14 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
 }
 
 template <typename T>
+void Model<T>::set_expert_parallel(Communicator* ep) {
+  if (ep && ep->size() != layout_.shard().ep)
+    MPITRAIN_THROW("an expert-parallel group of " + std::to_string(ep->size()) +
+                   " ranks for a shard split over ep " + std::to_string(layout_.shard().ep));
+  if (moe_) moe_->set_expert_parallel(ep);
+}
+
+template <typename T>
 void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunks) {
   if constexpr (std::is_same_v<T, float>) {
     if (chunks.local_len() != max_seq_)

@@ -72,8 +72,6 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
 
 void check_experts(const TrainConfig& t, const ModelConfig& m, int cp) {
   if (m.n_experts == 0) return;
-  require(false, "mixture of experts (n-experts " + std::to_string(m.n_experts) +
-                     "): the MoE layers' compute is not in this build yet");
   require(t.device == "cpu", "mixture of experts (n-experts " + std::to_string(m.n_experts) +
                                  ") runs on the cpu device only for now: use --device cpu");
   require(cp == 1, "mixture of experts (n-experts " + std::to_string(m.n_experts) +

@@ -327,6 +327,7 @@ void Trainer::build_model() {
   all_or_none(world_, [&] {
     model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, local_seq_len(),
                                             slots, &comms_->tp_data(), model_options_);
+    if (comms_->ep) model_->set_expert_parallel(&*comms_->ep);  // E/ep experts, rows sent
     if (shape_.cp > 1) {  // this rank's two chunks of each sequence: their positions, the ring
       chunks_.emplace(t_.seq_len, shape_.cp, grid_->cp_rank());
       model_->set_context_parallel(&comms_->cp, *chunks_);

@@ -131,6 +131,9 @@ class Model {
   // learned position embedding take their true positions, attention is a ring over cp
   // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp.
   void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
+  // Expert parallelism: the routed experts this shard holds (ModelShard::ep) are E/ep, the MoE
+  // layers send each routed row to its expert's rank over ep (host memory) and back.
+  void set_expert_parallel(Communicator* ep);
   // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
   void set_lender(UnitLender<T>* lender) { lender_ = lender; }
   Backend<T>& backend() const { return backend_; }
