@@ -119,7 +119,8 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   const double emb_bw = group_bw(cluster, grid, Group::Embedding);
   const double ep_bw = group_bw(cluster, grid, Group::Ep);
   // Expert parallelism: one all-to-all of the routed rows (tokens x top_k x C), all but 1/ep of
-  // them leaving the rank: dispatch and combine forward, their mirrors backward.
+  // them leaving the rank: dispatch and combine forward; backward the rows again (the owners
+  // recompute h and a), the gradients of y there and those of xs back (model/moe.hpp).
   const double ep_call = layout.ep > 1 ? tokens * config.top_k * config.d_model * w *
                                                  (layout.ep - 1) / layout.ep / ep_bw + a
                                        : 0.0;
@@ -149,7 +150,7 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     const double p2p = layout.pp > 1 ? 2.0 * (act_bytes / pp_bw + a) : 0.0;
     int moe_layers = 0;
     for (int l = shard.layer_begin; l < shard.layer_end; ++l) moe_layers += config.is_moe_layer(l);
-    const double ep = moe_layers * (full ? 6 : 4) * ep_call;
+    const double ep = moe_layers * (full ? 7 : 5) * ep_call;
     if (compute + tp + p2p + ep > micro) {
       micro = compute + tp + p2p + ep;
       micro_compute = compute, micro_tp = tp, micro_p2p = p2p, micro_ep = ep;
