@@ -74,6 +74,7 @@ const std::vector<OptionRange> kRanges = {
     {"tp", 0, kUnbounded},
     {"pp", 0, kUnbounded},
     {"cp", 1, kUnbounded},
+    {"ep", 1, kUnbounded},
     {"bucket-mb", 0.0625, 1 << 20},
     {"zero", 0, 3},
     {"zero-shard-size", 0, 1 << 20},
@@ -310,6 +311,9 @@ po::options_description parallel_options(TrainConfig& t) {
       ("cp", with_default(&t.cp),
        "context-parallel ranks: each sequence cut into 2 x cp chunks, rank r holding chunks r and "
        "2cp-1-r, attention a ring over them")
+      ("ep", with_default(&t.ep),
+       "expert-parallel ranks (MoE): the routed experts split over ep consecutive dp ranks, "
+       "tokens sent to their experts' rank by all-to-alls; divides dp and n-experts")
       ("pp-layers", with_default(&t.pp_layers)->value_name("N,N,..."),
        "blocks per pipeline stage, e.g. 3,3,2; '' = balanced")
       ("pp-schedule", with_default(&t.pp_schedule)->value_name("gpipe|1f1b"), "pipeline schedule")

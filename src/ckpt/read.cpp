@@ -112,7 +112,7 @@ CheckpointManifest read_checkpoint(const std::string& dir, const MpiComm& world,
       if (failure.empty()) failure = "dataset " + names[k] + ": " + e.what();
     }
     const TensorPart& o = p.owned;
-    if (p.t && p.t->primary && s.writer && o.a < o.b)
+    if (p.t && p.t->primary && (p.t->ep_split ? s.expert_writer : s.writer) && o.a < o.b)
       sums[k] = range_checksum(*p.t, g == 0 ? data + (o.a - p.held.a) : data, o.a, o.b);
   }
   agree_on(world, path, [&] {

@@ -19,7 +19,7 @@ float* master_view(float* params, const ShardRanges& params_held, const ShardRan
 
 CheckpointState checkpoint_state(const ModelConfig& config, const ParamLayout& layout,
                                  float* params, ShardRanges params_held, Optimizer& optimizer,
-                                 bool writer) {
+                                 bool writer, bool expert_writer) {
   const float* view = master_view(params, params_held, optimizer.owned());
   return {config,
           layout,
@@ -31,7 +31,8 @@ CheckpointState checkpoint_state(const ModelConfig& config, const ParamLayout& l
           optimizer.config().kind,
           optimizer.state(),
           optimizer.precision(),
-          writer};
+          writer,
+          expert_writer};
 }
 
 }  // namespace mpitrain

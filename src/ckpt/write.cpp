@@ -58,7 +58,8 @@ void write_checkpoint_file(const std::string& path, const std::string& save,
     parts = tensor_parts(full, s);
     for (const ParamTensor& whole : full.tensors()) {
       TensorParts& p = parts[whole.global_index];
-      if (!s.writer || (p.t && !p.t->primary)) p = {};
+      const bool writes = p.t && p.t->ep_split ? s.expert_writer : s.writer;
+      if (!writes || (p.t && !p.t->primary)) p = {};
       sels.push_back(select_range(whole, p.t, p.owned.a, p.owned.b));
     }
   });

@@ -70,6 +70,12 @@ CommHandle CudaAwareMpiCommunicator::all_gather_start(const void* in, void* out,
   return from_staged(staged_.all_gather_start(in, out, bytes));
 }
 
+CommHandle CudaAwareMpiCommunicator::all_to_allv_start(const void* in,
+                                                       std::span<const size_t> send, void* out,
+                                                       std::span<const size_t> recv) {
+  return from_staged(staged_.all_to_allv_start(in, send, out, recv));
+}
+
 CommHandle CudaAwareMpiCommunicator::reduce_scatter_start(float* data,
                                                           std::span<const size_t> counts,
                                                           ReduceOp op) {

@@ -310,13 +310,18 @@ size_t MpiCommunicator::checked_blocks(std::span<const size_t> counts, const cha
 }
 
 void MpiCommunicator::set_blocks(Slot& slot, std::span<const size_t> counts) {
-  slot.counts.resize(size_);
-  slot.displs.resize(size_);
+  set_blocks(slot.counts, slot.displs, counts);
+}
+
+void MpiCommunicator::set_blocks(std::vector<int>& ints, std::vector<int>& displs,
+                                 std::span<const size_t> counts) {
+  ints.resize(size_);
+  displs.resize(size_);
   int offset = 0;
   for (int r = 0; r < size_; ++r) {
-    slot.counts[r] = static_cast<int>(counts[r]);
-    slot.displs[r] = offset;
-    offset += slot.counts[r];
+    ints[r] = static_cast<int>(counts[r]);
+    displs[r] = offset;
+    offset += ints[r];
   }
 }
 
@@ -337,6 +342,22 @@ CommHandle MpiCommunicator::all_gather_start(const void* in, void* out, size_t b
   std::vector<MPI_Request>& requests = slots_[id].requests;
   requests.push_back(MPI_REQUEST_NULL);
   MPI_CHECK(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE, comm_, &requests.back()));
+  return CommHandle{id};
+}
+
+CommHandle MpiCommunicator::all_to_allv_start(const void* in, std::span<const size_t> send,
+                                              void* out, std::span<const size_t> recv) {
+  const size_t sent = checked_blocks(send, "all_to_allv_start");
+  const size_t received = checked_blocks(recv, "all_to_allv_start");
+  const int id = acquire_slot("all_to_allv", sent + received);
+  count_sent(blocks_bus_bytes(sent, send[rank_], size_));  // all but its own block
+  Slot& slot = slots_[id];
+  set_blocks(slot.counts, slot.displs, send);
+  set_blocks(slot.recv_counts, slot.recv_displs, recv);
+  slot.requests.push_back(MPI_REQUEST_NULL);
+  MPI_CHECK(MPI_Ialltoallv(in, slot.counts.data(), slot.displs.data(), MPI_BYTE, out,
+                           slot.recv_counts.data(), slot.recv_displs.data(), MPI_BYTE, comm_,
+                           &slot.requests.back()));
   return CommHandle{id};
 }
 

@@ -423,6 +423,28 @@ CommHandle NcclCommunicator::all_gather_start(const void* in, void* out, size_t 
   return CommHandle{id};
 }
 
+// Grouped sends and receives, one pair per rank (a 0-byte block is skipped).
+CommHandle NcclCommunicator::all_to_allv_start(const void* in, std::span<const size_t> send,
+                                               void* out, std::span<const size_t> recv) {
+  const size_t sent = blocks_total(send, "all_to_allv_start");
+  const size_t received = blocks_total(recv, "all_to_allv_start");
+  const int id = acquire_slot("all_to_allv", sent + received);
+  count_sent(blocks_bus_bytes(sent, send[rank_], size_));
+  begin();
+  const auto* src = static_cast<const char*>(in);
+  auto* dst = static_cast<char*>(out);
+  NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < size_; ++r) {
+    if (send[r] > 0) NCCL_CHECK(ncclSend(src, send[r], ncclUint8, r, comm_, stream_.get()));
+    if (recv[r] > 0) NCCL_CHECK(ncclRecv(dst, recv[r], ncclUint8, r, comm_, stream_.get()));
+    src += send[r];
+    dst += recv[r];
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  end_started(id);
+  return CommHandle{id};
+}
+
 size_t NcclCommunicator::blocks_total(std::span<const size_t> counts, const char* op) const {
   if (counts.size() != static_cast<size_t>(size_))
     MPITRAIN_THROW(std::string(op) + ": " + std::to_string(counts.size()) + " counts for " +

@@ -240,6 +240,17 @@ CommHandle StagedMpiCommunicator::all_gather_start(const void* in, void* out, si
   return started(s, mpi_.all_gather_start(h + total, h, bytes), out, 0, total);
 }
 
+// Staging: in(sum of send), then out(sum of recv).
+CommHandle StagedMpiCommunicator::all_to_allv_start(const void* in, std::span<const size_t> send,
+                                                    void* out, std::span<const size_t> recv) {
+  const size_t sent = block_span(send, 0).total, received = block_span(recv, 0).total;
+  const int s = acquire(sent + received, "all_to_allv_start");
+  char* h = host(stages_[s]);
+  to_host(h, in, sent);
+  sync_compute();
+  return started(s, mpi_.all_to_allv_start(h, send, h + sent, recv), out, sent, received);
+}
+
 CommHandle StagedMpiCommunicator::reduce_scatter_start(float* data,
                                                        std::span<const size_t> counts,
                                                        ReduceOp op) {

@@ -257,6 +257,14 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
 }
 
 template <typename T>
+void Model<T>::set_expert_parallel(Communicator* ep) {
+  if (ep && ep->size() != layout_.shard().ep)
+    MPITRAIN_THROW("an expert-parallel group of " + std::to_string(ep->size()) +
+                   " ranks for a shard split over ep " + std::to_string(layout_.shard().ep));
+  if (moe_) moe_->set_expert_parallel(ep);
+}
+
+template <typename T>
 void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunks) {
   if constexpr (std::is_same_v<T, float>) {
     if (chunks.local_len() != max_seq_)
@@ -634,7 +642,7 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
   if (!tp_) return;
   const T inv = T(1) / static_cast<T>(tp_->size());
   for (const ParamTensor& t : layout_.tensors()) {
-    if (t.split_dim >= 0) continue;
+    if (!t.tp_replicated()) continue;
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
     if (o.size() == 0) continue;  // the same on every tp rank
     tp_->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
@@ -645,11 +653,13 @@ void Model<T>::sync_replicated_grads(T* grads, const ShardRanges& held) {
 // One backend call over the held part of every primary tensor: the tensors' sums added in order.
 // The list is refilled in place: no allocation after the first step.
 template <typename T>
-double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held) const {
+double Model<T>::grad_square_sum(const T* grads, const ShardRanges& held, bool dense,
+                                 bool experts) const {
   norm_segments_.clear();
   for (const ParamTensor& t : layout_.tensors()) {
     const ShardRanges::Overlap o = held.overlap(t.offset, t.offset + t.numel);
-    if (t.primary && o.size() > 0) norm_segments_.push_back({o.at, o.size()});
+    if (t.primary && o.size() > 0 && (t.ep_split ? experts : dense))
+      norm_segments_.push_back({o.at, o.size()});
   }
   return backend_.sum_squares(grads, norm_segments_);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -124,7 +125,7 @@ template <typename T>
 void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr,
                           CBuf<T> w1, CBuf<T> w2, int R, MoeLayerStats* stats) {
   if (R > R_max_) MPITRAIN_THROW("mixture of experts: more rows than sized for");
-  const size_t C = C_, Fe = Fe_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
+  const size_t C = C_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
   // router: z (R,E) = x Wr^T, in T
   const T* xh = host(x, RC, xh_);
   const T* wh = host(wr, static_cast<size_t>(E_) * C, wh_);
@@ -147,24 +148,17 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
     std::memcpy(static_cast<char*>(a.xs.data()) + s * row_bytes,
                 static_cast<const char*>(x.data()) + (i / K_) * row_bytes, row_bytes);
   }
-  // experts: h = xs We1^T, a = swiglu(h), y = a We2^T, one matmul per expert over its rows
-  for (int e = 0; e < E_; ++e) {
-    const size_t o = a.offsets[e];
-    const int n = a.offsets[e + 1] - a.offsets[e];
-    if (n > 0)
-      backend_.matmul_forward(a.h + o * 2 * Fe, a.xs + o * C, w1 + e * 2 * Fe * C, nullptr, n,
-                              C_, 2 * Fe_);
+  // experts: here, or (expert parallelism) at their owners: the rows go there, come back as y
+  if (!dispatch_) {
+    experts_forward(a.offsets, E_, a.xs, a.h, a.a, a.y, w1, w2);
+  } else {
+    const size_t row = C * a.xs.element_size();
+    plan_dispatch(a.offsets);
+    dispatch_->to_owners(a.xs.data(), ep_xs_.data(), row);
+    experts_forward(local_offsets_.data(), dispatch_->local_experts(), ep_xs_, ep_h_, ep_a_, ep_y_,
+                    w1, w2);
+    dispatch_->from_owners(ep_y_.data(), a.y.data(), row);
   }
-  round(a.h, RK * 2 * Fe);
-  backend_.swiglu_forward(a.a, a.h, static_cast<int>(RK), Fe_);
-  round(a.a, RK * Fe);
-  for (int e = 0; e < E_; ++e) {
-    const size_t o = a.offsets[e];
-    const int n = a.offsets[e + 1] - a.offsets[e];
-    if (n > 0)
-      backend_.matmul_forward(a.y + o * C, a.a + o * Fe, w2 + e * C * Fe, nullptr, n, Fe_, C_);
-  }
-  round(a.y, RK * C);
   // combine: out[r] (+)= sum_k g[r,k] y[slot(r,k)]
   const T* yh = host(a.y, RK * C, yh_);
   const T* prior = add ? host(out, RC, oh_) : nullptr;
@@ -204,7 +198,7 @@ template <typename T>
 void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x,
                            CBuf<T> wr, CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R,
                            T dloss) {
-  const size_t C = C_, Fe = Fe_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
+  const size_t C = C_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
   // combine: dg[r,k] = dout[r] . y[slot], dy[slot] = g[r,k] dout[r]   (RK,C)
   const T* doh = host(dout, RC, oh_);
   const T* yh = host(a.y, RK * C, yh_);
@@ -222,26 +216,21 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     for (size_t c = 0; c < C; ++c) dy[c] = a.gates[i] * d[c];
   }
   store(dy_, dyh, RK * C);
-  // experts backward, per expert: da = dy We2, dWe2 += dy^T a; dh = swiglu'; dxs = dh We1,
-  // dWe1 += dh^T xs (dxs in dy's place)
-  for (int e = 0; e < E_; ++e) {
-    const size_t o = a.offsets[e];
-    const int n = a.offsets[e + 1] - a.offsets[e];
-    if (n > 0)
-      backend_.matmul_backward(da_ + o * Fe, dw2 + e * C * Fe, nullptr, dy_ + o * C, a.a + o * Fe,
-                               w2 + e * C * Fe, n, Fe_, C_);
+  // experts backward: here, or at their owners (the gradients of y go there, the gradients of
+  // xs come back; the owners recompute h and a from the rows sent again)
+  if (!dispatch_) {
+    experts_backward(a.offsets, E_, dy_, da_, dh_, a.xs, a.h, a.a, w1, w2, dw1, dw2);
+  } else {
+    const size_t row = C * a.xs.element_size();
+    const int El = dispatch_->local_experts();
+    plan_dispatch(a.offsets);
+    dispatch_->to_owners(a.xs.data(), ep_xs_.data(), row);
+    dispatch_->to_owners(dy_.data(), ep_y_.data(), row);
+    experts_forward(local_offsets_.data(), El, ep_xs_, ep_h_, ep_a_, nullptr, w1, w2);
+    experts_backward(local_offsets_.data(), El, ep_y_, ep_da_, ep_dh_, ep_xs_, ep_h_, ep_a_, w1,
+                     w2, dw1, dw2);
+    dispatch_->from_owners(ep_y_.data(), dy_.data(), row);
   }
-  round(da_, RK * Fe);
-  backend_.swiglu_backward(dh_, a.h, da_, static_cast<int>(RK), Fe_);
-  round(dh_, RK * 2 * Fe);
-  for (int e = 0; e < E_; ++e) {
-    const size_t o = a.offsets[e];
-    const int n = a.offsets[e + 1] - a.offsets[e];
-    if (n > 0)
-      backend_.matmul_backward(dy_ + o * C, dw1 + e * 2 * Fe * C, nullptr, dh_ + o * 2 * Fe,
-                               a.xs + o * C, w1 + e * 2 * Fe * C, n, C_, 2 * Fe_);
-  }
-  round(dy_, RK * C);
   // dx[r] = sum_k dxs[slot(r,k)]   (R,C)
   const T* dxs = host(dy_, RK * C, yh_);
   for (int r = 0; r < R; ++r)
@@ -287,6 +276,89 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     for (size_t i = 0; i < RC; ++i) dxh_[i] += prior[i];
   }
   store(dx, dxh_, RC);
+}
+
+// h = xs We1^T, a = swiglu(h), then (unless y is null) y = a We2^T: one matmul per expert over
+// its rows [offsets[e], offsets[e+1]), w1 / w2 holding these n experts.
+template <typename T>
+void MoeLayer<T>::experts_forward(const int32_t* offsets, int n, CBuf<T> xs, Buf<T> h,
+                                  Buf<T> act, Buf<T> y, CBuf<T> w1, CBuf<T> w2) {
+  const size_t C = C_, Fe = Fe_, rows = offsets[n];
+  for (int e = 0; e < n; ++e) {
+    const size_t o = offsets[e];
+    const int m = offsets[e + 1] - offsets[e];
+    if (m > 0)
+      backend_.matmul_forward(h + o * 2 * Fe, xs + o * C, w1 + e * 2 * Fe * C, nullptr, m, C_,
+                              2 * Fe_);
+  }
+  round(h, rows * 2 * Fe);
+  backend_.swiglu_forward(act, h, static_cast<int>(rows), Fe_);
+  round(act, rows * Fe);
+  if (!y) return;
+  for (int e = 0; e < n; ++e) {
+    const size_t o = offsets[e];
+    const int m = offsets[e + 1] - offsets[e];
+    if (m > 0)
+      backend_.matmul_forward(y + o * C, act + o * Fe, w2 + e * C * Fe, nullptr, m, Fe_, C_);
+  }
+  round(y, rows * C);
+}
+
+// Per expert: da = dy We2, dWe2 += dy^T a; dh = swiglu'(h) da; dxs = dh We1, dWe1 += dh^T xs;
+// dxs replaces dy.
+template <typename T>
+void MoeLayer<T>::experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf<T> da,
+                                   Buf<T> dh, CBuf<T> xs, CBuf<T> h, CBuf<T> act, CBuf<T> w1,
+                                   CBuf<T> w2, T* dw1, T* dw2) {
+  const size_t C = C_, Fe = Fe_, rows = offsets[n];
+  for (int e = 0; e < n; ++e) {
+    const size_t o = offsets[e];
+    const int m = offsets[e + 1] - offsets[e];
+    if (m > 0)
+      backend_.matmul_backward(da + o * Fe, dw2 + e * C * Fe, nullptr, dy + o * C, act + o * Fe,
+                               w2 + e * C * Fe, m, Fe_, C_);
+  }
+  round(da, rows * Fe);
+  backend_.swiglu_backward(dh, h, da, static_cast<int>(rows), Fe_);
+  round(dh, rows * 2 * Fe);
+  for (int e = 0; e < n; ++e) {
+    const size_t o = offsets[e];
+    const int m = offsets[e + 1] - offsets[e];
+    if (m > 0)
+      backend_.matmul_backward(dy + o * C, dw1 + e * 2 * Fe * C, nullptr, dh + o * 2 * Fe,
+                               xs + o * C, w1 + e * 2 * Fe * C, m, C_, 2 * Fe_);
+  }
+  round(dy, rows * C);
+}
+
+template <typename T>
+void MoeLayer<T>::set_expert_parallel(Communicator* ep) {
+  dispatch_.reset();
+  ep_buffers_.reset();
+  if (!ep || ep->size() == 1) return;
+  dispatch_ = std::make_unique<ExpertDispatch>(*ep, E_);
+  // The most rows a rank can receive: every rank's R_max x K rows for its experts.
+  const size_t cap = static_cast<size_t>(ep->size()) * R_max_ * K_, C = C_, Fe = Fe_;
+  const Precision dtype = dy_.dtype();
+  Buf<T> b = backend_.alloc(cap * (2 * C + 6 * Fe), dtype);
+  ep_buffers_ = std::unique_ptr<void, std::function<void(void*)>>(
+      b.data(), [backend = &backend_](void* p) { backend->free(p); });
+  ep_xs_ = b; ep_y_ = ep_xs_ + cap * C; ep_h_ = ep_y_ + cap * C; ep_a_ = ep_h_ + cap * 2 * Fe;
+  ep_dh_ = ep_a_ + cap * Fe; ep_da_ = ep_dh_ + cap * 2 * Fe;
+  counts_.resize(E_);
+  local_offsets_.resize(dispatch_->local_experts() + 1);
+}
+
+// The counts of the sorted rows exchanged with the owners, and this rank's experts' offsets
+// into what they receive.
+template <typename T>
+void MoeLayer<T>::plan_dispatch(const int32_t* offsets) {
+  for (int e = 0; e < E_; ++e) counts_[e] = offsets[e + 1] - offsets[e];
+  dispatch_->plan(counts_.data());
+  const std::vector<int64_t>& local = dispatch_->local_counts();
+  local_offsets_[0] = 0;
+  for (size_t j = 0; j < local.size(); ++j)
+    local_offsets_[j + 1] = local_offsets_[j] + static_cast<int32_t>(local[j]);
 }
 
 template class MoeLayer<float>;

@@ -72,6 +72,10 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
                                             {A + r * kvh, qh, kvh},
                                             {A + NKV * hs + r * kvh, qh + kvh, kvh}};
   const std::vector<ShardPiece> head_cols = {{r * qh, 0, qh}};
+  if (shard_.ep > 1 && E % shard_.ep != 0)
+    MPITRAIN_THROW(std::to_string(E) + " experts do not split over ep " + std::to_string(shard_.ep));
+  const int64_t El = shard_.ep > 1 ? E / shard_.ep : E;
+  const std::vector<ShardPiece> ep_experts = {{shard_.ep_rank * El, 0, El}};
 
   int global_index = 0;  // counts every tensor of the whole model, held here or not
   // One tensor of the whole model, in canonical order; kept if this shard holds it.
@@ -91,13 +95,14 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
     size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<size_t>(d);
     const bool tied_copy = slot == Slot::Wte && !shard_.first_stage;
-    const bool primary = split_dim >= 0 ? !tied_copy : r == 0;
+    const bool ep_split = (slot == Slot::ExpertFcW || slot == Slot::ExpertProjW) && split_dim >= 0;
+    const bool primary = split_dim >= 0 && !ep_split ? !tied_copy : r == 0;
     std::string name = is_block_slot(slot) ? "h." + std::to_string(layer) + "." + slot_name(slot)
                                            : slot_name(slot);
     index_[key(slot, layer)] = static_cast<int>(tensors_.size());
     tensors_.push_back({std::move(name), slot, layer, std::move(shape), std::move(global_shape),
                         split_dim, split_dim >= 0 ? pieces : std::vector<ShardPiece>{}, total_,
-                        numel, decay, gi, primary, -1});
+                        numel, decay, gi, primary, -1, ep_split});
     total_ += numel;
   };
   const std::vector<ShardPiece> none;
@@ -128,9 +133,10 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
     }
     if (cfg.is_moe_layer(l)) {  // router and routed experts: whole on every tp rank
       const double active = static_cast<double>(cfg.top_k) / static_cast<double>(E);
+      const int experts_split = shard_.ep > 1 ? 0 : -1;  // this ep rank's experts
       add(Slot::RouterW, l, {E, C}, true, true, held, -1, none);
-      add(Slot::ExpertFcW, l, {E, 2 * Fe, C}, true, active, held, -1, none);
-      add(Slot::ExpertProjW, l, {E, C, Fe}, true, active, held, -1, none);
+      add(Slot::ExpertFcW, l, {E, 2 * Fe, C}, true, active, held, experts_split, ep_experts);
+      add(Slot::ExpertProjW, l, {E, C, Fe}, true, active, held, experts_split, ep_experts);
     }
     if (cfg.qk_norm) {  // per-head q/k RMSNorm weights: replicated over tp, no weight decay
       add(Slot::QNormW, l, {hs}, false, true, held, -1, none);

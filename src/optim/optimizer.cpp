@@ -110,7 +110,7 @@ void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
   if (groups_.tp && groups_.tp->size() > 1) {
     if (layout_.shard().tp_rank != 0)
       for (size_t k = 0; k < tensors.size(); ++k)
-        if (tensors[k].split_dim < 0) norms_[2 * k] = norms_[2 * k + 1] = 0.0;
+        if (tensors[k].tp_replicated()) norms_[2 * k] = norms_[2 * k + 1] = 0.0;
     groups_.tp->all_reduce(norms_.data(), norms_.size(), ReduceOp::Sum);
   }
   if (groups_.tied && layout_.has(Slot::Wte)) {

@@ -16,10 +16,23 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
   require(opt_.compress != GradCompress::TopK || (opt_.topk_ratio > 0 && opt_.topk_ratio <= 1),
           "topk-ratio must lie in (0, 1]");
   const bool plain = !opt_.zero && opt_.compress == GradCompress::None;
+  require(plain || !opt_.expert_dp,
+          "expert parallelism's gradients are not sharded or compressed: use --zero 0 and "
+          "--grad-compress none with --ep > 1");
   size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   if (!plain) per = std::min(per, kMaxBucketFloats);
-  for (size_t end = n; end > 0; end -= std::min(per, end))
-    begin_.push_back(end - std::min(per, end));
+  for (size_t end = n; end > 0;) {
+    size_t begin = end - std::min(per, end);
+    bool expert = false;
+    for (const FlatRange& r : opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{}) {
+      for (size_t edge : {r.lo, r.hi})
+        if (edge > begin && edge < end) begin = edge;
+      expert = expert || (r.lo < end && end <= r.hi);
+    }
+    begin_.push_back(begin);
+    expert_.push_back(expert);
+    end = begin;
+  }
   handles_.resize(begin_.size());
 
   const int ranks = dp_.size();
@@ -78,6 +91,7 @@ void GradBuckets::ready_from(size_t offset) {
   if (dp_.size() == 1) return;
   for (; started_ < begin_.size() && begin_[started_] >= offset; ++started_) start(started_);
   dp_.progress();  // called once per layer of backward: keeps the started buckets moving
+  if (opt_.expert_dp) opt_.expert_dp->progress();
 }
 
 void GradBuckets::start(size_t b) {
@@ -85,7 +99,8 @@ void GradBuckets::start(size_t b) {
   if (opt_.zero)
     handles_[b] = dp_.reduce_scatter_start(g, blocks(b), ReduceOp::Sum);
   else if (opt_.compress == GradCompress::None)
-    handles_[b] = dp_.all_reduce_start(g, end_of(b) - begin_[b], ReduceOp::Sum);
+    handles_[b] = (expert_[b] ? *opt_.expert_dp : dp_)
+                      .all_reduce_start(g, end_of(b) - begin_[b], ReduceOp::Sum);
   else if (opt_.compress == GradCompress::TopK)
     start_topk(b);
   else
@@ -131,7 +146,7 @@ void GradBuckets::finish() {
   } else if (opt_.compress != GradCompress::None) {
     finish_encoded();
   } else {  // zero: each rank's block of the sum is already at its own offset
-    for (size_t b = 0; b < started_; ++b) dp_.wait(handles_[b]);
+    for (size_t b = 0; b < started_; ++b) (expert_[b] ? *opt_.expert_dp : dp_).wait(handles_[b]);
   }
   started_ = 0;
 }

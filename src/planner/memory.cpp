@@ -140,7 +140,8 @@ int micro_batches(const RunShape& run, const Layout& layout) {
 MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, const Layout& layout,
                             const std::vector<int>& stage_first_layer, int stage,
                             double baseline_bytes) {
-  const GridShape grid{layout.dp, layout.tp, layout.pp};
+  GridShape grid{layout.dp, layout.tp, layout.pp};
+  grid.ep = layout.ep;  // the routed experts: E/ep of them held
   const ModelShard shard = shard_of(grid, stage_first_layer, 0, stage);
   const StageUnits units = stage_units(config, shard, layout.shard_ranks());
   const double n = units.params();

@@ -81,12 +81,14 @@ void print_plan(std::FILE* out, const Plan& plan, const RunShape& run, int top) 
                  "best: %s, micro-batch %d, %s, recompute %s: %.2f GiB per rank = params "
                  "%.2f + grads %.2f + optimizer %.2f + master %.2f + activations %.2f + buffers "
                  "%.2f + baseline %.2f; step %.4f s = compute %.4f + bubble %.4f + tp %.4f + p2p "
-                 "%.4f + cp ring exposed %.4f (of %.4f) + dp exposed %.4f + optimizer %.4f\n",
+                 "%.4f + cp ring exposed %.4f (of %.4f) + ep all-to-all %.4f + dp exposed %.4f + "
+                 "optimizer %.4f\n",
                  layout_name(b.layout).c_str(), b.layout.micro_batch, zero_text(b.layout).c_str(),
                  to_string(b.layout.recompute).c_str(), m.total() / kGiB, m.params / kGiB,
                  m.grads / kGiB, m.optimizer / kGiB, m.master / kGiB, m.activations / kGiB,
                  m.buffers / kGiB, m.baseline / kGiB, b.time.step, b.time.compute, b.time.bubble,
-                 b.time.tp_comm, b.time.p2p, b.time.cp_exposed, b.time.cp_ring, b.time.dp_exposed,
+                 b.time.tp_comm, b.time.p2p, b.time.cp_exposed, b.time.cp_ring, b.time.ep_comm,
+                 b.time.dp_exposed,
                  b.time.optimizer);
     std::fprintf(out, "trainer flags: %s\n", trainer_flags(b.layout, run).c_str());
   }

@@ -102,7 +102,7 @@ void replicated(const ParamLayout& layout, double& elements, int& tensors) {
   elements = 0;
   tensors = 0;
   for (const ParamTensor& t : layout.tensors())
-    if (t.split_dim < 0) elements += static_cast<double>(t.numel), ++tensors;
+    if (t.tp_replicated()) elements += static_cast<double>(t.numel), ++tensors;
 }
 
 }  // namespace
@@ -114,7 +114,8 @@ double model_flops_per_token(const ModelConfig& config, int seq_len) {
 
 TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,
                            const Cluster& cluster, const Calibration& cal) {
-  const GridShape grid{layout.dp, layout.tp, layout.pp, layout.cp};
+  GridShape grid{layout.dp, layout.tp, layout.pp, layout.cp};
+  grid.ep = layout.ep;
   const std::vector<int> first = pipeline_layer_split(config.n_layer, layout.pp, "");
   const int m = micro_batches(run, layout);
   const double w = compute_bytes(run);
@@ -135,11 +136,19 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   const double kv = tokens * 2.0 * config.n_kv_head / layout.tp * config.head_size();
   const double kv_s = kv * w / cp_bw + a, acc_s = kv * 4.0 / cp_bw + a;
   const double emb_bw = group_bw(cluster, grid, Group::Embedding);
+  const double ep_bw = group_bw(cluster, grid, Group::Ep);
+  // Expert parallelism: one all-to-all of the routed rows (tokens x top_k x C), all but 1/ep of
+  // them leaving the rank: dispatch and combine forward; backward the rows again (the owners
+  // recompute h and a), the gradients of y there and those of xs back (model/moe.hpp).
+  const double ep_call = layout.ep > 1 ? tokens * config.top_k * config.d_model * w *
+                                                 (layout.ep - 1) / layout.ep / ep_bw + a
+                                       : 0.0;
   const double tp_call = all_reduce_s(act_bytes, layout.tp, cluster.intra_bw, a);
   const bool full = layout.recompute == Recompute::Full;
 
   double micro = 0, micro_compute = 0, micro_tp = 0, micro_p2p = 0, micro_cp = 0;  // slowest
   double micro_ring = 0;  // the slowest stage's ring messages, hidden or not
+  double micro_ep = 0;
   double dp_exposed = 0, per_step_tp = 0, optimizer = 0;
   for (int s = 0; s < layout.pp; ++s) {
     const ModelShard shard = shard_of(grid, first, 0, s);
@@ -169,9 +178,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
         layout.cp < 2 ? 0.0
                       : L * (forwards * ring_forward_exposed(layout.cp, kv_s, ring_step) +
                              ring_backward_exposed(layout.cp, kv_s, acc_s, ring_step));
-    if (compute + tp + p2p + ring > micro) {
-      micro = compute + tp + p2p + ring;
-      micro_compute = compute, micro_tp = tp, micro_p2p = p2p, micro_cp = ring;
+    int moe_layers = 0;
+    for (int l = shard.layer_begin; l < shard.layer_end; ++l) moe_layers += config.is_moe_layer(l);
+    const double ep = moe_layers * (full ? 7 : 5) * ep_call;
+    if (compute + tp + p2p + ring + ep > micro) {
+      micro = compute + tp + p2p + ring + ep;
+      micro_compute = compute, micro_tp = tp, micro_p2p = p2p, micro_cp = ring, micro_ep = ep;
       micro_ring = layout.cp < 2 ? 0.0 : L * (forwards + 1) * (layout.cp - 1) * kv_s +
                                              L * layout.cp * acc_s;
     }
@@ -224,12 +236,13 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
   t.p2p = busy * micro_p2p;
   t.cp_exposed = busy * micro_cp;
   t.cp_ring = busy * micro_ring;
+  t.ep_comm = busy * micro_ep;
   t.bubble = pipelined - busy * micro;
   t.dp_exposed = dp_exposed;
   t.optimizer = optimizer;
   t.step = pipelined + per_step_tp + dp_exposed + optimizer;
   t.bubble_fraction = t.bubble / pipelined;
-  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.cp_exposed + t.dp_exposed) / t.step;
+  t.exposed_comm_fraction = (t.tp_comm + t.p2p + t.cp_exposed + t.ep_comm + t.dp_exposed) / t.step;
   return t;
 }
 

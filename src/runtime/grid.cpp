@@ -129,6 +129,13 @@ std::vector<int> Grid::members(const GridShape& s, Group g, int rank, int shard_
     case Group::DpReplica:
       for (int i = dc % D; i < DC; i += D) out.push_back(dp_cp(i));
       break;
+    case Group::Ep:
+      for (int i = d / s.ep * s.ep; i < d / s.ep * s.ep + s.ep; ++i)
+        out.push_back(world_rank(s, i, t, p, c));
+      break;
+    case Group::ExpertDp:
+      for (int i = d % s.ep; i < s.dp; i += s.ep) out.push_back(world_rank(s, i, t, p, c));
+      break;
     case Group::Embedding:
       if (p == 0 || p == s.pp - 1) {
         out.push_back(world_rank(s, d, t, 0, c));
@@ -154,10 +161,22 @@ int checked_shard_size(const GridShape& shape, int shard_size) {
   return shard_size;
 }
 
+// The shape, once its ep is known to fit: ep divides dp, and cp is 1 when ep > 1.
+const GridShape& checked_ep(const GridShape& shape) {
+  if (shape.ep < 1 || shape.dp % shape.ep != 0)
+    throw UsageError("ep " + std::to_string(shape.ep) + " does not divide the data-parallel size " +
+                     std::to_string(shape.dp) + ": use a divisor of it");
+  if (shape.ep > 1 && shape.cp > 1)
+    throw UsageError("expert parallelism (ep " + std::to_string(shape.ep) +
+                     ") with context parallelism (cp " + std::to_string(shape.cp) +
+                     ") is not supported: use --ep 1 or --cp 1");
+  return shape;
+}
+
 }  // namespace
 
 Grid::Grid(const MpiComm& world, GridShape shape, int shard_size)
-    : shape_(shape),
+    : shape_(checked_ep(shape)),
       shard_size_(checked_shard_size(shape, shard_size)),
       dp_rank_(world.rank() / (shape.tp * shape.cp) % shape.dp),
       tp_rank_(world.rank() % shape.tp),
@@ -172,7 +191,10 @@ Grid::Grid(const MpiComm& world, GridShape shape, int shard_size)
       dp_shard_(world.split(members(shape, Group::DpShard, world.rank(), shard_size_)[0],
                             dp_cp_rank() % shard_size_)),
       dp_replica_(world.split(members(shape, Group::DpReplica, world.rank(), shard_size_)[0],
-                              dp_cp_rank() / shard_size_)) {
+                              dp_cp_rank() / shard_size_)),
+      ep_(world.split(members(shape, Group::Ep, world.rank())[0], ep_rank())),
+      expert_dp_(world.split(members(shape, Group::ExpertDp, world.rank())[0],
+                             dp_rank_ / shape.ep)) {
   if (shape.size() != world.size()) MPITRAIN_THROW("grid does not match the world size");
   const MpiComm node = world.split_shared();
   local_rank_ = node.rank();

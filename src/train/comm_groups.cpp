@@ -81,7 +81,7 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   const size_t rows = static_cast<size_t>(B) * T, activation = rows * config.d_model;
   size_t replicated = 0;
   for (const ParamTensor& p : layout.tensors())
-    if (p.split_dim < 0) replicated = std::max(replicated, p.numel);
+    if (p.tp_replicated()) replicated = std::max(replicated, p.numel);
   const size_t bucket_floats = static_cast<size_t>(bucket_mb * (1 << 20)) / sizeof(float);
   const size_t bucket = std::min(layout.total(), std::max<size_t>(1, bucket_floats));
   DataCallSizes s;
@@ -125,6 +125,10 @@ CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
     replica.emplace(grid.dp_replica().get(), "dp-replica");
     shard_data_ = &*shard;
     replica_data_ = &*replica;
+  }
+  if (grid.shape().ep > 1) {
+    ep.emplace(grid.ep().get(), "ep");
+    expert_dp.emplace(grid.expert_dp().get(), "expert-dp");
   }
 }
 
@@ -189,6 +193,8 @@ std::vector<const CallLog*> CommGroups::host_logs() const {
   if (embedding) logs.push_back(&embedding->calls());
   if (shard) logs.push_back(&shard->calls());
   if (replica) logs.push_back(&replica->calls());
+  if (ep) logs.push_back(&ep->calls());
+  if (expert_dp) logs.push_back(&expert_dp->calls());
   return logs;
 }
 
@@ -207,6 +213,8 @@ std::vector<Communicator*> CommGroups::blocking() {
   if (embedding) add(&*embedding, embedding_data_);
   if (shard) add(&*shard, shard_data_);
   if (replica) add(&*replica, replica_data_);
+  if (ep) all.push_back(&*ep);
+  if (expert_dp) all.push_back(&*expert_dp);
   return all;
 }
 

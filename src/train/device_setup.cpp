@@ -147,7 +147,7 @@ void check_memory_fits(const TrainConfig& t, const ModelConfig& cfg, const GridS
   const Budget budget = agreed_budget(t, node, world, t.gpu_workspace_mb * (1 << 20));
   const Layout layout{shape.dp, shape.tp, shape.pp, t.micro_batch_size, t.zero,
                       parse_recompute(t.recompute), t.zero3_reshard_after_forward,
-                      t.zero >= 2 ? t.zero_shard_size : 0, t.sequence_parallel, shape.cp};
+                      t.zero >= 2 ? t.zero_shard_size : 0, t.sequence_parallel, shape.cp, shape.ep};
   all_or_none(world, [&] {
     const std::string misfit =
         memory_misfit(cfg, run_shape_of(t, t.device == "cuda"), layout, stage_first_layer,
@@ -163,7 +163,7 @@ int resolve_micro_batch(const TrainConfig& t, const ModelConfig& cfg, const Grid
   const Budget budget = agreed_budget(t, node, world, 0.0);
   const Layout layout{shape.dp, shape.tp, shape.pp, 0, t.zero, parse_recompute(t.recompute),
                       t.zero3_reshard_after_forward, t.zero >= 2 ? t.zero_shard_size : 0,
-                      t.sequence_parallel, shape.cp};
+                      t.sequence_parallel, shape.cp, shape.ep};
   MicroBatchPlan plan;
   all_or_none(world, [&] {
     plan = plan_micro_batch(cfg, run_shape_of(t, gpu), layout, budget.bytes);

@@ -5,10 +5,12 @@
 namespace mpitrain {
 
 ModelShard shard_of(const GridShape& shape, const std::vector<int>& stage_first_layer, int tp_rank,
-                    int stage) {
+                    int stage, int ep_rank) {
   ModelShard s;
   s.tp = shape.tp;
   s.tp_rank = tp_rank;
+  s.ep = shape.ep;
+  s.ep_rank = ep_rank;
   s.layer_begin = stage_first_layer[stage];
   s.layer_end = stage_first_layer[stage + 1];
   s.first_stage = stage == 0;
@@ -30,9 +32,9 @@ std::vector<float> gather_parameters(const Model<float>& model, const float* sta
     params = host.data();
   }
   if (world.rank() != 0) {
-    if (grid.dp_cp_rank() == 0)
+    if (grid.dp_rank() < grid.shape().ep && grid.cp_rank() == 0)  // dp rank 0, or an ep piece's
       for (const ParamTensor& t : model.layout().tensors())
-        if (t.primary)
+        if (t.primary && (grid.dp_rank() == 0 || t.ep_split))
           MPI_CHECK(MPI_Send(params + t.offset, static_cast<int>(t.numel), MPI_FLOAT, 0,
                              t.global_index, world.get()));
     return {};
@@ -42,11 +44,11 @@ std::vector<float> gather_parameters(const Model<float>& model, const float* sta
   std::vector<float> piece;
   const GridShape& shape = grid.shape();
   for (int stage = 0; stage < shape.pp; ++stage) {
-    for (int r = 0; r < shape.tp; ++r) {
-      const int source = Grid::world_rank(shape, 0, r, stage);
-      const ParamLayout held(cfg, shard_of(shape, stage_first_layer, r, stage));
+    for (int r = 0; r < shape.tp * shape.ep; ++r) {  // tp rank r % tp of ep rank r / tp
+      const int e = r / shape.tp, source = Grid::world_rank(shape, e, r % shape.tp, stage);
+      const ParamLayout held(cfg, shard_of(shape, stage_first_layer, r % shape.tp, stage, e));
       for (const ParamTensor& t : held.tensors()) {
-        if (!t.primary) continue;
+        if (!t.primary || (e > 0 && !t.ep_split)) continue;
         const float* local = params + t.offset;
         if (source != 0) {
           piece.resize(t.numel);

@@ -167,11 +167,13 @@ Trainer::StepEnd Trainer::step(int step) {
   const UpdateResult result = update_->apply(lr, counts_loss ? loss : 0.0, step + 1);
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};
   const double optimizer_seconds = update_->optimizer_seconds();
-  // Replica drift: every --check-replicas steps the data-parallel copies must be identical.
+  // Replica drift: every --check-replicas steps the data-parallel copies must be identical
+  // (under expert parallelism the expert-dp ranks', which hold the same experts too).
   if (model_->params())  // ZeRO-3 holds no whole copy (and refuses --check-replicas)
     apply_drift_fault(faults_, model_->layout(), model_->params(), world_.rank(), step + 1);
+  MpiCommunicator& replicas = comms_->expert_dp ? *comms_->expert_dp : comms_->dp;
   if (t_.check_replicas > 0 && (step + 1) % t_.check_replicas == 0 &&
-      !replicas_agree(model_->layout(), host_params(), comms_->dp, comms_->world, step + 1))
+      !replicas_agree(model_->layout(), host_params(), replicas, comms_->world, step + 1))
     return {true, kExitFailure};
   consumed_ += t_.global_batch_size;
 

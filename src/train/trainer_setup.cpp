@@ -60,6 +60,36 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
 #endif
 }
 
+// --ep: a mixture-of-experts model whose experts and dp ranks it divides, without what does
+// not take expert-split gradients yet (UsageError otherwise, before any work).
+void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape) {
+  if (t.ep == 1) return;
+  const std::string ep = "--ep " + std::to_string(t.ep);
+  require(cfg.n_experts > 0, ep + " splits the routed experts: it needs a mixture-of-experts "
+                                  "model (--n-experts > 0)");
+  require(cfg.n_experts % t.ep == 0, ep + " does not divide the " +
+                                         std::to_string(cfg.n_experts) + " experts");
+  require(shape.dp % t.ep == 0, ep + " does not divide the data-parallel size " +
+                                    std::to_string(shape.dp) + ": use a divisor of it");
+  require(shape.cp == 1, ep + " with context parallelism (--cp " + std::to_string(shape.cp) +
+                             ") is not supported: use --cp 1");
+  require(t.zero == 0, ep + " with --zero " + std::to_string(t.zero) +
+                           " is not supported (the experts' ranges are not sharded over the "
+                           "expert-data-parallel group yet): use --zero 0");
+  require(parse_grad_compress(t.grad_compress) == GradCompress::None,
+          ep + " with --grad-compress " + t.grad_compress + " is not supported: use none");
+  require(t.optimizer != "lamb", ep + " with --optimizer lamb is not supported (its per-tensor "
+                                      "norms would need the expert pieces summed over ep)");
+}
+
+// The flat ranges of the ep-split expert tensors, ascending: their gradients go over expert-dp.
+std::vector<FlatRange> expert_ranges(const ParamLayout& layout) {
+  std::vector<FlatRange> ranges;
+  for (const ParamTensor& t : layout.tensors())
+    if (t.ep_split) ranges.push_back({t.offset, t.offset + t.numel});
+  return ranges;
+}
+
 // The backend of --device: the CPU's, or the GPU setup_devices chose for this rank.
 std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig& t, int threads,
                                              Precision precision,
@@ -184,6 +214,8 @@ void Trainer::check_inputs() {
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
     check_sequence_parallel(t_, shape_.tp);
+    check_expert_parallel(t_, cfg_, shape_);
+    shape_.ep = t_.ep;
     stage_first_layer_ = pipeline_layer_split(cfg_.n_layer, shape_.pp, t_.pp_layers);
     // (auto: the plan takes a divisor of global-batch-size / dp)
     require(
@@ -272,7 +304,8 @@ void Trainer::build_model() {
   micro_batch_ = resolve_micro_batch(t_, cfg_, shape_, *node_, world_);
   micro_batches_ = t_.global_batch_size / (shape_.dp * micro_batch_);
   const int slots = pipeline_slots(schedule_, micro_batches_, shape_.pp, grid_->pp_rank());
-  const ModelShard shard = shard_of(shape_, stage_first_layer_, grid_->tp_rank(), grid_->pp_rank());
+  const ModelShard shard =
+      shard_of(shape_, stage_first_layer_, grid_->tp_rank(), grid_->pp_rank(), grid_->ep_rank());
 #ifdef MPITRAIN_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get()))  // tensors cross ranks
     all_or_none(world_, [&] {
@@ -293,6 +326,7 @@ void Trainer::build_model() {
   all_or_none(world_, [&] {
     model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, local_seq_len(),
                                             slots, &comms_->tp_data(), model_options_);
+    if (comms_->ep) model_->set_expert_parallel(&*comms_->ep);  // E/ep experts, rows sent
     if (shape_.cp > 1) {  // this rank's two chunks of each sequence: their positions, the ring
       chunks_.emplace(t_.seq_len, shape_.cp, grid_->cp_rank());
       model_->set_context_parallel(&comms_->cp_data(), *chunks_);
@@ -410,7 +444,9 @@ void Trainer::build_step_parts() {
     buckets_ = std::make_unique<GradBuckets>(
         comms_->dp_data(), model_->grads(), model_->num_params(),
         static_cast<size_t>(t_.bucket_mb * (1 << 20)),
-        GradSyncOptions{t_.zero == 1, parse_grad_compress(t_.grad_compress), t_.topk_ratio});
+        GradSyncOptions{t_.zero == 1, parse_grad_compress(t_.grad_compress), t_.topk_ratio,
+                        comms_->expert_dp ? &*comms_->expert_dp : nullptr,
+                        expert_ranges(model_->layout())});
     bucket_sync_ = std::make_unique<BucketSync>(*buckets_, *model_);
     sync_ = bucket_sync_.get();
   }
@@ -442,11 +478,14 @@ void Trainer::build_step_parts() {
   guard_ = std::make_unique<NumericGuard>(parse_nan_policy(t_.on_nan), t_.out_dir, comms_->world);
   // The ranks whose owned parts add up to the stage once: the shard group's (every dp rank under
   // ZeRO-1, the first replica's under hybrid sharding), else data-parallel (dp-cp) rank 0.
+  // Under expert parallelism (no ZeRO) the ep-split experts count once on expert-dp rank 0.
   const bool counts_once = t_.zero == 1 || (t_.zero >= 2 ? grid_->dp_replica().rank() == 0
                                                          : grid_->dp_cp_rank() == 0);
+  const bool experts_count_once = shape_.ep > 1 ? grid_->expert_dp().rank() == 0 : counts_once;
   update_ = std::make_unique<UpdateStep>(
       *model_, *sync_, *optimizer_, *scaler_, *guard_,
-      UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once},
+      UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once,
+                   experts_count_once},
       t_.grad_clip, &trace_);
 
   store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
@@ -456,7 +495,7 @@ void Trainer::build_step_parts() {
   state_.emplace(checkpoint_state(
       cfg_, model_->layout(), held_params_.full(),
       t_.zero == 3 ? sync_->owned() : ShardRanges::whole(model_->num_params()), *optimizer_,
-      counts_once));
+      counts_once, experts_count_once));
   mirrored_ = checkpoints_mirrored(*backend_);
   best_val_ = std::numeric_limits<double>::quiet_NaN();
   // MFU: PaLM's 6N + 12 L d T flops per token against the summed peak of all ranks.
@@ -617,6 +656,9 @@ void Trainer::print_banner() const {
                 to_string(schedule_).c_str(), shape_.pp,
                 100.0 * pipeline_bubble(micro_batches_, shape_.pp));
   if (shape_.dp > 1 && buckets_) std::printf(" | %zu gradient buckets", buckets_->buckets());
+  if (shape_.ep > 1)
+    std::printf(" | expert parallel: ep %d x expert-dp %d, %d of %d experts per rank", shape_.ep,
+                shape_.dp / shape_.ep, cfg_.n_experts / shape_.ep, cfg_.n_experts);
   if (sharded_)
     std::printf(" | %zu units sharded over %d ranks%s", model_->layout().units().size(),
                 grid_->shard_size(),

@@ -41,7 +41,9 @@ UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
     groups_.tied->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
   }
   model_.sync_replicated_grads(grads, own);
-  double sums[2] = {groups_.counts_norm ? model_.grad_square_sum(grads, own) : 0.0, loss};
+  double sums[2] = {model_.grad_square_sum(grads, own, groups_.counts_norm,
+                                           groups_.counts_expert_norm),
+                    loss};
   groups_.world->all_reduce(sums, 2, ReduceOp::Sum);
   const double scale = scaler_.scale();
   const double norm = std::sqrt(sums[0]) / scale;

@@ -293,6 +293,20 @@ inline void check_all(Communicator& dev, MpiCommunicator& mpi, cudaStream_t stre
     mpi.wait(mpi.all_gather_start(in.data(), gathered.data(), bytes));
     EXPECT_EQ(dg.host(stream), gathered) << "all_gather_start (bytes)";
   }
+  {  // uneven all-to-all of bytes: rank r sends (r + 2q) % 3 * 5 bytes to rank q (0 included)
+    std::vector<size_t> send(size), recv(size);
+    for (int q = 0; q < size; ++q) {
+      send[q] = static_cast<size_t>((rank + 2 * q) % 3 * 5);
+      recv[q] = static_cast<size_t>((q + 2 * rank) % 3 * 5);
+    }
+    std::vector<uint8_t> in(std::accumulate(send.begin(), send.end(), size_t{0}));
+    std::vector<uint8_t> out(std::accumulate(recv.begin(), recv.end(), size_t{0}), 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(rank * 29 + i);
+    DeviceVec<uint8_t> din(in, stream), dout(out, stream);
+    dev.wait(dev.all_to_allv_start(din.get(), send, dout.get(), recv));
+    mpi.wait(mpi.all_to_allv_start(in.data(), send, out.data(), recv));
+    EXPECT_EQ(dout.host(stream), out) << "all_to_allv_start";
+  }
   {  // uneven blocks, one of them empty
     std::vector<size_t> counts(size);
     for (int r = 0; r < size; ++r) counts[r] = r == 1 ? 0 : 100 + 13 * r;

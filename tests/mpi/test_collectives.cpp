@@ -137,6 +137,40 @@ TEST(MpiCommunicator, UnevenReduceScatterLeavesEachBlockAtItsOffset) {
   EXPECT_EQ(std::vector<float>(max.begin() + offset, max.begin() + offset + counts[r]), expect_max);
 }
 
+// The uneven all-to-all as expert parallelism uses it: the counts exchanged first (an
+// all_to_all of them), then the blocks; rank r sends (r + 2q) % 3 floats to rank q (0, 1 or 2:
+// zero blocks included, and a rank may receive nothing from another), each naming (from, to, i).
+TEST(MpiCommunicator, UnevenAllToAllWithCountsExchangedFirst) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), n = comm.size();
+  auto count = [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3); };
+  auto tag = [](int from, int to, size_t i) { return static_cast<float>(100 * from + 10 * to + i); };
+  std::vector<size_t> send(n), recv(n), send_bytes(n), recv_bytes(n);
+  std::vector<float> in;
+  for (int q = 0; q < n; ++q) {
+    send[q] = count(r, q);
+    send_bytes[q] = send[q] * sizeof(float);
+    for (size_t i = 0; i < send[q]; ++i) in.push_back(tag(r, q, i));
+  }
+  comm.wait(comm.all_to_all_start(send.data(), recv.data(), sizeof(size_t)));
+  std::vector<float> expect;
+  for (int q = 0; q < n; ++q) {
+    EXPECT_EQ(recv[q], count(q, r)) << "count from rank " << q;
+    recv_bytes[q] = recv[q] * sizeof(float);
+    for (size_t i = 0; i < recv[q]; ++i) expect.push_back(tag(q, r, i));
+  }
+  std::vector<float> out(expect.size(), -1);
+  comm.reset_bytes_sent();
+  comm.wait(comm.all_to_allv_start(in.data(), send_bytes, out.data(), recv_bytes));
+  EXPECT_EQ(out, expect);
+  EXPECT_EQ(comm.bytes_sent(), (in.size() - send[r]) * sizeof(float));  // all but its own block
+  // every count 0: nothing moves, and the call still completes on every rank
+  const std::vector<size_t> zeros(n, 0);
+  comm.wait(comm.all_to_allv_start(in.data(), zeros, out.data(), zeros));
+  EXPECT_THROW(comm.all_to_allv_start(in.data(), std::vector<size_t>(n + 1), out.data(), zeros),
+               Error);  // one count per rank
+}
+
 TEST_P(Split, BlockingAllReduceAndBroadcast) {
   MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
   const int r = comm.rank(), n = comm.size();

@@ -67,6 +67,10 @@ class RecordingComm final : public Communicator {
   CommHandle all_gather_start(const void*, void*, size_t bytes) override {
     return log("all_gather " + std::to_string(bytes));
   }
+  CommHandle all_to_allv_start(const void*, std::span<const size_t>, void*,
+                               std::span<const size_t>) override {
+    unexpected();
+  }
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override {
     EXPECT_EQ(op, ReduceOp::Sum);
@@ -189,6 +193,29 @@ TEST(GradBuckets, CutFromTheEndAndStartedAsBackwardReachesThem) {
   buckets.finish();
   EXPECT_EQ(comm.started.size(), 6u);
   EXPECT_EQ(comm.waits, 6);
+}
+
+// Expert parallelism: buckets are cut at the edges of the expert ranges, and those lying in one
+// go to the expert-dp communicator. n = 12, buckets of 4 floats, experts at [3, 8): from the end
+// [8, 12) dense, [4, 8) and [3, 4) expert, [0, 3) dense.
+TEST(GradBuckets, ExpertRangesGoOverTheExpertGroup) {
+  std::vector<float> g(12);
+  RecordingComm dp(4, g.data()), expert_dp(2, g.data());
+  GradSyncOptions options;
+  options.expert_dp = &expert_dp;
+  options.expert_ranges = {{3, 8}};
+  GradBuckets buckets(dp, g.data(), g.size(), 16, options);
+  EXPECT_EQ(buckets.buckets(), 4u);
+  buckets.ready_from(4);
+  EXPECT_EQ(dp.started, (Ranges{{8, 4}}));
+  EXPECT_EQ(expert_dp.started, (Ranges{{4, 4}}));
+  buckets.finish();
+  EXPECT_EQ(dp.started, (Ranges{{8, 4}, {0, 3}}));
+  EXPECT_EQ(expert_dp.started, (Ranges{{4, 4}, {3, 1}}));
+  EXPECT_EQ(dp.waits, 2);
+  EXPECT_EQ(expert_dp.waits, 2);
+  options.zero = true;  // ZeRO's shards do not take the expert ranges
+  EXPECT_THROW(GradBuckets(dp, g.data(), g.size(), 16, options), UsageError);
 }
 
 TEST(GradBuckets, OneBucketWhenLargerThanTheBuffer) {

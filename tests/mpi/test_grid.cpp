@@ -233,6 +233,70 @@ TEST(Grid, ContextParallelCommunicatorsMatchMembers) {
   }
 }
 
+// Expert parallelism's worked example in grid.hpp: 8 ranks, TP = 2, EP = 2, DP = 4, PP = 1.
+TEST(GridMembers, ExpertParallelAsDocumented) {
+  GridShape s{4, 2, 1};
+  s.ep = 2;
+  const std::vector<Ranks> dp = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+  const std::vector<Ranks> ep = {{0, 2}, {4, 6}, {1, 3}, {5, 7}};
+  const std::vector<Ranks> expert_dp = {{0, 4}, {2, 6}, {1, 5}, {3, 7}};
+  auto check = [&](const GridShape& shape, Group g, const std::vector<Ranks>& groups) {
+    for (const Ranks& group : groups)
+      for (int rank : group) EXPECT_EQ(Grid::members(shape, g, rank), group) << "rank " << rank;
+  };
+  check(s, Group::Dp, dp);
+  check(s, Group::Ep, ep);
+  check(s, Group::ExpertDp, expert_dp);
+  s.ep = 4;  // the whole dp group splits the experts; each alone holds its quarter
+  check(s, Group::Ep, dp);
+  check(s, Group::ExpertDp, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+  s.ep = 1;  // no expert parallelism: the experts' gradients go over dp as the rest
+  check(s, Group::ExpertDp, dp);
+  // with pp 2 (8 ranks, DP = 2, EP = 2): rank 5 is pp 1, dp 0, tp 1
+  GridShape pp2{2, 2, 2};
+  pp2.ep = 2;
+  EXPECT_EQ(Grid::members(pp2, Group::Ep, 5), (Ranks{5, 7}));
+  EXPECT_EQ(Grid::members(pp2, Group::ExpertDp, 5), (Ranks{5}));
+}
+
+// On the real ranks, every shape and every ep dividing its dp: the ep and expert-dp
+// communicators hold the ranks members() names, in that order, and ep_rank agrees.
+TEST(Grid, ExpertParallelCommunicatorsMatchMembers) {
+  const MpiComm world = MpiComm::world();
+  const int me = world.rank();
+  for (GridShape s : shapes_of(world.size()))
+    for (int ep = 1; ep <= s.dp; ++ep) {
+      if (s.dp % ep != 0) continue;
+      s.ep = ep;
+      SCOPED_TRACE(name(s) + " ep" + std::to_string(ep));
+      const Grid grid(world, s);
+      EXPECT_EQ(world_ranks_of(grid.ep()), Grid::members(s, Group::Ep, me));
+      EXPECT_EQ(world_ranks_of(grid.expert_dp()), Grid::members(s, Group::ExpertDp, me));
+      EXPECT_EQ(grid.ep().rank(), grid.ep_rank());
+      EXPECT_EQ(grid.ep().size(), ep);
+      EXPECT_EQ(grid.expert_dp().size(), s.dp / ep);
+    }
+}
+
+// ep must divide dp, and comes without cp: the user's error, named.
+TEST(Grid, ExpertParallelNotFittingIsAUsageError) {
+  const MpiComm world = MpiComm::world();
+  GridShape s{world.size(), 1, 1};
+  s.ep = world.size() + 1;
+  EXPECT_THROW(Grid(world, s), UsageError);
+  if (world.size() % 2 != 0) return;
+  GridShape with_cp{world.size() / 2, 1, 1, 2};
+  with_cp.ep = world.size() / 2;
+  if (with_cp.ep > 1) {
+    try {
+      const Grid grid(world, with_cp);
+      ADD_FAILURE() << "ep with cp was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("context parallelism"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ResolveGrid, ContextParallelFixedTheOthersFitTheRest) {
   const GridShape s = resolve_grid(8, 0, 2, 1, {}, 2);
   EXPECT_EQ(s.dp, 2);

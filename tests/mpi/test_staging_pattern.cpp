@@ -63,6 +63,10 @@ class PoolCommunicator final : public Communicator {
   CommHandle recv_start(uint16_t*, size_t, int, int) override { return unexpected(); }
   CommHandle all_to_all_start(const void*, void*, size_t) override { return unexpected(); }
   CommHandle all_gather_start(const void*, void*, size_t) override { return unexpected(); }
+  CommHandle all_to_allv_start(const void*, std::span<const size_t>, void*,
+                               std::span<const size_t>) override {
+    return unexpected();
+  }
   CommHandle reduce_scatter_start(float* d, std::span<const size_t> counts,
                                   ReduceOp op) override {  // stages the sum of the counts
     const int slot = acquire(total(counts) * sizeof(float));

@@ -399,6 +399,28 @@ TEST(PlannerMemory, ExpertParametersByHandAndPerStage) {
   }
 }
 
+// Expert parallelism: a rank holds E/ep of the routed experts (the MoE block's experts fc
+// 4*32*8 + proj 4*8*16 = 1536 become 768 at ep 2: 5320 - 768 = 4552), and the token all-to-alls
+// cost time at ep > 1 only.
+TEST(PlannerMemory, ExpertParallelHoldsItsShareOfTheExperts) {
+  const ModelConfig moe = tiny_moe();
+  RunShape run = tiny_run();
+  run.global_batch = 4;
+  Layout ep1{2, 1, 1, 2, 0, Recompute::None};
+  Layout ep2 = ep1;
+  ep2.ep = 2;
+  EXPECT_DOUBLE_EQ(layout_memory(moe, run, ep1, 0.0).params, 5320 * 4.0);
+  EXPECT_DOUBLE_EQ(layout_memory(moe, run, ep2, 0.0).params, 4552 * 4.0);
+  Cluster c;
+  c.peak_flops = 1e6;
+  c.mem_bw = 1e6;
+  c.mem_bytes = 1e9;
+  const TimeEstimate t1 = estimate_time(moe, run, ep1, c, Calibration{});
+  const TimeEstimate t2 = estimate_time(moe, run, ep2, c, Calibration{});
+  EXPECT_EQ(t1.ep_comm, 0.0);
+  EXPECT_GT(t2.ep_comm, 0.0);
+}
+
 // A token's products use the router and top_k of the n_experts: with top-1 of 4 experts of width
 // 16, an MoE model computes what a dense model of d-ff 16 does plus the router (4 x 8 per MoE
 // layer), 2 x 32 x 2 layers = 128 flops per token forward; at 1e6 x 0.5 FLOP/s, 2 micro-batches of

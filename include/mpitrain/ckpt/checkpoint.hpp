@@ -122,6 +122,9 @@ struct CheckpointState {
   std::vector<float*> state;  // in state_names(optimizer) order, owned.size() floats each
   Precision precision;
   bool writer;
+  // Under expert parallelism the ep-split expert tensors (ParamTensor::ep_split) are written by
+  // these ranks instead (expert-dp rank 0: one per ep rank), so each expert piece once.
+  bool expert_writer = false;
 };
 
 // Where the owned elements lie in params (compact over params_held) when they lie there back
@@ -131,10 +134,10 @@ float* master_view(float* params, const ShardRanges& params_held, const ShardRan
 
 // The state of `optimizer` (over params, compact over params_held of `layout`) for saving and
 // loading; its master is separate unless it is master_view of params. writer: without ZeRO
-// data-parallel rank 0, with ZeRO every rank.
+// data-parallel rank 0, with ZeRO every rank; expert_writer: see CheckpointState.
 CheckpointState checkpoint_state(const ModelConfig& config, const ParamLayout& layout,
                                  float* params, ShardRanges params_held, Optimizer& optimizer,
-                                 bool writer);
+                                 bool writer, bool expert_writer = false);
 
 class CheckpointStore {
  public:

@@ -64,6 +64,12 @@ class Communicator {
   // in(size * bytes) goes to rank r; all_gather: in(bytes) goes to every rank.
   virtual CommHandle all_to_all_start(const void* in, void* out, size_t bytes) = 0;
   virtual CommHandle all_gather_start(const void* in, void* out, size_t bytes) = 0;
+  // Uneven all-to-all of raw bytes (expert parallelism's token exchange): in holds one block per
+  // rank in rank order, block r (send[r] bytes, may be 0) goes to rank r; out receives rank r's
+  // block (recv[r] bytes) after those of ranks < r. recv[r] must equal what rank r sends here:
+  // the caller exchanges the counts first (an all_to_all_start of them).
+  virtual CommHandle all_to_allv_start(const void* in, std::span<const size_t> send, void* out,
+                                       std::span<const size_t> recv) = 0;
   // Uneven blocks, in place over data(sum of counts): rank r's block follows those of ranks < r,
   // counts may be 0; each rank's block stays at its own offset. reduce_scatter: after wait(),
   // this rank's block of data holds the reduction of every rank's block there, the rest of data
@@ -136,9 +142,11 @@ class MpiCommunicator final : public Communicator {
   CommHandle recv_start(float* data, size_t n, int peer, int tag) override;
   CommHandle send_start(const uint16_t* data, size_t n, int peer, int tag) override;
   CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) override;
-  // These five are not split: a count, block or offset above max_count throws.
+  // These six are not split: a count, block or offset above max_count throws.
   CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
   CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
+  CommHandle all_to_allv_start(const void* in, std::span<const size_t> send, void* out,
+                               std::span<const size_t> recv) override;
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;
@@ -153,10 +161,11 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // The requests of one started operation; slots are reused, so their vectors stop growing.
-  // counts / displs: the int arrays of a started MPI_I*v call, which MPI reads until it completes.
+  // counts / displs: the int arrays of a started MPI_I*v call, which MPI reads until it completes
+  // (recv_counts / recv_displs: the receiving side of MPI_Ialltoallv).
   struct Slot {
     std::vector<MPI_Request> requests;
-    std::vector<int> counts, displs;
+    std::vector<int> counts, displs, recv_counts, recv_displs;
     bool busy = false;
     CallInfo call;  // as recorded in calls_ when it started
   };
@@ -165,7 +174,9 @@ class MpiCommunicator final : public Communicator {
   int acquire_slot(const char* op, uint64_t bytes, int peer = -1);
   // The sum of counts (one per rank); throws where a count, offset or the sum exceeds max_count.
   size_t checked_blocks(std::span<const size_t> counts, const char* op) const;
-  void set_blocks(Slot& slot, std::span<const size_t> counts);  // counts, displs as MPI ints
+  // counts, displs as MPI ints (into the given vectors: slot.counts, slot.displs by default)
+  void set_blocks(Slot& slot, std::span<const size_t> counts);
+  void set_blocks(std::vector<int>& ints, std::vector<int>& displs, std::span<const size_t> counts);
   int checked_count(size_t count, const char* op) const;        // throws above max_count
   void count_sent(uint64_t bytes) { bytes_sent_ += bytes; }  // bus bytes: 0 on one rank
   // The float and 2-byte forms of the blocking all_gather / reduce_scatter, of send/recv and of

@@ -94,6 +94,8 @@ class NcclCommunicator final : public Communicator, public DeviceWork {
   CommHandle recv_start(uint16_t* data, size_t n, int peer, int tag) override;
   CommHandle all_to_all_start(const void* in, void* out, size_t bytes) override;
   CommHandle all_gather_start(const void* in, void* out, size_t bytes) override;
+  CommHandle all_to_allv_start(const void* in, std::span<const size_t> send, void* out,
+                               std::span<const size_t> recv) override;
   CommHandle reduce_scatter_start(float* data, std::span<const size_t> counts,
                                   ReduceOp op) override;
   CommHandle all_gather_start(float* data, std::span<const size_t> counts) override;

@@ -139,6 +139,9 @@ class Model {
   // learned position embedding take their true positions, attention is a ring over cp
   // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp.
   void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
+  // Expert parallelism: the routed experts this shard holds (ModelShard::ep) are E/ep, the MoE
+  // layers send each routed row to its expert's rank over ep (host memory) and back.
+  void set_expert_parallel(Communicator* ep);
   // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
   void set_lender(UnitLender<T>* lender) { lender_ = lender; }
   Backend<T>& backend() const { return backend_; }
@@ -203,8 +206,10 @@ class Model {
   // whole(num_params()); every tp rank holds the same ranges.
   void sync_replicated_grads(T* grads, const ShardRanges& held);
   // Sum of squared gradients of the tensors this rank counts for the global norm (primary),
-  // over the held part (ZeRO: this rank's shard); grads compact over held.
-  double grad_square_sum(const T* grads, const ShardRanges& held) const;
+  // over the held part (ZeRO: this rank's shard); grads compact over held. dense / experts:
+  // whether the tensors other than the ep-split experts / those experts count here.
+  double grad_square_sum(const T* grads, const ShardRanges& held, bool dense = true,
+                         bool experts = true) const;
 
   // Logits of row n = b*Tlen + t after a forward without targets (single rank): Vp values, the
   // first V real; backend memory, in the storage type.

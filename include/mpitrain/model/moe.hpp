@@ -18,10 +18,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "mpitrain/backend/backend.hpp"
 #include "mpitrain/comm/communicator.hpp"
+#include "mpitrain/model/expert_dispatch.hpp"
 
 namespace mpitrain {
 
@@ -80,6 +83,12 @@ class MoeLayer {
   void backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x, CBuf<T> wr,
                 CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss);
 
+  // Expert parallelism (ep size > 1; null or size 1: every expert here): w1 / w2 / dw1 / dw2
+  // then hold this rank's E/ep experts, and the routed rows go to their owners and back through
+  // ep (model/expert_dispatch.hpp); the statistics stay this rank's. Allocates the owners'
+  // buffers for the most rows a rank can receive (ep x R_max x K); after set_scratch.
+  void set_expert_parallel(Communicator* ep);
+
  private:
   // x as T on the host: its own elements (fp32 storage) or converted into scratch.
   const T* host(CBuf<T> x, size_t n, T* scratch);
@@ -88,6 +97,12 @@ class MoeLayer {
   void round(Buf<T> x, size_t n);
   // probs, lse, experts, gates of R rows from logits.
   void route(MoeActs<T>& a, int R) const;
+  void experts_forward(const int32_t* offsets, int n, CBuf<T> xs, Buf<T> h, Buf<T> act, Buf<T> y,
+                       CBuf<T> w1, CBuf<T> w2);
+  void experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf<T> da, Buf<T> dh,
+                        CBuf<T> xs, CBuf<T> h, CBuf<T> act, CBuf<T> w1, CBuf<T> w2, T* dw1,
+                        T* dw2);
+  void plan_dispatch(const int32_t* offsets);
 
   Backend<T>& backend_;
   int E_, K_, C_, Fe_, R_max_;
@@ -101,6 +116,13 @@ class MoeLayer {
   Buf<T> dy_, da_, dh_;
   T *xh_ = nullptr, *wh_ = nullptr, *yh_ = nullptr, *oh_ = nullptr, *dxh_ = nullptr,
     *dz_ = nullptr, *dg_ = nullptr;
+  // Expert parallelism: the exchange, and the owners' rows (cap = ep R_max K): xs, y / dy / dxs
+  // (cap,C), h, dh (cap,2Fe), a, da (cap,Fe), in one allocation freed with this layer.
+  std::unique_ptr<ExpertDispatch> dispatch_;
+  std::unique_ptr<void, std::function<void(void*)>> ep_buffers_;
+  Buf<T> ep_xs_, ep_y_, ep_h_, ep_a_, ep_dh_, ep_da_;
+  std::vector<int64_t> counts_;         // (E) this micro-batch's rows per expert
+  std::vector<int32_t> local_offsets_;  // (E/ep + 1) this rank's experts in the received rows
 };
 
 }  // namespace mpitrain

@@ -30,6 +30,9 @@
 //   replicated: norms, wpe, the biases of the row-parallel layers; the q/k norm weights too, though
 //     each rank's heads add their part of their gradient (summed over tp, not averaged); the
 //     router and the routed experts (whole on every tp rank).
+// Under expert parallelism (ep > 1) the routed experts (moe.experts.fc / proj) are split along
+// their first dimension over ep instead: ep rank e holds experts [e E/ep, (e+1) E/ep), whole and
+// replicated over tp (ParamTensor::ep_split); the router stays whole.
 // Each tensor records how its local rows/columns map into the full logical tensor (pieces).
 
 #pragma once
@@ -57,6 +60,7 @@ enum class Slot {
 // What one rank holds of the model. The default is the whole model.
 struct ModelShard {
   int tp = 1, tp_rank = 0;               // tensor-parallel size and this rank's index
+  int ep = 1, ep_rank = 0;               // expert-parallel size and this rank's index
   int layer_begin = 0, layer_end = -1;   // this stage's blocks [begin, end); -1 = all
   bool first_stage = true, last_stage = true;
 };
@@ -73,7 +77,7 @@ struct ParamTensor {
   int layer;                          // block index, -1 outside the blocks
   std::vector<int64_t> shape;         // this rank's (local) shape
   std::vector<int64_t> global_shape;  // the full logical shape
-  int split_dim;                      // dimension split over tp; -1 = replicated
+  int split_dim;                      // dimension split over tp (or ep); -1 = replicated
   std::vector<ShardPiece> pieces;     // along split_dim (empty when replicated)
   size_t offset;                      // into the flat buffer
   size_t numel;                       // local elements
@@ -83,6 +87,10 @@ struct ParamTensor {
   // false for replicated tensors on tp ranks > 0 and for the tied wte copy on the last stage.
   bool primary;
   int unit = -1;  // index into ParamLayout::units()
+  // A routed expert tensor under ep > 1: split_dim 0 and pieces are over ep (this rank's
+  // experts), and the tensor is replicated over tp; its gradients go over the expert-dp group.
+  bool ep_split = false;
+  bool tp_replicated() const { return split_dim < 0 || ep_split; }
 };
 
 class ParamLayout {

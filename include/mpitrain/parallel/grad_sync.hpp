@@ -29,6 +29,11 @@
 // the same bits. With zero or compression a bucket holds at most 2^27 floats, so that every MPI
 // count fits in an int. Memory besides the gradients, per gradient: bf16 / fp16 4 bytes (what is
 // sent and received), int8 2 + 4 (and the residual), topk 4 (the residual) + 8 (dp + 1) x ratio.
+// Expert parallelism (plain only): the ranges of the ep-split expert tensors are summed over the
+// expert-dp group instead (the dp ranks holding the same experts; each rank's expert gradients
+// already hold every ep rank's tokens routed to them, so the sum over expert-dp is the sum over
+// all of dp's tokens, as the dense ranges' sum over dp). Buckets never straddle such a range's
+// edge.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +51,8 @@ struct GradSyncOptions {
   bool zero = false;  // ZeRO-1 (not with compression)
   GradCompress compress = GradCompress::None;
   double topk_ratio = 0.01;  // topk: fraction of each bucket kept, in (0, 1]
+  Communicator* expert_dp = nullptr;      // expert parallelism: the expert ranges' group
+  std::vector<FlatRange> expert_ranges = {};  // ... and those ranges (ascending, disjoint)
 };
 
 class GradBuckets {
@@ -93,6 +100,7 @@ class GradBuckets {
   GradSyncOptions opt_;
   std::vector<size_t> begin_;        // bucket b = [begin_[b], b ? begin_[b - 1] : n_)
   std::vector<CommHandle> handles_;  // one per bucket, valid for b < started_
+  std::vector<bool> expert_;         // bucket b lies in an expert range: over opt_.expert_dp
   size_t started_ = 0;               // buckets 0 .. started_-1 are in flight
 
   std::vector<size_t> blocks_;  // zero: bucket b's block of rank r at [b * dp + r]

@@ -54,6 +54,7 @@ struct Layout {
   int zero_shard = 0;  // ZeRO-2/3: shard over groups of this many dp ranks (HSDP); 0 = all dp
   bool sequence_parallel = false;  // tp > 1: the norm/residual regions on N/tp rows (model.hpp)
   int cp = 1;          // context parallelism: T/cp rows of each sequence per rank, a K/V ring
+  int ep = 1;          // expert parallelism: E/ep routed experts per rank, token all-to-alls
   int grad_ranks() const { return dp * cp; }  // the gradients' (ZeRO's) group: dp x cp
   int shard_ranks() const { return zero_shard > 0 ? zero_shard : grad_ranks(); }  // the D
 };

@@ -67,11 +67,12 @@ struct TimeEstimate {  // seconds per optimizer step, and shares of it
   double p2p = 0;         // pipeline sends and receives (counted as exposed)
   double cp_exposed = 0;  // context parallelism's ring messages not hidden behind its compute
   double cp_ring = 0;     // all of the ring's messages' time, hidden or not (cp_exposed's base)
+  double ep_comm = 0;     // expert parallelism's token all-to-alls (never hidden)
   double dp_exposed = 0;  // data-parallel gradient sync (and ZeRO's all-gathers) not hidden
   double optimizer = 0;
   double step = 0;
   double bubble_fraction = 0;      // (pp-1)/(m+pp-1)
-  double exposed_comm_fraction = 0;  // (tp + p2p + cp exposed + dp exposed) / step
+  double exposed_comm_fraction = 0;  // (tp + p2p + cp exposed + ep + dp exposed) / step
 };
 
 // Useful model FLOPs per token (PaLM: 6N + 12 L d T, N = ParamLayout::matmul_params()): the MFU

@@ -29,6 +29,15 @@
 //   dp-cp groups   [0,2,4,6] [1,3,5,7]            (the gradients)
 //   model-parallel groups   [0,1] [2,3] [4,5] [6,7]
 //   with D = 2: shard groups [0,2] [4,6] [1,3] [5,7], replica groups [0,4] [2,6] [1,5] [3,7].
+// Expert parallelism (EP, Megatron-Core's placement) carves the dp group: an ep group is EP
+// consecutive dp ranks (they split the routed experts, E/EP each, and exchange tokens), and the
+// expert-dp group is the DP/EP dp ranks at the same place in their ep group (they hold the same
+// experts, so the expert gradients are reduced over it; the rest still over dp). EP divides DP;
+// with cp > 1 an expert's tokens would also have to cross cp, so EP > 1 requires CP = 1.
+// Worked example with ep, 8 ranks, TP = 2, EP = 2, DP = 4, PP = 1:
+//   dp groups   [0,2,4,6] [1,3,5,7]
+//   ep groups   [0,2] [4,6] [1,3] [5,7]           (dp ranks 0-1 and 2-3 split the experts)
+//   expert-dp groups   [0,4] [2,6] [1,5] [3,7]    (experts 0..E/2-1 on 0,4; E/2.. on 2,6)
 #pragma once
 
 #include <functional>
@@ -44,6 +53,7 @@ struct GridShape {
   int tp = 1;
   int pp = 1;
   int cp = 1;
+  int ep = 1;  // expert parallelism: divides dp, not in size() (it carves the dp ranks)
   int size() const { return dp * tp * pp * cp; }
 };
 
@@ -59,11 +69,12 @@ using LayoutFilter = std::function<bool(const GridShape&)>;
 GridShape resolve_grid(int world_size, int dp, int tp, int pp, const LayoutFilter& admits = {},
                        int cp = 1);
 
-enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica, Cp, DpCp };
+enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica, Cp, DpCp, Ep, ExpertDp };
 
 class Grid {
  public:
-  // shard_size: hybrid sharding's D (0 = none); UsageError unless it divides dp x cp.
+  // shard_size: hybrid sharding's D (0 = none); UsageError unless it divides dp x cp, or when
+  // shape.ep does not divide dp or comes with cp > 1.
   Grid(const MpiComm& world, GridShape shape, int shard_size = 0);
 
   const GridShape& shape() const { return shape_; }
@@ -71,6 +82,7 @@ class Grid {
   int tp_rank() const { return tp_rank_; }
   int pp_rank() const { return pp_rank_; }
   int cp_rank() const { return cp_rank_; }
+  int ep_rank() const { return dp_rank_ % shape_.ep; }  // which E/EP experts this rank holds
   // Rank in the dp-cp (gradient) group: cp + CP * dp.
   int dp_cp_rank() const { return cp_rank_ + shape_.cp * dp_rank_; }
   bool first_stage() const { return pp_rank_ == 0; }
@@ -86,6 +98,8 @@ class Grid {
   const MpiComm& model_parallel() const { return mp_; }
   const MpiComm& dp_shard() const { return dp_shard_; }
   const MpiComm& dp_replica() const { return dp_replica_; }
+  const MpiComm& ep() const { return ep_; }                // the token exchange
+  const MpiComm& expert_dp() const { return expert_dp_; }  // the expert gradients' group
   int shard_size() const { return shard_size_; }  // D: dp x cp without hybrid sharding
   // First and last stage of this rank's pipeline; empty on middle stages.
   const std::optional<MpiComm>& embedding() const { return embedding_; }
@@ -101,7 +115,7 @@ class Grid {
   GridShape shape_;
   int shard_size_;
   int dp_rank_, tp_rank_, pp_rank_, cp_rank_, local_rank_, local_size_;
-  MpiComm tp_, dp_, pp_, cp_, dp_cp_, mp_, dp_shard_, dp_replica_;
+  MpiComm tp_, dp_, pp_, cp_, dp_cp_, mp_, dp_shard_, dp_replica_, ep_, expert_dp_;
   std::optional<MpiComm> embedding_;
 };
 

@@ -110,6 +110,9 @@ class CommGroups {
   // the replica group is absent.
   std::optional<MpiCommunicator> shard, replica;
   MpiCommunicator& dp_shard() { return shard ? *shard : dp; }
+  // Expert parallelism's groups (ep > 1; host memory: MoE runs on the CPU backend): the token
+  // all-to-alls, and the expert gradients' sum.
+  std::optional<MpiCommunicator> ep, expert_dp;
 
   // Where tensors go: the data communicators after use_device, else the host ones.
   Communicator& tp_data() { return *tp_data_; }

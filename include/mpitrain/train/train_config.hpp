@@ -36,6 +36,7 @@ struct TrainConfig {
 
   int dp = 0, tp = 0, pp = 0;   // process grid; 0 = derived from the world size
   int cp = 1;                   // context parallelism (ranks per sequence)
+  int ep = 1;                   // expert parallelism (ranks splitting the routed experts, of dp)
   std::string pp_layers;        // blocks per stage "3,2,..."; "" = balanced
   std::string pp_schedule = "1f1b";
   double bucket_mb = 25.0;      // data-parallel gradient bucket size

@@ -34,6 +34,8 @@ struct UpdateGroups {
   MpiCommunicator* world;
   Communicator* tied = nullptr;  // the embedding group where wte has copies on two stages
   bool counts_norm = true;       // this rank's squares count: ZeRO, or data-parallel rank 0
+  // ... of the ep-split expert tensors (expert parallelism: expert-dp rank 0, one per ep rank)
+  bool counts_expert_norm = true;
 };
 
 struct UpdateResult {
