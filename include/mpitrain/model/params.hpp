@@ -60,9 +60,10 @@ enum class Slot {
 // What one rank holds of the model. The default is the whole model.
 struct ModelShard {
   int tp = 1, tp_rank = 0;               // tensor-parallel size and this rank's index
-  int ep = 1, ep_rank = 0;               // expert-parallel size and this rank's index
   int layer_begin = 0, layer_end = -1;   // this stage's blocks [begin, end); -1 = all
   bool first_stage = true, last_stage = true;
+  int ep = 1, ep_rank = 0;               // expert-parallel size and this rank's index (last:
+                                         // the tests' positional {tp, tp_rank, begin, end, ...})
 };
 
 // A contiguous run of the split dimension: local [local_start, +length) is global
