@@ -8,7 +8,7 @@
 
 namespace mpitrain {
 
-ExpertDispatch::ExpertDispatch(Communicator& ep, int n_experts)
+ExpertDispatch::ExpertDispatch(Communicator& ep, int n_experts, size_t staging_bytes)
     : ep_(ep), experts_(n_experts), local_(ep.size() > 0 ? n_experts / ep.size() : 0) {
   if (n_experts <= 0 || n_experts % ep.size() != 0)
     MPITRAIN_THROW(std::to_string(n_experts) + " experts do not split over " +
@@ -20,6 +20,7 @@ ExpertDispatch::ExpertDispatch(Communicator& ep, int n_experts)
   local_counts_.resize(local_);
   send_bytes_.resize(ep.size());
   recv_bytes_.resize(ep.size());
+  staging_.reserve(staging_bytes);
 }
 
 void ExpertDispatch::plan(const int64_t* counts) {

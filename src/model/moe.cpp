@@ -336,10 +336,10 @@ void MoeLayer<T>::set_expert_parallel(Communicator* ep) {
   dispatch_.reset();
   ep_buffers_.reset();
   if (!ep || ep->size() == 1) return;
-  dispatch_ = std::make_unique<ExpertDispatch>(*ep, E_);
   // The most rows a rank can receive: every rank's R_max x K rows for its experts.
   const size_t cap = static_cast<size_t>(ep->size()) * R_max_ * K_, C = C_, Fe = Fe_;
   const Precision dtype = dy_.dtype();
+  dispatch_ = std::make_unique<ExpertDispatch>(*ep, E_, cap * C * dy_.element_size());
   Buf<T> b = backend_.alloc(cap * (2 * C + 6 * Fe), dtype);
   ep_buffers_ = std::unique_ptr<void, std::function<void(void*)>>(
       b.data(), [backend = &backend_](void* p) { backend->free(p); });

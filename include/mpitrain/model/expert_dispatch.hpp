@@ -31,7 +31,9 @@ namespace mpitrain {
 class ExpertDispatch {
  public:
   // ep: the expert-parallel group (host memory), not owned; n_experts divisible by its size.
-  ExpertDispatch(Communicator& ep, int n_experts);
+  // staging_bytes: the largest exchange to_owners / from_owners will make (received rows x
+  // row bytes), reserved here so that no step allocates.
+  ExpertDispatch(Communicator& ep, int n_experts, size_t staging_bytes = 0);
 
   int local_experts() const { return local_; }
   int first_expert() const { return ep_.rank() * local_; }
