@@ -15,21 +15,14 @@
 #include "mpitrain/parallel/shard_ranges.hpp"
 #include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/rng.hpp"
+#include "small_llama.hpp"
 
 using namespace mpitrain;
 
 namespace {
 
 ModelConfig moe_config() {
-  ModelConfig c;
-  c.set_arch(Arch::Llama);
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 16;
-  c.d_ff = 32;
-  c.vocab_size = 40;
-  c.max_seq_len = 8;
+  ModelConfig c = test_models::small_llama(16, 32, 40, 8);
   c.n_experts = 4;
   c.top_k = 2;
   c.moe_ff = 8;

@@ -4,6 +4,7 @@
 
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/comm_groups.hpp"
+#include "small_llama.hpp"
 
 using namespace mpitrain;
 
@@ -72,15 +73,7 @@ TEST(DataCallSizes, SmallGpt2) {
 // Llama's first stage holds wte and its last lm_head: nothing tied crosses the embedding group,
 // so neither end makes a data communicator for it (an NCCL one needs every member).
 TEST(DataCallSizes, UntiedLlamaHasNoEmbeddingTraffic) {
-  ModelConfig c;
-  c.set_arch(Arch::Llama);
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 64;
-  c.d_ff = 192;
-  c.vocab_size = 256;
-  c.max_seq_len = 32;
+  const ModelConfig c = test_models::small_llama(64, 192, 256, 32);
   for (const ModelShard& stage : {ModelShard{1, 0, 0, 1, true, false},
                                   ModelShard{1, 0, 1, 2, false, true}})
     EXPECT_EQ(data_call_sizes(c, stage, 2, 16, 2, 1.0).embedding, 0u);

@@ -14,6 +14,7 @@
 
 #include "mpitrain/model/hf_config.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "small_llama.hpp"
 
 using namespace mpitrain;
 using json = nlohmann::json;
@@ -249,18 +250,7 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
 }
 
 // A small llama model: 2 layers, 4 heads of 16, 2 kv heads, MLP width 128, vocabulary 300.
-ModelConfig small_llama() {
-  ModelConfig c;
-  c.set_arch(Arch::Llama);
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 64;
-  c.d_ff = 128;
-  c.vocab_size = 300;
-  c.max_seq_len = 32;
-  return c;
-}
+ModelConfig small_llama() { return test_models::small_llama(64, 128, 300, 32); }
 
 TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
   ModelConfig llama = small_llama();

@@ -16,23 +16,13 @@
 #include "mpitrain/model/moe.hpp"
 #include "mpitrain/runtime/rng.hpp"
 #include "cpu_test_util.hpp"
+#include "small_llama.hpp"
 
 using namespace mpitrain;
 
 namespace {
 
-ModelConfig llama(int d_ff) {
-  ModelConfig c;
-  c.set_arch(Arch::Llama);
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 16;
-  c.d_ff = d_ff;
-  c.vocab_size = 20;
-  c.max_seq_len = 6;
-  return c;
-}
+ModelConfig llama(int d_ff) { return test_models::small_llama(16, d_ff, 20, 6); }
 
 // E = 4, K = 2 experts of width 8; shared: one shared expert; every: MoE in every n-th layer.
 ModelConfig moe(int shared, int every) {
