@@ -160,7 +160,8 @@ Trainer::StepEnd Trainer::step(int step) {
                                      grads_ready_);
   // MoE: the routing and aux/z losses of this step's forwards, over all ranks (a collective).
   const std::vector<MoeLayerRecord> moe =
-      cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_, grid_->tp_rank() == 0,
+      cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_,
+                                            grid_->tp_rank() == 0 && grid_->cp_rank() == 0,
                                             shape_.dp * micro_batches_, comms_->world)
                          : std::vector<MoeLayerRecord>{};
   const double lr = lr_schedule_->at(step);
