@@ -321,7 +321,8 @@ int Trainer::export_and_sample() {
   }
   if (!t_.export_hf.empty()) {
     save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data(), tokenizer_.get(),
-                  parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size"));
+                  parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size"),
+                  HfRouterKeys{t_.moe_aux_loss_coef});
     std::printf("exported the model to %s (Hugging Face: config.json, %s)\n", t_.export_hf.c_str(),
                 std::filesystem::exists(std::filesystem::path(t_.export_hf) / kSafetensorsIndex)
                     ? "model.safetensors.index.json and its shards"

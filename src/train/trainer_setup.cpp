@@ -207,6 +207,8 @@ void Trainer::check_inputs() {
         : data_tokenizer == tokenizer_descriptor_ ? tokenizer_->vocab_size()
                                                   : load_tokenizer(data_tokenizer)->vocab_size();
     cfg_ = resolve_model_config(options_, train_first, tokenizer_vocab);
+    const std::string router = take_hf_router_settings(options_, cfg_);  // its aux-loss coef
+    if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_experts(t_, cfg_);  // before the device's probe: refused whatever it finds
     check_device(t_, cfg_);
