@@ -27,12 +27,14 @@ struct Reading {
   std::string file;
   int seq_len;
   ModelConfig c;
+  HfRouterKeys router;
 };
 
 // What the export writes from.
 struct Writing {
   const ModelConfig& c;
   std::optional<uint32_t> token;
+  const HfRouterKeys& router;
 };
 
 // One key of the table. read checks the value and sets the model (inert: nothing); it gets
@@ -253,16 +255,48 @@ void absent_default(std::vector<KeyRule>& t, const std::string& key, json absent
   it->absent = std::move(absent);
 }
 
-// The routing keys of mixtral and qwen3_moe (experts: the key of their number). The auxiliary
-// loss is the trainer's to add (--moe-aux-loss-coef): transformers adds router_aux_loss_coef x
-// its load-balancing loss only with output_router_logits, false in the published configs, and
-// neither changes the function the weights compute.
+// The routing keys of mixtral and qwen3_moe (experts: the key of their number), and their
+// training keys into HfRouterKeys (hf_config.hpp: what the trainer makes of them).
 std::vector<KeyRule> expert_keys(const char* experts, int n_experts, int top_k) {
   const auto fixed = [](int n) { return [n](const ModelConfig&) { return n; }; };
+  const HfRouterKeys defaults;  // transformers' (MixtralConfig, Qwen3MoeConfig)
   return {count(experts, &ModelConfig::n_experts, fixed(n_experts)),
           count("num_experts_per_tok", &ModelConfig::top_k, fixed(top_k)),
-          inert_value("router_aux_loss_coef", 0.001),  // MOE_DESIGN's default, Qwen3-MoE's
-          inert_value("output_router_logits", false)};
+          {"router_aux_loss_coef", HfKeyUse::Implemented, json(defaults.aux_loss_coef),
+           [](const std::string& k, const json& v, Reading& r) {
+             require_json_kind(v.is_number(), v, r.file, k, "a number");
+             if (!(v.get<double>() >= 0)) refuse(r, k, v, "must be a number >= 0");
+             r.router.aux_loss_coef = v.get<double>();
+           },
+           [](const Writing& w) { return json(w.router.aux_loss_coef); }},
+          {"output_router_logits", HfKeyUse::Implemented, json(defaults.output_router_logits),
+           [](const std::string& k, const json& v, Reading& r) {
+             require_json_kind(v.is_boolean(), v, r.file, k, "a boolean");
+             r.router.output_router_logits = v.get<bool>();
+           },
+           [](const Writing&) { return json(false); }}};
+}
+
+// qwen3_moe's mlp_only_layers (after num_hidden_layers and decoder_sparse_step): dense layers by
+// index, accepted where each is one decoder_sparse_step leaves dense already ((l + 1) % step
+// != 0), so that the model is the same; the export writes none.
+KeyRule mlp_only_layers() {
+  return {"mlp_only_layers", HfKeyUse::Refused, json::array(),
+          [](const std::string& k, const json& v, Reading& r) {
+            if (v.is_null()) return;
+            require_json_kind(v.is_array(), v, r.file, k, "an array of layer indices");
+            for (const json& l : v) {
+              if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
+                  l.get<int64_t>() >= r.c.n_layer)
+                refuse(r, k, v, "its entries must be layer indices in [0, num_hidden_layers)");
+              if ((l.get<int64_t>() + 1) % r.c.moe_every == 0)
+                refuse(r, k, v,
+                       "layer " + l.dump() + " is sparse at decoder_sparse_step " +
+                           std::to_string(r.c.moe_every) +
+                           ": dense layers other than those the step leaves are not implemented");
+            }
+          },
+          [](const Writing&) { return json::array(); }};
 }
 
 // --- the table --------------------------------------------------------------------------------
@@ -402,9 +436,7 @@ std::vector<KeyRule> table(const std::string& type) {
     t.push_back(written_as(count("moe_intermediate_size", &ModelConfig::moe_ff, fixed(768)),
                            [](const Writing& w) { return json(w.c.expert_width()); }));
     t.push_back(count("decoder_sparse_step", &ModelConfig::moe_every, fixed(1)));
-    t.push_back(refused_unless("mlp_only_layers", {json::array(), json()},
-                               "dense layers other than every decoder_sparse_step-th are not "
-                               "implemented"));
+    t.push_back(mlp_only_layers());
     t.push_back(refused_unless("norm_topk_prob", {true},
                                "the model renormalises the chosen experts' gates (Mixtral's "
                                "routing); false, transformers' default, is not implemented",
@@ -425,7 +457,7 @@ json read_json(const fs::path& file) {
 
 }  // namespace
 
-ModelConfig read_hf_config(const std::string& dir, int seq_len) {
+ModelConfig read_hf_config(const std::string& dir, int seq_len, HfRouterKeys* router) {
   const fs::path file = fs::path(dir) / kConfig;
   const json doc = read_json(file);
   const std::optional<std::string> type = JsonFields(doc, file.string()).string("model_type");
@@ -438,7 +470,7 @@ ModelConfig read_hf_config(const std::string& dir, int seq_len) {
   if (rules.empty())
     throw UsageError(file.string() + ": model_type '" + *type +
                      "'; gpt2, llama, mistral, qwen2, qwen3, mixtral or qwen3_moe only");
-  Reading r{file.string(), seq_len, {}};
+  Reading r{file.string(), seq_len, {}, {}};
   r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
   for (const auto& [key, value] : doc.items())
     if (std::none_of(rules.begin(), rules.end(), [&](const KeyRule& k) { return k.key == key; }))
@@ -459,6 +491,7 @@ ModelConfig read_hf_config(const std::string& dir, int seq_len) {
   } catch (const UsageError& e) {
     throw UsageError(file.string() + " describes an invalid model: " + e.what());
   }
+  if (router) *router = r.router;
   return r.c;
 }
 
@@ -469,8 +502,9 @@ std::string hf_model_type(const ModelConfig& c) {
   return c.qkv_bias && !c.proj_bias ? "qwen2" : "llama";
 }
 
-json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token) {
-  const Writing w{config, document_token};
+json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token,
+                    const HfRouterKeys& router) {
+  const Writing w{config, document_token, router};
   json doc = json::object();
   for (const KeyRule& rule : table(hf_model_type(config)))
     if (rule.write) doc[rule.key] = rule.write(w);

@@ -403,7 +403,8 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
 }
 
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
-                   const float* params, const Tokenizer* tokenizer, uint64_t max_file_bytes) {
+                   const float* params, const Tokenizer* tokenizer, uint64_t max_file_bytes,
+                   const HfRouterKeys& router) {
   require_hf_expressible(dir, config);
   std::error_code ec;
   require(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)),
@@ -464,7 +465,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, const Para
   }
   const std::optional<uint32_t> token = tokenizer ? tokenizer->document_start() : std::nullopt;
   write_file_synced((fs::path(tmp) / kConfig).string(),
-                    hf_config_json(config, token).dump(2) + "\n");
+                    hf_config_json(config, token, router).dump(2) + "\n");
   if (tokenizer) save_hf_tokenizer(*tokenizer, tmp);
   fsync_path(tmp);
   if (fs::exists(dir, ec)) fs::remove(dir, ec);  // the empty directory the check allowed

@@ -67,7 +67,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const size_t FC = fc_width(F);
   const size_t P = backend_.attention_state_size(max_batch, max_seq, n_local_heads_);
   const int E = config_.n_experts, K = config_.top_k, Fe = config_.expert_width();
-  if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp
+  if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp (and cp)
     moe_ = std::make_unique<MoeLayer<T>>(
         backend_, E, K, static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
         options_.moe_z_loss_coef, emulated() ? options_.precision : Precision::Fp32,
@@ -275,6 +275,7 @@ void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunk
     positions_ = chunks.positions();
     ring_bytes_ = RingAttention::bytes(max_batch_, max_seq_, n_local_heads_, n_local_kv_heads_,
                                        config_.head_size(), options_.storage);
+    if (moe_) moe_->set_context_parallel(cp);  // the routing statistics of whole sequences
   } else {
     MPITRAIN_THROW("context parallelism runs in float models only");
   }

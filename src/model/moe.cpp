@@ -172,7 +172,8 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
       dxh_[r * C + c] = s;
     }
   store(out, dxh_, RC);
-  // statistics: counts, sums of p, sum of lse^2, rows (over all tp ranks' rows under sp)
+  // statistics: counts, sums of p, sum of lse^2, rows (over all tp ranks' rows under sp, then
+  // all cp ranks': the whole micro-batch)
   std::fill(sums_.begin(), sums_.end(), 0.0);
   for (int e = 0; e < E_; ++e) sums_[e] = a.offsets[e + 1] - a.offsets[e];
   for (int r = 0; r < R; ++r) {
@@ -181,6 +182,7 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   }
   sums_[2 * E_ + 1] = R;
   if (stats_group_) stats_group_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
+  if (cp_) cp_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
   const double rows = sums_[2 * E_ + 1];  // exact: integers far below 2^53
   for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(sums_[e]);
   a.counts[E_] = static_cast<int32_t>(rows);
@@ -329,6 +331,11 @@ void MoeLayer<T>::experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf
                                xs + o * C, w1 + e * 2 * Fe * C, m, C_, 2 * Fe_);
   }
   round(dy, rows * C);
+}
+
+template <typename T>
+void MoeLayer<T>::set_context_parallel(Communicator* cp) {
+  cp_ = cp && cp->size() > 1 ? cp : nullptr;
 }
 
 template <typename T>

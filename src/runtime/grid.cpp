@@ -133,8 +133,9 @@ std::vector<int> Grid::members(const GridShape& s, Group g, int rank, int shard_
       for (int i = d / s.ep * s.ep; i < d / s.ep * s.ep + s.ep; ++i)
         out.push_back(world_rank(s, i, t, p, c));
       break;
-    case Group::ExpertDp:
-      for (int i = d % s.ep; i < s.dp; i += s.ep) out.push_back(world_rank(s, i, t, p, c));
+    case Group::ExpertDp:  // every cp rank of those dp ranks (rank order: cp + CP * (dp / EP))
+      for (int i = d % s.ep; i < s.dp; i += s.ep)
+        for (int j = 0; j < s.cp; ++j) out.push_back(world_rank(s, i, t, p, j));
       break;
     case Group::Embedding:
       if (p == 0 || p == s.pp - 1) {
@@ -161,15 +162,11 @@ int checked_shard_size(const GridShape& shape, int shard_size) {
   return shard_size;
 }
 
-// The shape, once its ep is known to fit: ep divides dp, and cp is 1 when ep > 1.
+// The shape, once its ep is known to fit: ep divides dp.
 const GridShape& checked_ep(const GridShape& shape) {
   if (shape.ep < 1 || shape.dp % shape.ep != 0)
     throw UsageError("ep " + std::to_string(shape.ep) + " does not divide the data-parallel size " +
                      std::to_string(shape.dp) + ": use a divisor of it");
-  if (shape.ep > 1 && shape.cp > 1)
-    throw UsageError("expert parallelism (ep " + std::to_string(shape.ep) +
-                     ") with context parallelism (cp " + std::to_string(shape.cp) +
-                     ") is not supported: use --ep 1 or --cp 1");
   return shape;
 }
 
@@ -194,7 +191,7 @@ Grid::Grid(const MpiComm& world, GridShape shape, int shard_size)
                               dp_cp_rank() / shard_size_)),
       ep_(world.split(members(shape, Group::Ep, world.rank())[0], ep_rank())),
       expert_dp_(world.split(members(shape, Group::ExpertDp, world.rank())[0],
-                             dp_rank_ / shape.ep)) {
+                             cp_rank_ + shape.cp * (dp_rank_ / shape.ep))) {
   if (shape.size() != world.size()) MPITRAIN_THROW("grid does not match the world size");
   const MpiComm node = world.split_shared();
   local_rank_ = node.rank();

@@ -122,4 +122,24 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
   return m;
 }
 
+std::string take_hf_router_settings(Options& o, const ModelConfig& m) {
+  const std::string& dir = o.train.init_from;
+  if (dir.empty() || m.n_experts == 0 || !is_hf_dir(dir)) return "";
+  HfRouterKeys router;
+  read_hf_config(dir, o.train.seq_len, &router);
+  const std::string coef = shortest_text(router.aux_loss_coef);
+  std::string line = "init-from " + dir + ": ";
+  if (given(o, "moe-aux-loss-coef")) {
+    line += "moe-aux-loss-coef " + shortest_text(o.train.moe_aux_loss_coef) +
+            " as given (config.json's router_aux_loss_coef: " + coef + ")";
+  } else {
+    o.train.moe_aux_loss_coef = router.aux_loss_coef;
+    line += "moe-aux-loss-coef " + coef + " from config.json's router_aux_loss_coef";
+  }
+  if (!router.output_router_logits)
+    line += "; its output_router_logits is false (transformers would train without the aux "
+            "loss; --moe-aux-loss-coef 0 does so here)";
+  return line;
+}
+
 }  // namespace mpitrain

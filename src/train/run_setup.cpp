@@ -70,13 +70,10 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.padded_vocab(), "the padded vocabulary");
 }
 
-void check_experts(const TrainConfig& t, const ModelConfig& m, int cp) {
+void check_experts(const TrainConfig& t, const ModelConfig& m) {
   if (m.n_experts == 0) return;
   require(t.device == "cpu", "mixture of experts (n-experts " + std::to_string(m.n_experts) +
                                  ") runs on the cpu device only for now: use --device cpu");
-  require(cp == 1, "mixture of experts (n-experts " + std::to_string(m.n_experts) +
-                       ") with context parallelism (cp " + std::to_string(cp) +
-                       ") is not supported yet: use --cp 1");
 }
 
 void check_sequence_parallel(const TrainConfig& t, int tp) {

@@ -160,7 +160,8 @@ Trainer::StepEnd Trainer::step(int step) {
                                      grads_ready_);
   // MoE: the routing and aux/z losses of this step's forwards, over all ranks (a collective).
   const std::vector<MoeLayerRecord> moe =
-      cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_, grid_->tp_rank() == 0,
+      cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_,
+                                            grid_->tp_rank() == 0 && grid_->cp_rank() == 0,
                                             shape_.dp * micro_batches_, comms_->world)
                          : std::vector<MoeLayerRecord>{};
   const double lr = lr_schedule_->at(step);
@@ -320,7 +321,8 @@ int Trainer::export_and_sample() {
   }
   if (!t_.export_hf.empty()) {
     save_hf_model(t_.export_hf, cfg_, *full_layout_, full.data(), tokenizer_.get(),
-                  parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size"));
+                  parse_shard_size(t_.export_hf_shard_size, "export-hf-shard-size"),
+                  HfRouterKeys{t_.moe_aux_loss_coef});
     std::printf("exported the model to %s (Hugging Face: config.json, %s)\n", t_.export_hf.c_str(),
                 std::filesystem::exists(std::filesystem::path(t_.export_hf) / kSafetensorsIndex)
                     ? "model.safetensors.index.json and its shards"

@@ -71,8 +71,6 @@ void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const G
                                          std::to_string(cfg.n_experts) + " experts");
   require(shape.dp % t.ep == 0, ep + " does not divide the data-parallel size " +
                                     std::to_string(shape.dp) + ": use a divisor of it");
-  require(shape.cp == 1, ep + " with context parallelism (--cp " + std::to_string(shape.cp) +
-                             ") is not supported: use --cp 1");
   require(t.zero == 0, ep + " with --zero " + std::to_string(t.zero) +
                            " is not supported (the experts' ranges are not sharded over the "
                            "expert-data-parallel group yet): use --zero 0");
@@ -209,8 +207,10 @@ void Trainer::check_inputs() {
         : data_tokenizer == tokenizer_descriptor_ ? tokenizer_->vocab_size()
                                                   : load_tokenizer(data_tokenizer)->vocab_size();
     cfg_ = resolve_model_config(options_, train_first, tokenizer_vocab);
+    const std::string router = take_hf_router_settings(options_, cfg_);  // its aux-loss coef
+    if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
-    check_experts(t_, cfg_, shape_.cp);  // before the device's probe: refused whatever it finds
+    check_experts(t_, cfg_);  // before the device's probe: refused whatever it finds
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
     check_sequence_parallel(t_, shape_.tp);

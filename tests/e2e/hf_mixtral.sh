@@ -7,7 +7,9 @@
 #     MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (tests/support/hf_reference.py): Mixtral, and
 #     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms);
 #   - the first step's load-balancing loss (moe_aux_loss) is the reference's
-#     load_balancing_loss_func of each layer's router logits, summed over the layers;
+#     load_balancing_loss_func of each layer's router logits, summed over the layers; the run
+#     takes config.json's router_aux_loss_coef (0.02) as --moe-aux-loss-coef, says so, and the
+#     export writes it;
 #   - router jitter and norm_topk_prob false are refused with exit 2 naming them, before any step;
 #   - Mixtral trains 3 steps at dp 2, tp 2 and pp 2 with one rank's losses, and its export, read
 #     back and exported again, gives the same files byte for byte (tests/support/hf_layouts_lib.sh).
@@ -31,6 +33,8 @@ theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/
 awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
   fail "mixtral: aux loss $ours, PyTorch's float64 reference $theirs"
 echo "mixtral: step 1's aux loss $ours, PyTorch's float64 reference $theirs"
+grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef; its output_router_logits is false" \
+  "$SCRATCH/aux.log" || { head -5 "$SCRATCH/aux.log"; fail "mixtral: no aux-loss coefficient taken"; }
 make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
 matches_reference qwen3-moe "$(val_loss qwen3-moe)"
 refused "router jitter" "config.json: router_jitter_noise = 0.1: " jitter Mixtral-8x7B-v0.1 \
@@ -40,6 +44,7 @@ refused "unnormalised gates" "config.json: norm_topk_prob = false: " unnormalise
 
 source "$SOURCE_DIR/tests/support/hf_layouts_lib.sh"
 layouts_and_round_trip Mixtral-8x7B-v0.1
-grep -q '"MixtralForCausalLM"' "$ckpt-export/config.json" ||
-  { cat "$ckpt-export/config.json"; fail "the export is not a MixtralForCausalLM"; }
+grep -q '"MixtralForCausalLM"' "$ckpt-export/config.json" &&
+  grep -q '"router_aux_loss_coef": 0.02,' "$ckpt-export/config.json" ||
+  { cat "$ckpt-export/config.json"; fail "the export is not a MixtralForCausalLM of coefficient 0.02"; }
 echo "ok: Mixtral and Qwen3-MoE imports against the float64 reference, refusals, layouts, round trip"

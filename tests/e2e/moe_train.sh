@@ -5,7 +5,7 @@
 # (global batch x seq-len x top-k); the start-up line names the experts and the active
 # parameters; 4 steps + exit 85 + resume + 4 equal 8 steps bit for bit (losses, aux losses,
 # tokens); tools/plot draws moe.png; what is not implemented is refused with exit 2 and its
-# message: gpt2, cp > 1, --device cuda, --export-hf of shared experts (transformers has no class
+# message: gpt2, --device cuda, --export-hf of shared experts (transformers has no class
 # for them), an llm.c --init-from, a resume under other
 # experts, a shared-expert width tp does not divide, a memory the plan says it cannot fit.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
@@ -70,7 +70,6 @@ refused() {  # refused NAME NP MESSAGE ARGS...
   [ ! -e "$SCRATCH/$name/run.ini" ] || fail "$name: wrote run.ini before refusing"
 }
 refused gpt2 1 "mixture of experts is a llama option" "${MOE[@]}" --arch gpt2
-refused cp 2 "with context parallelism (cp 2) is not supported yet" "${MOE[@]}" --cp 2
 refused export-hf 1 "n-shared-experts cannot be exported" "${MOE[@]}" --export-hf "$SCRATCH/hf"
 refused resume-other 1 "n-experts = 8 disagrees with the checkpoint" "${MOE[@]}" \
   --n-experts 8 --resume "$SCRATCH/full"

@@ -207,6 +207,8 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
       {"Mixtral-8x7B-v0.1", "router_jitter_noise", 0.01, 1024},
       {"Qwen3-30B-A3B", "norm_topk_prob", false, 1024},
       {"Qwen3-30B-A3B", "mlp_only_layers", {0, 47}, 1024},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {48}, 1024},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {"0"}, 1024},
       {"Qwen3-30B-A3B", "use_sliding_window", true, 1024},
   };
   for (const Case& c : cases) {
@@ -235,12 +237,18 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
   json qwen3_moe = real_config("Qwen3-30B-A3B");
   qwen3_moe.erase("norm_topk_prob");
   EXPECT_NE(error(qwen3_moe).find("norm_topk_prob = false: "), std::string::npos);
-  // Mixtral's default window is none; the aux-loss settings are the trainer's, any value reads.
+  // Mixtral's default window is none; the aux-loss settings are the objective's, any
+  // coefficient >= 0 and either switch read.
   json mixtral = real_config("Mixtral-8x7B-v0.1");
   mixtral.erase("sliding_window");
   mixtral["router_aux_loss_coef"] = 0.5;
   mixtral["output_router_logits"] = true;
   EXPECT_EQ(error(mixtral, 32768), "");
+  mixtral["router_aux_loss_coef"] = -0.01;
+  EXPECT_NE(error(mixtral, 32768).find("router_aux_loss_coef = -0.01: must be a number >= 0"),
+            std::string::npos);
+  mixtral["router_aux_loss_coef"] = "0.02";
+  EXPECT_NE(error(mixtral, 32768).find("router_aux_loss_coef"), std::string::npos);
   // Qwen2-MoE's shared expert is scaled by a sigmoid gate the model does not have.
   json qwen2_moe = real_config("Qwen2.5-0.5B");
   qwen2_moe["model_type"] = "qwen2_moe";
@@ -362,6 +370,46 @@ TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
         EXPECT_TRUE(doc.contains(key)) << key << " is not exported";
       }
   }
+}
+
+// router_aux_loss_coef and output_router_logits read into HfRouterKeys (absent: transformers'
+// 0.001 and false), and the export writes the run's coefficient and false.
+TEST_F(HfConfigTest, RouterLossKeysAreReadAndWritten) {
+  HfRouterKeys router;
+  std::ofstream(file()) << real_config("Mixtral-8x7B-v0.1").dump(2);
+  read_hf_config(dir_.string(), 1024, &router);
+  EXPECT_EQ(router.aux_loss_coef, 0.02);
+  EXPECT_FALSE(router.output_router_logits);
+  json qwen3_moe = real_config("Qwen3-30B-A3B");
+  qwen3_moe["output_router_logits"] = true;
+  qwen3_moe.erase("router_aux_loss_coef");
+  std::ofstream(file()) << qwen3_moe.dump(2);
+  read_hf_config(dir_.string(), 1024, &router);
+  EXPECT_EQ(router.aux_loss_coef, 0.001);
+  EXPECT_TRUE(router.output_router_logits);
+  ModelConfig c = small_llama();
+  c.n_experts = 4;
+  c.top_k = 2;
+  const json doc = hf_config_json(c, 1, HfRouterKeys{0.25, true});
+  EXPECT_EQ(doc["router_aux_loss_coef"], 0.25);
+  EXPECT_EQ(doc["output_router_logits"], false);
+  EXPECT_EQ(hf_config_json(c, 1)["router_aux_loss_coef"], 0.001);
+}
+
+// qwen3_moe's mlp_only_layers reads where it names only layers decoder_sparse_step leaves dense.
+TEST_F(HfConfigTest, MlpOnlyLayersThatTheStepLeavesDenseRead) {
+  json doc = real_config("Qwen3-30B-A3B");
+  doc["decoder_sparse_step"] = 2;  // layers 1, 3, ... MoE
+  doc["mlp_only_layers"] = {0, 2, 46};
+  const ModelConfig c = read(doc);
+  EXPECT_EQ(c.moe_every, 2);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(1));
+  doc["mlp_only_layers"] = nullptr;
+  EXPECT_EQ(read(doc).moe_every, 2);
+  doc["mlp_only_layers"] = {0, 3};
+  EXPECT_NE(error(doc).find("mlp_only_layers = [0,3]: layer 3 is sparse at decoder_sparse_step 2"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -12,9 +12,10 @@
 // are the llama architecture; the model_type itself is a key: qwen2 means q/k/v biases, qwen3
 // per-head q/k RMSNorm. mixtral and qwen3_moe are mixtures of experts (mixtral: every layer,
 // experts intermediate_size wide; qwen3_moe: qwen3 whose every decoder_sparse_step-th MLP is one,
-// experts moe_intermediate_size wide, gates renormalised: norm_topk_prob true only); the routing
-// loss coefficients are the trainer's (--moe-aux-loss-coef), not the model's. qwen2_moe is
-// refused: its shared expert has a sigmoid gate the model lacks.
+// experts moe_intermediate_size wide, gates renormalised: norm_topk_prob true only;
+// mlp_only_layers only naming layers decoder_sparse_step already leaves dense). Their routing
+// loss keys are the objective's, not the function's: HfRouterKeys. qwen2_moe is refused: its
+// shared expert has a sigmoid gate the model lacks.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,24 @@ namespace mpitrain {
 
 enum class HfKeyUse { Implemented, Inert, Refused };
 
+// The training keys of a mixtral / qwen3_moe config.json: router_aux_loss_coef (absent:
+// transformers' 0.001) is the weight of the load-balancing loss, the --moe-aux-loss-coef default
+// of an --init-from run, and the export writes the run's; output_router_logits is transformers'
+// switch for returning the router logits, with which (only) its training adds that loss: read
+// and reported, but the trainer adds its aux loss whatever it says (as Megatron-Core and
+// torchtitan do; --moe-aux-loss-coef 0 trains as transformers would with false); the export
+// writes false (the published configs' value: inference returns no router logits).
+struct HfRouterKeys {
+  double aux_loss_coef = 0.001;
+  bool output_router_logits = false;
+};
+
 // The model dir/config.json describes. seq_len: the longest sequence the trainer runs it on
 // (a sliding attention window at least that long changes nothing). UsageError naming the file
 // and the key when it is unreadable, not JSON, of an unknown model_type, lacks a key, holds one
 // out of range, a refused value, or a key the table does not know.
-ModelConfig read_hf_config(const std::string& dir, int seq_len);
+// router: where given, receives the routing loss keys (defaults when the model has no experts).
+ModelConfig read_hf_config(const std::string& dir, int seq_len, HfRouterKeys* router = nullptr);
 
 // The model_type transformers has for a model: gpt2; for the llama architecture with experts
 // qwen3_moe with per-head q/k norms, else mixtral; without, qwen3 with per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and qwen3's
@@ -43,8 +57,10 @@ std::string hf_model_type(const ModelConfig& config);
 
 // The config.json of the model, as transformers would save it: model_type and the full key set
 // of its class, floats as the shortest decimal that reads back as the same float (1e-05, not
-// 9.999999747378752e-06). document_token: the tokenizer's BOS/EOS id, if it has one.
-nlohmann::json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token);
+// 9.999999747378752e-06). document_token: the tokenizer's BOS/EOS id, if it has one; router:
+// the run's routing loss keys (an MoE model's).
+nlohmann::json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token,
+                              const HfRouterKeys& router = {});
 
 // The table's keys for a model_type (empty for an unknown one), in table order: for tests.
 std::vector<std::pair<std::string, HfKeyUse>> hf_config_keys(const std::string& model_type);

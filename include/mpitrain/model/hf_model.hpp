@@ -38,6 +38,7 @@
 
 #include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/config.hpp"
+#include "mpitrain/model/hf_config.hpp"
 #include "mpitrain/model/params.hpp"
 
 namespace mpitrain {
@@ -86,9 +87,9 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& config);
 // bytes and llm.c's decode-only gpt2_tokenizer.bin: none), syncs them and
 // renames it to dir (dir must not exist or be an empty directory), so dir never holds a partial
 // checkpoint. UsageError when dir holds files or cannot be created; Error if writing fails
-// midway.
+// midway. router: the run's routing loss keys, written into an MoE model's config.json.
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,
                    const float* params, const Tokenizer* tokenizer = nullptr,
-                   uint64_t max_file_bytes = kHfMaxFileBytes);
+                   uint64_t max_file_bytes = kHfMaxFileBytes, const HfRouterKeys& router = {});
 
 }  // namespace mpitrain

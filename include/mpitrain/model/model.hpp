@@ -137,7 +137,8 @@ class Model {
   // Context parallelism (T = float): the model's Tlen rows of each sequence are the cp rank's
   // two chunks (parallel/context_chunks.hpp; max_seq = chunks.local_len()); RoPE and the
   // learned position embedding take their true positions, attention is a ring over cp
-  // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp.
+  // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp; an MoE
+  // layer's routing statistics (aux / z losses, tokens per expert) are summed over cp.
   void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
   // Expert parallelism: the routed experts this shard holds (ModelShard::ep) are E/ep, the MoE
   // layers send each routed row to its expert's rank over ep (host memory) and back.

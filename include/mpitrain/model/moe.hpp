@@ -9,9 +9,11 @@
 //            y = a We2^T (n_e,C): dropless, no capacity, no padding
 //   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]
 //   losses   aux = E sum_e f_e P_e (f_e = counts[e]/R, P_e = mean_r p[r,e]; HF Mixtral's
-//            load_balancing_loss_func), z = mean_r lse_r^2 (ST-MoE); over R of all tp ranks under
-//            sequence parallelism (their sums all-reduced over `stats_group`). Their gradient
-//            enters backward weighted by R x dloss (the micro-batch's share of the step's mean).
+//            load_balancing_loss_func), z = mean_r lse_r^2 (ST-MoE); over the rows R_all of the
+//            whole micro-batch: their sums all-reduced over the tp group under sequence
+//            parallelism, then over the cp group (Megatron's tp x cp statistics). Their gradient
+//            enters backward weighted by R_all x dloss (the micro-batch's share of the step's
+//            mean), each rank differentiating its own R rows.
 // Compute tensors (xs, h, a, y and their gradients) are in the storage type and rounded where
 // the dense MLP rounds (`emulate`: the emulated path's precision, Fp32 = nothing to round);
 // everything of the router is T.
@@ -47,8 +49,8 @@ struct MoeActs {
   int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending p (ties: lower index)
   int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
   int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
-  int32_t* counts = nullptr;   // (E+1) rows routed to each expert over all tp ranks, then R of
-                               // all tp ranks: the aux loss's constants
+  int32_t* counts = nullptr;   // (E+1) rows routed to each expert over all tp x cp ranks, then
+                               // R_all (their rows): the aux loss's constants
   Buf<T> xs, h, a, y;          // (RK,C) (RK,2Fe) (RK,Fe) (RK,C)
 };
 
@@ -83,6 +85,10 @@ class MoeLayer {
   void backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x, CBuf<T> wr,
                 CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss);
 
+  // Context parallelism (cp size > 1; null or size 1: none): the statistics' sums are also
+  // all-reduced over cp, whose ranks hold the other chunks of the same sequences.
+  void set_context_parallel(Communicator* cp);
+
   // Expert parallelism (ep size > 1; null or size 1: every expert here): w1 / w2 / dw1 / dw2
   // then hold this rank's E/ep experts, and the routed rows go to their owners and back through
   // ep (model/expert_dispatch.hpp); the statistics stay this rank's. Allocates the owners'
@@ -109,6 +115,7 @@ class MoeLayer {
   T aux_coef_, z_coef_;
   Precision emulate_;
   Communicator* stats_group_;
+  Communicator* cp_ = nullptr;
   std::vector<double> sums_;  // (2E+2) counts, sums of p, sum of lse^2, rows: all-reduced at once
   std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T

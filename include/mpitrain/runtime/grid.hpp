@@ -31,13 +31,18 @@
 //   with D = 2: shard groups [0,2] [4,6] [1,3] [5,7], replica groups [0,4] [2,6] [1,5] [3,7].
 // Expert parallelism (EP, Megatron-Core's placement) carves the dp group: an ep group is EP
 // consecutive dp ranks (they split the routed experts, E/EP each, and exchange tokens), and the
-// expert-dp group is the DP/EP dp ranks at the same place in their ep group (they hold the same
-// experts, so the expert gradients are reduced over it; the rest still over dp). EP divides DP;
-// with cp > 1 an expert's tokens would also have to cross cp, so EP > 1 requires CP = 1.
+// expert-dp group is the DP/EP dp ranks at the same place in their ep group, with every cp rank
+// of theirs (they hold the same experts, so the expert gradients are reduced over it; the rest
+// still over dp-cp). EP divides DP. With cp an ep group holds one cp rank's chunks of its dp
+// ranks' sequences: their tokens reach the experts inside it, never across cp.
 // Worked example with ep, 8 ranks, TP = 2, EP = 2, DP = 4, PP = 1:
 //   dp groups   [0,2,4,6] [1,3,5,7]
 //   ep groups   [0,2] [4,6] [1,3] [5,7]           (dp ranks 0-1 and 2-3 split the experts)
 //   expert-dp groups   [0,4] [2,6] [1,5] [3,7]    (experts 0..E/2-1 on 0,4; E/2.. on 2,6)
+// Worked example with ep and cp, 8 ranks, TP = 1, CP = 2, EP = 2, DP = 4, PP = 1:
+//   dp groups   [0,2,4,6] [1,3,5,7]               (rank = cp + 2 dp)
+//   ep groups   [0,2] [4,6] [1,3] [5,7]
+//   expert-dp groups   [0,1,4,5] [2,3,6,7]        (rank order cp + CP x (dp / EP))
 #pragma once
 
 #include <functional>
@@ -74,7 +79,7 @@ enum class Group { Tp, Dp, Pp, ModelParallel, Embedding, DpShard, DpReplica, Cp,
 class Grid {
  public:
   // shard_size: hybrid sharding's D (0 = none); UsageError unless it divides dp x cp, or when
-  // shape.ep does not divide dp or comes with cp > 1.
+  // shape.ep does not divide dp.
   Grid(const MpiComm& world, GridShape shape, int shard_size = 0);
 
   const GridShape& shape() const { return shape_; }
