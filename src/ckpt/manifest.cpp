@@ -82,6 +82,8 @@ void for_each_field(M& m, F&& f) {
   f("moe_ff", m.model.moe_ff, arch_default(&ModelConfig::moe_ff));
   f("n_shared_experts", m.model.n_shared_experts, arch_default(&ModelConfig::n_shared_experts));
   f("moe_every", m.model.moe_every, arch_default(&ModelConfig::moe_every));
+  f("moe_aux_loss_coef", m.moe_aux_loss_coef, kOptionalField);  // absent: not recorded (-1)
+  f("moe_z_loss_coef", m.moe_z_loss_coef, kOptionalField);
 }
 
 using RopeType = ModelConfig::RopeScaling::Type;
@@ -93,7 +95,9 @@ struct FieldWriter {
   }
   void operator()(const char* n, int v, int) const { write_attribute_int(group, n, v); }
   void operator()(const char* n, uint64_t v, int) const { write_attribute_uint64(group, n, v); }
-  void operator()(const char* n, double v, int) const { write_attribute_double(group, n, v); }
+  void operator()(const char* n, double v, int since) const {
+    if (since != kOptionalField || v != -1) write_attribute_double(group, n, v);
+  }
   void operator()(const char* n, float v, int) const { write_attribute_double(group, n, v); }
   void operator()(const char* n, const std::string& v, int since) const {
     if (since != kOptionalField || !v.empty()) write_attribute_string(group, n, v);
@@ -171,7 +175,9 @@ struct FieldPrinter {
   }
   void operator()(const char* n, int v, int) const { add(n, std::to_string(v)); }
   void operator()(const char* n, uint64_t v, int) const { add(n, std::to_string(v)); }
-  void operator()(const char* n, double v, int) const { add(n, shortest_text(v)); }
+  void operator()(const char* n, double v, int since) const {
+    if (since != kOptionalField || v != -1) add(n, shortest_text(v));
+  }
   void operator()(const char* n, float v, int) const { add(n, shortest_text(v)); }
   void operator()(const char* n, const std::string& v, int since) const {
     if (since != kOptionalField || !v.empty()) add(n, v);
@@ -252,6 +258,10 @@ void check_ranges(const CheckpointManifest& m) {
               "must be from 1 to global_batch_size (" + std::to_string(m.global_batch_size) + ")");
   check_count("lr_decay_steps", m.lr_decay_steps, 0, kMax, "must be from 0 (not recorded) to " +
               std::to_string(kMax));
+  for (const auto& [name, coef] : {std::pair{"moe_aux_loss_coef", m.moe_aux_loss_coef},
+                                   std::pair{"moe_z_loss_coef", m.moe_z_loss_coef}})
+    if (coef != -1 && !(std::isfinite(coef) && coef >= 0))
+      out_of_range(name, shortest_text(coef), "must be a finite number >= 0 (absent: not recorded)");
   check_count("seq_len", m.seq_len, 1, m.model.max_seq_len,
               "must be from 1 to max_seq_len (" + std::to_string(m.model.max_seq_len) + ")");
 }

@@ -80,6 +80,9 @@ void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std
   if (!given(o, "seed")) t.seed = c.seed;
   if (!given(o, "optimizer")) t.optimizer = to_string(c.optimizer);
   if (!given(o, "global-batch-size")) t.global_batch_size = static_cast<int>(c.global_batch_size);
+  if (!given(o, "moe-aux-loss-coef") && c.moe_aux_loss_coef >= 0)  // recorded: an MoE run's
+    t.moe_aux_loss_coef = c.moe_aux_loss_coef;
+  if (!given(o, "moe-z-loss-coef") && c.moe_z_loss_coef >= 0) t.moe_z_loss_coef = c.moe_z_loss_coef;
   if (!given(o, "micro-batch-size") && t.global_batch_size % (dp * c.micro_batch_size) == 0)
     t.micro_batch_size = static_cast<int>(c.micro_batch_size);
 }

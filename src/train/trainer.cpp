@@ -357,6 +357,10 @@ CheckpointManifest Trainer::manifest(int step) const {
   m.seq_len = t_.seq_len;
   m.data = train_ ? train_->record() : "";
   m.lr_decay_steps = lr_schedule_->total_steps;
+  if (cfg_.n_experts > 0) {
+    m.moe_aux_loss_coef = t_.moe_aux_loss_coef;
+    m.moe_z_loss_coef = t_.moe_z_loss_coef;
+  }
   return m;
 }
 

@@ -4,15 +4,16 @@
 # has each MoE layer's aux and z losses and tokens per expert, summing to the tokens routed
 # (global batch x seq-len x top-k); the start-up line names the experts and the active
 # parameters; 4 steps + exit 85 + resume + 4 equal 8 steps bit for bit (losses, aux losses,
-# tokens); tools/plot draws moe.png; what is not implemented is refused with exit 2 and its
-# message: gpt2, --device cuda, --export-hf of shared experts (transformers has no class
-# for them), an llm.c --init-from, a resume under other
-# experts, a shared-expert width tp does not divide, a memory the plan says it cannot fit.
+# tokens), the resume keeping the checkpoint's --moe-z-loss-coef; tools/plot draws moe.png; what
+# is not implemented is refused with exit 2 and its message: gpt2, --device cuda, --export-hf of
+# shared experts (transformers has no class for them), an llm.c --init-from, a resume under
+# other experts, a shared-expert width tp does not divide, a memory the plan says it cannot fit.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
 # shellcheck disable=SC2207
-MOE=($(tiny_args) --arch llama --n-experts 4 --top-k 2 --n-shared-experts 1 --moe-every 2
-     --moe-ff 96 --moe-z-loss-coef 0.001 --steps 8 --save-interval 100)
+SHAPE=($(tiny_args) --arch llama --n-experts 4 --top-k 2 --n-shared-experts 1 --moe-every 2
+       --moe-ff 96 --steps 8 --save-interval 100)
+MOE=("${SHAPE[@]}" --moe-z-loss-coef 0.001)
 ROUTED=$((8 * 32 * 2))  # global batch x seq-len x top-k rows per MoE layer and step
 
 run_trainer 2 "$SCRATCH/full.log" "${MOE[@]}" --out-dir "$SCRATCH/full"
@@ -45,7 +46,9 @@ echo "ok: the MoE model trains over dp 2; every step's tokens per expert sum to 
 
 run_trainer 2 "$SCRATCH/a.log" "${MOE[@]}" --out-dir "$SCRATCH/pieces" --exit-at-step 4
 [ "$rc" = 85 ] || { cat "$SCRATCH/a.log"; fail "first piece exited $rc, expected 85"; }
-run_trainer 2 "$SCRATCH/b.log" "${MOE[@]}" --out-dir "$SCRATCH/pieces" --resume auto
+# The resume names the checkpoint and leaves out --moe-z-loss-coef: the recorded 0.001 is kept
+# (falling back to the default 0 fails here: "loss differs after the resume").
+run_trainer 2 "$SCRATCH/b.log" "${SHAPE[@]}" --out-dir "$SCRATCH/pieces" --resume "$SCRATCH/pieces"
 [ "$rc" = 0 ] || { cat "$SCRATCH/b.log"; fail "resumed piece exited $rc"; }
 for key in loss moe_aux_loss moe_z_loss moe_layers; do
   cmp -s <(metric "$metrics" "$key") <(metric "$SCRATCH/pieces/metrics.jsonl" "$key") \
@@ -85,5 +88,5 @@ run_trainer 1 "$SCRATCH/llmc.log" $(tiny_args) --steps 1 --out-dir "$SCRATCH/llm
 [ "$rc" = 0 ] || { cat "$SCRATCH/llmc.log"; fail "the llm.c export exited $rc"; }
 refused init-llmc 1 "n-experts = 4 disagrees with the init-from model" "${MOE[@]}" --arch gpt2 \
   --init-from "$SCRATCH/model.bin"
-echo "ok: gpt2, cp 2, --export-hf of shared experts, another resume shape, a tp-indivisible shared width, a" \
+echo "ok: gpt2, --export-hf of shared experts, another resume shape, a tp-indivisible shared width, a" \
   "memory that cannot hold it, --device cuda and an llm.c --init-from refused with exit 2"

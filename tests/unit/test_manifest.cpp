@@ -117,6 +117,10 @@ TEST_F(ManifestTest, EveryFieldOutOfRangeIsNamed) {
       {[](auto& m) { m.global_batch_size = 0; }, "manifest global_batch_size 0 is out of range"},
       {[](auto& m) { m.seq_len = 33; }, "manifest seq_len 33 is out of range"},
       {[](auto& m) { m.lr_decay_steps = -3; }, "manifest lr_decay_steps -3 is out of range"},
+      {[](auto& m) { m.moe_aux_loss_coef = std::nan(""); },
+       "manifest moe_aux_loss_coef nan is out of range"},
+      {[](auto& m) { m.moe_z_loss_coef = std::numeric_limits<double>::infinity(); },
+       "manifest moe_z_loss_coef inf is out of range"},
   };
   for (const Case& c : cases) {
     CheckpointManifest m = sample_manifest();
@@ -207,7 +211,8 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
 // dense model's manifest has none of them (its attributes and checksum as before the fields), and
 // reads back dense.
 TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
-  const char* names[] = {"n_experts", "top_k", "moe_ff", "n_shared_experts", "moe_every"};
+  const char* names[] = {"n_experts",        "top_k",     "moe_ff",         "n_shared_experts",
+                         "moe_every",        "moe_aux_loss_coef", "moe_z_loss_coef"};
   CheckpointManifest m = sample_manifest();
   m.model.set_arch(Arch::Llama);
   m.model.n_experts = 4;
@@ -215,6 +220,8 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
   m.model.moe_ff = 96;
   m.model.n_shared_experts = 1;
   m.model.moe_every = 2;
+  m.moe_aux_loss_coef = 0.02;
+  m.moe_z_loss_coef = 0;  // recorded: 0 is a choice, not "not recorded"
   write(m);
   {
     H5Handle file = open_file(path());
@@ -224,11 +231,16 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
     EXPECT_EQ(back.moe_ff, 96);
     EXPECT_EQ(back.n_shared_experts, 1);
     EXPECT_EQ(back.moe_every, 2);
+    EXPECT_EQ(read_manifest(file.get()).moe_aux_loss_coef, 0.02);
+    EXPECT_EQ(read_manifest(file.get()).moe_z_loss_coef, 0.0);
     EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));
     EXPECT_NE(model_differences(back, sample_manifest().model).find("n_experts 4 vs 0"),
               std::string::npos);
   }
   edit([](hid_t g) { write_attribute_int(g, "n_experts", 8); });
+  EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+  write(m);
+  edit([](hid_t g) { write_attribute_double(g, "moe_aux_loss_coef", 0.5); });
   EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
   CheckpointManifest dense = sample_manifest();
   dense.model.set_arch(Arch::Llama);

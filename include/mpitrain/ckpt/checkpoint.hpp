@@ -100,6 +100,10 @@ struct CheckpointManifest {
   // The lr schedule's length in steps (LrSchedule::total_steps), which a resume keeps; 0 = not
   // recorded (files written before it: the attribute `lr_decay_steps` is absent).
   int64_t lr_decay_steps = 0;
+  // A mixture-of-experts run's routing loss weights (--moe-aux-loss-coef, --moe-z-loss-coef),
+  // which a resume keeps unless given; negative = not recorded (dense models, and files written
+  // before them: the attributes are absent).
+  double moe_aux_loss_coef = -1, moe_z_loss_coef = -1;
 };
 
 // The buffers one rank saves or loads, each compact over ranges of the layout's flat buffer
