@@ -261,7 +261,8 @@ void check_ranges(const CheckpointManifest& m) {
   for (const auto& [name, coef] : {std::pair{"moe_aux_loss_coef", m.moe_aux_loss_coef},
                                    std::pair{"moe_z_loss_coef", m.moe_z_loss_coef}})
     if (coef != -1 && !(std::isfinite(coef) && coef >= 0))
-      out_of_range(name, shortest_text(coef), "must be a finite number >= 0 (absent: not recorded)");
+      out_of_range(name, shortest_text(coef),
+                   "must be a finite number >= 0 (absent: not recorded)");
   check_count("seq_len", m.seq_len, 1, m.model.max_seq_len,
               "must be from 1 to max_seq_len (" + std::to_string(m.model.max_seq_len) + ")");
 }
