@@ -16,9 +16,9 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
   require(opt_.compress != GradCompress::TopK || (opt_.topk_ratio > 0 && opt_.topk_ratio <= 1),
           "topk-ratio must lie in (0, 1]");
   const bool plain = !opt_.zero && opt_.compress == GradCompress::None;
-  require(plain || !opt_.expert_dp,
-          "expert parallelism's gradients are not sharded or compressed: use --zero 0 and "
-          "--grad-compress none with --ep > 1");
+  require(opt_.compress == GradCompress::None || !opt_.expert_dp,
+          "expert parallelism's gradients are not compressed: use --grad-compress none with "
+          "--ep > 1");
   size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   if (!plain) per = std::min(per, kMaxBucketFloats);
   for (size_t end = n; end > 0;) {
@@ -36,13 +36,23 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
   handles_.resize(begin_.size());
 
   const int ranks = dp_.size();
+  const std::vector<FlatRange> experts = opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{};
+  const int expert_ranks = opt_.expert_dp ? opt_.expert_dp->size() : 1;
+  // Rank r's ranges: its own group's rank r (dense: dp, expert buckets: expert-dp).
+  const auto owned_by = [&](int dense_rank, int expert_rank) {
+    return zero_owned(n_, experts, ranks, dense_rank, expert_ranks, expert_rank);
+  };
+  owned_ = opt_.zero ? owned_by(dp_.rank(), opt_.expert_dp ? opt_.expert_dp->rank() : 0)
+                     : std::vector<FlatRange>{{0, n_}};
   if (ranks == 1 || plain) return;
-  if (opt_.zero) {
+  if (opt_.zero) {  // a bucket lies in one dense segment or one expert range
     for (size_t b = 0; b < begin_.size(); ++b)
       for (int r = 0; r < ranks; ++r) {
-        const FlatRange own = zero_range(n_, ranks, r);
-        const size_t lo = std::max(begin_[b], own.lo), hi = std::min(end_of(b), own.hi);
-        blocks_.push_back(hi > lo ? hi - lo : 0);
+        const int group = expert_[b] ? expert_ranks : ranks;
+        const FlatRange part = r < group ? covered_part(expert_[b] ? owned_by(0, r) : owned_by(r, 0),
+                                                        {begin_[b], end_of(b)})
+                                         : FlatRange{};
+        blocks_.push_back(part.size());
       }
     return;
   }
@@ -70,13 +80,11 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
   if (opt_.compress == GradCompress::Int8) residual2_.assign(residual2, 0.0f);
 }
 
-FlatRange GradBuckets::owned_range(int rank) const {
-  return opt_.zero ? zero_range(n_, dp_.size(), rank) : FlatRange{0, n_};
-}
+Communicator& GradBuckets::group(size_t b) const { return expert_[b] ? *opt_.expert_dp : dp_; }
 
 std::span<const size_t> GradBuckets::blocks(size_t b) const {
   const size_t ranks = static_cast<size_t>(dp_.size());
-  return {blocks_.data() + b * ranks, ranks};
+  return {blocks_.data() + b * ranks, static_cast<size_t>(group(b).size())};
 }
 
 size_t GradBuckets::chunk_from(size_t b, int r) const {
@@ -97,10 +105,9 @@ void GradBuckets::ready_from(size_t offset) {
 void GradBuckets::start(size_t b) {
   float* g = grads_ + begin_[b];
   if (opt_.zero)
-    handles_[b] = dp_.reduce_scatter_start(g, blocks(b), ReduceOp::Sum);
+    handles_[b] = group(b).reduce_scatter_start(g, blocks(b), ReduceOp::Sum);
   else if (opt_.compress == GradCompress::None)
-    handles_[b] = (expert_[b] ? *opt_.expert_dp : dp_)
-                      .all_reduce_start(g, end_of(b) - begin_[b], ReduceOp::Sum);
+    handles_[b] = group(b).all_reduce_start(g, end_of(b) - begin_[b], ReduceOp::Sum);
   else if (opt_.compress == GradCompress::TopK)
     start_topk(b);
   else
@@ -146,7 +153,7 @@ void GradBuckets::finish() {
   } else if (opt_.compress != GradCompress::None) {
     finish_encoded();
   } else {  // zero: each rank's block of the sum is already at its own offset
-    for (size_t b = 0; b < started_; ++b) (expert_[b] ? *opt_.expert_dp : dp_).wait(handles_[b]);
+    for (size_t b = 0; b < started_; ++b) group(b).wait(handles_[b]);
   }
   started_ = 0;
 }
@@ -201,10 +208,10 @@ void GradBuckets::gather_params(Buf<float> params) {
   if (started_ != 0) MPITRAIN_THROW("gather_params() while the gradient sync is in flight");
   for (size_t b = 0; b < begin_.size(); ++b) {  // the compute copy, in its storage type
     const Buf<float> bucket = params + begin_[b];
-    handles_[b] = bucket.full() ? dp_.all_gather_start(bucket.full(), blocks(b))
-                                : dp_.all_gather_start(bucket.half(), blocks(b));
+    handles_[b] = bucket.full() ? group(b).all_gather_start(bucket.full(), blocks(b))
+                                : group(b).all_gather_start(bucket.half(), blocks(b));
   }
-  for (size_t b = 0; b < begin_.size(); ++b) dp_.wait(handles_[b]);
+  for (size_t b = 0; b < begin_.size(); ++b) group(b).wait(handles_[b]);
 }
 
 void GradBuckets::add_residuals(float* dense) const {

@@ -13,6 +13,65 @@ FlatRange zero_range(size_t n, int ranks, int rank) {
   return {lo, std::min(n, lo + per)};
 }
 
+std::vector<FlatRange> flat_ranges_of(const std::vector<FlatRange>& segments, FlatRange part) {
+  std::vector<FlatRange> out;
+  size_t before = 0;  // elements of the sequence before segment s
+  for (const FlatRange& s : segments) {
+    const size_t lo = std::max(part.lo, before), hi = std::min(part.hi, before + s.size());
+    if (lo < hi) {
+      const FlatRange r{s.lo + (lo - before), s.lo + (hi - before)};
+      if (!out.empty() && out.back().hi == r.lo) out.back().hi = r.hi;
+      else out.push_back(r);
+    }
+    before += s.size();
+  }
+  return out;
+}
+
+std::vector<FlatRange> complement(size_t n, const std::vector<FlatRange>& holes) {
+  std::vector<FlatRange> out;
+  size_t from = 0;
+  for (const FlatRange& h : holes) {
+    if (h.lo >= n) break;
+    if (h.lo > from) out.push_back({from, h.lo});
+    from = h.hi;
+  }
+  if (n > from) out.push_back({from, n});
+  return out;
+}
+
+std::vector<FlatRange> zero_owned(size_t n, const std::vector<FlatRange>& experts,
+                                  int dense_ranks, int dense_rank, int expert_ranks,
+                                  int expert_rank) {
+  const std::vector<FlatRange> dense = complement(n, experts);
+  size_t n_dense = 0, n_experts = 0;
+  for (const FlatRange& r : dense) n_dense += r.size();
+  for (const FlatRange& r : experts) n_experts += r.size();
+  std::vector<FlatRange> out = flat_ranges_of(dense, zero_range(n_dense, dense_ranks, dense_rank));
+  const std::vector<FlatRange> mine =
+      flat_ranges_of(experts, zero_range(n_experts, expert_ranks, expert_rank));
+  out.insert(out.end(), mine.begin(), mine.end());
+  std::sort(out.begin(), out.end(), [](const FlatRange& a, const FlatRange& b) { return a.lo < b.lo; });
+  std::vector<FlatRange> joined;
+  for (const FlatRange& r : out)
+    if (!joined.empty() && joined.back().hi == r.lo) joined.back().hi = r.hi;
+    else joined.push_back(r);
+  return joined;
+}
+
+FlatRange covered_part(const std::vector<FlatRange>& ranges, FlatRange span) {
+  FlatRange part{span.lo, span.lo};
+  for (const FlatRange& r : ranges) {
+    const size_t lo = std::max(r.lo, span.lo), hi = std::min(r.hi, span.hi);
+    if (lo >= hi) continue;
+    if (part.size() > 0)
+      MPITRAIN_THROW("[" + std::to_string(span.lo) + ", " + std::to_string(span.hi) +
+                     ") meets more than one owned range");
+    part = {lo, hi};
+  }
+  return part;
+}
+
 ShardRanges::ShardRanges(std::vector<FlatRange> ranges) {
   for (const FlatRange& r : ranges) {
     if (r.hi <= r.lo) continue;

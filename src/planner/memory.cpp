@@ -100,8 +100,16 @@ StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int s
   u.block = static_cast<double>(ParamLayout(dense, one_block).total()) - u.outer;
   u.block_piece = largest_piece(u.block, shard_ranks);
   if (u.moe_layers > 0) {
-    u.moe_block = static_cast<double>(ParamLayout(moe, one_block).total()) - u.outer;
-    u.moe_block_piece = largest_piece(u.moe_block, shard_ranks);
+    const ParamLayout moe_layout(moe, one_block);
+    u.moe_block = static_cast<double>(moe_layout.total()) - u.outer;
+    for (const ParamTensor& t : moe_layout.tensors())
+      if (t.ep_split) u.moe_experts += static_cast<double>(t.numel);
+    // Expert parallelism: the ep-split experts' piece is of expert-dp = shard_ranks / ep ranks.
+    u.moe_block_piece =
+        u.moe_experts > 0
+            ? largest_piece(u.moe_block - u.moe_experts, shard_ranks) +
+                  largest_piece(u.moe_experts, std::max(1, shard_ranks / shard.ep))
+            : largest_piece(u.moe_block, shard_ranks);
   }
   u.largest = std::max(u.largest, u.largest_block());
   return u;
@@ -153,20 +161,29 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
   const double rows = static_cast<double>(layout.micro_batch) * local_len;
 
   MemoryEstimate e;
+  // ZeRO-1/2's owned part (zero_owned): a piece of the dense elements over `ranks`, with expert
+  // parallelism one of the ep-split experts over ranks / ep (then a compact copy of its own).
+  const double experts = units.moe_layers * units.moe_experts;
+  const auto owned_piece = [&](int ranks) {
+    return experts > 0 ? largest_piece(n - experts, ranks) +
+                             largest_piece(experts, std::max(1, ranks / layout.ep))
+                       : largest_piece(n, ranks);
+  };
   if (layout.zero >= 2) {
     // ZeRO-2: one contiguous range of the stage, in place in the whole copy (sharded_units.hpp);
     // ZeRO-3: a piece of every unit, in a buffer of its own, and the gathered units.
-    const double S = layout.zero == 2 ? largest_piece(n, layout.shard_ranks()) : units.shard();
+    const double S = layout.zero == 2 ? owned_piece(layout.shard_ranks()) : units.shard();
     const double gathered = !layout.reshard_after_forward ? n : units.unit_buffers();
-    e.params = layout.zero == 2 ? n * w : (S + gathered) * w;
+    e.params = layout.zero == 2 ? (n + (experts > 0 ? S : 0)) * w : (S + gathered) * w;
     e.grads = (S + units.unit_buffers()) * 4.0;
     e.optimizer = 4.0 * run.optimizer_states * S;
     e.master = low ? 4.0 * S : 0.0;
   } else {
     // ZeRO-1's largest piece of the stage (grad_sync.hpp), or all of it.
-    const double owned = layout.zero == 1 ? largest_piece(n, layout.grad_ranks()) : n;
-    e.params = n * w;
-    e.grads = n * 4.0;
+    const double owned = layout.zero == 1 ? owned_piece(layout.grad_ranks()) : n;
+    const double compact = layout.zero == 1 && experts > 0 ? owned : 0;  // bucket_sync.hpp
+    e.params = (n + compact) * w;
+    e.grads = (n + compact) * 4.0;
     e.optimizer = 4.0 * run.optimizer_states * owned;
     e.master = low ? 4.0 * owned : 0.0;
   }

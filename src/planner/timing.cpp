@@ -215,7 +215,12 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     // Parameters the optimizer updates, and gradients held (cleared, their norm taken).
     const double held =
         layout.zero >= 2 ? stage_units(config, shard, layout.shard_ranks()).shard() : n;
-    const double shard_n = layout.zero == 1 ? n / dp : held;
+    // ZeRO-1 with expert parallelism: the ep-split experts are split over expert-dp (dp / ep).
+    double experts = 0;
+    for (const ParamTensor& t : params.tensors())
+      if (t.ep_split) experts += static_cast<double>(t.numel);
+    const double shard_n =
+        layout.zero == 1 ? (n - experts) / dp + experts * layout.ep / dp : held;
     const double update_bytes = 4.0 * (3 + 2 * run.optimizer_states);  // read p, g, state; write p, state
     optimizer = std::max(optimizer, (update_bytes * shard_n + 8.0 * held) / cluster.mem_bw);
   }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/owned_copy.hpp"
 
 namespace mpitrain {
 
@@ -32,26 +33,64 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
     MPITRAIN_THROW("ShardedUnits is ZeRO-2 or ZeRO-3, not " + std::to_string(opt_.level));
   if ((opt_.level == 2) != static_cast<bool>(whole_params_))
     MPITRAIN_THROW("ZeRO-2 takes the model's whole parameters, ZeRO-3 none");
-  const int ranks = shard_.size(), me = shard_.rank();
+  if (opt_.expert_dp && replicas_)
+    MPITRAIN_THROW("ShardedUnits: expert ranges with hybrid sharding's replicas");
+  const std::vector<FlatRange> experts =
+      opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{};
+  const int dense_ranks = shard_.size();
+  const int expert_ranks = opt_.expert_dp ? opt_.expert_dp->size() : 1;
+  // ZeRO-2: every rank's owned ranges (zero_owned) per group: dense_owned[r] for shard rank r,
+  // expert_owned[q] for expert-dp rank q.
+  std::vector<std::vector<FlatRange>> dense_owned, expert_owned;
+  if (opt_.level == 2) {
+    for (int r = 0; r < dense_ranks; ++r)
+      dense_owned.push_back(zero_owned(layout_.total(), experts, dense_ranks, r, expert_ranks, 0));
+    for (int q = 0; q < expert_ranks; ++q)
+      expert_owned.push_back(zero_owned(layout_.total(), experts, dense_ranks, 0, expert_ranks, q));
+  }
   const std::vector<FlatRange>& units = layout_.units();
-  // Rank r's piece of unit u, relative to the unit: ZeRO-3 its zero_range of the unit, ZeRO-2
-  // the unit's overlap with the rank's zero_range of the whole stage.
-  const auto piece_of = [&](size_t u, int r) -> FlatRange {
-    if (opt_.level == 3) return zero_range(units[u].size(), ranks, r);
-    const FlatRange own = zero_range(layout_.total(), ranks, r);
-    const size_t lo = std::clamp(own.lo, units[u].lo, units[u].hi);
-    const size_t hi = std::clamp(own.hi, units[u].lo, units[u].hi);
-    return {lo - units[u].lo, hi - units[u].lo};
-  };
   std::vector<FlatRange> pieces;
   size_t at = 0, largest_block = 0;
   units_.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    for (int r = 0; r < ranks; ++r) blocks_.push_back(piece_of(u, r).size());
-    units_[u].piece = piece_of(u, me);
-    units_[u].at = at;
-    at += units_[u].piece.size();
-    pieces.push_back({units[u].lo + units_[u].piece.lo, units[u].lo + units_[u].piece.hi});
+    // The unit cut at the expert ranges' edges: dense segments over the shard group, expert ones
+    // over expert-dp.
+    std::vector<std::pair<FlatRange, bool>> spans;
+    for (const FlatRange& d : complement(units[u].hi, experts))
+      if (d.hi > units[u].lo) spans.push_back({{std::max(d.lo, units[u].lo), d.hi}, false});
+    for (const FlatRange& e : experts)
+      if (e.lo >= units[u].lo && e.hi <= units[u].hi) spans.push_back({e, true});
+    std::sort(spans.begin(), spans.end(),
+              [](const auto& a, const auto& b) { return a.first.lo < b.first.lo; });
+    size_t covered = 0;
+    for (const auto& span : spans) covered += span.first.size();
+    if (covered != units[u].size())
+      MPITRAIN_THROW("unit " + std::to_string(u) + ": an expert range crosses its edge");
+    for (const auto& [span, expert] : spans) {
+      Segment seg;
+      seg.expert = expert;
+      seg.span = {span.lo - units[u].lo, span.hi - units[u].lo};
+      seg.blocks_at = blocks_.size();
+      Communicator& group = expert ? *opt_.expert_dp : shard_;
+      // Rank r's piece of the segment, relative to the unit: ZeRO-3 its zero_range of the
+      // segment, ZeRO-2 the segment's part of the rank's owned ranges.
+      for (int r = 0; r < group.size(); ++r) {
+        FlatRange p;
+        if (opt_.level == 3) {
+          const FlatRange z = zero_range(span.size(), group.size(), r);
+          p = {seg.span.lo + z.lo, seg.span.lo + z.hi};
+        } else {
+          const FlatRange c = covered_part(expert ? expert_owned[r] : dense_owned[r], span);
+          p = {c.lo - units[u].lo, c.hi - units[u].lo};
+        }
+        blocks_.push_back(p.size());
+        if (r == group.rank()) seg.piece = p;
+      }
+      seg.at = at;
+      at += seg.piece.size();
+      pieces.push_back({units[u].lo + seg.piece.lo, units[u].lo + seg.piece.hi});
+      units_[u].segments.push_back(seg);
+    }
     if (!outer_unit(layout_, static_cast<int>(u)))
       largest_block = std::max(largest_block, units[u].size());
   }
@@ -67,7 +106,8 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
   // whole copy, where the optimizer updates them.
   backend_.set_alloc_kind(AllocKind::Params);
   const size_t first = owned_.ranges().empty() ? 0 : owned_.ranges().front().lo;
-  param_shard_ = opt_.level == 3 ? alloc(owned_.size(), storage_) : whole_params_ + first;
+  compact_params_ = opt_.level == 3 || !contiguous(owned_);
+  param_shard_ = compact_params_ ? alloc(owned_.size(), storage_) : whole_params_ + first;
   backend_.set_alloc_kind(AllocKind::Grads);
   grad_shard_ = alloc(owned_.size(), Precision::Fp32).full();
   // Unit buffers: one per outer unit; the blocks take turns in two (gradients, and gathered
@@ -127,15 +167,35 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
 
 ShardedUnits::~ShardedUnits() {
   for (Unit& u : units_) {  // nothing may be in flight into memory about to be freed
-    if (u.gathering) shard_.wait(u.gather);
-    if (u.reducing) shard_.wait(u.reduce);
+    if (u.gathering) wait_gathers(u);
+    if (u.reducing) wait_reduces(u);
   }
   for (void* p : allocations_) backend_.free(p);
 }
 
-std::span<const size_t> ShardedUnits::blocks(int u) const {
-  const size_t ranks = static_cast<size_t>(shard_.size());
-  return {blocks_.data() + static_cast<size_t>(u) * ranks, ranks};
+Communicator& ShardedUnits::group(const Segment& seg) const {
+  return seg.expert ? *opt_.expert_dp : shard_;
+}
+
+std::span<const size_t> ShardedUnits::blocks(const Segment& seg) const {
+  return {blocks_.data() + seg.blocks_at, static_cast<size_t>(group(seg).size())};
+}
+
+void ShardedUnits::wait_gathers(Unit& unit) {
+  for (Segment& seg : unit.segments) group(seg).wait(seg.gather);
+}
+
+void ShardedUnits::wait_reduces(Unit& unit) {
+  for (Segment& seg : unit.segments) group(seg).wait(seg.reduce);
+}
+
+void ShardedUnits::progress() {
+  shard_.progress();
+  if (opt_.expert_dp) opt_.expert_dp->progress();
+}
+
+void ShardedUnits::take_params() {
+  if (opt_.level == 2 && compact_params_) take_owned(backend_, param_shard_, whole_params_, owned_);
 }
 
 void ShardedUnits::set_tensor(const ParamTensor& t, const float* local) {
@@ -144,24 +204,30 @@ void ShardedUnits::set_tensor(const ParamTensor& t, const float* local) {
   units_[t.unit].gathered = false;
 }
 
-std::vector<float> ShardedUnits::gather_whole(Communicator& host_shard) {
+std::vector<float> ShardedUnits::gather_whole(Communicator& host_shard,
+                                              Communicator* host_experts) {
   std::vector<float> whole(layout_.total());
-  std::vector<CommHandle> handles;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    float* unit = whole.data() + layout_.units()[u].lo;
-    backend_.download(unit + units_[u].piece.lo, param_shard_ + units_[u].at,
-                      units_[u].piece.size());
-    handles.push_back(host_shard.all_gather_start(unit, blocks(static_cast<int>(u))));
-  }
-  for (CommHandle h : handles) host_shard.wait(h);
+  std::vector<std::pair<Communicator*, CommHandle>> handles;
+  for (size_t u = 0; u < units_.size(); ++u)
+    for (const Segment& seg : units_[u].segments) {
+      float* unit = whole.data() + layout_.units()[u].lo;
+      backend_.download(unit + seg.piece.lo, param_shard_ + seg.at, seg.piece.size());
+      Communicator* host = seg.expert ? host_experts : &host_shard;
+      if (!host) MPITRAIN_THROW("gather_whole: expert segments need the expert-dp group");
+      handles.push_back({host, host->all_gather_start(unit + seg.span.lo, blocks(seg))});
+    }
+  for (auto [host, h] : handles) host->wait(h);
   return whole;
 }
 
 // ---- parameters (ZeRO-3) ------------------------------------------------------------------
 
-CommHandle ShardedUnits::gather_start(Buf<float> unit, int u) {
-  return unit.full() ? shard_.all_gather_start(unit.full(), blocks(u))
-                     : shard_.all_gather_start(unit.half(), blocks(u));
+void ShardedUnits::gather_start(Buf<float> unit, Unit& u) {
+  for (Segment& seg : u.segments) {
+    const Buf<float> span = unit + seg.span.lo;
+    seg.gather = span.full() ? group(seg).all_gather_start(span.full(), blocks(seg))
+                             : group(seg).all_gather_start(span.half(), blocks(seg));
+  }
 }
 
 void ShardedUnits::start_gather(int u) {
@@ -171,8 +237,9 @@ void ShardedUnits::start_gather(int u) {
     MPITRAIN_THROW("unit " + std::to_string(u) + ": its buffer still holds unit " +
                    std::to_string(b.holder));
   b.holder = u;
-  backend_.copy(b.data + unit.piece.lo, param_shard_ + unit.at, unit.piece.size());
-  unit.gather = gather_start(b.data, u);
+  for (const Segment& seg : unit.segments)
+    backend_.copy(b.data + seg.piece.lo, param_shard_ + seg.at, seg.piece.size());
+  gather_start(b.data, unit);
   unit.gathering = true;
 }
 
@@ -196,12 +263,12 @@ CBuf<float> ShardedUnits::params(int u, bool backward) {
   Unit& unit = units_[u];
   if (!unit.gathered && !unit.gathering) start_gather(u);
   if (unit.gathering) {
-    shard_.wait(unit.gather);
+    wait_gathers(unit);
     unit.gathering = false;
     unit.gathered = true;
   }
   prefetch_after(u, backward);
-  shard_.progress();
+  progress();
   return param_buffers_[unit.param_buffer].data;
 }
 
@@ -214,18 +281,17 @@ void ShardedUnits::params_done(int u, bool /*backward*/) {
 void ShardedUnits::params_updated() {
   if (opt_.level == 3) {  // the gathered copies are stale
     for (Unit& unit : units_) {
-      if (unit.gathering) shard_.wait(unit.gather);  // a prefetch no pass took
+      if (unit.gathering) wait_gathers(unit);  // a prefetch no pass took
       unit.gathering = unit.gathered = false;
     }
     for (Buffer& b : param_buffers_) b.holder = -1;
     return;
   }
-  std::vector<CommHandle> handles;  // ZeRO-2: every rank's pieces, in place in the whole copy
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const Buf<float> unit = whole_params_ + layout_.units()[u].lo;
-    handles.push_back(gather_start(unit, static_cast<int>(u)));
-  }
-  for (CommHandle h : handles) shard_.wait(h);
+  // ZeRO-2: every rank's pieces, in place in the whole copy (a compact copy's first put there).
+  if (compact_params_) put_owned(backend_, whole_params_, param_shard_, owned_);
+  for (size_t u = 0; u < units_.size(); ++u)
+    gather_start(whole_params_ + layout_.units()[u].lo, units_[u]);
+  for (Unit& unit : units_) wait_gathers(unit);
 }
 
 // ---- gradients ------------------------------------------------------------------------------
@@ -242,20 +308,23 @@ float* ShardedUnits::grads(int u) {
 
 void ShardedUnits::grads_done(int u) {
   Unit& unit = units_[u];
-  unit.reduce = shard_.reduce_scatter_start(grad_buffers_[unit.grad_buffer].data.full(), blocks(u),
-                                            ReduceOp::Sum);
+  float* g = grad_buffers_[unit.grad_buffer].data.full();
+  for (Segment& seg : unit.segments)
+    seg.reduce = group(seg).reduce_scatter_start(g + seg.span.lo, blocks(seg), ReduceOp::Sum);
   unit.reducing = true;
-  shard_.progress();
+  progress();
 }
 
 void ShardedUnits::fold(int u) {
   Unit& unit = units_[u];
   Buffer& b = grad_buffers_[unit.grad_buffer];
   if (unit.reducing) {
-    shard_.wait(unit.reduce);
+    wait_reduces(unit);
     unit.reducing = false;
-    float* sum = grad_shard_ + unit.at;
-    backend_.add(sum, sum, b.data + unit.piece.lo, unit.piece.size());
+    for (const Segment& seg : unit.segments) {
+      float* sum = grad_shard_ + seg.at;
+      backend_.add(sum, sum, b.data + seg.piece.lo, seg.piece.size());
+    }
   }
   b.holder = -1;
 }
@@ -265,8 +334,9 @@ void ShardedUnits::finish() {
     if (units_[u].reducing) fold(static_cast<int>(u));
   if (replicas_)  // piece by piece: no call larger than a unit
     for (const Unit& unit : units_)
-      if (unit.piece.size() > 0)
-        replicas_->all_reduce(grad_shard_ + unit.at, unit.piece.size(), ReduceOp::Sum);
+      for (const Segment& seg : unit.segments)
+        if (seg.piece.size() > 0)
+          replicas_->all_reduce(grad_shard_ + seg.at, seg.piece.size(), ReduceOp::Sum);
 }
 
 }  // namespace mpitrain

@@ -305,7 +305,9 @@ int Trainer::export_and_sample() {
   if (!want_full) return kExitOk;
   // ZeRO-3: the stage's units gathered first, on the host.
   const std::vector<float> stage =
-      t_.zero == 3 ? sharded_->gather_whole(comms_->dp_shard()) : std::vector<float>{};
+      t_.zero == 3 ? sharded_->gather_whole(comms_->dp_shard(),
+                                            comms_->expert_dp ? &*comms_->expert_dp : nullptr)
+                   : std::vector<float>{};
   std::vector<float> full = gather_parameters(*model_, stage.empty() ? nullptr : stage.data(),
                                               *grid_, stage_first_layer_, world_);
   if (!root_) return kExitOk;

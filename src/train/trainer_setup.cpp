@@ -61,7 +61,8 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
 }
 
 // --ep: a mixture-of-experts model whose experts and dp ranks it divides, without what does
-// not take expert-split gradients yet (UsageError otherwise, before any work).
+// not take expert-split gradients yet (UsageError otherwise, before any work). Under ZeRO the
+// expert ranges are sharded over expert-dp, the rest over dp (not with hybrid sharding).
 void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const GridShape& shape) {
   if (t.ep == 1) return;
   const std::string ep = "--ep " + std::to_string(t.ep);
@@ -71,9 +72,10 @@ void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const G
                                          std::to_string(cfg.n_experts) + " experts");
   require(shape.dp % t.ep == 0, ep + " does not divide the data-parallel size " +
                                     std::to_string(shape.dp) + ": use a divisor of it");
-  require(t.zero == 0, ep + " with --zero " + std::to_string(t.zero) +
-                           " is not supported (the experts' ranges are not sharded over the "
-                           "expert-data-parallel group yet): use --zero 0");
+  require(t.zero < 2 || t.zero_shard_size == 0 || t.zero_shard_size == shape.dp * shape.cp,
+          ep + " with hybrid sharding (--zero-shard-size " + std::to_string(t.zero_shard_size) +
+              ") is not supported (the expert ranges are sharded over the whole "
+              "expert-data-parallel group): use --zero-shard-size 0");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
           ep + " with --grad-compress " + t.grad_compress + " is not supported: use none");
   require(t.optimizer != "lamb", ep + " with --optimizer lamb is not supported (its per-tensor "
@@ -335,7 +337,9 @@ void Trainer::build_model() {
       sharded_ = std::make_unique<ShardedUnits>(
           *backend_, model_->layout(), comms_->dp_shard_data(), comms_->dp_replica_data(),
           model_options_.storage,
-          ShardingOptions{t_.zero, t_.zero3_reshard_after_forward, t_.zero3_prefetch},
+          ShardingOptions{t_.zero, t_.zero3_reshard_after_forward, t_.zero3_prefetch,
+                          comms_->expert_dp ? &*comms_->expert_dp : nullptr,
+                          expert_ranges(model_->layout())},
           model_->params());
       model_->set_lender(sharded_.get());
     }
@@ -454,10 +458,12 @@ void Trainer::build_step_parts() {
   // from fp32 master weights taken before the compute copy is rounded to the run's precision.
   // Its norms are host vectors: the host communicators.
   tied_copies_ = cfg_.tie_embeddings && shape_.pp > 1 && comms_->embedding;
-  // The emulated path rounds its fp32 containers before the master is taken from them.
+  // The emulated path rounds its fp32 containers before the master is taken from them (the
+  // owned part too: ZeRO-3's, or a compact copy of it; rounding twice changes nothing).
+  if (sharded_) sharded_->take_params();
   if (float* emulated = model_->params().full())
     backend_->round_to(emulated, model_->num_params(), model_options_.precision);
-  if (float* emulated = t_.zero == 3 ? sync_->owned_params().full() : nullptr)
+  if (float* emulated = sync_->owned_params().full())
     backend_->round_to(emulated, sync_->owned().size(), model_options_.precision);
   backend_->set_alloc_kind(AllocKind::Optimizer);
   optimizer_ = std::make_unique<Optimizer>(
@@ -478,10 +484,12 @@ void Trainer::build_step_parts() {
   guard_ = std::make_unique<NumericGuard>(parse_nan_policy(t_.on_nan), t_.out_dir, comms_->world);
   // The ranks whose owned parts add up to the stage once: the shard group's (every dp rank under
   // ZeRO-1, the first replica's under hybrid sharding), else data-parallel (dp-cp) rank 0.
-  // Under expert parallelism (no ZeRO) the ep-split experts count once on expert-dp rank 0.
+  // Under expert parallelism without ZeRO the ep-split experts count once on expert-dp rank 0;
+  // with ZeRO each expert element is owned by one expert-dp rank, as the dense ones by one rank.
   const bool counts_once = t_.zero == 1 || (t_.zero >= 2 ? grid_->dp_replica().rank() == 0
                                                          : grid_->dp_cp_rank() == 0);
-  const bool experts_count_once = shape_.ep > 1 ? grid_->expert_dp().rank() == 0 : counts_once;
+  const bool experts_count_once =
+      shape_.ep > 1 && t_.zero == 0 ? grid_->expert_dp().rank() == 0 : counts_once;
   update_ = std::make_unique<UpdateStep>(
       *model_, *sync_, *optimizer_, *scaler_, *guard_,
       UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once,
@@ -577,7 +585,7 @@ void Trainer::build_step_parts() {
   // storage type) and the fp32 gradients (ZeRO-2/3: their shards and unit buffers), optimizer
   // state (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO), activations.
   held_bytes_[0] = static_cast<double>(model_->param_bytes() + model_->grad_bytes() +
-                                       (sharded_ ? sharded_->bytes() : 0));
+                                       (sharded_ ? sharded_->bytes() : bucket_sync_->bytes()));
   held_bytes_[1] = static_cast<double>(optimizer_->bytes());
   held_bytes_[2] = static_cast<double>(model_->activation_bytes());
   comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);

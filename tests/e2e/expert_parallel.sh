@@ -13,7 +13,7 @@
 # Checkpoints are layout-free: ep 2 resumes at ep 1 and at ep 4 (within LOSS_TOL of 6 straight
 # steps at ep 2; measured 0 and 2.1e-9).
 # Bad input (exit 2, the reason): ep not dividing dp, ep not dividing the experts, a dense model,
-# --zero 1.
+# hybrid sharding (ZeRO with ep: expert_parallel_zero.sh).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 LOSS_TOL=1e-8 NORM_TOL=1e-7 BF16_LOSS_TOL=1e-4 BF16_NORM_TOL=1e-4
 moe="--arch llama --n-kv-head 2 --n-experts 4 --top-k 2"
@@ -64,5 +64,6 @@ bad() {  # bad NAME NP REASON ARGS...: exit 2 with REASON
 bad ep3 4 "ep 3 does not divide the data-parallel size 4" $moe --n-experts 6 --ep 3
 bad ep4-of-6 4 "ep 4 does not divide the 6 experts" $moe --n-experts 6 --ep 4
 bad dense 2 "needs a mixture-of-experts model" --ep 2
-bad zero 2 "with --zero 1 is not supported" $moe --ep 2 --zero 1
+bad hsdp 4 "with hybrid sharding (--zero-shard-size 2) is not supported" $moe --ep 2 --zero 2 \
+  --zero-shard-size 2
 echo "PASS"

@@ -20,6 +20,7 @@
 #include "mpitrain/comm/communicator.hpp"
 #include "mpitrain/parallel/compression.hpp"
 #include "mpitrain/parallel/grad_sync.hpp"
+#include "mpitrain/runtime/mpi.hpp"
 #include "mpitrain/runtime/rng.hpp"
 
 using namespace mpitrain;
@@ -214,8 +215,75 @@ TEST(GradBuckets, ExpertRangesGoOverTheExpertGroup) {
   EXPECT_EQ(expert_dp.started, (Ranges{{4, 4}, {3, 1}}));
   EXPECT_EQ(dp.waits, 2);
   EXPECT_EQ(expert_dp.waits, 2);
-  options.zero = true;  // ZeRO's shards do not take the expert ranges
-  EXPECT_THROW(GradBuckets(dp, g.data(), g.size(), 16, options), UsageError);
+  // ZeRO-1: the 7 dense elements are split over dp, the 5 expert ones over expert-dp (pieces of
+  // 16: rank 0 takes all), each bucket's reduce-scatter and all-gather over its own group.
+  RecordingComm zero_dp(4, g.data()), zero_expert_dp(2, g.data());
+  options.zero = true;
+  options.expert_dp = &zero_expert_dp;
+  GradBuckets zero(zero_dp, g.data(), g.size(), 16, options);
+  EXPECT_EQ(zero.owned(), (std::vector<FlatRange>{{0, 12}}));
+  zero.finish();
+  EXPECT_EQ(zero_dp.ops, (std::vector<std::string>{"reduce_scatter 8:4,0,0,0",
+                                                   "reduce_scatter 0:3,0,0,0"}));
+  EXPECT_EQ(zero_expert_dp.ops,
+            (std::vector<std::string>{"reduce_scatter 4:4,0", "reduce_scatter 3:1,0"}));
+  zero.gather_params(g.data());
+  EXPECT_EQ(zero_expert_dp.ops.back(), "all_gather 3:1,0");
+  EXPECT_EQ(zero_dp.waits + zero_expert_dp.waits, 8);
+  options.compress = GradCompress::Bf16;  // compression does not take the expert ranges
+  EXPECT_THROW(GradBuckets(zero_dp, g.data(), g.size(), 16, options), UsageError);
+}
+
+// ZeRO-1 with expert ranges over the real world (dp) and an expert-dp group of the ranks of the
+// same parity (ep 2): the owned ranges hold each dense element once over dp and each expert
+// element once per expert-dp group; after finish() they hold the dense sums over dp and the
+// expert sums over expert-dp exactly (sums of multiples of 1/256); gather_params() makes every
+// rank's parameters whole.
+TEST(GradBuckets, ZeroWithExpertRangesSumsEachOverItsGroup) {
+  MpiCommunicator dp(MPI_COMM_WORLD);
+  const int r = dp.rank();
+  const MpiComm parity = MpiComm::world().split(r % 2, r);
+  MpiCommunicator expert_dp(parity.get());
+  const size_t n = 4099;
+  const std::vector<FlatRange> experts = {{100, 1100}, {1100, 2100}, {3000, 3517}};
+  const auto in_experts = [&](size_t i) {
+    return std::any_of(experts.begin(), experts.end(),
+                       [&](const FlatRange& e) { return i >= e.lo && i < e.hi; });
+  };
+  for (size_t bucket_bytes : {64u, 1000u, 1u << 20}) {
+    std::vector<float> g(n), dense(n), expert(n), params(n), updated(n);
+    GradSyncOptions options{.zero = true, .expert_dp = &expert_dp, .expert_ranges = experts};
+    GradBuckets buckets(dp, g.data(), n, bucket_bytes, options);
+    const ShardRanges owned(buckets.owned());
+    std::vector<int> owners(n, 0);
+    for (const FlatRange& o : owned.ranges())
+      for (size_t i = o.lo; i < o.hi; ++i) owners[i] = 1;
+    ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, owners.data(), static_cast<int>(n), MPI_INT, MPI_SUM,
+                            MPI_COMM_WORLD),
+              MPI_SUCCESS);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(owners[i], in_experts(i) ? dp.size() / expert_dp.size() : 1) << "element " << i;
+    for (size_t i = 0; i < n; ++i) dense[i] = expert[i] = grad(r, 0, i);
+    MPI_Allreduce(MPI_IN_PLACE, dense.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, expert.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                  parity.get());
+    backward(buckets, g, 0, [&](size_t i) { return grad(r, 0, i); });
+    buckets.finish();
+    for (const FlatRange& o : owned.ranges())
+      for (size_t i = o.lo; i < o.hi; ++i)
+        ASSERT_EQ(g[i], in_experts(i) ? expert[i] : dense[i]) << "bucket " << bucket_bytes
+                                                              << " element " << i;
+    for (size_t i = 0; i < n; ++i) {
+      updated[i] = 0.5f * dense[i] + static_cast<float>(i);
+      params[i] = -1e30f * static_cast<float>(r + 1);
+    }
+    for (const FlatRange& o : owned.ranges())
+      for (size_t i = o.lo; i < o.hi; ++i) params[i] = updated[i];
+    buckets.gather_params(params.data());
+    EXPECT_EQ(std::memcmp(params.data(), updated.data(), n * sizeof(float)), 0)
+        << "bucket " << bucket_bytes;
+  }
 }
 
 TEST(GradBuckets, OneBucketWhenLargerThanTheBuffer) {
@@ -239,10 +307,7 @@ TEST(GradBuckets, ZeroAndCompressionStartAsBackwardReachesThem) {
   std::vector<float> g(10);
   RecordingComm zero_comm(2, g.data());
   GradBuckets zero(zero_comm, g.data(), g.size(), 16, {.zero = true});
-  EXPECT_EQ(zero.owned().lo, 0u);
-  EXPECT_EQ(zero.owned().hi, 10u);
-  EXPECT_EQ(zero.owned_range(1).lo, 10u);
-  EXPECT_EQ(zero.owned_range(1).hi, 10u);
+  EXPECT_EQ(zero.owned(), (std::vector<FlatRange>{{0, 10}}));
   zero.ready_from(5);
   EXPECT_EQ(zero_comm.ops, (Ops{"reduce_scatter 6:4,0"}));
   zero.finish();
@@ -289,7 +354,7 @@ TEST(GradBuckets, PlainAndZeroNeverTouchTheGradientsThemselves) {
   for (bool zero : {false, true}) {
     RecordingComm comm(2, g, 1);
     GradBuckets buckets(comm, g, n, bytes, {.zero = zero});
-    EXPECT_EQ(buckets.owned().lo, zero ? 64u : 0u);
+    EXPECT_EQ(buckets.owned().front().lo, zero ? 64u : 0u);
     buckets.ready_from(0);
     buckets.finish();
     buckets.gather_params(g);
@@ -323,8 +388,7 @@ TEST(GradBuckets, EqualsAPlainAllReduce) {
       GradBuckets buckets(dp, g.data(), n, bucket_bytes);
       const size_t per = bucket_bytes / sizeof(float);
       EXPECT_EQ(buckets.buckets(), (n + per - 1) / per) << "n " << n << " bucket " << bucket_bytes;
-      EXPECT_EQ(buckets.owned().lo, 0u);
-      EXPECT_EQ(buckets.owned().hi, n);
+      EXPECT_EQ(buckets.owned(), (std::vector<FlatRange>{{0, n}}));
       for (int step = 0; step < 3; ++step) {
         for (size_t i = 0; i < n; ++i) expect[i] = grad(r, step, i);
         ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, expect.data(), static_cast<int>(n), MPI_FLOAT,
@@ -376,9 +440,8 @@ TEST(GradBuckets, ZeroEqualsAPlainAllReduce) {
     for (size_t bucket_bytes : {4u, 12u, 64u, 100u, 256u, 1000u, 4096u, 1u << 20}) {
       std::vector<float> g(n), expect(n), params(n), updated(n);
       GradBuckets buckets(dp, g.data(), n, bucket_bytes, {.zero = true});
-      const FlatRange own = buckets.owned();
-      EXPECT_EQ(own.lo, zero_range(n, dp.size(), r).lo);
-      EXPECT_EQ(own.hi, zero_range(n, dp.size(), r).hi);
+      const FlatRange own = zero_range(n, dp.size(), r);  // one range, or none
+      EXPECT_EQ(buckets.owned(), own.size() ? std::vector<FlatRange>{own} : std::vector<FlatRange>{});
       for (int step = 0; step < 3; ++step) {
         for (size_t i = 0; i < n; ++i) expect[i] = grad(r, step, i);
         ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, expect.data(), static_cast<int>(n), MPI_FLOAT,

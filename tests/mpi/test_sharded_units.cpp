@@ -3,7 +3,7 @@
 // sharded gradients are the rank's pieces of the all-reduced whole gradients, the gathered
 // parameters give the plain model's losses (prefetch and resharding on and off), and an update
 // of the owned parameters reaches every rank's next forward; hybrid sharding (shard groups of 2
-// inside dp 4) gives the same gradients.
+// inside dp 4) gives the same gradients; so do expert ranges over an expert-dp group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,7 +106,8 @@ class Pair {
     lent_->set_lender(sharded_.get());
     plain_->init(kSeed);
     if (s.level == 2) {
-      lent_->init(kSeed);  // the owned pieces lie in the whole copy
+      lent_->init(kSeed);  // the owned pieces lie in the whole copy (or a compact copy of it)
+      sharded_->take_params();
     } else {
       initial_tensors<float>(
           cfg_, lent_->layout(), kSeed,
@@ -152,9 +153,16 @@ class Pair {
       }
     }
     sharded_->finish();
+    // Expert ranges: summed over expert-dp only (from the local gradients), the rest over dp.
+    const std::vector<float> local(plain_->grads(), plain_->grads() + plain_->num_params());
     EXPECT_EQ(MPI_Allreduce(MPI_IN_PLACE, plain_->grads(), static_cast<int>(plain_->num_params()),
                             MPI_FLOAT, MPI_SUM, dp_.get()),
               MPI_SUCCESS);
+    for (const FlatRange& e : s_.sharding.expert_ranges) {
+      std::vector<float> sum(local.begin() + e.lo, local.begin() + e.hi);
+      s_.sharding.expert_dp->all_reduce(sum.data(), sum.size(), ReduceOp::Sum);
+      std::copy(sum.begin(), sum.end(), plain_->grads() + e.lo);
+    }
     return losses;
   }
 
@@ -231,9 +239,10 @@ void check(const Case& s, double bound) {
     SCOPED_TRACE(name(s) + " step " + std::to_string(step));
     for (const auto& [plain, sharded] : pair.step()) EXPECT_EQ(plain, sharded);
     EXPECT_LE(pair.grad_error(), bound);
-    EXPECT_TRUE(same_bits(pair.sharded().gather_whole(dp), pair.plain_params()));
+    Communicator* experts = s.sharding.expert_dp;
+    EXPECT_TRUE(same_bits(pair.sharded().gather_whole(dp, experts), pair.plain_params()));
     pair.update();
-    EXPECT_TRUE(same_bits(pair.sharded().gather_whole(dp), pair.plain_params()));
+    EXPECT_TRUE(same_bits(pair.sharded().gather_whole(dp, experts), pair.plain_params()));
     if (s.level == 2) {
       std::vector<float> copy(pair.lent().num_params());
       pair.backend().download(copy.data(), pair.lent().params(), copy.size());
@@ -318,5 +327,27 @@ TEST(ShardedUnits, HybridShardingEqualsPlainDataParallel) {
     EXPECT_EQ(held, pair.lent().num_params());
     for (const auto& [plain, sharded] : pair.step()) EXPECT_EQ(plain, sharded);
     EXPECT_LE(pair.grad_error(), grad_bound(1));
+  }
+}
+
+// Expert parallelism's segments: the llama MLP weights stand for the ep-split expert ranges
+// (inside each block unit), reduce-scattered and gathered over an expert-dp group of the ranks of
+// the same parity (size 2 at 4 ranks), the rest over dp; the reference sums them the same way.
+// ZeRO-2's owned pieces then lie apart (a compact copy), ZeRO-3's units are three segments.
+TEST(ShardedUnits, ExpertSegmentsGoOverTheExpertGroup) {
+  const MpiComm& world = MpiComm::world();
+  const MpiComm parity = world.split(world.rank() % 2, world.rank());
+  MpiCommunicator expert_dp(parity.get());
+  std::vector<FlatRange> experts;
+  const ParamLayout layout(tiny(Arch::Llama));
+  for (const ParamTensor& t : layout.tensors())
+    if (t.name.ends_with("mlp.fc.weight") || t.name.ends_with("mlp.proj.weight"))
+      experts.push_back({t.offset, t.offset + t.numel});
+  ASSERT_EQ(experts.size(), 6u);
+  for (Case s : setups()) {
+    if (s.arch != Arch::Llama) continue;
+    s.sharding.expert_dp = &expert_dp;
+    s.sharding.expert_ranges = experts;
+    check(s, grad_bound(1));
   }
 }

@@ -419,6 +419,16 @@ TEST(PlannerMemory, ExpertParallelHoldsItsShareOfTheExperts) {
   const TimeEstimate t2 = estimate_time(moe, run, ep2, c, Calibration{});
   EXPECT_EQ(t1.ep_comm, 0.0);
   EXPECT_GT(t2.ep_comm, 0.0);
+  // ZeRO-1/2 (zero_owned): the 4552 - 768 dense elements split over dp 2 (pieces of 1904), the
+  // 768 held expert elements over expert-dp = dp / ep = 1; ZeRO-1 adds the compact copies of the
+  // owned parameters and gradients (bucket_sync.hpp).
+  for (int zero : {1, 2}) {
+    Layout z = ep2;
+    z.zero = zero;
+    const MemoryEstimate e = layout_memory(moe, run, z, 0.0);
+    EXPECT_DOUBLE_EQ(e.optimizer, 4.0 * run.optimizer_states * (1904 + 768)) << "zero " << zero;
+    EXPECT_DOUBLE_EQ(e.params, (4552 + 1904 + 768) * 4.0) << "zero " << zero;
+  }
 }
 
 // A token's products use the router and top_k of the n_experts: with top-1 of 4 experts of width

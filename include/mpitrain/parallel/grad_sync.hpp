@@ -8,7 +8,7 @@
 //
 // What a bucket's communication is (GradSyncOptions):
 //   plain       all-reduce (sum): after finish() every rank holds the whole sum.
-//   zero        ZeRO-1: data-parallel rank r owns [lo_r, hi_r) (owned_range). Per bucket a
+//   zero        ZeRO-1: data-parallel rank r owns [lo_r, hi_r) (owned()). Per bucket a
 //               reduce-scatter whose blocks are the bucket's overlaps with each rank's range (empty
 //               for ranks owning none of it): after finish() grads[lo, hi) of this rank hold the
 //               sum, the rest is undefined. Once the optimizer has updated params[lo, hi),
@@ -29,11 +29,14 @@
 // the same bits. With zero or compression a bucket holds at most 2^27 floats, so that every MPI
 // count fits in an int. Memory besides the gradients, per gradient: bf16 / fp16 4 bytes (what is
 // sent and received), int8 2 + 4 (and the residual), topk 4 (the residual) + 8 (dp + 1) x ratio.
-// Expert parallelism (plain only): the ranges of the ep-split expert tensors are summed over the
-// expert-dp group instead (the dp ranks holding the same experts; each rank's expert gradients
+// Expert parallelism (plain or zero): the ranges of the ep-split expert tensors are summed over
+// the expert-dp group instead (the dp ranks holding the same experts; each rank's expert gradients
 // already hold every ep rank's tokens routed to them, so the sum over expert-dp is the sum over
 // all of dp's tokens, as the dense ranges' sum over dp). Buckets never straddle such a range's
-// edge.
+// edge. With zero, as Megatron-Core's distributed optimizer keeps the experts in buffers of their
+// own: the dense elements read as one sequence are split by zero_range over dp, the expert
+// ranges' elements over expert-dp (zero_owned); an expert bucket's reduce-scatter and all-gather
+// go over expert-dp with its blocks. A rank's owned ranges are then several (owned()).
 #pragma once
 
 #include <cstddef>
@@ -62,9 +65,9 @@ class GradBuckets {
   GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket_bytes,
               const GradSyncOptions& options = {});
   size_t buckets() const { return begin_.size(); }
-  // The range of the buffer rank r's optimizer updates: zero_range with zero, else [0, n).
-  FlatRange owned_range(int rank) const;
-  FlatRange owned() const { return owned_range(dp_.rank()); }
+  // The ranges of the buffer this rank's optimizer updates: [0, n) without zero; with zero its
+  // zero_range, or with expert ranges its zero_owned ranges (shard_ranges.hpp), ascending.
+  const std::vector<FlatRange>& owned() const { return owned_; }
 
   // Backward has finished every gradient in [offset, n): start the communication of each bucket
   // lying wholly in that range not yet started.
@@ -84,7 +87,8 @@ class GradBuckets {
   static constexpr size_t kMaxBucketFloats = size_t{1} << 27;
 
   size_t end_of(size_t b) const { return b ? begin_[b - 1] : n_; }
-  std::span<const size_t> blocks(size_t b) const;  // zero: bucket b's block per rank
+  Communicator& group(size_t b) const;              // bucket b's: dp, or expert-dp
+  std::span<const size_t> blocks(size_t b) const;  // zero: bucket b's block per rank of group(b)
   // Chunk r of bucket b (bf16, fp16, int8): [from, from + m) within the bucket.
   size_t chunk_from(size_t b, int r) const;
   size_t chunk_len(size_t b, int r) const;
@@ -103,7 +107,8 @@ class GradBuckets {
   std::vector<bool> expert_;         // bucket b lies in an expert range: over opt_.expert_dp
   size_t started_ = 0;               // buckets 0 .. started_-1 are in flight
 
-  std::vector<size_t> blocks_;  // zero: bucket b's block of rank r at [b * dp + r]
+  std::vector<FlatRange> owned_;
+  std::vector<size_t> blocks_;  // zero: bucket b's block of group(b)'s rank r at [b * dp + r]
   // bf16, fp16, int8: c floats per chunk; topk: k pairs per rank. Per bucket.
   std::vector<size_t> chunk_;
   // bf16, fp16, int8: bucket b's dp blocks to send then dp received, at stage_at_[b] in stage_.

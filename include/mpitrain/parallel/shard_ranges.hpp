@@ -7,6 +7,8 @@
 //   ZeRO-1          one range [lo, hi): compact = flat - lo
 //   ZeRO-2 / 3      one range per unit (ParamLayout::units()): this rank's piece of the unit
 //                   (ZeRO-3: the unit's zero_range; ZeRO-2: the unit's part of ZeRO-1's range)
+//   with --ep       ZeRO-1/2: zero_owned's ranges; ZeRO-3: a piece per segment of a unit (the
+//                   expert ranges split over expert-dp, the rest over the shard group)
 // Example, ZeRO-3, units [0, 40) and [40, 100), 2 ranks, pieces rounded up to 16 elements: rank 0
 // holds [0, 32) [40, 72) (compact 0..31, 32..63), rank 1 [32, 40) [72, 100) (compact 0..7, 8..35).
 // A tensor lies in one unit, so it meets at most one range (overlap()).
@@ -20,11 +22,32 @@ namespace mpitrain {
 struct FlatRange {
   size_t lo = 0, hi = 0;  // [lo, hi)
   size_t size() const { return hi - lo; }
+  bool operator==(const FlatRange&) const = default;
 };
 
 // The split of n elements over `ranks`: pieces of ceil(n / ranks) rounded up to 16 elements, in
 // rank order; the last pieces may be shorter or empty (ZeRO-1's ranges, ZeRO-2/3's unit pieces).
 FlatRange zero_range(size_t n, int ranks, int rank);
+
+// Expert parallelism (--ep > 1) under ZeRO: the ep-split expert ranges hold different experts on
+// different ep ranks, so they are split over the expert-data-parallel group, the rest over the
+// shard group. segments: ascending, disjoint flat ranges read as one sequence; part: a range of
+// that sequence. The flat ranges `part` covers, ascending, adjacent ones joined. Example,
+// segments [0, 10) [20, 30), part [5, 15): [5, 10) [20, 25).
+std::vector<FlatRange> flat_ranges_of(const std::vector<FlatRange>& segments, FlatRange part);
+// [0, n) less the ascending, disjoint `holes` (those from n on ignored): the dense segments
+// around the expert ranges.
+std::vector<FlatRange> complement(size_t n, const std::vector<FlatRange>& holes);
+// ZeRO-1/2 ownership: rank (dense_rank, expert_rank) owns zero_range(dense elements, dense_ranks,
+// dense_rank) of the elements outside `experts` and zero_range(expert elements, expert_ranks,
+// expert_rank) of those inside, each read as one sequence; ascending flat ranges, adjacent ones
+// joined. Without experts: {zero_range(n, dense_ranks, dense_rank)}, ZeRO-1's one range.
+std::vector<FlatRange> zero_owned(size_t n, const std::vector<FlatRange>& experts,
+                                  int dense_ranks, int dense_rank, int expert_ranks,
+                                  int expert_rank);
+// The one part of `span` that `ranges` (ascending) cover, as ZeRO's owned ranges meet a bucket
+// or a unit's segment ({span.lo, span.lo} if none). Error if it is not one range.
+FlatRange covered_part(const std::vector<FlatRange>& ranges, FlatRange span);
 
 class ShardRanges {
  public:

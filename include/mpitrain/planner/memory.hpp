@@ -113,6 +113,7 @@ struct StageUnits {
   double outer = 0, outer_pieces = 0;  // elements of the units outside the blocks, their pieces
   double block = 0, block_piece = 0;   // one dense block unit and its piece
   double moe_block = 0, moe_block_piece = 0;  // one MoE block unit and its piece (moe_layers > 0)
+  double moe_experts = 0;  // of an MoE block, the ep-split experts' elements (0 without ep)
   double largest = 0;                  // the largest unit
   int outer_units = 0, layers = 0, moe_layers = 0;  // layers: all of the stage's, MoE among them
   int dense_layers() const { return layers - moe_layers; }

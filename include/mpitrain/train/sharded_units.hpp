@@ -27,6 +27,14 @@
 //   params_done    ZeRO-3 with reshard_after_forward: the buffer is free again (gathered anew for
 //                  the backward and each micro-batch); without it every unit, once gathered, stays
 //                  in a whole-stage buffer until the parameters change (params_updated).
+// Expert parallelism (ShardingOptions::expert_dp): the ep-split expert ranges hold different
+// experts on different ep ranks, so, as torchtitan shards experts over the ranks holding the same
+// ones, a block unit is cut at their edges into segments, each reduce-scattered and gathered
+// over its own group: the dense ones over the shard group, the expert ones over expert-dp.
+//   ZeRO-3  piece r of every segment is zero_range(segment, its group's size, r).
+//   ZeRO-2  the pieces are the segments' parts of zero_owned (shard_ranges.hpp): one piece of the
+//           dense elements read as one sequence, one of the experts'; not back to back, so the
+//           optimizer updates a compact copy (take_params(), put back in params_updated()).
 // finish() completes the reduce-scatters; with HSDP it then all-reduces the sharded gradients over
 // the replica group (the ranks holding the same pieces in the other shard groups). After the
 // optimizer has written owned_params(): params_updated() all-gathers them into the model's whole
@@ -52,6 +60,8 @@ struct ShardingOptions {
   int level = 3;                      // 2: gradients sharded; 3: parameters too
   bool reshard_after_forward = true;  // ZeRO-3: gather again for the backward
   bool prefetch = true;               // ZeRO-3: the next unit's gather started early
+  Communicator* expert_dp = nullptr;          // expert parallelism: the expert ranges' group
+  std::vector<FlatRange> expert_ranges = {};  // ... and those ranges (ascending, disjoint)
 };
 
 class ShardedUnits : public UnitLender<float>, public DpSync {
@@ -73,9 +83,13 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
   // ZeRO-3: the owned part of tensor t from its local values (host fp32, t.numel), e.g. an
   // initialisation (Model's initial_tensors) or a loaded model.
   void set_tensor(const ParamTensor& t, const float* local);
+  // ZeRO-2 whose owned pieces are not back to back (expert parallelism): the compact copy
+  // owned_params() takes the model's whole copy's values (after its initialisation); else nothing.
+  void take_params();
   // The whole local parameters in host fp32 (layout.total()), for an export or a sample;
-  // host_shard: the shard group's host communicator. Collective over the shard group.
-  std::vector<float> gather_whole(Communicator& host_shard);
+  // host_shard: the shard group's host communicator, host_experts the expert-dp group's (with
+  // expert ranges). Collective over both.
+  std::vector<float> gather_whole(Communicator& host_shard, Communicator* host_experts = nullptr);
 
   // UnitLender
   CBuf<float> params(int u, bool backward) override;
@@ -93,22 +107,34 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
   void params_updated() override;
 
  private:
+  // A unit's part reduced and gathered over one group: the shard group, or for an ep-split
+  // expert range expert-dp. A unit without expert ranges is one segment.
+  struct Segment {
+    FlatRange span;        // relative to the unit
+    bool expert = false;   // over opt_.expert_dp
+    size_t blocks_at = 0;  // its piece per rank of its group at blocks_[blocks_at ..]
+    FlatRange piece;       // this rank's piece, relative to the unit
+    size_t at = 0;         // the piece's compact offset
+    CommHandle gather{}, reduce{};
+  };
   struct Unit {
-    FlatRange piece;        // this rank's piece, relative to the unit
-    size_t at = 0;          // the piece's compact offset
+    std::vector<Segment> segments;
     int param_buffer = -1;  // ZeRO-3: index into param_buffers_
     int grad_buffer = -1;   // index into grad_buffers_
     bool gathered = false, gathering = false, reducing = false;
-    CommHandle gather{}, reduce{};
   };
   struct Buffer {
     Buf<float> data;
     int holder = -1;  // the unit whose values it holds (or is gathering / reducing)
   };
   size_t unit_size(int u) const { return layout_.units()[u].size(); }
-  std::span<const size_t> blocks(int u) const;
-  // The all-gather of unit u's pieces in place in `unit` (its storage type).
-  CommHandle gather_start(Buf<float> unit, int u);
+  Communicator& group(const Segment& seg) const;
+  std::span<const size_t> blocks(const Segment& seg) const;
+  void wait_gathers(Unit& unit);
+  void wait_reduces(Unit& unit);
+  void progress();  // both groups' started calls
+  // The all-gathers of u's segments' pieces in place in `unit` (its storage type).
+  void gather_start(Buf<float> unit, Unit& u);
   void start_gather(int u);  // into the unit's parameter buffer
   void prefetch_after(int u, bool backward);
   void fold(int u);  // the unit's finished reduce-scatter added into the sharded gradients
@@ -122,7 +148,8 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
   Buf<float> whole_params_;
   ShardRanges owned_;
   std::vector<Unit> units_;
-  std::vector<size_t> blocks_;  // unit u's piece per rank at [u * D + r]
+  std::vector<size_t> blocks_;  // the segments' pieces per rank (Segment::blocks_at)
+  bool compact_params_ = false;  // param_shard_ a buffer of its own (ZeRO-3; ZeRO-2 with experts)
   Buf<float> param_shard_;
   float* grad_shard_ = nullptr;
   std::vector<Buffer> param_buffers_, grad_buffers_;
