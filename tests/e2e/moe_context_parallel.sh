@@ -5,7 +5,8 @@
 # z-losses are those of whole sequences. A tiny llama MoE (4 experts, top-2, MoE in both layers)
 # trains 4 steps at cp 1, cp 2, cp 2 x tp 2 with sequence parallelism, and cp 2 x dp 2 with the
 # experts split over ep 2 (an ep group: one cp rank of each of its dp ranks; the expert gradients
-# summed over expert-dp, the dp/ep x cp ranks holding the same experts); the per-step losses,
+# summed over expert-dp, the dp/ep x cp ranks holding the same experts; and so under ZeRO-3,
+# the experts sharded over that expert-dp); the per-step losses,
 # gradient norms, aux and z-losses and the imbalance (max / mean tokens per expert) must equal
 # cp 1's within fp32-order noise, and the tokens per expert sum to the tokens routed.
 # Measured (AMD EPYC Zen 5, 2 cores): losses within 2.0e-9 relative, grad norms 1.8e-8, aux
@@ -26,9 +27,9 @@ run() {  # run NAME NP ARGS...
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
 }
 run_cases 2 'run cp1 1' 'run cp2 2 --cp 2' 'run cp2-tp2-sp 4 --cp 2 --tp 2 --sequence-parallel' \
-  'run cp2-ep2 4 --cp 2 --dp 2 --ep 2'
+  'run cp2-ep2 4 --cp 2 --dp 2 --ep 2' 'run cp2-ep2-z3 4 --cp 2 --dp 2 --ep 2 --zero 3'
 
-for name in cp1 cp2 cp2-tp2-sp cp2-ep2; do
+for name in cp1 cp2 cp2-tp2-sp cp2-ep2 cp2-ep2-z3; do
   for key in $KEYS; do metric "$SCRATCH/$name/metrics.jsonl" "$key" > "$SCRATCH/$name.$key"; done
   python3 - "$SCRATCH/$name/metrics.jsonl" "$ROUTED" <<'PY' || fail "$name: tokens per expert"
 import json, sys
@@ -37,7 +38,7 @@ for r in (json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l):
         assert sum(l["tokens"]) == int(sys.argv[2]), (r["step"], l)
 PY
 done
-for name in cp2 cp2-tp2-sp cp2-ep2; do
+for name in cp2 cp2-tp2-sp cp2-ep2 cp2-ep2-z3; do
   line="$name vs cp1:"
   for key in $KEYS; do
     tol=$AUX_TOL
