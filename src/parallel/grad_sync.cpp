@@ -36,7 +36,8 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
   handles_.resize(begin_.size());
 
   const int ranks = dp_.size();
-  const std::vector<FlatRange> experts = opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{};
+  const std::vector<FlatRange> experts =
+      opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{};
   const int expert_ranks = opt_.expert_dp ? opt_.expert_dp->size() : 1;
   // Rank r's ranges: its own group's rank r (dense: dp, expert buckets: expert-dp).
   const auto owned_by = [&](int dense_rank, int expert_rank) {
@@ -49,9 +50,10 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
     for (size_t b = 0; b < begin_.size(); ++b)
       for (int r = 0; r < ranks; ++r) {
         const int group = expert_[b] ? expert_ranks : ranks;
-        const FlatRange part = r < group ? covered_part(expert_[b] ? owned_by(0, r) : owned_by(r, 0),
-                                                        {begin_[b], end_of(b)})
-                                         : FlatRange{};
+        const FlatRange part =
+            r < group
+                ? covered_part(expert_[b] ? owned_by(0, r) : owned_by(r, 0), {begin_[b], end_of(b)})
+                : FlatRange{};
         blocks_.push_back(part.size());
       }
     return;

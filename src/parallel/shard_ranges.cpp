@@ -51,7 +51,8 @@ std::vector<FlatRange> zero_owned(size_t n, const std::vector<FlatRange>& expert
   const std::vector<FlatRange> mine =
       flat_ranges_of(experts, zero_range(n_experts, expert_ranks, expert_rank));
   out.insert(out.end(), mine.begin(), mine.end());
-  std::sort(out.begin(), out.end(), [](const FlatRange& a, const FlatRange& b) { return a.lo < b.lo; });
+  std::sort(out.begin(), out.end(),
+            [](const FlatRange& a, const FlatRange& b) { return a.lo < b.lo; });
   std::vector<FlatRange> joined;
   for (const FlatRange& r : out)
     if (!joined.empty() && joined.back().hi == r.lo) joined.back().hi = r.hi;

@@ -441,7 +441,8 @@ TEST(GradBuckets, ZeroEqualsAPlainAllReduce) {
       std::vector<float> g(n), expect(n), params(n), updated(n);
       GradBuckets buckets(dp, g.data(), n, bucket_bytes, {.zero = true});
       const FlatRange own = zero_range(n, dp.size(), r);  // one range, or none
-      EXPECT_EQ(buckets.owned(), own.size() ? std::vector<FlatRange>{own} : std::vector<FlatRange>{});
+      EXPECT_EQ(buckets.owned(),
+                own.size() ? std::vector<FlatRange>{own} : std::vector<FlatRange>{});
       for (int step = 0; step < 3; ++step) {
         for (size_t i = 0; i < n; ++i) expect[i] = grad(r, step, i);
         ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, expect.data(), static_cast<int>(n), MPI_FLOAT,
