@@ -47,15 +47,16 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
                      : std::vector<FlatRange>{{0, n_}};
   if (ranks == 1 || plain) return;
   if (opt_.zero) {  // a bucket lies in one dense segment or one expert range
-    for (size_t b = 0; b < begin_.size(); ++b)
-      for (int r = 0; r < ranks; ++r) {
-        const int group = expert_[b] ? expert_ranks : ranks;
-        const FlatRange part =
-            r < group
-                ? covered_part(expert_[b] ? owned_by(0, r) : owned_by(r, 0), {begin_[b], end_of(b)})
-                : FlatRange{};
-        blocks_.push_back(part.size());
-      }
+    std::vector<ShardRanges> dense_owned, expert_owned;  // each rank's of its group, once
+    for (int r = 0; r < ranks; ++r) dense_owned.emplace_back(owned_by(r, 0));
+    for (int q = 0; q < expert_ranks; ++q) expert_owned.emplace_back(owned_by(0, q));
+    for (size_t b = 0; b < begin_.size(); ++b) {
+      const std::vector<ShardRanges>& group = expert_[b] ? expert_owned : dense_owned;
+      for (int r = 0; r < ranks; ++r)
+        blocks_.push_back(r < static_cast<int>(group.size())
+                              ? group[r].overlap(begin_[b], end_of(b)).size()
+                              : 0);
+    }
     return;
   }
   size_t stage = 0, pairs = 0, residual2 = 0, longest = 0;

@@ -60,19 +60,6 @@ std::vector<FlatRange> zero_owned(size_t n, const std::vector<FlatRange>& expert
   return joined;
 }
 
-FlatRange covered_part(const std::vector<FlatRange>& ranges, FlatRange span) {
-  FlatRange part{span.lo, span.lo};
-  for (const FlatRange& r : ranges) {
-    const size_t lo = std::max(r.lo, span.lo), hi = std::min(r.hi, span.hi);
-    if (lo >= hi) continue;
-    if (part.size() > 0)
-      MPITRAIN_THROW("[" + std::to_string(span.lo) + ", " + std::to_string(span.hi) +
-                     ") meets more than one owned range");
-    part = {lo, hi};
-  }
-  return part;
-}
-
 ShardRanges::ShardRanges(std::vector<FlatRange> ranges) {
   for (const FlatRange& r : ranges) {
     if (r.hi <= r.lo) continue;

@@ -41,12 +41,12 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
   const int expert_ranks = opt_.expert_dp ? opt_.expert_dp->size() : 1;
   // ZeRO-2: every rank's owned ranges (zero_owned) per group: dense_owned[r] for shard rank r,
   // expert_owned[q] for expert-dp rank q.
-  std::vector<std::vector<FlatRange>> dense_owned, expert_owned;
+  std::vector<ShardRanges> dense_owned, expert_owned;
   if (opt_.level == 2) {
     for (int r = 0; r < dense_ranks; ++r)
-      dense_owned.push_back(zero_owned(layout_.total(), experts, dense_ranks, r, expert_ranks, 0));
+      dense_owned.emplace_back(zero_owned(layout_.total(), experts, dense_ranks, r, expert_ranks, 0));
     for (int q = 0; q < expert_ranks; ++q)
-      expert_owned.push_back(zero_owned(layout_.total(), experts, dense_ranks, 0, expert_ranks, q));
+      expert_owned.emplace_back(zero_owned(layout_.total(), experts, dense_ranks, 0, expert_ranks, q));
   }
   const std::vector<FlatRange>& units = layout_.units();
   std::vector<FlatRange> pieces;
@@ -80,8 +80,10 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
           const FlatRange z = zero_range(span.size(), group.size(), r);
           p = {seg.span.lo + z.lo, seg.span.lo + z.hi};
         } else {
-          const FlatRange c = covered_part(expert ? expert_owned[r] : dense_owned[r], span);
-          p = {c.lo - units[u].lo, c.hi - units[u].lo};
+          const ShardRanges::Overlap o =
+              (expert ? expert_owned[r] : dense_owned[r]).overlap(span.lo, span.hi);
+          p = o.size() > 0 ? FlatRange{o.begin - units[u].lo, o.end - units[u].lo}
+                           : FlatRange{seg.span.lo, seg.span.lo};
         }
         blocks_.push_back(p.size());
         if (r == group.rank()) seg.piece = p;

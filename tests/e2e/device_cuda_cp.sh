@@ -31,12 +31,8 @@ run() {  # run NAME NP ARGS...
   metric "$SCRATCH/$name/metrics.jsonl" grad_norm > "$SCRATCH/$name.norm"
 }
 same() {  # same REFERENCE NAME LOSS_TOLERANCE NORM_TOLERANCE
-  local dl dn
-  dl=$(max_rel_diff "$SCRATCH/$1.loss" "$SCRATCH/$2.loss")
-  dn=$(max_rel_diff "$SCRATCH/$1.norm" "$SCRATCH/$2.norm")
-  echo "$2 vs $1: losses within $dl, grad norms within $dn"
-  awk -v d="$dl" -v t="$3" 'BEGIN{exit !(d < t)}' || fail "$2: losses differ by $dl"
-  awk -v d="$dn" -v t="$4" 'BEGIN{exit !(d < t)}' || fail "$2: grad norms differ by $dn"
+  within "$1" "$2" loss "$3"
+  within "$1" "$2" norm "$4"
 }
 
 export CUDA_VISIBLE_DEVICES=0

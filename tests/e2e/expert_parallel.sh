@@ -24,12 +24,8 @@ run() {  # run NAME NP ARGS...: 6 steps of one learning-rate schedule
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
 }
 same() {  # same REFERENCE NAME [LOSS_TOLERANCE NORM_TOLERANCE]
-  local dl dn
-  dl=$(max_rel_diff "$SCRATCH/$1.loss" "$SCRATCH/$2.loss")
-  dn=$(max_rel_diff "$SCRATCH/$1.norm" "$SCRATCH/$2.norm")
-  echo "$2 vs $1: losses within $dl, grad norms within $dn"
-  awk -v d="$dl" -v t="${3:-$LOSS_TOL}" 'BEGIN{exit !(d < t)}' || fail "$2: losses differ by $dl"
-  awk -v d="$dn" -v t="${4:-$NORM_TOL}" 'BEGIN{exit !(d < t)}' || fail "$2: grad norms differ by $dn"
+  within "$1" "$2" loss "${3:-$LOSS_TOL}"
+  within "$1" "$2" norm "${4:-$NORM_TOL}"
 }
 
 run_cases 2 'run ep1 4' 'run ep2 4 --ep 2' 'run ep4 4 --ep 4' 'run ep2-tp2 4 --tp 2 --ep 2' \
@@ -47,12 +43,7 @@ same bf16-ep1 bf16-ep2 $BF16_LOSS_TOL $BF16_NORM_TOL
 # Resume across ep sizes: 3 + 3 steps, the layout changed at the checkpoint, against ep 2's 6.
 run_cases 2 "resume_in_pieces ep2-to-ep1 4 '$moe --ep 2' 4 '$moe'" \
   "resume_in_pieces ep2-to-ep4 4 '$moe --ep 2' 4 '$moe --ep 4'"
-for name in ep2-to-ep1 ep2-to-ep4; do
-  metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
-  d=$(max_rel_diff "$SCRATCH/ep2.loss" "$SCRATCH/$name.loss")
-  echo "$name vs 6 steps at ep 2: losses within $d"
-  awk -v d="$d" -v t=$LOSS_TOL 'BEGIN{exit !(d < t)}' || fail "$name: losses differ by $d"
-done
+for name in ep2-to-ep1 ep2-to-ep4; do within ep2 $name loss $LOSS_TOL; done
 
 bad() {  # bad NAME NP REASON ARGS...: exit 2 with REASON
   local name=$1 np=$2 reason=$3; shift 3

@@ -24,12 +24,6 @@ run() {  # run NAME ARGS...: 6 steps at np 4
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
   metric "$SCRATCH/$name/metrics.jsonl" grad_norm > "$SCRATCH/$name.norm"
 }
-within() {  # within REFERENCE NAME KIND TOLERANCE: KIND loss or norm
-  local d
-  d=$(max_rel_diff "$SCRATCH/$1.$3" "$SCRATCH/$2.$3")
-  echo "$2 vs $1: $3 within $d"
-  awk -v d="$d" -v t="$4" 'BEGIN{exit !(d < t)}' || fail "$2: $3 differs from $1 by $d"
-}
 same() {  # same REFERENCE NAME [TOLERANCE]: losses and gradient norms
   within "$1" "$2" loss "${3:-$LOSS_TOL}"
   within "$1" "$2" norm "${3:-$NORM_TOL}"

@@ -54,6 +54,15 @@ max_rel_diff() {  # max_rel_diff FILE_A FILE_B
 
 # For the scripts that plan faults with MPITRAIN_FAULT: exits 77 with "SKIP: <reason>" where the
 # build compiled fault injection out (-DMPITRAIN_FAULT_INJECTION=OFF).
+# $SCRATCH/NAME.KIND (one number a line, e.g. from metric) against REFERENCE's: the largest
+# relative difference printed, and below TOLERANCE, else fail.
+within() {  # within REFERENCE NAME KIND TOLERANCE
+  local d
+  d=$(max_rel_diff "$SCRATCH/$1.$3" "$SCRATCH/$2.$3")
+  echo "$2 vs $1: $3 within $d"
+  awk -v d="$d" -v t="$4" 'BEGIN{exit !(d < t)}' || fail "$2: $3 differs from $1 by $d"
+}
+
 require_fault_injection() {
   if grep -q '^MPITRAIN_FAULT_INJECTION:BOOL=OFF' "$BUILD_DIR/CMakeCache.txt"; then
     echo "SKIP: this build has no fault injection (MPITRAIN_FAULT_INJECTION=OFF)"

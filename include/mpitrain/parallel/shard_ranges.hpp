@@ -45,9 +45,6 @@ std::vector<FlatRange> complement(size_t n, const std::vector<FlatRange>& holes)
 std::vector<FlatRange> zero_owned(size_t n, const std::vector<FlatRange>& experts,
                                   int dense_ranks, int dense_rank, int expert_ranks,
                                   int expert_rank);
-// The one part of `span` that `ranges` (ascending) cover, as ZeRO's owned ranges meet a bucket
-// or a unit's segment ({span.lo, span.lo} if none). Error if it is not one range.
-FlatRange covered_part(const std::vector<FlatRange>& ranges, FlatRange span);
 
 class ShardRanges {
  public:
