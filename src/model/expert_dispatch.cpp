@@ -3,13 +3,20 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
-ExpertDispatch::ExpertDispatch(Communicator& ep, int n_experts, size_t staging_bytes)
-    : ep_(ep), experts_(n_experts), local_(ep.size() > 0 ? n_experts / ep.size() : 0) {
+ExpertDispatch::ExpertDispatch(Communicator& ep, int n_experts, size_t staging_bytes,
+                               RowMemory memory)
+    : ep_(ep),
+      rows_(memory.rows ? *memory.rows : ep),
+      memory_(std::move(memory)),
+      staging_bytes_(staging_bytes),
+      experts_(n_experts),
+      local_(ep.size() > 0 ? n_experts / ep.size() : 0) {
   if (n_experts <= 0 || n_experts % ep.size() != 0)
     MPITRAIN_THROW(std::to_string(n_experts) + " experts do not split over " +
                    std::to_string(ep.size()) + " expert-parallel ranks");
@@ -20,7 +27,12 @@ ExpertDispatch::ExpertDispatch(Communicator& ep, int n_experts, size_t staging_b
   local_counts_.resize(local_);
   send_bytes_.resize(ep.size());
   recv_bytes_.resize(ep.size());
-  staging_.reserve(staging_bytes);
+  if (rows_.size() != ep.size())
+    MPITRAIN_THROW("expert dispatch: the rows' communicator has " + std::to_string(rows_.size()) +
+                   " ranks, the ep group " + std::to_string(ep.size()));
+  if (memory_.rows && (!memory_.staging || !memory_.copy))
+    MPITRAIN_THROW("expert dispatch: rows outside host memory without staging or a copy");
+  if (!memory_.staging) host_staging_.resize(staging_bytes);
 }
 
 void ExpertDispatch::plan(const int64_t* counts) {
@@ -49,7 +61,7 @@ void ExpertDispatch::exchange(const void* in, const std::vector<int64_t>& send_r
     send_bytes_[q] = static_cast<size_t>(send_rows[q]) * row_bytes;
     recv_bytes_[q] = static_cast<size_t>(recv_rows[q]) * row_bytes;
   }
-  ep_.wait(ep_.all_to_allv_start(in, send_bytes_, out, recv_bytes_));
+  rows_.wait(rows_.all_to_allv_start(in, send_bytes_, out, recv_bytes_));
 }
 
 void ExpertDispatch::regroup(const char* from, char* to, size_t row_bytes, bool to_grouped) const {
@@ -62,21 +74,39 @@ void ExpertDispatch::regroup(const char* from, char* to, size_t row_bytes, bool 
       for (int ss = 0; ss < s; ++ss) grouped += static_cast<size_t>(arriving_[ss * local_ + j]);
       const size_t n = static_cast<size_t>(arriving_[s * local_ + j]) * row_bytes;
       const size_t a = arrival * row_bytes, g = grouped * row_bytes;
-      if (n > 0) std::memcpy(to + (to_grouped ? g : a), from + (to_grouped ? a : g), n);
+      if (n == 0) continue;
+      char* dst = to + (to_grouped ? g : a);
+      const char* src = from + (to_grouped ? a : g);
+      if (memory_.copy)
+        memory_.copy(dst, src, n);
+      else
+        std::memcpy(dst, src, n);
       arrival += static_cast<size_t>(arriving_[s * local_ + j]);
     }
 }
 
+char* ExpertDispatch::staging(size_t row_bytes) {
+  const size_t bytes = static_cast<size_t>(received_) * row_bytes;
+  if (memory_.staging) {
+    if (bytes > staging_bytes_)
+      MPITRAIN_THROW("expert dispatch: " + std::to_string(bytes) + " bytes arrive, the staging "
+                     "holds " + std::to_string(staging_bytes_));
+    return static_cast<char*>(memory_.staging);
+  }
+  host_staging_.resize(std::max(bytes, host_staging_.size()));
+  return host_staging_.data();
+}
+
 void ExpertDispatch::to_owners(const void* rows, void* out, size_t row_bytes) {
-  staging_.resize(static_cast<size_t>(received_) * row_bytes);
-  exchange(rows, to_rank_, staging_.data(), from_rank_, row_bytes);
-  regroup(staging_.data(), static_cast<char*>(out), row_bytes, true);
+  char* stage = staging(row_bytes);
+  exchange(rows, to_rank_, stage, from_rank_, row_bytes);
+  regroup(stage, static_cast<char*>(out), row_bytes, true);
 }
 
 void ExpertDispatch::from_owners(const void* in, void* rows, size_t row_bytes) {
-  staging_.resize(static_cast<size_t>(received_) * row_bytes);
-  regroup(static_cast<const char*>(in), staging_.data(), row_bytes, false);
-  exchange(staging_.data(), from_rank_, rows, to_rank_, row_bytes);
+  char* stage = staging(row_bytes);
+  regroup(static_cast<const char*>(in), stage, row_bytes, false);
+  exchange(stage, from_rank_, rows, to_rank_, row_bytes);
 }
 
 }  // namespace mpitrain

@@ -81,7 +81,8 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
     MPITRAIN_THROW("this backend does not store compute tensors as " + to_string(options_.storage));
 
   // Two allocations, carved in the order the header lists the buffers: the compute tensors (in
-  // the storage type) and their fp32 statistics (and a host vector of the MoE layers' indices).
+  // the storage type) and their fp32 statistics; and two host vectors, the MoE layers' router
+  // state (T) and indices (int32), which their host code reads (model/moe.hpp).
   // A block's full set without probs and res3, for a dense MLP of local width Fl and, on an MoE
   // layer, the router's and experts' (model/moe.hpp); what each slot keeps per block depends on
   // recomputation. Tensors of the sequence-parallel region (header) have Ns rows, the rest N.
@@ -91,18 +92,18 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
     return 5 * Ns * C + N * QKV + N * A + N * fc_width(Fl) + N * Fl + qk_pre +
            (moe ? MoeLayer<T>::kept_acts(Ns, K, C, Fe) : 0);
   };
-  auto block_stats = [&](bool moe) {
-    return 4 * Ns + qk_stats + (moe ? MoeLayer<T>::kept_stats(Ns, E, K) : 0);
-  };
+  const size_t block_stats = 4 * Ns + qk_stats;
+  auto block_router = [&](bool moe) { return moe ? MoeLayer<T>::kept_stats(Ns, E, K) : 0; };
   auto block_ids = [&](bool moe) { return moe ? MoeLayer<T>::kept_ids(Ns, E, K) : 0; };
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
   const size_t shared_atty = rc == Recompute::Selective ? N * A : 0;  // recomputed with probs
-  size_t kept = 0, kept_stats = 0, kept_ids = 0;  // over this stage's blocks
+  size_t kept = 0, kept_stats = 0, kept_router = 0, kept_ids = 0;  // over this stage's blocks
   for (int l = s.layer_begin; l < s.layer_end; ++l) {
     const bool moe = config_.is_moe_layer(l);
     kept += full ? Ns * C : block(mlp_width(l), moe) - shared_atty + Ns * C;
-    kept_stats += full ? 0 : block_stats(moe);
+    kept_stats += full ? 0 : block_stats;
+    kept_router += full ? 0 : block_router(moe);
     kept_ids += full ? 0 : block_ids(moe);
   }
   const size_t per_slot = Ns * C + kept + (s.last_stage ? Ns * C + N * Vl : 0);
@@ -112,17 +113,19 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const size_t moe_scratch_stats = any_moe ? MoeLayer<T>::scratch_stats(Ns, E, K, C) : 0;
   const size_t grad_acts =
       Ns * C + N * C + gathers + N * QKV + N * A + N * FC + N * F + moe_scratch;
-  const size_t grad_stats = P + 4 * N + moe_scratch_stats;
+  const size_t grad_stats = P + 4 * N;
   // full: one set of every block's buffers (the widest MLP, the MoE layer's) shared by all
   activation_count_ = (full ? block(F, any_moe) : shared_atty) + slots * per_slot + grad_acts;
-  stats_count_ = (full ? block_stats(any_moe) : 0) + (none ? 0 : P) + slots * per_slot_stats +
-                 grad_stats;
+  stats_count_ = (full ? block_stats : 0) + (none ? 0 : P) + slots * per_slot_stats + grad_stats;
+  moe_router_.assign((full ? block_router(any_moe) : 0) + slots * kept_router + moe_scratch_stats,
+                     T(0));
   moe_ids_.assign((full ? block_ids(any_moe) : 0) + slots * kept_ids, 0);
   backend_.set_alloc_kind(AllocKind::Activations);
   acts_ = backend_.alloc(activation_count_, options_.storage);
   stats_ = backend_.alloc(stats_count_);
   Buf<T> cursor = acts_;
   T* stats_cursor = stats_;
+  T* router_cursor = moe_router_.data();
   int32_t* ids_cursor = moe_ids_.data();
   auto take = [&](size_t n) { Buf<T> b = cursor; cursor = cursor + n; return b; };
   auto take_stats = [&](size_t n) { T* ptr = stats_cursor; stats_cursor += n; return ptr; };
@@ -137,7 +140,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
     a.ln2 = take(Ns * C); a.ln2_mean = take_stats(Ns); a.ln2_rstd = take_stats(Ns);
     a.fch = take(N * fc_width(Fl)); a.fch_act = take(N * Fl);
     a.fcproj = take(Ns * C);
-    if (moe) moe_->carve(a.moe, cursor, stats_cursor, ids_cursor);
+    if (moe) moe_->carve(a.moe, cursor, router_cursor, ids_cursor);
   };
   LayerActs work{};  // recomputed buffers, shared by every block of every slot
   if (full) carve_block(work, F, any_moe);
@@ -167,9 +170,14 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   grad_.dqkv = take(N * QKV); grad_.datty = take(N * A); grad_.att_scratch = take_stats(P);
   grad_.dfch = take(N * FC); grad_.dfch_act = take(N * F);
   grad_.losses = take_stats(N); grad_.row_max = take_stats(N); grad_.ce_stats = take_stats(2 * N);
-  if (moe_) moe_->set_scratch(take(moe_scratch), take_stats(moe_scratch_stats));
+  if (moe_) {
+    moe_->set_scratch(take(moe_scratch), router_cursor);
+    router_cursor += moe_scratch_stats;
+  }
   if (cursor.data() != (acts_ + activation_count_).data() ||
-      stats_cursor != stats_ + stats_count_ || ids_cursor != moe_ids_.data() + moe_ids_.size())
+      stats_cursor != stats_ + stats_count_ ||
+      router_cursor != moe_router_.data() + moe_router_.size() ||
+      ids_cursor != moe_ids_.data() + moe_ids_.size())
     MPITRAIN_THROW("activation layout does not add up");
   for (int l = s.layer_begin; l < s.layer_end; ++l)
     if (config_.is_moe_layer(l))
@@ -257,11 +265,16 @@ typename Model<T>::Dims Model<T>::dims(int B, int Tlen) const {
 }
 
 template <typename T>
-void Model<T>::set_expert_parallel(Communicator* ep) {
+void Model<T>::set_expert_parallel(Communicator* ep, Communicator* ep_data) {
   if (ep && ep->size() != layout_.shard().ep)
     MPITRAIN_THROW("an expert-parallel group of " + std::to_string(ep->size()) +
                    " ranks for a shard split over ep " + std::to_string(layout_.shard().ep));
-  if (moe_) moe_->set_expert_parallel(ep);
+  if (moe_) moe_->set_expert_parallel(ep, ep_data);
+}
+
+template <typename T>
+void Model<T>::set_routing_groups(Communicator* tp, Communicator* cp) {
+  if (moe_) moe_->set_statistics_groups(sp() ? tp : nullptr, cp);
 }
 
 template <typename T>
@@ -275,7 +288,7 @@ void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunk
     positions_ = chunks.positions();
     ring_bytes_ = RingAttention::bytes(max_batch_, max_seq_, n_local_heads_, n_local_kv_heads_,
                                        config_.head_size(), options_.storage);
-    if (moe_) moe_->set_context_parallel(cp);  // the routing statistics of whole sequences
+    if (moe_) moe_->set_statistics_groups(sp() ? tp_ : nullptr, cp);  // of whole sequences
   } else {
     MPITRAIN_THROW("context parallelism runs in float models only");
   }

@@ -2,18 +2,32 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <cstdlib>
 #include <functional>
+#include <string>
+#include <utility>
 
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
+
+namespace {
+
+// MPITRAIN_MOE_STAGED=1: the host code takes a device's way on the CPU, every backend tensor
+// through download / upload into its host buffers (tests: the device path's logic).
+bool staged_like_a_device() {
+  const char* v = std::getenv("MPITRAIN_MOE_STAGED");
+  return v != nullptr && std::string(v) == "1";
+}
+
+}  // namespace
 
 template <typename T>
 MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model,
                       int expert_width, int R_max, float aux_coef, float z_coef, Precision emulate,
                       Communicator* stats_group)
     : backend_(backend),
+      host_memory_(backend.host_memory() && !staged_like_a_device()),
       E_(n_experts),
       K_(top_k),
       C_(d_model),
@@ -24,10 +38,7 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model
       emulate_(emulate),
       stats_group_(stats_group),
       sums_(2 * static_cast<size_t>(n_experts) + 2),
-      next_(n_experts) {
-  if (!backend_.host_memory())
-    throw UsageError("mixture of experts runs on the cpu device only for now");
-}
+      next_(n_experts) {}
 
 template <typename T>
 size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
@@ -51,8 +62,8 @@ size_t MoeLayer<T>::scratch_acts(size_t R, int K, int C, int Fe) {
 
 template <typename T>
 size_t MoeLayer<T>::scratch_stats(size_t R, int E, int K, int C) {
-  // xh, oh, dxh, yh, wh, dz, dg
-  return 3 * R * C + R * K * C + static_cast<size_t>(E) * C + R * E + R * K;
+  // xh, oh, dxh, yh, wh, dz, dg, dwh
+  return 3 * R * C + R * K * C + 2 * static_cast<size_t>(E) * C + R * E + R * K;
 }
 
 template <typename T>
@@ -74,13 +85,19 @@ void MoeLayer<T>::set_scratch(Buf<T> acts, T* stats) {
   dy_ = acts; da_ = dy_ + RK * C_; dh_ = da_ + RK * Fe_;
   xh_ = stats; oh_ = xh_ + R * C_; dxh_ = oh_ + R * C_; yh_ = dxh_ + R * C_;
   wh_ = yh_ + RK * C_; dz_ = wh_ + static_cast<size_t>(E_) * C_; dg_ = dz_ + R * E_;
+  dwh_ = dg_ + RK;
 }
 
 template <typename T>
 const T* MoeLayer<T>::host(CBuf<T> x, size_t n, T* scratch) {
-  if (const T* full = x.full()) return full;
+  if (host_memory_ && x.full()) return x.full();
   backend_.download(scratch, x, n);
   return scratch;
+}
+
+template <typename T>
+T* MoeLayer<T>::host_target(Buf<T> x, T* scratch) const {
+  return host_memory_ && x.full() ? x.full() : scratch;
 }
 
 template <typename T>
@@ -90,7 +107,8 @@ void MoeLayer<T>::round(Buf<T> x, size_t n) {
 
 template <typename T>
 void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
-  backend_.upload(dst, src, n);  // 2-byte storage: rounded by the conversion
+  if (src != host_target(dst, nullptr))
+    backend_.upload(dst, src, n);  // 2-byte storage: rounded by the conversion
   round(dst, n);
 }
 
@@ -141,13 +159,13 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   for (size_t i = 0; i < RK; ++i) ++a.offsets[a.experts[i] + 1];
   for (int e = 0; e < E_; ++e) a.offsets[e + 1] += a.offsets[e];
   next_.assign(a.offsets, a.offsets + E_);  // each expert's next free slot
-  const size_t row_bytes = C * x.element_size();
+  T* xsh = host_target(a.xs, yh_);  // (RK,C); exact in any storage: x's values as stored
   for (size_t i = 0; i < RK; ++i) {  // xs[slot] = x[row]
     const int32_t s = next_[a.experts[i]]++;
     a.slot_of[i] = s;
-    std::memcpy(static_cast<char*>(a.xs.data()) + s * row_bytes,
-                static_cast<const char*>(x.data()) + (i / K_) * row_bytes, row_bytes);
+    std::copy(xh + (i / K_) * C, xh + (i / K_ + 1) * C, xsh + s * C);
   }
+  store(a.xs, xsh, RK * C);
   // experts: here, or (expert parallelism) at their owners: the rows go there, come back as y
   if (!dispatch_) {
     experts_forward(a.offsets, E_, a.xs, a.h, a.a, a.y, w1, w2);
@@ -263,16 +281,20 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     for (int e = 0; e < E_; ++e) dz[e] = p[e] * (dz[e] - pdp) + z_coef_ * dloss * 2 * a.lse[r] * p[e];
   }
   // router: dWr += dz^T x (E,C), dx += dz Wr
+  const size_t EC = static_cast<size_t>(E_) * C;
   const T* xh = host(x, RC, xh_);
-  const T* wh = host(wr, static_cast<size_t>(E_) * C, wh_);
+  const T* wh = host(wr, EC, wh_);
+  T* dwh = host_memory_ ? dwr : dwh_;
+  if (dwh != dwr) backend_.download(dwh, dwr, EC);
   for (int r = 0; r < R; ++r)
     for (int e = 0; e < E_; ++e) {
       const T d = dz_[static_cast<size_t>(r) * E_ + e];
       for (size_t c = 0; c < C; ++c) {
-        dwr[e * C + c] += d * xh[r * C + c];
+        dwh[e * C + c] += d * xh[r * C + c];
         dxh_[r * C + c] += d * wh[e * C + c];
       }
     }
+  if (dwh != dwr) backend_.upload(dwr, dwh, EC);
   if (add) {
     const T* prior = host(dx, RC, oh_);
     for (size_t i = 0; i < RC; ++i) dxh_[i] += prior[i];
@@ -334,24 +356,32 @@ void MoeLayer<T>::experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf
 }
 
 template <typename T>
-void MoeLayer<T>::set_context_parallel(Communicator* cp) {
+void MoeLayer<T>::set_statistics_groups(Communicator* tp, Communicator* cp) {
+  stats_group_ = tp;
   cp_ = cp && cp->size() > 1 ? cp : nullptr;
 }
 
 template <typename T>
-void MoeLayer<T>::set_expert_parallel(Communicator* ep) {
+void MoeLayer<T>::set_expert_parallel(Communicator* ep, Communicator* ep_data) {
   dispatch_.reset();
   ep_buffers_.reset();
   if (!ep || ep->size() == 1) return;
   // The most rows a rank can receive: every rank's R_max x K rows for its experts.
   const size_t cap = static_cast<size_t>(ep->size()) * R_max_ * K_, C = C_, Fe = Fe_;
   const Precision dtype = dy_.dtype();
-  dispatch_ = std::make_unique<ExpertDispatch>(*ep, E_, cap * C * dy_.element_size());
-  Buf<T> b = backend_.alloc(cap * (2 * C + 6 * Fe), dtype);
+  Buf<T> b = backend_.alloc(cap * (3 * C + 6 * Fe), dtype);
   ep_buffers_ = std::unique_ptr<void, std::function<void(void*)>>(
       b.data(), [backend = &backend_](void* p) { backend->free(p); });
   ep_xs_ = b; ep_y_ = ep_xs_ + cap * C; ep_h_ = ep_y_ + cap * C; ep_a_ = ep_h_ + cap * 2 * Fe;
   ep_dh_ = ep_a_ + cap * Fe; ep_da_ = ep_dh_ + cap * 2 * Fe;
+  // The rows move in backend memory: over ep_data, staged in the allocation's last (cap,C),
+  // regrouped by the backend's copies (whole rows: bytes a multiple of the element size).
+  const size_t element = dy_.element_size();
+  RowMemory rows{ep_data ? ep_data : ep, (ep_da_ + cap * Fe).data(),
+                 [backend = &backend_, dtype, element](void* dst, const void* src, size_t bytes) {
+                   backend->copy(Buf<T>(dst, dtype), CBuf<T>(src, dtype), bytes / element);
+                 }};
+  dispatch_ = std::make_unique<ExpertDispatch>(*ep, E_, cap * C * element, std::move(rows));
   counts_.resize(E_);
   local_offsets_.resize(dispatch_->local_experts() + 1);
 }

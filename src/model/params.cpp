@@ -218,4 +218,11 @@ template void take_shard(const ParamTensor&, const double*, double*);
 template void put_shard(const ParamTensor&, const float*, float*);
 template void put_shard(const ParamTensor&, const double*, double*);
 
+std::vector<FlatRange> expert_ranges(const ParamLayout& layout) {
+  std::vector<FlatRange> ranges;
+  for (const ParamTensor& t : layout.tensors())
+    if (t.ep_split) ranges.push_back({t.offset, t.offset + t.numel});
+  return ranges;
+}
+
 }  // namespace mpitrain

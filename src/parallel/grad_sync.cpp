@@ -6,6 +6,23 @@
 
 namespace mpitrain {
 
+std::vector<GroupSpan> gradient_buckets(size_t n, size_t per,
+                                        const std::vector<FlatRange>& experts) {
+  std::vector<GroupSpan> buckets;
+  for (size_t end = n; end > 0;) {
+    size_t begin = end - std::min(per, end);
+    bool expert = false;
+    for (const FlatRange& r : experts) {
+      for (size_t edge : {r.lo, r.hi})
+        if (edge > begin && edge < end) begin = edge;
+      expert = expert || (r.lo < end && end <= r.hi);
+    }
+    buckets.push_back({{begin, end}, expert});
+    end = begin;
+  }
+  return buckets;
+}
+
 GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket_bytes,
                          const GradSyncOptions& options)
     : dp_(dp), grads_(grads), n_(n), opt_(options) {
@@ -21,23 +38,15 @@ GradBuckets::GradBuckets(Communicator& dp, float* grads, size_t n, size_t bucket
           "--ep > 1");
   size_t per = std::max<size_t>(1, bucket_bytes / sizeof(float));
   if (!plain) per = std::min(per, kMaxBucketFloats);
-  for (size_t end = n; end > 0;) {
-    size_t begin = end - std::min(per, end);
-    bool expert = false;
-    for (const FlatRange& r : opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{}) {
-      for (size_t edge : {r.lo, r.hi})
-        if (edge > begin && edge < end) begin = edge;
-      expert = expert || (r.lo < end && end <= r.hi);
-    }
-    begin_.push_back(begin);
-    expert_.push_back(expert);
-    end = begin;
+  const std::vector<FlatRange> experts =
+      opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{};
+  for (const GroupSpan& bucket : gradient_buckets(n, per, experts)) {
+    begin_.push_back(bucket.range.lo);
+    expert_.push_back(bucket.expert);
   }
   handles_.resize(begin_.size());
 
   const int ranks = dp_.size();
-  const std::vector<FlatRange> experts =
-      opt_.expert_dp ? opt_.expert_ranges : std::vector<FlatRange>{};
   const int expert_ranks = opt_.expert_dp ? opt_.expert_dp->size() : 1;
   // Rank r's ranges: its own group's rank r (dense: dp, expert buckets: expert-dp).
   const auto owned_by = [&](int dense_rank, int expert_rank) {

@@ -40,6 +40,22 @@ std::vector<FlatRange> complement(size_t n, const std::vector<FlatRange>& holes)
   return out;
 }
 
+std::vector<GroupSpan> cut_at_experts(FlatRange unit, const std::vector<FlatRange>& experts) {
+  std::vector<GroupSpan> spans;
+  for (const FlatRange& d : complement(unit.hi, experts))
+    if (d.hi > unit.lo) spans.push_back({{std::max(d.lo, unit.lo), d.hi}, false});
+  for (const FlatRange& e : experts)
+    if (e.lo >= unit.lo && e.hi <= unit.hi) spans.push_back({e, true});
+  std::sort(spans.begin(), spans.end(),
+            [](const GroupSpan& a, const GroupSpan& b) { return a.range.lo < b.range.lo; });
+  size_t covered = 0;
+  for (const GroupSpan& span : spans) covered += span.range.size();
+  if (covered != unit.size())
+    MPITRAIN_THROW("the unit [" + std::to_string(unit.lo) + ", " + std::to_string(unit.hi) +
+                   "): an expert range crosses its edge");
+  return spans;
+}
+
 std::vector<FlatRange> zero_owned(size_t n, const std::vector<FlatRange>& experts,
                                   int dense_ranks, int dense_rank, int expert_ranks,
                                   int expert_rank) {

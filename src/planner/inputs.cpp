@@ -39,10 +39,6 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
                                           " positions (max-seq-len)");
   // A cp the file sets is the layout to plan (as --cp); left at its default, cp is searched.
   if (std::find(o.given.begin(), o.given.end(), "cp") != o.given.end()) in.cp = t.cp;
-  require(!gpu || m.n_experts == 0,
-          config_path + " sets n-experts " + std::to_string(m.n_experts) +
-              ": the trainer runs mixture of experts on the cpu device only for now: plan it "
-              "with --cpu");
   in.run = run_shape_of(t, gpu);
   return in;
 }

@@ -31,7 +31,8 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double Fs = c.n_experts > 0 ? c.dense_mlp_width(c.moe_every - 1) / s.tp : 0;
   const double F = std::max(Ld > 0 ? Fd : 0.0, Lm > 0 ? Fs : 0.0);
   // What an MoE layer keeps (model/moe.hpp), on its Ns rows, R K of them routed: xs, y, h, a;
-  // logits, probs (E), lse, gates (K) in fp32; experts, slots, offsets and counts in int32.
+  // logits, probs (E), lse, gates (K) in fp32; experts, slots, offsets and counts in int32. The
+  // router's state and scratch are host memory (a device's too): counted here all the same.
   const double E = c.n_experts, K = c.top_k, Fe = c.expert_width(), RK = Ns * K;
   const double moe_acts = RK * (2 * C + 3 * Fe), moe_stats = Ns * (2 * E + 1 + K);
   const double moe_ids = 2 * RK + 2 * (E + 1);
@@ -54,7 +55,7 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
               N * QKV + N * A + N * fc(F) + N * F + (any_moe ? RK * (C + 3 * Fe) : 0);
   e.stats = (full ? block_stats + (any_moe ? moe_stats : 0) + P : none ? 0 : P) +
             slots * (kept_stats + (none ? L * P : 0) + (s.last_stage ? 2 * Ns : 0)) + P + 4 * N +
-            (any_moe ? 3 * NsC + RK * C + E * C + Ns * E + RK : 0);  // MoE backward's host scratch
+            (any_moe ? 3 * NsC + RK * C + 2 * E * C + Ns * E + RK : 0);  // MoE's host scratch
   e.ids = (full ? (any_moe ? moe_ids : 0) : 0) + slots * (full ? 0 : Lm * moe_ids);
   return e;
 }

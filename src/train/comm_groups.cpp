@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "mpitrain/backend/buf.hpp"
+#include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/runtime/error.hpp"
 #ifdef MPITRAIN_HAVE_CUDA
 #include "mpitrain/comm/cuda_aware_communicator.hpp"
@@ -75,6 +76,51 @@ std::vector<size_t> sharded_call_stages(const ParamLayout& layout, const Sharded
   return stages;
 }
 
+namespace {
+
+// Expert parallelism's calls (shard.ep > 1) in s: the ep group's row exchange, one at a time,
+// sent and received rows staged together (at most rows x K sent, ep times that received); and
+// the dense and expert gradients' calls, over dp and expert-dp. ZeRO 0/1: the buckets cut at the
+// expert ranges (parallel/grad_sync.hpp), each group's all at once. ZeRO-2/3: each unit buffer's
+// call is one per segment (train/sharded_units.hpp): every stage as often as a unit has segments
+// of the group, at most.
+void expert_call_sizes(DataCallSizes& s, const ParamLayout& layout, size_t rows,
+                       const ModelConfig& config, int ep, size_t bucket, int zero_level) {
+  const size_t row_bytes = sizeof(float) * config.d_model;
+  s.ep_started = {(1 + static_cast<size_t>(ep)) * rows * config.top_k * row_bytes};
+  const std::vector<FlatRange> experts = expert_ranges(layout);
+  if (zero_level < 2) {
+    s.dp = 0;
+    s.dp_started.clear();
+    for (const GroupSpan& b : gradient_buckets(layout.total(), bucket, experts)) {
+      const size_t bytes = sizeof(float) * b.range.size();
+      (b.expert ? s.expert_dp_started : s.dp_started).push_back(bytes);
+      size_t& largest = b.expert ? s.expert_dp : s.dp;
+      largest = std::max(largest, bytes);
+    }
+    return;
+  }
+  size_t dense_segments = 1, expert_segments = 0;
+  for (const FlatRange& unit : layout.units()) {
+    const std::vector<GroupSpan> spans = cut_at_experts(unit, experts);
+    const auto expert = static_cast<size_t>(
+        std::count_if(spans.begin(), spans.end(), [](const GroupSpan& g) { return g.expert; }));
+    expert_segments = std::max(expert_segments, expert);
+    dense_segments = std::max(dense_segments, spans.size() - expert);
+  }
+  const std::vector<size_t> stages = s.dp_started;
+  const auto repeated = [&](size_t times) {
+    std::vector<size_t> out;
+    for (size_t bytes : stages) out.insert(out.end(), times, bytes);
+    return out;
+  };
+  s.dp_started = repeated(dense_segments);
+  s.expert_dp_started = repeated(expert_segments);
+  s.expert_dp = s.dp;
+}
+
+}  // namespace
+
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
                               int slots, double bucket_mb, const ShardedCalls& sharded) {
   const ParamLayout layout(config, shard);
@@ -102,6 +148,7 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
       config.tie_embeddings && layout.has(Slot::Wte) ? sizeof(float) * layout.find("wte").numel : 0;
   s.cp = sizeof(float) * rows * 2 * (config.n_kv_head / shard.tp) * config.head_size();
   s.cp_started.assign(4, s.cp);
+  if (shard.ep > 1) expert_call_sizes(s, layout, rows, config, shard.ep, bucket, sharded.level);
   return s;
 }
 
@@ -129,6 +176,8 @@ CommGroups::CommGroups(const MpiComm& world_comm, const Grid& grid)
   if (grid.shape().ep > 1) {
     ep.emplace(grid.ep().get(), "ep");
     expert_dp.emplace(grid.expert_dp().get(), "expert-dp");
+    ep_data_ = &*ep;
+    expert_dp_data_ = &*expert_dp;
   }
 }
 
@@ -172,6 +221,8 @@ void CommGroups::use_device([[maybe_unused]] CommKind kind, [[maybe_unused]] voi
   cp_data_ = make(cp, sizes.cp, sizes.cp_started);
   if (shard) shard_data_ = make(*shard, sizes.dp, sizes.dp_started);
   if (replica) replica_data_ = make(*replica, sizes.dp, {});
+  if (ep) ep_data_ = make(*ep, 0, sizes.ep_started);
+  if (expert_dp) expert_dp_data_ = make(*expert_dp, sizes.expert_dp, sizes.expert_dp_started);
 #endif
 }
 
@@ -213,8 +264,8 @@ std::vector<Communicator*> CommGroups::blocking() {
   if (embedding) add(&*embedding, embedding_data_);
   if (shard) add(&*shard, shard_data_);
   if (replica) add(&*replica, replica_data_);
-  if (ep) all.push_back(&*ep);
-  if (expert_dp) all.push_back(&*expert_dp);
+  if (ep) add(&*ep, ep_data_);
+  if (expert_dp) add(&*expert_dp, expert_dp_data_);
   return all;
 }
 

@@ -70,12 +70,6 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   divides(m.padded_vocab(), "the padded vocabulary");
 }
 
-void check_experts(const TrainConfig& t, const ModelConfig& m) {
-  if (m.n_experts == 0) return;
-  require(t.device == "cpu", "mixture of experts (n-experts " + std::to_string(m.n_experts) +
-                                 ") runs on the cpu device only for now: use --device cpu");
-}
-
 void check_sequence_parallel(const TrainConfig& t, int tp) {
   if (!t.sequence_parallel) return;
   require(tp > 1, "--sequence-parallel needs tp > 1 (it splits the tp group's rows)");

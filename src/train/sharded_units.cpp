@@ -55,18 +55,7 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
   for (size_t u = 0; u < units.size(); ++u) {
     // The unit cut at the expert ranges' edges: dense segments over the shard group, expert ones
     // over expert-dp.
-    std::vector<std::pair<FlatRange, bool>> spans;
-    for (const FlatRange& d : complement(units[u].hi, experts))
-      if (d.hi > units[u].lo) spans.push_back({{std::max(d.lo, units[u].lo), d.hi}, false});
-    for (const FlatRange& e : experts)
-      if (e.lo >= units[u].lo && e.hi <= units[u].hi) spans.push_back({e, true});
-    std::sort(spans.begin(), spans.end(),
-              [](const auto& a, const auto& b) { return a.first.lo < b.first.lo; });
-    size_t covered = 0;
-    for (const auto& span : spans) covered += span.first.size();
-    if (covered != units[u].size())
-      MPITRAIN_THROW("unit " + std::to_string(u) + ": an expert range crosses its edge");
-    for (const auto& [span, expert] : spans) {
+    for (const auto& [span, expert] : cut_at_experts(units[u], experts)) {
       Segment seg;
       seg.expert = expert;
       seg.span = {span.lo - units[u].lo, span.hi - units[u].lo};

@@ -82,14 +82,6 @@ void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const G
                                       "norms would need the expert pieces summed over ep)");
 }
 
-// The flat ranges of the ep-split expert tensors, ascending: their gradients go over expert-dp.
-std::vector<FlatRange> expert_ranges(const ParamLayout& layout) {
-  std::vector<FlatRange> ranges;
-  for (const ParamTensor& t : layout.tensors())
-    if (t.ep_split) ranges.push_back({t.offset, t.offset + t.numel});
-  return ranges;
-}
-
 // The backend of --device: the CPU's, or the GPU setup_devices chose for this rank.
 std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig& t, int threads,
                                              Precision precision,
@@ -212,7 +204,6 @@ void Trainer::check_inputs() {
     const std::string router = take_hf_router_settings(options_, cfg_);  // its aux-loss coef
     if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
-    check_experts(t_, cfg_);  // before the device's probe: refused whatever it finds
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
     check_sequence_parallel(t_, shape_.tp);
@@ -328,18 +319,19 @@ void Trainer::build_model() {
   all_or_none(world_, [&] {
     model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, local_seq_len(),
                                             slots, &comms_->tp_data(), model_options_);
-    if (comms_->ep) model_->set_expert_parallel(&*comms_->ep);  // E/ep experts, rows sent
+    if (comms_->ep)  // E/ep experts, rows sent
+      model_->set_expert_parallel(&*comms_->ep, comms_->ep_data());
     if (shape_.cp > 1) {  // this rank's two chunks of each sequence: their positions, the ring
       chunks_.emplace(t_.seq_len, shape_.cp, grid_->cp_rank());
       model_->set_context_parallel(&comms_->cp_data(), *chunks_);
     }
+    model_->set_routing_groups(&comms_->tp, &comms_->cp);  // MoE statistics: host vectors
     if (t_.zero >= 2) {  // ZeRO-2/3: the units' shards, lent to the model as it computes them
       sharded_ = std::make_unique<ShardedUnits>(
           *backend_, model_->layout(), comms_->dp_shard_data(), comms_->dp_replica_data(),
           model_options_.storage,
           ShardingOptions{t_.zero, t_.zero3_reshard_after_forward, t_.zero3_prefetch,
-                          comms_->expert_dp ? &*comms_->expert_dp : nullptr,
-                          expert_ranges(model_->layout())},
+                          comms_->expert_dp_data(), expert_ranges(model_->layout())},
           model_->params());
       model_->set_lender(sharded_.get());
     }
@@ -449,8 +441,7 @@ void Trainer::build_step_parts() {
         comms_->dp_data(), model_->grads(), model_->num_params(),
         static_cast<size_t>(t_.bucket_mb * (1 << 20)),
         GradSyncOptions{t_.zero == 1, parse_grad_compress(t_.grad_compress), t_.topk_ratio,
-                        comms_->expert_dp ? &*comms_->expert_dp : nullptr,
-                        expert_ranges(model_->layout())});
+                        comms_->expert_dp_data(), expert_ranges(model_->layout())});
     bucket_sync_ = std::make_unique<BucketSync>(*buckets_, *model_);
     sync_ = bucket_sync_.get();
   }

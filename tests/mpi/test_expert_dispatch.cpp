@@ -4,10 +4,12 @@
 // come back to the places the rows left from; zero counts included.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "mpitrain/model/expert_dispatch.hpp"
+#include "mpitrain/runtime/mpi.hpp"
 
 using namespace mpitrain;
 
@@ -109,4 +111,52 @@ TEST(ExpertDispatch, NothingRoutedCompletes) {
     EXPECT_EQ(back, (std::vector<float>{1, 2}));
   }
   EXPECT_THROW(ExpertDispatch(ep, experts + 1), Error);
+}
+
+// Rows in memory of the caller's (a device's): they move over the given communicator, arrive in
+// the given staging and are regrouped by the given copy, never by the dispatch's own host
+// staging; the same rows reach the same places as in host memory. A staging too small for what
+// arrives is an Error, not an overrun.
+TEST(ExpertDispatch, RowsInTheCallersMemoryMoveOverItsCommunicator) {
+  MpiCommunicator ep(MPI_COMM_WORLD);
+  const MpiComm rows_comm = MpiComm(MPI_COMM_WORLD).dup();
+  MpiCommunicator rows_group(rows_comm.get());
+  const int ranks = ep.size(), me = ep.rank(), experts = 2 * ranks;
+  const size_t row_bytes = kRowFloats * sizeof(float);
+  std::vector<int64_t> counts;
+  const std::vector<float> rows = sorted_rows(me, experts, counts);
+
+  ExpertDispatch host(ep, experts);
+  host.plan(counts.data());
+  std::vector<float> want(host.received_rows() * kRowFloats);
+  host.to_owners(rows.data(), want.data(), row_bytes);
+
+  std::vector<float> staging(ranks * rows.size() + kRowFloats);  // every rank's rows, at most
+  size_t copied = 0;  // bytes through the copy
+  auto copy = [&copied](void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    copied += bytes;
+  };
+  ExpertDispatch given(ep, experts, staging.size() * sizeof(float),
+                       RowMemory{&rows_group, staging.data(), copy});
+  given.plan(counts.data());
+  rows_group.reset_bytes_sent();
+  std::vector<float> got(given.received_rows() * kRowFloats, -1);
+  given.to_owners(rows.data(), got.data(), row_bytes);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(copied, got.size() * sizeof(float)) << "the regrouping bypassed the given copy";
+  if (ranks > 1) {
+    EXPECT_GT(rows_group.bytes_sent(), 0u) << "the rows did not use their group";
+  }
+  std::vector<float> back(rows.size(), -1);
+  given.from_owners(got.data(), back.data(), row_bytes);
+  EXPECT_EQ(back, rows);
+
+  // (Where every rank receives more than a row, so that all of them throw before the exchange.)
+  ExpertDispatch small(ep, experts, row_bytes, RowMemory{&rows_group, staging.data(), copy});
+  small.plan(counts.data());
+  int over = small.received_rows() > 1 ? 1 : 0, all_over = 0;
+  MPI_Allreduce(&over, &all_over, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  ASSERT_EQ(all_over, 1) << "the routing of sorted_rows no longer gives every rank two rows";
+  EXPECT_THROW(small.to_owners(rows.data(), got.data(), row_bytes), Error);
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -35,8 +36,9 @@ ModelConfig moe(int shared, int every) {
   return c;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 template <typename T>
@@ -298,6 +300,51 @@ TEST(Moe, TiesGoToTheLowerExpertIndex) {
     EXPECT_EQ(L.a.probs[r * Layer::E + 1], L.a.probs[r * Layer::E + 2]);  // an exact tie
     EXPECT_EQ(L.a.experts[r * Layer::K + 1], 1) << r;  // the second choice: the tie
   }
+}
+
+// The device's way (MPITRAIN_MOE_STAGED=1: every backend tensor the host code reads or writes
+// goes through download / upload into the layer's host buffers) gives the host path's bits:
+// forward adding into an output that holds a value, backward adding into gradients that hold
+// values (dx, and Wr's, whose device copy is downloaded, summed into and uploaded), and the
+// statistics. A staged copy left out (e.g. Wr's gradient not uploaded) fails it.
+TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
+  struct Pass {
+    std::vector<double> out, dx, dwr, dw1, dw2;
+    MoeLayerStats stats{};
+  };
+  auto pass = [](bool staged) {
+    if (staged) setenv("MPITRAIN_MOE_STAGED", "1", 1);
+    Layer L(0.3f, 0.2f);
+    unsetenv("MPITRAIN_MOE_STAGED");
+    const int R = Layer::R, C = Layer::C;
+    Pass p;
+    Rng rng(5, 0);
+    auto draw = [&](std::vector<double>& v, size_t n) {
+      v.resize(n);
+      for (double& e : v) e = rng.normal();
+    };
+    std::vector<double> dout;
+    draw(p.out, R * C);
+    draw(dout, R * C);
+    draw(p.dx, R * C);
+    draw(p.dwr, L.wr.size());
+    draw(p.dw1, L.w1.size());
+    draw(p.dw2, L.w2.size());
+    L.moe.forward(L.a, p.out.data(), true, L.x.data(), L.wr.data(), L.w1.data(), L.w2.data(), R,
+                  &p.stats);
+    L.moe.backward(L.a, p.dx.data(), true, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
+                   L.w2.data(), p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.7);
+    return p;
+  };
+  const Pass host = pass(false), staged = pass(true);
+  EXPECT_TRUE(same_bits(host.out, staged.out));
+  EXPECT_TRUE(same_bits(host.dx, staged.dx));
+  EXPECT_TRUE(same_bits(host.dwr, staged.dwr)) << "the router's gradient";
+  EXPECT_TRUE(same_bits(host.dw1, staged.dw1));
+  EXPECT_TRUE(same_bits(host.dw2, staged.dw2));
+  EXPECT_EQ(host.stats.aux_loss, staged.stats.aux_loss);
+  EXPECT_EQ(host.stats.z_loss, staged.stats.z_loss);
+  EXPECT_EQ(host.stats.tokens_per_expert, staged.stats.tokens_per_expert);
 }
 
 // ---- the whole model ---------------------------------------------------------------------

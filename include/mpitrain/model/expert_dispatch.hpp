@@ -22,18 +22,31 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mpitrain/comm/communicator.hpp"
 
 namespace mpitrain {
 
+// Where the rows live when they are not host memory (a device's): the communicator that moves
+// them (the ep group's data communicator), a staging buffer in that memory of at least the
+// largest exchange's bytes, and a copy within that memory (the regrouping's block copies).
+struct RowMemory {
+  Communicator* rows = nullptr;
+  void* staging = nullptr;
+  std::function<void(void* dst, const void* src, size_t bytes)> copy;
+};
+
 class ExpertDispatch {
  public:
-  // ep: the expert-parallel group (host memory), not owned; n_experts divisible by its size.
-  // staging_bytes: the largest exchange to_owners / from_owners will make (received rows x
-  // row bytes), reserved here so that no step allocates.
-  ExpertDispatch(Communicator& ep, int n_experts, size_t staging_bytes = 0);
+  // ep: the expert-parallel group (host memory: the counts), not owned; n_experts divisible by
+  // its size. staging_bytes: the largest exchange to_owners / from_owners will make (received
+  // rows x row bytes), reserved here so that no step allocates. memory: the rows' (default:
+  // host memory, moved over ep, staged here, copied by memcpy); its staging holds
+  // staging_bytes.
+  ExpertDispatch(Communicator& ep, int n_experts, size_t staging_bytes = 0,
+                 RowMemory memory = {});
 
   int local_experts() const { return local_; }
   int first_expert() const { return ep_.rank() * local_; }
@@ -57,17 +70,22 @@ class ExpertDispatch {
   // The block (source s, local expert j) between the arrival order (s, j) and the grouped order
   // (j, s), in rows: copies each from `from`'s order to the other.
   void regroup(const char* from, char* to, size_t row_bytes, bool to_grouped) const;
+  // The staging for this exchange's received rows (memory's, or the host vector grown).
+  char* staging(size_t row_bytes);
   void exchange(const void* in, const std::vector<int64_t>& send_rows, void* out,
                 const std::vector<int64_t>& recv_rows, size_t row_bytes);
 
   Communicator& ep_;
+  Communicator& rows_;  // moves the rows: memory.rows, else ep_
+  RowMemory memory_;
+  size_t staging_bytes_;
   int experts_, local_;
   std::vector<int64_t> send_counts_;      // (E): this rank's counts, as given to plan
   std::vector<int64_t> arriving_;         // (ep, El): n[s][j]
   std::vector<int64_t> to_rank_, from_rank_;  // (ep): rows sent to / received from each rank
   std::vector<int64_t> local_counts_;     // (El)
   int64_t received_ = 0, sent_ = 0;
-  std::vector<char> staging_;             // the rows in arrival order
+  std::vector<char> host_staging_;        // the rows in arrival order (host memory)
   std::vector<size_t> send_bytes_, recv_bytes_;
 };
 

@@ -30,7 +30,8 @@
 // router and experts are replicated over tp (their gradients averaged; under sequence parallelism
 // each rank routes its own rows, the gradients are partial sums, the statistics all-reduced). The
 // aux and z losses are not in forward's returned loss: backward adds their gradient weighted by
-// N x dloss, take_moe_stats reports them. Host memory only (the CPU backend).
+// N x dloss, take_moe_stats reports them. The router's state is host memory, the experts' rows
+// backend memory (any backend; on a device the routing is host code over staged copies).
 //
 // The model owns its parameters, their gradients (same layout) and activations, all allocated at
 // construction for B <= max_batch sequences of Tlen <= max_seq tokens, with `slots` copies of the
@@ -141,8 +142,13 @@ class Model {
   // layer's routing statistics (aux / z losses, tokens per expert) are summed over cp.
   void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
   // Expert parallelism: the routed experts this shard holds (ModelShard::ep) are E/ep, the MoE
-  // layers send each routed row to its expert's rank over ep (host memory) and back.
-  void set_expert_parallel(Communicator* ep);
+  // layers send each routed row to its expert's rank and back: the counts over ep (host
+  // memory), the rows over ep_data (backend memory; null: ep itself, the CPU's).
+  void set_expert_parallel(Communicator* ep, Communicator* ep_data = nullptr);
+  // The host communicators over which MoE layers sum their routing statistics (host vectors):
+  // tp (under sequence parallelism) and cp. Until called: the tp communicator given at
+  // construction and set_context_parallel's, which are host ones only on the CPU.
+  void set_routing_groups(Communicator* tp, Communicator* cp);
   // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
   void set_lender(UnitLender<T>* lender) { lender_ = lender; }
   Backend<T>& backend() const { return backend_; }
@@ -158,7 +164,7 @@ class Model {
   // statistics beside them; the ring's buffers under context parallelism.
   size_t activation_bytes() const {
     return activation_count_ * element_bytes<T>(options_.storage) + stats_count_ * sizeof(T) +
-           moe_ids_.size() * sizeof(int32_t) + ring_bytes_;
+           moe_router_.size() * sizeof(T) + moe_ids_.size() * sizeof(int32_t) + ring_bytes_;
   }
   // Bytes of the whole parameter and gradient buffers the model holds (0 for lent ones).
   size_t param_bytes() const {
@@ -358,6 +364,7 @@ class Model {
   GradActs grad_;
   mutable std::vector<Segment> norm_segments_;  // grad_square_sum's list, refilled each step
   std::unique_ptr<MoeLayer<T>> moe_;         // null for a dense stage
+  std::vector<T> moe_router_;                // the MoE layers' router state and host scratch
   std::vector<int32_t> moe_ids_;             // the MoE layers' kept indices (MoeActs' int32)
   std::vector<MoeLayerStats> moe_stats_;     // this stage's MoE layers', since the last take
 };

@@ -1,5 +1,5 @@
-// One mixture-of-experts MLP (docs: /work/MOE_DESIGN.md's math), forward and backward, for the
-// R rows of an MoE layer's input x (the ln2 output: this rank's rows) on a host-memory backend.
+// One mixture-of-experts MLP, forward and backward (the math below), for the R rows of an MoE
+// layer's input x (the ln2 output: this rank's rows), on any backend.
 //
 //   router   z = x Wr^T (R,E) from the stored x and Wr, then in T (fp32): p = softmax(z), lse
 //   top-k    the K largest p of each row, ties to the lower expert index; gates g = p / sum chosen
@@ -14,6 +14,13 @@
 //            parallelism, then over the cp group (Megatron's tp x cp statistics). Their gradient
 //            enters backward weighted by R_all x dloss (the micro-batch's share of the step's
 //            mean), each rank differentiating its own R rows.
+// Where it runs: the router, top-k, sort, gather, combine and their backward are host code on
+// host T buffers (MoeActs' statistics and indices, the scratch); the experts' matmuls and
+// SwiGLU are backend ops on backend memory. On a host-memory backend (the CPU) the host code
+// reads and writes fp32 tensors in place; on a device (--device cuda) every tensor it touches
+// goes through Backend::download / upload: x, Wr, y, out and the gradients of y, x and Wr,
+// (R + RK + E) x C elements each way per layer and pass. The CPU runs the same code; with
+// MPITRAIN_MOE_STAGED=1 it takes the device's copies too (tests).
 // Compute tensors (xs, h, a, y and their gradients) are in the storage type and rounded where
 // the dense MLP rounds (`emulate`: the emulated path's precision, Fp32 = nothing to round);
 // everything of the router is T.
@@ -39,7 +46,8 @@ struct MoeLayerStats {
 };
 
 // What one MoE layer keeps from forward for backward (one activation slot's), carved by the
-// Model: `acts` compute-tensor elements, `stats` T, `ids` int32 (the sizes below).
+// Model: `acts` compute-tensor elements (backend memory), `stats` T and `ids` int32 (host
+// memory; the sizes below).
 template <typename T>
 struct MoeActs {
   T* logits = nullptr;         // (R,E) router logits z
@@ -58,16 +66,15 @@ template <typename T>
 class MoeLayer {
  public:
   // R_max: the most rows a call gets. stats_group: the tp group under sequence parallelism (the
-  // statistics' sums all-reduced over it), else null. Throws unless backend memory is host
-  // memory (the routing runs on the host).
+  // statistics' sums all-reduced over it), else null.
   MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width,
            int R_max, float aux_coef, float z_coef, Precision emulate, Communicator* stats_group);
 
-  // Sizes of one layer's kept MoeActs for R rows (compute elements, T, int32).
+  // Sizes of one layer's kept MoeActs for R rows (compute elements; host T, host int32).
   static size_t kept_acts(size_t R, int K, int C, int Fe);
   static size_t kept_stats(size_t R, int E, int K);
   static size_t kept_ids(size_t R, int E, int K);
-  // Sizes of the scratch shared by every layer (compute elements, T): set_scratch's buffers.
+  // Sizes of the scratch shared by every layer (compute elements; host T): set_scratch's.
   static size_t scratch_acts(size_t R, int K, int C, int Fe);
   static size_t scratch_stats(size_t R, int E, int K, int C);
   // Carves a's buffers from the three cursors (advanced), and the scratch likewise.
@@ -85,20 +92,26 @@ class MoeLayer {
   void backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x, CBuf<T> wr,
                 CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss);
 
-  // Context parallelism (cp size > 1; null or size 1: none): the statistics' sums are also
-  // all-reduced over cp, whose ranks hold the other chunks of the same sequences.
-  void set_context_parallel(Communicator* cp);
+  // The host communicators the statistics' sums are all-reduced over: tp under sequence
+  // parallelism (else null), then cp (null or size 1: none), whose ranks hold the other chunks
+  // of the same sequences. Until called: the constructor's stats_group, no cp.
+  void set_statistics_groups(Communicator* tp, Communicator* cp);
 
   // Expert parallelism (ep size > 1; null or size 1: every expert here): w1 / w2 / dw1 / dw2
-  // then hold this rank's E/ep experts, and the routed rows go to their owners and back through
-  // ep (model/expert_dispatch.hpp); the statistics stay this rank's. Allocates the owners'
-  // buffers for the most rows a rank can receive (ep x R_max x K); after set_scratch.
-  void set_expert_parallel(Communicator* ep);
+  // then hold this rank's E/ep experts, and the routed rows go to their owners and back
+  // (model/expert_dispatch.hpp): the counts over ep (host memory), the rows over ep_data (the
+  // group's communicator for backend memory: ep itself on the CPU). The statistics stay this
+  // rank's. Allocates the owners' buffers for the most rows a rank can receive
+  // (ep x R_max x K) and the exchange's staging; after set_scratch.
+  void set_expert_parallel(Communicator* ep, Communicator* ep_data);
 
  private:
-  // x as T on the host: its own elements (fp32 storage) or converted into scratch.
+  // x as T on the host: its own elements (fp32 in host memory) or downloaded into scratch.
   const T* host(CBuf<T> x, size_t n, T* scratch);
-  // dst = src (n), rounded as stored.
+  // Where host code writes what goes into x: x's own elements (fp32 in host memory), else
+  // scratch (then store puts it into x).
+  T* host_target(Buf<T> x, T* scratch) const;
+  // dst = src (n; nothing to copy when src is dst's own elements), rounded as stored.
   void store(Buf<T> dst, const T* src, size_t n);
   void round(Buf<T> x, size_t n);
   // probs, lse, experts, gates of R rows from logits.
@@ -111,6 +124,7 @@ class MoeLayer {
   void plan_dispatch(const int32_t* offsets);
 
   Backend<T>& backend_;
+  bool host_memory_;  // the backend's memory is host memory: host code reads it in place
   int E_, K_, C_, Fe_, R_max_;
   T aux_coef_, z_coef_;
   Precision emulate_;
@@ -119,12 +133,13 @@ class MoeLayer {
   std::vector<double> sums_;  // (2E+2) counts, sums of p, sum of lse^2, rows: all-reduced at once
   std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
-  // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K)
+  // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K), dwh (E,C)
   Buf<T> dy_, da_, dh_;
   T *xh_ = nullptr, *wh_ = nullptr, *yh_ = nullptr, *oh_ = nullptr, *dxh_ = nullptr,
-    *dz_ = nullptr, *dg_ = nullptr;
+    *dz_ = nullptr, *dg_ = nullptr, *dwh_ = nullptr;
   // Expert parallelism: the exchange, and the owners' rows (cap = ep R_max K): xs, y / dy / dxs
-  // (cap,C), h, dh (cap,2Fe), a, da (cap,Fe), in one allocation freed with this layer.
+  // (cap,C), h, dh (cap,2Fe), a, da (cap,Fe), the exchange's staging (cap,C), in one backend
+  // allocation freed with this layer.
   std::unique_ptr<ExpertDispatch> dispatch_;
   std::unique_ptr<void, std::function<void(void*)>> ep_buffers_;
   Buf<T> ep_xs_, ep_y_, ep_h_, ep_a_, ep_dh_, ep_da_;

@@ -127,6 +127,10 @@ class ParamLayout {
   int key(Slot slot, int layer) const;
 };
 
+// The flat ranges of the ep-split expert tensors (ParamTensor::ep_split), ascending: the
+// gradients that go over the expert-data-parallel group.
+std::vector<FlatRange> expert_ranges(const ParamLayout& layout);
+
 // Calls run(full-tensor index, local index, count) for each contiguous run of t's local data
 // within the full logical tensor (global_shape, row-major).
 void for_each_run(const ParamTensor& t,

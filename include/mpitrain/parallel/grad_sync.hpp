@@ -58,6 +58,12 @@ struct GradSyncOptions {
   std::vector<FlatRange> expert_ranges = {};  // ... and those ranges (ascending, disjoint)
 };
 
+// The buckets of n gradients, `per` elements each, from the end of the buffer (the order
+// backward finishes them), each cut at the expert ranges' edges so that it lies in one group
+// (expert: in an expert range, over expert-dp).
+std::vector<GroupSpan> gradient_buckets(size_t n, size_t per,
+                                        const std::vector<FlatRange>& experts);
+
 class GradBuckets {
  public:
   // grads(n) must outlive this object; dp must be the data-parallel group of this stage. An

@@ -38,6 +38,15 @@ std::vector<FlatRange> flat_ranges_of(const std::vector<FlatRange>& segments, Fl
 // [0, n) less the ascending, disjoint `holes` (those from n on ignored): the dense segments
 // around the expert ranges.
 std::vector<FlatRange> complement(size_t n, const std::vector<FlatRange>& holes);
+// A part of the flat buffer, and whether it is (in) an expert range: its group is expert-dp.
+struct GroupSpan {
+  FlatRange range;
+  bool expert = false;
+};
+// unit cut at the edges of the expert ranges inside it, ascending: ZeRO-2/3's segments of a
+// unit. Error if an expert range crosses the unit's edge. Example, unit [0, 100), experts
+// [20, 40) [40, 70): [0, 20) dense, [20, 40) [40, 70) expert, [70, 100) dense.
+std::vector<GroupSpan> cut_at_experts(FlatRange unit, const std::vector<FlatRange>& experts);
 // ZeRO-1/2 ownership: rank (dense_rank, expert_rank) owns zero_range(dense elements, dense_ranks,
 // dense_rank) of the elements outside `experts` and zero_range(expert elements, expert_ranks,
 // expert_rank) of those inside, each read as one sequence; ascending flat ranges, adjacent ones

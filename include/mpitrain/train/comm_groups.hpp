@@ -5,8 +5,9 @@
 // norm's squares, the optimizer's norms, replica hashes, stop requests) and, on the CPU backend,
 // the tensors too. On --device cuda the tensors — activations over tp, stage boundaries over pp,
 // gradient buckets and ZeRO's ranges over dp, the tied wte gradient over the embedding group,
-// context parallelism's ring of K/V blocks and their gradients over cp — go over a data
-// communicator chosen by --comm:
+// context parallelism's ring of K/V blocks and their gradients over cp, expert parallelism's
+// routed rows over ep and the expert gradients over expert-dp — go over a data communicator
+// chosen by --comm:
 //   nccl  an NcclCommunicator per group, on a stream of its own ordered after the backend's
 //         (comm/nccl_communicator.hpp); needs a GPU per rank
 //   mpi   over the group's host communicator: a CudaAwareMpiCommunicator handing MPI the device
@@ -51,8 +52,8 @@ CommKind resolve_comm(const std::string& option, const std::string& device, bool
 // its started calls: one per call that can be in flight at once, each of that call's bytes (the
 // staging pools are sized by them; NCCL needs neither).
 struct DataCallSizes {
-  size_t tp = 0, dp = 0, pp = 0, embedding = 0, cp = 0;
-  std::vector<size_t> dp_started, pp_started, cp_started;
+  size_t tp = 0, dp = 0, pp = 0, embedding = 0, cp = 0, expert_dp = 0;
+  std::vector<size_t> dp_started, pp_started, cp_started, ep_started, expert_dp_started;
 };
 
 // ZeRO-2/3's sharding for data_call_sizes: level 0 or 1 is none. storage: the compute copy's
@@ -76,6 +77,9 @@ struct ShardedCalls {
 //   cp   the ring attention's message, a packed K/V block or its fp32 dK/dV (B T 2 NKV/tp hs
 //        floats, T the rank's rows); started: 4 of them, the most a backward step has in flight
 //        (a K/V block each way, the dK/dV accumulator coming in and the last one sent)
+//   ep, expert-dp (shard.ep > 1)  the routed rows' exchange (started, one at a time: sent and
+//        received rows); the expert gradients' buckets or ZeRO-2/3 segments, and dp's cut at
+//        the expert ranges (comm_groups.cpp's expert_call_sizes)
 DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard, int B, int T,
                               int slots, double bucket_mb, const ShardedCalls& sharded = {});
 
@@ -110,9 +114,11 @@ class CommGroups {
   // the replica group is absent.
   std::optional<MpiCommunicator> shard, replica;
   MpiCommunicator& dp_shard() { return shard ? *shard : dp; }
-  // Expert parallelism's groups (ep > 1; host memory: MoE runs on the CPU backend): the token
-  // all-to-alls, and the expert gradients' sum.
+  // Expert parallelism's groups (ep > 1): the token all-to-alls (the counts on the host, the
+  // rows over ep_data()), and the expert gradients' sum (over expert_dp_data()).
   std::optional<MpiCommunicator> ep, expert_dp;
+  Communicator* ep_data() { return ep_data_; }
+  Communicator* expert_dp_data() { return expert_dp_data_; }
 
   // Where tensors go: the data communicators after use_device, else the host ones.
   Communicator& tp_data() { return *tp_data_; }
@@ -142,6 +148,8 @@ class CommGroups {
   Communicator* cp_data_;
   Communicator* shard_data_ = nullptr;
   Communicator* replica_data_ = nullptr;
+  Communicator* ep_data_ = nullptr;
+  Communicator* expert_dp_data_ = nullptr;
   std::vector<std::unique_ptr<Communicator>> owned_;  // the data communicators made here
   std::vector<DeviceWork*> device_work_;
   bool wraps_host_ = false;  // the data communicators wrap the host ones (mpi)

@@ -25,9 +25,6 @@ void check_token_ids(const Dataset* train, const Dataset* val, int vocab_size,
                      const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).
 void check_tensor_parallel(const ModelConfig& m, int tp);
-// Mixture of experts (n-experts > 0) where it is implemented: --device cpu (UsageError
-// otherwise; --export-hf of what transformers has no class for: require_hf_expressible).
-void check_experts(const TrainConfig& t, const ModelConfig& m);
 // --sequence-parallel needs tp > 1 and seq-len divisible by tp (UsageError otherwise).
 void check_sequence_parallel(const TrainConfig& t, int tp);
 // Why the model cannot run with tp x pp (check_tensor_parallel, then pipeline_layer_split over
