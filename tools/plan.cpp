@@ -239,6 +239,10 @@ int run(int argc, char** argv) {
               cluster.intra_bw / 1e9);
   if (cluster.nodes > 1) std::printf(", %.4g GB/s per rank across nodes", cluster.inter_bw / 1e9);
   std::printf("\n");
+  if (!experts.empty() && !cluster.cpu)
+    std::printf("note: on GPUs the trainer routes an MoE layer's tokens on the host for now "
+                "(model/moe.hpp: staged copies of its rows each way); the step times below "
+                "leave that out\n");
   const Plan plan = make_plan(m, in.run, cluster, o.calibration, o.limits);
   print_plan(stdout, plan, in.run, o.top);
   if (plan.fits.empty()) {

@@ -663,6 +663,11 @@ void Trainer::print_banner() const {
                 grid_->shard_size(),
                 t_.zero == 3 ? (t_.zero3_prefetch ? ", prefetch on" : ", prefetch off") : "");
   std::printf("\n");
+  if (cfg_.n_experts > 0 && !backend_->host_memory())
+    std::printf("note: mixture of experts on %s: the experts' GEMMs run on the device, the "
+                "routing (router, top-k, sort, combine) on the host over staged copies of each "
+                "MoE layer's rows: correct before fast\n",
+                t_.device.c_str());
   std::fflush(stdout);
 }
 

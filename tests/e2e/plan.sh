@@ -174,4 +174,27 @@ usable=$(sed -n 's/^memory per rank 80.00 GiB; a layout may hold \([0-9.]*\) GiB
 without_sp "$SCRATCH/70b-32.txt" | awk -v usable="$usable" '$1 ~ /^[0-9]+$/ && $2 ~ /^dp/ && ($9 > usable || $NF < 9.6) {bad = 1; print "over:", $0}
   END {exit bad}' || fail "a layout beyond the margin"
 echo "ok: the plan keeps the margin: top pick $(without_sp "$SCRATCH/70b-32.txt" | awk '$1 == 1 && $2 ~ /^dp/ {print $9 " GiB, headroom " $NF " %"}')"
+
+# 6. A mixture-of-experts model plans on GPUs (the trainer runs it there), with the note that the
+# step times leave out the host's routing; a CPU plan has no such note.
+cat > "$SCRATCH/moe.ini" <<'EOF'
+arch = llama
+n-layer = 4
+n-head = 8
+n-kv-head = 2
+d-model = 512
+n-experts = 8
+top-k = 2
+vocab-size = 32000
+seq-len = 512
+global-batch-size = 64
+EOF
+"$PLAN" --config "$SCRATCH/moe.ini" "${gpu[@]}" --nodes 1 --top 1 > "$SCRATCH/moe-gpu.txt" ||
+  { cat "$SCRATCH/moe-gpu.txt"; fail "an MoE plan on GPUs failed"; }
+grep -q '^note: on GPUs the trainer routes an MoE layer.s tokens on the host' "$SCRATCH/moe-gpu.txt" ||
+  { cat "$SCRATCH/moe-gpu.txt"; fail "the GPU MoE plan does not say the routing is left out"; }
+"$PLAN" --config "$SCRATCH/moe.ini" --cpu --cores-per-node 2 --host-mem 8 --peak-gflops 100 \
+  --top 1 > "$SCRATCH/moe-cpu.txt" || { cat "$SCRATCH/moe-cpu.txt"; fail "an MoE plan on CPUs failed"; }
+! grep -q '^note: on GPUs' "$SCRATCH/moe-cpu.txt" || fail "a CPU plan notes the GPU's routing"
+echo "ok: an MoE model plans on GPUs, noting the host's routing left out"
 echo "ok: plan"

@@ -6,7 +6,9 @@
 // compared is one that moves). Under bf16 the CPU model keeps its compute tensors in 2 bytes
 // where CpuBackend stores them; the GPU in 2 bytes too (its storage under bf16 math) or, in the
 // emulated cases, in rounded fp32 containers: the same rounding points either way.
-// Token buffers are allocated before seal_memory() and uploaded per step.
+// Token buffers are allocated before seal_memory() and uploaded per step. The llama MoE cases
+// (4 experts, top-2, a shared expert; MoE layer's routing host code over staged copies on the
+// GPU, model/moe.hpp) compare each step's aux loss too, under the loss's bound.
 // Tolerances, relative, per step (not yet measured on a GPU: each case prints its figures, and
 // the first GPU run sets them to a few times what it measures):
 //   fp32 math: losses and gradient norms 1e-5 (float sums in other orders through 2 layers: the
@@ -23,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <vector>
 
 #include "gpu_test_util.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
@@ -34,7 +37,7 @@ namespace {
 
 using gpu_testing::DeviceInts;
 
-ModelConfig small(Arch arch) {
+ModelConfig small(Arch arch, bool moe) {
   ModelConfig c;
   c.set_arch(arch);
   c.n_layer = 2;
@@ -44,6 +47,11 @@ ModelConfig small(Arch arch) {
   c.d_ff = arch == Arch::Llama ? 256 : 512;
   c.vocab_size = 300;  // padded to 384
   c.max_seq_len = 64;
+  if (moe) {
+    c.n_experts = 4;
+    c.top_k = 2;
+    c.n_shared_experts = 1;
+  }
   return c;
 }
 
@@ -54,12 +62,13 @@ struct Case {
   Precision precision;  // the model's activations and weights
   double tol, param_tol;
   bool gpu_two_byte = true;  // false: the GPU's emulated path (fp32 containers)
+  bool moe = false;          // llama with mixture-of-experts layers
 };
 
 void train_both(const Case& k) {
   SCOPED_TRACE(to_string(k.arch) + " " + to_string(k.kernels) + "/" + to_string(k.math) +
-               (k.gpu_two_byte ? "" : " emulated"));
-  const ModelConfig cfg = small(k.arch);
+               (k.gpu_two_byte ? "" : " emulated") + (k.moe ? " moe" : ""));
+  const ModelConfig cfg = small(k.arch, k.moe);
   const int B = 4, T = 64, N = B * T, steps = 8;
   ModelOptions mo;
   mo.precision = k.precision;
@@ -126,6 +135,14 @@ void train_both(const Case& k) {
     EXPECT_LT(std::abs(ng - nc) / nc, k.tol)
         << "step " << step << " grad norm cpu " << nc << " gpu " << ng;
     worst_loss = std::max(worst_loss, std::abs(lg - lc) / std::abs(lc));
+    const std::vector<MoeLayerStats> mc = cm.take_moe_stats(), mg = gm.take_moe_stats();
+    ASSERT_EQ(mc.size(), mg.size());
+    for (size_t i = 0; i < mc.size(); ++i) {
+      const double aux = std::abs(mg[i].aux_loss - mc[i].aux_loss) / mc[i].aux_loss;
+      EXPECT_LT(aux, k.tol) << "step " << step << " layer " << mc[i].layer << " aux loss cpu "
+                            << mc[i].aux_loss << " gpu " << mg[i].aux_loss;
+      worst_loss = std::max(worst_loss, aux);
+    }
     worst_norm = std::max(worst_norm, std::abs(ng - nc) / nc);
     (step == 1 ? first_loss : last_loss) = lc;
     co.step(cm.grads(), lr, 1.0f);
@@ -167,6 +184,15 @@ TEST(GpuModel, Gpt2Bf16) {
 TEST(GpuModel, LlamaBf16) {
   train_both({Arch::Llama, KernelSet::Cudnn, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
   train_both({Arch::Llama, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2});
+}
+
+TEST(GpuModel, MixtureOfExperts) {
+  Case fp32{Arch::Llama, KernelSet::Cudnn, GemmMath::Fp32, Precision::Fp32, 1e-5, 3e-3};
+  fp32.moe = true;
+  train_both(fp32);
+  Case bf16{Arch::Llama, KernelSet::Cuda, GemmMath::Bf16, Precision::Bf16, 5e-3, 5e-2};
+  bf16.moe = true;
+  train_both(bf16);
 }
 
 TEST(GpuModel, Bf16EmulatedOnTheGpu) {
