@@ -7,6 +7,21 @@
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
+namespace {
+
+// norms (per tensor {sum w^2, sum u^2}) summed over `group`, a tensor `replicated` over it
+// counting once: the group's rank 0's copy. Nothing for a group of one.
+template <class Replicated>
+void sum_over(Communicator* group, const std::vector<ParamTensor>& tensors,
+              std::vector<double>& norms, Replicated replicated) {
+  if (!group || group->size() == 1) return;
+  if (group->rank() != 0)
+    for (size_t k = 0; k < tensors.size(); ++k)
+      if (replicated(tensors[k])) norms[2 * k] = norms[2 * k + 1] = 0.0;
+  group->all_reduce(norms.data(), norms.size(), ReduceOp::Sum);
+}
+
+}  // namespace
 
 OptimizerKind parse_optimizer(const std::string& name) {
   if (name == "adamw") return OptimizerKind::AdamW;
@@ -39,6 +54,8 @@ Optimizer::Optimizer(Backend<float>& backend, const ParamLayout& layout,
       owned_(std::move(owned)),
       precision_(precision),
       groups_(groups) {
+  if (groups_.dp && groups_.ep)
+    MPITRAIN_THROW("LAMB's norms over both the dp ranges and ep would count the experts ep times");
   if (!owned_.ranges().empty() && owned_.ranges().back().hi > layout.total())
     MPITRAIN_THROW("optimizer range ending at " + std::to_string(owned_.ranges().back().hi) +
                    " is not inside the " + std::to_string(layout.total()) + " parameters");
@@ -104,15 +121,12 @@ void Optimizer::lamb_step(const float* grads, float lr, float grad_scale) {
     norms_[2 * segment_tensor_[s]] = sums_[2 * s];
     norms_[2 * segment_tensor_[s] + 1] = sums_[2 * s + 1];
   }
-  // The whole tensors' sums: over the ranges of the dp group, then over tp for split tensors
-  // (a tensor replicated over tp counts once: tp rank 0's copy).
+  // The whole tensors' sums: over the ranges of the dp group, or over ep for the ep-split
+  // experts (a tensor replicated over ep counts once: ep rank 0's copy), then over tp for split
+  // tensors (a tensor replicated over tp counts once: tp rank 0's copy).
   if (groups_.dp) groups_.dp->all_reduce(norms_.data(), norms_.size(), ReduceOp::Sum);
-  if (groups_.tp && groups_.tp->size() > 1) {
-    if (layout_.shard().tp_rank != 0)
-      for (size_t k = 0; k < tensors.size(); ++k)
-        if (tensors[k].tp_replicated()) norms_[2 * k] = norms_[2 * k + 1] = 0.0;
-    groups_.tp->all_reduce(norms_.data(), norms_.size(), ReduceOp::Sum);
-  }
+  sum_over(groups_.ep, tensors, norms_, [](const ParamTensor& t) { return !t.ep_split; });
+  sum_over(groups_.tp, tensors, norms_, [](const ParamTensor& t) { return t.tp_replicated(); });
   if (groups_.tied && layout_.has(Slot::Wte)) {
     const size_t k = &layout_.find("wte") - tensors.data();
     groups_.tied->all_reduce(&norms_[2 * k], 2, ReduceOp::Max);  // the copies' sums agree

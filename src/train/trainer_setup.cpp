@@ -78,8 +78,6 @@ void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const G
               "expert-data-parallel group): use --zero-shard-size 0");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
           ep + " with --grad-compress " + t.grad_compress + " is not supported: use none");
-  require(t.optimizer != "lamb", ep + " with --optimizer lamb is not supported (its per-tensor "
-                                      "norms would need the expert pieces summed over ep)");
 }
 
 // The backend of --device: the CPU's, or the GPU setup_devices chose for this rank.
@@ -447,7 +445,8 @@ void Trainer::build_step_parts() {
   }
   // The optimizer updates this rank's owned part of the parameters (all of them without ZeRO),
   // from fp32 master weights taken before the compute copy is rounded to the run's precision.
-  // Its norms are host vectors: the host communicators.
+  // Its norms are host vectors: the host communicators. LAMB's expert norms: summed over ep
+  // without ZeRO; with ZeRO the dp group's shards (ep x expert-dp) hold every expert once.
   tied_copies_ = cfg_.tie_embeddings && shape_.pp > 1 && comms_->embedding;
   // The emulated path rounds its fp32 containers before the master is taken from them (the
   // owned part too: ZeRO-3's, or a compact copy of it; rounding twice changes nothing).
@@ -461,7 +460,8 @@ void Trainer::build_step_parts() {
       *backend_, model_->layout(), optimizer_config_, sync_->owned_params(), sync_->owned(),
       model_options_.precision,
       NormGroups{t_.zero ? &comms_->dp_shard() : nullptr, &comms_->tp,
-                 tied_copies_ ? &*comms_->embedding : nullptr});
+                 tied_copies_ ? &*comms_->embedding : nullptr,
+                 t_.zero == 0 && comms_->ep ? &*comms_->ep : nullptr});
   backend_->set_alloc_kind(AllocKind::Activations);
 #ifdef MPITRAIN_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaBackend<float>*>(backend_.get())) {  // the footprint is fixed

@@ -10,6 +10,11 @@
 # Bounds: LOSS_TOL 1e-8, NORM_TOL 1e-7; bf16 1e-4 both. Routing rows to the wrong rank (each
 # expert's rows sent to the rank before its owner) moved the losses by up to 8.0e-4 and
 # the norms by 4.3e-3 relative, and test_expert_dispatch names each misrouted row.
+# LAMB (--lr 3e-2) takes whole-tensor trust ratios at every layout: the ep-split experts' norms
+# summed over ep without ZeRO, over dp's shards with ZeRO (dp = ep x expert-dp). ep 2, ep 2 x
+# tp 2, ep 2 ZeRO-1 and ZeRO-3 against ep 1 at dp 4: losses within 1.92e-9 relative, gradient
+# norms within 1.22e-8 (LOSS_TOL, NORM_TOL). Without the sum over ep (each rank's ratios from
+# its 2 of 4 experts) ep 2 moved the losses by 1.49e-5 and the norms by 2.2e-4.
 # MPITRAIN_MOE_STAGED=1 (the MoE host code's device copies, taken on the CPU) gives ep 2's bits.
 # Checkpoints are layout-free: ep 2 resumes at ep 1 and at ep 4 (within LOSS_TOL of 6 straight
 # steps at ep 2; measured 0 and 2.1e-9).
@@ -29,10 +34,14 @@ same() {  # same REFERENCE NAME [LOSS_TOLERANCE NORM_TOLERANCE]
   within "$1" "$2" norm "${4:-$NORM_TOL}"
 }
 
+lamb="--optimizer lamb --lr 3e-2"
 run_cases 2 'run ep1 4' 'run ep2 4 --ep 2' 'run ep4 4 --ep 4' 'run ep2-tp2 4 --tp 2 --ep 2' \
   'run ep2-pp2 4 --pp 2 --ep 2' 'run bf16-ep1 2 --precision bf16' \
-  'run bf16-ep2 2 --precision bf16 --ep 2' 'export MPITRAIN_MOE_STAGED=1; run ep2-staged 4 --ep 2'
-for name in ep1 ep2 ep4 ep2-tp2 ep2-pp2 bf16-ep1 bf16-ep2 ep2-staged; do
+  'run bf16-ep2 2 --precision bf16 --ep 2' 'run lamb-ep1 4 $lamb' 'run lamb-ep2 4 $lamb --ep 2' \
+  'run lamb-ep2-tp2 4 $lamb --tp 2 --ep 2' 'run lamb-z1 4 $lamb --ep 2 --zero 1' \
+  'run lamb-z3 4 $lamb --ep 2 --zero 3' 'export MPITRAIN_MOE_STAGED=1; run ep2-staged 4 --ep 2'
+for name in ep1 ep2 ep4 ep2-tp2 ep2-pp2 bf16-ep1 bf16-ep2 lamb-ep1 lamb-ep2 lamb-ep2-tp2 lamb-z1 \
+  lamb-z3 ep2-staged; do
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
   metric "$SCRATCH/$name/metrics.jsonl" grad_norm > "$SCRATCH/$name.norm"
 done
@@ -40,6 +49,7 @@ grep -q "expert parallel: ep 2 x expert-dp 2, 2 of 4 experts per rank" "$SCRATCH
   { cat "$SCRATCH/ep2.log"; fail "the start-up line does not name ep"; }
 for name in ep2 ep4 ep2-tp2 ep2-pp2; do same ep1 $name; done
 same bf16-ep1 bf16-ep2 $BF16_LOSS_TOL $BF16_NORM_TOL
+for name in lamb-ep2 lamb-ep2-tp2 lamb-z1 lamb-z3; do same lamb-ep1 $name; done
 # The device's way on the CPU (MPITRAIN_MOE_STAGED=1: the MoE layers' host code reads and writes
 # every backend tensor through download / upload) changes no bit.
 for kind in loss norm; do

@@ -18,9 +18,13 @@
 // LAMB's norms are those of the whole logical tensor whatever the layout: each rank sums the
 // squares of its part, then the sums are added over the data-parallel group (when ranges split
 // tensors) and, for tensors split over tp, over the tensor-parallel group; a tensor replicated
-// over tp counts tp rank 0's copy. The elementwise updates give each element the same result
-// wherever it lies (backend/cpu_optimizer.cpp), so a layout changes only the order of the norms'
-// double sums.
+// over tp counts tp rank 0's copy. Under expert parallelism without ZeRO the ep-split experts
+// (each ep rank's E/ep of them, model/params.hpp) are summed over the ep group, the tensors
+// replicated over ep counting ep rank 0's copy; with ZeRO the dp group (ep x expert-dp) already
+// holds every expert element once: the dense ones sharded over dp, the experts over expert-dp
+// (parallel/shard_ranges.hpp's zero_owned). The elementwise updates give each element the same
+// result wherever it lies (backend/cpu_optimizer.cpp), so a layout changes only the order of the
+// norms' double sums.
 //
 // Master weights (precision bf16/fp16): the optimizer keeps fp32 copies of its parameters,
 // taken from the compute copy at construction, updates them, and writes the compute copy =
@@ -64,6 +68,9 @@ struct NormGroups {
   Communicator* tp = nullptr;    // the tensor-parallel group
   Communicator* tied = nullptr;  // gpt2 with pp > 1, first and last stage: the embedding group,
                                  // so that both copies of the tied wte take the same ratio
+  Communicator* ep = nullptr;    // ep > 1 without ZeRO: the expert-parallel group (with ZeRO the
+                                 // dp group's ranges hold every expert: dp and ep together
+                                 // would count the experts ep times)
 };
 
 class Optimizer {
