@@ -452,5 +452,44 @@ TEST(CpuStorageMemory, ConvertBetweenAllTypes) {
   for (void* p : {bf.data(), hf.data(), hb.data()}) be.free(p);
 }
 
+// fp16 <-> fp32 in bulk (F16C's conversions where the build has them) give the bits of the
+// scalar conversions of precision.hpp: every one of the 65536 fp16 patterns widened (a NaN
+// stays a NaN), and narrowed: values around every rounding tie of the normal and subnormal
+// ranges, the overflow edge (65504 stays, 65520 is inf), zeros, infinities and NaNs (the one
+// quiet NaN with its sign), in every position of an 8-wide block and its tail.
+TEST(CpuStorageMemory, Fp16InBulkHasTheScalarBits) {
+  CpuBackend<float> be(2);
+  const size_t all = 65536;
+  Buf<float> h = be.alloc(all, Precision::Fp16);
+  for (size_t i = 0; i < all; ++i) h.half()[i] = static_cast<uint16_t>(i);
+  FVec wide(all);
+  be.convert(wide.data(), h, all);
+  for (size_t i = 0; i < all; ++i) {
+    const float want = from_fp16_bits(static_cast<uint16_t>(i));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(wide[i])) << i;
+    } else {
+      ASSERT_EQ(std::memcmp(&wide[i], &want, sizeof want), 0) << "fp16 bits " << i;
+    }
+  }
+  FVec x;
+  for (size_t i = 0; i + 1 < all; ++i) {  // each pair of neighbours: both, and the tie between
+    const float a = from_fp16_bits(static_cast<uint16_t>(i));
+    const float b = from_fp16_bits(static_cast<uint16_t>(i + 1));
+    if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b) || (i & 0x7fff) == 0x7fff)
+      continue;
+    const float mid = a + (b - a) / 2;
+    x.insert(x.end(), {a, mid, std::nextafter(mid, a), std::nextafter(mid, b)});
+  }
+  x.insert(x.end(), {65504.0f, 65519.99f, 65520.0f, 1e9f, -1e9f, 0.0f, -0.0f, 1e-30f, -1e-30f,
+                     INFINITY, -INFINITY, NAN, -NAN, 3.0f});
+  const size_t n = x.size();
+  Buf<float> narrow = be.alloc(n, Precision::Fp16);
+  be.convert(narrow, x.data(), n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(narrow.half()[i], to_fp16_bits(x[i])) << "float " << x[i] << " at " << i;
+  for (void* p : {h.data(), narrow.data()}) be.free(p);
+}
+
 }  // namespace
 }  // namespace mpitrain
