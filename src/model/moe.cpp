@@ -20,6 +20,11 @@ bool staged_like_a_device() {
   return v != nullptr && std::string(v) == "1";
 }
 
+// The host loops run on OpenMP's threads from this much work (elements) on, each over rows (or
+// experts) whose results no other thread writes, every element summed in the serial order: the
+// same bits at any thread count.
+constexpr size_t kParallelWork = size_t{1} << 14;
+
 }  // namespace
 
 template <typename T>
@@ -116,6 +121,7 @@ void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
 // experts in index order with a strict >, so that of equal p the lower index wins.
 template <typename T>
 void MoeLayer<T>::route(MoeActs<T>& a, int R) const {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
   for (int r = 0; r < R; ++r) {
     const T* z = a.logits + static_cast<size_t>(r) * E_;
     T* p = a.probs + static_cast<size_t>(r) * E_;
@@ -147,6 +153,7 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   // router: z (R,E) = x Wr^T, in T
   const T* xh = host(x, RC, xh_);
   const T* wh = host(wr, static_cast<size_t>(E_) * C, wh_);
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ * C > kParallelWork)
   for (int r = 0; r < R; ++r)
     for (int e = 0; e < E_; ++e) {
       T s = 0;
@@ -159,12 +166,11 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   for (size_t i = 0; i < RK; ++i) ++a.offsets[a.experts[i] + 1];
   for (int e = 0; e < E_; ++e) a.offsets[e + 1] += a.offsets[e];
   next_.assign(a.offsets, a.offsets + E_);  // each expert's next free slot
+  for (size_t i = 0; i < RK; ++i) a.slot_of[i] = next_[a.experts[i]]++;
   T* xsh = host_target(a.xs, yh_);  // (RK,C); exact in any storage: x's values as stored
-  for (size_t i = 0; i < RK; ++i) {  // xs[slot] = x[row]
-    const int32_t s = next_[a.experts[i]]++;
-    a.slot_of[i] = s;
-    std::copy(xh + (i / K_) * C, xh + (i / K_ + 1) * C, xsh + s * C);
-  }
+#pragma omp parallel for schedule(static) if (RK * C > kParallelWork)
+  for (size_t i = 0; i < RK; ++i)  // xs[slot] = x[row]
+    std::copy(xh + (i / K_) * C, xh + (i / K_ + 1) * C, xsh + a.slot_of[i] * C);
   store(a.xs, xsh, RK * C);
   // experts: here, or (expert parallelism) at their owners: the rows go there, come back as y
   if (!dispatch_) {
@@ -180,6 +186,7 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   // combine: out[r] (+)= sum_k g[r,k] y[slot(r,k)]
   const T* yh = host(a.y, RK * C, yh_);
   const T* prior = add ? host(out, RC, oh_) : nullptr;
+#pragma omp parallel for schedule(static) if (RK * C > kParallelWork)
   for (int r = 0; r < R; ++r)
     for (size_t c = 0; c < C; ++c) {
       T s = prior ? prior[r * C + c] : T(0);
@@ -222,6 +229,7 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
   // combine: dg[r,k] = dout[r] . y[slot], dy[slot] = g[r,k] dout[r]   (RK,C)
   const T* doh = host(dout, RC, oh_);
   const T* yh = host(a.y, RK * C, yh_);
+#pragma omp parallel for schedule(static) if (RK * C > kParallelWork)
   for (size_t i = 0; i < RK; ++i) {
     const T* d = doh + (i / K_) * C;
     const T* y = yh + a.slot_of[i] * C;
@@ -230,6 +238,7 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     dg_[i] = s;
   }
   T* dyh = yh_;  // y is read: its scratch takes dy
+#pragma omp parallel for schedule(static) if (RK * C > kParallelWork)
   for (size_t i = 0; i < RK; ++i) {
     const T* d = doh + (i / K_) * C;
     T* dy = dyh + a.slot_of[i] * C;
@@ -253,6 +262,7 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
   }
   // dx[r] = sum_k dxs[slot(r,k)]   (R,C)
   const T* dxs = host(dy_, RK * C, yh_);
+#pragma omp parallel for schedule(static) if (RK * C > kParallelWork)
   for (int r = 0; r < R; ++r)
     for (size_t c = 0; c < C; ++c) {
       T s = 0;
@@ -263,6 +273,7 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
   // loss adds aux_coef dloss E counts[e] / R_all to every p[r,e]; softmax: dz = p (dp - p.dp);
   // the z-loss adds z_coef dloss 2 lse p (R x dloss times d/dz of aux_coef aux + z_coef z).
   const T R_all = static_cast<T>(a.counts[E_]);
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
   for (int r = 0; r < R; ++r) {
     const T* p = a.probs + static_cast<size_t>(r) * E_;
     const T* g = a.gates + static_cast<size_t>(r) * K_;
@@ -280,20 +291,29 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     for (int e = 0; e < E_; ++e) pdp += p[e] * dz[e];
     for (int e = 0; e < E_; ++e) dz[e] = p[e] * (dz[e] - pdp) + z_coef_ * dloss * 2 * a.lse[r] * p[e];
   }
-  // router: dWr += dz^T x (E,C), dx += dz Wr
-  const size_t EC = static_cast<size_t>(E_) * C;
+  // router: dx += dz Wr (R,C), each row over e in order; dWr += dz^T x (E,C), each element
+  // over r in order (threads take experts and column blocks)
+  const size_t EC = static_cast<size_t>(E_) * C, work = RC * E_;
   const T* xh = host(x, RC, xh_);
   const T* wh = host(wr, EC, wh_);
-  T* dwh = host_memory_ ? dwr : dwh_;
-  if (dwh != dwr) backend_.download(dwh, dwr, EC);
+#pragma omp parallel for schedule(static) if (work > kParallelWork)
   for (int r = 0; r < R; ++r)
     for (int e = 0; e < E_; ++e) {
       const T d = dz_[static_cast<size_t>(r) * E_ + e];
-      for (size_t c = 0; c < C; ++c) {
-        dwh[e * C + c] += d * xh[r * C + c];
-        dxh_[r * C + c] += d * wh[e * C + c];
-      }
+      for (size_t c = 0; c < C; ++c) dxh_[r * C + c] += d * wh[e * C + c];
     }
+  T* dwh = host_memory_ ? dwr : dwh_;
+  if (dwh != dwr) backend_.download(dwh, dwr, EC);
+  constexpr size_t kColumns = 64;
+  const size_t blocks = (C + kColumns - 1) / kColumns;
+#pragma omp parallel for collapse(2) schedule(static) if (work > kParallelWork)
+  for (int e = 0; e < E_; ++e)
+    for (size_t b = 0; b < blocks; ++b)
+      for (int r = 0; r < R; ++r) {
+        const T d = dz_[static_cast<size_t>(r) * E_ + e];
+        for (size_t c = b * kColumns; c < std::min(C, (b + 1) * kColumns); ++c)
+          dwh[e * C + c] += d * xh[r * C + c];
+      }
   if (dwh != dwr) backend_.upload(dwr, dwh, EC);
   if (add) {
     const T* prior = host(dx, RC, oh_);

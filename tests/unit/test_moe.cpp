@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <omp.h>
 #include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
@@ -345,6 +346,66 @@ TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
   EXPECT_EQ(host.stats.aux_loss, staged.stats.aux_loss);
   EXPECT_EQ(host.stats.z_loss, staged.stats.z_loss);
   EXPECT_EQ(host.stats.tokens_per_expert, staged.stats.tokens_per_expert);
+}
+
+// The host loops (router, top-k, gather, combine, their backward) split rows and experts over
+// OpenMP's threads with every element summed in the serial order: a layer large enough to run
+// them in parallel (R K C = 38400 elements, above kParallelWork) gives the same bits on 1 and 2
+// threads (the expert GEMMs on 1 BLAS thread in both). Summing dWr over rows split between the
+// threads fails it.
+TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
+  const int E = 8, K = 2, C = 64, Fe = 16, R = 300;
+  struct Pass {
+    std::vector<double> out, dx, dwr, dw1, dw2;
+    double aux = 0, z = 0;
+  };
+  auto pass = [&](int threads) {
+    CpuBackend<double> backend(1);
+    omp_set_num_threads(threads);  // the host loops' threads; BLAS keeps the backend's 1
+    MoeLayer<double> moe(backend, E, K, C, Fe, R, 0.3f, 0.2f, Precision::Fp32, nullptr);
+    std::vector<double> acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
+        stats(MoeLayer<double>::kept_stats(R, E, K)),
+        scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
+        scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C));
+    std::vector<int32_t> ids(MoeLayer<double>::kept_ids(R, E, K));
+    MoeActs<double> a;
+    Buf<double> ac = acts.data();
+    double* st = stats.data();
+    int32_t* id = ids.data();
+    moe.carve(a, ac, st, id);
+    moe.set_scratch(scratch.data(), scratch_stats.data());
+    Rng rng(17, 0);
+    auto draw = [&](size_t n, double scale) {
+      std::vector<double> v(n);
+      for (double& e : v) e = scale * rng.normal();
+      return v;
+    };
+    const std::vector<double> x = draw(R * C, 1), wr = draw(E * C, 0.5),
+                              w1 = draw(E * 2 * Fe * C, 0.3), w2 = draw(E * C * Fe, 0.3),
+                              dout = draw(R * C, 1);
+    Pass p;
+    p.out.assign(R * C, 0);
+    p.dx.assign(R * C, 0);
+    p.dwr.assign(E * C, 0);
+    p.dw1.assign(w1.size(), 0);
+    p.dw2.assign(w2.size(), 0);
+    MoeLayerStats s{};
+    moe.forward(a, p.out.data(), false, x.data(), wr.data(), w1.data(), w2.data(), R, &s);
+    moe.backward(a, p.dx.data(), false, dout.data(), x.data(), wr.data(), w1.data(), w2.data(),
+                 p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.01);
+    p.aux = s.aux_loss;
+    p.z = s.z_loss;
+    omp_set_num_threads(1);
+    return p;
+  };
+  const Pass one = pass(1), two = pass(2);
+  EXPECT_TRUE(same_bits(one.out, two.out));
+  EXPECT_TRUE(same_bits(one.dx, two.dx));
+  EXPECT_TRUE(same_bits(one.dwr, two.dwr)) << "the router's gradient";
+  EXPECT_TRUE(same_bits(one.dw1, two.dw1));
+  EXPECT_TRUE(same_bits(one.dw2, two.dw2));
+  EXPECT_EQ(one.aux, two.aux);
+  EXPECT_EQ(one.z, two.z);
 }
 
 // ---- the whole model ---------------------------------------------------------------------
