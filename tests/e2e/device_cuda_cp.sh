@@ -19,8 +19,7 @@ require_cuda_trainer
 set -- $(tiny_args) --steps 4 --lr-decay-steps 6 --device cuda
 tiny=("$@")
 llama=(--arch llama --n-kv-head 2)
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-gpus=${gpus:-1}
+gpus=$(gpu_count)
 echo "GPUs on this machine: $gpus"
 
 run() {  # run NAME NP ARGS...

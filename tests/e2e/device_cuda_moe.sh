@@ -20,8 +20,7 @@ require_cuda_trainer
 set -- $(tiny_args) --steps 6 --arch llama --n-kv-head 2 --n-experts 4 --top-k 2 \
   --n-shared-experts 1 --moe-z-loss-coef 0.001
 moe=("$@")
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-gpus=${gpus:-1}
+gpus=$(gpu_count)
 echo "GPUs on this machine: $gpus"
 
 run() {  # run NAME NP ARGS...

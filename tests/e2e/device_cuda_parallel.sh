@@ -20,8 +20,7 @@ require_cuda_trainer
 # shellcheck disable=SC2046
 set -- $(tiny_args) --steps 4 --global-batch-size 8 --micro-batch-size 2
 tiny=("$@")
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-gpus=${gpus:-1}
+gpus=$(gpu_count)
 echo "GPUs on this machine: $gpus"
 
 losses() {  # losses RUN_DIR: the step losses and the final validation loss

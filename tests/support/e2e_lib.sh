@@ -19,6 +19,9 @@ tiny_model_args() {  # tiny_args without the data
        --sample-tokens 0 --peak-gflops 100 --threads 1
 }
 
+# The GPUs nvidia-smi lists: 0 without a GPU or nvidia-smi.
+gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true; }
+
 # Values of one key of metrics.jsonl, one per line (steps only, or evals only for val_loss); a
 # non-finite value reads null, as the trainer writes it.
 metric() {  # metric FILE KEY
