@@ -666,7 +666,7 @@ void Trainer::print_banner() const {
   if (cfg_.n_experts > 0 && !backend_->host_memory())
     std::printf("note: mixture of experts on %s: the experts' GEMMs run on the device, the "
                 "routing (router, top-k, sort, combine) on the host over staged copies of each "
-                "MoE layer's rows: correct before fast\n",
+                "MoE layer's rows (not yet fast)\n",
                 t_.device.c_str());
   std::fflush(stdout);
 }

@@ -40,7 +40,8 @@ same() {  # same REFERENCE NAME LOSS_TOLERANCE NORM_TOLERANCE
 run cpu 1 --device cpu
 run cuda 1 --device cuda
 same cpu cuda 1e-5 1e-4
-grep -q "^note: mixture of experts on cuda: .* on the host over staged copies" "$SCRATCH/cuda.log" ||
+grep -q "^note: mixture of experts on cuda: .* on the host over staged copies" \
+  "$SCRATCH/cuda.log" ||
   { cat "$SCRATCH/cuda.log"; fail "the start-up does not say where the routing runs"; }
 run bf16-cpu 1 --device cpu --precision bf16
 run bf16-cuda 1 --device cuda --precision bf16 --kernels cuda

@@ -191,10 +191,12 @@ global-batch-size = 64
 EOF
 "$PLAN" --config "$SCRATCH/moe.ini" "${gpu[@]}" --nodes 1 --top 1 > "$SCRATCH/moe-gpu.txt" ||
   { cat "$SCRATCH/moe-gpu.txt"; fail "an MoE plan on GPUs failed"; }
-grep -q '^note: on GPUs the trainer routes an MoE layer.s tokens on the host' "$SCRATCH/moe-gpu.txt" ||
+grep -q '^note: on GPUs the trainer routes an MoE layer.s tokens on the host' \
+  "$SCRATCH/moe-gpu.txt" ||
   { cat "$SCRATCH/moe-gpu.txt"; fail "the GPU MoE plan does not say the routing is left out"; }
 "$PLAN" --config "$SCRATCH/moe.ini" --cpu --cores-per-node 2 --host-mem 8 --peak-gflops 100 \
-  --top 1 > "$SCRATCH/moe-cpu.txt" || { cat "$SCRATCH/moe-cpu.txt"; fail "an MoE plan on CPUs failed"; }
+  --top 1 > "$SCRATCH/moe-cpu.txt" ||
+  { cat "$SCRATCH/moe-cpu.txt"; fail "an MoE plan on CPUs failed"; }
 ! grep -q '^note: on GPUs' "$SCRATCH/moe-cpu.txt" || fail "a CPU plan notes the GPU's routing"
 echo "ok: an MoE model plans on GPUs, noting the host's routing left out"
 echo "ok: plan"
