@@ -2,6 +2,10 @@
 // of each group's largest call, counted by hand for a small gpt2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "mpitrain/parallel/grad_sync.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/comm_groups.hpp"
 #include "small_llama.hpp"
@@ -77,4 +81,52 @@ TEST(DataCallSizes, UntiedLlamaHasNoEmbeddingTraffic) {
   for (const ModelShard& stage : {ModelShard{1, 0, 0, 1, true, false},
                                   ModelShard{1, 0, 1, 2, false, true}})
     EXPECT_EQ(data_call_sizes(c, stage, 2, 16, 2, 1.0).embedding, 0u);
+}
+
+// Expert parallelism (ep 2 of a 4-expert llama): the ep group's row exchange is one started call
+// of the sent and received rows (B T top-k rows of C floats, ep + 1 times); the gradient calls
+// are the buckets cut at the expert ranges, dense ones over dp, expert ones over expert-dp,
+// together the whole stage; under ZeRO-2/3 each unit's calls one per segment: every stage as
+// often as a unit has segments of the group.
+TEST(DataCallSizes, ExpertParallelCallsOfEachGroup) {
+  ModelConfig c = test_models::small_llama(64, 128, 256, 32);
+  c.n_experts = 4;
+  c.top_k = 2;
+  const int B = 2, T = 16;
+  ModelShard shard;
+  shard.ep = 2;
+  const ParamLayout layout(c, shard);
+  const std::vector<FlatRange> experts = expert_ranges(layout);
+  ASSERT_EQ(experts.size(), 4u);  // fc and proj of the 2 MoE layers
+
+  const double bucket_mb = 4096.0 * 4 / (1 << 20);  // buckets of 4096 floats
+  const DataCallSizes z0 = data_call_sizes(c, shard, B, T, 1, bucket_mb);
+  EXPECT_EQ(z0.ep_started, std::vector<size_t>{3u * B * T * 2 * 64 * 4});
+  size_t dense = 0, expert = 0;
+  for (size_t b : z0.dp_started) dense += b;
+  for (size_t b : z0.expert_dp_started) expert += b;
+  size_t expert_floats = 0;
+  for (const FlatRange& r : experts) expert_floats += r.size();
+  EXPECT_EQ(expert, 4 * expert_floats);
+  EXPECT_EQ(dense + expert, 4 * layout.total());
+  EXPECT_EQ(z0.dp_started.size() + z0.expert_dp_started.size(),
+            gradient_buckets(layout.total(), 4096, experts).size());
+  EXPECT_GT(z0.dp_started.size(), (4 * layout.total() - expert) / (4 * 4096))
+      << "the dense calls cut at the expert ranges are more than the plain buckets";
+  EXPECT_EQ(z0.expert_dp, *std::max_element(z0.expert_dp_started.begin(),
+                                            z0.expert_dp_started.end()));
+
+  const std::vector<size_t> stages = sharded_call_stages(layout, {3});
+  const DataCallSizes z3 = data_call_sizes(c, shard, B, T, 1, bucket_mb, {3});
+  size_t most_dense = 0, most_expert = 0;
+  for (const FlatRange& unit : layout.units()) {
+    size_t d = 0, e = 0;
+    for (const GroupSpan& g : cut_at_experts(unit, experts)) ++(g.expert ? e : d);
+    most_dense = std::max(most_dense, d);
+    most_expert = std::max(most_expert, e);
+  }
+  EXPECT_EQ(most_expert, 2u);
+  EXPECT_EQ(z3.dp_started.size(), stages.size() * most_dense);
+  EXPECT_EQ(z3.expert_dp_started.size(), stages.size() * most_expert);
+  EXPECT_EQ(z3.expert_dp, z3.dp);
 }
