@@ -18,9 +18,10 @@
 // host T buffers (MoeActs' statistics and indices, the scratch); the experts' matmuls and
 // SwiGLU are backend ops on backend memory. On a host-memory backend (the CPU) the host code
 // reads and writes fp32 tensors in place; on a device (--device cuda) every tensor it touches
-// goes through Backend::download / upload: x, Wr, y, out and the gradients of y, x and Wr,
-// (R + RK + E) x C elements each way per layer and pass. The CPU runs the same code; with
-// MPITRAIN_MOE_STAGED=1 it takes the device's copies too (tests).
+// goes through Backend::download / upload: x, Wr, y, xs, out and the gradients of y, xs, x and
+// Wr, so each pass moves the R input rows and the R K routed rows between device and host a few
+// times each. The CPU runs the same code; with MPITRAIN_MOE_STAGED=1 it takes the device's
+// copies too (tests).
 // Compute tensors (xs, h, a, y and their gradients) are in the storage type and rounded where
 // the dense MLP rounds (`emulate`: the emulated path's precision, Fp32 = nothing to round);
 // everything of the router is T.
