@@ -6,7 +6,8 @@
 # parallelism the routed rows cross ranks over the ep group's device communicator:
 #   - one rank: cuda against cpu, fp32 and bf16 (--kernels cuda);
 #   - all ranks on GPU 0 over --comm mpi (pinned staging or CUDA-aware MPI): ep 2 at dp 2, and
-#     with ZeRO-1 and ZeRO-3, against ep 1 at dp 2 on the GPU;
+#     with ZeRO-1 and ZeRO-3, against ep 1 at dp 2 on the GPU; bf16 ep 2 against bf16 ep 1
+#     (1e-4 / 1e-3: the CPU's bf16 ep 2 is within 2.4e-5 / 2.0e-5 of ep 1, expert_parallel.sh);
 #   - where the machine has 2 GPUs: ep 2 over NCCL (grouped send / receive).
 # Bounds: 1e-5 (losses, aux) and 1e-4 (norms) relative in fp32, as device_cuda_cp.sh's, and
 # 5e-3 / 5e-2 in bf16 (device_cuda.sh's loss bound: cuDNN's attention in bf16 against the CPU's
@@ -55,6 +56,9 @@ run ep2-zero1 2 --device cuda --dp 2 --ep 2 --zero 1 --comm mpi
 same ep1-dp2 ep2-zero1 1e-5 1e-4
 run ep2-zero3 2 --device cuda --dp 2 --ep 2 --zero 3 --comm mpi
 same ep1-dp2 ep2-zero3 1e-5 1e-4
+run bf16-ep1-dp2 2 --device cuda --dp 2 --precision bf16 --kernels cuda --comm mpi
+run bf16-ep2 2 --device cuda --dp 2 --ep 2 --precision bf16 --kernels cuda --comm mpi
+same bf16-ep1-dp2 bf16-ep2 1e-4 1e-3
 unset CUDA_VISIBLE_DEVICES
 
 if [ "$gpus" -ge 2 ]; then
