@@ -288,7 +288,6 @@ void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunk
     positions_ = chunks.positions();
     ring_bytes_ = RingAttention::bytes(max_batch_, max_seq_, n_local_heads_, n_local_kv_heads_,
                                        config_.head_size(), options_.storage);
-    if (moe_) moe_->set_statistics_groups(sp() ? tp_ : nullptr, cp);  // of whole sequences
   } else {
     MPITRAIN_THROW("context parallelism runs in float models only");
   }

@@ -139,15 +139,16 @@ class Model {
   // two chunks (parallel/context_chunks.hpp; max_seq = chunks.local_len()); RoPE and the
   // learned position embedding take their true positions, attention is a ring over cp
   // (parallel/ring_attention.hpp). The loss is this rank's tokens' sum, as without cp; an MoE
-  // layer's routing statistics (aux / z losses, tokens per expert) are summed over cp.
+  // layer's routing statistics (aux / z losses, tokens per expert) are summed over cp
+  // (set_routing_groups).
   void set_context_parallel(Communicator* cp, const ContextChunks& chunks);
   // Expert parallelism: the routed experts this shard holds (ModelShard::ep) are E/ep, the MoE
   // layers send each routed row to its expert's rank and back: the counts over ep (host
   // memory), the rows over ep_data (backend memory; null: ep itself, the CPU's).
   void set_expert_parallel(Communicator* ep, Communicator* ep_data = nullptr);
   // The host communicators over which MoE layers sum their routing statistics (host vectors):
-  // tp (under sequence parallelism) and cp. Until called: the tp communicator given at
-  // construction and set_context_parallel's, which are host ones only on the CPU.
+  // tp (under sequence parallelism) and cp, the one place they are set. Until called: the tp
+  // communicator given at construction (a host one only on the CPU), no cp.
   void set_routing_groups(Communicator* tp, Communicator* cp);
   // ZeRO-2/3: the lender of the tensors options() say are lent; it must outlive the passes.
   void set_lender(UnitLender<T>* lender) { lender_ = lender; }
