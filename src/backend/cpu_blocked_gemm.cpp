@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu_kernels.hpp"
+#include "cpu_side_by_side.hpp"
 
 namespace mpitrain::cpu {
 
@@ -26,8 +27,8 @@ Tiling tiling(int M, int N, int K) {
 }
 
 template <typename T>
-void blocked_product(Staging& staging, bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
-                     bool accumulate, Buf<T> C) {
+void blocked_product(Staging& staging, int threads, bool ta, bool tb, int M, int N, int K,
+                     CBuf<T> A, CBuf<T> B, bool accumulate, Buf<T> C) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (!accumulate) std::memset(C.data(), 0, static_cast<size_t>(M) * N * C.element_size());
@@ -38,6 +39,7 @@ void blocked_product(Staging& staging, bool ta, bool tb, int M, int N, int K, CB
   T* const bt = staging.take<T>(kSlotB, static_cast<size_t>(t.n) * t.k);
   T* const c32 = C.full();
   T* const ct = c32 ? nullptr : staging.take<T>(kSlotC, static_cast<size_t>(t.m) * t.n);
+  const bool one_tile = t.m == M && t.n == N && t.k == K;
   const bool a_outer = M >= N;       // A is the larger operand
   int held_start = -1, held_k = -1;  // the smaller operand's tile now in scratch
   const auto tile = [&](int m0, int mt, int n0, int nt) {
@@ -62,8 +64,11 @@ void blocked_product(Staging& staging, bool ta, bool tb, int M, int N, int K, CB
       }
       held_start = small_start;
       held_k = k0;
-      gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, mt, nt, kt, T(1), at,
-           ta ? mt : kt, bt, tb ? kt : nt, k0 == 0 && !accumulate ? T(0) : T(1), c, ldc);
+      const RowProduct<T> p{ta, tb, mt, nt, kt, at, bt, k0 > 0 || accumulate, c, ldc};
+      if (one_tile && side_by_side_pays(p.flops(), threads))
+        side_by_side({p}, threads);
+      else
+        p.rows(0, mt);
     }
     if (!c32) narrow_block(C, N, m0, m0 + mt, n0, n0 + nt, ct);
   };
@@ -78,9 +83,9 @@ void blocked_product(Staging& staging, bool ta, bool tb, int M, int N, int K, CB
   }
 }
 
-template void blocked_product<float>(Staging&, bool, bool, int, int, int, CBuf<float>, CBuf<float>,
-                                     bool, Buf<float>);
-template void blocked_product<double>(Staging&, bool, bool, int, int, int, CBuf<double>,
+template void blocked_product<float>(Staging&, int, bool, bool, int, int, int, CBuf<float>,
+                                     CBuf<float>, bool, Buf<float>);
+template void blocked_product<double>(Staging&, int, bool, bool, int, int, int, CBuf<double>,
                                       CBuf<double>, bool, Buf<double>);
 
 }  // namespace mpitrain::cpu

@@ -22,9 +22,10 @@ Tiling tiling(int M, int N, int K);
 // C(M,N) = op(A) op(B) (+ C when accumulate) as CpuBackend::product (cpu_backend.hpp), in tiles
 // of tiling(M, N, K); C rounded to its type. Outer loop over the larger operand's tiles, so with
 // the smaller operand's dimension in one tile (up to kTileElems / 16) each of its tiles is
-// converted once; a K split accumulates in the fp32 C tile.
+// converted once; a K split accumulates in the fp32 C tile. A product in one tile runs side by
+// side on `threads` threads where that pays (cpu_side_by_side.hpp), as the fp32 path's would.
 template <typename T>
-void blocked_product(Staging& staging, bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
-                     bool accumulate, Buf<T> C);
+void blocked_product(Staging& staging, int threads, bool ta, bool tb, int M, int N, int K,
+                     CBuf<T> A, CBuf<T> B, bool accumulate, Buf<T> C);
 
 }  // namespace mpitrain::cpu

@@ -1,11 +1,14 @@
 // CPU backend: the linear layer. Products run one sgemm (fp32 backends: cpu::gemm), oneDNN's bf16
 // matmul (cpu_matmul_bf16.cpp) or the blocked sgemm (cpu_blocked_gemm.cpp): cpu_backend.hpp.
+// Small fp32 products on several threads run side by side instead (cpu_side_by_side.hpp).
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "cpu_blocked_gemm.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_matmul_bf16.hpp"
+#include "cpu_side_by_side.hpp"
 #include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -14,6 +17,8 @@ namespace mpitrain {
 
 using cpu::gemm;
 using cpu::kParallelWork;
+using cpu::side_by_side;
+using cpu::side_by_side_pays;
 
 template <typename T>
 CpuBackend<T>::CpuBackend(int threads, Precision matmul_precision) : CpuBackend(threads) {
@@ -32,16 +37,31 @@ bool CpuBackend<T>::bf16_gemms() const {
   return bf16_ != nullptr && bf16_->native();
 }
 
+namespace {
+
+// The product as a RowProduct where the products are fp32 and every operand is stored in T.
+template <typename T>
+std::optional<cpu::RowProduct<T>> fp32_product(Precision products, bool ta, bool tb, int M, int N,
+                                               int K, CBuf<T> A, CBuf<T> B, bool accumulate,
+                                               Buf<T> C) {
+  if (products != Precision::Fp32 || !A.full() || !B.full() || !C.full()) return std::nullopt;
+  return cpu::RowProduct<T>{ta, tb, M, N, K, A.full(), B.full(), accumulate, C.full(), N};
+}
+
+}  // namespace
+
 template <typename T>
 void CpuBackend<T>::product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
                             bool accumulate, Buf<T> C, bool a_unchanged) {
-  if (precision_ == Precision::Fp32 && !A.half() && !B.half() && !C.half()) {
-    gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, T(1), A.full(),
-         ta ? M : K, B.full(), tb ? K : N, accumulate ? T(1) : T(0), C.full(), N);
+  if (const auto p = fp32_product<T>(precision_, ta, tb, M, N, K, A, B, accumulate, C)) {
+    if (side_by_side_pays(p->flops(), threads_))
+      side_by_side({*p}, threads_);
+    else
+      p->rows(0, M);
     return;
   }
   if (bf16_product(ta, tb, M, N, K, A, B, accumulate, C, a_unchanged)) return;
-  cpu::blocked_product(*staging_, ta, tb, M, N, K, A, B, accumulate, C);
+  cpu::blocked_product(*staging_, threads_, ta, tb, M, N, K, A, B, accumulate, C);
 }
 
 // Operands in bf16 are read in place, float ones converted (cpu_matmul_bf16.hpp). One oneDNN call
@@ -101,9 +121,16 @@ void add_column_sums(T* dbias, const T* dout, int N, int OC) {
 template <typename T>
 void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp,
                                     CBuf<T> weight, int N, int IC, int OC) {
-  if (dinp) product(false, false, N, IC, OC, dout, weight, false, dinp, false);
-  // dout is dinp's A too: its bf16 copy from that product is reused.
-  product(true, false, OC, IC, N, dout, inp, true, dweight, static_cast<bool>(dinp));
+  // small fp32 products: both at once (cpu_side_by_side.hpp)
+  const auto dx = fp32_product<T>(precision_, false, false, N, IC, OC, dout, weight, false, dinp);
+  const auto dw = fp32_product<T>(precision_, true, false, OC, IC, N, dout, inp, true, dweight);
+  if (dx && dw && side_by_side_pays(dw->flops(), threads_)) {
+    side_by_side({*dx, *dw}, threads_);
+  } else {
+    if (dinp) product(false, false, N, IC, OC, dout, weight, false, dinp, false);
+    // dout is dinp's A too: its bf16 copy from that product is reused.
+    product(true, false, OC, IC, N, dout, inp, true, dweight, static_cast<bool>(dinp));
+  }
   if (dbias == nullptr) return;
   if (const T* d = dout.full()) {
     add_column_sums(dbias, d, N, OC);

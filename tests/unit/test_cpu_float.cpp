@@ -3,6 +3,7 @@
 // Tolerance: normwise relative error max|f - d| / max|d| <= 1e-5, i.e. ~100 float ulps: float
 // rounding over sums of a few hundred terms plus the ~2-ulp float exp.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -68,6 +69,35 @@ TEST(CpuFloat, Matmul) {
   EXPECT_LT(dx.err(), kTol);
   EXPECT_LT(dw.err(), kTol);
   EXPECT_LT(db.err(), kTol);
+}
+
+// A small layer's products (at most 2^28 flops each) run as one-thread library calls on blocks of
+// rows, side by side (cpu_side_by_side.hpp): at 3 threads each product in 3 blocks (80, 80, 40
+// rows of 200: not a multiple of 16); the backward's two at once, the weight's gradient alone.
+// (Not the same bits as 1 thread: OpenBLAS's Haswell kernels round a block's tail rows otherwise.)
+TEST(CpuFloat, SmallLayersInBlocksOfRows) {
+  constexpr int rows = 200, IC = 128, OC = 384;
+  Pair x(rows * IC, 1), w(OC * IC, 2), dout(rows * OC, 3), out(rows * OC), dx(rows * IC),
+      dw(OC * IC, 4);
+  const int saved = omp_get_max_threads();
+  {
+    CpuBackend<float> f(3);
+    CpuBackend<double> d(1);
+    f.matmul_forward(out.f.data(), x.f.data(), w.f.data(), nullptr, rows, IC, OC);
+    d.matmul_forward(out.d.data(), x.d.data(), w.d.data(), nullptr, rows, IC, OC);
+    EXPECT_LT(out.err(), kTol);
+    f.matmul_backward(dx.f.data(), dw.f.data(), nullptr, dout.f.data(), x.f.data(), w.f.data(),
+                      rows, IC, OC);
+    d.matmul_backward(dx.d.data(), dw.d.data(), nullptr, dout.d.data(), x.d.data(), w.d.data(),
+                      rows, IC, OC);
+    EXPECT_LT(dx.err(), kTol);
+    f.matmul_backward(nullptr, dw.f.data(), nullptr, dout.f.data(), x.f.data(), w.f.data(), rows,
+                      IC, OC);
+    d.matmul_backward(nullptr, dw.d.data(), nullptr, dout.d.data(), x.d.data(), w.d.data(), rows,
+                      IC, OC);
+    EXPECT_LT(dw.err(), kTol);
+  }
+  CpuBackend<float> restore(saved);
 }
 
 TEST(CpuFloat, Embedding) {
