@@ -187,7 +187,8 @@ stop_launcher() {  # stop_launcher NAME SIGNAL LAUNCHER...
   local pid=$!
   set -e
   wait_for_steps "$pid" "$out" 3 "$log"
-  kill -s "$sig" "$pid"
+  kill -s "$sig" "$pid" 2> /dev/null ||
+    { tail -n 30 "$log" >&2; fail "$name: the launcher ended before its $sig (its log above)"; }
   set +e
   wait "$pid"
   local code=$?
