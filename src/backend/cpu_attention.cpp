@@ -1,14 +1,16 @@
 // CPU backend: causal self-attention in O(T) memory (flash attention). Queries go in tiles of
-// kAttentionTile rows against tiles of as many keys, with an online softmax: forward keeps a
-// running row max m, row sum l and the unnormalised output, and saves only each row's log-sum-exp
-// lse = m + log l; backward recomputes each tile's probabilities P = exp(scale q k^T - lse) and,
-// with D = rowsum(dout * out) per row, gets dS = P (dout v^T - D) scale. A tile whose queries all
-// precede its keys is skipped; one whose queries all follow its keys is not masked; one the mask
-// cuts (the diagonal) goes in two halves of 16 queries, each against the keys it sees (3/4 of
-// the scores: at T 64 flash + backward went from 0.94x the dense kernel's speed to 1.00x,
-// bench/attention_bench.cpp at 1 thread). The tiles' gemms read q, k, v straight out of their
-// row layout through leading dimensions (no copies); the score tiles live on the stack. The whole-sequence attention and context parallelism's
-// block pairs are the same kernels: positions 0..T-1 and the own keys for the former.
+// cpu_attention_tile(Tk) rows (32, or 128 against long keys) against tiles of as many keys, with
+// an online softmax: forward keeps a running row max m, row sum l and the unnormalised output,
+// and saves only each row's log-sum-exp lse = m + log l; backward recomputes each tile's
+// probabilities P = exp(scale q k^T - lse) and, with D = rowsum(dout * out) per row, gets
+// dS = P (dout v^T - D) scale. A tile whose queries all precede its keys is skipped; one whose
+// queries all follow its keys is not masked; one the mask cuts (the diagonal) goes in two halves
+// of its queries, each against the keys it sees (3/4 of the scores: at T 64 flash + backward went
+// from 0.94x the dense kernel's speed to 1.00x, bench/attention_bench.cpp at 1 thread). The
+// tiles' gemms read q, k, v straight out of their row layout through leading dimensions (no
+// copies); the score tiles live on the stack. The whole-sequence attention and context
+// parallelism's block pairs are the same kernels: positions 0..T-1 and the own keys for the
+// former.
 // Deterministic: one thread per (batch, head) in forward and per (batch, kv head) in backward
 // (each output has one writer), tiles in a fixed order. On 2-byte tensors: whole sequences at a
 // time staged (cpu_storage.hpp); lse, D and the block API's accumulators are T.
@@ -26,7 +28,8 @@ using cpu::gemm;
 
 namespace {
 
-constexpr int kTile = kAttentionTile;
+// The score tiles on the stack hold the largest tile; a call's tile is its ld.
+constexpr int kMaxTile = kAttentionTileLong;
 
 // Row i's position: pos[i], or i where pos is null (the whole sequence).
 inline int position(const int* pos, int i) { return pos ? pos[i] : i; }
@@ -48,9 +51,8 @@ TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int
   return qlo >= khi ? TileMask::All : TileMask::Some;
 }
 
-// A tile the mask cuts goes in square halves of kHalf queries, each against the leading keys it
-// sees: on the diagonal 3/4 of the scores.
-constexpr int kHalf = kTile / 2;
+// A tile the mask cuts goes in square halves of tile / 2 queries, each against the leading keys
+// it sees: on the diagonal 3/4 of the scores.
 
 // How many of the keys [j0, j0 + nk) up to the last one some query of [i0, i0 + nq) sees.
 int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) {
@@ -65,11 +67,12 @@ int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) 
 // f(r0, nr, nk', mask') for the parts of the tile (queries i0 + [0, nq), keys [j0, j0 + nk)) to
 // compute: the whole tile unless the mask cuts it, else each half's rows against its keys.
 template <class F>
-void for_tile_parts(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk,
+void for_tile_parts(int tile, const int* qpos, int i0, int nq, const int* kpos, int j0, int nk,
                     TileMask mask, F&& f) {
-  if (mask != TileMask::Some || nq <= kHalf) return f(0, nq, nk, mask);
-  for (int r0 = 0; r0 < nq; r0 += kHalf) {
-    const int nr = std::min(kHalf, nq - r0);
+  const int half = tile / 2;
+  if (mask != TileMask::Some || nq <= half) return f(0, nq, nk, mask);
+  for (int r0 = 0; r0 < nq; r0 += half) {
+    const int nr = std::min(half, nq - r0);
     const int seen = seen_keys(qpos, i0 + r0, nr, kpos, j0, nk);
     if (seen > 0) f(r0, nr, seen, tile_mask(qpos, i0 + r0, nr, kpos, j0, seen));
   }
@@ -93,16 +96,16 @@ struct BlockPair {
   size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
 };
 
-// S (nq, nk; ld kTile) = scale q_i k_j^T, the entries whose key the query does not see -inf.
+// S (nq, nk; ld tile) = scale q_i k_j^T, the entries whose key the query does not see -inf.
 template <typename T>
-void tile_scores(T* S, const BlockPair<T>& p, const T* q, const T* k, int i0, int nq, int j0,
-                 int nk, TileMask mask) {
-  gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, kTile);
+void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, int i0, int nq,
+                 int j0, int nk, TileMask mask) {
+  gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, tile);
   if (mask != TileMask::Some) return;
   for (int r = 0; r < nq; ++r) {
     const int qp = position(p.qpos, i0 + r);
     for (int c = 0; c < nk; ++c)
-      if (position(p.kpos, j0 + c) > qp) S[r * kTile + c] = -std::numeric_limits<T>::infinity();
+      if (position(p.kpos, j0 + c) > qp) S[r * tile + c] = -std::numeric_limits<T>::infinity();
   }
 }
 
@@ -112,14 +115,14 @@ void tile_scores(T* S, const BlockPair<T>& p, const T* q, const T* k, int i0, in
 template <typename T>
 void block_forward_kernel(T* out, T* lse, const BlockPair<T>& p, bool merge) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  const int A = p.NH * p.hs, group = p.NH / p.NKV;
+  const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
   const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int bh = 0; bh < p.B * p.NH; ++bh) {
     const int b = bh / p.NH, h = bh % p.NH, g = h / group;
-    T S[kTile * kTile], m[kTile], l[kTile];
-    for (int i0 = 0; i0 < p.Tq; i0 += kTile) {
-      const int nq = std::min(kTile, p.Tq - i0);
+    T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
+    for (int i0 = 0; i0 < p.Tq; i0 += tile) {
+      const int nq = std::min(tile, p.Tq - i0);
       const T* q = p.q + p.q_at(b, i0, h);
       T* o = out + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;  // (nq, hs; ld A)
       T* L = lse + (static_cast<size_t>(bh)) * p.Tq + i0;
@@ -130,10 +133,10 @@ void block_forward_kernel(T* out, T* lse, const BlockPair<T>& p, bool merge) {
       }
       // rows [r0, r0 + nr) of the tile against keys [j0, j0 + nk): S, the online softmax, o += P v
       const auto absorb = [&](int j0, int r0, int nr, int nk, TileMask mask) {
-        tile_scores(S + r0 * kTile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr, j0,
-                    nk, mask);
+        tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr,
+                    j0, nk, mask);
         for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
-          T* row = S + r * kTile;
+          T* row = S + r * tile;
           T mx = ninf;
 #pragma omp simd reduction(max : mx)
           for (int c = 0; c < nk; ++c) mx = std::max(mx, row[c]);
@@ -155,14 +158,14 @@ void block_forward_kernel(T* out, T* lse, const BlockPair<T>& p, bool merge) {
           l[r] += sum;
           m[r] = mnew;
         }
-        gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, nk, T(1), S + r0 * kTile, kTile,
+        gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, nk, T(1), S + r0 * tile, tile,
              p.kv + p.v_at(b, j0, g), p.kv_ld, T(1), o + static_cast<size_t>(r0) * A, A);
       };
-      for (int j0 = 0; j0 < p.Tk; j0 += kTile) {
-        const int nk = std::min(kTile, p.Tk - j0);
+      for (int j0 = 0; j0 < p.Tk; j0 += tile) {
+        const int nk = std::min(tile, p.Tk - j0);
         const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
         if (mask == TileMask::None) continue;
-        for_tile_parts(p.qpos, i0, nq, p.kpos, j0, nk, mask,
+        for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
                        [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
       }
       for (int r = 0; r < nq; ++r) {  // out = acc / l, lse = m + log l; -inf, 0 for no key
@@ -184,21 +187,21 @@ template <typename T>
 void block_backward_kernel(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout,
                            const T* lse, const T* D, const BlockPair<T>& p) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  const int A = p.NH * p.hs, group = p.NH / p.NKV;
+  const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
   const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int bg = 0; bg < p.B * p.NKV; ++bg) {
     const int b = bg / p.NKV, g = bg % p.NKV;
-    T P[kTile * kTile], dS[kTile * kTile];
+    T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
     for (int h = g * group; h < (g + 1) * group; ++h) {
       const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
-      for (int i0 = 0; i0 < p.Tq; i0 += kTile) {
-        const int nq = std::min(kTile, p.Tq - i0);
+      for (int i0 = 0; i0 < p.Tq; i0 += tile) {
+        const int nq = std::min(tile, p.Tq - i0);
         const T* q = p.q + p.q_at(b, i0, h);
         const T* dy = dout + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;
         T* dqi = dq + (static_cast<size_t>(b) * p.Tq + i0) * dq_ld + h * p.hs;
-        for (int j0 = 0; j0 < p.Tk; j0 += kTile) {
-          const int nk = std::min(kTile, p.Tk - j0);
+        for (int j0 = 0; j0 < p.Tk; j0 += tile) {
+          const int nk = std::min(tile, p.Tk - j0);
           const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
           if (mask == TileMask::None) continue;
           const T* k = p.kv + p.k_at(b, j0, g);
@@ -209,29 +212,29 @@ void block_backward_kernel(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* 
           const auto part = [&](int r0, int nr, int n, TileMask m) {
             const T* qr = q + r0 * p.q_ld;
             const T* dyr = dy + static_cast<size_t>(r0) * A;
-            tile_scores(P, p, qr, k, i0 + r0, nr, j0, n, m);
+            tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m);
             for (int r = 0; r < nr; ++r) {
-              T* row = P + r * kTile;
+              T* row = P + r * tile;
               const T lr = lse[row0 + i0 + r0 + r];
 #pragma omp simd
               for (int c = 0; c < n; ++c)
                 row[c] = row[c] == ninf || lr == ninf ? T(0) : cpu::exp_fast(row[c] - lr);
             }
-            gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, kTile, dyr, A, T(1), dv, dkv_ld);
-            gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, kTile);
+            gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
+            gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
             for (int r = 0; r < nr; ++r) {
-              const T* prow = P + r * kTile;
-              T* drow = dS + r * kTile;
+              const T* prow = P + r * tile;
+              T* drow = dS + r * tile;
               const T d = D[row0 + i0 + r0 + r];
 #pragma omp simd
               for (int c = 0; c < n; ++c) drow[c] = prow[c] * (drow[c] - d) * p.scale;
             }
-            gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, kTile, k, p.kv_ld, T(1),
+            gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, tile, k, p.kv_ld, T(1),
                  dqi + r0 * dq_ld, dq_ld);
-            gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, kTile, qr, p.q_ld, T(1), dk,
+            gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, tile, qr, p.q_ld, T(1), dk,
                  dkv_ld);
           };
-          for_tile_parts(p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
+          for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
         }
       }
     }

@@ -5,8 +5,9 @@
 //     (support/dense_attention.hpp), normwise; the bound is derived below;
 //   - the block API over 2 and 3 key blocks in context parallelism's layout (rank r holds chunks
 //     r and 2N-1-r of the sequence), merged by log-sum-exp, against the whole sequence;
-//   - tile edges (T = 1, tile-1, tile, tile+1, 255), GQA, 2-byte operands (bit for bit against
-//     fp32 containers of the same rounded values), the same bits at 1 and 2 threads.
+//   - tile edges of the short and the long tile (cpu_attention_tile), GQA, 2-byte operands (bit
+//     for bit against fp32 containers of the same rounded values), the same bits at 1 and 2
+//     threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,8 +178,14 @@ Reference whole_reference(const DVec& qkv, const DVec& dout, int Tlen, Shape s) 
   return reference(qkv, kv, s.KV(), iota(Tlen), iota(Tlen), dout, s);
 }
 
-constexpr int kTile = kAttentionTile;
-const int kEdgeLengths[] = {1, kTile - 1, kTile, kTile + 1, 255};
+// The edges of both tiles: the short one's, the last length on it, the first on the long tile
+// (a whole number of its tiles) and lengths one past and one short of a long tile.
+constexpr int kShort = kAttentionTileShort, kLong = kAttentionTileLong;
+constexpr int kFirstLong = kAttentionLongKeys;
+const int kEdgeLengths[] = {1,   kShort - 1, kShort,         kShort + 1,
+                            255, kFirstLong - 1, kFirstLong, kFirstLong + 1,
+                            kFirstLong + kLong - 1};
+static_assert(kFirstLong % kLong == 0, "the first long length is a whole number of tiles");
 
 // Double: the tiles and the online softmax are the same function as the reference's rows.
 // Measured: out 6e-16, lse 3e-16, dqkv 3.6e-15; tolerance 2e-14.
@@ -238,16 +245,18 @@ TEST(CpuFlashAttention, FloatMatchesTheReferenceAndTheDenseKernel) {
 // Each output has one writer and the tiles go in a fixed order: the same bits at 1 and 2 threads.
 TEST(CpuFlashAttention, SameBitsAtOneAndTwoThreads) {
   const Shape s{2, 4, 2, 16};
-  const int Tlen = 200;
-  const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 21);
-  const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 22, -1, 1);
-  CpuBackend<float> one(1);
-  const Whole<float> a = whole(one, qkv, dout, Tlen, s);
-  CpuBackend<float> two(2);
-  const Whole<float> b = whole(two, qkv, dout, Tlen, s);
-  EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(a.dqkv.data(), b.dqkv.data(), a.dqkv.size() * sizeof(float)));
+  for (const int Tlen : {200, kAttentionLongKeys + 40}) {  // the short tile and the long one
+    SCOPED_TRACE("T " + std::to_string(Tlen));
+    const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 21);
+    const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 22, -1, 1);
+    CpuBackend<float> one(1);
+    const Whole<float> a = whole(one, qkv, dout, Tlen, s);
+    CpuBackend<float> two(2);
+    const Whole<float> b = whole(two, qkv, dout, Tlen, s);
+    EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(a.dqkv.data(), b.dqkv.data(), a.dqkv.size() * sizeof(float)));
+  }
 }
 
 // ---- the block-pair API in context parallelism's layout ------------------------------------
@@ -323,6 +332,8 @@ TEST(CpuFlashAttention, BlocksMergedOverTheRingEqualTheWholeSequence) {
       for (int c : {5, 40})  // c 40: a tile holds rows of both chunks
         check_ring<double>(N, r, c, Shape{2, 4, 2, 8}, 2e-14);
   check_ring<double>(2, 1, 33, Shape{1, 2, 1, 6}, 2e-14);  // multi-query
+  // blocks of 2 c >= kAttentionLongKeys keys: the long tile, one holding rows of both chunks
+  check_ring<double>(2, 0, kAttentionLongKeys / 2 + 20, Shape{1, 2, 1, 8}, 2e-14);
 }
 
 // Float: the bound of the whole sequence (measured: out 2.7e-7, lse 7.7e-8, dq 3.3e-7, dkv 3.1e-7).
