@@ -1,12 +1,15 @@
 // storage-gemm: the CPU backend's linear layer of GPT-2 small (C 768; the qkv projection, OC
 // 2304, and the head, OC 50304) on N tokens, forward (out = inp W^T + b) and backward (dinp,
-// dW, db), four ways:
+// dW, db), five ways:
 //   fp32      CpuBackend<float>: one sgemm per product, fp32 tensors;
 //   emulated  the same on bf16 values in fp32 containers, the outputs rounded (round_to), as
 //             --precision bf16 ran before 2-byte tensors;
 //   oracle    a backend constructed for bf16 on fp32 containers of bf16 values (the test oracle);
-//   bf16      a backend constructed for bf16 on 2-byte tensors (what the trainer now runs).
-// On a CPU without bf16 instructions the last two run the blocked sgemm; with them, oneDNN.
+//   bf16      a backend constructed for bf16 on 2-byte tensors (what the trainer now runs);
+//   fp16      a backend constructed for fp16 on 2-byte fp16 tensors (the same values).
+// On a CPU without bf16 instructions oracle and bf16 run the blocked sgemm; with them, oneDNN.
+// fp16 runs the blocked sgemm (oneDNN 2.6.3 offers no fp16 matmul at all on an AVX-512 CPU
+// without AVX512-FP16: measured on AMD EPYC Zen 5).
 //
 //   storage-gemm [--tokens 1024] [--threads 2] [--repeats 5]
 //
@@ -111,16 +114,16 @@ int main(int argc, char** argv) {
   }
   const int N = option(argc, argv, "--tokens", 1024), threads = option(argc, argv, "--threads", 2),
             repeats = option(argc, argv, "--repeats", 5);
-  CpuBackend<float> fp32(threads), bf16(threads, Precision::Bf16);
+  CpuBackend<float> fp32(threads), bf16(threads, Precision::Bf16), fp16(threads, Precision::Fp16);
   std::printf(
       "storage-gemm: linear layers of GPT-2 small, N=%d K=%d, %d threads, median of %d "
       "calls, ms (x fp32); bf16 kernels: %s\n",
       N, kC, threads, repeats, bf16.bf16_gemms() ? "oneDNN" : "blocked sgemm");
-  std::printf("%-6s %-8s %10s %18s %18s %18s\n", "OC", "pass", "fp32", "emulated", "oracle",
-              "bf16");
+  std::printf("%-6s %-8s %10s %18s %18s %18s %18s\n", "OC", "pass", "fp32", "emulated", "oracle",
+              "bf16", "fp16");
   for (const int OC : {3 * kC, 50304}) {
     Layer f32(fp32, Precision::Fp32, N, OC), oracle(bf16, Precision::Fp32, N, OC),
-        half(bf16, Precision::Bf16, N, OC);
+        half(bf16, Precision::Bf16, N, OC), fp16_layer(fp16, Precision::Fp16, N, OC);
     const auto forward = [&](Layer& l, bool round) {
       return [&l, round, N, OC] {
         l.be.matmul_forward(l.out, l.inp, l.w, l.b, N, kC, OC);
@@ -138,10 +141,12 @@ int main(int argc, char** argv) {
         return fwd ? median_ms(repeats, forward(l, round)) : median_ms(repeats, backward(l, round));
       };
       const double base = pass(f32, false), emulated = pass(f32, true),
-                   blocked_oracle = pass(oracle, true), blocked = pass(half, false);
-      std::printf("%-6d %-8s %10.1f %10.1f (%4.2f) %10.1f (%4.2f) %10.1f (%4.2f)\n", OC,
-                  fwd ? "forward" : "backward", base, emulated, emulated / base, blocked_oracle,
-                  blocked_oracle / base, blocked, blocked / base);
+                   blocked_oracle = pass(oracle, true), blocked = pass(half, false),
+                   half16 = pass(fp16_layer, false);
+      std::printf("%-6d %-8s %10.1f %10.1f (%4.2f) %10.1f (%4.2f) %10.1f (%4.2f) %10.1f (%4.2f)\n",
+                  OC, fwd ? "forward" : "backward", base, emulated, emulated / base,
+                  blocked_oracle, blocked_oracle / base, blocked, blocked / base, half16,
+                  half16 / base);
     }
   }
   return 0;
