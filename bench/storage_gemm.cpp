@@ -8,8 +8,8 @@
 //   bf16      a backend constructed for bf16 on 2-byte tensors (what the trainer now runs);
 //   fp16      a backend constructed for fp16 on 2-byte fp16 tensors (the same values).
 // On a CPU without bf16 instructions oracle and bf16 run the blocked sgemm; with them, oneDNN.
-// fp16 runs the blocked sgemm (oneDNN 2.6.3 offers no fp16 matmul at all on an AVX-512 CPU
-// without AVX512-FP16: measured on AMD EPYC Zen 5).
+// fp16 runs the blocked sgemm everywhere: oneDNN 2.6.3 (Debian 12's) has no fp16 matmul kernel
+// for any x86 CPU (its kernels are fp32, bf16, and AMX bf16 / int8; none for AVX512-FP16).
 //
 //   storage-gemm [--tokens 1024] [--threads 2] [--repeats 5]
 //
