@@ -70,17 +70,23 @@ void CpuBackend<T>::product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CB
 // weights for every block (GPT-2's head in 16-row blocks ran at a third of the one-call rate).
 template <typename T>
 bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B,
-                                 bool accumulate, Buf<T> C, bool a_unchanged) {
+                                 bool accumulate, Buf<T> C, bool a_unchanged, CBuf<T> bias) {
   if constexpr (std::is_same_v<T, float>) {
     const auto readable = [](Precision p) { return p == Precision::Fp32 || p == Precision::Bf16; };
-    if (!bf16_gemms() || !readable(A.dtype()) || !readable(B.dtype()) || !readable(C.dtype()))
+    if (!bf16_gemms() || !readable(A.dtype()) || !readable(B.dtype()) || !readable(C.dtype()) ||
+        (bias && !readable(bias.dtype())))
       return false;
+    using Bias = cpu::Bf16Matmul::Bias;
+    const Bias row = !bias                               ? Bias::None
+                     : bias.dtype() == Precision::Bf16 ? Bias::Bf16
+                                                       : Bias::Fp32;
     const bool c16 = C.dtype() == Precision::Bf16;
-    if (!bf16_->has_kernel(ta, tb, M, N, K, accumulate, c16)) return false;
+    if (!bf16_->has_kernel(ta, tb, M, N, K, accumulate, c16, row)) return false;
     const uint16_t* a = bf16_->operand_a(A.data(), A.dtype() == Precision::Bf16,
                                          static_cast<size_t>(M) * K, a_unchanged);
     const uint16_t* b =
         bf16_->operand_b(B.data(), B.dtype() == Precision::Bf16, static_cast<size_t>(K) * N);
+    if (bias) return bf16_->multiply_biased(ta, tb, M, N, K, a, b, bias.data(), row, C.data(), c16);
     return c16 ? bf16_->multiply(ta, tb, M, N, K, a, b, accumulate, C.half())
                : bf16_->multiply(ta, tb, M, N, K, a, b, accumulate, C.full());
   } else {
@@ -88,10 +94,12 @@ bool CpuBackend<T>::bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> 
   }
 }
 
-// out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC): rows of out start as bias, then accumulate.
+// out(N,OC) = inp(N,IC) @ weight(OC,IC)^T + bias(OC): oneDNN's bf16 matmul adds the bias to the
+// fp32 sum itself; elsewhere rows of out start as bias, then accumulate.
 template <typename T>
 void CpuBackend<T>::matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N,
                                    int IC, int OC) {
+  if (bias && bf16_product(false, true, N, OC, IC, inp, weight, false, out, false, bias)) return;
   if (bias) {
     const size_t row = OC * out.element_size();
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * OC > kParallelWork)

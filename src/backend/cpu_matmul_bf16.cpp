@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "cpu_kernels.hpp"
@@ -74,6 +75,8 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
       const dnnl::memory::desc b({k.K, k.N}, dt::bf16,
                                  k.tb ? strides{1, k.ldb} : strides{k.ldb, 1});
       const dnnl::memory::desc c({k.M, k.N}, k.c_bf16 ? dt::bf16 : dt::f32, strides{k.ldc, 1});
+      const dnnl::memory::desc bias({1, k.N}, k.bias == Bias::Bf16 ? dt::bf16 : dt::f32,
+                                    strides{k.N, 1});
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (k.accumulate) {
@@ -81,14 +84,16 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
         ops.append_sum(1.0f);  // C = C + A B, in fp32 (then rounded where C is bf16)
         attr.set_post_ops(ops);
       }
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_,
-                                            /*allow_empty=*/true);
+      const dnnl::matmul::desc d = k.bias == Bias::None ? dnnl::matmul::desc(a, b, c)
+                                                        : dnnl::matmul::desc(a, b, bias, c);
+      const dnnl::matmul::primitive_desc pd(d, attr, engine_, /*allow_empty=*/true);
       if (pd && std::strncmp(pd.impl_info_str(), "ref", 3) != 0) {
         p.bf16 = true;
         p.matmul = dnnl::matmul(pd);
         p.a = dnnl::memory(a, engine_, DNNL_MEMORY_NONE);
         p.b = dnnl::memory(b, engine_, DNNL_MEMORY_NONE);
         p.c = dnnl::memory(c, engine_, DNNL_MEMORY_NONE);
+        if (k.bias != Bias::None) p.bias = dnnl::memory(bias, engine_, DNNL_MEMORY_NONE);
         p.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine_, DNNL_MEMORY_NONE);
       } else {
         say_fallback(("oneDNN has no bf16 kernel for the " + std::to_string(k.M) + "x" +
@@ -111,31 +116,35 @@ Bf16Matmul::Along Bf16Matmul::along(const Key& k) const {
 template <class F>
 void Bf16Matmul::for_pieces(const Key& k, F&& f) const {
   const Along dim = along(k);
-  if (dim == Along::None) return f(k, size_t{0}, size_t{0}, size_t{0});
+  if (dim == Along::None) return f(k, size_t{0}, size_t{0}, size_t{0}, size_t{0});
   const int longest = dim == Along::N ? k.N : dim == Along::M ? k.M : k.K;
   for (int at = 0; at < longest; at += chunk_) {
     const int n = std::min(chunk_, longest - at);
     const size_t i = static_cast<size_t>(at);
     Key piece = k;
-    if (dim == Along::N) {  // columns of C and B
+    if (dim == Along::N) {  // columns of C, B and the bias
       piece.N = n;
-      f(piece, size_t{0}, k.tb ? i * k.ldb : i, i);
+      f(piece, size_t{0}, k.tb ? i * k.ldb : i, i, i);
     } else if (dim == Along::M) {  // rows of C and A
       piece.M = n;
-      f(piece, k.ta ? i : i * k.lda, size_t{0}, i * k.ldc);
+      f(piece, k.ta ? i : i * k.lda, size_t{0}, i * k.ldc, size_t{0});
     } else {  // along K: the pieces' products add up in fp32
       piece.K = n;
       piece.accumulate = k.accumulate || at > 0;
       piece.c_bf16 = false;
-      f(piece, k.ta ? i * k.lda : i, k.tb ? i : i * k.ldb, size_t{0});
+      f(piece, k.ta ? i * k.lda : i, k.tb ? i : i * k.ldb, size_t{0}, size_t{0});
     }
   }
 }
 
-bool Bf16Matmul::has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16) {
+bool Bf16Matmul::has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16,
+                            Bias bias) {
+  const Key k = whole(ta, tb, M, N, K, accumulate, c_bf16, bias);
+  if (bias != Bias::None && along(k) == Along::K) return false;  // a bias is added once
   bool all = true;
-  for_pieces(whole(ta, tb, M, N, K, accumulate, c_bf16),
-             [&](const Key& piece, size_t, size_t, size_t) { all = all && plan(piece).bf16; });
+  for_pieces(k, [&](const Key& piece, size_t, size_t, size_t, size_t) {
+    all = all && plan(piece).bf16;
+  });
   return all;
 }
 
@@ -173,32 +182,43 @@ bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A,
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
                           const uint16_t* b, bool accumulate, float* C) {
-  return run_pieces(whole(ta, tb, M, N, K, accumulate, false), a, b, C);
+  return run_pieces(whole(ta, tb, M, N, K, accumulate, false), a, b, nullptr, C);
 }
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
                           const uint16_t* b, bool accumulate, uint16_t* C) {
-  return run_pieces(whole(ta, tb, M, N, K, accumulate, true), a, b, C);
+  return run_pieces(whole(ta, tb, M, N, K, accumulate, true), a, b, nullptr, C);
+}
+
+bool Bf16Matmul::multiply_biased(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
+                                 const uint16_t* b, const void* bias, Bias type, void* C,
+                                 bool c_bf16) {
+  return run_pieces(whole(ta, tb, M, N, K, false, c_bf16, type), a, b, bias, C);
 }
 
 // Pieces along K into a bf16 C add up in sum_ (C's values first where they accumulate), which
 // is rounded into C once at the end: the one rounding of the whole product.
-bool Bf16Matmul::run_pieces(const Key& k, const uint16_t* a, const uint16_t* b, void* C) {
-  if (!has_kernel(k.ta, k.tb, k.M, k.N, k.K, k.accumulate, k.c_bf16)) return false;
+bool Bf16Matmul::run_pieces(const Key& k, const uint16_t* a, const uint16_t* b, const void* bias,
+                            void* C) {
+  if (!has_kernel(k.ta, k.tb, k.M, k.N, k.K, k.accumulate, k.c_bf16, k.bias)) return false;
   const size_t c_elems = static_cast<size_t>(k.M) * k.N;
   const bool split_k = k.c_bf16 && along(k) == Along::K;
   float* sum = split_k ? static_cast<float*>(sum_.reserve(c_elems * sizeof(float))) : nullptr;
   if (split_k && k.accumulate) from_bf16(sum, static_cast<const uint16_t*>(C), c_elems);
   const size_t c_size = k.c_bf16 && !split_k ? sizeof(uint16_t) : sizeof(float);
   char* c = split_k ? reinterpret_cast<char*>(sum) : static_cast<char*>(C);
-  for_pieces(k, [&](const Key& piece, size_t at_a, size_t at_b, size_t at_c) {
-    run(piece, a + at_a, b + at_b, c + at_c * c_size);
+  const size_t bias_size = k.bias == Bias::Bf16 ? sizeof(uint16_t) : sizeof(float);
+  for_pieces(k, [&](const Key& piece, size_t at_a, size_t at_b, size_t at_c, size_t at_bias) {
+    run(piece, a + at_a, b + at_b,
+        bias ? static_cast<const char*>(bias) + at_bias * bias_size : nullptr,
+        c + at_c * c_size);
   });
   if (split_k) to_bf16(static_cast<uint16_t*>(C), sum, c_elems);
   return true;
 }
 
-bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, void* C) {
+bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, const void* bias,
+                     void* C) {
   Plan& p = plan(key);
   if (!p.bf16) return false;
   try {
@@ -206,10 +226,15 @@ bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, void*
     p.b.set_data_handle(const_cast<uint16_t*>(b));
     p.c.set_data_handle(C);
     p.scratchpad.set_data_handle(scratchpad_.reserve(p.scratchpad.get_desc().get_size()));
-    p.matmul.execute(stream_, {{DNNL_ARG_SRC, p.a},
-                               {DNNL_ARG_WEIGHTS, p.b},
-                               {DNNL_ARG_DST, p.c},
-                               {DNNL_ARG_SCRATCHPAD, p.scratchpad}});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, p.a},
+                                               {DNNL_ARG_WEIGHTS, p.b},
+                                               {DNNL_ARG_DST, p.c},
+                                               {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
+    if (key.bias != Bias::None) {
+      p.bias.set_data_handle(const_cast<void*>(bias));
+      args.emplace(DNNL_ARG_BIAS, p.bias);
+    }
+    p.matmul.execute(stream_, args);
     stream_.wait();
   } catch (const dnnl::error& e) {
     throw_dnnl(e, "running a bf16 matmul");

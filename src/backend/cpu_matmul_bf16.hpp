@@ -5,11 +5,15 @@
 // even: the bits of the fp32 result rounded by round_to).
 //
 // One primitive per shape (M, N, K, transpositions, accumulate, result type), created on first
-// use and kept. A product whose largest dimension exceeds 4 chunks (the head's vocabulary: GPT-2's
-// 50304) runs as pieces of `chunk` along it, strided views of the operands: oneDNN 2.6 runs it
-// whole at 0.7-0.9x the rate of the pieces (GPT-2 small's head, 1 thread, GFLOP/s per CPU second
-// on Zen 5: dinp 268-286 whole vs 385-391 in pieces, dW 304-309 vs 336-379, forward 330-350 vs
-// 370-374); pieces along K add up in fp32 scratch, rounded once into a bf16 C.
+// use and kept. A bias row (bf16 or fp32, added to every row of C) goes to oneDNN as the matmul's
+// bias, added to the finished fp32 sum before the one rounding (the bits of C pre-filled with the
+// bias and a sum post-op, which reads C back and ran 5-8% slower: GPT-2 small's qkv forward, 2
+// threads, AMD EPYC Zen 5, 751-761 against 699-721 GFLOP/s). A product whose largest dimension
+// exceeds 4 chunks (the head's vocabulary: GPT-2's 50304) runs as pieces of `chunk` along it,
+// strided views of the operands: oneDNN 2.6 runs it whole at 0.7-0.9x the rate of the pieces
+// (GPT-2 small's head, 1 thread, GFLOP/s per CPU second on Zen 5: dinp 268-286 whole vs 385-391
+// in pieces, dW 304-309 vs 336-379, forward 330-350 vs 370-374); pieces along K add up in fp32
+// scratch, rounded once into a bf16 C (a bias is then left to the caller).
 // the scratch buffers (both operands and oneDNN's scratchpad, which it is told to take from us)
 // grow to the largest shape seen, so repeated shapes allocate nothing of their own.
 #pragma once
@@ -55,9 +59,15 @@ class Bf16Matmul {
   // The same into a bf16 C (accumulate: C's values are added in fp32 before the one rounding).
   bool multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
                 bool accumulate, uint16_t* C);
+  // C(M,N) = A B + bias (a row of N elements stored as `type` says) into a bf16 or fp32 C
+  // (c_bf16), overwritten.
+  enum class Bias { None, Bf16, Fp32 };
+  bool multiply_biased(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
+                       const void* bias, Bias type, void* C, bool c_bf16);
   // Whether multiply runs a bf16 kernel for this shape (creating its primitive); c_bf16: into a
-  // bf16 C.
-  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16 = false);
+  // bf16 C; bias: none, or a bias row stored in bf16 or fp32 (never with pieces along K).
+  bool has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16 = false,
+                  Bias bias = Bias::None);
   // The n elements of an operand as bf16 bits: itself where it is bf16 already, else its floats
   // converted into scratch (A's copy reused where a_unchanged and it is the same A, as above).
   const uint16_t* operand_a(const void* A, bool is_bf16, size_t n, bool a_unchanged);
@@ -68,28 +78,32 @@ class Bf16Matmul {
     int M, N, K;
     bool ta, tb, accumulate, c_bf16;
     int lda, ldb, ldc;  // row strides: A (K,M) rows when ta, B (N,K) rows when tb, C's
+    Bias bias;
     auto operator<=>(const Key&) const = default;
   };
   // A whole product: contiguous operands.
-  static Key whole(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16) {
-    return {M, N, K, ta, tb, accumulate, c_bf16, ta ? M : K, tb ? K : N, N};
+  static Key whole(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16,
+                   Bias bias = Bias::None) {
+    return {M, N, K, ta, tb, accumulate, c_bf16, ta ? M : K, tb ? K : N, N, bias};
   }
   // The dimension a product is split along: its longest, where that exceeds 4 chunks.
   enum class Along { None, M, N, K };
   Along along(const Key& k) const;
-  // f(piece, A offset, B offset, C offset) (offsets in elements) over the pieces of k: k itself
-  // where no dimension exceeds 4 chunks; pieces along K accumulate after the first, into fp32.
+  // f(piece, A offset, B offset, C offset, bias offset) (offsets in elements) over the pieces of
+  // k: k itself where no dimension exceeds 4 chunks; pieces along K accumulate after the first,
+  // into fp32.
   template <class F>
   void for_pieces(const Key& k, F&& f) const;
   struct Plan {
     bool bf16 = false;  // false: oneDNN has no bf16 kernel for this shape (sgemm instead)
     dnnl::matmul matmul;
-    dnnl::memory a, b, c, scratchpad;  // descriptors only; the data pointers are set per call
+    dnnl::memory a, b, c, bias, scratchpad;  // descriptors only; the pointers are set per call
   };
 
   Plan& plan(const Key& key);
-  bool run(const Key& key, const uint16_t* a, const uint16_t* b, void* c);  // one primitive
-  bool run_pieces(const Key& key, const uint16_t* a, const uint16_t* b, void* c);
+  // one primitive; bias: k.bias's row (null without)
+  bool run(const Key& key, const uint16_t* a, const uint16_t* b, const void* bias, void* c);
+  bool run_pieces(const Key& key, const uint16_t* a, const uint16_t* b, const void* bias, void* c);
   void say_fallback(const char* why);
 
   dnnl::engine engine_;

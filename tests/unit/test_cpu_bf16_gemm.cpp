@@ -329,5 +329,47 @@ TEST(CpuBf16Gemm, ProductsInPiecesMatchDoubleReference) {
   }
 }
 
+// A bias given to oneDNN (the forward's, bf16 or fp32) is added to the finished fp32 sum, before
+// the one rounding: the bits of C pre-filled with the bias and the product added onto it (the
+// path before, and still the blocked sgemm's), whole and in pieces along N and M; along K (the
+// sum in pieces) the bias is refused and the caller pre-fills.
+TEST(CpuBf16Gemm, BiasAddedOnceToTheFp32Sum) {
+  cpu::Bf16Matmul mm(16);
+  if (!mm.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
+  using Bias = cpu::Bf16Matmul::Bias;
+  const auto bits = [](const FVec& v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
+    return b;
+  };
+  struct Case {
+    int M, N, K;
+  };
+  for (const Case c : {Case{9, 40, 24}, Case{9, 150, 24}, Case{150, 20, 9}}) {  // whole, N, M
+    SCOPED_TRACE("M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
+                 " K=" + std::to_string(c.K));
+    const size_t mn = static_cast<size_t>(c.M) * c.N;
+    const FVec a = random_values(static_cast<size_t>(c.M) * c.K, 61),
+               b = random_values(static_cast<size_t>(c.N) * c.K, 62), bias = random_values(c.N, 63);
+    const std::vector<uint16_t> a16 = bits(a), b16 = bits(b), bias16 = bits(bias);
+    FVec filled(mn);  // C pre-filled with the bias
+    for (size_t i = 0; i < mn; ++i) filled[i] = bias[i % c.N];
+    FVec c32(filled), biased32(mn, 9.0f);
+    std::vector<uint16_t> c16 = bits(filled), biased16(mn, 1);
+    ASSERT_TRUE(mm.multiply(false, true, c.M, c.N, c.K, a16.data(), b16.data(), true, c32.data()));
+    ASSERT_TRUE(mm.multiply(false, true, c.M, c.N, c.K, a16.data(), b16.data(), true, c16.data()));
+    for (const Bias type : {Bias::Bf16, Bias::Fp32}) {
+      const void* row = type == Bias::Bf16 ? static_cast<const void*>(bias16.data()) : bias.data();
+      ASSERT_TRUE(mm.multiply_biased(false, true, c.M, c.N, c.K, a16.data(), b16.data(), row, type,
+                                     biased32.data(), false));
+      ASSERT_TRUE(mm.multiply_biased(false, true, c.M, c.N, c.K, a16.data(), b16.data(), row, type,
+                                     biased16.data(), true));
+      EXPECT_EQ(biased32, c32) << "fp32 C";
+      EXPECT_EQ(biased16, c16) << "bf16 C";
+    }
+  }
+  EXPECT_FALSE(mm.has_kernel(false, true, 4, 8, 100, false, true, Bias::Bf16)) << "along K";
+}
+
 }  // namespace
 }  // namespace mpitrain

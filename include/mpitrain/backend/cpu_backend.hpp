@@ -169,9 +169,10 @@ class CpuBackend final : public Backend<T> {
   // a_unchanged: A is unchanged since the previous product (its bf16 copy may be reused).
   void product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B, bool accumulate,
                Buf<T> C, bool a_unchanged);
-  // The oneDNN bf16 path of product; false (nothing written) where it does not run.
+  // The oneDNN bf16 path of product; false (nothing written) where it does not run. bias: a row
+  // of N that oneDNN adds to every row of C (then accumulate is false), or null.
   bool bf16_product(bool ta, bool tb, int M, int N, int K, CBuf<T> A, CBuf<T> B, bool accumulate,
-                    Buf<T> C, bool a_unchanged);
+                    Buf<T> C, bool a_unchanged, CBuf<T> bias = nullptr);
 
   int threads_;
   Precision precision_ = Precision::Fp32;                         // of the products
