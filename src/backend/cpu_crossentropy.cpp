@@ -12,10 +12,12 @@
 // independent of the thread count. Each phase reads the row once (phase 3 only with a gradient),
 // and e^x is the vectorised cpu::exp_fast for float.
 //
-// 2-byte logits: each thread widens its row into a row of fp32 scratch (in cache: a block of rows
-// staged through memory cost 1.7x the fp32 phases) and runs the same row functions on it, the
-// gradient rounded back into the row. ce_loss's total is summed after the rows, over the same row
-// chunks and from the same per-row values either way, so it is the same double.
+// A row is read in pieces of kPiece columns, the sum of exponentials added piece by piece. 2-byte
+// logits: each thread widens a piece into kPiece floats of scratch (L1: whole rows widened into
+// L2 cost 1.5x the fp32 phases, a block of rows staged through memory 1.7x) and runs the same
+// piece functions on it, the gradient rounded back into the row; fp32 logits are read and written
+// in place in the same pieces, so both give the same bits. ce_loss's total is summed after the
+// rows, over the same row chunks and from the same per-row values either way: the same double.
 #include <omp.h>
 
 #include <algorithm>
@@ -47,60 +49,71 @@ inline double row_loss(T m, T z, T target_logit) {
 }
 
 // ---- one row's pieces, on T values --------------------------------------------------------
+constexpr int kPiece = 2048;
+
 template <typename T>
-inline T max_of_row(const T* x, int R) {
+inline T max_of_piece(const T* x, int n) {
   T m = -std::numeric_limits<T>::infinity();
   // not std::max(m, x[j]): GCC leaves that form scalar. A NaN logit may be dropped here, but
   // e^(NaN - m) = NaN in phase 2 still makes the row's loss NaN.
 #pragma omp simd reduction(max : m)
-  for (int j = 0; j < R; ++j) m = m > x[j] ? m : x[j];
+  for (int j = 0; j < n; ++j) m = m > x[j] ? m : x[j];
   return m;
 }
 
 template <typename T>
-inline double row_sum_exp(const T* x, T m, int R) {
+inline double sum_exp_of_piece(const T* x, T m, int n) {
   double z = 0.0;
 #pragma omp simd reduction(+ : z)
-  for (int j = 0; j < R; ++j) z += cpu::exp_fast(x[j] - m);
+  for (int j = 0; j < n; ++j) z += cpu::exp_fast(x[j] - m);
   return z;
 }
 
-// x = the row's gradient: e^(x_j - m) (dloss / z) - [j == t] dloss, 0 in the padding.
+// Columns [j0, j0 + n) of the row's gradient, in place: e^(x_j - m) s for the real columns
+// (s = dloss / z), 0 in the padding, less dloss at the target t.
 template <typename T>
-inline void row_gradient(T* x, T m, double z, int t, int R, int Vl, T dloss) {
-  const T s = static_cast<T>(1.0 / z) * dloss;
+inline void gradient_of_piece(T* x, int j0, int n, T m, T s, int t, int R, T dloss) {
+  const int real = std::clamp(R - j0, 0, n);
 #pragma omp simd
-  for (int j = 0; j < R; ++j) x[j] = cpu::exp_fast(x[j] - m) * s;
-  for (int j = R; j < Vl; ++j) x[j] = T(0);
-  if (t >= 0 && t < R) x[t] -= dloss;
+  for (int j = 0; j < real; ++j) x[j] = cpu::exp_fast(x[j] - m) * s;
+  for (int j = real; j < n; ++j) x[j] = T(0);
+  if (t >= j0 && t < j0 + real) x[t - j0] -= dloss;
 }
 
-// The per-thread rows 2-byte logits are widened into (omp_get_max_threads() rows of Vl), from
+// The per-thread pieces 2-byte logits are widened into (omp_get_max_threads() of kPiece), from
 // the staging scratch; null for fp32 logits, which are read and written in place.
 template <typename T>
-T* staged_rows(cpu::Staging& staging, CBuf<T> logits, int Vl) {
+T* staged_pieces(cpu::Staging& staging, CBuf<T> logits) {
   if (!cpu::staged(logits)) return nullptr;
-  return staging.take<T>(cpu::kSlotA, static_cast<size_t>(omp_get_max_threads()) * Vl);
+  return staging.take<T>(cpu::kSlotA, static_cast<size_t>(omp_get_max_threads()) * kPiece);
 }
 
-// f(n, x) over the N rows, in parallel above `work`; x: row n as T values, the row itself, or
-// with `rows`, widened into this thread's row there and (for a Buf, which f writes) rounded back
-// after f: the bits of the emulated path (the same row functions on the same values).
+// f(x, j0, n) over the pieces of columns [0, cols) of `row`, x the piece as T values: the row's
+// own, or with `scratch` widened there and (for a Buf, which f writes) rounded back after f: the
+// bits of the emulated path (the same piece functions on the same values).
 template <typename T, class B, class F>
-void for_rows(B logits, T* rows, int N, int Vl, size_t work, F&& f) {
-  const size_t row = static_cast<size_t>(Vl);
-#pragma omp parallel for schedule(static) if (work > cpu::kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const B src = logits + n * row;
-    if (rows == nullptr) {
-      f(n, src.full());
+void for_pieces(B row, T* scratch, int cols, F&& f) {
+  for (int j0 = 0; j0 < cols; j0 += kPiece) {
+    const int n = std::min(kPiece, cols - j0);
+    const B piece = row + j0;
+    if (scratch == nullptr) {
+      f(piece.full(), j0, n);
       continue;
     }
-    T* x = rows + static_cast<size_t>(omp_get_thread_num()) * row;
-    cpu::widen_row(x, CBuf<T>(src), row);
-    f(n, x);
-    if constexpr (std::is_same_v<B, Buf<T>>) cpu::narrow_row(src, x, row);
+    cpu::widen_row(scratch, CBuf<T>(piece), n);
+    f(scratch, j0, n);
+    if constexpr (std::is_same_v<B, Buf<T>>) cpu::narrow_row(piece, scratch, n);
   }
+}
+
+// f(n, row, scratch) over the N rows, in parallel above `work`; scratch: this thread's piece of
+// `pieces`, or null (fp32 logits).
+template <typename T, class B, class F>
+void for_rows(B logits, T* pieces, int N, int Vl, size_t work, F&& f) {
+#pragma omp parallel for schedule(static) if (work > cpu::kParallelWork)
+  for (int n = 0; n < N; ++n)
+    f(n, logits + static_cast<size_t>(n) * Vl,
+      pieces ? pieces + static_cast<size_t>(omp_get_thread_num()) * kPiece : nullptr);
 }
 
 }  // namespace
@@ -108,19 +121,32 @@ void for_rows(B logits, T* rows, int N, int Vl, size_t work, F&& f) {
 template <typename T>
 void CpuBackend<T>::ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) {
   const int R = real_columns(Vl, v0, V);
-  for_rows(logits, staged_rows(*staging_, logits, Vl), N, Vl, static_cast<size_t>(N) * R,
-           [&](int n, const T* x) { row_max[n] = max_of_row(x, R); });
+  for_rows(logits, staged_pieces(*staging_, logits), N, Vl, static_cast<size_t>(N) * R,
+           [&](int n, CBuf<T> row, T* scratch) {
+             T m = -std::numeric_limits<T>::infinity();
+             for_pieces(row, scratch, R, [&](const T* x, int, int len) {
+               const T piece = max_of_piece(x, len);
+               m = m > piece ? m : piece;
+             });
+             row_max[n] = m;
+           });
 }
 
 template <typename T>
 void CpuBackend<T>::ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats,
                              int N, int Vl, int v0, int V) {
   const int R = real_columns(Vl, v0, V);
-  for_rows(logits, staged_rows(*staging_, logits, Vl), N, Vl, static_cast<size_t>(N) * R,
-           [&](int n, const T* x) {
-             stats[n] = static_cast<T>(row_sum_exp(x, row_max[n], R));
+  for_rows(logits, staged_pieces(*staging_, logits), N, Vl, static_cast<size_t>(N) * R,
+           [&](int n, CBuf<T> row, T* scratch) {
+             double z = 0.0;
+             for_pieces(row, scratch, R, [&](const T* x, int, int len) {
+               z += sum_exp_of_piece(x, row_max[n], len);
+             });
+             stats[n] = static_cast<T>(z);
              const int t = targets[n] - v0;
-             stats[N + n] = t >= 0 && t < R ? x[t] : T(0);
+             T target = T(0);
+             if (t >= 0 && t < R) cpu::widen_row(&target, row + t, 1);
+             stats[N + n] = target;
            });
 }
 
@@ -134,10 +160,15 @@ double CpuBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
   for (int n = 0; n < N; ++n)
     losses[n] = static_cast<T>(row_loss(row_max[n], stats[n], stats[N + n]));
   if (dloss != T(0)) {
-    for_rows(logits, staged_rows(*staging_, CBuf<T>(logits), Vl), N, Vl,
-             static_cast<size_t>(N) * Vl, [&](int n, T* x) {
-               row_gradient(x, row_max[n], static_cast<double>(stats[n]), targets[n] - v0, R, Vl,
-                            dloss);
+    for_rows(logits, staged_pieces(*staging_, CBuf<T>(logits)), N, Vl,
+             static_cast<size_t>(N) * Vl, [&](int n, Buf<T> row, T* scratch) {
+               const T s = static_cast<T>(1.0 / static_cast<double>(stats[n])) * dloss;
+               const int t = targets[n] - v0;
+               if (scratch == nullptr)  // element-wise: in place the whole row is one piece
+                 return gradient_of_piece(row.full(), 0, Vl, row_max[n], s, t, R, dloss);
+               for_pieces(row, scratch, Vl, [&](T* x, int j0, int len) {
+                 gradient_of_piece(x, j0, len, row_max[n], s, t, R, dloss);
+               });
              });
   }
   return cpu::chunked_sum(N, loss_rows_per_chunk(Vl), [&](size_t n0, size_t n1) {
