@@ -51,9 +51,6 @@ TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int
   return qlo >= khi ? TileMask::All : TileMask::Some;
 }
 
-// A tile the mask cuts goes in square halves of tile / 2 queries, each against the leading keys
-// it sees: on the diagonal 3/4 of the scores.
-
 // How many of the keys [j0, j0 + nk) up to the last one some query of [i0, i0 + nq) sees.
 int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) {
   int qhi = position(qpos, i0);
@@ -65,7 +62,8 @@ int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) 
 }
 
 // f(r0, nr, nk', mask') for the parts of the tile (queries i0 + [0, nq), keys [j0, j0 + nk)) to
-// compute: the whole tile unless the mask cuts it, else each half's rows against its keys.
+// compute: the whole tile unless the mask cuts it, else square halves of tile / 2 queries, each
+// against the leading keys it sees (on the diagonal 3/4 of the scores).
 template <class F>
 void for_tile_parts(int tile, const int* qpos, int i0, int nq, const int* kpos, int j0, int nk,
                     TileMask mask, F&& f) {

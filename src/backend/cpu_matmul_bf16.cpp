@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "cpu_kernels.hpp"
@@ -93,8 +92,15 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
         p.a = dnnl::memory(a, engine_, DNNL_MEMORY_NONE);
         p.b = dnnl::memory(b, engine_, DNNL_MEMORY_NONE);
         p.c = dnnl::memory(c, engine_, DNNL_MEMORY_NONE);
-        if (k.bias != Bias::None) p.bias = dnnl::memory(bias, engine_, DNNL_MEMORY_NONE);
         p.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine_, DNNL_MEMORY_NONE);
+        p.args = {{DNNL_ARG_SRC, p.a},
+                  {DNNL_ARG_WEIGHTS, p.b},
+                  {DNNL_ARG_DST, p.c},
+                  {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
+        if (k.bias != Bias::None) {
+          p.bias = dnnl::memory(bias, engine_, DNNL_MEMORY_NONE);
+          p.args.emplace(DNNL_ARG_BIAS, p.bias);
+        }
       } else {
         say_fallback(("oneDNN has no bf16 kernel for the " + std::to_string(k.M) + "x" +
                       std::to_string(k.N) + "x" + std::to_string(k.K) + " product")
@@ -226,15 +232,8 @@ bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, const
     p.b.set_data_handle(const_cast<uint16_t*>(b));
     p.c.set_data_handle(C);
     p.scratchpad.set_data_handle(scratchpad_.reserve(p.scratchpad.get_desc().get_size()));
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, p.a},
-                                               {DNNL_ARG_WEIGHTS, p.b},
-                                               {DNNL_ARG_DST, p.c},
-                                               {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
-    if (key.bias != Bias::None) {
-      p.bias.set_data_handle(const_cast<void*>(bias));
-      args.emplace(DNNL_ARG_BIAS, p.bias);
-    }
-    p.matmul.execute(stream_, args);
+    if (key.bias != Bias::None) p.bias.set_data_handle(const_cast<void*>(bias));
+    p.matmul.execute(stream_, p.args);  // the map's handles share p's memory objects
     stream_.wait();
   } catch (const dnnl::error& e) {
     throw_dnnl(e, "running a bf16 matmul");

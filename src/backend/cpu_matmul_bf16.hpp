@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu_storage.hpp"
@@ -98,6 +99,7 @@ class Bf16Matmul {
     bool bf16 = false;  // false: oneDNN has no bf16 kernel for this shape (sgemm instead)
     dnnl::matmul matmul;
     dnnl::memory a, b, c, bias, scratchpad;  // descriptors only; the pointers are set per call
+    std::unordered_map<int, dnnl::memory> args;  // the handles above by argument, built once
   };
 
   Plan& plan(const Key& key);
