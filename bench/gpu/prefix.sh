@@ -96,7 +96,9 @@ gpu_nvrtc() {
   return 1
 }
 
-# gpu_configure BUILD ARCH [CMAKE ARGS...]: CMake for a CUDA build against the prefix only
+# gpu_configure BUILD ARCH [CMAKE ARGS...]: CMake for a CUDA build against the prefix only.
+# FindHDF5 asks the h5cc it finds on PATH first (a node's serial /usr/bin/h5cc, or the prefix's
+# h5pcc, which names /usr): a wrapper that answers nothing sends it to the prefix's paths below.
 gpu_configure() {
   local build=$1 arch=$2
   shift 2
@@ -109,6 +111,7 @@ gpu_configure() {
     -DMPI_CXX_SKIP_MPICXX=ON -DMPI_C_LIB_NAMES=mpi -DMPI_CXX_LIB_NAMES=mpi \
     -DMPI_mpi_LIBRARY="$LIB/openmpi/lib/libmpi.so" -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpiexec" \
     -DHDF5_PREFER_PARALLEL=ON -DHDF5_C_INCLUDE_DIR="$PREFIX/usr/include/hdf5/openmpi" \
+    -DHDF5_C_COMPILER_EXECUTABLE=/bin/false \
     -DHDF5_hdf5_LIBRARY_RELEASE="$LIB/hdf5/openmpi/libhdf5.so" \
     -DOPENBLAS_LIBRARY="$LIB/openblas-openmp/libopenblas.so" \
     -DOPENBLAS_INCLUDE_DIR="$PREFIX/usr/include/$MA/openblas-openmp" \

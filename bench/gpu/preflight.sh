@@ -75,6 +75,10 @@ for found in MPI_mpi_LIBRARY HDF5_hdf5_LIBRARY_RELEASE OPENBLAS_LIBRARY DNNL_LIB
   path=$(sed -n "s/^$found:[A-Z]*=//p" "$PREFIX_BUILD/CMakeCache.txt")
   [[ $path == "$PREFIX"/* && -e $path ]] || bad "$found is '$path', not a file of the prefix"
 done
+# What FindHDF5 reports is what the targets link: an h5cc on PATH can override the paths above
+# (the first GPU node's serial /usr/bin/h5cc did).
+hdf5=$(sed -n 's/^-- Found HDF5: \([^ ]*\).*/\1/p' "$WORK/configure.log")
+[[ $hdf5 == "$PREFIX"/* ]] || bad "CMake's HDF5 is '$hdf5', not the prefix's"
 
 # 2. what the gpu tests run, all built
 mapfile -t targets < <(gpu_targets "$PREFIX_BUILD")

@@ -118,9 +118,12 @@ run_step() {
   local name=$1 log=$2 limit=$3 t0 rc
   shift 3
   t0=$(date +%s)
-  if ((DRY)); then
+  if ((DRY)); then  # a command timeout cannot start (this shell's function or builtin) fails it too
     echo "dry run: $*" >"$log"
-    rc=0
+    case $(type -t "$1") in
+      function | builtin | keyword | alias) echo "run_step: timeout cannot run '$1'" | tee -a "$log"; rc=127 ;;
+      *) rc=0 ;;  # a program, or one the build step makes
+    esac
   elif [[ ${STREAM:-0} == 1 ]]; then
     timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log" | indent | tee -a "$SUMMARY"
     rc=${PIPESTATUS[0]}
@@ -157,8 +160,11 @@ step_build() {
   read -r -a extra <<<"${MPITRAIN_CMAKE_EXTRA:-}"
   local t0 left
   t0=$(date +%s)
+  # timeout runs programs, not this shell's functions: the configure runs in a bash of its own
   run_step "configure (CUDA arch ${arch:-90})" "$LOGS/configure.log" "${BUDGET[build]}" \
-    gpu_configure "$BUILD" "${arch:-90}" "${extra[@]}" || { tail -30 "$LOGS/configure.log"; return 1; }
+    env SRC="$SRC" WORK="$WORK" CUDNN_ROOT="${CUDNN_ROOT:-}" NCCL_ROOT="${NCCL_ROOT:-}" \
+    bash -c 'source "$SRC/bench/gpu/prefix.sh" && gpu_configure "$@"' gpu_configure \
+    "$BUILD" "${arch:-90}" "${extra[@]}" || { tail -30 "$LOGS/configure.log"; return 1; }
   mapfile -t targets < <(gpu_targets "$BUILD")
   ((${#targets[@]} > 0)) || { say "- no gpu targets read back from ctest"; return 1; }
   left=$((BUDGET[build] - ($(date +%s) - t0)))
@@ -223,7 +229,11 @@ for step in "$@"; do
     status=1
     continue
   fi
-  "step_$step" || status=1
+  if [[ $step != build && ${build_failed:-0} == 1 ]]; then  # its programs are missing or stale
+    say "- not run: the build step failed"
+    continue
+  fi
+  "step_$step" || { status=1; [[ $step == build ]] && build_failed=1; }
   pack || { say "- the logs could not be packed into $ARCHIVE"; status=1; }
 done
 say ""
