@@ -102,12 +102,13 @@ double chunked_sum(size_t n, size_t min_chunk, F&& f) {
 
 // f(c0, c1) over blocks of the columns [0, C), in parallel when rows*C is large: the shape of
 // every "sum over rows" (bias, norm-weight, embedding gradients) with no races and no scratch.
+inline constexpr int kColumnBlock = 64;
 template <class F>
 void for_column_blocks(int C, size_t rows, F&& f) {
-  constexpr int kBlock = 64;
-  const int blocks = (C + kBlock - 1) / kBlock;
+  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (rows * C > kParallelWork && blocks > 1)
-  for (int blk = 0; blk < blocks; ++blk) f(blk * kBlock, std::min(C, (blk + 1) * kBlock));
+  for (int blk = 0; blk < blocks; ++blk)
+    f(blk * kColumnBlock, std::min(C, (blk + 1) * kColumnBlock));
 }
 
 }  // namespace mpitrain::cpu

@@ -1,8 +1,6 @@
-// CPU backend: LayerNorm and RMSNorm over the last dim C of N rows. Forward and the input
-// gradient run in parallel over rows; the weight/bias gradients (sums over rows) in parallel over
-// column blocks, so there are no races and no scratch. On 2-byte tensors: blocks of rows staged
-// (cpu_storage.hpp); the input gradient's += reads the old 2-byte values, and the weight/bias
-// gradients take the blocks in order, so each element sums its rows in the kernel's order.
+// CPU backend: LayerNorm and RMSNorm over the last dim C of N rows, one row kernel each for the
+// forward and the input gradient and one for a row's piece of the weight/bias gradients, run over
+// fp32 tensors in place or over 2-byte ones a widened row at a time (for_rows, below).
 #include <cmath>
 
 #include "cpu_kernels.hpp"
@@ -17,104 +15,97 @@ namespace {
 
 // ---- LayerNorm ----------------------------------------------------------------------------
 
-// mean = sum x / C; rstd = 1/sqrt(sum (x-mean)^2 / C + eps); out = (x-mean) rstd w + b
+// one row: mean = sum x / C; rstd = 1/sqrt(sum (x-mean)^2 / C + eps); out = (x-mean) rstd w + b
 template <typename T>
-void layernorm_forward_kernel(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N,
-                              int C, T eps) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const T* x = inp + static_cast<size_t>(n) * C;
-    T* o = out + static_cast<size_t>(n) * C;
-    T s = 0;
+inline void layernorm_row(T* o, T* mean, T* rstd, const T* x, const T* w, const T* b, int C,
+                          T eps) {
+  T s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int c = 0; c < C; ++c) s += x[c];
-    const T m = s / C;
-    T v = 0;
+  for (int c = 0; c < C; ++c) s += x[c];
+  const T m = s / C;
+  T v = 0;
 #pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    const T r = T(1) / std::sqrt(v / C + eps);
+  for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+  const T r = T(1) / std::sqrt(v / C + eps);
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
-    mean[n] = m;
-    rstd[n] = r;
-  }
+  for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
+  *mean = m;
+  *rstd = r;
 }
 
-// norm = (x-mean) rstd; dnorm = dout w
+// one row: norm = (x-mean) rstd; dnorm = dout w
 // dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm))
-// dw += sum_n dout norm;  db += sum_n dout
 template <typename T>
-void layernorm_backward_kernel(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                               const T* mean, const T* rstd, int N, int C) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const T* x = inp + static_cast<size_t>(n) * C;
-    const T* d = dout + static_cast<size_t>(n) * C;
-    T* di = dinp + static_cast<size_t>(n) * C;
-    const T m = mean[n], r = rstd[n];
-    T dn_mean = 0, dnn_mean = 0;
+inline void layernorm_dinp_row(T* di, const T* d, const T* x, const T* w, T m, T r, int C) {
+  T dn_mean = 0, dnn_mean = 0;
 #pragma omp simd reduction(+ : dn_mean, dnn_mean)
-    for (int c = 0; c < C; ++c) {
-      const T dn = d[c] * w[c];
-      dn_mean += dn;
-      dnn_mean += dn * (x[c] - m) * r;
-    }
-    dn_mean /= C;
-    dnn_mean /= C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c)
-      di[c] += r * (d[c] * w[c] - dn_mean - (x[c] - m) * r * dnn_mean);
+  for (int c = 0; c < C; ++c) {
+    const T dn = d[c] * w[c];
+    dn_mean += dn;
+    dnn_mean += dn * (x[c] - m) * r;
   }
-  cpu::for_column_blocks(C, N, [&](int c0, int c1) {
-    for (int n = 0; n < N; ++n) {
-      const T* x = inp + static_cast<size_t>(n) * C;
-      const T* d = dout + static_cast<size_t>(n) * C;
-      const T m = mean[n], r = rstd[n];
+  dn_mean /= C;
+  dnn_mean /= C;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) {
-        dw[c] += d[c] * (x[c] - m) * r;
-        db[c] += d[c];
-      }
-    }
-  });
+  for (int c = 0; c < C; ++c) di[c] += r * (d[c] * w[c] - dn_mean - (x[c] - m) * r * dnn_mean);
+}
+
+// one row's share of the sums over rows, on `width` columns: dw += dout norm;  db += dout
+template <typename T>
+inline void layernorm_dwdb_piece(T* dw, T* db, const T* d, const T* x, T m, T r, int width) {
+#pragma omp simd
+  for (int c = 0; c < width; ++c) {
+    dw[c] += d[c] * (x[c] - m) * r;
+    db[c] += d[c];
+  }
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------
 
-// rstd = 1/sqrt(sum x^2 / C + eps); out = x rstd w
+// one row: norm = x rstd; dnorm = dout w; dinp += rstd (dnorm - norm mean(dnorm norm))
 template <typename T>
-void rmsnorm_forward_kernel(T* out, T* rstd, const T* inp, const T* w, int N, int C, T eps) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const T* x = inp + static_cast<size_t>(n) * C;
-    rstd[n] = cpu::rmsnorm_row(out + static_cast<size_t>(n) * C, x, w, C, eps);
-  }
+inline void rmsnorm_dinp_row(T* di, const T* d, const T* x, const T* w, T r, int C) {
+  T dnn_mean = 0;
+#pragma omp simd reduction(+ : dnn_mean)
+  for (int c = 0; c < C; ++c) dnn_mean += d[c] * w[c] * x[c] * r;
+  dnn_mean /= C;
+#pragma omp simd
+  for (int c = 0; c < C; ++c) di[c] += r * (d[c] * w[c] - x[c] * r * dnn_mean);
 }
 
-// norm = x rstd; dnorm = dout w; dinp += rstd (dnorm - norm mean(dnorm norm)); dw += sum_n dout norm
+// one row's share of dw += sum_n dout norm, on `width` columns
 template <typename T>
-void rmsnorm_backward_kernel(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd,
-                             int N, int C) {
+inline void rmsnorm_dw_piece(T* dw, const T* d, const T* x, T r, int width) {
+#pragma omp simd
+  for (int c = 0; c < width; ++c) dw[c] += d[c] * x[c] * r;
+}
+
+// ---- over the rows ------------------------------------------------------------------------
+// The row kernels run in parallel over rows, the sums over rows (weight and bias gradients) in
+// parallel over column blocks with the rows in order, so there are no races and no scratch. On
+// 2-byte tensors each thread widens a row (or a column block's piece of one) into its own fp32
+// arrays (cpu::ThreadRows), runs the same kernel and rounds the output row into the tensor.
+
+// f(n) over the rows n of N x C, in parallel
+template <class F>
+void for_rows(int N, int C, F&& f) {
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
-  for (int n = 0; n < N; ++n) {
-    const T* x = inp + static_cast<size_t>(n) * C;
-    const T* d = dout + static_cast<size_t>(n) * C;
-    T* di = dinp + static_cast<size_t>(n) * C;
-    const T r = rstd[n];
-    T dnn_mean = 0;
-#pragma omp simd reduction(+ : dnn_mean)
-    for (int c = 0; c < C; ++c) dnn_mean += d[c] * w[c] * x[c] * r;
-    dnn_mean /= C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) di[c] += r * (d[c] * w[c] - x[c] * r * dnn_mean);
-  }
+  for (int n = 0; n < N; ++n) f(static_cast<size_t>(n));
+}
+
+// f(c0, width, d, x, n) for each column block [c0, c0 + width) and row n in order: d and x the
+// row's pieces of dout and inp as T (widened into the thread's arrays where they are 2-byte)
+template <typename T, class F>
+void for_row_pieces(CBuf<T> dout, CBuf<T> inp, int N, int C, F&& f) {
   cpu::for_column_blocks(C, N, [&](int c0, int c1) {
+    alignas(64) T dp[cpu::kColumnBlock], xp[cpu::kColumnBlock];
+    const int width = c1 - c0;
     for (int n = 0; n < N; ++n) {
-      const T* x = inp + static_cast<size_t>(n) * C;
-      const T* d = dout + static_cast<size_t>(n) * C;
-      const T r = rstd[n];
-#pragma omp simd
-      for (int c = c0; c < c1; ++c) dw[c] += d[c] * x[c] * r;
+      const size_t at = static_cast<size_t>(n) * C + c0;
+      if (!dout.full()) cpu::widen_row(dp, dout + at, width);
+      if (!inp.full()) cpu::widen_row(xp, inp + at, width);
+      f(c0, width, dout.full() ? dout.full() + at : dp, inp.full() ? inp.full() + at : xp,
+        static_cast<size_t>(n));
     }
   });
 }
@@ -124,68 +115,95 @@ void rmsnorm_backward_kernel(T* dinp, T* dw, const T* dout, const T* inp, const 
 template <typename T>
 void CpuBackend<T>::layernorm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, CBuf<T> w,
                                       CBuf<T> b, int N, int C, T eps) {
-  if (!cpu::staged(out, inp, w, b))
-    return layernorm_forward_kernel(out.full(), mean, rstd, inp.full(), w.full(), b.full(), N, C,
-                                    eps);
+  if (!cpu::staged(out, inp, w, b)) {
+    T* o = out.full();
+    const T *x = inp.full(), *w32 = w.full(), *b32 = b.full();
+    return for_rows(N, C, [&](size_t n) {
+      layernorm_row(o + n * C, mean + n, rstd + n, x + n * C, w32, b32, C, eps);
+    });
+  }
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
   const T* b32 = staging_->widened(cpu::kSlotBias, b, C);
-  cpu::for_row_blocks(N, C, [&](size_t n0, size_t rows) {
-    const size_t at = n0 * C, n = rows * C;
-    T* o = staging_->take<T>(cpu::kSlotC, n);
-    layernorm_forward_kernel(o, mean + n0, rstd + n0, staging_->widened(cpu::kSlotA, inp + at, n),
-                             w32, b32, static_cast<int>(rows), C, eps);
-    cpu::narrow(out + at, o, n);
+  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, C);
+  for_rows(N, C, [&](size_t n) {
+    T *x = rows.row(0, n), *o = rows.row(1, n);
+    cpu::widen_row(x, inp + n * C, C);
+    layernorm_row(o, mean + n, rstd + n, x, w32, b32, C, eps);
+    cpu::narrow_row(out + n * C, o, C);
   });
 }
 
 template <typename T>
 void CpuBackend<T>::layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp,
                                        CBuf<T> w, const T* mean, const T* rstd, int N, int C) {
-  if (!cpu::staged(dinp, dout, inp, w))
-    return layernorm_backward_kernel(dinp.full(), dw, db, dout.full(), inp.full(), w.full(), mean,
-                                     rstd, N, C);
+  const auto sums = [&](int c0, int width, const T* d, const T* x, size_t n) {
+    layernorm_dwdb_piece(dw + c0, db + c0, d, x, mean[n], rstd[n], width);
+  };
+  if (!cpu::staged(dinp, dout, inp, w)) {
+    T* di = dinp.full();
+    const T *d = dout.full(), *x = inp.full(), *w32 = w.full();
+    for_rows(N, C, [&](size_t n) {
+      layernorm_dinp_row(di + n * C, d + n * C, x + n * C, w32, mean[n], rstd[n], C);
+    });
+    return for_row_pieces(dout, inp, N, C, sums);
+  }
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
-  cpu::for_row_blocks(N, C, [&](size_t n0, size_t rows) {
-    const size_t at = n0 * C, n = rows * C;
-    T* di = staging_->take<T>(cpu::kSlotC, n);
-    cpu::widen(di, CBuf<T>(dinp + at), n);
-    layernorm_backward_kernel(di, dw, db, staging_->widened(cpu::kSlotA, dout + at, n),
-                              staging_->widened(cpu::kSlotB, inp + at, n), w32, mean + n0,
-                              rstd + n0, static_cast<int>(rows), C);
-    cpu::narrow(dinp + at, di, n);
+  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 3, C);
+  for_rows(N, C, [&](size_t n) {  // dinp's += reads its old 2-byte values
+    T *di = rows.row(0, n), *d = rows.row(1, n), *x = rows.row(2, n);
+    cpu::widen_row(di, CBuf<T>(dinp + n * C), C);
+    cpu::widen_row(d, dout + n * C, C);
+    cpu::widen_row(x, inp + n * C, C);
+    layernorm_dinp_row(di, d, x, w32, mean[n], rstd[n], C);
+    cpu::narrow_row(dinp + n * C, di, C);
   });
+  for_row_pieces(dout, inp, N, C, sums);
 }
 
 template <typename T>
 void CpuBackend<T>::rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w, int N, int C,
                                     T eps) {
-  if (!cpu::staged(out, inp, w))
-    return rmsnorm_forward_kernel(out.full(), rstd, inp.full(), w.full(), N, C, eps);
+  if (!cpu::staged(out, inp, w)) {
+    T* o = out.full();
+    const T *x = inp.full(), *w32 = w.full();
+    return for_rows(N, C,
+                    [&](size_t n) { rstd[n] = cpu::rmsnorm_row(o + n * C, x + n * C, w32, C, eps); });
+  }
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
-  cpu::for_row_blocks(N, C, [&](size_t n0, size_t rows) {
-    const size_t at = n0 * C, n = rows * C;
-    T* o = staging_->take<T>(cpu::kSlotC, n);
-    rmsnorm_forward_kernel(o, rstd + n0, staging_->widened(cpu::kSlotA, inp + at, n), w32,
-                           static_cast<int>(rows), C, eps);
-    cpu::narrow(out + at, o, n);
+  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, C);
+  for_rows(N, C, [&](size_t n) {
+    T *x = rows.row(0, n), *o = rows.row(1, n);
+    cpu::widen_row(x, inp + n * C, C);
+    rstd[n] = cpu::rmsnorm_row(o, x, w32, C, eps);
+    cpu::narrow_row(out + n * C, o, C);
   });
 }
 
 template <typename T>
 void CpuBackend<T>::rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                                      const T* rstd, int N, int C) {
-  if (!cpu::staged(dinp, dout, inp, w))
-    return rmsnorm_backward_kernel(dinp.full(), dw, dout.full(), inp.full(), w.full(), rstd, N, C);
+  const auto sums = [&](int c0, int width, const T* d, const T* x, size_t n) {
+    rmsnorm_dw_piece(dw + c0, d, x, rstd[n], width);
+  };
+  if (!cpu::staged(dinp, dout, inp, w)) {
+    T* di = dinp.full();
+    const T *d = dout.full(), *x = inp.full(), *w32 = w.full();
+    for_rows(N, C, [&](size_t n) {
+      rmsnorm_dinp_row(di + n * C, d + n * C, x + n * C, w32, rstd[n], C);
+    });
+    return for_row_pieces(dout, inp, N, C, sums);
+  }
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
-  cpu::for_row_blocks(N, C, [&](size_t n0, size_t rows) {
-    const size_t at = n0 * C, n = rows * C;
-    T* di = staging_->take<T>(cpu::kSlotC, n);
-    cpu::widen(di, CBuf<T>(dinp + at), n);
-    rmsnorm_backward_kernel(di, dw, staging_->widened(cpu::kSlotA, dout + at, n),
-                            staging_->widened(cpu::kSlotB, inp + at, n), w32, rstd + n0,
-                            static_cast<int>(rows), C);
-    cpu::narrow(dinp + at, di, n);
+  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 3, C);
+  for_rows(N, C, [&](size_t n) {  // dinp's += reads its old 2-byte values
+    T *di = rows.row(0, n), *d = rows.row(1, n), *x = rows.row(2, n);
+    cpu::widen_row(di, CBuf<T>(dinp + n * C), C);
+    cpu::widen_row(d, dout + n * C, C);
+    cpu::widen_row(x, inp + n * C, C);
+    rmsnorm_dinp_row(di, d, x, w32, rstd[n], C);
+    cpu::narrow_row(dinp + n * C, di, C);
   });
+  for_row_pieces(dout, inp, N, C, sums);
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                  \
