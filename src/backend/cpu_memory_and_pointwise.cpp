@@ -280,37 +280,33 @@ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
   for (size_t i = 0; i < n; ++i) dinp[i] = gelu_gradient(inp[i], dout[i]);
 }
 
-// SwiGLU on rows [gate (F) | up (F)]: out(N,F) = silu(g) up, silu(g) = g sig(g)
+// SwiGLU on rows [gate (F) | up (F)]: out(F) = silu(g) up, silu(g) = g sig(g)   (one row)
 template <typename T>
-void swiglu_forward_kernel(T* out, const T* inp, int N, int F) {
-#pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * F > kParallelWork / 4)
-  for (int n = 0; n < N; ++n) {
-    const T* g = inp + static_cast<size_t>(n) * 2 * F;
-    const T* u = g + F;
-    T* o = out + static_cast<size_t>(n) * F;
+inline void swiglu_forward_row(T* o, const T* g, int F) {
+  const T* u = g + F;
 #pragma omp simd
-    for (int f = 0; f < F; ++f) o[f] = g[f] / (T(1) + exp_fast(-g[f])) * u[f];
+  for (int f = 0; f < F; ++f) o[f] = g[f] / (T(1) + exp_fast(-g[f])) * u[f];
+}
+
+// dgate = dout up sig(g) (1 + g (1 - sig(g))),  dup = dout silu(g)   (one row of dinp(2F))
+template <typename T>
+inline void swiglu_backward_row(T* dg, const T* g, const T* d, int F) {
+  const T* u = g + F;
+  T* du = dg + F;
+#pragma omp simd
+  for (int f = 0; f < F; ++f) {
+    const T e = exp_fast(-g[f]);
+    const T s = T(1) / (T(1) + e);  // sig(g); 1 - sig(g) = e s
+    dg[f] = d[f] * u[f] * s * (T(1) + g[f] * (e * s));
+    du[f] = d[f] * g[f] * s;
   }
 }
 
-// dgate = dout up sig(g) (1 + g (1 - sig(g))),  dup = dout silu(g)   (dinp(N,2F) overwritten)
-template <typename T>
-void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int N, int F) {
+// f(n) over the N rows of a SwiGLU (F outputs each), in parallel
+template <class Row>
+void for_swiglu_rows(int N, int F, Row&& row) {
 #pragma omp parallel for schedule(static) if (static_cast <size_t>(N) * F > kParallelWork / 4)
-  for (int n = 0; n < N; ++n) {
-    const T* g = inp + static_cast<size_t>(n) * 2 * F;
-    const T* u = g + F;
-    const T* d = dout + static_cast<size_t>(n) * F;
-    T* dg = dinp + static_cast<size_t>(n) * 2 * F;
-    T* du = dg + F;
-#pragma omp simd
-    for (int f = 0; f < F; ++f) {
-      const T e = exp_fast(-g[f]);
-      const T s = T(1) / (T(1) + e);  // sig(g); 1 - sig(g) = e s
-      dg[f] = d[f] * u[f] * s * (T(1) + g[f] * (e * s));
-      du[f] = d[f] * g[f] * s;
-    }
-  }
+  for (int n = 0; n < N; ++n) row(static_cast<size_t>(n));
 }
 
 // out[i] = g(a[i], b[i]) on 2-byte tensors of n elements (b may be null: g's second argument is
@@ -359,30 +355,40 @@ void CpuBackend<T>::gelu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, size_t
   staged_elementwise(dinp, inp, dout, n, [](T x, T d) { return gelu_gradient(x, d); });
 }
 
-// SwiGLU on 2-byte tensors: blocks of rows.
+// SwiGLU on 2-byte tensors: a row at a time, widened into the thread's own arrays (L1).
 template <typename T>
 void CpuBackend<T>::swiglu_forward(Buf<T> out, CBuf<T> inp, int N, int F) {
-  if (!cpu::staged(out, inp)) return swiglu_forward_kernel(out.full(), inp.full(), N, F);
   const size_t F1 = F, F2 = 2 * F1;
-  cpu::for_row_blocks(N, F2, [&](size_t n0, size_t rows) {
-    T* o = staging_->take<T>(cpu::kSlotC, rows * F1);
-    swiglu_forward_kernel(o, staging_->widened(cpu::kSlotA, inp + n0 * F2, rows * F2),
-                          static_cast<int>(rows), F);
-    cpu::narrow(out + n0 * F1, o, rows * F1);
+  if (!cpu::staged(out, inp)) {
+    T* o = out.full();
+    const T* x = inp.full();
+    return for_swiglu_rows(N, F, [&](size_t n) { swiglu_forward_row(o + n * F1, x + n * F2, F); });
+  }
+  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, F2);
+  for_swiglu_rows(N, F, [&](size_t n) {
+    T *x = rows.row(0, n), *o = rows.row(1, n);
+    cpu::widen_row(x, inp + n * F2, F2);
+    swiglu_forward_row(o, x, F);
+    cpu::narrow_row(out + n * F1, o, F1);
   });
 }
 
 template <typename T>
 void CpuBackend<T>::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int N, int F) {
-  if (!cpu::staged(dinp, inp, dout))
-    return swiglu_backward_kernel(dinp.full(), inp.full(), dout.full(), N, F);
   const size_t F1 = F, F2 = 2 * F1;
-  cpu::for_row_blocks(N, F2, [&](size_t n0, size_t rows) {
-    T* d = staging_->take<T>(cpu::kSlotC, rows * F2);
-    swiglu_backward_kernel(d, staging_->widened(cpu::kSlotA, inp + n0 * F2, rows * F2),
-                           staging_->widened(cpu::kSlotB, dout + n0 * F1, rows * F1),
-                           static_cast<int>(rows), F);
-    cpu::narrow(dinp + n0 * F2, d, rows * F2);
+  if (!cpu::staged(dinp, inp, dout)) {
+    T* di = dinp.full();
+    const T *x = inp.full(), *d = dout.full();
+    return for_swiglu_rows(
+        N, F, [&](size_t n) { swiglu_backward_row(di + n * F2, x + n * F2, d + n * F1, F); });
+  }
+  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 3, F2);
+  for_swiglu_rows(N, F, [&](size_t n) {
+    T *x = rows.row(0, n), *d = rows.row(1, n), *di = rows.row(2, n);
+    cpu::widen_row(x, inp + n * F2, F2);
+    cpu::widen_row(d, dout + n * F1, F1);
+    swiglu_backward_row(di, x, d, F);
+    cpu::narrow_row(dinp + n * F2, di, F2);
   });
 }
 
