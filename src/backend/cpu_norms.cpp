@@ -93,6 +93,43 @@ void for_rows(int N, int C, F&& f) {
   for (int n = 0; n < N; ++n) f(static_cast<size_t>(n));
 }
 
+// A forward's rows: f(o, x, n) on the rows of out and inp in place, or on the thread's fp32
+// copy of a 2-byte row of inp, its output row rounded into out.
+template <typename T, class F>
+void for_forward_rows(cpu::Staging& staging, Buf<T> out, CBuf<T> inp, int N, int C, F&& f) {
+  if (T* o = out.full()) {
+    const T* x = inp.full();
+    return for_rows(N, C, [&](size_t n) { f(o + n * C, x + n * C, n); });
+  }
+  const cpu::ThreadRows<T> rows(staging, cpu::kSlotA, 2, C);
+  for_rows(N, C, [&](size_t n) {
+    T *x = rows.row(0, n), *o = rows.row(1, n);
+    cpu::widen_row(x, inp + n * C, C);
+    f(o, x, n);
+    cpu::narrow_row(out + n * C, o, C);
+  });
+}
+
+// An input gradient's rows: f(di, d, x, n) on the rows of dinp, dout and inp in place, or on
+// the thread's fp32 copies of 2-byte rows (dinp's += reads its old values), di rounded back.
+template <typename T, class F>
+void for_backward_rows(cpu::Staging& staging, Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, int N,
+                       int C, F&& f) {
+  if (T* di = dinp.full()) {
+    const T *d = dout.full(), *x = inp.full();
+    return for_rows(N, C, [&](size_t n) { f(di + n * C, d + n * C, x + n * C, n); });
+  }
+  const cpu::ThreadRows<T> rows(staging, cpu::kSlotA, 3, C);
+  for_rows(N, C, [&](size_t n) {
+    T *di = rows.row(0, n), *d = rows.row(1, n), *x = rows.row(2, n);
+    cpu::widen_row(di, CBuf<T>(dinp + n * C), C);
+    cpu::widen_row(d, dout + n * C, C);
+    cpu::widen_row(x, inp + n * C, C);
+    f(di, d, x, n);
+    cpu::narrow_row(dinp + n * C, di, C);
+  });
+}
+
 // f(c0, width, d, x, n) for each column block [c0, c0 + width) and row n in order: d and x the
 // row's pieces of dout and inp as T (widened into the thread's arrays where they are 2-byte)
 template <typename T, class F>
@@ -112,98 +149,54 @@ void for_row_pieces(CBuf<T> dout, CBuf<T> inp, int N, int C, F&& f) {
 
 }  // namespace
 
+// The tensors are all fp32 or all 2-byte (cpu::staged checks); w and b are widened once.
 template <typename T>
 void CpuBackend<T>::layernorm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, CBuf<T> w,
                                       CBuf<T> b, int N, int C, T eps) {
-  if (!cpu::staged(out, inp, w, b)) {
-    T* o = out.full();
-    const T *x = inp.full(), *w32 = w.full(), *b32 = b.full();
-    return for_rows(N, C, [&](size_t n) {
-      layernorm_row(o + n * C, mean + n, rstd + n, x + n * C, w32, b32, C, eps);
-    });
-  }
+  cpu::staged(out, inp, w, b);
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
   const T* b32 = staging_->widened(cpu::kSlotBias, b, C);
-  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, C);
-  for_rows(N, C, [&](size_t n) {
-    T *x = rows.row(0, n), *o = rows.row(1, n);
-    cpu::widen_row(x, inp + n * C, C);
+  for_forward_rows(*staging_, out, inp, N, C, [&](T* o, const T* x, size_t n) {
     layernorm_row(o, mean + n, rstd + n, x, w32, b32, C, eps);
-    cpu::narrow_row(out + n * C, o, C);
   });
 }
 
 template <typename T>
 void CpuBackend<T>::layernorm_backward(Buf<T> dinp, T* dw, T* db, CBuf<T> dout, CBuf<T> inp,
                                        CBuf<T> w, const T* mean, const T* rstd, int N, int C) {
-  const auto sums = [&](int c0, int width, const T* d, const T* x, size_t n) {
-    layernorm_dwdb_piece(dw + c0, db + c0, d, x, mean[n], rstd[n], width);
-  };
-  if (!cpu::staged(dinp, dout, inp, w)) {
-    T* di = dinp.full();
-    const T *d = dout.full(), *x = inp.full(), *w32 = w.full();
-    for_rows(N, C, [&](size_t n) {
-      layernorm_dinp_row(di + n * C, d + n * C, x + n * C, w32, mean[n], rstd[n], C);
-    });
-    return for_row_pieces(dout, inp, N, C, sums);
-  }
+  cpu::staged(dinp, dout, inp, w);
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
-  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 3, C);
-  for_rows(N, C, [&](size_t n) {  // dinp's += reads its old 2-byte values
-    T *di = rows.row(0, n), *d = rows.row(1, n), *x = rows.row(2, n);
-    cpu::widen_row(di, CBuf<T>(dinp + n * C), C);
-    cpu::widen_row(d, dout + n * C, C);
-    cpu::widen_row(x, inp + n * C, C);
-    layernorm_dinp_row(di, d, x, w32, mean[n], rstd[n], C);
-    cpu::narrow_row(dinp + n * C, di, C);
+  for_backward_rows(*staging_, dinp, dout, inp, N, C,
+                    [&](T* di, const T* d, const T* x, size_t n) {
+                      layernorm_dinp_row(di, d, x, w32, mean[n], rstd[n], C);
+                    });
+  for_row_pieces(dout, inp, N, C, [&](int c0, int width, const T* d, const T* x, size_t n) {
+    layernorm_dwdb_piece(dw + c0, db + c0, d, x, mean[n], rstd[n], width);
   });
-  for_row_pieces(dout, inp, N, C, sums);
 }
 
 template <typename T>
 void CpuBackend<T>::rmsnorm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> w, int N, int C,
                                     T eps) {
-  if (!cpu::staged(out, inp, w)) {
-    T* o = out.full();
-    const T *x = inp.full(), *w32 = w.full();
-    return for_rows(N, C,
-                    [&](size_t n) { rstd[n] = cpu::rmsnorm_row(o + n * C, x + n * C, w32, C, eps); });
-  }
+  cpu::staged(out, inp, w);
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
-  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, C);
-  for_rows(N, C, [&](size_t n) {
-    T *x = rows.row(0, n), *o = rows.row(1, n);
-    cpu::widen_row(x, inp + n * C, C);
+  for_forward_rows(*staging_, out, inp, N, C, [&](T* o, const T* x, size_t n) {
     rstd[n] = cpu::rmsnorm_row(o, x, w32, C, eps);
-    cpu::narrow_row(out + n * C, o, C);
   });
 }
 
 template <typename T>
 void CpuBackend<T>::rmsnorm_backward(Buf<T> dinp, T* dw, CBuf<T> dout, CBuf<T> inp, CBuf<T> w,
                                      const T* rstd, int N, int C) {
-  const auto sums = [&](int c0, int width, const T* d, const T* x, size_t n) {
-    rmsnorm_dw_piece(dw + c0, d, x, rstd[n], width);
-  };
-  if (!cpu::staged(dinp, dout, inp, w)) {
-    T* di = dinp.full();
-    const T *d = dout.full(), *x = inp.full(), *w32 = w.full();
-    for_rows(N, C, [&](size_t n) {
-      rmsnorm_dinp_row(di + n * C, d + n * C, x + n * C, w32, rstd[n], C);
-    });
-    return for_row_pieces(dout, inp, N, C, sums);
-  }
+  cpu::staged(dinp, dout, inp, w);
   const T* w32 = staging_->widened(cpu::kSlotWeight, w, C);
-  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 3, C);
-  for_rows(N, C, [&](size_t n) {  // dinp's += reads its old 2-byte values
-    T *di = rows.row(0, n), *d = rows.row(1, n), *x = rows.row(2, n);
-    cpu::widen_row(di, CBuf<T>(dinp + n * C), C);
-    cpu::widen_row(d, dout + n * C, C);
-    cpu::widen_row(x, inp + n * C, C);
-    rmsnorm_dinp_row(di, d, x, w32, rstd[n], C);
-    cpu::narrow_row(dinp + n * C, di, C);
+  for_backward_rows(*staging_, dinp, dout, inp, N, C,
+                    [&](T* di, const T* d, const T* x, size_t n) {
+                      rmsnorm_dinp_row(di, d, x, w32, rstd[n], C);
+                    });
+  for_row_pieces(dout, inp, N, C, [&](int c0, int width, const T* d, const T* x, size_t n) {
+    rmsnorm_dw_piece(dw + c0, d, x, rstd[n], width);
   });
-  for_row_pieces(dout, inp, N, C, sums);
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                  \
