@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu_blocked_gemm.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
@@ -278,13 +279,15 @@ bool any_half(const B&... bufs) {
 
 }  // namespace
 
-size_t cpu_attention_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks) {
+size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t nb = std::min<size_t>(B, std::max<size_t>(1, cpu::kBlockElems / seq.qkv));
-  const auto slot = [](size_t need) { return std::max(cpu::kBlockElems, need); };
-  // slots A, B, C, D: qkv, the keys (in qkv), dqkv (blocks: dout), dout (blocks: other ops)
-  const size_t floats = 2 * slot(nb * seq.qkv) + slot(nb * (blocks ? seq.out : seq.qkv)) +
-                        slot(blocks ? 0 : nb * seq.out);
+  const size_t tile = std::max(cpu::kBlockElems, cpu::kTileElems);
+  // slots A, B, C (a product's tiles): qkv, the keys (in qkv), dqkv (blocks: dout); slot D (the
+  // other ops' blocks): dout
+  const size_t floats = 2 * std::max(tile, nb * seq.qkv) +
+                        std::max(tile, nb * (blocks ? seq.out : seq.qkv)) +
+                        std::max(cpu::kBlockElems, blocks ? 0 : nb * seq.out);
   return floats * sizeof(float);
 }
 

@@ -200,8 +200,8 @@ MemoryEstimate stage_memory(const ModelConfig& config, const RunShape& run, cons
     e.buffers += slots * rows * config.d_model * w / (layout.sequence_parallel ? layout.tp : 1);
   if (!run.gpu) {
     e.buffers += 4.0 * 2 * (m + 1) * rows;  // tokens and targets: the step's and the loader's
-    if (low)  // the attention's fp32 copies of whole 2-byte sequences
-      e.buffers += static_cast<double>(cpu_attention_staging_bytes(
+    if (low)  // the fp32 staging of 2-byte tensors: products' tiles, whole sequences
+      e.buffers += static_cast<double>(cpu_staging_bytes(
           layout.micro_batch, local_len, config.n_head / layout.tp,
           config.n_kv_head / layout.tp, config.head_size(), layout.cp > 1));
     // Open MPI's non-blocking all-reduce works on a copy of the bucket it is given (measured:

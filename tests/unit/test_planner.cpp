@@ -258,29 +258,30 @@ TEST(PlannerMemory, ContextParallelHoldsTheChunksAndTheRing) {
   EXPECT_DOUBLE_EQ(e.buffers, 4.0 * 2 * (2 + 1) * 4 + 2816 * 4.0);  // half the token rows; a bucket
 }
 
-// On the CPU, bf16/fp16 attention widens whole sequences into fp32 staging slots that only grow
-// (2^18 floats at least: the other staged ops' blocks). T 16384 of the tiny model (QKV 24, A 8
-// floats a row): qkv, its keys and dqkv 393216 floats each, dout 131072 -> 262144 (the blocks):
-// 1441792 floats. Context parallelism 2 (T 32768, 16384 rows): qkv and keys 393216 each, dout
-// 262144, the fourth slot 262144: 1310720.
-TEST(PlannerMemory, TwoByteCpuAttentionStagesWholeSequences) {
-  EXPECT_EQ(cpu_attention_staging_bytes(1, 16384, 2, 2, 4, false), 1441792u * 4);
-  EXPECT_EQ(cpu_attention_staging_bytes(1, 16384, 2, 2, 4, true), 1310720u * 4);
-  EXPECT_EQ(cpu_attention_staging_bytes(2, 64, 2, 2, 4, false), 4 * 262144u * 4);  // short: blocks
+// On the CPU, 2-byte tensors are widened into four fp32 staging slots that only grow: the first
+// three to a blocked product's tile (2^20 floats) at least, the fourth to the other staged ops'
+// blocks (2^18), and the attention's whole sequences where larger. T 65536 of the tiny model
+// (QKV 24, A 8 floats a row): qkv, its keys and dqkv 1572864 floats each, dout 524288: 5242880
+// floats. Context parallelism 2 (T 131072, 65536 rows): qkv and keys 1572864 each, dout 524288
+// -> 1048576 (the tiles), the fourth slot 262144: 4456448. Short sequences: the floors, 3407872.
+TEST(PlannerMemory, TwoByteCpuStagingHoldsTilesAndWholeSequences) {
+  EXPECT_EQ(cpu_staging_bytes(1, 65536, 2, 2, 4, false), 5242880u * 4);
+  EXPECT_EQ(cpu_staging_bytes(1, 65536, 2, 2, 4, true), 4456448u * 4);
+  EXPECT_EQ(cpu_staging_bytes(2, 64, 2, 2, 4, false), 3407872u * 4);
   ModelConfig c = tiny();
-  c.max_seq_len = 32768;
+  c.max_seq_len = 131072;
   RunShape run = tiny_run();
-  run.seq_len = 16384;
+  run.seq_len = 65536;
   run.global_batch = 1;
   Layout one{1, 1, 1, 1, 0, Recompute::None};
   const double fp32 = layout_memory(c, run, one, 0.0).buffers;
   run.precision = Precision::Bf16;
-  EXPECT_DOUBLE_EQ(layout_memory(c, run, one, 0.0).buffers - fp32, 1441792.0 * 4);
-  run.seq_len = 32768;
+  EXPECT_DOUBLE_EQ(layout_memory(c, run, one, 0.0).buffers - fp32, 5242880.0 * 4);
+  run.seq_len = 131072;
   one.cp = 2;
   const double cp_bf16 = layout_memory(c, run, one, 0.0).buffers;
   run.precision = Precision::Fp32;
-  EXPECT_DOUBLE_EQ(cp_bf16 - layout_memory(c, run, one, 0.0).buffers, 1310720.0 * 4);
+  EXPECT_DOUBLE_EQ(cp_bf16 - layout_memory(c, run, one, 0.0).buffers, 4456448.0 * 4);
   run.gpu = true;  // the GPU's attention reads 2-byte tensors in place
   run.precision = Precision::Bf16;
   EXPECT_EQ(layout_memory(c, run, one, 0.0).buffers, 0.0);

@@ -62,12 +62,13 @@ inline int cpu_attention_tile(int keys) {
   return keys >= kAttentionLongKeys ? kAttentionTileLong : kAttentionTileShort;
 }
 
-// Bytes of fp32 scratch the CPU attention holds on 2-byte tensors (cpu_attention.cpp): it widens
-// whole sequences, min(B, 2^18 / (T QKV)) at a time, into the staging slots, which only grow
-// and which the other staged ops fill with blocks of 2^18 floats: qkv, its keys again and dqkv
-// (T QKV floats a sequence) and dout (T NH hs); blocks (context parallelism's ring): qkv, the
-// keys and dout.
-size_t cpu_attention_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
+// Bytes of fp32 scratch the CPU backend holds for 2-byte tensors (cpu_attention.cpp): four
+// staging slots that only grow, each to its largest use. The attention widens whole sequences,
+// min(B, 2^18 / (T QKV)) at a time: qkv, its keys again and dqkv (T QKV floats a sequence) and
+// dout (T NH hs); blocks (context parallelism's ring): qkv, the keys and dout. The other staged
+// ops take blocks of 2^18 floats, and the blocked products (fp16; bf16 where the CPU has no bf16
+// kernels, counted on any CPU: a plan may be for another) tiles of 2^20 in the first three.
+size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
 
 template <typename T>
 class CpuBackend final : public Backend<T> {

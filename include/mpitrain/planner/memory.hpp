@@ -24,8 +24,8 @@
 //   buffers      the pipeline's token lists (2 m B T int32, CPU only), its input-gradient copies
 //                (slots B T C x w, pp > 1), and on CPU with ZeRO 0/1 one gradient bucket
 //                (--bucket-mb) that MPI's non-blocking all-reduce copies (dp > 1; ZeRO-2/3
-//                reduce-scatter the unit buffers in place); on CPU in bf16/fp16 the attention's
-//                fp32 copies of whole sequences (cpu_attention_staging_bytes)
+//                reduce-scatter the unit buffers in place); on CPU in bf16/fp16 the fp32
+//                staging of 2-byte tensors: products' tiles, whole sequences (cpu_staging_bytes)
 //   baseline     the process without the model: MPI, OpenBLAS, the binary (CPU); CUDA context,
 //                library workspaces and communicator buffers (GPU) — a calibrated constant
 // The layout's figure is the largest stage's.
