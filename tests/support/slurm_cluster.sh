@@ -85,17 +85,22 @@ slurm_ensure_installed() {
     "and reaches its repositories"
 }
 
-_slurm_free_port() {  # a TCP port nobody listens on, in 20000-59999
-  local p i
+# A TCP port no socket uses, in any state, below the ephemeral range: a port in that range can be
+# the local end of some connection (not a listener, so a listener check passes it) and slurmctld's
+# bind then fails with "Address already in use" (it failed a CI run of e2e_slurm_requeue).
+_slurm_free_port() {
+  local lo=32768 hi p i span
+  read -r lo hi < /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || true
+  span=$(( lo > 21024 ? lo - 20000 : 40000 ))
   for i in $(seq 1 50); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM + i) % 40000 ))
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM + i) % span ))
     if command -v ss > /dev/null 2>&1; then
-      ss -Hltn "sport = :$p" 2> /dev/null | grep -q . || { echo "$p"; return; }
+      ss -Htan "sport = :$p" 2> /dev/null | grep -q . || { echo "$p"; return; }
     else
       (exec 3<> "/dev/tcp/127.0.0.1/$p") 2> /dev/null || { echo "$p"; return; }
     fi
   done
-  echo $(( 20000 + $$ % 40000 ))
+  echo $(( 20000 + $$ % span ))
 }
 
 _slurm_logs() {  # what the daemons said, and the slurm.conf they were given
