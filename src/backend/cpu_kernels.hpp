@@ -100,6 +100,14 @@ double chunked_sum(size_t n, size_t min_chunk, F&& f) {
   return s;
 }
 
+// f(n) over the rows n of N x C, in parallel when N C passes `parallel_above` (the row ops: a
+// costlier row, SwiGLU's exp, pays threads sooner).
+template <class F>
+void for_rows(int N, int C, F&& f, size_t parallel_above = kParallelWork) {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > parallel_above)
+  for (int n = 0; n < N; ++n) f(static_cast<size_t>(n));
+}
+
 // f(c0, c1) over blocks of the columns [0, C), in parallel when rows*C is large: the shape of
 // every "sum over rows" (bias, norm-weight, embedding gradients) with no races and no scratch.
 inline constexpr int kColumnBlock = 64;

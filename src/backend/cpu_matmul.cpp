@@ -109,20 +109,6 @@ void CpuBackend<T>::matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf
   product(false, true, N, OC, IC, inp, weight, static_cast<bool>(bias), out, false);
 }
 
-namespace {
-// dbias(OC) += sum_n dout[n,:] over N rows (column blocks, rows in order)
-template <typename T>
-void add_column_sums(T* dbias, const T* dout, int N, int OC) {
-  cpu::for_column_blocks(OC, N, [&](int c0, int c1) {
-    for (int n = 0; n < N; ++n) {
-      const T* d = dout + static_cast<size_t>(n) * OC;
-#pragma omp simd
-      for (int c = c0; c < c1; ++c) dbias[c] += d[c];
-    }
-  });
-}
-}  // namespace
-
 // dinp(N,IC) = dout(N,OC) @ weight(OC,IC)            (overwritten; skipped if null)
 // dweight(OC,IC) += dout^T @ inp(N,IC)               (accumulated, fp32)
 // dbias(OC) += sum_n dout[n,:]                       (column blocks, rows in order)
@@ -140,14 +126,10 @@ void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> d
     product(true, false, OC, IC, N, dout, inp, true, dweight, static_cast<bool>(dinp));
   }
   if (dbias == nullptr) return;
-  if (const T* d = dout.full()) {
-    add_column_sums(dbias, d, N, OC);
-    return;
-  }
-  cpu::for_row_blocks(N, OC, [&](size_t n0, size_t rows) {
-    const size_t at = n0 * OC;
-    add_column_sums(dbias, staging_->widened(cpu::kSlotD, dout + at, rows * OC),
-                    static_cast<int>(rows), OC);
+  // a 2-byte dout's pieces are widened on the fly: no block of it goes through memory as fp32
+  cpu::for_row_pieces(dout, CBuf<T>(), N, OC, [&](int c0, int width, const T* d, const T*, size_t) {
+#pragma omp simd
+    for (int c = 0; c < width; ++c) dbias[c0 + c] += d[c];
   });
 }
 

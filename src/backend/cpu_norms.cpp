@@ -9,7 +9,8 @@
 
 namespace mpitrain {
 
-using cpu::kParallelWork;
+using cpu::for_row_pieces;
+using cpu::for_rows;
 
 namespace {
 
@@ -86,13 +87,6 @@ inline void rmsnorm_dw_piece(T* dw, const T* d, const T* x, T r, int width) {
 // 2-byte tensors each thread widens a row (or a column block's piece of one) into its own fp32
 // arrays (cpu::ThreadRows), runs the same kernel and rounds the output row into the tensor.
 
-// f(n) over the rows n of N x C, in parallel
-template <class F>
-void for_rows(int N, int C, F&& f) {
-#pragma omp parallel for schedule(static) if (static_cast<size_t>(N) * C > kParallelWork)
-  for (int n = 0; n < N; ++n) f(static_cast<size_t>(n));
-}
-
 // A forward's rows: f(o, x, n) on the rows of out and inp in place, or on the thread's fp32
 // copy of a 2-byte row of inp, its output row rounded into out.
 template <typename T, class F>
@@ -127,23 +121,6 @@ void for_backward_rows(cpu::Staging& staging, Buf<T> dinp, CBuf<T> dout, CBuf<T>
     cpu::widen_row(x, inp + n * C, C);
     f(di, d, x, n);
     cpu::narrow_row(dinp + n * C, di, C);
-  });
-}
-
-// f(c0, width, d, x, n) for each column block [c0, c0 + width) and row n in order: d and x the
-// row's pieces of dout and inp as T (widened into the thread's arrays where they are 2-byte)
-template <typename T, class F>
-void for_row_pieces(CBuf<T> dout, CBuf<T> inp, int N, int C, F&& f) {
-  cpu::for_column_blocks(C, N, [&](int c0, int c1) {
-    alignas(64) T dp[cpu::kColumnBlock], xp[cpu::kColumnBlock];
-    const int width = c1 - c0;
-    for (int n = 0; n < N; ++n) {
-      const size_t at = static_cast<size_t>(n) * C + c0;
-      if (!dout.full()) cpu::widen_row(dp, dout + at, width);
-      if (!inp.full()) cpu::widen_row(xp, inp + at, width);
-      f(c0, width, dout.full() ? dout.full() + at : dp, inp.full() ? inp.full() + at : xp,
-        static_cast<size_t>(n));
-    }
   });
 }
 

@@ -216,4 +216,24 @@ void for_sequence_blocks(int B, size_t seq_elems, F&& f) {
   for (int b = 0; b < B; b += per) f(b, std::min(per, B - b));
 }
 
+// f(c0, width, d, x, n) for each column block [c0, c0 + width) and row n in order (the sums over
+// rows: norm weights, biases): d and x the row's pieces of a and b as T, read in place where they
+// are fp32, widened on the fly into the thread's arrays where they are 2-byte; b may be null
+// (x then null).
+template <typename T, class F>
+void for_row_pieces(CBuf<T> a, CBuf<T> b, int N, int C, F&& f) {
+  for_column_blocks(C, N, [&](int c0, int c1) {
+    alignas(64) T ap[kColumnBlock], bp[kColumnBlock];
+    const int width = c1 - c0;
+    for (int n = 0; n < N; ++n) {
+      const size_t at = static_cast<size_t>(n) * C + c0;
+      const T* d = a.full() ? a.full() + at : ap;
+      const T* x = b.full() ? b.full() + at : b ? bp : nullptr;
+      if (d == ap) widen_row(ap, a + at, width);
+      if (x == bp) widen_row(bp, b + at, width);
+      f(c0, width, d, x, static_cast<size_t>(n));
+    }
+  });
+}
+
 }  // namespace mpitrain::cpu

@@ -127,7 +127,8 @@ TEST(RopeScaling, RopeRotatesByScaledFrequencies) {
 // out's q and k heads = x / sqrt(mean(x^2) + eps) * w (wq for q heads, wk for k), v copied.
 TEST(CpuQkNorm, ForwardIsPerHeadRmsNormAndBackwardMatchesFiniteDifferences) {
   CpuBackend<double> be(1);
-  const int N = 3, NH = 4, NKV = 2, hs = 6, QKV = (NH + 2 * NKV) * hs;
+  // hs 18: the weight gradients' columns in two pieces (16 + 2, cpu_qk_norm.cpp)
+  const int N = 3, NH = 4, NKV = 2, hs = 18, QKV = (NH + 2 * NKV) * hs;
   const double eps = 1e-6;
   Vec inp = random_vec(N * QKV, 1), wq = random_vec(hs, 2, 0.5, 1.5),
       wk = random_vec(hs, 3, 0.5, 1.5);
