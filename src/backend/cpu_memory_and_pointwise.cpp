@@ -303,15 +303,27 @@ inline void swiglu_backward_row(T* dg, const T* g, const T* d, int F) {
 }
 
 // out[i] = g(a[i], b[i]) on 2-byte tensors of n elements (b may be null: g's second argument is
-// then a[i] and unused): in one parallel loop over chunks of kStagedChunk elements, each widened
-// into the thread's own arrays (L1), g over them, the output rounded. The fp32 ops compute the
-// same g. Blocks of rows staged through memory took 1.5-2x the fp32 op (gelu, 1 thread) and
-// three thread teams per block.
+// then a[i] and unused), the output rounded; the fp32 ops compute the same g. bf16 is widened and
+// rounded inside g's vector loop (a shift, and the integer rounding of to_bf16_bits); fp16's F16C
+// conversions go 8 at a time, so fp16 runs in chunks of kStagedChunk elements, each widened into
+// the thread's own arrays (L1). bf16 in chunks took 1.5x (gelu backward) and 3x (add) the fused
+// loop; blocks of rows staged through memory, 1.5-2x the fp32 op (gelu, 1 thread).
 constexpr size_t kStagedChunk = 2048;
 template <typename T, class G>
 void staged_elementwise(Buf<T> out, CBuf<T> a, CBuf<T> b, size_t n, G&& g) {
+  const bool parallel = n > kParallelWork / 4;
+  if (out.dtype() == Precision::Bf16) {
+    const uint16_t *x = a.half(), *y = b ? b.half() : x;
+    uint16_t* o = out.half();
+#pragma omp parallel for simd schedule(static) if (parallel)
+    for (size_t i = 0; i < n; ++i) {
+      const T v = g(static_cast<T>(from_bf16_bits(x[i])), static_cast<T>(from_bf16_bits(y[i])));
+      o[i] = to_bf16_bits(static_cast<float>(v));
+    }
+    return;
+  }
   const size_t chunks = (n + kStagedChunk - 1) / kStagedChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelWork / 4)
+#pragma omp parallel for schedule(static) if (parallel)
   for (size_t c = 0; c < chunks; ++c) {
     alignas(64) T x[kStagedChunk], y[kStagedChunk], o[kStagedChunk];
     const size_t i = c * kStagedChunk, k = std::min(kStagedChunk, n - i);
