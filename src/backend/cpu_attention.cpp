@@ -12,11 +12,16 @@
 // parallelism's block pairs are the same kernels: positions 0..T-1 and the own keys for the
 // former.
 // Deterministic: one thread per (batch, head) in forward and per (batch, kv head) in backward
-// (each output has one writer), tiles in a fixed order. On 2-byte tensors: whole sequences at a
-// time staged (cpu_storage.hpp); lse, D and the block API's accumulators are T.
+// (each output has one writer), tiles in a fixed order. On 2-byte tensors the whole-sequence
+// attention widens one head's sequences per thread where they fit (per_head_fits), else whole
+// sequences at a time, as the block API does (cpu_storage.hpp); lse, D and the block API's
+// accumulators are T.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "cpu_blocked_gemm.hpp"
 #include "cpu_kernels.hpp"
@@ -108,136 +113,157 @@ void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, 
   }
 }
 
-// Forward of one block pair per (b, h), into out (ld NH hs) and lse (B, NH, Tq). merge: the
-// earlier blocks' (out, lse) start the online softmax as m = lse, l = 1 (out is normalised), which
-// equals lse' = logaddexp(lse, lse_b), out' = out e^(lse - lse') + out_b e^(lse_b - lse').
+// Forward of one block pair for query head h of sequence b, into out (ld NH hs) and lse
+// (B, NH, Tq). merge: the earlier blocks' (out, lse) start the online softmax as m = lse, l = 1
+// (out is normalised), which equals lse' = logaddexp(lse, lse_b), out' = out e^(lse - lse') +
+// out_b e^(lse_b - lse').
 template <typename T>
-void block_forward_kernel(T* out, T* lse, const BlockPair<T>& p, bool merge) {
+void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merge) {
   const T ninf = -std::numeric_limits<T>::infinity();
   const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
-  const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int bh = 0; bh < p.B * p.NH; ++bh) {
-    const int b = bh / p.NH, h = bh % p.NH, g = h / group;
-    T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
-    for (int i0 = 0; i0 < p.Tq; i0 += tile) {
-      const int nq = std::min(tile, p.Tq - i0);
-      const T* q = p.q + p.q_at(b, i0, h);
-      T* o = out + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;  // (nq, hs; ld A)
-      T* L = lse + (static_cast<size_t>(bh)) * p.Tq + i0;
-      for (int r = 0; r < nq; ++r) {
-        m[r] = merge ? L[r] : ninf;
-        l[r] = m[r] == ninf ? T(0) : T(1);
-        if (l[r] == T(0)) std::fill_n(o + static_cast<size_t>(r) * A, p.hs, T(0));
-      }
-      // rows [r0, r0 + nr) of the tile against keys [j0, j0 + nk): S, the online softmax, o += P v
-      const auto absorb = [&](int j0, int r0, int nr, int nk, TileMask mask) {
-        tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr,
-                    j0, nk, mask);
-        for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
-          T* row = S + r * tile;
-          T mx = ninf;
+  const int g = h / group, bh = b * p.NH + h;
+  T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
+  for (int i0 = 0; i0 < p.Tq; i0 += tile) {
+    const int nq = std::min(tile, p.Tq - i0);
+    const T* q = p.q + p.q_at(b, i0, h);
+    T* o = out + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;  // (nq, hs; ld A)
+    T* L = lse + (static_cast<size_t>(bh)) * p.Tq + i0;
+    for (int r = 0; r < nq; ++r) {
+      m[r] = merge ? L[r] : ninf;
+      l[r] = m[r] == ninf ? T(0) : T(1);
+      if (l[r] == T(0)) std::fill_n(o + static_cast<size_t>(r) * A, p.hs, T(0));
+    }
+    // rows [r0, r0 + nr) of the tile against keys [j0, j0 + nk): S, the online softmax, o += P v
+    const auto absorb = [&](int j0, int r0, int nr, int nk, TileMask mask) {
+      tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr,
+                  j0, nk, mask);
+      for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
+        T* row = S + r * tile;
+        T mx = ninf;
 #pragma omp simd reduction(max : mx)
-          for (int c = 0; c < nk; ++c) mx = std::max(mx, row[c]);
-          const T mnew = std::max(m[r], mx);
-          T sum = 0;
+        for (int c = 0; c < nk; ++c) mx = std::max(mx, row[c]);
+        const T mnew = std::max(m[r], mx);
+        T sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int c = 0; c < nk; ++c) {
-            row[c] = row[c] == ninf ? T(0) : cpu::exp_fast(row[c] - mnew);
-            sum += row[c];
-          }
-          if (mnew == ninf) continue;  // the row has seen no key yet: all zeros
-          if (m[r] != mnew) {          // rescale what came before: e^(m - m')
-            const T alpha = m[r] == ninf ? T(0) : cpu::exp_fast(m[r] - mnew);
-            T* orow = o + static_cast<size_t>(r) * A;
-#pragma omp simd
-            for (int c = 0; c < p.hs; ++c) orow[c] *= alpha;
-            l[r] *= alpha;
-          }
-          l[r] += sum;
-          m[r] = mnew;
+        for (int c = 0; c < nk; ++c) {
+          row[c] = row[c] == ninf ? T(0) : cpu::exp_fast(row[c] - mnew);
+          sum += row[c];
         }
-        gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, nk, T(1), S + r0 * tile, tile,
-             p.kv + p.v_at(b, j0, g), p.kv_ld, T(1), o + static_cast<size_t>(r0) * A, A);
-      };
-      for (int j0 = 0; j0 < p.Tk; j0 += tile) {
-        const int nk = std::min(tile, p.Tk - j0);
-        const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
-        if (mask == TileMask::None) continue;
-        for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
-                       [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
-      }
-      for (int r = 0; r < nq; ++r) {  // out = acc / l, lse = m + log l; -inf, 0 for no key
-        T* orow = o + static_cast<size_t>(r) * A;
-        const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
+        if (mnew == ninf) continue;  // the row has seen no key yet: all zeros
+        if (m[r] != mnew) {          // rescale what came before: e^(m - m')
+          const T alpha = m[r] == ninf ? T(0) : cpu::exp_fast(m[r] - mnew);
+          T* orow = o + static_cast<size_t>(r) * A;
 #pragma omp simd
-        for (int c = 0; c < p.hs; ++c) orow[c] *= inv;
-        L[r] = l[r] > T(0) ? m[r] + std::log(l[r]) : ninf;
+          for (int c = 0; c < p.hs; ++c) orow[c] *= alpha;
+          l[r] *= alpha;
+        }
+        l[r] += sum;
+        m[r] = mnew;
       }
+      gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, nk, T(1), S + r0 * tile, tile,
+           p.kv + p.v_at(b, j0, g), p.kv_ld, T(1), o + static_cast<size_t>(r0) * A, A);
+    };
+    for (int j0 = 0; j0 < p.Tk; j0 += tile) {
+      const int nk = std::min(tile, p.Tk - j0);
+      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
+      if (mask == TileMask::None) continue;
+      for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
+                     [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
+    }
+    for (int r = 0; r < nq; ++r) {  // out = acc / l, lse = m + log l; -inf, 0 for no key
+      T* orow = o + static_cast<size_t>(r) * A;
+      const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
+#pragma omp simd
+      for (int c = 0; c < p.hs; ++c) orow[c] *= inv;
+      L[r] = l[r] > T(0) ? m[r] + std::log(l[r]) : ninf;
     }
   }
 }
 
-// Backward of one block pair per (b, kv head g), over its query heads (dk_g, dv_g and their dq
-// have one writer); every tile adds to dq (ld dq_ld) and dkv (dk head g at g hs, dv at (NKV+g) hs;
-// ld dkv_ld):  P = exp(S - lse);  dv += P^T dout;  dS = P (dout v^T - D) scale;  dq += dS k;
-// dk += dS^T q.
+// forward_head for every (b, h), one thread each.
+template <typename T>
+void block_forward_kernel(T* out, T* lse, const BlockPair<T>& p, bool merge) {
+  const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int bh = 0; bh < p.B * p.NH; ++bh) forward_head(out, lse, p, bh / p.NH, bh % p.NH, merge);
+}
+
+// Backward of one block pair for query head h of sequence b (kv head g = h / group); every tile
+// adds to dq (ld dq_ld) and dkv (dk head g at g hs, dv at (NKV+g) hs; ld dkv_ld):
+//   P = exp(S - lse);  dv += P^T dout;  dS = P (dout v^T - D) scale;  dq += dS k;  dk += dS^T q.
+template <typename T>
+void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, const T* lse,
+                   const T* D, const BlockPair<T>& p, int b, int h) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const int A = p.NH * p.hs, g = h / (p.NH / p.NKV), tile = cpu_attention_tile(p.Tk);
+  T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
+  const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
+  for (int i0 = 0; i0 < p.Tq; i0 += tile) {
+    const int nq = std::min(tile, p.Tq - i0);
+    const T* q = p.q + p.q_at(b, i0, h);
+    const T* dy = dout + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;
+    T* dqi = dq + (static_cast<size_t>(b) * p.Tq + i0) * dq_ld + h * p.hs;
+    for (int j0 = 0; j0 < p.Tk; j0 += tile) {
+      const int nk = std::min(tile, p.Tk - j0);
+      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
+      if (mask == TileMask::None) continue;
+      const T* k = p.kv + p.k_at(b, j0, g);
+      const T* v = p.kv + p.v_at(b, j0, g);
+      T* dk = dkv + (static_cast<size_t>(b) * p.Tk + j0) * dkv_ld + g * p.hs;
+      T* dv = dk + static_cast<size_t>(p.NKV) * p.hs;
+      // rows [r0, r0 + nr) of the tile against keys [j0, j0 + n)
+      const auto part = [&](int r0, int nr, int n, TileMask m) {
+        const T* qr = q + r0 * p.q_ld;
+        const T* dyr = dy + static_cast<size_t>(r0) * A;
+        tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m);
+        for (int r = 0; r < nr; ++r) {
+          T* row = P + r * tile;
+          const T lr = lse[row0 + i0 + r0 + r];
+#pragma omp simd
+          for (int c = 0; c < n; ++c)
+            row[c] = row[c] == ninf || lr == ninf ? T(0) : cpu::exp_fast(row[c] - lr);
+        }
+        gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
+        gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
+        for (int r = 0; r < nr; ++r) {
+          const T* prow = P + r * tile;
+          T* drow = dS + r * tile;
+          const T d = D[row0 + i0 + r0 + r];
+#pragma omp simd
+          for (int c = 0; c < n; ++c) drow[c] = prow[c] * (drow[c] - d) * p.scale;
+        }
+        gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, tile, k, p.kv_ld, T(1),
+             dqi + r0 * dq_ld, dq_ld);
+        gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, tile, qr, p.q_ld, T(1), dk,
+             dkv_ld);
+      };
+      for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
+    }
+  }
+}
+
+// backward_head per (b, kv head g), over its query heads in order, one thread each (dk_g, dv_g and
+// their dq have one writer).
 template <typename T>
 void block_backward_kernel(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout,
                            const T* lse, const T* D, const BlockPair<T>& p) {
-  const T ninf = -std::numeric_limits<T>::infinity();
-  const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
+  const int group = p.NH / p.NKV;
   const bool parallel = static_cast<size_t>(p.B) * p.NH * p.Tq * p.Tk * p.hs > cpu::kParallelWork;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int bg = 0; bg < p.B * p.NKV; ++bg) {
     const int b = bg / p.NKV, g = bg % p.NKV;
-    T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
-    for (int h = g * group; h < (g + 1) * group; ++h) {
-      const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
-      for (int i0 = 0; i0 < p.Tq; i0 += tile) {
-        const int nq = std::min(tile, p.Tq - i0);
-        const T* q = p.q + p.q_at(b, i0, h);
-        const T* dy = dout + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;
-        T* dqi = dq + (static_cast<size_t>(b) * p.Tq + i0) * dq_ld + h * p.hs;
-        for (int j0 = 0; j0 < p.Tk; j0 += tile) {
-          const int nk = std::min(tile, p.Tk - j0);
-          const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
-          if (mask == TileMask::None) continue;
-          const T* k = p.kv + p.k_at(b, j0, g);
-          const T* v = p.kv + p.v_at(b, j0, g);
-          T* dk = dkv + (static_cast<size_t>(b) * p.Tk + j0) * dkv_ld + g * p.hs;
-          T* dv = dk + static_cast<size_t>(p.NKV) * p.hs;
-          // rows [r0, r0 + nr) of the tile against keys [j0, j0 + n)
-          const auto part = [&](int r0, int nr, int n, TileMask m) {
-            const T* qr = q + r0 * p.q_ld;
-            const T* dyr = dy + static_cast<size_t>(r0) * A;
-            tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m);
-            for (int r = 0; r < nr; ++r) {
-              T* row = P + r * tile;
-              const T lr = lse[row0 + i0 + r0 + r];
-#pragma omp simd
-              for (int c = 0; c < n; ++c)
-                row[c] = row[c] == ninf || lr == ninf ? T(0) : cpu::exp_fast(row[c] - lr);
-            }
-            gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
-            gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
-            for (int r = 0; r < nr; ++r) {
-              const T* prow = P + r * tile;
-              T* drow = dS + r * tile;
-              const T d = D[row0 + i0 + r0 + r];
-#pragma omp simd
-              for (int c = 0; c < n; ++c) drow[c] = prow[c] * (drow[c] - d) * p.scale;
-            }
-            gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, tile, k, p.kv_ld, T(1),
-                 dqi + r0 * dq_ld, dq_ld);
-            gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, tile, qr, p.q_ld, T(1), dk,
-                 dkv_ld);
-          };
-          for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
-        }
-      }
-    }
+    for (int h = g * group; h < (g + 1) * group; ++h)
+      backward_head(dq, dq_ld, dkv, dkv_ld, dout, lse, D, p, b, h);
   }
+}
+
+// sum over hs columns of a * b: one row's D
+template <typename T>
+inline T row_dot(const T* a, const T* b, int hs) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int c = 0; c < hs; ++c) s += a[c] * b[c];
+  return s;
 }
 
 // D(B, NH, Tq) = rowsum over each head's hs columns of dout * out.
@@ -249,10 +275,7 @@ void row_dot_kernel(T* D, const T* dout, const T* out, int B, int Tq, int NH, in
     const int b = bh / NH, h = bh % NH;
     for (int t = 0; t < Tq; ++t) {
       const size_t at = (static_cast<size_t>(b) * Tq + t) * A + h * hs;
-      T s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int c = 0; c < hs; ++c) s += dout[at + c] * out[at + c];
-      D[static_cast<size_t>(bh) * Tq + t] = s;
+      D[static_cast<size_t>(bh) * Tq + t] = row_dot(dout + at, out + at, hs);
     }
   }
 }
@@ -268,6 +291,58 @@ struct SequenceSizes {
 // spans: the last row is read only up to its v heads (kv may sit inside qkv at an offset).
 size_t kv_span(int nb, int Tk, int kv_ld, int NKV, int hs) {
   return (static_cast<size_t>(nb) * Tk - 1) * kv_ld + static_cast<size_t>(2) * NKV * hs;
+}
+
+// One head's sequence per thread on 2-byte tensors: each thread widens its own (b, h)'s rows of
+// q, k, v (and in backward dout, out) into arrays of its own (L2), runs the fp32 kernel for that
+// head on them (a BlockPair of one head, B = 1) and rounds its outputs into the tensor: whole
+// sequences widened into the scratch took 1.3x (forward) and 1.2x (backward) the fp32 op (GPT-2
+// small, 2 threads). The threads' arrays (two sequences of one head each, cpu::ThreadRows) come
+// from slots A-D, and the way is taken where each slot's fit in what the whole-sequence way takes
+// of it, which the planner counts (cpu_staging_bytes: a sequence of qkv in A-C, of out or a block
+// in D); otherwise whole sequences.
+bool per_head_fits(int slots, int Tlen, int hs, const SequenceSizes& seq) {
+  const size_t padded = 2 * static_cast<size_t>(Tlen) * hs + 2 * 64 / sizeof(float);  // stride
+  const size_t need = static_cast<size_t>(omp_get_max_threads()) * padded;
+  return need <= seq.qkv && (slots < 4 || need <= std::max(cpu::kBlockElems, seq.out));
+}
+
+// The calling thread's array of two head sequences (2 T hs elements) in each of `slots` slots,
+// from A on.
+template <typename T>
+struct HeadArrays {
+  HeadArrays(cpu::Staging& staging, int slots, size_t th) {
+    for (int i = 0; i < slots; ++i) rows[i].emplace(staging, static_cast<cpu::Slot>(i), 1, 2 * th);
+  }
+  T* operator[](int i) const { return rows[i]->row(0, 0); }
+  std::optional<cpu::ThreadRows<T>> rows[4];
+};
+
+// Rows [0, n) of dst (stride dst_ld) = head `col` (its first element's column) of the n rows of
+// src (stride ld), widened; narrow_head writes such rows back, rounded.
+template <typename T>
+void widen_head(T* dst, size_t dst_ld, CBuf<T> src, size_t ld, size_t col, int n, int hs) {
+  for (size_t t = 0; t < static_cast<size_t>(n); ++t)
+    cpu::widen_row(dst + t * dst_ld, src + (t * ld + col), hs);
+}
+template <typename T>
+void narrow_head(Buf<T> dst, size_t ld, size_t col, const T* src, size_t src_ld, int n, int hs) {
+  for (size_t t = 0; t < static_cast<size_t>(n); ++t)
+    cpu::narrow_row(dst + (t * ld + col), src + t * src_ld, hs);
+}
+
+// kv (T rows of [k | v]) = kv head g of the sequence x (rows of QKV elements), widened
+template <typename T>
+void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tlen, int hs) {
+  widen_head(kv, 2 * hs, x, QKV, (NH + g) * hs, Tlen, hs);
+  widen_head(kv + hs, 2 * hs, x, QKV, (NH + NKV + g) * hs, Tlen, hs);
+}
+
+// One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
+template <typename T>
+BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale) {
+  const size_t ld = hs;
+  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale};
 }
 
 // Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
@@ -301,6 +376,24 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
     block_forward_kernel(o, L, p, false);
   };
   if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
+  const size_t th = static_cast<size_t>(Tlen) * hs, A = static_cast<size_t>(NH) * hs;
+  if (per_head_fits(2, Tlen, hs, seq)) {
+    // the thread's arrays: [q | o] (T rows of hs each), kv (T rows of [k | v])
+    const HeadArrays<T> rows(*staging_, 2, th);
+    const int group = NH / NKV;
+#pragma omp parallel for schedule(static) if (B * NH * th * Tlen > cpu::kParallelWork)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH, g = h / group;
+      T *q = rows[0], *o = q + th, *kv = rows[1];
+      const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
+      widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
+      widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
+      forward_head(o, lse + static_cast<size_t>(bh) * Tlen, one_head(q, kv, Tlen, hs, scale), 0, 0,
+                   false);
+      narrow_head(out + static_cast<size_t>(b) * seq.out, A, h * hs, o, hs, Tlen, hs);
+    }
+    return;
+  }
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* o = staging_->take<T>(cpu::kSlotC, nb * seq.out);
     run(o, staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb,
@@ -325,6 +418,37 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
     return run(dqkv.full(), dout.full(), qkv.full(), out.full(), B, 0);
+  const size_t th = static_cast<size_t>(Tlen) * hs, A = static_cast<size_t>(NH) * hs;
+  if (per_head_fits(4, Tlen, hs, seq)) {
+    // the thread's arrays: kv and dkv (T rows of [k | v] each), [q | dq], [dout | out]
+    const HeadArrays<T> rows(*staging_, 4, th);
+    const int group = NH / NKV;
+#pragma omp parallel for schedule(static) if (B * NH * th * Tlen > cpu::kParallelWork)
+    for (int bg = 0; bg < B * NKV; ++bg) {
+      const int b = bg / NKV, g = bg % NKV;
+      T *kv = rows[0], *dkv = rows[1], *q = rows[2], *dq = q + th, *dy = rows[3], *y = dy + th;
+      const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
+      widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
+      std::fill_n(dkv, 2 * th, T(0));
+      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const size_t bh = static_cast<size_t>(b) * NH + h;
+        widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
+        widen_head(dy, hs, dout + static_cast<size_t>(b) * seq.out, A, h * hs, Tlen, hs);
+        widen_head(y, hs, out + static_cast<size_t>(b) * seq.out, A, h * hs, Tlen, hs);
+        T* D = scratch + bh * Tlen;
+        for (size_t t = 0; t < static_cast<size_t>(Tlen); ++t)
+          D[t] = row_dot(dy + t * hs, y + t * hs, hs);
+        std::fill_n(dq, th, T(0));
+        backward_head(dq, hs, dkv, 2 * static_cast<size_t>(hs), dy, lse + bh * Tlen, D, one, 0, 0);
+        narrow_head(dqkv + static_cast<size_t>(b) * seq.qkv, QKV, h * hs, dq, hs, Tlen, hs);
+      }
+      const Buf<T> d = dqkv + static_cast<size_t>(b) * seq.qkv;
+      narrow_head(d, QKV, (NH + g) * hs, dkv, 2 * hs, Tlen, hs);
+      narrow_head(d, QKV, (NH + NKV + g) * hs, dkv + hs, 2 * hs, Tlen, hs);
+    }
+    return;
+  }
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* d = staging_->take<T>(cpu::kSlotC, nb * seq.qkv);
     run(d, staging_->widened(cpu::kSlotA, dout + b0 * seq.out, nb * seq.out),

@@ -359,7 +359,9 @@ TEST_P(CpuStorage, Pointwise) {
 
 TEST_P(CpuStorage, RopeAndAttention) {
   const Precision p = GetParam();
-  // 32 sequences a block (3 blocks); one sequence larger than a block
+  // 32 sequences a block (3 blocks); one sequence larger than a block. Attention at 2 threads:
+  // whole sequences widened (the first and last shapes: a head's two sequences per thread pass
+  // a sequence of qkv), or one head's per thread (the second, GQA group 2).
   for (const AttnShape s : {AttnShape{2, 5, 2, 1, 4}, {70, 64, 4, 2, 16}, {2, 1100, 2, 1, 64}}) {
     check(rope(s, p), p);
     check(qk_norm(s, p), p);
