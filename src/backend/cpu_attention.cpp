@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include "cpu_blocked_gemm.hpp"
 #include "cpu_kernels.hpp"
@@ -302,21 +301,9 @@ size_t kv_span(int nb, int Tk, int kv_ld, int NKV, int hs) {
 // of it, which the planner counts (cpu_staging_bytes: a sequence of qkv in A-C, of out or a block
 // in D); otherwise whole sequences.
 bool per_head_fits(int slots, int Tlen, int hs, const SequenceSizes& seq) {
-  const size_t padded = 2 * static_cast<size_t>(Tlen) * hs + 2 * 64 / sizeof(float);  // stride
-  const size_t need = static_cast<size_t>(omp_get_max_threads()) * padded;
+  const size_t need = cpu::ThreadRows<float>::elements(1, 2 * static_cast<size_t>(Tlen) * hs);
   return need <= seq.qkv && (slots < 4 || need <= std::max(cpu::kBlockElems, seq.out));
 }
-
-// The calling thread's array of two head sequences (2 T hs elements) in each of `slots` slots,
-// from A on.
-template <typename T>
-struct HeadArrays {
-  HeadArrays(cpu::Staging& staging, int slots, size_t th) {
-    for (int i = 0; i < slots; ++i) rows[i].emplace(staging, static_cast<cpu::Slot>(i), 1, 2 * th);
-  }
-  T* operator[](int i) const { return rows[i]->row(0, 0); }
-  std::optional<cpu::ThreadRows<T>> rows[4];
-};
 
 // Rows [0, n) of dst (stride dst_ld) = head `col` (its first element's column) of the n rows of
 // src (stride ld), widened; narrow_head writes such rows back, rounded.
@@ -378,13 +365,14 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
   if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
   const size_t th = static_cast<size_t>(Tlen) * hs, A = static_cast<size_t>(NH) * hs;
   if (per_head_fits(2, Tlen, hs, seq)) {
-    // the thread's arrays: [q | o] (T rows of hs each), kv (T rows of [k | v])
-    const HeadArrays<T> rows(*staging_, 2, th);
-    const int group = NH / NKV;
+    // the thread's arrays: [q | o] (T rows of hs each), kv (T rows of [k | v]); a task per
+    // (b, h), as the fp32 kernel's, so a GQA group's k and v are widened for each of its heads
+    const cpu::ThreadRows<T> qo(*staging_, cpu::kSlotA, 1, 2 * th),
+        kvs(*staging_, cpu::kSlotB, 1, 2 * th);
 #pragma omp parallel for schedule(static) if (B * NH * th * Tlen > cpu::kParallelWork)
     for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH, g = h / group;
-      T *q = rows[0], *o = q + th, *kv = rows[1];
+      const int b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+      T *q = qo.row(0, 0), *o = q + th, *kv = kvs.row(0, 0);
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
@@ -421,12 +409,15 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
   const size_t th = static_cast<size_t>(Tlen) * hs, A = static_cast<size_t>(NH) * hs;
   if (per_head_fits(4, Tlen, hs, seq)) {
     // the thread's arrays: kv and dkv (T rows of [k | v] each), [q | dq], [dout | out]
-    const HeadArrays<T> rows(*staging_, 4, th);
+    const cpu::ThreadRows<T> kvs(*staging_, cpu::kSlotA, 1, 2 * th),
+        dkvs(*staging_, cpu::kSlotB, 1, 2 * th), qdq(*staging_, cpu::kSlotC, 1, 2 * th),
+        dyy(*staging_, cpu::kSlotD, 1, 2 * th);
     const int group = NH / NKV;
 #pragma omp parallel for schedule(static) if (B * NH * th * Tlen > cpu::kParallelWork)
     for (int bg = 0; bg < B * NKV; ++bg) {
       const int b = bg / NKV, g = bg % NKV;
-      T *kv = rows[0], *dkv = rows[1], *q = rows[2], *dq = q + th, *dy = rows[3], *y = dy + th;
+      T *kv = kvs.row(0, 0), *dkv = dkvs.row(0, 0), *q = qdq.row(0, 0), *dq = q + th;
+      T *dy = dyy.row(0, 0), *y = dy + th;
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       std::fill_n(dkv, 2 * th, T(0));

@@ -192,10 +192,11 @@ template <typename T>
 class ThreadRows {
  public:
   ThreadRows(Staging& staging, Slot slot, int count, size_t C)
-      : count_(count),
-        C_(C),
-        stride_((C + 2 * kAlign - 1) / kAlign * kAlign),
-        base_(staging.take<T>(slot, static_cast<size_t>(omp_get_max_threads()) * count * stride_)) {}
+      : count_(count), C_(C), stride_(stride(C)), base_(staging.take<T>(slot, elements(count, C))) {}
+  // the elements of the slot they take
+  static size_t elements(int count, size_t C) {
+    return static_cast<size_t>(omp_get_max_threads()) * count * stride(C);
+  }
   T* row(int k, size_t n) const {
     return base_ + (static_cast<size_t>(omp_get_thread_num()) * count_ + k) * stride_ +
            n * C_ % kAlign;
@@ -203,6 +204,7 @@ class ThreadRows {
 
  private:
   static constexpr size_t kAlign = 64 / sizeof(T);
+  static size_t stride(size_t C) { return (C + 2 * kAlign - 1) / kAlign * kAlign; }
   int count_;
   size_t C_, stride_;
   T* base_;
@@ -222,16 +224,15 @@ void for_sequence_blocks(int B, size_t seq_elems, F&& f) {
 // (x then null).
 template <typename T, class F>
 void for_row_pieces(CBuf<T> a, CBuf<T> b, int N, int C, F&& f) {
+  const T *a32 = a.full(), *b32 = b.full();
   for_column_blocks(C, N, [&](int c0, int c1) {
     alignas(64) T ap[kColumnBlock], bp[kColumnBlock];
     const int width = c1 - c0;
     for (int n = 0; n < N; ++n) {
       const size_t at = static_cast<size_t>(n) * C + c0;
-      const T* d = a.full() ? a.full() + at : ap;
-      const T* x = b.full() ? b.full() + at : b ? bp : nullptr;
-      if (d == ap) widen_row(ap, a + at, width);
-      if (x == bp) widen_row(bp, b + at, width);
-      f(c0, width, d, x, static_cast<size_t>(n));
+      if (!a32) widen_row(ap, a + at, width);
+      if (b && !b32) widen_row(bp, b + at, width);
+      f(c0, width, a32 ? a32 + at : ap, b32 ? b32 + at : b ? bp : nullptr, static_cast<size_t>(n));
     }
   });
 }
