@@ -203,7 +203,7 @@ void bench_ops(CudaBackend<float>& be, const Ceilings& c) {
   });
   const Segment weight[] = {{0, size_t(F) * C, true}};
   add("adamw (2.4M params)", 12.0 * F * C, 4.0 * 7 * F * C,
-      [&] { be.adamw(w, dw, dh, h, weight, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f); });
+      [&] { be.adamw(w, dw, dh, h, weight, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f, {}); });
   for (float* p : {x,    y,   dy,  w,    bias, h,  dh, qkv,    dqkv,  lse,    D,      mean,
                    rstd, lnw, lnb, dlnw, dlnb, dw, db, logits, stats, losses, row_max})
     be.free(p);

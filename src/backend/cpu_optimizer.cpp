@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "cpu_kernels.hpp"
+#include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
@@ -301,27 +303,45 @@ double CpuBackend<T>::sum_squares(const T* x, Segments segments) {
   return sum;
 }
 
+// The fused updates' compute copy is null or 2-byte storage (checked before the parallel loop).
+template <typename T>
+void check_rounded(Buf<T> rounded) {
+  if (rounded.full()) MPITRAIN_THROW("the optimizer's rounded copy must be 2-byte storage");
+}
+
+// The compute copy of a block just updated (still in L1): rounded's elements [at, at + n) =
+// param's, rounded as convert() rounds them; nothing where rounded is null.
+template <typename T>
+void round_block(Buf<T> rounded, const T* param, size_t at, size_t n) {
+  if (rounded) cpu::narrow_row(rounded + at, param + at, n);
+}
+
 template <typename T>
 void CpuBackend<T>::adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int t,
-                          float grad_scale) {
+                          float grad_scale, Buf<T> rounded) {
   const T bc1 = bias_correction<T>(beta1, t), bc2 = bias_correction<T>(beta2, t);
+  check_rounded(rounded);
   for_pieces(Pieces(segments, blocks), elements(segments) > kParallelWork / 4,
              [&](size_t, const Pieces::Piece& b) {
                const float wd = segments[b.segment].decay ? weight_decay : 0.0f;
                adamw_block<T>(param + b.at, grad + b.at, m + b.at, v + b.at, b.n, lr, beta1, beta2,
                               eps, wd, bc1, bc2, grad_scale);
+               round_block(rounded, param, b.at, b.n);
              });
 }
 
 template <typename T>
 void CpuBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
-                                 float momentum, float weight_decay, float grad_scale) {
+                                 float momentum, float weight_decay, float grad_scale,
+                                 Buf<T> rounded) {
+  check_rounded(rounded);
   for_pieces(Pieces(segments, blocks), elements(segments) > kParallelWork / 4,
              [&](size_t, const Pieces::Piece& b) {
                const float wd = segments[b.segment].decay ? weight_decay : 0.0f;
                sgd_block<T>(param + b.at, grad + b.at, buf + b.at, b.n, lr, momentum, wd,
                             grad_scale);
+               round_block(rounded, param, b.at, b.n);
              });
 }
 
@@ -372,9 +392,9 @@ void CpuBackend<T>::lamb_update(T* param, const T* m, const T* v, Segments segme
   template double CpuBackend<T>::sum_squares(const T*, Segments);                                 \
   template void CpuBackend<T>::scale(T*, T, size_t);                                              \
   template void CpuBackend<T>::adamw(T*, const T*, T*, T*, Segments, float, float, float, float,  \
-                                     float, int, float);                                          \
+                                     float, int, float, Buf<T>);                                  \
   template void CpuBackend<T>::sgd_momentum(T*, const T*, T*, Segments, float, float, float,      \
-                                            float);                                               \
+                                            float, Buf<T>);                                       \
   template void CpuBackend<T>::lamb_moments(T*, const T*, T*, T*, Segments, float, float, float,  \
                                             float, float, int, float, double*);                   \
   template void CpuBackend<T>::lamb_update(T*, const T*, const T*, Segments, const float*, float, \

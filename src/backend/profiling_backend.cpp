@@ -280,16 +280,22 @@ void ProfilingBackend::scale(T* x, T s, size_t n) {
 }
 void ProfilingBackend::adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
                              float beta1, float beta2, float eps, float weight_decay, int t,
-                             float grad_scale) {
-  timed(OpPhase::Optimizer, "adamw", 0, 7 * kT * elements(segments), [&] {
-    inner_->adamw(param, grad, m, v, segments, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+                             float grad_scale, Buf<T> rounded) {
+  const size_t n = elements(segments);
+  timed(OpPhase::Optimizer, "adamw", 0, (7 * kT + bytes_of(rounded)) * n, [&] {
+    inner_->adamw(param, grad, m, v, segments, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
+                  rounded);
   });
 }
 void ProfilingBackend::sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
-                                    float momentum, float weight_decay, float grad_scale) {
-  timed(OpPhase::Optimizer, "sgd_momentum", 0, 5 * kT * elements(segments), [&] {
-    inner_->sgd_momentum(param, grad, buf, segments, lr, momentum, weight_decay, grad_scale);
-  });
+                                    float momentum, float weight_decay, float grad_scale,
+                                    Buf<T> rounded) {
+  const size_t n = elements(segments);
+  timed(OpPhase::Optimizer, "sgd_momentum", 0, (5 * kT + bytes_of(rounded)) * n,
+        [&] {
+          inner_->sgd_momentum(param, grad, buf, segments, lr, momentum, weight_decay, grad_scale,
+                               rounded);
+        });
 }
 void ProfilingBackend::lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments,
                                     float lr, float beta1, float beta2, float eps,

@@ -94,17 +94,20 @@ size_t Optimizer::bytes() const {
 void Optimizer::step(const float* grads, float lr, float grad_scale) {
   ++t_;
   const OptimizerConfig& c = config_;
+  // 2-byte storage: AdamW and SGD write the compute copy (the master rounded) in their pass
+  const bool fused = separate_master() && params_.half() && c.kind != OptimizerKind::Lamb;
+  const Buf<float> rounded = fused ? params_ : Buf<float>();
   if (c.kind == OptimizerKind::Lamb)
     lamb_step(grads, lr, grad_scale);
   else if (c.kind == OptimizerKind::AdamW)
     backend_.adamw(master_, grads, state_[0], state_[1], segments_, lr, c.beta1, c.beta2, c.eps,
-                   c.weight_decay, t_, grad_scale);
+                   c.weight_decay, t_, grad_scale, rounded);
   else
     backend_.sgd_momentum(master_, grads, state_[0], segments_, lr, c.momentum, c.weight_decay,
-                          grad_scale);
-  if (separate_master()) {  // the compute copy: the master rounded to the precision
+                          grad_scale, rounded);
+  if (separate_master() && !fused) {  // the compute copy: the master rounded to the precision
     const size_t n = owned_.size();
-    backend_.convert(params_, master_, n);  // 2-byte storage: rounded as written
+    backend_.convert(params_, master_, n);  // 2-byte storage (LAMB): rounded as written
     if (float* emulated = params_.full()) backend_.round_to(emulated, n, precision_);
   }
 }

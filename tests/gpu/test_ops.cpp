@@ -557,11 +557,11 @@ TEST(GpuOps, Optimizers) {
         // 5 segments (decayed or not) with gaps; the first and last of several CUDA blocks
         const std::vector<Segment> segments = segments_of(n, 5, 7);
         for (int t = 1; t <= 3; ++t)
-          be.adamw(p, g, mm, v, segments, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+          be.adamw(p, g, mm, v, segments, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, {});
         auto* p2 = m.in(random_floats(n, 5));
         auto* buf = m.in(random_floats(n, 6, -0.01f, 0.01f));
         for (int t = 1; t <= 3; ++t)
-          be.sgd_momentum(p2, g, buf, segments, 1e-2f, 0.9f, 0.01f, 2.0f);
+          be.sgd_momentum(p2, g, buf, segments, 1e-2f, 0.9f, 0.01f, 2.0f, {});
         auto* p3 = m.in(random_floats(n, 7));
         auto* m3 = m.in(random_floats(n, 8, -0.01f, 0.01f));
         auto* v3 = m.in(random_floats(n, 9, 0.0f, 1e-4f));

@@ -321,6 +321,37 @@ TEST(GpuTwoByteOps, ConvertRoundsAsTheHost) {
   }
 }
 
+TEST(GpuTwoByteOps, OptimizersRoundTheComputeCopy) {
+  // AdamW and SGD given a 2-byte compute copy write each updated element as convert() rounds
+  // the updated fp32 master, in the same pass
+  const size_t n = 70001;
+  const Segment segments[] = {{0, 30000, true}, {30000, n - 30000, false}};
+  for (Precision p : kTwoByte) {
+    CudaOptions o;
+    o.math = math_of(p);
+    CudaBackend<float> gpu(o);
+    Tensors t(gpu, p);
+    float* g = t.stat_in(random_floats(n, 2, -0.1f, 0.1f));
+    for (const bool adamw : {true, false}) {
+      float* master = t.stat_in(random_floats(n, 1));
+      float* m = t.stat_in(random_floats(n, 3, -0.01f, 0.01f));
+      float* v = t.stat_in(random_floats(n, 4, 0.0f, 1e-4f));
+      const Buf<float> copy = t.out(n);
+      if (adamw)
+        gpu.adamw(master, g, m, v, segments, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.5f, copy);
+      else
+        gpu.sgd_momentum(master, g, m, segments, 1e-2f, 0.9f, 0.01f, 2.0f, copy);
+      const Buf<float> converted = t.out(n);
+      gpu.convert(converted, master, n);
+      float* a = t.stat_out(n);
+      float* b = t.stat_out(n);
+      gpu.convert(a, copy, n);
+      gpu.convert(b, converted, n);
+      EXPECT_EQ(t.read(a, n), t.read(b, n)) << to_string(p) << (adamw ? " adamw" : " sgd");
+    }
+  }
+}
+
 // MiB in use in one arena, from memory_report()'s table ("  <kind> reserved in-use peak").
 double in_use_mib(const std::string& report, const std::string& kind) {
   const size_t at = report.find("  " + kind + " ");

@@ -575,9 +575,9 @@ TEST(CpuOptimizer, AdamWMatchesReference) {
       const double vh = rv[i] / (1 - std::pow(double(b2), t));
       rp[i] -= double(lr) * (mh / (std::sqrt(vh) + double(eps)) + double(wd) * rp[i]);
     }
-    be.adamw(p.data(), g.data(), m.data(), v.data(), whole, lr, b1, b2, eps, wd, t, gs);
+    be.adamw(p.data(), g.data(), m.data(), v.data(), whole, lr, b1, b2, eps, wd, t, gs, {});
     const std::vector<float> fg = testing::to_float(g);
-    bf.adamw(fp.data(), fg.data(), fm.data(), fv.data(), whole, lr, b1, b2, eps, wd, t, gs);
+    bf.adamw(fp.data(), fg.data(), fm.data(), fv.data(), whole, lr, b1, b2, eps, wd, t, gs, {});
   }
   for (size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(p[i], rp[i], 1e-14);

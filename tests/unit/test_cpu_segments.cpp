@@ -1,15 +1,19 @@
 // The CPU backend's optimizer ops over a segment list (backend.hpp): one call over a step's
 // segments gives the bits of one call per segment (the per-tensor path it replaced: each segment
 // cut as before, the sums added in the same order), the same at 1, 2 and 3 threads, and leaves
-// the elements between segments alone.
+// the elements between segments alone; AdamW and SGD round the compute copy in the same pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/backend/precision.hpp"
+#include "mpitrain/runtime/error.hpp"
 #include "random_values.hpp"
 
 using namespace mpitrain;
@@ -81,22 +85,23 @@ void three_steps(Calls calls, Op&& op) {
   }
 }
 
-State adamw(Calls calls, int threads) {
+// rounded: the compute copy the updates also write, or null
+State adamw(Calls calls, int threads, Buf<float> rounded = {}) {
   CpuBackend<float> be(threads);
   State st;
   three_steps(calls, [&](Segments segments, int t) {
     be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 1e-3f, 0.9f,
-             0.95f, 1e-8f, 0.1f, t, 0.5f);
+             0.95f, 1e-8f, 0.1f, t, 0.5f, rounded);
   });
   return st;
 }
 
-State sgd(Calls calls, int threads) {
+State sgd(Calls calls, int threads, Buf<float> rounded = {}) {
   CpuBackend<float> be(threads);
   State st;
   three_steps(calls, [&](Segments segments, int) {
     be.sgd_momentum(st.param.data(), st.grad.data(), st.m.data(), segments, 1e-2f, 0.9f, 0.01f,
-                    2.0f);
+                    2.0f, rounded);
   });
   return st;
 }
@@ -194,6 +199,40 @@ TEST(CpuSegments, LambIsThePerSegmentCalls) {
     EXPECT_EQ(sums[2 * s] > 0, summed) << s;
     EXPECT_EQ(sums[2 * s + 1] > 0, summed) << s;
   }
+}
+
+// AdamW and SGD given a 2-byte compute copy: the same master bits, and the copy holds each
+// updated element rounded (as convert writes it), the elements between segments untouched.
+TEST(CpuSegments, UpdatesWriteTheRoundedComputeCopy) {
+  for (const Precision p : {Precision::Bf16, Precision::Fp16}) {
+    for (const bool is_adamw : {true, false}) {
+      const State plain = is_adamw ? adamw(Calls::Fused, 1) : sgd(Calls::Fused, 1);
+      for (const int threads : {1, 3}) {
+        const uint16_t kUntouched = 0x7bcd;
+        std::vector<uint16_t> copy(kTotal, kUntouched);
+        const Buf<float> rounded(copy.data(), p);
+        const State st =
+            is_adamw ? adamw(Calls::Fused, threads, rounded) : sgd(Calls::Fused, threads, rounded);
+        const std::string what = std::string(is_adamw ? "adamw " : "sgd ") + to_string(p) + ", " +
+                                 std::to_string(threads) + " threads";
+        expect_same(st, plain, what.c_str());
+        size_t at = 0, wrong = 0, gap = 0;
+        for (const Segment& s : kSegments) {
+          for (size_t i = at; i < s.at; ++i) gap += copy[i] != kUntouched;
+          for (size_t i = s.at; i < s.at + s.n; ++i)
+            wrong += copy[i] != to_half_bits(st.param[i], p);
+          at = s.at + s.n;
+        }
+        EXPECT_EQ(wrong, 0u) << what;
+        EXPECT_EQ(gap, 0u) << what;
+      }
+    }
+  }
+  CpuBackend<float> be(1);  // an fp32 copy is no compute copy
+  State st;
+  EXPECT_THROW(be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), kSegments,
+                        1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, Buf<float>(st.m.data())),
+               Error);
 }
 
 }  // namespace

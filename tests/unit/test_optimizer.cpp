@@ -250,7 +250,7 @@ TEST(Optimizer, BackendOpsInDoubleFollowTheirFormulas) {
   for (size_t i = 0; i < n; ++i) p[i] = dist(gen), g[i] = dist(gen), buf[i] = dist(gen);
   std::vector<double> rp = p, rbuf = buf;
   const Segment whole[] = {{0, n, true}};
-  be.sgd_momentum(p.data(), g.data(), buf.data(), whole, 0.1f, 0.9f, 0.01f, 0.5f);
+  be.sgd_momentum(p.data(), g.data(), buf.data(), whole, 0.1f, 0.9f, 0.01f, 0.5f, {});
   for (size_t i = 0; i < n; ++i) {
     rbuf[i] = double(0.9f) * rbuf[i] + g[i] * 0.5;
     rp[i] -= double(0.1f) * (rbuf[i] + double(0.01f) * rp[i]);

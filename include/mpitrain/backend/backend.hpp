@@ -223,12 +223,17 @@ class Backend {
   // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
   // + wd * p). grad_scale multiplies g first. Each element's result is the same whatever list
   // it lies in (a tensor updated whole, in pieces or split over ranks gets the same bits).
+  // rounded: null, or a 2-byte tensor indexed as param (the compute copy of fp32 master
+  // weights) that takes the updated elements rounded, as convert() would write them, in the
+  // same pass.
   virtual void adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int t, float grad_scale) = 0;
+                     float beta2, float eps, float weight_decay, int t, float grad_scale,
+                     Buf<T> rounded) = 0;
   // SGD with momentum (PyTorch's buffer, no dampening) and decoupled weight decay (as adamw):
-  // g = grad_scale grad; buf = mu buf + g; p -= lr (buf + wd p).
+  // g = grad_scale grad; buf = mu buf + g; p -= lr (buf + wd p). rounded: as adamw's.
   virtual void sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
-                            float momentum, float weight_decay, float grad_scale) = 0;
+                            float momentum, float weight_decay, float grad_scale,
+                            Buf<T> rounded) = 0;
   // LAMB, first pass. Segments marked decay: m and v as in adamw, and sums[2s], sums[2s+1] =
   // {sum p^2, sum u^2} (double, fixed order) of segment s with the update direction
   // u = m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p; their p is not changed. The others take

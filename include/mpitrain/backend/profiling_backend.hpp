@@ -94,9 +94,10 @@ class ProfilingBackend final : public Backend<float> {
   double sum_squares(const T* x, Segments segments) override;
   void scale(T* x, T s, size_t n) override;
   void adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr, float beta1,
-             float beta2, float eps, float weight_decay, int t, float grad_scale) override;
+             float beta2, float eps, float weight_decay, int t, float grad_scale,
+             Buf<T> rounded) override;
   void sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr, float momentum,
-                    float weight_decay, float grad_scale) override;
+                    float weight_decay, float grad_scale, Buf<T> rounded) override;
   void lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments, float lr, float beta1,
                     float beta2, float eps, float weight_decay, int t, float grad_scale,
                     double* sums) override;

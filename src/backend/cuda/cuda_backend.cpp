@@ -513,6 +513,11 @@ float bias_correction(float beta, int t) {
   return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta), t)));
 }
 
+// The fused updates' compute copy is null or 2-byte storage.
+void check_rounded(Buf<float> rounded) {
+  if (rounded.full()) MPITRAIN_THROW("the optimizer's rounded copy must be 2-byte storage");
+}
+
 // The segment list as tables, each segment given blocks of at least kPerBlock elements, at most
 // kMaxBlocks of them; lr: LAMB's rates (one per segment) or null.
 std::vector<cuda::SegmentTable> segment_tables(Segments segments, const float* lr = nullptr) {
@@ -575,18 +580,22 @@ void CudaBackend<T>::scale(T* x, T s, size_t n) {
 template <typename T>
 void CudaBackend<T>::adamw(T* param, const T* grad, T* m, T* v, Segments segments, float lr,
                            float beta1, float beta2, float eps, float weight_decay, int t,
-                           float grad_scale) {
+                           float grad_scale, Buf<T> rounded) {
+  check_rounded(rounded);
   for (const cuda::SegmentTable& table : segment_tables(segments))
     cuda::launch_adamw(param, grad, m, v, table, lr, beta1, beta2, eps, weight_decay,
-                       bias_correction(beta1, t), bias_correction(beta2, t), grad_scale,
+                       bias_correction(beta1, t), bias_correction(beta2, t), grad_scale, rounded,
                        ctx_->stream);
 }
 
 template <typename T>
 void CudaBackend<T>::sgd_momentum(T* param, const T* grad, T* buf, Segments segments, float lr,
-                                  float momentum, float weight_decay, float grad_scale) {
+                                  float momentum, float weight_decay, float grad_scale,
+                                  Buf<T> rounded) {
+  check_rounded(rounded);
   for (const cuda::SegmentTable& table : segment_tables(segments))
-    cuda::launch_sgd(param, grad, buf, table, lr, momentum, weight_decay, grad_scale, ctx_->stream);
+    cuda::launch_sgd(param, grad, buf, table, lr, momentum, weight_decay, grad_scale, rounded,
+                     ctx_->stream);
 }
 
 template <typename T>

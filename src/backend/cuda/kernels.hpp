@@ -113,13 +113,14 @@ struct SegmentTable {
   unsigned blocks() const { return first[count]; }
 };
 static_assert(sizeof(SegmentTable) <= 32000, "kernel parameters beyond 32 KiB");
-// bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t) computed by the caller; wd on the segments marked decay.
+// bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t) computed by the caller; wd on the segments marked decay;
+// rounded (null for none): the updated param rounded to its type, as launch_convert writes it.
 void launch_adamw(float* param, const float* grad, float* m, float* v, const SegmentTable& t,
                   float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                  float grad_scale, cudaStream_t s);
-// g = grad_scale grad; buf = momentum buf + g; p -= lr (buf + wd p)
+                  float grad_scale, Out rounded, cudaStream_t s);
+// g = grad_scale grad; buf = momentum buf + g; p -= lr (buf + wd p); rounded as launch_adamw's
 void launch_sgd(float* param, const float* grad, float* buf, const SegmentTable& t, float lr,
-                float momentum, float wd, float grad_scale, cudaStream_t s);
+                float momentum, float wd, float grad_scale, Out rounded, cudaStream_t s);
 // LAMB's first pass (backend.hpp): sums (2 x t.count doubles, device) = {p^2, u^2} per segment,
 // fixed order; partials: 2 x t.blocks() doubles of scratch. Then p -= lr[s] u.
 void launch_lamb_moments(double* sums, double* partials, float* param, const float* grad, float* m,

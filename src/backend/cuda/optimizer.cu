@@ -47,25 +47,32 @@ __device__ __forceinline__ float adam_moments(float& m, float& v, float grad, fl
   return adam_direction(mi, vi, p, bc1, bc2, eps, wd);
 }
 
-// AdamW: p -= lr u, wd on the segments marked decay
+// AdamW: p -= lr u, wd on the segments marked decay; rounded[i] = p where there is one
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, float lr,
                              float b1, float b2, float eps, float wd, float bc1, float bc2,
-                             float gs, const __grid_constant__ SegmentTable t) {
+                             float gs, Out rounded, const __grid_constant__ SegmentTable t) {
   const BlockRange r = block_range(t);
   const float d = t.decay[r.segment] ? wd : 0.0f;
-  for (size_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x)
-    param[i] -= lr * adam_moments(m[i], v[i], grad[i], param[i], b1, b2, eps, d, bc1, bc2, gs);
+  for (size_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) {
+    const float p =
+        param[i] - lr * adam_moments(m[i], v[i], grad[i], param[i], b1, b2, eps, d, bc1, bc2, gs);
+    param[i] = p;
+    if (!(rounded == nullptr)) rounded[i] = p;
+  }
 }
 
-// g = gs grad; buf = mu buf + g; p -= lr (buf + wd p), wd on the segments marked decay
+// g = gs grad; buf = mu buf + g; p -= lr (buf + wd p), wd on the segments marked decay; rounded
+// as adamw_kernel's
 __global__ void sgd_kernel(float* param, const float* grad, float* buf, float lr, float mu,
-                           float wd, float gs, const __grid_constant__ SegmentTable t) {
+                           float wd, float gs, Out rounded, const __grid_constant__ SegmentTable t) {
   const BlockRange r = block_range(t);
   const float d = t.decay[r.segment] ? wd : 0.0f;
   for (size_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) {
     const float b = mu * buf[i] + grad[i] * gs;
     buf[i] = b;
-    param[i] -= lr * (b + d * param[i]);
+    const float p = param[i] - lr * (b + d * param[i]);
+    param[i] = p;
+    if (!(rounded == nullptr)) rounded[i] = p;
   }
 }
 
@@ -144,17 +151,18 @@ void launch_segment_sums(double* sums, const double* partials, const SegmentTabl
 
 void launch_adamw(float* param, const float* grad, float* m, float* v, const SegmentTable& t,
                   float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                  float grad_scale, cudaStream_t s) {
+                  float grad_scale, Out rounded, cudaStream_t s) {
   if (t.count == 0) return;
   adamw_kernel<<<t.blocks(), kThreads, 0, s>>>(param, grad, m, v, lr, b1, b2, eps, wd, bc1, bc2,
-                                               grad_scale, t);
+                                               grad_scale, rounded, t);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_sgd(float* param, const float* grad, float* buf, const SegmentTable& t, float lr,
-                float momentum, float wd, float grad_scale, cudaStream_t s) {
+                float momentum, float wd, float grad_scale, Out rounded, cudaStream_t s) {
   if (t.count == 0) return;
-  sgd_kernel<<<t.blocks(), kThreads, 0, s>>>(param, grad, buf, lr, momentum, wd, grad_scale, t);
+  sgd_kernel<<<t.blocks(), kThreads, 0, s>>>(param, grad, buf, lr, momentum, wd, grad_scale,
+                                             rounded, t);
   CUDA_CHECK_LAUNCH();
 }
 
