@@ -329,7 +329,8 @@ template <typename T>
 inline void swiglu_forward_bf16_row(uint16_t* o, const uint16_t* g, int F) {
   const uint16_t* u = g + F;
 #pragma omp simd
-  for (int f = 0; f < F; ++f) o[f] = bf16_bits(swiglu_value(bf16_value<T>(g[f]), bf16_value<T>(u[f])));
+  for (int f = 0; f < F; ++f)
+    o[f] = bf16_bits(swiglu_value(bf16_value<T>(g[f]), bf16_value<T>(u[f])));
 }
 template <typename T>
 inline void swiglu_backward_bf16_row(uint16_t* dg, const uint16_t* g, const uint16_t* d, int F) {

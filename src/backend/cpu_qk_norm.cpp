@@ -20,8 +20,8 @@ namespace {
 // one row: per head h (q heads first, then k): rstd = 1/sqrt(sum x^2 / hs + eps); out = x rstd w;
 // v copied
 template <typename T>
-void qk_norm_row(T* orow, T* rstd, const T* row, const T* wq, const T* wk, int NH, int NKV,
-                 int hs, T eps) {
+void qk_norm_row(T* orow, T* rstd, const T* row, const T* wq, const T* wk, int NH, int NKV, int hs,
+                 T eps) {
   const int heads = NH + NKV;
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   const size_t normed = static_cast<size_t>(heads) * hs;  // the q and k heads; v after them
@@ -103,16 +103,16 @@ void qk_norm_weight_grads(T* dwq, T* dwk, CBuf<T> d, CBuf<T> inp, const T* rstd,
 // Rows in parallel; on 2-byte tensors each thread widens a row into its own fp32 arrays
 // (cpu::ThreadRows), runs the same row kernel and rounds the row straight back.
 template <typename T>
-void CpuBackend<T>::qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk,
-                                    int N, int NH, int NKV, int hs, T eps) {
+void CpuBackend<T>::qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk, int N,
+                                    int NH, int NKV, int hs, T eps) {
   const bool staged = cpu::staged(out, inp, wq, wk);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, heads = NH + NKV;
   const T* wq32 = staging_->widened(cpu::kSlotWeight, wq, hs);
   const T* wk32 = staging_->widened(cpu::kSlotBias, wk, hs);
   if (!staged)
     return cpu::for_rows(N, QKV, [&](size_t n) {
-      qk_norm_row(out.full() + n * QKV, rstd + n * heads, inp.full() + n * QKV, wq32, wk32, NH,
-                  NKV, hs, eps);
+      qk_norm_row(out.full() + n * QKV, rstd + n * heads, inp.full() + n * QKV, wq32, wk32, NH, NKV,
+                  hs, eps);
     });
   const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, QKV);
   cpu::for_rows(N, QKV, [&](size_t n) {
@@ -138,8 +138,8 @@ void CpuBackend<T>::qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp, C
   if (!staged) {
     qk_norm_weight_grads<Precision::Fp32>(dwq, dwk, d, inp, rstd, N, NH, NKV, hs);
     return cpu::for_rows(N, QKV, [&](size_t n) {
-      qk_norm_dinp_row(dqkv.full() + n * QKV, inp.full() + n * QKV, wq32, wk32,
-                       rstd + n * heads, NH, NKV, hs);
+      qk_norm_dinp_row(dqkv.full() + n * QKV, inp.full() + n * QKV, wq32, wk32, rstd + n * heads,
+                       NH, NKV, hs);
     });
   }
   cpu::with_half_type(d.dtype(), [&](auto P) {

@@ -212,7 +212,10 @@ template <typename T>
 class ThreadRows {
  public:
   ThreadRows(Staging& staging, Slot slot, int count, size_t C)
-      : count_(count), C_(C), stride_(stride(C)), base_(staging.take<T>(slot, elements(count, C))) {}
+      : count_(count),
+        C_(C),
+        stride_(stride(C)),
+        base_(staging.take<T>(slot, elements(count, C))) {}
   // the elements of the slot they take
   static size_t elements(int count, size_t C) {
     return static_cast<size_t>(omp_get_max_threads()) * count * stride(C);

@@ -291,11 +291,10 @@ void ProfilingBackend::sgd_momentum(T* param, const T* grad, T* buf, Segments se
                                     float momentum, float weight_decay, float grad_scale,
                                     Buf<T> rounded) {
   const size_t n = elements(segments);
-  timed(OpPhase::Optimizer, "sgd_momentum", 0, (5 * kT + bytes_of(rounded)) * n,
-        [&] {
-          inner_->sgd_momentum(param, grad, buf, segments, lr, momentum, weight_decay, grad_scale,
-                               rounded);
-        });
+  timed(OpPhase::Optimizer, "sgd_momentum", 0, (5 * kT + bytes_of(rounded)) * n, [&] {
+    inner_->sgd_momentum(param, grad, buf, segments, lr, momentum, weight_decay, grad_scale,
+                         rounded);
+  });
 }
 void ProfilingBackend::lamb_moments(T* param, const T* grad, T* m, T* v, Segments segments,
                                     float lr, float beta1, float beta2, float eps,

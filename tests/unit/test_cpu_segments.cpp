@@ -230,8 +230,8 @@ TEST(CpuSegments, UpdatesWriteTheRoundedComputeCopy) {
   }
   CpuBackend<float> be(1);  // an fp32 copy is no compute copy
   State st;
-  EXPECT_THROW(be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), kSegments,
-                        1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, Buf<float>(st.m.data())),
+  EXPECT_THROW(be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), kSegments, 1e-3f,
+                        0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, Buf<float>(st.m.data())),
                Error);
 }
 

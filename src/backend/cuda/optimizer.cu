@@ -64,7 +64,8 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 // g = gs grad; buf = mu buf + g; p -= lr (buf + wd p), wd on the segments marked decay; rounded
 // as adamw_kernel's
 __global__ void sgd_kernel(float* param, const float* grad, float* buf, float lr, float mu,
-                           float wd, float gs, Out rounded, const __grid_constant__ SegmentTable t) {
+                           float wd, float gs, Out rounded,
+                           const __grid_constant__ SegmentTable t) {
   const BlockRange r = block_range(t);
   const float d = t.decay[r.segment] ? wd : 0.0f;
   for (size_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) {
