@@ -16,6 +16,8 @@
 
 namespace mpitrain {
 
+using cpu::bf16_bits;
+using cpu::bf16_value;
 using cpu::exp_fast;
 using cpu::kParallelWork;
 
@@ -278,17 +280,6 @@ template <typename T>
 void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelWork / 4)
   for (size_t i = 0; i < n; ++i) dinp[i] = gelu_gradient(inp[i], dout[i]);
-}
-
-// bf16 bits as T (exact), and T rounded to bf16 bits (through float, as round_to), for loops
-// that convert inside their vector body
-template <typename T>
-inline T bf16_value(uint16_t bits) {
-  return static_cast<T>(from_bf16_bits(bits));
-}
-template <typename T>
-inline uint16_t bf16_bits(T x) {
-  return to_bf16_bits(static_cast<float>(x));
 }
 
 // SwiGLU on rows [gate (F) | up (F)]: out = silu(g) up, silu(g) = g sig(g)   (one element)

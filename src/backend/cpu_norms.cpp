@@ -9,6 +9,7 @@
 
 namespace mpitrain {
 
+using cpu::for_forward_rows;
 using cpu::for_row_pieces;
 using cpu::for_rows;
 
@@ -86,23 +87,6 @@ inline void rmsnorm_dw_piece(T* dw, const T* d, const T* x, T r, int width) {
 // parallel over column blocks with the rows in order, so there are no races and no scratch. On
 // 2-byte tensors each thread widens a row (or a column block's piece of one) into its own fp32
 // arrays (cpu::ThreadRows), runs the same kernel and rounds the output row into the tensor.
-
-// A forward's rows: f(o, x, n) on the rows of out and inp in place, or on the thread's fp32
-// copy of a 2-byte row of inp, its output row rounded into out.
-template <typename T, class F>
-void for_forward_rows(cpu::Staging& staging, Buf<T> out, CBuf<T> inp, int N, int C, F&& f) {
-  if (T* o = out.full()) {
-    const T* x = inp.full();
-    return for_rows(N, C, [&](size_t n) { f(o + n * C, x + n * C, n); });
-  }
-  const cpu::ThreadRows<T> rows(staging, cpu::kSlotA, 2, C);
-  for_rows(N, C, [&](size_t n) {
-    T *x = rows.row(0, n), *o = rows.row(1, n);
-    cpu::widen_row(x, inp + n * C, C);
-    f(o, x, n);
-    cpu::narrow_row(out + n * C, o, C);
-  });
-}
 
 // An input gradient's rows: f(di, d, x, n) on the rows of dinp, dout and inp in place, or on
 // the thread's fp32 copies of 2-byte rows (dinp's += reads its old values), di rounded back.

@@ -101,25 +101,17 @@ void qk_norm_weight_grads(T* dwq, T* dwk, CBuf<T> d, CBuf<T> inp, const T* rstd,
 }  // namespace
 
 // Rows in parallel; on 2-byte tensors each thread widens a row into its own fp32 arrays
-// (cpu::ThreadRows), runs the same row kernel and rounds the row straight back.
+// (cpu::for_forward_rows), runs the same row kernel and rounds the row straight back.
 template <typename T>
 void CpuBackend<T>::qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk, int N,
                                     int NH, int NKV, int hs, T eps) {
-  const bool staged = cpu::staged(out, inp, wq, wk);
-  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, heads = NH + NKV;
+  cpu::staged(out, inp, wq, wk);
+  const int QKV = (NH + 2 * NKV) * hs;
+  const size_t heads = NH + NKV;
   const T* wq32 = staging_->widened(cpu::kSlotWeight, wq, hs);
   const T* wk32 = staging_->widened(cpu::kSlotBias, wk, hs);
-  if (!staged)
-    return cpu::for_rows(N, QKV, [&](size_t n) {
-      qk_norm_row(out.full() + n * QKV, rstd + n * heads, inp.full() + n * QKV, wq32, wk32, NH, NKV,
-                  hs, eps);
-    });
-  const cpu::ThreadRows<T> rows(*staging_, cpu::kSlotA, 2, QKV);
-  cpu::for_rows(N, QKV, [&](size_t n) {
-    T *x = rows.row(0, n), *o = rows.row(1, n);
-    cpu::widen_row(x, inp + n * QKV, QKV);
+  cpu::for_forward_rows(*staging_, out, inp, N, QKV, [&](T* o, const T* x, size_t n) {
     qk_norm_row(o, rstd + n * heads, x, wq32, wk32, NH, NKV, hs, eps);
-    cpu::narrow_row(out + n * QKV, o, QKV);
   });
 }
 

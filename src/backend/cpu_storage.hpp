@@ -90,9 +90,22 @@ inline void float_to_fp16(uint16_t* h, const float* src, size_t n) {
 // over short pieces written once for both types, with each piece's conversion inlined (a call per
 // 64-column piece ran the bf16 LayerNorm's weight gradients at half of fp32's speed).
 template <class F>
-decltype(auto) with_half_type(Precision dtype, F&& f) {
-  if (dtype == Precision::Bf16) return f(std::integral_constant<Precision, Precision::Bf16>());
-  return f(std::integral_constant<Precision, Precision::Fp16>());
+void with_half_type(Precision dtype, F&& f) {
+  if (dtype == Precision::Bf16)
+    f(std::integral_constant<Precision, Precision::Bf16>());
+  else
+    f(std::integral_constant<Precision, Precision::Fp16>());
+}
+
+// One element: bf16 bits as T (exact), and T rounded to bf16 bits (through float, as round_to
+// rounds a double), for loops that convert inside their vector body.
+template <typename T>
+inline T bf16_value(uint16_t bits) {
+  return static_cast<T>(from_bf16_bits(bits));
+}
+template <typename T>
+inline uint16_t bf16_bits(T x) {
+  return to_bf16_bits(static_cast<float>(x));
 }
 
 // dst[0, n) = the n elements h, bits of the 2-byte type P (Bf16 or Fp16), as T (exact), on the
@@ -101,7 +114,7 @@ template <Precision P, typename T>
 inline void widen_bits(T* dst, const uint16_t* h, size_t n) {
   if constexpr (P == Precision::Bf16) {
 #pragma omp simd
-    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(from_bf16_bits(h[i]));
+    for (size_t i = 0; i < n; ++i) dst[i] = bf16_value<T>(h[i]);
   } else if constexpr (std::is_same_v<T, float>) {
     fp16_to_float(dst, h, n);
   } else {
@@ -124,7 +137,7 @@ template <Precision P, typename T>
 inline void narrow_bits(uint16_t* h, const T* src, size_t n) {
   if constexpr (P == Precision::Bf16) {
 #pragma omp simd
-    for (size_t i = 0; i < n; ++i) h[i] = to_bf16_bits(static_cast<float>(src[i]));
+    for (size_t i = 0; i < n; ++i) h[i] = bf16_bits(src[i]);
   } else if constexpr (std::is_same_v<T, float>) {
     float_to_fp16(h, src, n);
   } else {
@@ -232,6 +245,23 @@ class ThreadRows {
   size_t C_, stride_;
   T* base_;
 };
+
+// A row-wise op's rows: f(o, x, n) on rows n of out and inp (C elements each) in place, or on
+// the thread's fp32 copy of a 2-byte row of inp (ThreadRows), its output row rounded into out.
+template <typename T, class F>
+void for_forward_rows(Staging& staging, Buf<T> out, CBuf<T> inp, int N, int C, F&& f) {
+  if (T* o = out.full()) {
+    const T* x = inp.full();
+    return for_rows(N, C, [&](size_t n) { f(o + n * C, x + n * C, n); });
+  }
+  const ThreadRows<T> rows(staging, kSlotA, 2, C);
+  for_rows(N, C, [&](size_t n) {
+    T *x = rows.row(0, n), *o = rows.row(1, n);
+    widen_row(x, inp + n * C, C);
+    f(o, x, n);
+    narrow_row(out + n * C, o, C);
+  });
+}
 
 // The same over whole sequences (B of them, seq_elems elements each), at least one per block.
 template <class F>
