@@ -39,7 +39,7 @@ void from_bf16(float* dst, const uint16_t* src, size_t n) {
 
 void Bf16MatmulDelete::operator()(Bf16Matmul* p) const { delete p; }
 
-Bf16Matmul::Bf16Matmul(int chunk) : chunk_(chunk) {
+Bf16Matmul::Bf16Matmul(int chunk, bool pack_b) : chunk_(chunk), pack_b_(pack_b) {
   try {
     engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
     stream_ = dnnl::stream(engine_);
@@ -83,14 +83,24 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
         ops.append_sum(1.0f);  // C = C + A B, in fp32 (then rounded where C is bf16)
         attr.set_post_ops(ops);
       }
-      const dnnl::matmul::desc d = k.bias == Bias::None ? dnnl::matmul::desc(a, b, c)
-                                                        : dnnl::matmul::desc(a, b, bias, c);
+      // an untransposed B in whatever layout the kernel reads (cpu_matmul_bf16.hpp)
+      const dnnl::memory::desc b_read =
+          pack_b_ && !k.tb ? dnnl::memory::desc({k.K, k.N}, dt::bf16, dnnl::memory::format_tag::any)
+                           : b;
+      const dnnl::matmul::desc d = k.bias == Bias::None ? dnnl::matmul::desc(a, b_read, c)
+                                                        : dnnl::matmul::desc(a, b_read, bias, c);
       const dnnl::matmul::primitive_desc pd(d, attr, engine_, /*allow_empty=*/true);
       if (pd && std::strncmp(pd.impl_info_str(), "ref", 3) != 0) {
         p.bf16 = true;
         p.matmul = dnnl::matmul(pd);
         p.a = dnnl::memory(a, engine_, DNNL_MEMORY_NONE);
-        p.b = dnnl::memory(b, engine_, DNNL_MEMORY_NONE);
+        p.b = dnnl::memory(pd.weights_desc(), engine_, DNNL_MEMORY_NONE);
+        if (pd.weights_desc() != b) {
+          p.packs_b = true;
+          p.b_plain = dnnl::memory(b, engine_, DNNL_MEMORY_NONE);
+          p.pack =
+              dnnl::reorder(dnnl::reorder::primitive_desc(engine_, b, engine_, pd.weights_desc()));
+        }
         p.c = dnnl::memory(c, engine_, DNNL_MEMORY_NONE);
         p.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine_, DNNL_MEMORY_NONE);
         p.args = {{DNNL_ARG_SRC, p.a},
@@ -213,6 +223,7 @@ bool Bf16Matmul::run_pieces(const Key& k, const uint16_t* a, const uint16_t* b, 
   if (split_k && k.accumulate) from_bf16(sum, static_cast<const uint16_t*>(C), c_elems);
   const size_t c_size = k.c_bf16 && !split_k ? sizeof(uint16_t) : sizeof(float);
   char* c = split_k ? reinterpret_cast<char*>(sum) : static_cast<char*>(C);
+  packed_plan_ = nullptr;  // B's values may have changed since the last call
   const size_t bias_size = k.bias == Bias::Bf16 ? sizeof(uint16_t) : sizeof(float);
   for_pieces(k, [&](const Key& piece, size_t at_a, size_t at_b, size_t at_c, size_t at_bias) {
     run(piece, a + at_a, b + at_b,
@@ -229,7 +240,7 @@ bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, const
   if (!p.bf16) return false;
   try {
     p.a.set_data_handle(const_cast<uint16_t*>(a));  // oneDNN only reads its source operands
-    p.b.set_data_handle(const_cast<uint16_t*>(b));
+    set_b(p, b);
     p.c.set_data_handle(C);
     p.scratchpad.set_data_handle(scratchpad_.reserve(p.scratchpad.get_desc().get_size()));
     if (key.bias != Bias::None) p.bias.set_data_handle(const_cast<void*>(bias));
@@ -239,6 +250,17 @@ bool Bf16Matmul::run(const Key& key, const uint16_t* a, const uint16_t* b, const
     throw_dnnl(e, "running a bf16 matmul");
   }
   return true;
+}
+
+void Bf16Matmul::set_b(Plan& p, const uint16_t* b) {
+  if (!p.packs_b) return p.b.set_data_handle(const_cast<uint16_t*>(b));
+  // the same size as when packed_plan_ packed it: reserve neither moves nor clears it
+  p.b.set_data_handle(packed_b_.reserve(p.b.get_desc().get_size()));
+  if (packed_plan_ == &p && packed_source_ == b) return;  // the next piece along M: the same B
+  p.b_plain.set_data_handle(const_cast<uint16_t*>(b));
+  p.pack.execute(stream_, p.b_plain, p.b);
+  packed_plan_ = &p;
+  packed_source_ = b;
 }
 
 }  // namespace mpitrain::cpu

@@ -371,5 +371,59 @@ TEST(CpuBf16Gemm, BiasAddedOnceToTheFp32Sum) {
   EXPECT_FALSE(mm.has_kernel(false, true, 4, 8, 100, false, true, Bias::Bf16)) << "along K";
 }
 
+// An untransposed B packed by a reorder of its own first (cpu_matmul_bf16.hpp) gives the bits of
+// the matmul reading it in place: whole, in pieces along M (the packed B reused piece after
+// piece), N and K, fp32 and bf16 C, with and without accumulation. B's values changed in place
+// between two calls of the same shape are packed again, never read from the last call's copy.
+TEST(CpuBf16Gemm, PackingBChangesNoBit) {
+  cpu::Bf16Matmul packed(16), in_place(16, /*pack_b=*/false);
+  if (!packed.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
+  struct Case {
+    const char* split;
+    bool ta;
+    int M, N, K;
+  };
+  const Case cases[] = {{"whole", false, 40, 48, 32},
+                        {"whole", true, 33, 40, 24},
+                        {"M", true, 150, 20, 9},
+                        {"N", false, 9, 150, 24},
+                        {"K", false, 12, 10, 150}};
+  uint64_t seed = 70;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.split) + (c.ta ? " ta" : "") + " M=" + std::to_string(c.M) +
+                 " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+    const size_t mn = static_cast<size_t>(c.M) * c.N;
+    const auto bits = [](const FVec& v) {
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
+      return b;
+    };
+    const std::vector<uint16_t> a = bits(random_values(static_cast<size_t>(c.M) * c.K, ++seed)),
+                                c0 = bits(random_values(mn, ++seed));
+    std::vector<uint16_t> b = bits(random_values(static_cast<size_t>(c.K) * c.N, ++seed));
+    for (const bool accumulate : {false, true})
+      for (int round = 0; round < 2; ++round) {  // round 1: B changed in place
+        SCOPED_TRACE(std::string(accumulate ? "accumulate" : "overwrite") + " round " +
+                     std::to_string(round));
+        if (round == 1)
+          for (uint16_t& x : b) x ^= 0x8000;  // every sign flipped
+        FVec c32(mn, 0.5f), ref32(c32);
+        std::vector<uint16_t> c16(c0), ref16(c0);
+        const auto into = [&](auto& out, auto& ref) {
+          ASSERT_TRUE(packed.multiply(c.ta, false, c.M, c.N, c.K, a.data(), b.data(), accumulate,
+                                      out.data()));
+          ASSERT_TRUE(in_place.multiply(c.ta, false, c.M, c.N, c.K, a.data(), b.data(), accumulate,
+                                        ref.data()));
+        };
+        // the last call of round 0 and the first of round 1 take the same plan and B's pointer
+        if (round == 0) into(c32, ref32);
+        into(c16, ref16);
+        if (round == 1) into(c32, ref32);
+        EXPECT_EQ(c32, ref32) << "fp32 C";
+        EXPECT_EQ(c16, ref16) << "bf16 C";
+      }
+  }
+}
+
 }  // namespace
 }  // namespace mpitrain
