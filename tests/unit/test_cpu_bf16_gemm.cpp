@@ -41,6 +41,13 @@ FVec random_values(size_t n, uint64_t seed, bool bf16 = true) {
   return v;
 }
 
+// The bf16 bits of each value (exact for bf16 values).
+std::vector<uint16_t> bits(const FVec& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
+  return b;
+}
+
 FVec rounded(const FVec& v) {
   FVec r(v);
   for (float& x : r) x = round_to(x, Precision::Bf16);
@@ -287,11 +294,6 @@ TEST(CpuBf16Gemm, ProductsInPiecesMatchDoubleReference) {
   const Case cases[] = {{"N", false, true, 9, 150, 24},   {"N", true, false, 7, 131, 20},
                         {"M", true, false, 150, 20, 9},   {"M", false, true, 140, 12, 17},
                         {"K", false, false, 12, 10, 150}, {"K", true, true, 11, 13, 170}};
-  const auto bits = [](const FVec& v) {
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
-    return b;
-  };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("along ") + c.along + " M=" + std::to_string(c.M) +
                  " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
@@ -337,11 +339,6 @@ TEST(CpuBf16Gemm, BiasAddedOnceToTheFp32Sum) {
   cpu::Bf16Matmul mm(16);
   if (!mm.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
   using Bias = cpu::Bf16Matmul::Bias;
-  const auto bits = [](const FVec& v) {
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
-    return b;
-  };
   struct Case {
     int M, N, K;
   };
@@ -393,11 +390,6 @@ TEST(CpuBf16Gemm, PackingBChangesNoBit) {
     SCOPED_TRACE(std::string(c.split) + (c.ta ? " ta" : "") + " M=" + std::to_string(c.M) +
                  " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
     const size_t mn = static_cast<size_t>(c.M) * c.N;
-    const auto bits = [](const FVec& v) {
-      std::vector<uint16_t> b(v.size());
-      for (size_t i = 0; i < v.size(); ++i) b[i] = to_bf16_bits(v[i]);
-      return b;
-    };
     const std::vector<uint16_t> a = bits(random_values(static_cast<size_t>(c.M) * c.K, ++seed)),
                                 c0 = bits(random_values(mn, ++seed));
     std::vector<uint16_t> b = bits(random_values(static_cast<size_t>(c.K) * c.N, ++seed));
