@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -270,9 +271,23 @@ TEST(CpuBf16Gemm, FallbackWithoutBf16InstructionsIsTheSgemmPathBitForBit) {
   }
 }
 
+// Whether the cap a user may set in ONEDNN_MAX_CPU_ISA (oneDNN's names, any case) lets bf16
+// kernels run: the caps from AVX512_CORE_BF16 up, or no cap.
+bool isa_cap_allows_bf16() {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == nullptr || *cap == '\0') return true;
+  std::string name(cap);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  for (const char* allows : {"AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "ALL"})
+    if (name == allows) return true;
+  return false;
+}
+
+// The CPU's flags, under the user's cap (ONEDNN_MAX_CPU_ISA=AVX2 on this CPU: the fall-back).
 TEST(CpuBf16Gemm, Bf16KernelsExactlyWhereTheCpuHasThem) {
   EXPECT_EQ(CpuBackend<float>(1, Precision::Bf16).bf16_gemms(),
-            static_cast<bool>(__builtin_cpu_supports("avx512bf16")));
+            __builtin_cpu_supports("avx512bf16") && isa_cap_allows_bf16());
   EXPECT_FALSE(CpuBackend<float>(1, Precision::Fp16).bf16_gemms());
   EXPECT_FALSE(CpuBackend<float>(1, Precision::Fp32).bf16_gemms());
   EXPECT_FALSE(CpuBackend<float>(1).bf16_gemms());
