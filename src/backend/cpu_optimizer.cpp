@@ -25,7 +25,6 @@
 #include "cpu_kernels.hpp"
 #include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
-#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
@@ -301,12 +300,6 @@ double CpuBackend<T>::sum_squares(const T* x, Segments segments) {
     sum += segment;
   }
   return sum;
-}
-
-// The fused updates' compute copy is null or 2-byte storage (checked before the parallel loop).
-template <typename T>
-void check_rounded(Buf<T> rounded) {
-  if (rounded.full()) MPITRAIN_THROW("the optimizer's rounded copy must be 2-byte storage");
 }
 
 // The compute copy of a block just updated (still in L1): rounded's elements [at, at + n) =

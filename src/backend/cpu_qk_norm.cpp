@@ -105,7 +105,7 @@ void qk_norm_weight_grads(T* dwq, T* dwk, CBuf<T> d, CBuf<T> inp, const T* rstd,
 template <typename T>
 void CpuBackend<T>::qk_norm_forward(Buf<T> out, T* rstd, CBuf<T> inp, CBuf<T> wq, CBuf<T> wk, int N,
                                     int NH, int NKV, int hs, T eps) {
-  cpu::staged(out, inp, wq, wk);
+  cpu::staged(out, inp, wq, wk);  // refuses operands of mixed storage types
   const int QKV = (NH + 2 * NKV) * hs;
   const size_t heads = NH + NKV;
   const T* wq32 = staging_->widened(cpu::kSlotWeight, wq, hs);

@@ -28,6 +28,7 @@
 #include "mpitrain/backend/buf.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/backend/rope_freqs.hpp"
+#include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
 
@@ -49,6 +50,13 @@ inline size_t elements(Segments segments) {
   size_t n = 0;
   for (const Segment& s : segments) n += s.n;
   return n;
+}
+
+// The fused updates' compute copy (adamw's and sgd_momentum's `rounded`): null or 2-byte storage;
+// an fp32 one is refused (Error) before any element is updated.
+template <typename T>
+void check_rounded(Buf<T> rounded) {
+  if (rounded.full()) MPITRAIN_THROW("the optimizer's rounded copy must be 2-byte storage");
 }
 
 template <typename T>

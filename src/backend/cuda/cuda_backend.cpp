@@ -513,11 +513,6 @@ float bias_correction(float beta, int t) {
   return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta), t)));
 }
 
-// The fused updates' compute copy is null or 2-byte storage.
-void check_rounded(Buf<float> rounded) {
-  if (rounded.full()) MPITRAIN_THROW("the optimizer's rounded copy must be 2-byte storage");
-}
-
 // The segment list as tables, each segment given blocks of at least kPerBlock elements, at most
 // kMaxBlocks of them; lr: LAMB's rates (one per segment) or null.
 std::vector<cuda::SegmentTable> segment_tables(Segments segments, const float* lr = nullptr) {

@@ -57,7 +57,7 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
     const float p =
         param[i] - lr * adam_moments(m[i], v[i], grad[i], param[i], b1, b2, eps, d, bc1, bc2, gs);
     param[i] = p;
-    if (!(rounded == nullptr)) rounded[i] = p;
+    if (rounded.data() != nullptr) rounded[i] = p;
   }
 }
 
@@ -73,7 +73,7 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, float lr
     buf[i] = b;
     const float p = param[i] - lr * (b + d * param[i]);
     param[i] = p;
-    if (!(rounded == nullptr)) rounded[i] = p;
+    if (rounded.data() != nullptr) rounded[i] = p;
   }
 }
 
