@@ -17,12 +17,23 @@ int fit(int n, size_t limit) {
 }
 }  // namespace
 
-// The smaller operand's dimension whole (up to kTileElems / 16), then K as long as that allows,
-// then the larger operand's dimension.
+// The smaller operand's dimension whole (up to kTileElems / 16). Where the smaller operand's
+// K rows fit a tile too, K whole (that tile is widened once and held across the larger operand's
+// tiles), then the larger operand's dimension as long as that allows. Otherwise (a long K: a
+// vocabulary-sized dinp) the larger operand's dimension as long as the C tile allows, then K: with
+// M and N whole each operand is widened once, where a longer K chunk instead would split M or N
+// and widen the other operand once per piece (GPT-2's head dinp: its weights twice, and a
+// 256-row piece).
 Tiling tiling(int M, int N, int K) {
   const int small = fit(std::min(M, N), kTileElems / 16);
-  const int k = fit(K, kTileElems / std::max(small, 1));
-  const int large = fit(std::max(M, N), kTileElems / std::max({k, small, 1}));
+  const bool k_whole = static_cast<size_t>(small) * K <= kTileElems;
+  int k = K, large = 0;
+  if (k_whole) {
+    large = fit(std::max(M, N), kTileElems / std::max({k, small, 1}));
+  } else {
+    large = fit(std::max(M, N), kTileElems / std::max(small, 1));
+    k = fit(K, kTileElems / std::max({large, small, 1}));
+  }
   return M >= N ? Tiling{large, small, k} : Tiling{small, large, k};
 }
 
