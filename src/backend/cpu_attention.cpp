@@ -344,7 +344,7 @@ bool any_half(const B&... bufs) {
 size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t nb = std::min<size_t>(B, std::max<size_t>(1, cpu::kBlockElems / seq.qkv));
-  const size_t tile = std::max(cpu::kBlockElems, cpu::kTileElems);
+  const size_t tile = std::max(cpu::kBlockElems, cpu::kTileScratchElems);
   // slots A, B, C (a product's tiles): qkv, the keys (in qkv), dqkv (blocks: dout); slot D (the
   // other ops' blocks): dout
   const size_t floats = 2 * std::max(tile, nb * seq.qkv) +

@@ -46,42 +46,44 @@ void blocked_product(Staging& staging, int threads, bool ta, bool tb, int M, int
     return;
   }
   const Tiling t = tiling(M, N, K);
-  T* const at = staging.take<T>(kSlotA, static_cast<size_t>(t.m) * t.k);
-  T* const bt = staging.take<T>(kSlotB, static_cast<size_t>(t.n) * t.k);
+  // the scratch tiles: op(A)'s, op(B)'s (as stored: transposed ones by columns) and C's
+  const int lda = tile_ld(ta ? t.m : t.k), ldb = tile_ld(tb ? t.k : t.n), ldct = tile_ld(t.n);
+  T* const at = staging.take<T>(kSlotA, static_cast<size_t>(ta ? t.k : t.m) * lda);
+  T* const bt = staging.take<T>(kSlotB, static_cast<size_t>(tb ? t.n : t.k) * ldb);
   T* const c32 = C.full();
-  T* const ct = c32 ? nullptr : staging.take<T>(kSlotC, static_cast<size_t>(t.m) * t.n);
+  T* const ct = c32 ? nullptr : staging.take<T>(kSlotC, static_cast<size_t>(t.m) * ldct);
   const bool one_tile = t.m == M && t.n == N && t.k == K;
   const bool a_outer = M >= N;       // A is the larger operand
   int held_start = -1, held_k = -1;  // the smaller operand's tile now in scratch
   const auto tile = [&](int m0, int mt, int n0, int nt) {
     T* c = c32 ? c32 + static_cast<size_t>(m0) * N + n0 : ct;
-    const int ldc = c32 ? N : nt;
-    if (!c32 && accumulate) widen_block(ct, CBuf<T>(C), N, m0, m0 + mt, n0, n0 + nt);
+    const int ldc = c32 ? N : ldct;
+    if (!c32 && accumulate) widen_block(ct, ldct, CBuf<T>(C), N, m0, m0 + mt, n0, n0 + nt);
     for (int k0 = 0; k0 < K; k0 += t.k) {
       const int kt = std::min(t.k, K - k0);
       const int small_start = a_outer ? n0 : m0;
       const bool held = small_start == held_start && k0 == held_k;
       if (!(held && !a_outer)) {
         if (ta)
-          widen_block(at, A, M, k0, k0 + kt, m0, m0 + mt);
+          widen_block(at, lda, A, M, k0, k0 + kt, m0, m0 + mt);
         else
-          widen_block(at, A, K, m0, m0 + mt, k0, k0 + kt);
+          widen_block(at, lda, A, K, m0, m0 + mt, k0, k0 + kt);
       }
       if (!(held && a_outer)) {
         if (tb)
-          widen_block(bt, B, K, n0, n0 + nt, k0, k0 + kt);
+          widen_block(bt, ldb, B, K, n0, n0 + nt, k0, k0 + kt);
         else
-          widen_block(bt, B, N, k0, k0 + kt, n0, n0 + nt);
+          widen_block(bt, ldb, B, N, k0, k0 + kt, n0, n0 + nt);
       }
       held_start = small_start;
       held_k = k0;
-      const RowProduct<T> p{ta, tb, mt, nt, kt, at, bt, k0 > 0 || accumulate, c, ldc};
+      const RowProduct<T> p{ta, tb, mt, nt, kt, at, lda, bt, ldb, k0 > 0 || accumulate, c, ldc};
       if (one_tile && side_by_side_pays(p.flops(), threads))
         side_by_side({p}, threads);
       else
         p.rows(0, mt);
     }
-    if (!c32) narrow_block(C, N, m0, m0 + mt, n0, n0 + nt, ct);
+    if (!c32) narrow_block(C, N, m0, m0 + mt, n0, n0 + nt, ct, ldct);
   };
   if (a_outer) {
     for (int m0 = 0; m0 < M; m0 += t.m)

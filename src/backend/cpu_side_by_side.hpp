@@ -26,23 +26,24 @@ namespace mpitrain::cpu {
 inline constexpr double kSideBySideFlops = double(1 << 28);
 
 // C(M,N) (ld ldc) = op(A)(M,K) op(B)(K,N) (+ C), T throughout, row-major; A stored (K,M) when
-// ta, B (N,K) when tb, both contiguous.
+// ta, else (M,K), rows lda apart; B stored (N,K) when tb, else (K,N), rows ldb apart.
 template <typename T>
 struct RowProduct {
   bool ta, tb;
   int M, N, K;
   const T* A;
+  int lda;
   const T* B;
+  int ldb;
   bool accumulate;
   T* C;
   int ldc;
   double flops() const { return 2.0 * M * N * K; }
   // rows [m0, m1) of C: one library call
   void rows(int m0, int m1) const {
-    const T* a = ta ? A + m0 : A + static_cast<size_t>(m0) * K;
+    const T* a = ta ? A + m0 : A + static_cast<size_t>(m0) * lda;
     gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m1 - m0, N, K, T(1), a,
-         ta ? M : K, B, tb ? K : N, accumulate ? T(1) : T(0), C + static_cast<size_t>(m0) * ldc,
-         ldc);
+         lda, B, ldb, accumulate ? T(1) : T(0), C + static_cast<size_t>(m0) * ldc, ldc);
   }
 };
 

@@ -168,19 +168,21 @@ void narrow(Buf<T> dst, const T* src, size_t n) {
     narrow_row(dst + i, src + i, std::min(kParallelWork, n - i));
 }
 
-// dst (rows r0..r1, contiguous) = columns [c0, c1) of those rows of the row-major matrix src with
-// ld columns, as T; narrow_block writes such a block back, rounded.
+// dst (rows r0..r1, dst_ld apart) = columns [c0, c1) of those rows of the row-major matrix src
+// with ld columns, as T; narrow_block writes such a block (rows src_ld apart) back, rounded.
 template <typename T>
-void widen_block(T* dst, CBuf<T> src, size_t ld, size_t r0, size_t r1, size_t c0, size_t c1) {
+void widen_block(T* dst, size_t dst_ld, CBuf<T> src, size_t ld, size_t r0, size_t r1, size_t c0,
+                 size_t c1) {
   const size_t w = c1 - c0;
 #pragma omp parallel for schedule(static) if ((r1 - r0) * w > 4 * kParallelWork)
-  for (size_t r = r0; r < r1; ++r) widen_row(dst + (r - r0) * w, src + (r * ld + c0), w);
+  for (size_t r = r0; r < r1; ++r) widen_row(dst + (r - r0) * dst_ld, src + (r * ld + c0), w);
 }
 template <typename T>
-void narrow_block(Buf<T> dst, size_t ld, size_t r0, size_t r1, size_t c0, size_t c1, const T* src) {
+void narrow_block(Buf<T> dst, size_t ld, size_t r0, size_t r1, size_t c0, size_t c1, const T* src,
+                  size_t src_ld) {
   const size_t w = c1 - c0;
 #pragma omp parallel for schedule(static) if ((r1 - r0) * w > 4 * kParallelWork)
-  for (size_t r = r0; r < r1; ++r) narrow_row(dst + (r * ld + c0), src + (r - r0) * w, w);
+  for (size_t r = r0; r < r1; ++r) narrow_row(dst + (r * ld + c0), src + (r - r0) * src_ld, w);
 }
 
 template <typename T>

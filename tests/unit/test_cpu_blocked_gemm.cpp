@@ -1,7 +1,8 @@
 // The blocked sgemm's tiling (src/backend/cpu_blocked_gemm.cpp), the products on 2-byte tensors
-// where no bf16 kernel runs (fp16 everywhere): every tile within kTileElems and each dimension
-// whole or a multiple of 16; and on the linear layers' products each operand widened once, the
-// cost the tiling exists to keep down (its numerics: CpuStorage.LinearLayer).
+// where no bf16 kernel runs (fp16 everywhere): every tile within kTileElems, with its rows'
+// padding within kTileScratchElems, and each dimension whole or a multiple of 16; and on the
+// linear layers' products each operand widened once, the cost the tiling exists to keep down (its
+// numerics: CpuStorage.LinearLayer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,10 +31,13 @@ TEST(CpuBlockedGemm, TilesFitTheScratch) {
         EXPECT_TRUE(whole_or_16s(t.m, M));
         EXPECT_TRUE(whole_or_16s(t.n, N));
         EXPECT_TRUE(whole_or_16s(t.k, K));
-        // slots A, B and C: op(A)'s tile, op(B)'s, and C's where C is 2-byte
-        EXPECT_LE(static_cast<size_t>(t.m) * t.k, kTileElems);
-        EXPECT_LE(static_cast<size_t>(t.n) * t.k, kTileElems);
-        EXPECT_LE(static_cast<size_t>(t.m) * t.n, kTileElems);
+        // slots A, B and C: op(A)'s tile, op(B)'s, and C's where C is 2-byte; with their rows'
+        // padding, stored either way round, within what the planner counts
+        for (const auto& [rows, cols] : {std::pair{t.m, t.k}, {t.n, t.k}, {t.m, t.n}}) {
+          EXPECT_LE(static_cast<size_t>(rows) * cols, kTileElems);
+          EXPECT_LE(static_cast<size_t>(rows) * tile_ld(cols), kTileScratchElems);
+          EXPECT_LE(static_cast<size_t>(cols) * tile_ld(rows), kTileScratchElems);
+        }
       }
 }
 

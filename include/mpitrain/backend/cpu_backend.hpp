@@ -67,7 +67,8 @@ inline int cpu_attention_tile(int keys) {
 // min(B, 2^18 / (T QKV)) at a time: qkv, its keys again and dqkv (T QKV floats a sequence) and
 // dout (T NH hs); blocks (context parallelism's ring): qkv, the keys and dout. The other staged
 // ops take blocks of 2^18 floats, and the blocked products (fp16; bf16 where the CPU has no bf16
-// kernels, counted on any CPU: a plan may be for another) tiles of 2^20 in the first three.
+// kernels, counted on any CPU: a plan may be for another) tiles of 2^20 in the first three,
+// plus 16 floats a row where a tile's rows are 1024 or more wide (2^20 + 2^14 in all).
 size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
 
 template <typename T>
