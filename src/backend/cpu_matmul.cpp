@@ -45,8 +45,8 @@ std::optional<cpu::RowProduct<T>> fp32_product(Precision products, bool ta, bool
                                                int K, CBuf<T> A, CBuf<T> B, bool accumulate,
                                                Buf<T> C) {
   if (products != Precision::Fp32 || !A.full() || !B.full() || !C.full()) return std::nullopt;
-  return cpu::RowProduct<T>{ta,         tb,       M,          N,          K,        A.full(),
-                            ta ? M : K, B.full(), tb ? K : N, accumulate, C.full(), N};
+  const int lda = ta ? M : K, ldb = tb ? K : N;  // contiguous
+  return cpu::RowProduct<T>{ta, tb, M, N, K, A.full(), lda, B.full(), ldb, accumulate, C.full(), N};
 }
 
 }  // namespace
