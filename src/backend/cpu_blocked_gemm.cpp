@@ -27,13 +27,8 @@ int fit(int n, size_t limit) {
 Tiling tiling(int M, int N, int K) {
   const int small = fit(std::min(M, N), kTileElems / 16);
   const bool k_whole = static_cast<size_t>(small) * K <= kTileElems;
-  int k = K, large = 0;
-  if (k_whole) {
-    large = fit(std::max(M, N), kTileElems / std::max({k, small, 1}));
-  } else {
-    large = fit(std::max(M, N), kTileElems / std::max(small, 1));
-    k = fit(K, kTileElems / std::max({large, small, 1}));
-  }
+  const int large = fit(std::max(M, N), kTileElems / std::max({small, k_whole ? K : 1, 1}));
+  const int k = fit(K, kTileElems / std::max({large, small, 1}));  // K itself where k_whole
   return M >= N ? Tiling{large, small, k} : Tiling{small, large, k};
 }
 
