@@ -197,8 +197,8 @@ bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const float* A,
 }
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
-                          const uint16_t* b, bool accumulate, float* C) {
-  return run_pieces(whole(ta, tb, M, N, K, accumulate, false), a, b, nullptr, C);
+                          const uint16_t* b, bool accumulate, float* C, bool b_unchanged) {
+  return run_pieces(whole(ta, tb, M, N, K, accumulate, false), a, b, nullptr, C, b_unchanged);
 }
 
 bool Bf16Matmul::multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* a,
@@ -215,7 +215,7 @@ bool Bf16Matmul::multiply_biased(bool ta, bool tb, int M, int N, int K, const ui
 // Pieces along K into a bf16 C add up in sum_ (C's values first where they accumulate), which
 // is rounded into C once at the end: the one rounding of the whole product.
 bool Bf16Matmul::run_pieces(const Key& k, const uint16_t* a, const uint16_t* b, const void* bias,
-                            void* C) {
+                            void* C, bool b_unchanged) {
   if (!has_kernel(k.ta, k.tb, k.M, k.N, k.K, k.accumulate, k.c_bf16, k.bias)) return false;
   const size_t c_elems = static_cast<size_t>(k.M) * k.N;
   const bool split_k = k.c_bf16 && along(k) == Along::K;
@@ -223,7 +223,7 @@ bool Bf16Matmul::run_pieces(const Key& k, const uint16_t* a, const uint16_t* b, 
   if (split_k && k.accumulate) from_bf16(sum, static_cast<const uint16_t*>(C), c_elems);
   const size_t c_size = k.c_bf16 && !split_k ? sizeof(uint16_t) : sizeof(float);
   char* c = split_k ? reinterpret_cast<char*>(sum) : static_cast<char*>(C);
-  packed_plan_ = nullptr;  // B's values may have changed since the last call
+  if (!b_unchanged) packed_plan_ = nullptr;  // B's values may have changed since the last call
   const size_t bias_size = k.bias == Bias::Bf16 ? sizeof(uint16_t) : sizeof(float);
   for_pieces(k, [&](const Key& piece, size_t at_a, size_t at_b, size_t at_c, size_t at_bias) {
     run(piece, a + at_a, b + at_b,

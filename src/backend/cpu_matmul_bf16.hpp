@@ -60,9 +60,11 @@ class Bf16Matmul {
   // the same A (pointer and size), its bf16 copy is reused (matmul_backward's dout).
   bool multiply(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
                 bool accumulate, float* C, bool a_unchanged = false);
-  // The same on operands that are bf16 bits (operand_a / operand_b).
+  // The same on operands that are bf16 bits (operand_a / operand_b). b_unchanged: B's values
+  // have not changed since the previous call; if that call packed the same B for the same shape,
+  // the packed copy is reused (the bf16 peak: the kernel's rate with B in its own layout).
   bool multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
-                bool accumulate, float* C);
+                bool accumulate, float* C, bool b_unchanged = false);
   // The same into a bf16 C (accumulate: C's values are added in fp32 before the one rounding).
   bool multiply(bool ta, bool tb, int M, int N, int K, const uint16_t* A, const uint16_t* B,
                 bool accumulate, uint16_t* C);
@@ -114,7 +116,8 @@ class Bf16Matmul {
   Plan& plan(const Key& key);
   // one primitive; bias: k.bias's row (null without)
   bool run(const Key& key, const uint16_t* a, const uint16_t* b, const void* bias, void* c);
-  bool run_pieces(const Key& key, const uint16_t* a, const uint16_t* b, const void* bias, void* c);
+  bool run_pieces(const Key& key, const uint16_t* a, const uint16_t* b, const void* bias, void* c,
+                  bool b_unchanged = false);
   // p's B: the caller's b, or b packed into packed_b_ (not again for the plan and b packed last)
   void set_b(Plan& p, const uint16_t* b);
   void say_fallback(const char* why);
@@ -129,7 +132,7 @@ class Bf16Matmul {
   ScratchBuffer a_, b_, scratchpad_, sum_;  // sum_: the fp32 C of pieces along K into a bf16 C
   ScratchBuffer packed_b_;
   const Plan* packed_plan_ = nullptr;  // packed_b_ holds packed_source_ in this plan's layout,
-  const uint16_t* packed_source_ = nullptr;  // within one run_pieces call
+  const uint16_t* packed_source_ = nullptr;  // within one run_pieces call (or b_unchanged)
   const float* a_source_ = nullptr;         // the previous call's A, if a_ holds its bf16 copy
   size_t a_count_ = 0;
 };

@@ -432,5 +432,31 @@ TEST(CpuBf16Gemm, PackingBChangesNoBit) {
   }
 }
 
+// b_unchanged (the bf16 peak's trials, bf16_gemm_rate.hpp): the B packed by the previous call
+// is reused for the same pointer and shape, with no reorder (the values B had then: here its
+// signs flipped since give the old product, the proof no reorder ran); another B, or the same
+// B without the flag, is packed again.
+TEST(CpuBf16Gemm, UnchangedBReusesItsPackedCopy) {
+  cpu::Bf16Matmul bf16;
+  if (!bf16.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
+  const int M = 24, N = 40, K = 32;
+  const std::vector<uint16_t> a = bits(random_values(static_cast<size_t>(M) * K, 81));
+  std::vector<uint16_t> b = bits(random_values(static_cast<size_t>(K) * N, 82)), b2(b);
+  const auto product = [&](const std::vector<uint16_t>& with, bool b_unchanged) {
+    FVec c(static_cast<size_t>(M) * N);
+    EXPECT_TRUE(
+        bf16.multiply(false, false, M, N, K, a.data(), with.data(), false, c.data(), b_unchanged));
+    return c;
+  };
+  const FVec first = product(b, false);
+  FVec negated(first);
+  for (float& x : negated) x = -x;
+  for (uint16_t& x : b) x ^= 0x8000;  // every sign flipped, in place
+  EXPECT_EQ(product(b, true), first) << "the packed copy of the last call";
+  EXPECT_EQ(product(b2, true), first) << "another B (the old values) is packed";
+  EXPECT_EQ(product(b, true), negated) << "b's new values, packed again after b2";
+  EXPECT_EQ(product(b, false), negated);
+}
+
 }  // namespace
 }  // namespace mpitrain

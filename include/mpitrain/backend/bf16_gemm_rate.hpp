@@ -9,8 +9,9 @@
 
 namespace mpitrain {
 
-// What the CPU backend runs a bf16 product with: its name in the peak cache's "gemm" field.
-inline constexpr const char* kBf16GemmLibrary = "oneDNN bf16 matmul";
+// What the CPU backend runs a bf16 product with: its name in the peak cache's "gemm" field
+// (", B packed": time_bf16_gemm_trials' B; entries measured with a reorder a call do not match).
+inline constexpr const char* kBf16GemmLibrary = "oneDNN bf16 matmul, B packed";
 
 // Whether the CPU backend runs bf16 products on bf16 instructions here (oneDNN's effective ISA,
 // capped by ONEDNN_MAX_CPU_ISA, includes avx512_core_bf16).
@@ -18,7 +19,10 @@ bool cpu_bf16_gemms();
 
 // `trials` timed n x n x n bf16 products (bf16 operands read in place, fp32 accumulation and
 // result; 2n^3 flops a call) after one warm-up call, with the current OpenMP thread count, as
-// time_sgemm_trials; none where cpu_bf16_gemms() is false.
+// time_sgemm_trials; none where cpu_bf16_gemms() is false. B is packed into the layout the
+// kernel reads once, in the warm-up call: the peak is the kernel's rate, not that of a reorder
+// before each product (which measured 784 against 895 GFLOP/s: 1024^3, 2 threads, AMD EPYC
+// Zen 5).
 std::vector<SgemmTrial> time_bf16_gemm_trials(int n, int trials,
                                               const std::function<void()>& between = {});
 
