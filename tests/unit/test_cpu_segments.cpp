@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -85,10 +86,28 @@ void three_steps(Calls calls, Op&& op) {
   }
 }
 
-// rounded: the compute copy the updates also write, or null
-State adamw(Calls calls, int threads, Buf<float> rounded = {}) {
+// Values whose rounding is a case of its own, planted with zero gradient and moments (an update
+// then only scales them by 1 - lr wd, or keeps them; an infinity becomes NaN, 0 inf): NaNs (one
+// with a payload), infinities, beyond fp16's and bf16's largest (inf when rounded), just below
+// fp16's rounding to inf, fp16 subnormals, fp32 (and bf16) subnormals, zeros; at every 7th element
+// from 40 on, so they fall in each lane of the vectors and in the segments' partial last vectors.
+void plant_special_values(State& st) {
+  const float nan_payload = std::bit_cast<float>(0x7fa12345u);
+  const float values[] = {std::nanf(""), -nan_payload, INFINITY, -INFINITY, 70000.0f,
+                          -65519.0f,     3.4e38f,      1e-6f,    -3e-7f,    1e-40f,
+                          -0.0f,         0.0f,         65504.0f};
+  size_t k = 0;
+  for (size_t i = 40; i < kTotal; i += 7, ++k) {
+    st.param[i] = values[k % std::size(values)];
+    st.grad[i] = st.m[i] = st.v[i] = 0.0f;
+  }
+}
+
+// rounded: the compute copy the updates also write, or null; specials: plant_special_values
+State adamw(Calls calls, int threads, Buf<float> rounded = {}, bool specials = false) {
   CpuBackend<float> be(threads);
   State st;
+  if (specials) plant_special_values(st);
   three_steps(calls, [&](Segments segments, int t) {
     be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 1e-3f, 0.9f,
              0.95f, 1e-8f, 0.1f, t, 0.5f, rounded);
@@ -96,9 +115,10 @@ State adamw(Calls calls, int threads, Buf<float> rounded = {}) {
   return st;
 }
 
-State sgd(Calls calls, int threads, Buf<float> rounded = {}) {
+State sgd(Calls calls, int threads, Buf<float> rounded = {}, bool specials = false) {
   CpuBackend<float> be(threads);
   State st;
+  if (specials) plant_special_values(st);
   three_steps(calls, [&](Segments segments, int) {
     be.sgd_momentum(st.param.data(), st.grad.data(), st.m.data(), segments, 1e-2f, 0.9f, 0.01f,
                     2.0f, rounded);
@@ -202,17 +222,19 @@ TEST(CpuSegments, LambIsThePerSegmentCalls) {
 }
 
 // AdamW and SGD given a 2-byte compute copy: the same master bits, and the copy holds each
-// updated element rounded (as convert writes it), the elements between segments untouched.
+// updated element rounded (as convert writes it: precision.hpp's bits, the special values'
+// too), the elements between segments untouched.
 TEST(CpuSegments, UpdatesWriteTheRoundedComputeCopy) {
   for (const Precision p : {Precision::Bf16, Precision::Fp16}) {
     for (const bool is_adamw : {true, false}) {
-      const State plain = is_adamw ? adamw(Calls::Fused, 1) : sgd(Calls::Fused, 1);
+      const State plain =
+          is_adamw ? adamw(Calls::Fused, 1, {}, true) : sgd(Calls::Fused, 1, {}, true);
       for (const int threads : {1, 3}) {
         const uint16_t kUntouched = 0x7bcd;
         std::vector<uint16_t> copy(kTotal, kUntouched);
         const Buf<float> rounded(copy.data(), p);
-        const State st =
-            is_adamw ? adamw(Calls::Fused, threads, rounded) : sgd(Calls::Fused, threads, rounded);
+        const State st = is_adamw ? adamw(Calls::Fused, threads, rounded, true)
+                                  : sgd(Calls::Fused, threads, rounded, true);
         const std::string what = std::string(is_adamw ? "adamw " : "sgd ") + to_string(p) + ", " +
                                  std::to_string(threads) + " threads";
         expect_same(st, plain, what.c_str());
@@ -225,6 +247,16 @@ TEST(CpuSegments, UpdatesWriteTheRoundedComputeCopy) {
         }
         EXPECT_EQ(wrong, 0u) << what;
         EXPECT_EQ(gap, 0u) << what;
+        size_t nan = 0, inf = 0, subnormal = 0;  // the special values reached the copy
+        const uint16_t exponent = p == Precision::Bf16 ? 0x7f80 : 0x7c00;
+        for (const uint16_t h : copy) {
+          nan += std::isnan(from_half_bits(h, p));
+          inf += std::isinf(from_half_bits(h, p));
+          subnormal += (h & exponent) == 0 && (h & 0x7fff) != 0;
+        }
+        EXPECT_GT(nan, 1000u) << what;
+        EXPECT_GT(inf, 1000u) << what;
+        EXPECT_GT(subnormal, 1000u) << what;
       }
     }
   }
