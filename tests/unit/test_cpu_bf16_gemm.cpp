@@ -433,9 +433,9 @@ TEST(CpuBf16Gemm, PackingBChangesNoBit) {
 }
 
 // b_unchanged (the bf16 peak's trials, bf16_gemm_rate.hpp): the B packed by the previous call
-// is reused for the same pointer and shape, with no reorder (the values B had then: here its
-// signs flipped since give the old product, the proof no reorder ran); another B, or the same
-// B without the flag, is packed again.
+// is reused for the same pointer and shape, with no reorder (B's signs flipped in place between
+// the calls, the old product is the proof that none ran); another B, or the same B without the
+// flag, is packed again.
 TEST(CpuBf16Gemm, UnchangedBReusesItsPackedCopy) {
   cpu::Bf16Matmul bf16;
   if (!bf16.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";

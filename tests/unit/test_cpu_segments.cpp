@@ -87,10 +87,11 @@ void three_steps(Calls calls, Op&& op) {
 }
 
 // Values whose rounding is a case of its own, planted with zero gradient and moments (an update
-// then only scales them by 1 - lr wd, or keeps them; an infinity becomes NaN, 0 inf): NaNs (one
-// with a payload), infinities, beyond fp16's and bf16's largest (inf when rounded), just below
-// fp16's rounding to inf, fp16 subnormals, fp32 (and bf16) subnormals, zeros; at every 7th element
-// from 40 on, so they fall in each lane of the vectors and in the segments' partial last vectors.
+// then only scales them by 1 - lr wd, or keeps them; an infinity becomes NaN, as wd inf - inf or
+// 0 inf): NaNs (one with a payload), infinities, beyond fp16's and bf16's largest (inf when
+// rounded), just below fp16's rounding to inf, fp16 subnormals, fp32 (and bf16) subnormals, zeros;
+// at every 7th element from 40 on, so they fall in each lane of the vectors and in the segments'
+// partial last vectors.
 void plant_special_values(State& st) {
   const float nan_payload = std::bit_cast<float>(0x7fa12345u);
   const float values[] = {std::nanf(""), -nan_payload, INFINITY, -INFINITY, 70000.0f,
