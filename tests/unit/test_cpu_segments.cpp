@@ -86,13 +86,14 @@ void three_steps(Calls calls, Op&& op) {
   }
 }
 
-// Values whose rounding is a case of its own, planted with zero gradient and moments (an update
-// then only scales them by 1 - lr wd, or keeps them; an infinity becomes NaN, as wd inf - inf or
-// 0 inf): NaNs (one with a payload), infinities, beyond fp16's and bf16's largest (inf when
-// rounded), just below fp16's rounding to inf, fp16 subnormals, fp32 (and bf16) subnormals, zeros;
-// at every 7th element from 40 on, so they fall in each lane of the vectors and in the segments'
-// partial last vectors.
-void plant_special_values(State& st) {
+// A random State with values whose rounding is a case of its own planted, with zero gradient
+// and moments (an update then only scales them by 1 - lr wd, or keeps them; an infinity becomes
+// NaN, as wd inf - inf or 0 inf): NaNs (one with a payload), infinities, beyond fp16's and bf16's
+// largest (inf when rounded), just below fp16's rounding to inf, fp16 subnormals, fp32 (and bf16)
+// subnormals, zeros; at every 7th element from 40 on, so they fall in each lane of the vectors
+// and in the segments' partial last vectors.
+State with_special_values() {
+  State st;
   const float nan_payload = std::bit_cast<float>(0x7fa12345u);
   const float values[] = {std::nanf(""), -nan_payload, INFINITY, -INFINITY, 70000.0f,
                           -65519.0f,     3.4e38f,      1e-6f,    -3e-7f,    1e-40f,
@@ -102,13 +103,12 @@ void plant_special_values(State& st) {
     st.param[i] = values[k % std::size(values)];
     st.grad[i] = st.m[i] = st.v[i] = 0.0f;
   }
+  return st;
 }
 
-// rounded: the compute copy the updates also write, or null; specials: plant_special_values
-State adamw(Calls calls, int threads, Buf<float> rounded = {}, bool specials = false) {
+// Three steps from `st`; rounded: the compute copy the updates also write, or null.
+State adamw(Calls calls, int threads, Buf<float> rounded = {}, State st = {}) {
   CpuBackend<float> be(threads);
-  State st;
-  if (specials) plant_special_values(st);
   three_steps(calls, [&](Segments segments, int t) {
     be.adamw(st.param.data(), st.grad.data(), st.m.data(), st.v.data(), segments, 1e-3f, 0.9f,
              0.95f, 1e-8f, 0.1f, t, 0.5f, rounded);
@@ -116,10 +116,8 @@ State adamw(Calls calls, int threads, Buf<float> rounded = {}, bool specials = f
   return st;
 }
 
-State sgd(Calls calls, int threads, Buf<float> rounded = {}, bool specials = false) {
+State sgd(Calls calls, int threads, Buf<float> rounded = {}, State st = {}) {
   CpuBackend<float> be(threads);
-  State st;
-  if (specials) plant_special_values(st);
   three_steps(calls, [&](Segments segments, int) {
     be.sgd_momentum(st.param.data(), st.grad.data(), st.m.data(), segments, 1e-2f, 0.9f, 0.01f,
                     2.0f, rounded);
@@ -228,14 +226,15 @@ TEST(CpuSegments, LambIsThePerSegmentCalls) {
 TEST(CpuSegments, UpdatesWriteTheRoundedComputeCopy) {
   for (const Precision p : {Precision::Bf16, Precision::Fp16}) {
     for (const bool is_adamw : {true, false}) {
+      const State start = with_special_values();
       const State plain =
-          is_adamw ? adamw(Calls::Fused, 1, {}, true) : sgd(Calls::Fused, 1, {}, true);
+          is_adamw ? adamw(Calls::Fused, 1, {}, start) : sgd(Calls::Fused, 1, {}, start);
       for (const int threads : {1, 3}) {
         const uint16_t kUntouched = 0x7bcd;
         std::vector<uint16_t> copy(kTotal, kUntouched);
         const Buf<float> rounded(copy.data(), p);
-        const State st = is_adamw ? adamw(Calls::Fused, threads, rounded, true)
-                                  : sgd(Calls::Fused, threads, rounded, true);
+        const State st = is_adamw ? adamw(Calls::Fused, threads, rounded, start)
+                                  : sgd(Calls::Fused, threads, rounded, start);
         const std::string what = std::string(is_adamw ? "adamw " : "sgd ") + to_string(p) + ", " +
                                  std::to_string(threads) + " threads";
         expect_same(st, plain, what.c_str());
