@@ -18,12 +18,15 @@
 # 3. Bytes per step of the data-parallel gradient sync per --grad-compress mode (metrics.jsonl's
 #    dp_bytes: what this rank handed to MPI for other ranks), the tiny model at dp 2 and 4, and
 #    each mode's mean loss over the last 10 of 100 steps against uncompressed.
+# 4. The pages behind the CPU backend's tensors: part 2's run in fp32 and bf16 with --huge-pages
+#    on (the default: 2 MiB transparent huge pages) and off (4 KiB pages), in alternating order;
+#    median ms/step and off / on, with the kernel's transparent_hugepage setting.
 #
 # Parameter gradients, the fp32 master and the optimizer state stay 4 bytes, so bf16 saves 2 of
 # fp32's 16 bytes per parameter less the 4 of its master (ZeRO-1 shards the master and the
 # state), plus half of the activations. All numbers come from this one run on a shared 2-core VM:
 # compare within the tables. Exit 0 unless a program fails.
-# Environment: STEPS (4), COMPRESS_STEPS (100), PARTS ("1 2 3"), MODELS ("gpt2 llama"), ZERO
+# Environment: STEPS (4), COMPRESS_STEPS (100), PARTS ("1 2 3 4"), MODELS ("gpt2 llama"), ZERO
 # ("0 1"), RECOMPUTE ("none selective full"). Writes BUILD_DIR/memory-results.txt.
 set -euo pipefail
 if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
@@ -60,7 +63,7 @@ field() { sed -n "s/.*$2 \([0-9.]*\) MiB.*/\1/p" "$scratch/$1.log" | head -1; }
 echo "mpitrain memory and bandwidth savers — $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 gpt2=(--arch gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304)
 llama=(--arch llama --n-layer 12 --n-head 12 --n-kv-head 4 --d-model 768 --d-ff 2048 --vocab-size 32000)
-parts=${PARTS:-1 2 3}
+parts=${PARTS:-1 2 3 4}
 if [[ " $parts " == *" 1 "* ]]; then
 echo
 echo "1. Peak memory per rank (MiB), -np 2 --dp 2, T=256, micro-batch 2"
@@ -110,6 +113,21 @@ for dp in 2 4; do
       "$(awk -v a="$bytes" -v b="$ref_bytes" 'BEGIN{print a/b}')" "$loss" \
       "$(awk -v a="$loss" -v b="$ref_loss" 'BEGIN{print 100*(a-b)/b}')"
   done
+done
+fi
+if [[ " $parts " == *" 4 "* ]]; then
+echo
+thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo "absent")
+echo "4. Huge pages, part 2's run ($steps steps, first left out); transparent_hugepage: $thp"
+for round in 1 2; do for prec in fp32 bf16; do for pages in on off; do
+  run "pages-$prec-$pages-$round" 1 "${gpt2[@]}" --seq-len 256 --global-batch-size 4 \
+    --micro-batch-size 4 --steps "$steps" --threads 2 --precision $prec --huge-pages $pages
+done; done; done
+printf "%-6s %12s %12s %10s\n" prec "on ms/step" "off ms/step" "off / on"
+for prec in fp32 bf16; do
+  on=$(for r in 1 2; do metric "$scratch/pages-$prec-on-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
+  off=$(for r in 1 2; do metric "$scratch/pages-$prec-off-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
+  printf "%-6s %12.1f %12.1f %9.3fx\n" $prec "$on" "$off" "$(awk -v a="$off" -v b="$on" 'BEGIN{print a/b}')"
 done
 fi
 } | tee "$results"

@@ -21,7 +21,8 @@ using cpu::side_by_side;
 using cpu::side_by_side_pays;
 
 template <typename T>
-CpuBackend<T>::CpuBackend(int threads, Precision matmul_precision) : CpuBackend(threads) {
+CpuBackend<T>::CpuBackend(int threads, Precision matmul_precision, CpuPages pages)
+    : CpuBackend(threads, pages) {
   if (matmul_precision == Precision::Fp32) return;
   if constexpr (std::is_same_v<T, float>) {
     precision_ = matmul_precision;
@@ -135,7 +136,7 @@ void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> d
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                  \
-  template CpuBackend<T>::CpuBackend(int, Precision);                                            \
+  template CpuBackend<T>::CpuBackend(int, Precision, CpuPages);                                  \
   template bool CpuBackend<T>::bf16_gemms() const;                                               \
   template void CpuBackend<T>::matmul_forward(Buf<T>, CBuf<T>, CBuf<T>, CBuf<T>, int, int, int); \
   template void CpuBackend<T>::matmul_backward(Buf<T>, T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int,   \

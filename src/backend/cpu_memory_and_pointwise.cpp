@@ -2,11 +2,14 @@
 // 2-byte tensors the pointwise ops and the embedding backward run staged (cpu_storage.hpp); the
 // embedding forward adds the two rows' widened values directly, as the fp32 kernel adds them.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <type_traits>
 
 #include "cpu_kernels.hpp"
@@ -33,8 +36,10 @@ void* zeroed(size_t n, size_t size) {
 }  // namespace
 
 template <typename T>
-CpuBackend<T>::CpuBackend(int threads)
-    : threads_(threads > 0 ? threads : omp_get_max_threads()), staging_(new cpu::Staging()) {
+CpuBackend<T>::CpuBackend(int threads, CpuPages pages)
+    : threads_(threads > 0 ? threads : omp_get_max_threads()),
+      pages_(pages),
+      staging_(new cpu::Staging()) {
   omp_set_num_threads(threads_);
   openblas_set_num_threads(threads_);
 }
@@ -42,10 +47,21 @@ CpuBackend<T>::CpuBackend(int threads)
 // ---- memory -------------------------------------------------------------------------------
 
 namespace {
-void* zeroed_aligned(size_t bytes) {
+// bytes (rounded up to 64) of zeros, 64-byte aligned; from kHugePage bytes on, aligned to a huge
+// page and backed by the pages `pages` asks for (before the zeros fault them in). A kernel built
+// without transparent huge pages refuses madvise with EINVAL: its pages are all 4 KiB anyway.
+void* zeroed_aligned(size_t bytes, CpuPages pages) {
   bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
+  const bool large = bytes >= kHugePage;
+  void* p = nullptr;
+  if (posix_memalign(&p, large ? kHugePage : 64, bytes) != 0) throw std::bad_alloc();
+  if (large && madvise(p, bytes, pages == CpuPages::Huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) != 0 &&
+      errno != EINVAL) {
+    const int error = errno;
+    std::free(p);
+    MPITRAIN_THROW(std::string("madvise (huge pages) of ") + std::to_string(bytes) +
+                   " bytes: " + std::strerror(error));
+  }
   std::memset(p, 0, bytes);
   return p;
 }
@@ -54,14 +70,14 @@ constexpr size_t kChunkBytes = 4 * kParallelWork;  // per task of the parallel m
 
 template <typename T>
 T* CpuBackend<T>::alloc(size_t n) {
-  return static_cast<T*>(zeroed_aligned(n * sizeof(T)));
+  return static_cast<T*>(zeroed_aligned(n * sizeof(T), pages_));
 }
 
 template <typename T>
 Buf<T> CpuBackend<T>::alloc(size_t n, Precision dtype) {
   if (dtype == Precision::Fp32) return alloc(n);
   if (!stores(dtype)) MPITRAIN_THROW("CpuBackend<double> stores compute tensors in double only");
-  return {zeroed_aligned(n * element_bytes<T>(dtype)), dtype};
+  return {zeroed_aligned(n * element_bytes<T>(dtype), pages_), dtype};
 }
 
 template <typename T>
@@ -449,7 +465,7 @@ void CpuBackend<T>::swiglu_backward(Buf<T> dinp, CBuf<T> inp, CBuf<T> dout, int 
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                   \
-  template CpuBackend<T>::CpuBackend(int);                                                        \
+  template CpuBackend<T>::CpuBackend(int, CpuPages);                                              \
   template T* CpuBackend<T>::alloc(size_t);                                                       \
   template Buf<T> CpuBackend<T>::alloc(size_t, Precision);                                        \
   template void CpuBackend<T>::free(void*);                                                       \

@@ -81,14 +81,14 @@ void check_expert_parallel(const TrainConfig& t, const ModelConfig& cfg, const G
 }
 
 // The backend of --device: the CPU's, or the GPU setup_devices chose for this rank.
-std::unique_ptr<Backend<float>> make_backend([[maybe_unused]] const TrainConfig& t, int threads,
-                                             Precision precision,
+std::unique_ptr<Backend<float>> make_backend(const TrainConfig& t, int threads, Precision precision,
                                              [[maybe_unused]] const DeviceSetup& devices) {
 #ifdef MPITRAIN_HAVE_CUDA
   if (t.device == "cuda")
     return std::make_unique<CudaBackend<float>>(cuda_options(t, precision, devices));
 #endif
-  return std::make_unique<CpuBackend<float>>(threads, precision);
+  return std::make_unique<CpuBackend<float>>(
+      threads, precision, t.huge_pages == "on" ? CpuPages::Huge : CpuPages::Base);
 }
 
 // How the compute tensors are held under `precision`: in 2 bytes where the backend stores them,

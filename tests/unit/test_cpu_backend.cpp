@@ -3,8 +3,12 @@
 // plus the accumulate-vs-overwrite contract of backend.hpp.
 #include <gtest/gtest.h>
 
+#include <cinttypes>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -21,6 +25,44 @@ using testing::random_vec;
 using Vec = std::vector<double>;
 
 // ---- memory ---------------------------------------------------------------------------------
+
+// The VmFlags of the mapping of /proc/self/smaps that holds p ("" if none does).
+std::string vm_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2)
+      inside = lo <= at && at < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line;
+  }
+  return "";
+}
+
+// A tensor of 2 MiB or more starts on a huge page and its mapping carries the advice of its
+// CpuPages: "hg" (MADV_HUGEPAGE) or "nh" (MADV_NOHUGEPAGE), whatever the system's setting.
+TEST(CpuBackend, LargeTensorsCarryTheirPagesAdvice) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "this kernel has no transparent huge pages: madvise refuses the advice";
+  for (const CpuPages pages : {CpuPages::Huge, CpuPages::Base}) {
+    CpuBackend<float> be(1, pages);
+    const size_t n = 3 * kHugePage / sizeof(float) + 5;
+    float* x = be.alloc(n);
+    const Buf<float> h = be.alloc(n, Precision::Bf16);
+    for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(h.data())}) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePage, 0u);
+      const std::string flags = vm_flags(p);
+      EXPECT_NE(flags.find(pages == CpuPages::Huge ? " hg" : " nh"), std::string::npos) << flags;
+      EXPECT_EQ(flags.find(pages == CpuPages::Huge ? " nh" : " hg"), std::string::npos) << flags;
+    }
+    EXPECT_EQ(x[n - 1], 0.0f);
+    EXPECT_EQ(h.half()[n - 1], 0u);
+    be.free(x);
+    be.free(h.data());
+  }
+}
 
 TEST(CpuBackend, AllocIsZeroedAndAligned) {
   CpuBackend<double> be(1);

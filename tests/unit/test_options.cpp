@@ -281,6 +281,18 @@ TEST(Options, BadInputIsOneClearUsageError) {
             std::string::npos);
 }
 
+TEST(Options, HugePagesAreOnOrOffAndOffIsTheCpusAlone) {
+  EXPECT_EQ(parse({"--train-data", "x"}).train.huge_pages, "on");
+  EXPECT_EQ(parse({"--train-data", "x", "--huge-pages", "off"}).train.huge_pages, "off");
+  EXPECT_EQ(usage_error({"--train-data", "x", "--huge-pages", "yes"}),
+            "huge-pages must be on or off, not 'yes'");
+#ifdef MPITRAIN_HAVE_CUDA
+  EXPECT_NE(usage_error({"--train-data", "x", "--device", "cuda", "--huge-pages", "off"})
+                .find("--huge-pages off is for the CPU backend's tensors"),
+            std::string::npos);
+#endif
+}
+
 TEST(ModelConfig, ValidateNamesTheInconsistency) {
   ModelConfig c;
   c.d_model = 130;

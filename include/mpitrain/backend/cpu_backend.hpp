@@ -71,12 +71,24 @@ inline int cpu_attention_tile(int keys) {
 // plus 16 floats a row where a tile's rows are 1024 or more wide (2^20 + 2^14 in all).
 size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
 
+// The pages behind the backend's tensors of kHugePage bytes or more (alloc: parameters,
+// gradients, optimizer state, activations; --huge-pages). Huge asks the kernel for 2 MiB
+// transparent huge pages (madvise MADV_HUGEPAGE), which it grants where
+// /sys/kernel/mm/transparent_hugepage/enabled says always or madvise (Debian's default): fewer
+// TLB misses where products and the optimizer stream through hundreds of MiB. Base keeps them to
+// 4 KiB pages (MADV_NOHUGEPAGE), under "always" too. GPT-2 small, 1 rank x 2 threads, AMD EPYC
+// Zen 5 ("madvise"), ms/step off vs on in turn: bf16 1271-1290 vs 1202-1231, fp32 2260-2281 vs
+// 2134-2138 (bench/memory.sh part 4).
+enum class CpuPages { Huge, Base };
+inline constexpr size_t kHugePage = size_t{2} << 20;
+
 template <typename T>
 class CpuBackend final : public Backend<T> {
  public:
-  explicit CpuBackend(int threads);  // threads <= 0: keep the current OpenMP default
+  // threads <= 0: keep the current OpenMP default
+  explicit CpuBackend(int threads, CpuPages pages = CpuPages::Huge);
   // matmul_precision Bf16 / Fp16: the products above (float only: Error for double).
-  CpuBackend(int threads, Precision matmul_precision);
+  CpuBackend(int threads, Precision matmul_precision, CpuPages pages = CpuPages::Huge);
   int threads() const { return threads_; }
   bool bf16_gemms() const;  // constructed for bf16 on a CPU with bf16 instructions
 
@@ -178,6 +190,7 @@ class CpuBackend final : public Backend<T> {
                     Buf<T> C, bool a_unchanged, CBuf<T> bias = nullptr);
 
   int threads_;
+  CpuPages pages_;
   Precision precision_ = Precision::Fp32;                         // of the products
   std::unique_ptr<cpu::Bf16Matmul, cpu::Bf16MatmulDelete> bf16_;  // null unless built for bf16
   std::unique_ptr<cpu::Staging, cpu::StagingDelete> staging_;
