@@ -74,11 +74,11 @@ size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
 // The pages behind the backend's tensors of kHugePage bytes or more (alloc: parameters,
 // gradients, optimizer state, activations; --huge-pages). Huge asks the kernel for 2 MiB
 // transparent huge pages (madvise MADV_HUGEPAGE), which it grants where
-// /sys/kernel/mm/transparent_hugepage/enabled says always or madvise (Debian's default): fewer
-// TLB misses where products and the optimizer stream through hundreds of MiB. Base keeps them to
-// 4 KiB pages (MADV_NOHUGEPAGE), under "always" too. GPT-2 small, 1 rank x 2 threads, AMD EPYC
-// Zen 5 ("madvise"), ms/step off vs on in turn: bf16 1271-1290 vs 1202-1231, fp32 2260-2281 vs
-// 2134-2138 (bench/memory.sh part 4).
+// /sys/kernel/mm/transparent_hugepage/enabled says always or madvise: fewer TLB misses where
+// products and the optimizer stream through hundreds of MiB, and fewer page faults at start-up.
+// Base keeps them to 4 KiB pages (MADV_NOHUGEPAGE), under "always" too. GPT-2 small, 1 rank x 2
+// threads, AMD EPYC Zen 5 (setting "madvise"), ms/step off vs on in turn: bf16 1271-1290 vs
+// 1202-1231, fp32 2260-2281 vs 2134-2138 (bench/memory.sh part 4).
 enum class CpuPages { Huge, Base };
 inline constexpr size_t kHugePage = size_t{2} << 20;
 
