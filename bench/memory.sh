@@ -19,7 +19,7 @@
 #    dp_bytes: what this rank handed to MPI for other ranks), the tiny model at dp 2 and 4, and
 #    each mode's mean loss over the last 10 of 100 steps against uncompressed.
 # 4. The pages behind the CPU backend's tensors: part 2's run in fp32 and bf16 with --huge-pages
-#    on (the default: 2 MiB transparent huge pages) and off (4 KiB pages), in alternating order;
+#    true (the default: 2 MiB transparent huge pages) and false (4 KiB pages), in alternating order;
 #    median ms/step and off / on, with the kernel's transparent_hugepage setting.
 #
 # Parameter gradients, the fp32 master and the optimizer state stay 4 bytes, so bf16 saves 2 of
@@ -119,14 +119,14 @@ if [[ " $parts " == *" 4 "* ]]; then
 echo
 thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo "absent")
 echo "4. Huge pages, part 2's run ($steps steps, first left out); transparent_hugepage: $thp"
-for round in 1 2; do for prec in fp32 bf16; do for pages in on off; do
+for round in 1 2; do for prec in fp32 bf16; do for pages in true false; do
   run "pages-$prec-$pages-$round" 1 "${gpt2[@]}" --seq-len 256 --global-batch-size 4 \
     --micro-batch-size 4 --steps "$steps" --threads 2 --precision $prec --huge-pages $pages
 done; done; done
 printf "%-6s %12s %12s %10s\n" prec "on ms/step" "off ms/step" "off / on"
 for prec in fp32 bf16; do
-  on=$(for r in 1 2; do metric "$scratch/pages-$prec-on-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
-  off=$(for r in 1 2; do metric "$scratch/pages-$prec-off-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
+  on=$(for r in 1 2; do metric "$scratch/pages-$prec-true-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
+  off=$(for r in 1 2; do metric "$scratch/pages-$prec-false-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
   printf "%-6s %12.1f %12.1f %9.3fx\n" $prec "$on" "$off" "$(awk -v a="$off" -v b="$on" 'BEGIN{print a/b}')"
 done
 fi

@@ -447,9 +447,9 @@ po::options_description device_options(TrainConfig& t) {
        "cuda: GPU local rank % visible GPUs (CUDA_VISIBLE_DEVICES applies)")
       ("threads", with_default(&t.threads),
        "threads per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node")
-      ("huge-pages", with_default(&t.huge_pages)->value_name("on|off"),
+      ("huge-pages", flag(&t.huge_pages),
        "cpu: tensors of 2 MiB or more on 2 MiB transparent huge pages (madvise; granted where "
-       "/sys/kernel/mm/transparent_hugepage/enabled is always or madvise), or off: 4 KiB pages")
+       "/sys/kernel/mm/transparent_hugepage/enabled is always or madvise); false = 4 KiB pages")
       ("comm", with_default(&t.comm)->value_name("auto|nccl|mpi"),
        "cuda: what moves tensors between ranks: nccl (a GPU per rank), mpi (through pinned host "
        "buffers; ranks may share a GPU), or auto = nccl unless ranks share a GPU")
@@ -504,10 +504,8 @@ void check_train(TrainConfig& t, const RawText& raw) {
   require(t.device == "cpu",
           "--device cuda: this build has no CUDA backend (configure with -DMPITRAIN_CUDA=ON)");
 #endif
-  require(t.huge_pages == "on" || t.huge_pages == "off",
-          "huge-pages must be on or off, not '" + t.huge_pages + "'");
-  require(t.huge_pages == "on" || t.device == "cpu",
-          "--huge-pages off is for the CPU backend's tensors: --device cuda keeps them in GPU "
+  require(t.huge_pages || t.device == "cpu",
+          "--huge-pages false is for the CPU backend's tensors: --device cuda keeps them in GPU "
           "memory");
   require(t.kernels == "cudnn" || t.kernels == "cuda",
           "kernels must be cudnn or cuda, not '" + t.kernels + "'");

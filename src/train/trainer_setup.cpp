@@ -87,8 +87,8 @@ std::unique_ptr<Backend<float>> make_backend(const TrainConfig& t, int threads, 
   if (t.device == "cuda")
     return std::make_unique<CudaBackend<float>>(cuda_options(t, precision, devices));
 #endif
-  return std::make_unique<CpuBackend<float>>(
-      threads, precision, t.huge_pages == "on" ? CpuPages::Huge : CpuPages::Base);
+  return std::make_unique<CpuBackend<float>>(threads, precision,
+                                             t.huge_pages ? CpuPages::Huge : CpuPages::Base);
 }
 
 // How the compute tensors are held under `precision`: in 2 bytes where the backend stores them,

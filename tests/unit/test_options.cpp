@@ -282,13 +282,14 @@ TEST(Options, BadInputIsOneClearUsageError) {
 }
 
 TEST(Options, HugePagesAreOnOrOffAndOffIsTheCpusAlone) {
-  EXPECT_EQ(parse({"--train-data", "x"}).train.huge_pages, "on");
-  EXPECT_EQ(parse({"--train-data", "x", "--huge-pages", "off"}).train.huge_pages, "off");
-  EXPECT_EQ(usage_error({"--train-data", "x", "--huge-pages", "yes"}),
-            "huge-pages must be on or off, not 'yes'");
+  EXPECT_TRUE(parse({"--train-data", "x"}).train.huge_pages);
+  EXPECT_FALSE(parse({"--train-data", "x", "--huge-pages", "off"}).train.huge_pages);
+  EXPECT_FALSE(parse({"--train-data", "x", "--huge-pages", "false"}).train.huge_pages);
+  EXPECT_NE(usage_error({"--train-data", "x", "--huge-pages", "maybe"}).find("huge-pages"),
+            std::string::npos);
 #ifdef MPITRAIN_HAVE_CUDA
   EXPECT_NE(usage_error({"--train-data", "x", "--device", "cuda", "--huge-pages", "off"})
-                .find("--huge-pages off is for the CPU backend's tensors"),
+                .find("--huge-pages false is for the CPU backend's tensors"),
             std::string::npos);
 #endif
 }

@@ -87,7 +87,7 @@ struct TrainConfig {
   int log_interval = 10;      // steps per console line (metrics.jsonl has every step)
   int eval_samples = 64;      // validation sequences per evaluation
   int threads = 0;            // per rank; 0 = OMP_NUM_THREADS, else cores per node / ranks per node
-  std::string huge_pages = "on";    // cpu: on | off, the tensors' pages (CpuPages)
+  bool huge_pages = true;     // cpu: the tensors on huge pages (CpuPages)
   std::string device = "cpu";       // cpu | cuda (a GPU per rank, or shared; runtime/device.hpp)
   std::string comm = "auto";        // auto | nccl | mpi: what moves device tensors (comm_groups.hpp)
   std::string kernels = "cudnn";    // cuda: cudnn | cuda (KernelSet)
