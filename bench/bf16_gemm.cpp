@@ -5,11 +5,16 @@
 //
 // For each layer (qkv, proj, fc, fcproj, head) and each of its three products — forward
 // out = inp W^T, backward dinp = dout W, dW += dout^T inp — prints M N K and the GFLOP/s
-// (2 M N K flops, best of `repeats` calls after a warm-up call) of both paths at each thread count,
-// and their ratio. The bf16 figure includes converting the operands to bf16, as the backend does
-// on every call (dW reuses dout's bf16 copy from dinp, as matmul_backward does). The last line per
-// thread count: the GEMM time of one micro-batch's forward and backward (12 layers + head).
-// --no-head leaves out the head (its operands take ~2.5 GB).
+// (2 M N K flops, best of `repeats` calls after a warm-up call) at each thread count of the
+// sgemm, of the bf16 path as the backend runs it (the oneDNN kernel it picks: "kernel",
+// cpu_matmul_bf16.hpp) and of the same through oneDNN's brgemm alone, and the ratios bf16/sgemm
+// and bf16/brgemm (time over time). The bf16 figures include converting the operands to bf16, as
+// the backend does on every call (dW reuses dout's bf16 copy from dinp, as matmul_backward does).
+// The last line per thread count: the GEMM time of one micro-batch's forward and backward (12
+// layers + head). --no-head leaves out the head (its operands take ~2.5 GB). The jit gemm's first
+// ~10 calls in a process run at half speed (its packing buffers fault their pages in until the
+// heap settles: 579 faults a call, GPT-2's qkv forward on the AMD EPYC Zen 5 VM), as in the
+// trainer's warm-up step, so the first layer's products run kSettle times before any is timed.
 #include <omp.h>
 
 #include <algorithm>
@@ -32,7 +37,7 @@ namespace {
 using mpitrain::Precision;
 using mpitrain::round_to;
 
-constexpr int kLayers = 12, kC = 768, kVocab = 50304;
+constexpr int kLayers = 12, kC = 768, kVocab = 50304, kSettle = 12;
 
 struct Layer {
   const char* name;
@@ -104,14 +109,16 @@ int main(int argc, char** argv) {
 
   std::printf("bf16-gemm: GPT-2 small linear layers, %d tokens; GFLOP/s, best of %d calls\n",
               tokens, repeats);
-  std::printf("%-7s %-5s %6s %6s %6s %7s %8s %8s %6s\n", "layer", "gemm", "M", "N", "K", "threads",
-              "sgemm", "bf16", "ratio");
+  std::printf("%-7s %-5s %6s %6s %6s %7s %8s %8s %8s %-20s %6s %6s\n", "layer", "gemm", "M", "N",
+              "K", "threads", "sgemm", "bf16", "brgemm", "kernel", "x sgemm", "x brg");
   for (const int threads : thread_counts) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
-    mpitrain::cpu::Bf16Matmul bf16;  // plans with the thread count set above
-    if (!bf16.native()) std::printf("(no bf16 instructions here: the bf16 column is sgemm)\n");
-    double step_sgemm = 0.0, step_bf16 = 0.0;
+    using mpitrain::cpu::Bf16Matmul;
+    Bf16Matmul bf16,  // plan with the thread count set above
+        brgemm(Bf16Matmul::kChunk, /*pack_b=*/true, Bf16Matmul::Kernels::Brgemm);
+    if (!bf16.native()) std::printf("(no bf16 instructions here: the bf16 columns are sgemm)\n");
+    double step_sgemm = 0.0, step_bf16 = 0.0, step_brgemm = 0.0;
     for (const Layer& l : kModel) {
       if (!head && l.OC == kVocab) continue;
       const int N = tokens, IC = l.IC, OC = l.OC;
@@ -124,24 +131,36 @@ int main(int argc, char** argv) {
           {"fwd", false, true, false, false, N, OC, IC, inp.data(), w.data(), out.data()},
           {"dinp", false, false, false, false, N, IC, OC, dout.data(), w.data(), dinp.data()},
           {"dW", true, false, true, true, OC, IC, N, dout.data(), inp.data(), dw.data()}};
+      if (&l == kModel)
+        for (int i = 0; i < kSettle; ++i)
+          for (const Product& p : products)
+            bf16.multiply(p.ta, p.tb, p.M, p.N, p.K, p.A, p.B, p.accumulate, p.C, p.a_unchanged);
       for (const Product& p : products) {
         const double gflop = 2.0 * p.M * p.N * static_cast<double>(p.K) / 1e9;
         const double s_sgemm = bench::best_seconds(repeats, [&] { sgemm(p); });
-        const double s_bf16 = bench::best_seconds(repeats, [&] {
-          if (!bf16.multiply(p.ta, p.tb, p.M, p.N, p.K, p.A, p.B, p.accumulate, p.C, p.a_unchanged))
-            sgemm(p);
-        });
+        const auto through = [&](Bf16Matmul& mm) {
+          return bench::best_seconds(repeats, [&] {
+            if (!mm.multiply(p.ta, p.tb, p.M, p.N, p.K, p.A, p.B, p.accumulate, p.C, p.a_unchanged))
+              sgemm(p);
+          });
+        };
+        const double s_bf16 = through(bf16), s_brgemm = through(brgemm);
         step_sgemm += l.count * s_sgemm;
         step_bf16 += l.count * s_bf16;
-        std::printf("%-7s %-5s %6d %6d %6d %7d %8.1f %8.1f %6.2f\n", l.name, p.name, p.M, p.N, p.K,
-                    threads, gflop / s_sgemm, gflop / s_bf16, s_sgemm / s_bf16);
+        step_brgemm += l.count * s_brgemm;
+        const std::string kernel = bf16.kernel(p.ta, p.tb, p.M, p.N, p.K, p.accumulate);
+        std::printf("%-7s %-5s %6d %6d %6d %7d %8.1f %8.1f %8.1f %-20s %6.2f %6.2f\n", l.name,
+                    p.name, p.M, p.N, p.K, threads, gflop / s_sgemm, gflop / s_bf16,
+                    gflop / s_brgemm, kernel.empty() ? "sgemm" : kernel.c_str(), s_sgemm / s_bf16,
+                    s_brgemm / s_bf16);
         std::fflush(stdout);
       }
     }
     std::printf(
-        "micro-batch GEMMs (12 layers%s), %d thread(s): sgemm %.2f s, bf16 %.2f s, "
-        "ratio %.2f\n",
-        head ? " + head" : "", threads, step_sgemm, step_bf16, step_sgemm / step_bf16);
+        "micro-batch GEMMs (12 layers%s), %d thread(s): sgemm %.2f s, bf16 %.2f s, brgemm %.2f s, "
+        "bf16 x sgemm %.2f, x brgemm %.2f\n",
+        head ? " + head" : "", threads, step_sgemm, step_bf16, step_brgemm, step_sgemm / step_bf16,
+        step_brgemm / step_bf16);
   }
   return 0;
 }

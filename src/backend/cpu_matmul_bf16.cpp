@@ -35,11 +35,23 @@ void from_bf16(float* dst, const uint16_t* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = from_bf16_bits(src[i]);
 }
 
+// The first implementation oneDNN lists for d whose name starts with `name`; empty if none. d
+// must outlive the result (its iterator refers to d).
+dnnl::matmul::primitive_desc implementation(const dnnl::matmul::desc& d,
+                                            const dnnl::primitive_attr& attr,
+                                            const dnnl::engine& engine, const std::string& name) {
+  dnnl::matmul::primitive_desc pd(d, attr, engine, /*allow_empty=*/true);
+  while (pd && std::strncmp(pd.impl_info_str(), name.c_str(), name.size()) != 0)
+    if (!pd.next_impl()) return {};
+  return pd;
+}
+
 }  // namespace
 
 void Bf16MatmulDelete::operator()(Bf16Matmul* p) const { delete p; }
 
-Bf16Matmul::Bf16Matmul(int chunk, bool pack_b) : chunk_(chunk), pack_b_(pack_b) {
+Bf16Matmul::Bf16Matmul(int chunk, bool pack_b, Kernels kernels)
+    : chunk_(chunk), pack_b_(pack_b), kernels_(kernels) {
   try {
     engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
     stream_ = dnnl::stream(engine_);
@@ -47,6 +59,7 @@ Bf16Matmul::Bf16Matmul(int chunk, bool pack_b) : chunk_(chunk), pack_b_(pack_b) 
     throw_dnnl(e, "creating the CPU engine");
   }
   native_ = onednn_has(dnnl::cpu_isa::avx512_core_bf16);
+  amx_ = onednn_has(dnnl::cpu_isa::avx512_core_amx);
   if (!native_)
     say_fallback((std::string("this CPU has no bf16 instructions (oneDNN's ISA: ") +
                   dnnl_cpu_isa2str(static_cast<dnnl_cpu_isa_t>(dnnl::get_effective_cpu_isa())) +
@@ -83,15 +96,25 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
         ops.append_sum(1.0f);  // C = C + A B, in fp32 (then rounded where C is bf16)
         attr.set_post_ops(ops);
       }
-      // an untransposed B in whatever layout the kernel reads (cpu_matmul_bf16.hpp)
-      const dnnl::memory::desc b_read =
-          pack_b_ && !k.tb ? dnnl::memory::desc({k.K, k.N}, dt::bf16, dnnl::memory::format_tag::any)
-                           : b;
-      const dnnl::matmul::desc d = k.bias == Bias::None ? dnnl::matmul::desc(a, b_read, c)
-                                                        : dnnl::matmul::desc(a, b_read, bias, c);
-      const dnnl::matmul::primitive_desc pd(d, attr, engine_, /*allow_empty=*/true);
+      const auto product = [&](const dnnl::memory::desc& b_read) {
+        return k.bias == Bias::None ? dnnl::matmul::desc(a, b_read, c)
+                                    : dnnl::matmul::desc(a, b_read, bias, c);
+      };
+      // the jit gemm reads B in place; the brgemm an untransposed B in whatever layout its
+      // kernel reads (cpu_matmul_bf16.hpp)
+      const dnnl::matmul::desc in_place = product(b),
+                               packed =
+                                   product(pack_b_ && !k.tb
+                                               ? dnnl::memory::desc({k.K, k.N}, dt::bf16,
+                                                                    dnnl::memory::format_tag::any)
+                                               : b);
+      dnnl::matmul::primitive_desc pd;
+      if (kernels_ == Kernels::ByShape && jit_gemm_pays(k.M, k.N, k.K, amx_))
+        pd = implementation(in_place, attr, engine_, "gemm:jit");
+      if (!pd) pd = dnnl::matmul::primitive_desc(packed, attr, engine_, /*allow_empty=*/true);
       if (pd && std::strncmp(pd.impl_info_str(), "ref", 3) != 0) {
         p.bf16 = true;
+        p.kernel = pd.impl_info_str();
         p.matmul = dnnl::matmul(pd);
         p.a = dnnl::memory(a, engine_, DNNL_MEMORY_NONE);
         p.b = dnnl::memory(pd.weights_desc(), engine_, DNNL_MEMORY_NONE);
@@ -151,6 +174,16 @@ void Bf16Matmul::for_pieces(const Key& k, F&& f) const {
       f(piece, k.ta ? i * k.lda : i, k.tb ? i : i * k.ldb, size_t{0}, size_t{0});
     }
   }
+}
+
+std::string Bf16Matmul::kernel(bool ta, bool tb, int M, int N, int K, bool accumulate,
+                               bool c_bf16) {
+  std::string name;
+  const Key k = whole(ta, tb, M, N, K, accumulate, c_bf16);
+  for_pieces(k, [&](const Key& piece, size_t, size_t, size_t, size_t) {
+    if (name.empty()) name = plan(piece).kernel;
+  });
+  return name;
 }
 
 bool Bf16Matmul::has_kernel(bool ta, bool tb, int M, int N, int K, bool accumulate, bool c_bf16,

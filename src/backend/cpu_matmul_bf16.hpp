@@ -14,12 +14,21 @@
 // (GPT-2 small's head, 1 thread, GFLOP/s per CPU second on Zen 5: dinp 268-286 whole vs 385-391
 // in pieces, dW 304-309 vs 336-379, forward 330-350 vs 370-374); pieces along K add up in fp32
 // scratch, rounded once into a bf16 C (a bias is then left to the caller).
-// A B stored untransposed ((K,N) rows: the backward's W in dinp, its inp in dW) is packed into the
-// layout oneDNN's kernel reads by a reorder of its own before the product, once a call (pieces
-// along M share it), rather than inside the matmul: the same bits, and 8-14% off the product
-// (oneDNN alone, GPT-2 small's backward shapes, 2 threads, AMD EPYC Zen 5: qkv dW 6.2 -> 5.5 ms
-// plus a 0.19 ms reorder, fc dinp 7.0 -> 6.3 plus 0.55). A transposed B (the forward's W^T)
-// stays in place: its reorder transposes, and packing it gained nothing in the trainer.
+// Two of oneDNN's kernels run bf16 products on a CPU without AMX: its brgemm, the library's first
+// choice, and its jit gemm ("gemm:jit"), which packs both operands inside the call as a BLAS
+// does. Where every dimension is at least kJitGemmMin the jit gemm runs (jit_gemm_pays): on
+// GPT-2 small's layers at 1024 tokens it took 9% less time than the brgemm with B packed first
+// (oneDNN alone, 2 threads, AMD EPYC Zen 5; 8% at 1 thread, 4-6% at 512 and 4096 tokens), and a
+// bf16 training step 4% less (bench/README.md); at 256 rows it lost up to 17% on some shapes (256
+// x 1024 x 1024). With AMX (avx512_core_amx) the brgemm runs AMX tiles, which the jit gemm does
+// not use: brgemm everywhere. The choice depends on the shape and the ISA alone, never on a
+// timing, so a CPU gives the same bits run after run.
+// For the brgemm, a B stored untransposed ((K,N) rows: the backward's W in dinp, its inp in dW)
+// is packed into the layout its kernel reads by a reorder of its own before the product, once a
+// call (pieces along M share it), rather than inside the matmul: the same bits, and 8-14% off
+// the product (GPT-2 small's backward shapes, 2 threads, Zen 5: qkv dW 6.2 -> 5.5 ms plus a 0.19
+// ms reorder, fc dinp 7.0 -> 6.3 plus 0.55). A transposed B (the forward's W^T) stays in place:
+// its reorder transposes, and packing it made the trainer's forward products 5-13% slower.
 // The scratch buffers (both operands, the packed B and oneDNN's scratchpad, which it is told to
 // take from us) grow to the largest shape seen, so repeated shapes allocate nothing of their own.
 #pragma once
@@ -29,8 +38,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
 
 #include "cpu_storage.hpp"
 
@@ -43,14 +53,29 @@ inline bool onednn_has(dnnl::cpu_isa need) {
   return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bits) == bits;
 }
 
+// Whether a bf16 product of M x N x K runs oneDNN's jit gemm rather than its brgemm (above): no
+// AMX, and every dimension at least kJitGemmMin.
+inline constexpr int kJitGemmMin = 512;
+constexpr bool jit_gemm_pays(int M, int N, int K, bool amx) {
+  return !amx && M >= kJitGemmMin && N >= kJitGemmMin && K >= kJitGemmMin;
+}
+
 class Bf16Matmul {
  public:
+  // Which of oneDNN's kernels the products run: ByShape as jit_gemm_pays says (the backend's);
+  // Brgemm always (the bf16 peak: brgemm on a B packed once is the fastest product here).
+  enum class Kernels { ByShape, Brgemm };
   // The CPU engine and stream; finds whether the CPU has bf16 instructions. chunk: the pieces'
   // length (tests make it small); pack_b: pack an untransposed B first (false: tests compare).
-  explicit Bf16Matmul(int chunk = kChunk, bool pack_b = true);
+  explicit Bf16Matmul(int chunk = kChunk, bool pack_b = true, Kernels kernels = Kernels::ByShape);
   static constexpr int kChunk = 4096;
 
   bool native() const { return native_; }  // avx512_bf16 (or AMX) present and enabled
+  // The name of the oneDNN implementation that runs C(M,N) = op(A) op(B) (contiguous operands;
+  // of its first piece where it goes in pieces): "gemm:jit", "brg:avx512_core_bf16", ...; empty
+  // where no bf16 kernel runs it.
+  std::string kernel(bool ta, bool tb, int M, int N, int K, bool accumulate = false,
+                     bool c_bf16 = false);
 
   // C(M,N) = op(A)(M,K) @ op(B)(K,N) (+ C when accumulate); row-major and contiguous, A stored
   // (K,M) when ta, B stored (N,K) when tb. Returns false, with C untouched, where no bf16 kernel
@@ -105,6 +130,7 @@ class Bf16Matmul {
   void for_pieces(const Key& k, F&& f) const;
   struct Plan {
     bool bf16 = false;  // false: oneDNN has no bf16 kernel for this shape (sgemm instead)
+    std::string kernel;  // oneDNN's name for the implementation
     dnnl::matmul matmul;
     dnnl::memory a, b, c, bias, scratchpad;  // descriptors only; the pointers are set per call
     std::unordered_map<int, dnnl::memory> args;  // the handles above by argument, built once
@@ -126,7 +152,9 @@ class Bf16Matmul {
   dnnl::stream stream_;
   int chunk_;
   bool pack_b_;
+  Kernels kernels_;
   bool native_ = false;
+  bool amx_ = false;  // oneDNN runs AMX tiles here
   bool said_fallback_ = false;
   std::map<Key, Plan> plans_;
   ScratchBuffer a_, b_, scratchpad_, sum_;  // sum_: the fp32 C of pieces along K into a bf16 C

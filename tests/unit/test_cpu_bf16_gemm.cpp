@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../src/backend/cpu_matmul_bf16.hpp"
@@ -112,9 +113,11 @@ Result run(CpuBackend<float>& be, const FVec& inp, const FVec& w, const FVec* bi
 struct Shape {
   int N, IC, OC;
 };
-// N = 1, odd sizes, sizes below and above oneDNN's blocks, a K (= N for dW) of several hundred.
-const Shape kShapes[] = {{1, 64, 96},    {1, 257, 3},    {7, 33, 65},   {3, 1, 5},
-                         {64, 320, 640}, {257, 129, 77}, {512, 96, 130}};
+// N = 1, odd sizes, sizes below and above oneDNN's blocks, a K (= N for dW) of several hundred;
+// the last, every dimension >= 512, through oneDNN's jit gemm (cpu_matmul_bf16.hpp: brgemm on a
+// CPU with AMX), the others through its brgemm.
+const Shape kShapes[] = {{1, 64, 96},    {1, 257, 3},    {7, 33, 65},    {3, 1, 5},
+                         {64, 320, 640}, {257, 129, 77}, {512, 96, 130}, {512, 512, 640}};
 
 std::string name(const Shape& s) {
   return "N=" + std::to_string(s.N) + " IC=" + std::to_string(s.IC) + " OC=" + std::to_string(s.OC);
@@ -456,6 +459,37 @@ TEST(CpuBf16Gemm, UnchangedBReusesItsPackedCopy) {
   EXPECT_EQ(product(b2, true), first) << "another B (the old values) is packed";
   EXPECT_EQ(product(b, true), negated) << "b's new values, packed again after b2";
   EXPECT_EQ(product(b, false), negated);
+}
+
+// Which of oneDNN's kernels runs a product (cpu_matmul_bf16.hpp): the jit gemm where every
+// dimension is at least 512 and the CPU has no AMX, else the brgemm; the bf16 peak's Bf16Matmul
+// (Kernels::Brgemm) always the brgemm.
+TEST(CpuBf16Gemm, LargeProductsRunTheJitGemmOthersTheBrgemm) {
+  EXPECT_TRUE(cpu::jit_gemm_pays(1024, 3072, 768, false)) << "GPT-2 small's fc at 1024 tokens";
+  EXPECT_TRUE(cpu::jit_gemm_pays(512, 512, 512, false));
+  EXPECT_FALSE(cpu::jit_gemm_pays(511, 4096, 4096, false));
+  EXPECT_FALSE(cpu::jit_gemm_pays(4096, 511, 4096, false));
+  EXPECT_FALSE(cpu::jit_gemm_pays(4096, 4096, 511, false));
+  EXPECT_FALSE(cpu::jit_gemm_pays(4096, 4096, 4096, true)) << "AMX: its brgemm";
+
+  cpu::Bf16Matmul by_shape, brgemm(cpu::Bf16Matmul::kChunk, true, cpu::Bf16Matmul::Kernels::Brgemm);
+  if (!by_shape.native()) GTEST_SKIP() << "this CPU has no bf16 instructions: sgemm runs instead";
+  const bool amx = cpu::onednn_has(dnnl::cpu_isa::avx512_core_amx);
+  const auto brg = [](const std::string& kernel) { return kernel.rfind("brg:", 0) == 0; };
+  // GPT-2 small's fc at 1024 tokens: forward, dinp, dW
+  for (const auto& [ta, tb, M, N, K, accumulate] :
+       {std::tuple{false, true, 1024, 3072, 768, false},
+        std::tuple{false, false, 1024, 768, 3072, false},
+        std::tuple{true, false, 3072, 768, 1024, true}}) {
+    SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    const std::string chosen = by_shape.kernel(ta, tb, M, N, K, accumulate);
+    if (amx)
+      EXPECT_TRUE(brg(chosen)) << chosen;
+    else
+      EXPECT_EQ(chosen, "gemm:jit");
+    EXPECT_TRUE(brg(brgemm.kernel(ta, tb, M, N, K, accumulate))) << "the peak's";
+  }
+  EXPECT_TRUE(brg(by_shape.kernel(false, true, 256, 3072, 768))) << "256 tokens";
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 namespace mpitrain {
 
-// What the CPU backend runs a bf16 product with: its name in the peak cache's "gemm" field
+// The bf16 peak's product, oneDNN's brgemm matmul: its name in the peak cache's "gemm" field
 // (", B packed": time_bf16_gemm_trials' B; entries measured with a reorder a call do not match).
 inline constexpr const char* kBf16GemmLibrary = "oneDNN bf16 matmul, B packed";
 
@@ -22,7 +22,8 @@ bool cpu_bf16_gemms();
 // time_sgemm_trials; none where cpu_bf16_gemms() is false. B is packed into the layout the
 // kernel reads once, in the warm-up call: the peak is the kernel's rate, not that of a reorder
 // before each product (which measured 784 against 895 GFLOP/s: 1024^3, 2 threads, AMD EPYC
-// Zen 5).
+// Zen 5), nor that of the jit gemm the backend runs on large products (cpu_matmul_bf16.hpp),
+// which packs inside every call (780-800 GFLOP/s there, after its first calls).
 std::vector<SgemmTrial> time_bf16_gemm_trials(int n, int trials,
                                               const std::function<void()>& between = {});
 
