@@ -18,7 +18,7 @@
 // choice, and its jit gemm ("gemm:jit"), which packs both operands inside the call as a BLAS
 // does. Where every dimension is at least kJitGemmMin the jit gemm runs (jit_gemm_pays): on
 // GPT-2 small's layers at 1024 tokens it took 9% less time than the brgemm with B packed first
-// (oneDNN alone, 2 threads, AMD EPYC Zen 5; 8% at 1 thread, 4-6% at 512 and 4096 tokens), and a
+// (oneDNN alone, 2 threads, AMD EPYC Zen 5; 8% at 1 thread, 6% at 512 and 4096 tokens), and a
 // bf16 training step 4% less (bench/README.md); at 256 rows it lost up to 17% on some shapes (256
 // x 1024 x 1024). With AMX (avx512_core_amx) the brgemm runs AMX tiles, which the jit gemm does
 // not use: brgemm everywhere. The choice depends on the shape and the ISA alone, never on a
