@@ -73,7 +73,7 @@ class Bf16Matmul {
   bool native() const { return native_; }  // avx512_bf16 (or AMX) present and enabled
   // The name of the oneDNN implementation that runs C(M,N) = op(A) op(B) (contiguous operands;
   // of its first piece where it goes in pieces): "gemm:jit", "brg:avx512_core_bf16", ...; empty
-  // where no bf16 kernel runs it.
+  // where no bf16 kernel runs it. Plans the product as multiply would.
   std::string kernel(bool ta, bool tb, int M, int N, int K, bool accumulate = false,
                      bool c_bf16 = false);
 
