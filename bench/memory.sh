@@ -123,10 +123,12 @@ for round in 1 2; do for prec in fp32 bf16; do for pages in true false; do
   run "pages-$prec-$pages-$round" 1 "${gpt2[@]}" --seq-len 256 --global-batch-size 4 \
     --micro-batch-size 4 --steps "$steps" --threads 2 --precision $prec --huge-pages $pages
 done; done; done
+# median ms/step of both rounds of precision $1 with --huge-pages $2, each first step left out
+pages_ms() { for r in 1 2; do metric "$scratch/pages-$1-$2-$r/metrics.jsonl" step_ms | tail -n +2; done | median; }
 printf "%-6s %12s %12s %10s\n" prec "on ms/step" "off ms/step" "off / on"
 for prec in fp32 bf16; do
-  on=$(for r in 1 2; do metric "$scratch/pages-$prec-true-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
-  off=$(for r in 1 2; do metric "$scratch/pages-$prec-false-$r/metrics.jsonl" step_ms | tail -n +2; done | median)
+  on=$(pages_ms $prec true)
+  off=$(pages_ms $prec false)
   printf "%-6s %12.1f %12.1f %9.3fx\n" $prec "$on" "$off" "$(awk -v a="$off" -v b="$on" 'BEGIN{print a/b}')"
 done
 fi

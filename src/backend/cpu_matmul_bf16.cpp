@@ -102,12 +102,10 @@ Bf16Matmul::Plan& Bf16Matmul::plan(const Key& k) {
       };
       // the jit gemm reads B in place; the brgemm an untransposed B in whatever layout its
       // kernel reads (cpu_matmul_bf16.hpp)
-      const dnnl::matmul::desc in_place = product(b),
-                               packed =
-                                   product(pack_b_ && !k.tb
-                                               ? dnnl::memory::desc({k.K, k.N}, dt::bf16,
-                                                                    dnnl::memory::format_tag::any)
-                                               : b);
+      const dnnl::memory::desc b_read =
+          pack_b_ && !k.tb ? dnnl::memory::desc({k.K, k.N}, dt::bf16, dnnl::memory::format_tag::any)
+                           : b;
+      const dnnl::matmul::desc in_place = product(b), packed = product(b_read);
       dnnl::matmul::primitive_desc pd;
       if (kernels_ == Kernels::ByShape && jit_gemm_pays(k.M, k.N, k.K, amx_))
         pd = implementation(in_place, attr, engine_, "gemm:jit");
