@@ -10,7 +10,8 @@
 // tiles' gemms read q, k, v straight out of their row layout through leading dimensions (no
 // copies); the score tiles live on the stack. The whole-sequence attention and context
 // parallelism's block pairs are the same kernels: positions 0..T-1 and the own keys for the
-// former.
+// former. In bf16 training on a CPU with AVX512-BF16 the tiles' products take bf16 operands
+// (Bf16Tiles).
 // Deterministic: one thread per (batch, head) in forward and per (batch, kv head) in backward
 // (each output has one writer), tiles in a fixed order. On 2-byte tensors the whole-sequence
 // attention widens one head's sequences per thread where they fit (per_head_fits), else whole
@@ -21,7 +22,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
 
+#include "cpu_bf16_tiles.hpp"
 #include "cpu_blocked_gemm.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_storage.hpp"
@@ -35,6 +40,9 @@ namespace {
 
 // The score tiles on the stack hold the largest tile; a call's tile is its ld.
 constexpr int kMaxTile = kAttentionTileLong;
+
+template <typename T>
+constexpr bool kFloat = std::is_same_v<T, float>;  // bf16 tiles are float's (the others: tests)
 
 // Row i's position: pos[i], or i where pos is null (the whole sequence).
 inline int position(const int* pos, int i) { return pos ? pos[i] : i; }
@@ -94,16 +102,114 @@ struct BlockPair {
   const int* kpos;  // (Tk), null: 0..Tk-1
   int B, Tq, Tk, NH, NKV, hs;
   T scale;
+  bool bf16 = false;  // the tiles' products on bf16 operands (Bf16Tiles)
   size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
   size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
   size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
 };
 
-// S (nq, nk; ld tile) = scale q_i k_j^T, the entries whose key the query does not see -inf.
+// The bf16 operands of one head's tiles, packed as cpu_bf16_tiles.hpp reads them (pairs of bf16
+// along the product's K): a query tile's q and dout, each as rows (pairs along hs: q k^T,
+// dout v^T) and by rows (pairs along the queries: dS^T q, P^T dout); a key tile's k and v
+// transposed (q k^T, dout v^T) and by rows (P v, dS k); and one of P or dS. Where the CPU has
+// AVX512-BF16, bf16 training multiplies attention's tiles this way, as flash attention does on a
+// GPU: q, k, v and dout are bf16 already, and P and dS are rounded to bf16 for their products,
+// while the softmax, its sums and every accumulation stay fp32. 2.2x OpenBLAS's fp32 rate on
+// these tiles (cpu_bf16_tiles.cpp).
+class Bf16Tiles {
+ public:
+  int hs, hs2, hs_ld;  // head size, its pair_count and pair_ld
+  std::vector<uint32_t> q_rows, dy_rows, q_by_rows, dy_by_rows, a;
+  // the current key tile's packs (k^T and v^T: ld key_ld; k and v by rows: ld hs_ld)
+  const uint32_t *k_t = nullptr, *v_t = nullptr, *k_by_rows = nullptr, *v_by_rows = nullptr;
+  int key_ld = 0;
+
+  Bf16Tiles(int tile, int head_size, int Tk)
+      : hs(head_size),
+        hs2(cpu::pair_count(hs)),
+        hs_ld(cpu::pair_ld(hs)),
+        q_rows(size_t(tile) * hs2),
+        dy_rows(q_rows.size()),
+        q_by_rows(size_t(cpu::pair_count(tile)) * hs_ld),
+        dy_by_rows(q_by_rows.size()),
+        a(size_t(cpu::pair_count(tile)) * std::max(cpu::pair_ld(tile), 2 * tile)),
+        tile_(tile),
+        transposed_(size_t(hs2) * cpu::pair_ld(tile)),
+        by_rows_(q_by_rows.size()) {
+    const size_t tiles = (Tk + tile - 1) / tile;
+    const bool keep = tiles * (transposed_ + 2 * by_rows_) * sizeof(uint32_t) <= kKeptPacks;
+    packed_.assign(keep ? tiles : 1, false);
+  }
+  // a query tile's nq rows: q (ld q_ld); in backward dout too (ld dy_ld), and both by rows
+  void queries(const float* q, size_t q_ld, int nq) {
+    cpu::pack_pairs(q, q_ld, nq, hs, q_rows.data());
+  }
+  void backward_queries(const float* q, size_t q_ld, const float* dy, size_t dy_ld, int nq) {
+    queries(q, q_ld, nq);
+    cpu::pack_pairs(dy, dy_ld, nq, hs, dy_rows.data());
+    cpu::pack_pairs_by_rows(q, q_ld, nq, hs, q_by_rows.data());
+    cpu::pack_pairs_by_rows(dy, dy_ld, nq, hs, dy_by_rows.data());
+  }
+  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, packed: in
+  // forward k^T and v, in backward k^T, v^T and k. Where all the head's key tiles' packs take at
+  // most kKeptPacks, each is packed on its first use and kept for the later query tiles; else
+  // every use packs it again (long sequences: their tiles are larger, the packing a smaller share).
+  void keys(int j0, const float* k, const float* v, size_t ld, int nk, bool backward) {
+    const bool kept = packed_.size() > 1;
+    const size_t t = kept ? j0 / tile_ : 0;
+    if (k_t_.empty()) {  // the first key tile: room for all that are kept
+      const size_t n = packed_.size();
+      k_t_.resize(n * transposed_);
+      (backward ? v_t_ : v_by_rows_).resize(n * (backward ? transposed_ : by_rows_));
+      if (backward) k_by_rows_.resize(n * by_rows_);
+    }
+    key_ld = cpu::pair_ld(nk);
+    k_t = k_t_.data() + t * transposed_;
+    if (backward) {
+      v_t = v_t_.data() + t * transposed_;
+      k_by_rows = k_by_rows_.data() + t * by_rows_;
+    } else {
+      v_by_rows = v_by_rows_.data() + t * by_rows_;
+    }
+    if (kept && packed_[t]) return;
+    packed_[t] = true;
+    cpu::pack_pairs_transposed(k, ld, nk, hs, k_t_.data() + t * transposed_);
+    if (backward) {
+      cpu::pack_pairs_transposed(v, ld, nk, hs, v_t_.data() + t * transposed_);
+      cpu::pack_pairs_by_rows(k, ld, nk, hs, k_by_rows_.data() + t * by_rows_);
+    } else {
+      cpu::pack_pairs_by_rows(v, ld, nk, hs, v_by_rows_.data() + t * by_rows_);
+    }
+  }
+  // rows [r0, r0 + nr) of a query tile packed by rows (r0 even: a pair never spans two parts)
+  const uint32_t* by_rows(const std::vector<uint32_t>& packed, int r0) const {
+    return packed.data() + size_t(r0 / 2) * hs_ld;
+  }
+
+ private:
+  static constexpr size_t kKeptPacks = size_t{1} << 20;  // bytes a thread keeps: T 4096 at hs 64
+  int tile_;
+  size_t transposed_, by_rows_;  // words per key tile of k^T / v^T, and of k / v by rows
+  std::vector<bool> packed_;     // per kept key tile (one, not kept, where they would not fit)
+  std::vector<uint32_t> k_t_, v_t_, k_by_rows_, v_by_rows_;
+};
+
+// S (nq, nk; ld tile) = scale q_i k_j^T, the entries whose key the query does not see -inf. With
+// bf16 tiles, from the packed q rows (the tile's row r0 on) and k^T.
 template <typename T>
 void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, int i0, int nq,
-                 int j0, int nk, TileMask mask) {
-  gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, tile);
+                 int j0, int nk, TileMask mask, const Bf16Tiles* bt = nullptr, int r0 = 0) {
+  if constexpr (kFloat<T>) {
+    if (bt) {
+      cpu::bf16_tile_product(nq, nk, bt->hs2, bt->q_rows.data() + size_t(r0) * bt->hs2, bt->hs2, 1,
+                             bt->k_t, bt->key_ld, S, tile, false);
+      for (int r = 0; r < nq; ++r)
+#pragma omp simd
+        for (int c = 0; c < nk; ++c) S[r * tile + c] *= p.scale;
+    }
+  }
+  if (!bt)
+    gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, tile);
   if (mask != TileMask::Some) return;
   for (int r = 0; r < nq; ++r) {
     const int qp = position(p.qpos, i0 + r);
@@ -122,11 +228,15 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
   const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
   const int g = h / group, bh = b * p.NH + h;
   T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
+  std::optional<Bf16Tiles> bt;
+  if (p.bf16) bt.emplace(tile, p.hs, p.Tk);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
     T* o = out + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;  // (nq, hs; ld A)
     T* L = lse + (static_cast<size_t>(bh)) * p.Tq + i0;
+    if constexpr (kFloat<T>)
+      if (bt) bt->queries(q, p.q_ld, nq);
     for (int r = 0; r < nq; ++r) {
       m[r] = merge ? L[r] : ninf;
       l[r] = m[r] == ninf ? T(0) : T(1);
@@ -134,8 +244,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
     }
     // rows [r0, r0 + nr) of the tile against keys [j0, j0 + nk): S, the online softmax, o += P v
     const auto absorb = [&](int j0, int r0, int nr, int nk, TileMask mask) {
-      tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr,
-                  j0, nk, mask);
+      tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr, j0,
+                  nk, mask, bt ? &*bt : nullptr, r0);
       for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
         T* row = S + r * tile;
         T mx = ninf;
@@ -159,6 +269,14 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
         l[r] += sum;
         m[r] = mnew;
       }
+      if constexpr (kFloat<T>) {
+        if (bt) {  // o += P v, P rounded to bf16
+          const int k2 = cpu::pair_count(nk);
+          cpu::pack_pairs(S + r0 * tile, tile, nr, nk, bt->a.data());
+          return cpu::bf16_tile_product(nr, p.hs, k2, bt->a.data(), k2, 1, bt->v_by_rows, bt->hs_ld,
+                                        o + static_cast<size_t>(r0) * A, A, true);
+        }
+      }
       gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, nk, T(1), S + r0 * tile, tile,
            p.kv + p.v_at(b, j0, g), p.kv_ld, T(1), o + static_cast<size_t>(r0) * A, A);
     };
@@ -166,6 +284,9 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
       const int nk = std::min(tile, p.Tk - j0);
       const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
       if (mask == TileMask::None) continue;
+      if constexpr (kFloat<T>) {
+        if (bt) bt->keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk, false);
+      }
       for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
                      [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
     }
@@ -197,11 +318,15 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
   const int A = p.NH * p.hs, g = h / (p.NH / p.NKV), tile = cpu_attention_tile(p.Tk);
   T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
   const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
+  std::optional<Bf16Tiles> bt;
+  if (p.bf16) bt.emplace(tile, p.hs, p.Tk);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
     const T* dy = dout + (static_cast<size_t>(b) * p.Tq + i0) * A + h * p.hs;
     T* dqi = dq + (static_cast<size_t>(b) * p.Tq + i0) * dq_ld + h * p.hs;
+    if constexpr (kFloat<T>)
+      if (bt) bt->backward_queries(q, p.q_ld, dy, A, nq);
     for (int j0 = 0; j0 < p.Tk; j0 += tile) {
       const int nk = std::min(tile, p.Tk - j0);
       const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
@@ -210,11 +335,13 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
       const T* v = p.kv + p.v_at(b, j0, g);
       T* dk = dkv + (static_cast<size_t>(b) * p.Tk + j0) * dkv_ld + g * p.hs;
       T* dv = dk + static_cast<size_t>(p.NKV) * p.hs;
+      if constexpr (kFloat<T>)
+        if (bt) bt->keys(j0, k, v, p.kv_ld, nk, true);
       // rows [r0, r0 + nr) of the tile against keys [j0, j0 + n)
       const auto part = [&](int r0, int nr, int n, TileMask m) {
         const T* qr = q + r0 * p.q_ld;
         const T* dyr = dy + static_cast<size_t>(r0) * A;
-        tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m);
+        tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m, bt ? &*bt : nullptr, r0);
         for (int r = 0; r < nr; ++r) {
           T* row = P + r * tile;
           const T lr = lse[row0 + i0 + r0 + r];
@@ -222,8 +349,18 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
           for (int c = 0; c < n; ++c)
             row[c] = row[c] == ninf || lr == ninf ? T(0) : cpu::exp_fast(row[c] - lr);
         }
-        gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
-        gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
+        if (bt) {  // dv += P^T dout; dS = dout v^T
+          if constexpr (kFloat<T>) {
+            cpu::pack_pairs_by_rows(P, tile, nr, n, bt->a.data());
+            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.data(), 1, cpu::pair_ld(n),
+                                   bt->by_rows(bt->dy_by_rows, r0), bt->hs_ld, dv, dkv_ld, true);
+            cpu::bf16_tile_product(nr, n, bt->hs2, bt->dy_rows.data() + size_t(r0) * bt->hs2,
+                                   bt->hs2, 1, bt->v_t, bt->key_ld, dS, tile, false);
+          }
+        } else {
+          gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
+          gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
+        }
         for (int r = 0; r < nr; ++r) {
           const T* prow = P + r * tile;
           T* drow = dS + r * tile;
@@ -231,10 +368,21 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
 #pragma omp simd
           for (int c = 0; c < n; ++c) drow[c] = prow[c] * (drow[c] - d) * p.scale;
         }
-        gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, tile, k, p.kv_ld, T(1),
-             dqi + r0 * dq_ld, dq_ld);
-        gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, tile, qr, p.q_ld, T(1), dk,
-             dkv_ld);
+        if (bt) {  // dq += dS k; dk += dS^T q
+          if constexpr (kFloat<T>) {
+            const int k2 = cpu::pair_count(n);
+            cpu::pack_pairs(dS, tile, nr, n, bt->a.data());
+            cpu::bf16_tile_product(nr, p.hs, k2, bt->a.data(), k2, 1, bt->k_by_rows, bt->hs_ld,
+                                   dqi + r0 * dq_ld, dq_ld, true);
+            cpu::pack_pairs_by_rows(dS, tile, nr, n, bt->a.data());
+            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.data(), 1, cpu::pair_ld(n),
+                                   bt->by_rows(bt->q_by_rows, r0), bt->hs_ld, dk, dkv_ld, true);
+          }
+        } else {
+          gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, tile, k, p.kv_ld, T(1),
+               dqi + r0 * dq_ld, dq_ld);
+          gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, tile, qr, p.q_ld, T(1), dk, dkv_ld);
+        }
       };
       for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
     }
@@ -327,9 +475,9 @@ void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tle
 
 // One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
 template <typename T>
-BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale) {
+BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, bool bf16) {
   const size_t ld = hs;
-  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale};
+  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, bf16};
 }
 
 // Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
@@ -359,7 +507,8 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   const auto run = [&](T* o, const T* x, int nb, T* L) {
-    const BlockPair<T> p{x, QKV, x + NH * hs, QKV, nullptr, nullptr, nb, Tlen, Tlen, NH, NKV, hs, scale};
+    const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+                         Tlen, Tlen, NH,          NKV, hs,      scale,   bf16_gemms()};
     block_forward_kernel(o, L, p, false);
   };
   if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
@@ -376,8 +525,8 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
-      forward_head(o, lse + static_cast<size_t>(bh) * Tlen, one_head(q, kv, Tlen, hs, scale), 0, 0,
-                   false);
+      forward_head(o, lse + static_cast<size_t>(bh) * Tlen,
+                   one_head(q, kv, Tlen, hs, scale, bf16_gemms()), 0, 0, false);
       narrow_head(out + static_cast<size_t>(b) * seq.out, A, h * hs, o, hs, Tlen, hs);
     }
     return;
@@ -401,7 +550,8 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
     T* D = scratch + b0 * NH * Tlen;
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
     std::fill_n(d, nb * seq.qkv, T(0));
-    const BlockPair<T> p{x, QKV, x + NH * hs, QKV, nullptr, nullptr, nb, Tlen, Tlen, NH, NKV, hs, scale};
+    const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+                         Tlen, Tlen, NH,          NKV, hs,      scale,   bf16_gemms()};
     block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
@@ -421,7 +571,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       std::fill_n(dkv, 2 * th, T(0));
-      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale);
+      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, bf16_gemms());
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const size_t bh = static_cast<size_t>(b) * NH + h;
         widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
@@ -455,7 +605,9 @@ void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T>
                                             int Tk, int NH, int NKV, int hs, T scale, bool merge) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale};
+    const BlockPair<T> p{
+        x,  QKV,   y,           static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV,
+        hs, scale, bf16_gemms()};
     block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
   };
   if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
@@ -486,7 +638,9 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale};
+    const BlockPair<T> p{
+        x,  QKV,   y,           static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV,
+        hs, scale, bf16_gemms()};
     block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
                           D + b0 * NH * Tq, p);
   };
