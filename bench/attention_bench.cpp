@@ -7,7 +7,10 @@
 //
 // Prints per length: the best of `repeats` calls (after a warm-up) in ms of flash and dense,
 // dense / flash, and each one's attention state + backward scratch in MiB. The dense kernel is
-// skipped where its state and scratch (2 B NH T^2 floats) would pass --dense-gib GiB.
+// skipped where its state and scratch (2 B NH T^2 floats) would pass --dense-gib GiB. Then the
+// flash kernel as bf16 training runs it (a backend built for bf16, the tensors stored in bf16:
+// bf16 tiles where the CPU has AVX512-BF16, else fp32 tiles of the widened values), timed in
+// turn with the other two, and flash / that.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,10 +79,12 @@ int main(int argc, char** argv) {
   mpitrain::CpuBackend<float> be(a.threads);
   const int B = a.batch, NH = a.heads, NKV = a.kv_heads, hs = a.head_size;
   const float scale = 1 / std::sqrt(static_cast<float>(hs));
-  std::printf("attention forward+backward: B %d NH %d NKV %d hs %d, %d threads, %s\n", B, NH, NKV,
-              hs, a.threads, mpitrain::cpu_sgemm_in_use().c_str());
-  std::printf("%7s %12s %12s %8s %14s %14s\n", "T", "flash ms", "dense ms", "ratio",
-              "flash MiB", "dense MiB");
+  mpitrain::CpuBackend<float> be16(a.threads, mpitrain::Precision::Bf16);
+  std::printf("attention forward+backward: B %d NH %d NKV %d hs %d, %d threads, %s; bf16: %s\n", B,
+              NH, NKV, hs, a.threads, mpitrain::cpu_sgemm_in_use().c_str(),
+              be16.bf16_gemms() ? "bf16 tiles (AVX512-BF16)" : "fp32 tiles (no AVX512-BF16)");
+  std::printf("%7s %12s %12s %8s %14s %14s %12s %10s\n", "T", "flash ms", "dense ms", "ratio",
+              "flash MiB", "dense MiB", "bf16 ms", "x bf16");
   for (const int T : a.lengths) {
     const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, N = static_cast<size_t>(B) * T;
     const std::vector<float> qkv = random_floats(N * QKV, 1), dout = random_floats(N * NH * hs, 2);
@@ -105,22 +110,39 @@ int main(int argc, char** argv) {
                                                   qkv.data(), probs.data(), B, T, NH, NKV, hs,
                                                   scale, parallel);
     };
-    // interleaved: dense, flash, dense, flash, ... (a warm-up of each first)
-    double flash_best = 1e30, dense_best = 1e30;
+    // the same values in bf16 tensors
+    const auto bf16_tensor = [&](const std::vector<float>& v) {
+      const mpitrain::Buf<float> t = be16.alloc(v.size(), mpitrain::Precision::Bf16);
+      be16.upload(t, v.data(), v.size());
+      return t;
+    };
+    const mpitrain::Buf<float> qkv16 = bf16_tensor(qkv), dout16 = bf16_tensor(dout),
+                               out16 = bf16_tensor(out), dqkv16 = bf16_tensor(dqkv);
+    const auto bf16_step = [&] {
+      be16.attention_forward(out16, lse.data(), qkv16, B, T, NH, NKV, hs, scale);
+      be16.attention_backward(dqkv16, D.data(), dout16, qkv16, out16, lse.data(), B, T, NH, NKV, hs,
+                              scale);
+    };
+    // interleaved: dense, flash, bf16, dense, flash, bf16, ... (a warm-up of each first)
+    double flash_best = 1e30, dense_best = 1e30, bf16_best = 1e30;
     if (dense) dense_step();
     flash_step();
+    bf16_step();
     for (int r = 0; r < a.repeats; ++r) {
       if (dense) dense_best = std::min(dense_best, seconds(dense_step));
       flash_best = std::min(flash_best, seconds(flash_step));
+      bf16_best = std::min(bf16_best, seconds(bf16_step));
     }
+    for (const mpitrain::Buf<float>& t : {qkv16, dout16, out16, dqkv16}) be16.free(t.data());
     const double mib = 4.0 / 1048576;
     if (dense)
-      std::printf("%7d %12.2f %12.2f %8.2f %14.3f %14.1f\n", T, flash_best * 1e3, dense_best * 1e3,
+      std::printf("%7d %12.2f %12.2f %8.2f %14.3f %14.1f", T, flash_best * 1e3, dense_best * 1e3,
                   dense_best / flash_best, 2 * flash_state * mib, 2 * dense_state * mib);
     else
-      std::printf("%7d %12.2f %12s %8s %14.3f %14.1f (dense skipped: > %d GiB)\n", T,
-                  flash_best * 1e3, "-", "-", 2 * flash_state * mib, 2 * dense_state * mib,
-                  a.dense_gib);
+      std::printf("%7d %12.2f %12s %8s %14.3f %14.1f", T, flash_best * 1e3, "-", "-",
+                  2 * flash_state * mib, 2 * dense_state * mib);
+    std::printf(" %12.2f %10.2f%s\n", bf16_best * 1e3, flash_best / bf16_best,
+                dense ? "" : " (dense skipped: > --dense-gib)");
     std::fflush(stdout);
   }
   return 0;

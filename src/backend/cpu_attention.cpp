@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -117,81 +118,92 @@ struct BlockPair {
 // while the softmax, its sums and every accumulation stay fp32. 2.2x OpenBLAS's fp32 rate on
 // these tiles (cpu_bf16_tiles.cpp).
 class Bf16Tiles {
+  // words every product reads only after a pack wrote them: left unzeroed
+  using Words = std::unique_ptr<uint32_t[]>;
+  static Words words(size_t n) { return std::make_unique_for_overwrite<uint32_t[]>(n); }
+
  public:
   int hs, hs2, hs_ld;  // head size, its pair_count and pair_ld
-  std::vector<uint32_t> q_rows, dy_rows, q_by_rows, dy_by_rows, a;
+  // a query tile's q and dout as rows and by rows; a P or dS
+  Words q_rows, dy_rows, q_by_rows, dy_by_rows, a;
   // the current key tile's packs (k^T and v^T: ld key_ld; k and v by rows: ld hs_ld)
   const uint32_t *k_t = nullptr, *v_t = nullptr, *k_by_rows = nullptr, *v_by_rows = nullptr;
   int key_ld = 0;
 
-  Bf16Tiles(int tile, int head_size, int Tk)
+  // for forward (k^T and v of each key tile) or backward (k^T, v^T and k)
+  Bf16Tiles(int tile, int head_size, int Tk, bool backward)
       : hs(head_size),
         hs2(cpu::pair_count(hs)),
         hs_ld(cpu::pair_ld(hs)),
-        q_rows(size_t(tile) * hs2),
-        dy_rows(q_rows.size()),
-        q_by_rows(size_t(cpu::pair_count(tile)) * hs_ld),
-        dy_by_rows(q_by_rows.size()),
-        a(size_t(cpu::pair_count(tile)) * std::max(cpu::pair_ld(tile), 2 * tile)),
         tile_(tile),
+        backward_(backward),
         transposed_(size_t(hs2) * cpu::pair_ld(tile)),
-        by_rows_(q_by_rows.size()) {
+        by_rows_(size_t(cpu::pair_count(tile)) * hs_ld) {
+    q_rows = words(size_t(tile) * hs2);
+    q_by_rows = words(by_rows_);
+    a = words(size_t(cpu::pair_count(tile)) * std::max(cpu::pair_ld(tile), 2 * tile));
+    if (backward) {
+      dy_rows = words(size_t(tile) * hs2);
+      dy_by_rows = words(by_rows_);
+    }
     const size_t tiles = (Tk + tile - 1) / tile;
     const bool keep = tiles * (transposed_ + 2 * by_rows_) * sizeof(uint32_t) <= kKeptPacks;
     packed_.assign(keep ? tiles : 1, false);
+    k_t_ = words(packed_.size() * transposed_);
+    if (backward) {
+      v_t_ = words(packed_.size() * transposed_);
+      k_by_rows_ = words(packed_.size() * by_rows_);
+    } else {
+      v_by_rows_ = words(packed_.size() * by_rows_);
+    }
   }
   // a query tile's nq rows: q (ld q_ld); in backward dout too (ld dy_ld), and both by rows
   void queries(const float* q, size_t q_ld, int nq) {
-    cpu::pack_pairs(q, q_ld, nq, hs, q_rows.data());
+    cpu::pack_pairs(q, q_ld, nq, hs, q_rows.get());
   }
   void backward_queries(const float* q, size_t q_ld, const float* dy, size_t dy_ld, int nq) {
     queries(q, q_ld, nq);
-    cpu::pack_pairs(dy, dy_ld, nq, hs, dy_rows.data());
-    cpu::pack_pairs_by_rows(q, q_ld, nq, hs, q_by_rows.data());
-    cpu::pack_pairs_by_rows(dy, dy_ld, nq, hs, dy_by_rows.data());
+    cpu::pack_pairs(dy, dy_ld, nq, hs, dy_rows.get());
+    cpu::pack_pairs_by_rows(q, q_ld, nq, hs, q_by_rows.get());
+    cpu::pack_pairs_by_rows(dy, dy_ld, nq, hs, dy_by_rows.get());
   }
-  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, packed: in
-  // forward k^T and v, in backward k^T, v^T and k. Where all the head's key tiles' packs take at
-  // most kKeptPacks, each is packed on its first use and kept for the later query tiles; else
-  // every use packs it again (long sequences: their tiles are larger, the packing a smaller share).
-  void keys(int j0, const float* k, const float* v, size_t ld, int nk, bool backward) {
+  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, packed.
+  // Where all the head's key tiles' packs take at most kKeptPacks, each is packed on its first
+  // use and kept for the later query tiles; else every use packs it again (long sequences: their
+  // tiles are larger, the packing a smaller share of the work).
+  void keys(int j0, const float* k, const float* v, size_t ld, int nk) {
     const bool kept = packed_.size() > 1;
     const size_t t = kept ? j0 / tile_ : 0;
-    if (k_t_.empty()) {  // the first key tile: room for all that are kept
-      const size_t n = packed_.size();
-      k_t_.resize(n * transposed_);
-      (backward ? v_t_ : v_by_rows_).resize(n * (backward ? transposed_ : by_rows_));
-      if (backward) k_by_rows_.resize(n * by_rows_);
-    }
     key_ld = cpu::pair_ld(nk);
-    k_t = k_t_.data() + t * transposed_;
-    if (backward) {
-      v_t = v_t_.data() + t * transposed_;
-      k_by_rows = k_by_rows_.data() + t * by_rows_;
+    k_t = k_t_.get() + t * transposed_;
+    if (backward_) {
+      v_t = v_t_.get() + t * transposed_;
+      k_by_rows = k_by_rows_.get() + t * by_rows_;
     } else {
-      v_by_rows = v_by_rows_.data() + t * by_rows_;
+      v_by_rows = v_by_rows_.get() + t * by_rows_;
     }
     if (kept && packed_[t]) return;
     packed_[t] = true;
-    cpu::pack_pairs_transposed(k, ld, nk, hs, k_t_.data() + t * transposed_);
-    if (backward) {
-      cpu::pack_pairs_transposed(v, ld, nk, hs, v_t_.data() + t * transposed_);
-      cpu::pack_pairs_by_rows(k, ld, nk, hs, k_by_rows_.data() + t * by_rows_);
+    cpu::pack_pairs_transposed(k, ld, nk, hs, k_t_.get() + t * transposed_);
+    if (backward_) {
+      cpu::pack_pairs_transposed(v, ld, nk, hs, v_t_.get() + t * transposed_);
+      cpu::pack_pairs_by_rows(k, ld, nk, hs, k_by_rows_.get() + t * by_rows_);
     } else {
-      cpu::pack_pairs_by_rows(v, ld, nk, hs, v_by_rows_.data() + t * by_rows_);
+      cpu::pack_pairs_by_rows(v, ld, nk, hs, v_by_rows_.get() + t * by_rows_);
     }
   }
   // rows [r0, r0 + nr) of a query tile packed by rows (r0 even: a pair never spans two parts)
-  const uint32_t* by_rows(const std::vector<uint32_t>& packed, int r0) const {
-    return packed.data() + size_t(r0 / 2) * hs_ld;
+  const uint32_t* by_rows(const Words& packed, int r0) const {
+    return packed.get() + size_t(r0 / 2) * hs_ld;
   }
 
  private:
   static constexpr size_t kKeptPacks = size_t{1} << 20;  // bytes a thread keeps: T 4096 at hs 64
   int tile_;
+  bool backward_;
   size_t transposed_, by_rows_;  // words per key tile of k^T / v^T, and of k / v by rows
   std::vector<bool> packed_;     // per kept key tile (one, not kept, where they would not fit)
-  std::vector<uint32_t> k_t_, v_t_, k_by_rows_, v_by_rows_;
+  Words k_t_, v_t_, k_by_rows_, v_by_rows_;
 };
 
 // S (nq, nk; ld tile) = scale q_i k_j^T, the entries whose key the query does not see -inf. With
@@ -201,7 +213,7 @@ void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, 
                  int j0, int nk, TileMask mask, const Bf16Tiles* bt = nullptr, int r0 = 0) {
   if constexpr (kFloat<T>) {
     if (bt) {
-      cpu::bf16_tile_product(nq, nk, bt->hs2, bt->q_rows.data() + size_t(r0) * bt->hs2, bt->hs2, 1,
+      cpu::bf16_tile_product(nq, nk, bt->hs2, bt->q_rows.get() + size_t(r0) * bt->hs2, bt->hs2, 1,
                              bt->k_t, bt->key_ld, S, tile, false);
       for (int r = 0; r < nq; ++r)
 #pragma omp simd
@@ -229,7 +241,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
   const int g = h / group, bh = b * p.NH + h;
   T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
   std::optional<Bf16Tiles> bt;
-  if (p.bf16) bt.emplace(tile, p.hs, p.Tk);
+  if (p.bf16) bt.emplace(tile, p.hs, p.Tk, false);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -272,8 +284,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
       if constexpr (kFloat<T>) {
         if (bt) {  // o += P v, P rounded to bf16
           const int k2 = cpu::pair_count(nk);
-          cpu::pack_pairs(S + r0 * tile, tile, nr, nk, bt->a.data());
-          return cpu::bf16_tile_product(nr, p.hs, k2, bt->a.data(), k2, 1, bt->v_by_rows, bt->hs_ld,
+          cpu::pack_pairs(S + r0 * tile, tile, nr, nk, bt->a.get());
+          return cpu::bf16_tile_product(nr, p.hs, k2, bt->a.get(), k2, 1, bt->v_by_rows, bt->hs_ld,
                                         o + static_cast<size_t>(r0) * A, A, true);
         }
       }
@@ -285,7 +297,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
       const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
       if (mask == TileMask::None) continue;
       if constexpr (kFloat<T>) {
-        if (bt) bt->keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk, false);
+        if (bt) bt->keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk);
       }
       for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
                      [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
@@ -319,7 +331,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
   T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
   const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
   std::optional<Bf16Tiles> bt;
-  if (p.bf16) bt.emplace(tile, p.hs, p.Tk);
+  if (p.bf16) bt.emplace(tile, p.hs, p.Tk, true);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -336,7 +348,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
       T* dk = dkv + (static_cast<size_t>(b) * p.Tk + j0) * dkv_ld + g * p.hs;
       T* dv = dk + static_cast<size_t>(p.NKV) * p.hs;
       if constexpr (kFloat<T>)
-        if (bt) bt->keys(j0, k, v, p.kv_ld, nk, true);
+        if (bt) bt->keys(j0, k, v, p.kv_ld, nk);
       // rows [r0, r0 + nr) of the tile against keys [j0, j0 + n)
       const auto part = [&](int r0, int nr, int n, TileMask m) {
         const T* qr = q + r0 * p.q_ld;
@@ -351,10 +363,10 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
         }
         if (bt) {  // dv += P^T dout; dS = dout v^T
           if constexpr (kFloat<T>) {
-            cpu::pack_pairs_by_rows(P, tile, nr, n, bt->a.data());
-            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.data(), 1, cpu::pair_ld(n),
+            cpu::pack_pairs_by_rows(P, tile, nr, n, bt->a.get());
+            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.get(), 1, cpu::pair_ld(n),
                                    bt->by_rows(bt->dy_by_rows, r0), bt->hs_ld, dv, dkv_ld, true);
-            cpu::bf16_tile_product(nr, n, bt->hs2, bt->dy_rows.data() + size_t(r0) * bt->hs2,
+            cpu::bf16_tile_product(nr, n, bt->hs2, bt->dy_rows.get() + size_t(r0) * bt->hs2,
                                    bt->hs2, 1, bt->v_t, bt->key_ld, dS, tile, false);
           }
         } else {
@@ -371,11 +383,11 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
         if (bt) {  // dq += dS k; dk += dS^T q
           if constexpr (kFloat<T>) {
             const int k2 = cpu::pair_count(n);
-            cpu::pack_pairs(dS, tile, nr, n, bt->a.data());
-            cpu::bf16_tile_product(nr, p.hs, k2, bt->a.data(), k2, 1, bt->k_by_rows, bt->hs_ld,
+            cpu::pack_pairs(dS, tile, nr, n, bt->a.get());
+            cpu::bf16_tile_product(nr, p.hs, k2, bt->a.get(), k2, 1, bt->k_by_rows, bt->hs_ld,
                                    dqi + r0 * dq_ld, dq_ld, true);
-            cpu::pack_pairs_by_rows(dS, tile, nr, n, bt->a.data());
-            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.data(), 1, cpu::pair_ld(n),
+            cpu::pack_pairs_by_rows(dS, tile, nr, n, bt->a.get());
+            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.get(), 1, cpu::pair_ld(n),
                                    bt->by_rows(bt->q_by_rows, r0), bt->hs_ld, dk, dkv_ld, true);
           }
         } else {
