@@ -198,7 +198,7 @@ class Bf16Tiles {
   }
 
  private:
-  static constexpr size_t kKeptPacks = size_t{1} << 20;  // bytes a thread keeps: T 4096 at hs 64
+  static constexpr size_t kKeptPacks = size_t{1} << 20;  // per thread: T <= 2688 at hs 64
   int tile_;
   bool backward_;
   size_t transposed_, by_rows_;  // words per key tile of k^T / v^T, and of k / v by rows

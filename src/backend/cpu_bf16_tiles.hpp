@@ -11,9 +11,9 @@
 //   B (K x n) as rows of pair words: word (t, j) = (B[2t][j], B[2t+1][j]) at b[t ldb + j].
 // A K that is odd is padded with a zero k.
 //
-// Every operand is packed from fp32 values rounded to bf16 (round to nearest even; the trainer's
-// values are bf16 already, so it only changes P and dS, the probabilities and score gradients
-// that attention computes in fp32). Call only where oneDNN has avx512_core_bf16
+// Every operand is packed from fp32 values rounded to bf16 (VCVTNE2PS2BF16: round to nearest
+// even, denormals to zero; the trainer's values are bf16 already, so it only changes P and dS,
+// the probabilities and score gradients that attention computes in fp32). Call only where oneDNN has avx512_core_bf16
 // (cpu_bf16_gemms(): the CPU has AVX512-BF16 and ONEDNN_MAX_CPU_ISA does not cap it).
 #pragma once
 
