@@ -7,7 +7,9 @@
 //     r and 2N-1-r of the sequence), merged by log-sum-exp, against the whole sequence;
 //   - tile edges of the short and the long tile (cpu_attention_tile), GQA, 2-byte operands (bit
 //     for bit against fp32 containers of the same rounded values), the same bits at 1 and 2
-//     threads.
+//     threads;
+//   - bf16 training's tiles (a backend built for bf16 on a CPU with AVX512-BF16), whole and over
+//     the ring, against the reference on the same bf16 values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -268,14 +270,22 @@ IVec cp_positions(int r, int N, int c) {
   return p;
 }
 
+// x rounded to bf16 where `products` is Bf16 (the trainer's operands are bf16 values).
+DVec operands(DVec x, Precision products) {
+  if (products == Precision::Bf16)
+    for (double& v : x) v = round_to(float(v), Precision::Bf16);
+  return x;
+}
+
 // Rank r's attention as the ring computes it: its own keys first (kv inside its qkv), then each
 // other rank's packed kv block in ring order, merged; then the backward of every block pair with
-// the final lse. Checked against the whole sequence's reference restricted to rank r's rows.
+// the final lse. Checked against the whole sequence's reference restricted to rank r's rows. The
+// backend's products are `products` (Bf16: bf16 tiles where the CPU has them).
 template <typename T>
-void check_ring(int N, int r, int c, Shape s, double tol) {
+void check_ring(int N, int r, int c, Shape s, double tol, Precision products = Precision::Fp32) {
   const int Tlen = 2 * N * c, Tq = 2 * c;
-  const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), 31 + r);
-  const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), 32 + r, -1, 1);
+  const DVec qkv = operands(random_values(size_t(s.B) * Tlen * s.QKV(), 31 + r), products);
+  const DVec dout = operands(random_values(size_t(s.B) * Tlen * s.A(), 32 + r, -1, 1), products);
   const Reference whole = whole_reference(qkv, dout, Tlen, s);  // every query, every key
   const IVec qpos = cp_positions(r, N, c);
   // the reference of rank r's queries against all keys: its dq rows, and dk dv of all keys from
@@ -287,7 +297,7 @@ void check_ring(int N, int r, int c, Shape s, double tol) {
                                   s.KV(), qpos, iota(Tlen), dy_local, s);
   EXPECT_LT(rel_err(ref.out, gather_rows(whole.out, s.B, Tlen, s.A(), qpos)), 1e-14);
 
-  CpuBackend<T> be(2);
+  CpuBackend<T> be(2, products);
   const std::vector<T> x = as<T>(q_local), dy = as<T>(dy_local);
   std::vector<T> out(size_t(s.B) * Tq * s.A(), T(9)), lse(size_t(s.B) * s.NH * Tq, T(9));
   std::vector<std::vector<T>> packed(N);  // each other rank's kv (B, Tq, KV)
@@ -339,6 +349,33 @@ TEST(CpuFlashAttention, BlocksMergedOverTheRingEqualTheWholeSequence) {
 // Float: the bound of the whole sequence (measured: out 2.7e-7, lse 7.7e-8, dq 3.3e-7, dkv 3.1e-7).
 TEST(CpuFlashAttention, FloatBlocksMergedOverTheRing) {
   check_ring<float>(3, 1, 40, Shape{2, 4, 2, 16}, 2e-6);
+}
+
+// bf16 training's tiles: q, k, v and dout bf16 values, P and dS rounded to bf16 (2^-9 relative
+// each) for their products, fp32 sums. An output moves by at most 2^-9 of the sum of its terms'
+// magnitudes for each rounded operand behind it (out: P; dv: P; dq, dk: dS, whose own inputs
+// carry P's); with these O(1) inputs those sums are within a small factor of the largest output,
+// and the roundings' signs are random. Measured (AMD EPYC Zen 5): whole out 9.6e-4 to 1.5e-3,
+// lse 8.4e-8 to 9.8e-8, dqkv 1.27e-3 to 1.42e-3; over the ring out 1.8e-3, lse 8.8e-8, dq
+// 2.2e-3, dkv 1.6e-3 to 2.0e-3. Tolerance 6e-3 (3 2^-9: dq and dk's two rounded operands and
+// the third behind their inputs).
+TEST(CpuFlashAttention, Bf16TilesWholeAndOverTheRing) {
+  CpuBackend<float> be(2, Precision::Bf16);
+  if (!be.bf16_gemms()) GTEST_SKIP() << "this CPU has no bf16 instructions: fp32 tiles instead";
+  const double tol = 6e-3;
+  for (const int Tlen : {40, 257, kAttentionLongKeys + 1}) {  // the short tile, the long one
+    const Shape s{2, 4, 2, 16};
+    const DVec qkv = operands(random_values(size_t(s.B) * Tlen * s.QKV(), 21), Precision::Bf16);
+    const DVec dout =
+        operands(random_values(size_t(s.B) * Tlen * s.A(), 22, -1, 1), Precision::Bf16);
+    const Reference ref = whole_reference(qkv, dout, Tlen, s);
+    const Whole<float> w = whole(be, qkv, dout, Tlen, s);
+    SCOPED_TRACE("T " + std::to_string(Tlen));
+    EXPECT_LT(rel_err(w.out, ref.out), tol);
+    EXPECT_LT(rel_err(w.lse, ref.lse), tol);
+    EXPECT_LT(rel_err(w.dqkv, reference_dqkv(ref, Tlen, s)), tol);
+  }
+  check_ring<float>(3, 1, 40, Shape{2, 4, 2, 16}, tol, Precision::Bf16);
 }
 
 // A row that sees no key of a block: lse -inf and out 0, and a merge with such a block leaves
