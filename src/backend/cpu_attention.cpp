@@ -22,10 +22,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <type_traits>
-#include <vector>
 
 #include "cpu_bf16_tiles.hpp"
 #include "cpu_blocked_gemm.hpp"
@@ -103,7 +101,8 @@ struct BlockPair {
   const int* kpos;  // (Tk), null: 0..Tk-1
   int B, Tq, Tk, NH, NKV, hs;
   T scale;
-  bool bf16 = false;  // the tiles' products on bf16 operands (Bf16Tiles)
+  // where the tiles' products take bf16 operands (Bf16Tiles): the threads' regions, else null
+  const cpu::ThreadRows<uint32_t>* tiles = nullptr;
   size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
   size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
   size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
@@ -118,93 +117,104 @@ struct BlockPair {
 // while the softmax, its sums and every accumulation stay fp32. 2.2x OpenBLAS's fp32 rate on
 // these tiles (cpu_bf16_tiles.cpp).
 class Bf16Tiles {
-  // words every product reads only after a pack wrote them: left unzeroed
-  using Words = std::unique_ptr<uint32_t[]>;
-  static Words words(size_t n) { return std::make_unique_for_overwrite<uint32_t[]>(n); }
-
  public:
   int hs, hs2, hs_ld;  // head size, its pair_count and pair_ld
   // a query tile's q and dout as rows and by rows; a P or dS
-  Words q_rows, dy_rows, q_by_rows, dy_by_rows, a;
+  uint32_t *q_rows, *dy_rows, *q_by_rows, *dy_by_rows, *a;
   // the current key tile's packs (k^T and v^T: ld key_ld; k and v by rows: ld hs_ld)
   const uint32_t *k_t = nullptr, *v_t = nullptr, *k_by_rows = nullptr, *v_by_rows = nullptr;
   int key_ld = 0;
 
-  // for forward (k^T and v of each key tile) or backward (k^T, v^T and k)
-  Bf16Tiles(int tile, int head_size, int Tk, bool backward)
+  // Words of a thread's region (tile_regions): every array below, each from a 64-byte boundary.
+  // Where all of a head's key tiles' packs take at most kKeptPacks bytes, each is packed on its
+  // first use and kept for the later query tiles; else every use packs it again (long sequences:
+  // their tiles are larger, the packing a smaller share of the work).
+  static size_t words(int tile, int hs, int Tk) {
+    return Bf16Tiles(nullptr, tile, hs, Tk, true).end_;
+  }
+
+  // For forward (k^T and v of each key tile) or backward (k^T, v^T and k), in region (a
+  // thread's, of words(tile, hs, Tk); null: only sized).
+  Bf16Tiles(uint32_t* region, int tile, int head_size, int Tk, bool backward)
       : hs(head_size),
         hs2(cpu::pair_count(hs)),
         hs_ld(cpu::pair_ld(hs)),
         tile_(tile),
         backward_(backward),
         transposed_(size_t(hs2) * cpu::pair_ld(tile)),
-        by_rows_(size_t(cpu::pair_count(tile)) * hs_ld) {
-    q_rows = words(size_t(tile) * hs2);
-    q_by_rows = words(by_rows_);
-    a = words(size_t(cpu::pair_count(tile)) * std::max(cpu::pair_ld(tile), 2 * tile));
-    if (backward) {
-      dy_rows = words(size_t(tile) * hs2);
-      dy_by_rows = words(by_rows_);
-    }
+        by_rows_(size_t(cpu::pair_count(tile)) * hs_ld),
+        region_(region) {
     const size_t tiles = (Tk + tile - 1) / tile;
     const bool keep = tiles * (transposed_ + 2 * by_rows_) * sizeof(uint32_t) <= kKeptPacks;
-    packed_.assign(keep ? tiles : 1, false);
-    k_t_ = words(packed_.size() * transposed_);
-    if (backward) {
-      v_t_ = words(packed_.size() * transposed_);
-      k_by_rows_ = words(packed_.size() * by_rows_);
-    } else {
-      v_by_rows_ = words(packed_.size() * by_rows_);
-    }
+    slots_ = keep ? tiles : 1;
+    packed_ = take(slots_);
+    if (packed_) std::fill_n(packed_, slots_, 0u);
+    q_rows = take(size_t(tile) * hs2);
+    dy_rows = take(size_t(tile) * hs2);
+    q_by_rows = take(by_rows_);
+    dy_by_rows = take(by_rows_);
+    a = take(size_t(cpu::pair_count(tile)) * std::max(cpu::pair_ld(tile), 2 * tile));
+    k_t_ = take(slots_ * transposed_);
+    v_t_ = take(slots_ * transposed_);
+    by_rows_packs_ = take(slots_ * by_rows_);  // k in backward, v in forward
   }
   // a query tile's nq rows: q (ld q_ld); in backward dout too (ld dy_ld), and both by rows
-  void queries(const float* q, size_t q_ld, int nq) {
-    cpu::pack_pairs(q, q_ld, nq, hs, q_rows.get());
-  }
+  void queries(const float* q, size_t q_ld, int nq) { cpu::pack_pairs(q, q_ld, nq, hs, q_rows); }
   void backward_queries(const float* q, size_t q_ld, const float* dy, size_t dy_ld, int nq) {
     queries(q, q_ld, nq);
-    cpu::pack_pairs(dy, dy_ld, nq, hs, dy_rows.get());
-    cpu::pack_pairs_by_rows(q, q_ld, nq, hs, q_by_rows.get());
-    cpu::pack_pairs_by_rows(dy, dy_ld, nq, hs, dy_by_rows.get());
+    cpu::pack_pairs(dy, dy_ld, nq, hs, dy_rows);
+    cpu::pack_pairs_by_rows(q, q_ld, nq, hs, q_by_rows);
+    cpu::pack_pairs_by_rows(dy, dy_ld, nq, hs, dy_by_rows);
   }
-  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, packed.
-  // Where all the head's key tiles' packs take at most kKeptPacks, each is packed on its first
-  // use and kept for the later query tiles; else every use packs it again (long sequences: their
-  // tiles are larger, the packing a smaller share of the work).
+  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, packed
   void keys(int j0, const float* k, const float* v, size_t ld, int nk) {
-    const bool kept = packed_.size() > 1;
+    const bool kept = slots_ > 1;
     const size_t t = kept ? j0 / tile_ : 0;
     key_ld = cpu::pair_ld(nk);
-    k_t = k_t_.get() + t * transposed_;
-    if (backward_) {
-      v_t = v_t_.get() + t * transposed_;
-      k_by_rows = k_by_rows_.get() + t * by_rows_;
-    } else {
-      v_by_rows = v_by_rows_.get() + t * by_rows_;
-    }
+    k_t = k_t_ + t * transposed_;
+    v_t = v_t_ + t * transposed_;
+    uint32_t* by_rows = by_rows_packs_ + t * by_rows_;
+    (backward_ ? k_by_rows : v_by_rows) = by_rows;
     if (kept && packed_[t]) return;
-    packed_[t] = true;
-    cpu::pack_pairs_transposed(k, ld, nk, hs, k_t_.get() + t * transposed_);
+    packed_[t] = 1;
+    cpu::pack_pairs_transposed(k, ld, nk, hs, k_t_ + t * transposed_);
     if (backward_) {
-      cpu::pack_pairs_transposed(v, ld, nk, hs, v_t_.get() + t * transposed_);
-      cpu::pack_pairs_by_rows(k, ld, nk, hs, k_by_rows_.get() + t * by_rows_);
+      cpu::pack_pairs_transposed(v, ld, nk, hs, v_t_ + t * transposed_);
+      cpu::pack_pairs_by_rows(k, ld, nk, hs, by_rows);
     } else {
-      cpu::pack_pairs_by_rows(v, ld, nk, hs, v_by_rows_.get() + t * by_rows_);
+      cpu::pack_pairs_by_rows(v, ld, nk, hs, by_rows);
     }
   }
   // rows [r0, r0 + nr) of a query tile packed by rows (r0 even: a pair never spans two parts)
-  const uint32_t* by_rows(const Words& packed, int r0) const {
-    return packed.get() + size_t(r0 / 2) * hs_ld;
+  const uint32_t* by_rows(const uint32_t* packed, int r0) const {
+    return packed + size_t(r0 / 2) * hs_ld;
   }
 
  private:
   static constexpr size_t kKeptPacks = size_t{1} << 20;  // per thread: T <= 2688 at hs 64
+  // the next n words of the region, from a 64-byte boundary
+  uint32_t* take(size_t n) {
+    const size_t at = end_;
+    end_ += (n + 15) / 16 * 16;
+    return region_ ? region_ + at : nullptr;
+  }
   int tile_;
   bool backward_;
   size_t transposed_, by_rows_;  // words per key tile of k^T / v^T, and of k / v by rows
-  std::vector<bool> packed_;     // per kept key tile (one, not kept, where they would not fit)
-  Words k_t_, v_t_, k_by_rows_, v_by_rows_;
+  uint32_t* region_;
+  size_t end_ = 0;    // words of the region taken
+  size_t slots_ = 1;  // key tiles kept (one, not kept, where they would not fit)
+  uint32_t* packed_;  // per slot: 1 once packed
+  uint32_t *k_t_, *v_t_, *by_rows_packs_;
 };
+
+// The threads' regions of Bf16Tiles in the staging (kSlotTiles) where bf16 tiles run, else none.
+using TileRegions = std::optional<cpu::ThreadRows<uint32_t>>;
+TileRegions tile_regions(bool bf16_tiles, cpu::Staging& staging, int Tk, int hs) {
+  if (!bf16_tiles) return std::nullopt;
+  return cpu::ThreadRows<uint32_t>(staging, cpu::kSlotTiles, 1,
+                                   Bf16Tiles::words(cpu_attention_tile(Tk), hs, Tk));
+}
 
 // S (nq, nk; ld tile) = scale q_i k_j^T, the entries whose key the query does not see -inf. With
 // bf16 tiles, from the packed q rows (the tile's row r0 on) and k^T.
@@ -213,7 +223,7 @@ void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, 
                  int j0, int nk, TileMask mask, const Bf16Tiles* bt = nullptr, int r0 = 0) {
   if constexpr (kFloat<T>) {
     if (bt) {
-      cpu::bf16_tile_product(nq, nk, bt->hs2, bt->q_rows.get() + size_t(r0) * bt->hs2, bt->hs2, 1,
+      cpu::bf16_tile_product(nq, nk, bt->hs2, bt->q_rows + size_t(r0) * bt->hs2, bt->hs2, 1,
                              bt->k_t, bt->key_ld, S, tile, false);
       for (int r = 0; r < nq; ++r)
 #pragma omp simd
@@ -241,7 +251,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
   const int g = h / group, bh = b * p.NH + h;
   T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
   std::optional<Bf16Tiles> bt;
-  if (p.bf16) bt.emplace(tile, p.hs, p.Tk, false);
+  if (p.tiles) bt.emplace(p.tiles->row(0, 0), tile, p.hs, p.Tk, false);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -284,8 +294,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
       if constexpr (kFloat<T>) {
         if (bt) {  // o += P v, P rounded to bf16
           const int k2 = cpu::pair_count(nk);
-          cpu::pack_pairs(S + r0 * tile, tile, nr, nk, bt->a.get());
-          return cpu::bf16_tile_product(nr, p.hs, k2, bt->a.get(), k2, 1, bt->v_by_rows, bt->hs_ld,
+          cpu::pack_pairs(S + r0 * tile, tile, nr, nk, bt->a);
+          return cpu::bf16_tile_product(nr, p.hs, k2, bt->a, k2, 1, bt->v_by_rows, bt->hs_ld,
                                         o + static_cast<size_t>(r0) * A, A, true);
         }
       }
@@ -331,7 +341,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
   T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
   const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
   std::optional<Bf16Tiles> bt;
-  if (p.bf16) bt.emplace(tile, p.hs, p.Tk, true);
+  if (p.tiles) bt.emplace(p.tiles->row(0, 0), tile, p.hs, p.Tk, true);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -363,11 +373,11 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
         }
         if (bt) {  // dv += P^T dout; dS = dout v^T
           if constexpr (kFloat<T>) {
-            cpu::pack_pairs_by_rows(P, tile, nr, n, bt->a.get());
-            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.get(), 1, cpu::pair_ld(n),
+            cpu::pack_pairs_by_rows(P, tile, nr, n, bt->a);
+            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a, 1, cpu::pair_ld(n),
                                    bt->by_rows(bt->dy_by_rows, r0), bt->hs_ld, dv, dkv_ld, true);
-            cpu::bf16_tile_product(nr, n, bt->hs2, bt->dy_rows.get() + size_t(r0) * bt->hs2,
-                                   bt->hs2, 1, bt->v_t, bt->key_ld, dS, tile, false);
+            cpu::bf16_tile_product(nr, n, bt->hs2, bt->dy_rows + size_t(r0) * bt->hs2, bt->hs2, 1,
+                                   bt->v_t, bt->key_ld, dS, tile, false);
           }
         } else {
           gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
@@ -383,11 +393,11 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
         if (bt) {  // dq += dS k; dk += dS^T q
           if constexpr (kFloat<T>) {
             const int k2 = cpu::pair_count(n);
-            cpu::pack_pairs(dS, tile, nr, n, bt->a.get());
-            cpu::bf16_tile_product(nr, p.hs, k2, bt->a.get(), k2, 1, bt->k_by_rows, bt->hs_ld,
+            cpu::pack_pairs(dS, tile, nr, n, bt->a);
+            cpu::bf16_tile_product(nr, p.hs, k2, bt->a, k2, 1, bt->k_by_rows, bt->hs_ld,
                                    dqi + r0 * dq_ld, dq_ld, true);
-            cpu::pack_pairs_by_rows(dS, tile, nr, n, bt->a.get());
-            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a.get(), 1, cpu::pair_ld(n),
+            cpu::pack_pairs_by_rows(dS, tile, nr, n, bt->a);
+            cpu::bf16_tile_product(n, p.hs, cpu::pair_count(nr), bt->a, 1, cpu::pair_ld(n),
                                    bt->by_rows(bt->q_by_rows, r0), bt->hs_ld, dk, dkv_ld, true);
           }
         } else {
@@ -487,9 +497,10 @@ void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tle
 
 // One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
 template <typename T>
-BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, bool bf16) {
+BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale,
+                      const cpu::ThreadRows<uint32_t>* tiles) {
   const size_t ld = hs;
-  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, bf16};
+  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, tiles};
 }
 
 // Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
@@ -518,9 +529,10 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
                                       int NKV, int hs, T scale) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
+  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tlen, hs);
   const auto run = [&](T* o, const T* x, int nb, T* L) {
-    const BlockPair<T> p{x, QKV, x + NH * hs, QKV, nullptr, nullptr, nb, Tlen, Tlen, NH,
-                         NKV, hs, scale, bf16_gemms()};
+    const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+                         Tlen, Tlen, NH,          NKV, hs,      scale,   tiles ? &*tiles : nullptr};
     block_forward_kernel(o, L, p, false);
   };
   if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
@@ -538,7 +550,7 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
       widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       forward_head(o, lse + static_cast<size_t>(bh) * Tlen,
-                   one_head(q, kv, Tlen, hs, scale, bf16_gemms()), 0, 0, false);
+                   one_head(q, kv, Tlen, hs, scale, tiles ? &*tiles : nullptr), 0, 0, false);
       narrow_head(out + static_cast<size_t>(b) * seq.out, A, h * hs, o, hs, Tlen, hs);
     }
     return;
@@ -558,12 +570,13 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   // scratch (B, NH, T) = D; dqkv = 0, then the tiles add dq, dk, dv into it
+  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tlen, hs);
   const auto run = [&](T* d, const T* dy, const T* x, const T* y, int nb, size_t b0) {
     T* D = scratch + b0 * NH * Tlen;
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
     std::fill_n(d, nb * seq.qkv, T(0));
-    const BlockPair<T> p{x, QKV, x + NH * hs, QKV, nullptr, nullptr, nb, Tlen, Tlen, NH,
-                         NKV, hs, scale, bf16_gemms()};
+    const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+                         Tlen, Tlen, NH,          NKV, hs,      scale,   tiles ? &*tiles : nullptr};
     block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
@@ -583,7 +596,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       std::fill_n(dkv, 2 * th, T(0));
-      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, bf16_gemms());
+      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, tiles ? &*tiles : nullptr);
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const size_t bh = static_cast<size_t>(b) * NH + h;
         widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
@@ -616,9 +629,10 @@ void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T>
                                             const int* qpos, const int* kpos, int B, int Tq,
                                             int Tk, int NH, int NKV, int hs, T scale, bool merge) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
+  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH,
-                         NKV, hs, scale, bf16_gemms()};
+    const BlockPair<T> p{x,   QKV, y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH,
+                         NKV, hs,  scale, tiles ? &*tiles : nullptr};
     block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
   };
   if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
@@ -648,9 +662,10 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
                                              int NKV, int hs, T scale) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
+  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH,
-                         NKV, hs, scale, bf16_gemms()};
+    const BlockPair<T> p{x,   QKV, y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH,
+                         NKV, hs,  scale, tiles ? &*tiles : nullptr};
     block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
                           D + b0 * NH * Tq, p);
   };

@@ -39,8 +39,9 @@ class ScratchBuffer {
 // whole sequence where an op needs them), so a single row larger than that still fits.
 inline constexpr size_t kBlockElems = size_t{1} << 18;
 
-// The scratch slots of the staged ops, one tensor each.
-enum Slot : int { kSlotA, kSlotB, kSlotC, kSlotD, kSlotWeight, kSlotBias, kSlots };
+// The scratch slots of the staged ops, one tensor each; kSlotTiles: attention's bf16 tile packs,
+// a region per thread (cpu_attention.cpp).
+enum Slot : int { kSlotA, kSlotB, kSlotC, kSlotD, kSlotWeight, kSlotBias, kSlotTiles, kSlots };
 
 class Staging {
  public:

@@ -22,7 +22,7 @@ namespace {
 
 using FVec = std::vector<float>;
 
-float bf16(float x) { return from_bf16_bits(to_bf16_bits(x)); }
+float bf16(float x) { return round_to(x, Precision::Bf16); }
 
 // n values uniform in [-2, 2): rounded to bf16 where `rounded`, else fp32 (the pack rounds them).
 FVec values(size_t n, uint64_t seed, bool rounded) {
