@@ -22,7 +22,11 @@
 // bf16 training step 4% less (bench/README.md); at 256 rows it lost up to 17% on some shapes (256
 // x 1024 x 1024). With AMX (avx512_core_amx) the brgemm runs AMX tiles, which the jit gemm does
 // not use: brgemm everywhere. The choice depends on the shape and the ISA alone, never on a
-// timing, so a CPU gives the same bits run after run.
+// timing, so a CPU gives the same bits run after run. A product of our own on attention's
+// VDPBF16PS tiles (cpu_bf16_tiles.hpp; B packed per 64 columns and 512 k, A's rows read in place)
+// was tried and not kept: it ran GPT-2 small's forward and dinp shapes at the jit gemm's rate
+// (740-790 against 714-805 GFLOP/s, 2 threads, both in one process, Zen 5) and the head's dinp
+// (K 50304) at 0.82x of the brgemm.
 // For the brgemm, a B stored untransposed ((K,N) rows: the backward's W in dinp, its inp in dW)
 // is packed into the layout its kernel reads by a reorder of its own before the product, once a
 // call (pieces along M share it), rather than inside the matmul: the same bits, and 8-14% off
