@@ -81,8 +81,10 @@ Result run(int tp, bool sequence_parallel) {
 
 }  // namespace
 
-// Measured (2 ranks): loss 8e-11 relative, gradients 1.5e-7 of the largest; bounds 1e-9 and
-// 1e-6. The statistics: tokens per expert exact, aux and z within 1e-6.
+// Measured (2 ranks): loss 8e-11 relative and gradients 1.5e-7 of the largest built with
+// -march=native (AMD EPYC Zen 5), 1.2e-9 and 6.1e-8 built for plain x86-64 (no FMA: each product
+// rounded before its sum); bounds 1e-8 (6x below one float rounding, 2^-24) and 1e-6. The
+// statistics: tokens per expert exact, aux and z within 1e-6.
 TEST(MoeTensorParallel, EqualsTpOneWithAndWithoutSequenceParallelism) {
   const int n = MpiComm::world().size();
   if (n != 2) GTEST_SKIP() << "needs 2 ranks";
@@ -91,7 +93,7 @@ TEST(MoeTensorParallel, EqualsTpOneWithAndWithoutSequenceParallelism) {
   for (float g : one.grads) gmax = std::max(gmax, static_cast<double>(std::abs(g)));
   for (bool sp : {false, true}) {
     const Result two = run(2, sp);
-    EXPECT_NEAR(two.loss, one.loss, 1e-9 * one.loss) << "sp " << sp;
+    EXPECT_NEAR(two.loss, one.loss, 1e-8 * one.loss) << "sp " << sp;
     double worst = 0;
     for (size_t i = 0; i < one.grads.size(); ++i)
       worst = std::max(worst, static_cast<double>(std::abs(two.grads[i] - one.grads[i])));
