@@ -88,6 +88,9 @@ void for_tile_parts(int tile, const int* qpos, int i0, int nq, const int* kpos, 
   }
 }
 
+// The threads' regions of the bf16 tiles' packs (Bf16Tiles), where those tiles run.
+using TileRegions = std::optional<cpu::ThreadRows<uint32_t>>;
+
 // The operands of one block pair, all T (fp32 in the trainer), B sequences each:
 // query head h of row t of sequence b at q[(b Tq + t) q_ld + h hs]; key head g of key row r at
 // kv[(b Tk + r) kv_ld + g hs], its value head at kv[... + (NKV + g) hs].
@@ -101,8 +104,8 @@ struct BlockPair {
   const int* kpos;  // (Tk), null: 0..Tk-1
   int B, Tq, Tk, NH, NKV, hs;
   T scale;
-  // where the tiles' products take bf16 operands (Bf16Tiles): the threads' regions, else null
-  const cpu::ThreadRows<uint32_t>* tiles = nullptr;
+  // the threads' regions where the tiles' products take bf16 operands (Bf16Tiles), else none
+  const TileRegions* tiles;
   size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
   size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
   size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
@@ -209,7 +212,6 @@ class Bf16Tiles {
 };
 
 // The threads' regions of Bf16Tiles in the staging (kSlotTiles) where bf16 tiles run, else none.
-using TileRegions = std::optional<cpu::ThreadRows<uint32_t>>;
 TileRegions tile_regions(bool bf16_tiles, cpu::Staging& staging, int Tk, int hs) {
   if (!bf16_tiles) return std::nullopt;
   return cpu::ThreadRows<uint32_t>(staging, cpu::kSlotTiles, 1,
@@ -251,7 +253,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
   const int g = h / group, bh = b * p.NH + h;
   T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
   std::optional<Bf16Tiles> bt;
-  if (p.tiles) bt.emplace(p.tiles->row(0, 0), tile, p.hs, p.Tk, false);
+  if (*p.tiles) bt.emplace((*p.tiles)->row(0, 0), tile, p.hs, p.Tk, false);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -341,7 +343,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
   T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
   const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
   std::optional<Bf16Tiles> bt;
-  if (p.tiles) bt.emplace(p.tiles->row(0, 0), tile, p.hs, p.Tk, true);
+  if (*p.tiles) bt.emplace((*p.tiles)->row(0, 0), tile, p.hs, p.Tk, true);
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -498,9 +500,9 @@ void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tle
 // One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
 template <typename T>
 BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale,
-                      const cpu::ThreadRows<uint32_t>* tiles) {
+                      const TileRegions& tiles) {
   const size_t ld = hs;
-  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, tiles};
+  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, &tiles};
 }
 
 // Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
@@ -532,7 +534,7 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
   const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tlen, hs);
   const auto run = [&](T* o, const T* x, int nb, T* L) {
     const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
-                         Tlen, Tlen, NH,          NKV, hs,      scale,   tiles ? &*tiles : nullptr};
+                         Tlen, Tlen, NH,          NKV, hs,      scale,   &tiles};
     block_forward_kernel(o, L, p, false);
   };
   if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
@@ -549,8 +551,8 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
-      forward_head(o, lse + static_cast<size_t>(bh) * Tlen,
-                   one_head(q, kv, Tlen, hs, scale, tiles ? &*tiles : nullptr), 0, 0, false);
+      forward_head(o, lse + static_cast<size_t>(bh) * Tlen, one_head(q, kv, Tlen, hs, scale, tiles),
+                   0, 0, false);
       narrow_head(out + static_cast<size_t>(b) * seq.out, A, h * hs, o, hs, Tlen, hs);
     }
     return;
@@ -576,7 +578,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
     std::fill_n(d, nb * seq.qkv, T(0));
     const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
-                         Tlen, Tlen, NH,          NKV, hs,      scale,   tiles ? &*tiles : nullptr};
+                         Tlen, Tlen, NH,          NKV, hs,      scale,   &tiles};
     block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
@@ -596,7 +598,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       std::fill_n(dkv, 2 * th, T(0));
-      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, tiles ? &*tiles : nullptr);
+      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, tiles);
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const size_t bh = static_cast<size_t>(b) * NH + h;
         widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
@@ -631,8 +633,8 @@ void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T>
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{x,   QKV, y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH,
-                         NKV, hs,  scale, tiles ? &*tiles : nullptr};
+    const BlockPair<T> p{
+        x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale, &tiles};
     block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
   };
   if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
@@ -664,8 +666,8 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
   const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{x,   QKV, y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH,
-                         NKV, hs,  scale, tiles ? &*tiles : nullptr};
+    const BlockPair<T> p{
+        x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale, &tiles};
     block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
                           D + b0 * NH * Tq, p);
   };

@@ -81,10 +81,11 @@ Result run(int tp, bool sequence_parallel) {
 
 }  // namespace
 
-// Measured (2 ranks): loss 8e-11 relative and gradients 1.5e-7 of the largest built with
-// -march=native (AMD EPYC Zen 5), 1.2e-9 and 6.1e-8 built for plain x86-64 (no FMA: each product
-// rounded before its sum); bounds 1e-8 (6x below one float rounding, 2^-24) and 1e-6. The
-// statistics: tokens per expert exact, aux and z within 1e-6.
+// Measured (2 ranks, AMD EPYC Zen 5): loss 7.9e-11 relative and gradients 1.5e-7 of the largest
+// built with -march=native on OpenBLAS's Haswell kernel, 8.7e-10 and 1.2e-7 on its SkylakeX one,
+// 1.2e-9 and 6.1e-8 built for plain x86-64 (no FMA: each product rounded before its sum); bounds
+// 1e-8 (6x below one float rounding, 2^-24) and 1e-6. The statistics: tokens per expert exact,
+// aux and z within 1e-6.
 TEST(MoeTensorParallel, EqualsTpOneWithAndWithoutSequenceParallelism) {
   const int n = MpiComm::world().size();
   if (n != 2) GTEST_SKIP() << "needs 2 ranks";
