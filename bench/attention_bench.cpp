@@ -9,8 +9,9 @@
 // dense / flash, and each one's attention state + backward scratch in MiB. The dense kernel is
 // skipped where its state and scratch (2 B NH T^2 floats) would pass --dense-gib GiB. Then the
 // flash kernel as bf16 training runs it (a backend built for bf16, the tensors stored in bf16:
-// bf16 tiles where the CPU has AVX512-BF16, else fp32 tiles of the widened values), timed in
-// turn with the other two, and flash / that.
+// bf16 tiles where the CPU has AVX512-BF16, else the fp32 kernel on the widened values), timed in
+// turn with the other two, and flash / that. The header names the tiles' kernel of each
+// (CpuBackend::attention_tiles).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -80,9 +81,11 @@ int main(int argc, char** argv) {
   const int B = a.batch, NH = a.heads, NKV = a.kv_heads, hs = a.head_size;
   const float scale = 1 / std::sqrt(static_cast<float>(hs));
   mpitrain::CpuBackend<float> be16(a.threads, mpitrain::Precision::Bf16);
-  std::printf("attention forward+backward: B %d NH %d NKV %d hs %d, %d threads, %s; bf16: %s\n", B,
-              NH, NKV, hs, a.threads, mpitrain::cpu_sgemm_in_use().c_str(),
-              be16.bf16_gemms() ? "bf16 tiles (AVX512-BF16)" : "fp32 tiles (no AVX512-BF16)");
+  std::printf(
+      "attention forward+backward: B %d NH %d NKV %d hs %d, %d threads, %s; fp32: %s; "
+      "bf16: %s\n",
+      B, NH, NKV, hs, a.threads, mpitrain::cpu_sgemm_in_use().c_str(), be.attention_tiles().c_str(),
+      be16.attention_tiles().c_str());
   std::printf("%7s %12s %12s %8s %14s %14s %12s %10s\n", "T", "flash ms", "dense ms", "ratio",
               "flash MiB", "dense MiB", "bf16 ms", "x bf16");
   for (const int T : a.lengths) {

@@ -21,12 +21,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "cpu_bf16_tiles.hpp"
 #include "cpu_blocked_gemm.hpp"
+#include "cpu_fp32_tiles.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_storage.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
@@ -41,7 +44,7 @@ namespace {
 constexpr int kMaxTile = kAttentionTileLong;
 
 template <typename T>
-constexpr bool kFloat = std::is_same_v<T, float>;  // bf16 tiles are float's (the others: tests)
+constexpr bool kFloat = std::is_same_v<T, float>;  // the tiles are float's (the others: tests)
 
 // Row i's position: pos[i], or i where pos is null (the whole sequence).
 inline int position(const int* pos, int i) { return pos ? pos[i] : i; }
@@ -88,8 +91,16 @@ void for_tile_parts(int tile, const int* qpos, int i0, int nq, const int* kpos, 
   }
 }
 
-// The threads' regions of the bf16 tiles' packs (Bf16Tiles), where those tiles run.
-using TileRegions = std::optional<cpu::ThreadRows<uint32_t>>;
+// Which kernels multiply a call's tiles: the BLAS (sgemm, or dgemm in the tests), the fp32 tiles
+// (Fp32Tiles) or the bf16 tiles (Bf16Tiles); and the threads' regions of the packs the latter
+// two keep.
+enum class TileKernel { Blas, Fp32, Bf16 };
+struct Tiles {
+  TileKernel kernel = TileKernel::Blas;
+  std::optional<cpu::ThreadRows<std::byte>> regions;        // none for the BLAS
+  size_t bytes = 0;                                         // of each thread's region
+  std::byte* region() const { return regions->row(0, 0); }  // the calling thread's
+};
 
 // The operands of one block pair, all T (fp32 in the trainer), B sequences each:
 // query head h of row t of sequence b at q[(b Tq + t) q_ld + h hs]; key head g of key row r at
@@ -104,11 +115,61 @@ struct BlockPair {
   const int* kpos;  // (Tk), null: 0..Tk-1
   int B, Tq, Tk, NH, NKV, hs;
   T scale;
-  // the threads' regions where the tiles' products take bf16 operands (Bf16Tiles), else none
-  const TileRegions* tiles;
+  const Tiles* tiles;  // the kernels of the tiles' products
   size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
   size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
   size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
+};
+
+// A thread's region of tile packs (Tiles::region, of capacity bytes), handed out in arrays from
+// 64-byte boundaries; with no region (null) the arrays are only counted (bytes()).
+class RegionArrays {
+ public:
+  RegionArrays(std::byte* region, size_t capacity) : region_(region), capacity_(capacity) {}
+  template <typename W>
+  W* take(size_t n) {
+    const size_t at = end_;
+    end_ += (n * sizeof(W) + 63) / 64 * 64;
+    if (!region_) return nullptr;
+    if (end_ > capacity_)
+      MPITRAIN_THROW("attention's tile packs need " + std::to_string(end_) +
+                     " bytes of a region of " + std::to_string(capacity_));
+    return reinterpret_cast<W*>(region_ + at);
+  }
+  size_t bytes() const { return end_; }
+
+ private:
+  std::byte* region_;
+  size_t capacity_, end_ = 0;
+};
+
+// The slots of a head's packed key tiles in a region. Where all of a head's key tiles' packs take
+// at most kKeptPacks bytes, each is packed on its first use and kept for the later query tiles;
+// else there is one slot and every use packs it again (long sequences: their tiles are larger,
+// the packing a smaller share of the work).
+class KeyTileSlots {
+ public:
+  KeyTileSlots(RegionArrays& arrays, int tile, int Tk, size_t bytes_per_tile) : tile_(tile) {
+    const size_t tiles = (Tk + tile - 1) / tile;
+    count_ = tiles * bytes_per_tile <= kKeptPacks ? tiles : 1;
+    packed_ = arrays.take<unsigned char>(count_);
+    if (packed_) std::fill_n(packed_, count_, 0);
+  }
+  size_t count() const { return count_; }
+  // The slot of the key tile from key j0, and whether it is to be packed now (not packed yet).
+  std::pair<size_t, bool> use(int j0) {
+    if (count_ == 1) return {0, true};
+    const size_t t = j0 / tile_;
+    const bool pack = packed_[t] == 0;
+    packed_[t] = 1;
+    return {t, pack};
+  }
+
+ private:
+  static constexpr size_t kKeptPacks = size_t{1} << 20;  // per thread: T <= 2688 at hs 64 (bf16)
+  int tile_;
+  size_t count_;
+  unsigned char* packed_;  // per slot: 1 once packed
 };
 
 // The bf16 operands of one head's tiles, packed as cpu_bf16_tiles.hpp reads them (pairs of bf16
@@ -128,38 +189,32 @@ class Bf16Tiles {
   const uint32_t *k_t = nullptr, *v_t = nullptr, *k_by_rows = nullptr, *v_by_rows = nullptr;
   int key_ld = 0;
 
-  // Words of a thread's region (tile_regions): every array below, each from a 64-byte boundary.
-  // Where all of a head's key tiles' packs take at most kKeptPacks bytes, each is packed on its
-  // first use and kept for the later query tiles; else every use packs it again (long sequences:
-  // their tiles are larger, the packing a smaller share of the work).
-  static size_t words(int tile, int hs, int Tk) {
-    return Bf16Tiles(nullptr, tile, hs, Tk, true).end_;
+  // Bytes of a thread's region (Tiles::region): every array below.
+  static size_t bytes(int tile, int hs, int Tk) {
+    return Bf16Tiles(nullptr, 0, tile, hs, Tk, true).arrays_.bytes();
   }
 
   // For forward (k^T and v of each key tile) or backward (k^T, v^T and k), in region (a
-  // thread's, of words(tile, hs, Tk); null: only sized).
-  Bf16Tiles(uint32_t* region, int tile, int head_size, int Tk, bool backward)
+  // thread's, of capacity >= bytes(tile, hs, Tk); null: only sized).
+  Bf16Tiles(std::byte* region, size_t capacity, int tile, int head_size, int Tk, bool backward)
       : hs(head_size),
         hs2(cpu::pair_count(hs)),
         hs_ld(cpu::pair_ld(hs)),
-        tile_(tile),
         backward_(backward),
         transposed_(size_t(hs2) * cpu::pair_ld(tile)),
         by_rows_(size_t(cpu::pair_count(tile)) * hs_ld),
-        region_(region) {
-    const size_t tiles = (Tk + tile - 1) / tile;
-    const bool keep = tiles * (transposed_ + 2 * by_rows_) * sizeof(uint32_t) <= kKeptPacks;
-    slots_ = keep ? tiles : 1;
-    packed_ = take(slots_);
-    if (packed_) std::fill_n(packed_, slots_, 0u);
-    q_rows = take(size_t(tile) * hs2);
-    dy_rows = take(size_t(tile) * hs2);
-    q_by_rows = take(by_rows_);
-    dy_by_rows = take(by_rows_);
-    a = take(size_t(cpu::pair_count(tile)) * std::max(cpu::pair_ld(tile), 2 * tile));
-    k_t_ = take(slots_ * transposed_);
-    v_t_ = take(slots_ * transposed_);
-    by_rows_packs_ = take(slots_ * by_rows_);  // k in backward, v in forward
+        arrays_(region, capacity),
+        slots_(arrays_, tile, Tk, (transposed_ + 2 * by_rows_) * sizeof(uint32_t)) {
+    q_rows = arrays_.take<uint32_t>(size_t(tile) * hs2);
+    dy_rows = arrays_.take<uint32_t>(size_t(tile) * hs2);
+    q_by_rows = arrays_.take<uint32_t>(by_rows_);
+    dy_by_rows = arrays_.take<uint32_t>(by_rows_);
+    a = arrays_.take<uint32_t>(size_t(cpu::pair_count(tile)) *
+                               std::max(cpu::pair_ld(tile), 2 * tile));
+    k_t_ = arrays_.take<uint32_t>(slots_.count() * transposed_);
+    v_t_ = arrays_.take<uint32_t>(slots_.count() * transposed_);
+    by_rows_packs_ =
+        arrays_.take<uint32_t>(slots_.count() * by_rows_);  // k in backward, v in forward
   }
   // a query tile's nq rows: q (ld q_ld); in backward dout too (ld dy_ld), and both by rows
   void queries(const float* q, size_t q_ld, int nq) { cpu::pack_pairs(q, q_ld, nq, hs, q_rows); }
@@ -171,15 +226,13 @@ class Bf16Tiles {
   }
   // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, packed
   void keys(int j0, const float* k, const float* v, size_t ld, int nk) {
-    const bool kept = slots_ > 1;
-    const size_t t = kept ? j0 / tile_ : 0;
+    const auto [t, pack] = slots_.use(j0);
     key_ld = cpu::pair_ld(nk);
     k_t = k_t_ + t * transposed_;
     v_t = v_t_ + t * transposed_;
     uint32_t* by_rows = by_rows_packs_ + t * by_rows_;
     (backward_ ? k_by_rows : v_by_rows) = by_rows;
-    if (kept && packed_[t]) return;
-    packed_[t] = 1;
+    if (!pack) return;
     cpu::pack_pairs_transposed(k, ld, nk, hs, k_t_ + t * transposed_);
     if (backward_) {
       cpu::pack_pairs_transposed(v, ld, nk, hs, v_t_ + t * transposed_);
@@ -194,46 +247,137 @@ class Bf16Tiles {
   }
 
  private:
-  static constexpr size_t kKeptPacks = size_t{1} << 20;  // per thread: T <= 2688 at hs 64
-  // the next n words of the region, from a 64-byte boundary
-  uint32_t* take(size_t n) {
-    const size_t at = end_;
-    end_ += (n + 15) / 16 * 16;
-    return region_ ? region_ + at : nullptr;
-  }
-  int tile_;
   bool backward_;
   size_t transposed_, by_rows_;  // words per key tile of k^T / v^T, and of k / v by rows
-  uint32_t* region_;
-  size_t end_ = 0;    // words of the region taken
-  size_t slots_ = 1;  // key tiles kept (one, not kept, where they would not fit)
-  uint32_t* packed_;  // per slot: 1 once packed
+  RegionArrays arrays_;
+  KeyTileSlots slots_;
   uint32_t *k_t_, *v_t_, *by_rows_packs_;
 };
 
-// The threads' regions of Bf16Tiles in the staging (kSlotTiles) where bf16 tiles run, else none.
-TileRegions tile_regions(bool bf16_tiles, cpu::Staging& staging, int Tk, int hs) {
-  if (!bf16_tiles) return std::nullopt;
-  return cpu::ThreadRows<uint32_t>(staging, cpu::kSlotTiles, 1,
-                                   Bf16Tiles::words(cpu_attention_tile(Tk), hs, Tk));
+// The transposed key tiles of one head where fp32 tiles multiply attention's tiles
+// (cpu_fp32_tiles.hpp): k^T (q k^T) and in backward v^T (dout v^T), B's rows in those products
+// (ld key_ld); every other operand is read in place.
+class Fp32Tiles {
+ public:
+  const float *k_t = nullptr, *v_t = nullptr;  // the current key tile's
+  int key_ld = 0;
+
+  // Bytes of a thread's region (Tiles::region).
+  static size_t bytes(int tile, int hs, int Tk) {
+    return Fp32Tiles(nullptr, 0, tile, hs, Tk, true).arrays_.bytes();
+  }
+
+  // For forward (k^T of each key tile) or backward (k^T and v^T), in region (a thread's, of
+  // capacity >= bytes(tile, hs, Tk); null: only sized). Whether the key tiles are kept is
+  // decided on the backward's two packs a tile in both, so the forward's never outgrow them.
+  Fp32Tiles(std::byte* region, size_t capacity, int tile, int hs, int Tk, bool backward)
+      : hs_(hs),
+        backward_(backward),
+        transposed_(size_t(hs) * cpu::rows_ld(tile)),
+        arrays_(region, capacity),
+        slots_(arrays_, tile, Tk, 2 * transposed_ * sizeof(float)) {
+    k_t_ = arrays_.take<float>(slots_.count() * transposed_);
+    v_t_ = backward ? arrays_.take<float>(slots_.count() * transposed_) : nullptr;
+  }
+  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one, transposed
+  void keys(int j0, const float* k, const float* v, size_t ld, int nk) {
+    const auto [t, pack] = slots_.use(j0);
+    key_ld = cpu::rows_ld(nk);
+    k_t = k_t_ + t * transposed_;
+    if (backward_) v_t = v_t_ + t * transposed_;
+    if (!pack) return;
+    cpu::transpose_rows(k, ld, nk, hs_, k_t_ + t * transposed_);
+    if (backward_) cpu::transpose_rows(v, ld, nk, hs_, v_t_ + t * transposed_);
+  }
+
+ private:
+  int hs_;
+  bool backward_;
+  size_t transposed_;  // floats per key tile of k^T or v^T
+  RegionArrays arrays_;
+  KeyTileSlots slots_;
+  float *k_t_, *v_t_;
+};
+
+// The kernels of a call's tiles: the bf16 tiles in bf16 training on a CPU with AVX512-BF16
+// (bf16_tiles), else the fp32 tiles where the CPU has AVX-512, else the BLAS.
+template <typename T>
+TileKernel tile_kernel(bool bf16_tiles) {
+  if (!kFloat<T>) return TileKernel::Blas;
+  if (bf16_tiles) return TileKernel::Bf16;
+  return cpu::fp32_tiles() ? TileKernel::Fp32 : TileKernel::Blas;
+}
+
+// A call's tile kernels and their threads' regions in the staging (kSlotTiles).
+template <typename T>
+Tiles call_tiles(bool bf16_tiles, cpu::Staging& staging, int Tk, int hs) {
+  const TileKernel kernel = tile_kernel<T>(bf16_tiles);
+  const int tile = cpu_attention_tile(Tk);
+  const auto with_regions = [&](size_t bytes) {
+    return Tiles{kernel, cpu::ThreadRows<std::byte>(staging, cpu::kSlotTiles, 1, bytes), bytes};
+  };
+  if (kernel == TileKernel::Bf16) return with_regions(Bf16Tiles::bytes(tile, hs, Tk));
+  if (kernel == TileKernel::Fp32) return with_regions(Fp32Tiles::bytes(tile, hs, Tk));
+  return {};
+}
+
+// One head's packs of its call's tile kernel (forward_head, backward_head).
+class HeadTiles {
+ public:
+  HeadTiles(const Tiles& tiles, int tile, int hs, int Tk, bool backward) {
+    if (tiles.kernel == TileKernel::Bf16)
+      bf16_.emplace(tiles.region(), tiles.bytes, tile, hs, Tk, backward);
+    if (tiles.kernel == TileKernel::Fp32)
+      fp32_.emplace(tiles.region(), tiles.bytes, tile, hs, Tk, backward);
+  }
+  Bf16Tiles* bf16() { return bf16_ ? &*bf16_ : nullptr; }
+  const Fp32Tiles* fp32() const { return fp32_ ? &*fp32_ : nullptr; }
+  // the key tile from key j0 (nk keys k and values v, ld ld) becomes the current one
+  void keys(int j0, const float* k, const float* v, size_t ld, int nk) {
+    if (bf16_) bf16_->keys(j0, k, v, ld, nk);
+    if (fp32_) fp32_->keys(j0, k, v, ld, nk);
+  }
+
+ private:
+  std::optional<Bf16Tiles> bf16_;
+  std::optional<Fp32Tiles> fp32_;
+};
+
+// C (M x N, ldc) = A B, or C += A B where accumulate; B (K x N) stored as rows (ldb), A (M x K)
+// as rows (lda) or transposed (ta: A^T stored as rows). On the fp32 tiles where they run (ft),
+// else the BLAS.
+template <typename T>
+void tile_gemm(const Fp32Tiles* ft, bool ta, int M, int N, int K, const T* A, size_t lda,
+               const T* B, size_t ldb, bool accumulate, T* C, size_t ldc) {
+  if constexpr (kFloat<T>) {
+    if (ft)
+      return cpu::fp32_tile_product(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc,
+                                    accumulate);
+  }
+  gemm(ta ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, T(1), A, lda, B, ldb,
+       accumulate ? T(1) : T(0), C, ldc);
 }
 
 // S (nq, nk; ld tile) = scale q_i k_j^T, the entries whose key the query does not see -inf. With
-// bf16 tiles, from the packed q rows (the tile's row r0 on) and k^T.
+// bf16 tiles, from the packed q rows (the tile's row r0 on) and k^T; with fp32 tiles, from q and
+// k^T.
 template <typename T>
 void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, int i0, int nq,
-                 int j0, int nk, TileMask mask, const Bf16Tiles* bt = nullptr, int r0 = 0) {
+                 int j0, int nk, TileMask mask, HeadTiles& ht, int r0) {
+  const Bf16Tiles* bt = ht.bf16();
+  const Fp32Tiles* ft = ht.fp32();
+  if (!bt && !ft)
+    gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, tile);
   if constexpr (kFloat<T>) {
-    if (bt) {
+    if (bt)
       cpu::bf16_tile_product(nq, nk, bt->hs2, bt->q_rows + size_t(r0) * bt->hs2, bt->hs2, 1,
                              bt->k_t, bt->key_ld, S, tile, false);
+    if (ft) cpu::fp32_tile_product(nq, nk, p.hs, q, p.q_ld, 1, ft->k_t, ft->key_ld, S, tile, false);
+    if (bt || ft)
       for (int r = 0; r < nq; ++r)
 #pragma omp simd
         for (int c = 0; c < nk; ++c) S[r * tile + c] *= p.scale;
-    }
   }
-  if (!bt)
-    gemm(CblasNoTrans, CblasTrans, nq, nk, p.hs, p.scale, q, p.q_ld, k, p.kv_ld, T(0), S, tile);
   if (mask != TileMask::Some) return;
   for (int r = 0; r < nq; ++r) {
     const int qp = position(p.qpos, i0 + r);
@@ -252,8 +396,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
   const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
   const int g = h / group, bh = b * p.NH + h;
   T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
-  std::optional<Bf16Tiles> bt;
-  if (*p.tiles) bt.emplace((*p.tiles)->row(0, 0), tile, p.hs, p.Tk, false);
+  HeadTiles ht(*p.tiles, tile, p.hs, p.Tk, false);
+  Bf16Tiles* bt = ht.bf16();
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -269,7 +413,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
     // rows [r0, r0 + nr) of the tile against keys [j0, j0 + nk): S, the online softmax, o += P v
     const auto absorb = [&](int j0, int r0, int nr, int nk, TileMask mask) {
       tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr, j0,
-                  nk, mask, bt ? &*bt : nullptr, r0);
+                  nk, mask, ht, r0);
       for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
         T* row = S + r * tile;
         T mx = ninf;
@@ -301,15 +445,15 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
                                         o + static_cast<size_t>(r0) * A, A, true);
         }
       }
-      gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, nk, T(1), S + r0 * tile, tile,
-           p.kv + p.v_at(b, j0, g), p.kv_ld, T(1), o + static_cast<size_t>(r0) * A, A);
+      tile_gemm(ht.fp32(), false, nr, p.hs, nk, S + r0 * tile, tile, p.kv + p.v_at(b, j0, g),
+                p.kv_ld, true, o + static_cast<size_t>(r0) * A, A);
     };
     for (int j0 = 0; j0 < p.Tk; j0 += tile) {
       const int nk = std::min(tile, p.Tk - j0);
       const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
       if (mask == TileMask::None) continue;
       if constexpr (kFloat<T>) {
-        if (bt) bt->keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk);
+        ht.keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk);
       }
       for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
                      [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
@@ -342,8 +486,9 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
   const int A = p.NH * p.hs, g = h / (p.NH / p.NKV), tile = cpu_attention_tile(p.Tk);
   T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
   const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
-  std::optional<Bf16Tiles> bt;
-  if (*p.tiles) bt.emplace((*p.tiles)->row(0, 0), tile, p.hs, p.Tk, true);
+  HeadTiles ht(*p.tiles, tile, p.hs, p.Tk, true);
+  Bf16Tiles* bt = ht.bf16();
+  const Fp32Tiles* ft = ht.fp32();
   for (int i0 = 0; i0 < p.Tq; i0 += tile) {
     const int nq = std::min(tile, p.Tq - i0);
     const T* q = p.q + p.q_at(b, i0, h);
@@ -359,13 +504,12 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
       const T* v = p.kv + p.v_at(b, j0, g);
       T* dk = dkv + (static_cast<size_t>(b) * p.Tk + j0) * dkv_ld + g * p.hs;
       T* dv = dk + static_cast<size_t>(p.NKV) * p.hs;
-      if constexpr (kFloat<T>)
-        if (bt) bt->keys(j0, k, v, p.kv_ld, nk);
+      if constexpr (kFloat<T>) ht.keys(j0, k, v, p.kv_ld, nk);
       // rows [r0, r0 + nr) of the tile against keys [j0, j0 + n)
       const auto part = [&](int r0, int nr, int n, TileMask m) {
         const T* qr = q + r0 * p.q_ld;
         const T* dyr = dy + static_cast<size_t>(r0) * A;
-        tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m, bt ? &*bt : nullptr, r0);
+        tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m, ht, r0);
         for (int r = 0; r < nr; ++r) {
           T* row = P + r * tile;
           const T lr = lse[row0 + i0 + r0 + r];
@@ -382,8 +526,13 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
                                    bt->v_t, bt->key_ld, dS, tile, false);
           }
         } else {
-          gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), P, tile, dyr, A, T(1), dv, dkv_ld);
-          gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
+          tile_gemm(ft, true, n, p.hs, nr, P, tile, dyr, A, true, dv, dkv_ld);
+          if constexpr (kFloat<T>) {
+            if (ft)
+              cpu::fp32_tile_product(nr, n, p.hs, dyr, A, 1, ft->v_t, ft->key_ld, dS, tile, false);
+          }
+          if (!ft)
+            gemm(CblasNoTrans, CblasTrans, nr, n, p.hs, T(1), dyr, A, v, p.kv_ld, T(0), dS, tile);
         }
         for (int r = 0; r < nr; ++r) {
           const T* prow = P + r * tile;
@@ -403,9 +552,8 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
                                    bt->by_rows(bt->q_by_rows, r0), bt->hs_ld, dk, dkv_ld, true);
           }
         } else {
-          gemm(CblasNoTrans, CblasNoTrans, nr, p.hs, n, T(1), dS, tile, k, p.kv_ld, T(1),
-               dqi + r0 * dq_ld, dq_ld);
-          gemm(CblasTrans, CblasNoTrans, n, p.hs, nr, T(1), dS, tile, qr, p.q_ld, T(1), dk, dkv_ld);
+          tile_gemm(ft, false, nr, p.hs, n, dS, tile, k, p.kv_ld, true, dqi + r0 * dq_ld, dq_ld);
+          tile_gemm(ft, true, n, p.hs, nr, dS, tile, qr, p.q_ld, true, dk, dkv_ld);
         }
       };
       for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
@@ -499,8 +647,7 @@ void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tle
 
 // One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
 template <typename T>
-BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale,
-                      const TileRegions& tiles) {
+BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, const Tiles& tiles) {
   const size_t ld = hs;
   return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, &tiles};
 }
@@ -527,11 +674,23 @@ size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks) 
 }
 
 template <typename T>
+std::string CpuBackend<T>::attention_tiles() const {
+  switch (tile_kernel<T>(bf16_gemms())) {
+    case TileKernel::Bf16:
+      return "bf16 tiles (AVX512-BF16)";
+    case TileKernel::Fp32:
+      return "fp32 tiles (AVX-512)";
+    default:
+      return "the BLAS";
+  }
+}
+
+template <typename T>
 void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, int Tlen, int NH,
                                       int NKV, int hs, T scale) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
-  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tlen, hs);
+  const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tlen, hs);
   const auto run = [&](T* o, const T* x, int nb, T* L) {
     const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
                          Tlen, Tlen, NH,          NKV, hs,      scale,   &tiles};
@@ -572,7 +731,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   // scratch (B, NH, T) = D; dqkv = 0, then the tiles add dq, dk, dv into it
-  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tlen, hs);
+  const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tlen, hs);
   const auto run = [&](T* d, const T* dy, const T* x, const T* y, int nb, size_t b0) {
     T* D = scratch + b0 * NH * Tlen;
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
@@ -631,7 +790,7 @@ void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T>
                                             const int* qpos, const int* kpos, int B, int Tq,
                                             int Tk, int NH, int NKV, int hs, T scale, bool merge) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
-  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tk, hs);
+  const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
     const BlockPair<T> p{
         x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale, &tiles};
@@ -664,7 +823,7 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
                                              int NKV, int hs, T scale) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
-  const TileRegions tiles = tile_regions(bf16_gemms(), *staging_, Tk, hs);
+  const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
     const BlockPair<T> p{
         x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale, &tiles};
@@ -681,17 +840,17 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
 }
 
 #define MPITRAIN_INSTANTIATE(T)                                                                    \
+  template std::string CpuBackend<T>::attention_tiles() const;                                     \
   template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int, T); \
   template void CpuBackend<T>::attention_backward(Buf<T>, T*, CBuf<T>, CBuf<T>, CBuf<T>, const T*, \
                                                   int, int, int, int, int, T);                     \
   template void CpuBackend<T>::attention_block_forward(T*, T*, CBuf<T>, CBuf<T>, int, const int*,  \
-                                                       const int*, int, int, int, int, int, int,  \
+                                                       const int*, int, int, int, int, int, int,   \
                                                        T, bool);                                   \
   template void CpuBackend<T>::attention_row_dot(T*, CBuf<T>, CBuf<T>, int, int, int, int);        \
-  template void CpuBackend<T>::attention_block_backward(T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int,    \
-                                                        const T*, const T*, const int*,            \
-                                                        const int*, int, int, int, int, int, int,  \
-                                                        T);
+  template void CpuBackend<T>::attention_block_backward(                                           \
+      T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int, const T*, const T*, const int*, const int*, int,     \
+      int, int, int, int, int, T);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

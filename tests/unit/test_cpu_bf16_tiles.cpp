@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../src/backend/cpu_bf16_tiles.hpp"
+#include "../support/tile_product_check.hpp"
 #include "mpitrain/backend/bf16_gemm_rate.hpp"
 #include "mpitrain/backend/precision.hpp"
 
@@ -81,21 +82,7 @@ void check(Shape s, Layout l, bool accumulate, bool rounded_inputs) {
   FVec C = C0;
   cpu::bf16_tile_product(s.m, s.n, k2, ap.data(), a_row, a_pair, bp.data(), pldb, C.data(), ldc,
                          accumulate);
-  const double u = std::ldexp(1.0, -24);
-  for (int r = 0; r < s.m; ++r) {
-    for (int j = 0; j < s.n; ++j) {
-      double ref = 0, mag = 0;
-      for (int k = 0; k < s.K; ++k) {
-        ref += double(a(r, k)) * b(k, j);
-        mag += std::fabs(double(a(r, k)) * b(k, j));
-      }
-      const double c0 = accumulate ? C0[r * ldc + j] : 0.0;
-      const double tol = (s.K + 1) * u * mag + 2 * u * std::fabs(c0 + ref);
-      ASSERT_NEAR(C[r * ldc + j], c0 + ref, tol) << "at (" << r << ", " << j << ")";
-    }
-    for (size_t j = s.n; j < ldc; ++j)  // the padding of C's rows is not written
-      ASSERT_EQ(C[r * ldc + j], C0[r * ldc + j]) << "padding (" << r << ", " << j << ")";
-  }
+  test_inputs::expect_tile_product(s.m, s.n, s.K, a, b, C0, C, ldc, accumulate, s.K + 1, 2);
 }
 
 TEST(CpuBf16Tiles, ProductsMatchTheDoubleProductInEveryPacking) {

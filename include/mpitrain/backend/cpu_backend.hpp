@@ -1,5 +1,6 @@
-// The CPU backend: one sgemm for every fp32 matmul (attention included): oneDNN's where oneDNN has
-// AVX-512 kernels for the CPU and is 3.11.2 or later, else OpenBLAS's (cpu_kernels.hpp says why); OpenBLAS's dgemm for
+// The CPU backend: one sgemm for every fp32 matmul: oneDNN's where oneDNN has AVX-512 kernels for
+// the CPU and is 3.11.2 or later, else OpenBLAS's (cpu_kernels.hpp says why); attention's small
+// tiles on a kernel of our own where the CPU has AVX-512 (attention_tiles()); OpenBLAS's dgemm for
 // double; OpenMP + SIMD loops for the rest. Host memory; instantiated for float (the trainer)
 // and double (gradient checks).
 //
@@ -34,6 +35,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "mpitrain/backend/backend.hpp"
 #include "mpitrain/backend/precision.hpp"
@@ -91,6 +93,10 @@ class CpuBackend final : public Backend<T> {
   CpuBackend(int threads, Precision matmul_precision, CpuPages pages = CpuPages::Huge);
   int threads() const { return threads_; }
   bool bf16_gemms() const;  // constructed for bf16 on a CPU with bf16 instructions
+  // What multiplies attention's tiles (cpu_attention.cpp): "bf16 tiles (AVX512-BF16)" where
+  // bf16_gemms(), else "fp32 tiles (AVX-512)" on a float backend where oneDNN's ISA has
+  // AVX-512, else "the BLAS".
+  std::string attention_tiles() const;
 
   T* alloc(size_t n) override;
   Buf<T> alloc(size_t n, Precision dtype) override;
