@@ -263,19 +263,21 @@ class Fp32Tiles {
   int key_ld = 0;
 
   // Bytes of a thread's region (Tiles::region).
+  // (each direction keeps its key tiles where its own packs fit: forward's k^T alone may where
+  // backward's k^T and v^T do not, as at T 4096, hs 64)
   static size_t bytes(int tile, int hs, int Tk) {
-    return Fp32Tiles(nullptr, 0, tile, hs, Tk, true).arrays_.bytes();
+    return std::max(Fp32Tiles(nullptr, 0, tile, hs, Tk, false).arrays_.bytes(),
+                    Fp32Tiles(nullptr, 0, tile, hs, Tk, true).arrays_.bytes());
   }
 
   // For forward (k^T of each key tile) or backward (k^T and v^T), in region (a thread's, of
-  // capacity >= bytes(tile, hs, Tk); null: only sized). Whether the key tiles are kept is
-  // decided on the backward's two packs a tile in both, so the forward's never outgrow them.
+  // capacity >= bytes(tile, hs, Tk); null: only sized).
   Fp32Tiles(std::byte* region, size_t capacity, int tile, int hs, int Tk, bool backward)
       : hs_(hs),
         backward_(backward),
         transposed_(size_t(hs) * cpu::rows_ld(tile)),
         arrays_(region, capacity),
-        slots_(arrays_, tile, Tk, 2 * transposed_ * sizeof(float)) {
+        slots_(arrays_, tile, Tk, (backward ? 2 : 1) * transposed_ * sizeof(float)) {
     k_t_ = arrays_.take<float>(slots_.count() * transposed_);
     v_t_ = backward ? arrays_.take<float>(slots_.count() * transposed_) : nullptr;
   }

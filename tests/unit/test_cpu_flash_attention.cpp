@@ -248,9 +248,9 @@ TEST(CpuFlashAttention, FloatMatchesTheReferenceAndTheDenseKernel) {
 
 // Long sequences at hs 64 (the long tile): at T 2500 a head's 20 key tiles fit the kept packs in
 // forward (k^T) but not in backward (k^T and v^T), which packs each key tile again for every
-// query tile; both fit the threads' regions, sized once for both (a forward that kept its packs
-// overran its region here once). Measured against the double reference (Zen 5, the fp32 tiles
-// and the BLAS alike): out 1.8e-7, lse 1.1e-7, dqkv 3.4e-7; tolerance 2e-6, as above.
+// query tile; both fit the threads' regions, sized for the larger (a forward that kept its packs
+// overran a region sized for backward here once). Measured against the double reference (Zen 5, the
+// fp32 tiles and the BLAS alike): out 1.8e-7, lse 1.1e-7, dqkv 3.4e-7; tolerance 2e-6, as above.
 TEST(CpuFlashAttention, FloatLongSequencesAtHeadSize64) {
   CpuBackend<float> be(2);
   const Shape s{1, 2, 1, 64};
