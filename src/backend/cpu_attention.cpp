@@ -420,7 +420,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
         T* row = S + r * tile;
         T mx = ninf;
 #pragma omp simd reduction(max : mx)
-        for (int c = 0; c < nk; ++c) mx = std::max(mx, row[c]);
+        for (int c = 0; c < nk; ++c)
+          mx = mx > row[c] ? mx : row[c];  // std::max: GCC left it scalar
         const T mnew = std::max(m[r], mx);
         T sum = 0;
 #pragma omp simd reduction(+ : sum)
