@@ -7,11 +7,12 @@
 // queries all follow its keys is not masked; one the mask cuts (the diagonal) goes in two halves
 // of its queries, each against the keys it sees (3/4 of the scores: at T 64 flash + backward went
 // from 0.94x the dense kernel's speed to 1.00x, bench/attention_bench.cpp at 1 thread). The
-// tiles' gemms read q, k, v straight out of their row layout through leading dimensions (no
-// copies); the score tiles live on the stack. The whole-sequence attention and context
-// parallelism's block pairs are the same kernels: positions 0..T-1 and the own keys for the
-// former. In bf16 training on a CPU with AVX512-BF16 the tiles' products take bf16 operands
-// (Bf16Tiles).
+// score tiles live on the stack. The whole-sequence attention and context parallelism's block
+// pairs are the same kernels: positions 0..T-1 and the own keys for the former. The tiles'
+// products (Tiles): in bf16 training on a CPU with AVX512-BF16 on bf16 operands (Bf16Tiles);
+// else, where the CPU has AVX-512, on our fp32 kernel, reading q, v, dout, k, P and dS where they
+// lie and a head's k^T and v^T transposed once a key tile (Fp32Tiles); else the BLAS, reading q,
+// k, v through leading dimensions (the tests' double).
 // Deterministic: one thread per (batch, head) in forward and per (batch, kv head) in backward
 // (each output has one writer), tiles in a fixed order. On 2-byte tensors the whole-sequence
 // attention widens one head's sequences per thread where they fit (per_head_fits), else whole
@@ -262,9 +263,9 @@ class Fp32Tiles {
   const float *k_t = nullptr, *v_t = nullptr;  // the current key tile's
   int key_ld = 0;
 
-  // Bytes of a thread's region (Tiles::region).
-  // (each direction keeps its key tiles where its own packs fit: forward's k^T alone may where
-  // backward's k^T and v^T do not, as at T 4096, hs 64)
+  // Bytes of a thread's region (Tiles::region): the larger direction's. Each keeps its key tiles
+  // where its own packs fit, and forward's k^T alone may where backward's k^T and v^T do not (T
+  // 4096 at hs 64).
   static size_t bytes(int tile, int hs, int Tk) {
     return std::max(Fp32Tiles(nullptr, 0, tile, hs, Tk, false).arrays_.bytes(),
                     Fp32Tiles(nullptr, 0, tile, hs, Tk, true).arrays_.bytes());

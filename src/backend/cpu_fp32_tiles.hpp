@@ -1,7 +1,7 @@
 // Private helper of the CPU backend: products of small fp32 tiles on AVX-512 FMA, for attention's
 // tiles in fp32 (and fp16, widened) training (cpu_attention.cpp), where OpenBLAS's sgemm spends
 // much of each call on its entry and packing at these sizes (32 x 32 x 64: 150 GFLOP/s a thread
-// against its 200 on large products, AMD EPYC Zen 5).
+// against its 200 on large products; this kernel 220-225, AMD EPYC Zen 5).
 //
 // A (m x K) is read in place with two strides: element (r, k) at a[r a_row + k a_k] (row-major:
 // a_row its ld, a_k 1; stored transposed: a_row 1, a_k its ld). B (K x n) is read in place as
