@@ -275,7 +275,6 @@ class Fp32Tiles {
   // capacity >= bytes(tile, hs, Tk); null: only sized).
   Fp32Tiles(std::byte* region, size_t capacity, int tile, int hs, int Tk, bool backward)
       : hs_(hs),
-        backward_(backward),
         transposed_(size_t(hs) * cpu::rows_ld(tile)),
         arrays_(region, capacity),
         slots_(arrays_, tile, Tk, (backward ? 2 : 1) * transposed_ * sizeof(float)) {
@@ -287,19 +286,18 @@ class Fp32Tiles {
     const auto [t, pack] = slots_.use(j0);
     key_ld = cpu::rows_ld(nk);
     k_t = k_t_ + t * transposed_;
-    if (backward_) v_t = v_t_ + t * transposed_;
+    if (v_t_) v_t = v_t_ + t * transposed_;
     if (!pack) return;
     cpu::transpose_rows(k, ld, nk, hs_, k_t_ + t * transposed_);
-    if (backward_) cpu::transpose_rows(v, ld, nk, hs_, v_t_ + t * transposed_);
+    if (v_t_) cpu::transpose_rows(v, ld, nk, hs_, v_t_ + t * transposed_);
   }
 
  private:
   int hs_;
-  bool backward_;
   size_t transposed_;  // floats per key tile of k^T or v^T
   RegionArrays arrays_;
   KeyTileSlots slots_;
-  float *k_t_, *v_t_;
+  float *k_t_, *v_t_;  // v_t_: backward's alone (null in forward)
 };
 
 // The kernels of a call's tiles: the bf16 tiles in bf16 training on a CPU with AVX512-BF16
@@ -456,9 +454,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
       const int nk = std::min(tile, p.Tk - j0);
       const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
       if (mask == TileMask::None) continue;
-      if constexpr (kFloat<T>) {
+      if constexpr (kFloat<T>)
         ht.keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk);
-      }
       for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
                      [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
     }
