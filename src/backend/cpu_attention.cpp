@@ -417,11 +417,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
                   nk, mask, ht, r0);
       for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
         T* row = S + r * tile;
-        T mx = ninf;
-#pragma omp simd reduction(max : mx)
-        for (int c = 0; c < nk; ++c)
-          mx = mx > row[c] ? mx : row[c];  // std::max: GCC left it scalar
-        const T mnew = std::max(m[r], mx);
+        const T mnew = std::max(m[r], cpu::max_of(row, nk));
         T sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int c = 0; c < nk; ++c) {

@@ -52,16 +52,6 @@ inline double row_loss(T m, T z, T target_logit) {
 constexpr int kPiece = 2048;
 
 template <typename T>
-inline T max_of_piece(const T* x, int n) {
-  T m = -std::numeric_limits<T>::infinity();
-  // not std::max(m, x[j]): GCC leaves that form scalar. A NaN logit may be dropped here, but
-  // e^(NaN - m) = NaN in phase 2 still makes the row's loss NaN.
-#pragma omp simd reduction(max : m)
-  for (int j = 0; j < n; ++j) m = m > x[j] ? m : x[j];
-  return m;
-}
-
-template <typename T>
 inline double sum_exp_of_piece(const T* x, T m, int n) {
   double z = 0.0;
 #pragma omp simd reduction(+ : z)
@@ -125,7 +115,7 @@ void CpuBackend<T>::ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0
            [&](int n, CBuf<T> row, T* scratch) {
              T m = -std::numeric_limits<T>::infinity();
              for_pieces(row, scratch, R, [&](const T* x, int, int len) {
-               const T piece = max_of_piece(x, len);
+               const T piece = cpu::max_of(x, len);
                m = m > piece ? m : piece;
              });
              row_max[n] = m;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace mpitrain::cpu {
 
@@ -70,6 +71,16 @@ inline float exp_fast(float x) {
   return p * std::bit_cast<float>(bits);
 }
 inline double exp_fast(double x) { return std::exp(x); }  // double is for tests: exact libm
+
+// max(x[0, n)), -inf for n 0. Not std::max(m, x[j]): GCC leaves that form scalar. A NaN may be
+// dropped here; the callers' e^(x - max) still turns it into NaN.
+template <typename T>
+inline T max_of(const T* x, int n) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int j = 0; j < n; ++j) m = m > x[j] ? m : x[j];
+  return m;
+}
 
 // ---- loop shapes --------------------------------------------------------------------------
 // The fixed chunks of [0, n) a deterministic sum adds: count chunks of per elements from 0 (the
