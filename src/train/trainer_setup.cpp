@@ -27,6 +27,7 @@
 #include "mpitrain/monitor/output_dir.hpp"
 #include "mpitrain/monitor/peak_cache.hpp"
 #include "mpitrain/monitor/report.hpp"
+#include "mpitrain/planner/timing.hpp"
 #include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/train/gather.hpp"
@@ -569,8 +570,7 @@ void Trainer::build_step_parts() {
   checkpointer_ = std::make_unique<Checkpointer>(saves, *store_, *state_, *backend_,
                                                  *log_, trace_);
 
-  flops_per_token_ =
-      6.0 * full_layout_->matmul_params() + 12.0 * cfg_.n_layer * cfg_.d_model * t_.seq_len;
+  flops_per_token_ = model_flops_per_token(cfg_, t_.seq_len);
   tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   // What each rank holds (the largest of all ranks): the compute copy of the parameters (in its
   // storage type) and the fp32 gradients (ZeRO-2/3: their shards and unit buffers), optimizer

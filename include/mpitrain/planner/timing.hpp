@@ -76,7 +76,7 @@ struct TimeEstimate {  // seconds per optimizer step, and shares of it
 };
 
 // Useful model FLOPs per token (PaLM: 6N + 12 L d T, N = ParamLayout::matmul_params()): the MFU
-// numerator, as the trainer counts it.
+// numerator; the trainer's MFU counts with it.
 double model_flops_per_token(const ModelConfig& config, int seq_len);
 
 TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,

@@ -178,7 +178,7 @@ class Trainer {
   int peak_suspect_ranks_ = 0;    // ranks whose peak may be too low (contended, unchecked)
   std::string peak_source_;       // rank 0's: given, cached (when, where) or measured now
   std::string peak_of_;           // CPU: what the peak measures ("the best bf16 gemm", ...)
-  double flops_per_token_ = 0.0;  // PaLM's 6N + 12 L d T
+  double flops_per_token_ = 0.0;  // PaLM's 6N + 12 L d T (model_flops_per_token)
   double tokens_per_step_ = 0.0;
   double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
