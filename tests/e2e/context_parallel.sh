@@ -6,8 +6,11 @@
 # Measured (AMD EPYC Zen 5, 2 cores): losses within 5.8e-9 relative, gradient norms within
 # 3.0e-8 (cp 2, cp 4, cp 2 with dp 2, tp 2 with sequence parallelism and ZeRO-3 (4.0e-9,
 # 2.5e-8), pp 2 under both schedules, gpt2 and llama); bf16 within 1.5e-5 and 2.5e-4 (a
-# partial sum rounded apart can turn a bf16 value).
-# Bounds: LOSS_TOL 1e-7, NORM_TOL 2e-7; bf16 1e-4 and 1e-3. A wrong ring or position is far
+# partial sum rounded apart can turn a bf16 value). That was one draw of the initial values:
+# over --seed 1-8, gpt2 at cp 2 dp 2 against 1 rank gave losses within 1.9e-9 to 4.4e-8 and
+# norms within 1.7e-8 to 4.4e-7 (AdamW's first step turns an ulp of a gradient near zero into a
+# whole step of the learning rate).
+# Bounds: LOSS_TOL 3e-7, NORM_TOL 2e-6; bf16 1e-4 and 1e-3. A wrong ring or position is far
 # outside (llama cp 2): with the last ring step skipped the losses moved by 1.8e-4 to 2e-3
 # relative, the norms by 0.02 to 0.46; with rank 0's second chunk rotated at the positions of
 # the chunk after its first, the losses by 1.8e-6 to 4e-5, the norms by 4e-5 to 4.5e-4.
@@ -16,7 +19,7 @@
 # Bad input: seq-len not divisible by 2 cp is refused: exit 2, the reason. (cp on --device cuda:
 # tests/e2e/device_cuda_cp.sh.) tools/plan plans an INI's cp 2 at cp 2, for CPU and GPU ranks.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
-LOSS_TOL=1e-7 NORM_TOL=2e-7 BF16_LOSS_TOL=1e-4 BF16_NORM_TOL=1e-3
+LOSS_TOL=3e-7 NORM_TOL=2e-6 BF16_LOSS_TOL=1e-4 BF16_NORM_TOL=1e-3
 run() {  # run NAME NP ARGS...: 4 steps (or --steps 6) of one learning-rate schedule
   local name=$1 np=$2; shift 2
   # shellcheck disable=SC2046

@@ -9,7 +9,9 @@
 # ep 1 (dp 2) within 2.2e-5 and 2.3e-5 with attention's tiles in fp32, 2.9e-5 and 1.04e-4 with
 # them in bf16 (a CPU with AVX512-BF16: P and dS rounded to bf16 too, so the two orders' fp32
 # differences in the experts' gradients flip more roundings; step 1 is the same bits).
-# Bounds: LOSS_TOL 1e-8, NORM_TOL 1e-7; bf16 1e-4 (loss) and 4e-4 (norm). Routing rows to the wrong rank (each
+# Over --seed 1-8 (the initial values), those layouts and LAMB's below: losses within 9.4e-9,
+# norms within 9.4e-8.
+# Bounds: LOSS_TOL 5e-8, NORM_TOL 5e-7; bf16 1e-4 (loss) and 4e-4 (norm). Routing rows to the wrong rank (each
 # expert's rows sent to the rank before its owner) moved the losses by up to 8.0e-4 and
 # the norms by 4.3e-3 relative, and test_expert_dispatch names each misrouted row.
 # LAMB (--lr 3e-2) takes whole-tensor trust ratios at every layout: the ep-split experts' norms
@@ -23,7 +25,7 @@
 # Bad input (exit 2, the reason): ep not dividing dp, ep not dividing the experts, a dense model,
 # hybrid sharding (ZeRO with ep: expert_parallel_zero.sh).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
-LOSS_TOL=1e-8 NORM_TOL=1e-7 BF16_LOSS_TOL=1e-4 BF16_NORM_TOL=4e-4
+LOSS_TOL=5e-8 NORM_TOL=5e-7 BF16_LOSS_TOL=1e-4 BF16_NORM_TOL=4e-4
 moe="--arch llama --n-kv-head 2 --n-experts 4 --top-k 2"
 run() {  # run NAME NP ARGS...: 6 steps of one learning-rate schedule
   local name=$1 np=$2; shift 2

@@ -9,13 +9,14 @@
 # the experts sharded over that expert-dp); the per-step losses,
 # gradient norms, aux and z-losses and the imbalance (max / mean tokens per expert) must equal
 # cp 1's within fp32-order noise, and the tokens per expert sum to the tokens routed.
-# Measured (AMD EPYC Zen 5, 2 cores): losses within 2.0e-9 relative, grad norms 1.8e-8, aux
-# losses 4.6e-9, z-losses 1.5e-8, imbalance equal. Bounds: LOSS_TOL 2e-8, the others 1e-7.
+# Measured (AMD EPYC Zen 5, 2 cores): over --seed 1-8 (the initial values) losses within 2.8e-8
+# relative, grad norms 1.7e-7, aux losses 3.3e-7, z-losses 8.6e-7, imbalance equal (one draw
+# gave 2.0e-9, 1.8e-8, 4.6e-9 and 1.5e-8). Bounds: LOSS_TOL 1e-7, NORM_TOL 1e-6, the others 3e-6.
 # With the cp all-reduce of the statistics dropped, the tokens per expert summed to 256 of 512,
 # and (that check skipped) the losses moved by 4.4e-6, the grad norms by 1.2e-4, the aux and
 # z-losses by 5e-3 and 7e-3, the imbalance by 0.035.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
-LOSS_TOL=2e-8 NORM_TOL=1e-7 AUX_TOL=1e-7
+LOSS_TOL=1e-7 NORM_TOL=1e-6 AUX_TOL=3e-6
 # shellcheck disable=SC2207
 MOE=($(tiny_args) --arch llama --n-kv-head 2 --n-experts 4 --top-k 2 --moe-every 1 --moe-ff 64
      --moe-z-loss-coef 0.001 --steps 4 --save-interval 100)

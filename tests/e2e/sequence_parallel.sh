@@ -14,11 +14,13 @@
 #  - --sequence-parallel at tp 1 and at a seq-len tp does not divide exits 2.
 # What differs: each rank sums the norm weights' (and layernorm biases') gradients over its own
 # rows before they are summed over tp, where without it each sums all rows. Measured (AMD EPYC
-# Zen 5, 2 cores): losses within 2.2e-9, grad norms within 1.2e-8 (gpt2; llama and bf16 equal).
-# Bounds: 1e-7. With the norms' gradients averaged over tp instead of summed (model.cpp's
-# tp_partial_grad false for them) grad norms differ by 2.6e-3 (gpt2 tp 2) and 1.1e-3 (llama).
+# Zen 5, 2 cores): losses within 2.2e-9, grad norms within 1.2e-8 (gpt2; llama and bf16 equal);
+# over --seed 1-8 (the initial values) gpt2 at tp 4 within 1.2e-8 and 2.8e-7.
+# Bounds: LOSS_TOL 1e-7, NORM_TOL 1e-6. With the norms' gradients averaged over tp instead of
+# summed (model.cpp's tp_partial_grad false for them) grad norms differ by 2.6e-3 (gpt2 tp 2) and
+# 1.1e-3 (llama).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
-LOSS_TOL=1e-7 NORM_TOL=1e-7
+LOSS_TOL=1e-7 NORM_TOL=1e-6
 run() {  # run NAME NP ARGS...: STEPS (4) steps of the tiny model; losses and grad norms kept
   local name=$1 np=$2; shift 2
   # shellcheck disable=SC2046
