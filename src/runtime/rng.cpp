@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "mpitrain/runtime/error.hpp"
 
@@ -50,10 +51,20 @@ uint64_t Rng::next_u64() {
 
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
-double Rng::normal() {
+double Rng::normal() { return normal_pair().first; }
+
+std::pair<double, double> Rng::normal_pair() {
   const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
   const double u2 = uniform();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  const double r = std::sqrt(-2.0 * std::log(u1)), t = 2.0 * std::numbers::pi * u2;
+  return {r * std::cos(t), r * std::sin(t)};
+}
+
+uint64_t rng_stream::param_init_stream(uint64_t tensor, uint64_t chunk) {
+  if (tensor >= (1ull << 20) || chunk >= (1ull << 20))
+    MPITRAIN_THROW("initial values: tensor " + std::to_string(tensor) + ", chunk " +
+                   std::to_string(chunk) + " past the 2^20 of each that the streams name");
+  return kParamInit + (tensor << 20) + chunk;
 }
 
 uint64_t Rng::below(uint64_t n) {

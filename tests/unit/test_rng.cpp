@@ -101,3 +101,23 @@ TEST(Rng, NormalHasMeanZeroAndVarianceOne) {
   EXPECT_NEAR(mean, 0.0, 5 / std::sqrt(double(n)));
   EXPECT_NEAR(var, 1.0, 5 * std::sqrt(2.0 / n));
 }
+
+TEST(Rng, NormalPairIsBoxMullerOfTwoUniformsWithAnIndependentSecond) {
+  Rng a(3, 0), b(3, 0);
+  const double u1 = 1.0 - b.uniform(), u2 = b.uniform();
+  const double r = std::sqrt(-2.0 * std::log(u1)), t = 2.0 * M_PI * u2;
+  const auto [first, second] = a.normal_pair();
+  EXPECT_EQ(first, r * std::cos(t));
+  EXPECT_EQ(second, r * std::sin(t));
+  const int n = 100000;
+  double s1 = 0, s2 = 0, q1 = 0, q2 = 0, cross = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto [x, y] = a.normal_pair();
+    ASSERT_TRUE(std::isfinite(x) && std::isfinite(y));
+    s1 += x, s2 += y, q1 += x * x, q2 += y * y, cross += x * y;
+  }
+  // 5 standard errors, as above; the correlation of independent normals has sd 1/sqrt(n).
+  for (double sum : {s1, s2}) EXPECT_NEAR(sum / n, 0.0, 5 / std::sqrt(double(n)));
+  for (double sum2 : {q1, q2}) EXPECT_NEAR(sum2 / n, 1.0, 5 * std::sqrt(2.0 / n));
+  EXPECT_NEAR(cross / n, 0.0, 5 / std::sqrt(double(n)));
+}
