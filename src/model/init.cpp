@@ -87,11 +87,9 @@ void initial_tensors(const ModelConfig& config, const ParamLayout& layout, uint6
 
 template <typename T>
 void Model<T>::init(uint64_t seed) {
-  std::vector<T> local(layout_.total());  // this rank's parameters, uploaded at the end
   initial_tensors<T>(config_, layout_, seed, [&](const ParamTensor& t, const T* values) {
-    std::copy(values, values + t.numel, local.data() + t.offset);
+    backend_.upload(params_ + t.offset, values, t.numel);  // the tensors tile the flat buffer
   });
-  backend_.upload(params_, local.data(), local.size());
 }
 
 template void initial_tensors(const ModelConfig&, const ParamLayout&, uint64_t,
