@@ -5,18 +5,19 @@
 // A GPT-2 shape (F = 4C, one rank's whole model, as every rank of a tp group draws it). Per thread
 // count, one row: the best of --repeats draws after a warm-up one (wall seconds), millions of
 // values per second, and the speed as a ratio to the first row's. Every row must draw the same
-// bits (a checksum of each; exit 1 otherwise).
+// bits: one more, untimed draw per row sums every value's checkpoint checksum (ckpt/format.hpp);
+// exit 1 where a row's sum differs from the first's.
 #include <omp.h>
 
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "bench_args.hpp"
+#include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/program.hpp"
@@ -25,6 +26,15 @@ namespace po = boost::program_options;
 using namespace mpitrain;
 
 namespace {
+
+// The sum of every tensor's checksum over one draw of its initial values, on this thread count.
+uint64_t drawn_checksum(const ModelConfig& c, const ParamLayout& layout) {
+  uint64_t sum = 0;
+  initial_tensors<float>(c, layout, 1234, [&](const ParamTensor& t, const float* x) {
+    sum += checksum(x, 0, t.numel);
+  });
+  return sum;
+}
 
 int run(int argc, char** argv) {
   ModelConfig c;
@@ -69,17 +79,10 @@ int run(int argc, char** argv) {
   uint64_t first_sum = 0;
   for (const int n : threads) {
     omp_set_num_threads(n);
-    uint64_t sum = 0;
     const double seconds = bench::best_seconds(repeats, [&] {
-      sum = 0;
-      initial_tensors<float>(c, layout, 1234, [&](const ParamTensor& t, const float* x) {
-        for (size_t i = 0; i < 64; ++i) {  // 64 values spread over each tensor, as bits
-          uint32_t bits;
-          std::memcpy(&bits, x + i * (t.numel / 64), sizeof bits);
-          sum = sum * 1000003 + bits;
-        }
-      });
+      initial_tensors<float>(c, layout, 1234, [](const ParamTensor&, const float*) {});
     });
+    const uint64_t sum = drawn_checksum(c, layout);
     const double rate = layout.total() / 1e6 / seconds;
     if (first == 0) first = rate, first_sum = sum;
     std::printf("%8d %10.3f %12.1f %8.2f\n", n, seconds, rate, rate / first);

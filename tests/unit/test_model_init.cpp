@@ -13,22 +13,18 @@
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/rng.hpp"
+#include "small_llama.hpp"
 
 using namespace mpitrain;
 
 namespace {
 
-// wte 300 x 256 (2 chunks, the second cut short; padded to Vp 384), attn.qkv 768 x 256 (3).
+// GPT-2 (every bias, tied): wte 300 x 256 (2 chunks, the second cut short; padded to Vp 384),
+// attn.qkv 768 x 256 (3).
 ModelConfig config() {
-  ModelConfig c;
+  ModelConfig c = test_models::small_llama(256, 512, 300, 16);
   c.set_arch(Arch::Gpt2);
-  c.n_layer = 2;
-  c.n_head = 4;
   c.n_kv_head = 4;
-  c.d_model = 256;
-  c.d_ff = 512;
-  c.vocab_size = 300;
-  c.max_seq_len = 16;
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/rng.hpp"
@@ -105,7 +106,7 @@ TEST(Rng, NormalHasMeanZeroAndVarianceOne) {
 TEST(Rng, NormalPairIsBoxMullerOfTwoUniformsWithAnIndependentSecond) {
   Rng a(3, 0), b(3, 0);
   const double u1 = 1.0 - b.uniform(), u2 = b.uniform();
-  const double r = std::sqrt(-2.0 * std::log(u1)), t = 2.0 * M_PI * u2;
+  const double r = std::sqrt(-2.0 * std::log(u1)), t = 2.0 * std::numbers::pi * u2;
   const auto [first, second] = a.normal_pair();
   EXPECT_EQ(first, r * std::cos(t));
   EXPECT_EQ(second, r * std::sin(t));
