@@ -1,22 +1,30 @@
-// init-rate: how fast a run draws its initial parameters (initial_tensors), by thread count.
+// init-rate: how fast a run sets up its CPU tensors, by thread count: drawing the initial
+// parameters (initial_tensors), and allocating zeroed tensors (CpuBackend::alloc: parameters,
+// gradients, optimizer state and activations; the first touch of their pages).
 //
 //   init-rate [--n-layer 12] [--d-model 768] [--vocab-size 50304] [--threads 1,2] [--repeats 3]
 //
 // A GPT-2 shape (F = 4C, one rank's whole model, as every rank of a tp group draws it). Per thread
-// count, one row: the best of --repeats draws after a warm-up one (wall seconds), millions of
-// values per second, and the speed as a ratio to the first row's. Every row must draw the same
-// bits: one more, untimed draw per row sums every value's checkpoint checksum (ckpt/format.hpp);
-// exit 1 where a row's sum differs from the first's.
+// count, one row of each table: the best of --repeats (wall seconds; the draws after a warm-up
+// one), its rate, and the speed as a ratio to the first row's. Every row must draw the same bits:
+// one more, untimed draw per row sums every value's checkpoint checksum (ckpt/format.hpp); exit 1
+// where a row's sum differs from the first's. The allocations (a tensor the parameters' size each;
+// the gradients and AdamW's moments are as large) are on huge pages, the trainer's default
+// (--huge-pages), and all stay held until the table ends: rows x repeats tensors. (Their zeros are
+// the unit tests' to check: a fresh page reads as zeros whether or not alloc wrote them.)
 #include <omp.h>
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <list>
 #include <string>
 #include <vector>
 
 #include "bench_args.hpp"
+#include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -36,6 +44,35 @@ uint64_t drawn_checksum(const ModelConfig& c, const ParamLayout& layout) {
   return sum;
 }
 
+// One row's backend and the tensors it allocated, freed when the table ends (~Allocations), so
+// that every allocation touches pages this process has not used: pages freed a moment before come
+// back much faster than a run's fresh ones (13 against 0.6 GiB/s on one thread of a Zen 5 VM,
+// whose hypervisor backs a fresh page on its first touch).
+struct Allocations {
+  CpuBackend<float> backend;
+  std::vector<float*> tensors;
+  explicit Allocations(int threads) : backend(threads) {}
+  Allocations(const Allocations&) = delete;
+  Allocations& operator=(const Allocations&) = delete;
+  ~Allocations() {
+    for (float* t : tensors) backend.free(t);
+  }
+};
+
+// The best of `repeats` wall seconds of allocating a zeroed fp32 tensor of n values on the
+// backend's threads, as the trainer does.
+double best_alloc_seconds(Allocations& row, size_t n, int repeats) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float* t = row.backend.alloc(n);
+    const auto t1 = std::chrono::steady_clock::now();
+    row.tensors.push_back(t);
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
 int run(int argc, char** argv) {
   ModelConfig c;
   c.set_arch(Arch::Gpt2);
@@ -45,7 +82,8 @@ int run(int argc, char** argv) {
   std::string threads_text = "1,2";
   int repeats = 3;
   po::options_description opts(
-      "init-rate: millions of initial parameter values drawn per second, by thread count\noptions");
+      "init-rate: the initial parameters drawn and the zeroed tensors allocated per second, by "
+      "thread count\noptions");
   opts.add_options()("help,h", "show this help")(
       "n-layer", po::value(&c.n_layer)->default_value(c.n_layer), "blocks")(
       "d-model", po::value(&c.d_model)->default_value(c.d_model), "width C (F = 4C, heads C/64)")(
@@ -90,6 +128,17 @@ int run(int argc, char** argv) {
       std::printf("%d threads drew other values than %d (checksum)\n", n, threads[0]);
       return kExitFailure;
     }
+  }
+  const double gib = layout.total() * sizeof(float) / double(1 << 30);
+  std::printf("\nzeroed fp32 tensors of %.2fM values (%.2f GiB) on fresh huge pages, best of %d\n",
+              layout.total() / 1e6, gib, repeats);
+  std::printf("%8s %10s %12s %8s\n", "threads", "seconds", "GiB/s", "ratio");
+  first = 0;
+  std::list<Allocations> rows;
+  for (const int n : threads) {
+    const double seconds = best_alloc_seconds(rows.emplace_back(n), layout.total(), repeats);
+    if (first == 0) first = gib / seconds;
+    std::printf("%8d %10.3f %12.2f %8.2f\n", n, seconds, gib / seconds, gib / seconds / first);
   }
   return kExitOk;
 }
