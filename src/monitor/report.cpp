@@ -111,6 +111,11 @@ void RunReport::add_checkpoint_written(double seconds, uint64_t bytes) {
   checkpoint_bytes_ += bytes;
 }
 
+void RunReport::set_up_done() {
+  set_up_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
 void RunReport::finish(const std::string& path, int skipped_steps, int exit_code,
                        std::FILE* out) const {
   const int total = first_.steps + rest_.steps;
@@ -197,6 +202,8 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                  seen - (earlier ? earlier_.tokens_before : segment_tokens_before_),
                  earlier_.seconds + wall};
   std::fprintf(f.get(), "  \"tokens_seen\": %llu,\n", static_cast<unsigned long long>(seen));
+  std::fprintf(f.get(), "  \"setup_s\": %s,\n",
+               set_up_seconds_ < 0 ? "null" : json_number(set_up_seconds_).c_str());
   std::fprintf(f.get(), "  \"segment\": {\"number\": %d, %s},\n", earlier_.count + 1,
                segment.json().c_str());
   std::fprintf(f.get(), "  \"run\": {\"segments\": %d, %s},\n", earlier_.count + 1,
@@ -239,6 +246,7 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
     std::fprintf(out, "loss        val %.6f (step %d)\n", last_val_, last_eval_step_);
   }
   std::fprintf(out, "run         %llu tokens seen | ", static_cast<unsigned long long>(seen));
+  if (set_up_seconds_ >= 0) std::fprintf(out, "set-up %.1f s | ", set_up_seconds_);
   if (earlier)
     std::fprintf(out, "segment %d: %s | all %d segments: %s\n", earlier_.count + 1,
                  segment.text().c_str(), earlier_.count + 1, run.text().c_str());

@@ -34,6 +34,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int Trainer::run() {
   stop_if_requested(signals_, world_, "the last of the set-up");
   run_start_ = std::chrono::steady_clock::now();
+  log_->set_up_done();
   trace_.start(comms_->world);  // the timelines' common zero
   for (int step = start_step_; step < t_.steps; ++step) {
     if (const StepEnd end = this->step(step); end.stop) return finish(end.exit_code);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where the time goes, end to end on 2 ranks (pp 2): --trace timelines merged by trace-merge (both
 # ranks, the four lanes, the regions), --tensorboard events, the time breakdown in metrics.jsonl
-# (its parts fit inside the step), report.json at the end and on an early stop (exit 85), and
-# tools/plot's PNGs; bad input to the trainer's options, trace-merge and tools/plot exits 2.
+# (its parts fit inside the step), report.json at the end (its set-up before the steps) and on an
+# early stop (exit 85), and tools/plot's PNGs; bad input to the trainer's options, trace-merge and
+# tools/plot exits 2.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 PY=python3
 # shellcheck disable=SC2046
@@ -127,6 +128,7 @@ f = rep["final_train_loss"]
 assert f["first_step"] == 3 and f["last_step"] == 6 and abs(f["mean"] - sum(losses[2:6]) / 4) < 1e-5  # %.6g in the file, f
 assert rep["val_loss"]["last_step"] == 6 and rep["val_loss"]["best"] <= rep["val_loss"]["last"], rep["val_loss"]
 assert rep["tokens_seen"] == 6 * 8 * 32 and rep["segment"]["wall_time_s"] > 0, rep
+assert 0 < rep["setup_s"] < rep["segment"]["wall_time_s"], rep  # the set-up, then the steps
 print("ok: console every 4 steps with interval means; report: final train loss %.4f (steps 3-6), val %.4f"
       % (f["mean"], rep["val_loss"]["last"]))
 PYEOF

@@ -1,6 +1,6 @@
-// The end-of-run report: statistics without the warm-up step, the JSON file, the console summary;
-// after a resume, the tokens and wall time of this segment and of the whole run, each rate of
-// its own figures.
+// The end-of-run report: statistics without the warm-up step, the JSON file, the console summary,
+// the set-up's time; after a resume, the tokens and wall time of this segment and of the whole
+// run, each rate of its own figures.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -141,6 +141,27 @@ TEST_F(ReportTest, OneStepKeepsItsWarmUpAndNoStepsGiveNulls) {
   EXPECT_TRUE(json_.at("step_ms").at("mean").is_null());
   EXPECT_TRUE(json_.at("exposed_comm_share").is_null());
   EXPECT_NE(console.find("no training steps"), std::string::npos) << console;
+}
+
+// The set-up's seconds: from the report's start (the trainer's) to set_up_done, when the steps
+// begin; null where they never began.
+TEST_F(ReportTest, SetUpIsTheTimeFromTheStartToTheSteps) {
+  const auto start = std::chrono::steady_clock::now() - std::chrono::milliseconds(2500);
+  RunReport r(1, start);
+  r.set_up_done();
+  const auto done = std::chrono::steady_clock::now();
+  r.add_step(figures(1, 10.0, 0.0));
+  const std::string console = finish(r, 0, kExitOk);
+  const double set_up = number("setup_s");
+  EXPECT_GE(set_up, 2.5);
+  EXPECT_LE(set_up, std::chrono::duration<double>(done - start).count());
+  EXPECT_LE(set_up, number("segment", "wall_time_s"));
+  EXPECT_NE(console.find("tokens seen | set-up 2.5 s | "), std::string::npos) << console;
+
+  RunReport never(1, start);
+  const std::string without = finish(never, 0, kExitOk);
+  EXPECT_TRUE(json_.at("setup_s").is_null());
+  EXPECT_EQ(without.find("set-up"), std::string::npos) << without;
 }
 
 TEST_F(ReportTest, UnwritablePathIsAnError) {

@@ -70,6 +70,10 @@ class RunReport {
   // the bytes (a synchronous save: both, the write being its stall).
   void add_checkpoint_stall(double seconds);
   void add_checkpoint_written(double seconds, uint64_t bytes);
+  // The set-up ends now, the steps begin: the seconds since start (MPI's and the data's checks,
+  // the model built, its parameters drawn or loaded, the tensors allocated, the peak found) are
+  // the report's setup_s and the summary's "set-up".
+  void set_up_done();
   // Writes the JSON report to path and prints the summary to out. skipped_steps: steps the
   // trainer discarded; exit_code: the run's, 0 when it is done (anything else: stopped early, e.g.
   // 85 to be requeued). Throws Error on I/O failure.
@@ -105,6 +109,7 @@ class RunReport {
   double last_val_ = 0.0, best_val_ = 0.0;
   uint64_t tokens_seen_ = 0, segment_tokens_before_ = 0;  // after the last step; before the first
   std::chrono::steady_clock::time_point start_;
+  double set_up_seconds_ = -1.0;  // -1: the steps never began
   EarlierSegments earlier_;
   std::string mfu_of_;  // "" where not said
 };

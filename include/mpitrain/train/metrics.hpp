@@ -78,6 +78,7 @@ class MetricsLog {
   // A checkpoint committed: the writer's time and the bytes, into the next step record's
   // checkpoint_write_ms and checkpoint_bytes, and the report.
   void checkpoint_written(double seconds, uint64_t bytes);
+  void set_up_done() { report_.set_up_done(); }  // RunReport::set_up_done
   // <report_path> (JSON) and the console summary; exit_code: the run's (0 done, else stopped).
   void finish(const std::string& report_path, int skipped_steps, int exit_code);
 
