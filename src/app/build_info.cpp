@@ -7,6 +7,7 @@
 
 #include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/sgemm_rate.hpp"
+#include "mpitrain/runtime/build_id.hpp"
 #ifdef MPITRAIN_HAVE_CUDA
 #include "mpitrain/backend/cuda/versions.hpp"
 #endif
@@ -56,7 +57,7 @@ std::string onednn_library() {
 }  // namespace
 
 std::string build_info(const std::string& program) {
-  std::string text = program + " " MPITRAIN_BUILD_ID "\n";
+  std::string text = program + " " + build_id() + "\n";
 #if defined(__clang__)
   text +=
       row("compiler", "Clang " __clang_version__ ", C++" + std::to_string(__cplusplus / 100 % 100));

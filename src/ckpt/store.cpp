@@ -13,6 +13,7 @@
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/io/file_kind.hpp"
 #include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/build_id.hpp"
 
 namespace fs = std::filesystem;
 
@@ -153,7 +154,7 @@ std::string CheckpointStore::commit(const std::string& name, const CheckpointMan
   CheckpointManifest m = given;
   m.format_version = kCheckpointFormatVersion;
   m.optimizer = s.optimizer;
-  m.build_id = MPITRAIN_BUILD_ID;
+  m.build_id = build_id();
   m.wall_time = world_.rank() == 0 ? utc_now() : "";
   broadcast(world_, m.wall_time);  // attributes are collective: the same value everywhere
   const std::string tmp = (fs::path(dir_) / (name + ".tmp")).string();

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/build_id.hpp"
 #include "mpitrain/runtime/watchdog.hpp"
 
 namespace mpitrain {
@@ -79,7 +80,7 @@ std::string first_line(const char* text) {
 std::vector<SoftwareField> local_software(const std::string& config_text, const FaultPlan& faults,
                                           int world_rank) {
   std::vector<SoftwareField> fields;
-  std::string build = MPITRAIN_BUILD_ID;
+  std::string build = build_id();
   if (faults.fires(FaultKind::Version, world_rank, 0)) build += " (fault injection: version)";
   fields.push_back({"build_id", build});
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};

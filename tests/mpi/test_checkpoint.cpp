@@ -21,8 +21,9 @@
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/io/hdf5.hpp"
-#include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/parallel/pipeline_schedule.hpp"
+#include "mpitrain/runtime/agree.hpp"
+#include "mpitrain/runtime/build_id.hpp"
 #include "mpitrain/train/checkpointer.hpp"
 #include "mpitrain/train/gather.hpp"
 
@@ -197,7 +198,7 @@ void expect_manifest(const CheckpointManifest& got, const CheckpointManifest& wa
     return f;
   };
   EXPECT_EQ(fields(got), fields(want));
-  EXPECT_EQ(got.build_id, MPITRAIN_BUILD_ID);
+  EXPECT_EQ(got.build_id, build_id());
   EXPECT_EQ(got.wall_time.size(), 20u) << got.wall_time;  // 2024-05-01T12:00:00Z
 }
 

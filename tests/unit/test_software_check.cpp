@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/runtime/build_id.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/fault.hpp"
 #include "mpitrain/train/software_check.hpp"
@@ -27,7 +28,7 @@ TEST(SoftwareCheck, LocalFieldsInOrder) {
     EXPECT_FALSE(f[i].value.empty()) << names[i];
     EXPECT_EQ(f[i].value.find('\n'), std::string::npos) << names[i];
   }
-  EXPECT_EQ(f[0].value, MPITRAIN_BUILD_ID);
+  EXPECT_EQ(f[0].value, build_id());
   EXPECT_EQ(f[4].value.size(), 16u);  // 64-bit hash in hex
   EXPECT_NE(local_software("lr = 0.002\n", FaultPlan(), 0)[4].value, f[4].value);
 }

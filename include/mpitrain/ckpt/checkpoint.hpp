@@ -92,7 +92,7 @@ struct CheckpointManifest {
   GridShape layout;
   std::string pp_layers;  // blocks per stage as given ("" = balanced)
   int64_t global_batch_size = 0, micro_batch_size = 0, seq_len = 0;
-  std::string build_id;   // set by save: MPITRAIN_BUILD_ID
+  std::string build_id;   // set by save: build_id()
   std::string wall_time;  // set by save: rank 0's clock, ISO 8601 UTC
   // The training data (Dataset::record: "<weight> <tokens> <path>" a line); "" = not recorded
   // (files written before it: the attribute `data` is absent, and a resume does not compare).

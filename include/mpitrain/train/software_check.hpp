@@ -2,7 +2,7 @@
 // trainer, another MPI, HDF5 or BLAS, another configuration file) are a classic cause of silent
 // trouble, so every rank compares what it runs before any work.
 //
-// Fields: build_id (MPITRAIN_BUILD_ID), mpi (MPI_Get_library_version, first line), hdf5
+// Fields: build_id (build_id()), mpi (MPI_Get_library_version, first line), hdf5
 // (H5get_libversion), openblas (openblas_get_config), config (a 64-bit hash of every resolved
 // option). A CUDA build adds its runtime, cuDNN and NCCL versions in local_software().
 // One all-reduce of a hash of all fields when they agree; otherwise rank 0 gathers every rank's

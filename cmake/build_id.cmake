@@ -1,0 +1,17 @@
+# Run at every build (the mpitrain_build_id target): writes OUTPUT, the source of build_id(), from
+# VERSION and the commit of SOURCE_DIR, "-dirty" where tracked files differ from it ("unknown"
+# outside a git checkout). configure_file rewrites OUTPUT only when its text changes, so a build
+# at the same commit compiles nothing again, and a new commit or edit recompiles this one file.
+execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SOURCE_DIR}
+                OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT commit)
+  set(commit "unknown")
+else()
+  execute_process(COMMAND git status --porcelain --untracked-files=no WORKING_DIRECTORY ${SOURCE_DIR}
+                  OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(changes)
+    string(APPEND commit "-dirty")
+  endif()
+endif()
+set(MPITRAIN_BUILD_ID "${VERSION}+${commit}")
+configure_file(${SOURCE_DIR}/cmake/build_id.cpp.in ${OUTPUT} @ONLY)
