@@ -6,8 +6,8 @@
 # rightly: the programs are not of the source beside them.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
-git -C "$SOURCE_DIR" rev-parse --git-dir > /dev/null 2>&1 ||
-  { echo "SKIP: $SOURCE_DIR is not a git checkout, so the build id says unknown"; exit 77; }
+[ "$(git -C "$SOURCE_DIR" rev-parse --show-toplevel 2> /dev/null)" = "$(realpath "$SOURCE_DIR")" ] ||
+  { echo "SKIP: $SOURCE_DIR is not the top of a git checkout, so the build id says unknown"; exit 77; }
 commit=$(git -C "$SOURCE_DIR" rev-parse --short=12 HEAD)
 [ -z "$(git -C "$SOURCE_DIR" status --porcelain --untracked-files=no)" ] || commit="$commit-dirty"
 first=$("$BUILD_DIR/trainer" --version | head -n 1)
