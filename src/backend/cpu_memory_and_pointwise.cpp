@@ -50,10 +50,11 @@ namespace {
 constexpr size_t kChunkBytes = 4 * kParallelWork;  // per task of the parallel memset / memcpy
 
 // bytes of zeros at p, on every thread in equal contiguous shares (schedule static). On fresh pages
-// this is their first touch: each thread takes the page faults of its own share, so the kernel
-// clears the pages on all threads at once (on one thread, 0.55 GiB/s on a Zen 5 VM: about 2 s of
-// GPT-2 small's start-up), and where a rank's threads span several NUMA nodes its tensors are
-// spread over those nodes share by share, not all placed on the allocating thread's node.
+// this is their first touch: each thread takes the page faults of its own share, so the pages are
+// cleared on all threads at once (fresh pages of a Zen 5 VM: 0.55 GiB/s on one thread, 1.0 on two;
+// GPT-2 small's set-up at 2 threads fell from about 6 s to 4 s), and where a rank's threads span
+// several NUMA nodes its tensors are spread over those nodes share by share, not all placed on the
+// allocating thread's node.
 void fill_zeros(char* p, size_t bytes) {
 #pragma omp parallel for schedule(static) if (bytes > 16 * kChunkBytes)
   for (size_t i = 0; i < bytes; i += kChunkBytes)
