@@ -267,6 +267,16 @@ std::optional<CheckpointManifest> CheckpointStore::load_latest(const CheckpointS
                    dir_ + " aside, or pass --overwrite to start fresh over them");
 }
 
+bool CheckpointStore::load_latest_loads_or_stops(bool fresh_over_damaged) {
+  std::string found;
+  on_root(world_, [&] {
+    std::string problem;
+    found = checkpoint_candidates(dir_, problem).empty() ? "" : "yes";
+  });
+  broadcast(world_, found);
+  return !found.empty() && !fresh_over_damaged;
+}
+
 CheckpointManifest CheckpointStore::load(const std::string& path, const CheckpointState& s) {
   std::string dir;
   on_root(world_, [&] {

@@ -106,6 +106,8 @@ void Trainer::resume() {
   }
   if (!m) {
     require(t_.resume == "auto", "--resume " + t_.resume + ": no valid checkpoint in it");
+    if (params_from_checkpoint_)  // load_latest_loads_or_stops said this cannot happen
+      MPITRAIN_THROW("no checkpoint was loaded, yet the initial values were left out for one");
     if (root_) std::printf("no checkpoint to resume from: starting fresh\n");
     return;
   }

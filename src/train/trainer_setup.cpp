@@ -315,6 +315,14 @@ void Trainer::build_model() {
       std::make_unique<Watchdog>(world_, WatchdogConfig{t_.comm_timeout_startup, t_.comm_timeout},
                                  comms_->host_logs(), comms_->device_work());
   blocking_ = comms_->blocking();
+  store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
+                                             world_, t_.keep_last, faults_);
+  // A resume that loads a checkpoint or stops (an explicit one; auto over checkpoints without
+  // --overwrite, which refuses to start fresh over damaged ones) takes every parameter from the
+  // checkpoint: their initial values are neither drawn nor read (--init-from).
+  params_from_checkpoint_ =
+      !t_.resume.empty() &&
+      (t_.resume != "auto" || store_->load_latest_loads_or_stops(t_.overwrite));
   all_or_none(world_, [&] {
     model_ = std::make_unique<Model<float>>(cfg_, *backend_, shard, micro_batch_, local_seq_len(),
                                             slots, &comms_->tp_data(), model_options_);
@@ -335,7 +343,11 @@ void Trainer::build_model() {
       model_->set_lender(sharded_.get());
     }
     const bool zero3 = t_.zero == 3;
-    if (t_.init_from.empty()) {
+    if (params_from_checkpoint_) {  // resume() loads every parameter
+      if (root_ && !t_.init_from.empty())
+        std::printf("resume: --init-from %s is not read: the checkpoint holds every parameter\n",
+                    t_.init_from.c_str());
+    } else if (t_.init_from.empty()) {
       if (zero3)  // one tensor at a time into the shards: never the whole stage on the host
         initial_tensors<float>(cfg_, model_->layout(), t_.seed,
                                [&](const ParamTensor& p, const float* v) { sharded_->set_tensor(p, v); });
@@ -488,8 +500,6 @@ void Trainer::build_step_parts() {
                    experts_count_once},
       t_.grad_clip, &trace_);
 
-  store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
-                                             world_, t_.keep_last, faults_);
   // The parameters this rank loads: the whole stage, or under ZeRO-3 its pieces.
   held_params_ = t_.zero == 3 ? sync_->owned_params() : model_->params();
   state_.emplace(checkpoint_state(

@@ -2,6 +2,7 @@
 # llm.c / nanoGPT interoperability through the trainer:
 # - a gpt2 model exported in llm.c's format and loaded back with init-from evaluates to exactly
 #   the same validation loss (fp32 export is lossless);
+# - a resume of a run begun from it takes the checkpoint's parameters, not the file's again;
 # - llm.c token shards and nanoGPT .bin files train like the HDF5 data.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 # shellcheck disable=SC2046
@@ -15,6 +16,23 @@ a=$(metric "$SCRATCH/a/metrics.jsonl" val_loss)
 b=$(metric "$SCRATCH/b/metrics.jsonl" val_loss)
 echo "val loss after training $a, after export + init-from $b"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "val loss changed through export/import: $a vs $b"
+
+# A resume takes every parameter from its checkpoint: --init-from is not read again (the run says
+# so) and the run goes on as one never stopped, loss for loss.
+# shellcheck disable=SC2046
+set -- $(tiny_args) --init-from "$SCRATCH/model.bin" --steps 4 --save-interval 2
+run_trainer 2 "$SCRATCH/whole.log" "$@" --out-dir "$SCRATCH/whole"
+[ "$rc" = 0 ] || { cat "$SCRATCH/whole.log"; fail "init-from, 4 steps: exit $rc"; }
+run_trainer 2 "$SCRATCH/cut.log" "$@" --out-dir "$SCRATCH/cut" --exit-at-step 2
+[ "$rc" = 85 ] || { cat "$SCRATCH/cut.log"; fail "init-from, stopped at step 2: exit $rc"; }
+grep -q "is not read" "$SCRATCH/cut.log" && fail "a fresh run said --init-from is not read"
+run_trainer 2 "$SCRATCH/resumed.log" "$@" --out-dir "$SCRATCH/cut" --resume auto
+[ "$rc" = 0 ] || { cat "$SCRATCH/resumed.log"; fail "init-from, resumed: exit $rc"; }
+grep -qF -- "resume: --init-from $SCRATCH/model.bin is not read: the checkpoint holds every parameter" \
+  "$SCRATCH/resumed.log" || { cat "$SCRATCH/resumed.log"; fail "the resume did not say --init-from is not read"; }
+[ "$(metric "$SCRATCH/whole/metrics.jsonl" loss)" = "$(metric "$SCRATCH/cut/metrics.jsonl" loss)" ] ||
+  fail "the resumed run's losses differ from the whole run's"
+echo "ok: a resume over --init-from reads the checkpoint only and repeats the whole run's losses"
 
 # The init-from model's shape wins; a disagreeing explicit option is refused.
 set +e

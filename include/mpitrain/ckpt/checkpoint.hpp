@@ -169,6 +169,11 @@ class CheckpointStore {
   // Both loads may have overwritten s's buffers when they fail or return nullopt.
   std::optional<CheckpointManifest> load_latest(const CheckpointState& s,
                                                 bool fresh_over_damaged = false);
+  // Whether load_latest(s, fresh_over_damaged) either loads a checkpoint or throws, never
+  // returning nullopt: there is a checkpoint to try and no fresh start over damaged ones (found
+  // on rank 0, the same answer on every rank). The UsageError of a `latest` that is not a regular
+  // file, as load_latest's.
+  bool load_latest_loads_or_stops(bool fresh_over_damaged);
   // The checkpoint in directory `path` (or `path`.old, see above); UsageError "cannot resume
   // from <path>: <file>: <what>" if it is missing or damaged.
   CheckpointManifest load(const std::string& path, const CheckpointState& s);

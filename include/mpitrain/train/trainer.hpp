@@ -123,6 +123,7 @@ class Trainer {
   std::string tokenizer_descriptor_;      // its file, copied into <out-dir>/tokenizer/; or ""
   std::optional<ResumeSource> resume_source_;  // an explicit --resume PATH
   bool continues_run_ = false;                 // resuming the run in out-dir (auto, or its own)
+  bool params_from_checkpoint_ = false;        // a resume that loads or stops: no initial values
   ModelConfig cfg_;
 
   // The machinery (build_model, build_step_parts), destroyed in the reverse order.
