@@ -268,13 +268,13 @@ std::optional<CheckpointManifest> CheckpointStore::load_latest(const CheckpointS
 }
 
 bool CheckpointStore::load_latest_loads_or_stops(bool fresh_over_damaged) {
-  std::string found;
+  int found = 0;  // a checkpoint to try
   on_root(world_, [&] {
     std::string problem;
-    found = checkpoint_candidates(dir_, problem).empty() ? "" : "yes";
+    found = checkpoint_candidates(dir_, problem).empty() ? 0 : 1;
   });
-  broadcast(world_, found);
-  return !found.empty() && !fresh_over_damaged;
+  MPI_CHECK(MPI_Bcast(&found, 1, MPI_INT, 0, world_.get()));
+  return found == 1 && !fresh_over_damaged;
 }
 
 CheckpointManifest CheckpointStore::load(const std::string& path, const CheckpointState& s) {
