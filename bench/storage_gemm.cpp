@@ -32,6 +32,7 @@ namespace {
 
 using mpitrain::Buf;
 using mpitrain::CpuBackend;
+using mpitrain::GradWrite;
 using mpitrain::Precision;
 
 constexpr int kC = 768;
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
     };
     const auto backward = [&](Layer& l, bool round) {
       return [&l, round, N, OC] {
-        l.be.matmul_backward(l.dinp, l.dw, l.db, l.dout, l.inp, l.w, N, kC, OC);
+        l.be.matmul_backward(l.dinp, l.dw, l.db, l.dout, l.inp, l.w, N, kC, OC, GradWrite::Add);
         if (round) l.be.round_to(l.dinp.full(), l.ni, Precision::Bf16);
       };
     };

@@ -178,7 +178,7 @@ void bench_ops(CudaBackend<float>& be, const Ceilings& c) {
   add("matmul fwd fc (768->3072, bias)", gemm_fc, 4.0 * (NC + size_t(F) * C + size_t(N) * F),
       [&] { be.matmul_forward(h, x, w, bias, N, C, F); });
   add("matmul bwd fc (dx, dW, db)", 2 * gemm_fc, 4.0 * (2 * NC + 2.0 * size_t(N) * F + 2.0 * F * C),
-      [&] { be.matmul_backward(y, dw, db, dh, x, w, N, C, F); });
+      [&] { be.matmul_backward(y, dw, db, dh, x, w, N, C, F, GradWrite::Add); });
   const double att_flops = 4.0 * B * NH * double(T) * T / 2 * hs;  // causal: half of QK^T and PV
   add("attention fwd (causal, 12x64)", att_flops, 4.0 * (3 * NC + NC),
       [&] { be.attention_forward(y, lse, qkv, B, T, NH, NH, hs, 1 / std::sqrt(double(hs))); });

@@ -1,6 +1,7 @@
 // CPU backend: the linear layer. Products run one sgemm (fp32 backends: cpu::gemm), oneDNN's bf16
 // matmul (cpu_matmul_bf16.cpp) or the blocked sgemm (cpu_blocked_gemm.cpp): cpu_backend.hpp.
 // Small fp32 products on several threads run side by side instead (cpu_side_by_side.hpp).
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <type_traits>
@@ -112,20 +113,24 @@ void CpuBackend<T>::matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf
 }
 
 // dinp(N,IC) = dout(N,OC) @ weight(OC,IC)            (overwritten; skipped if null)
-// dweight(OC,IC) += dout^T @ inp(N,IC)               (accumulated, fp32)
-// dbias(OC) += sum_n dout[n,:]                       (column blocks, rows in order)
+// dweight(OC,IC) += dout^T @ inp(N,IC)               (fp32; Overwrite: =)
+// dbias(OC) += sum_n dout[n,:]                       (column blocks, rows in order; Overwrite: =)
 template <typename T>
 void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp,
-                                    CBuf<T> weight, int N, int IC, int OC) {
+                                    CBuf<T> weight, int N, int IC, int OC, GradWrite write) {
+  const bool add = write == GradWrite::Add;
+  if (!add && dbias) std::fill_n(dbias, OC, T(0));  // the column sums below add on it
+  if (!add && N == 0) std::fill_n(dweight, static_cast<size_t>(OC) * IC, T(0));  // no product
+  if (N == 0) return;
   // small fp32 products: both at once (cpu_side_by_side.hpp)
   const auto dx = fp32_product<T>(precision_, false, false, N, IC, OC, dout, weight, false, dinp);
-  const auto dw = fp32_product<T>(precision_, true, false, OC, IC, N, dout, inp, true, dweight);
+  const auto dw = fp32_product<T>(precision_, true, false, OC, IC, N, dout, inp, add, dweight);
   if (dx && dw && side_by_side_pays(dw->flops(), threads_)) {
     side_by_side({*dx, *dw}, threads_);
   } else {
     if (dinp) product(false, false, N, IC, OC, dout, weight, false, dinp, false);
     // dout is dinp's A too: its bf16 copy from that product is reused.
-    product(true, false, OC, IC, N, dout, inp, true, dweight, static_cast<bool>(dinp));
+    product(true, false, OC, IC, N, dout, inp, add, dweight, static_cast<bool>(dinp));
   }
   if (dbias == nullptr) return;
   // a 2-byte dout's pieces are widened on the fly: no block of it goes through memory as fp32
@@ -140,7 +145,7 @@ void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> d
   template bool CpuBackend<T>::bf16_gemms() const;                                               \
   template void CpuBackend<T>::matmul_forward(Buf<T>, CBuf<T>, CBuf<T>, CBuf<T>, int, int, int); \
   template void CpuBackend<T>::matmul_backward(Buf<T>, T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int,   \
-                                               int, int);
+                                               int, int, GradWrite);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

@@ -74,13 +74,15 @@ void ProfilingBackend::matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, C
         [&] { inner_->matmul_forward(out, inp, weight, bias, N, IC, OC); });
 }
 void ProfilingBackend::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp,
-                                       CBuf<T> weight, int N, int IC, int OC) {
+                                       CBuf<T> weight, int N, int IC, int OC, GradWrite write) {
   const double n = N, ic = IC, oc = OC, products = dinp ? 2 : 1;
-  timed(OpPhase::Backward, "matmul_backward", products * 2 * n * ic * oc,
-        n * oc * bytes_of(dout) + n * ic * bytes_of(inp) +
-            (dinp ? oc * ic * bytes_of(weight) + n * ic * bytes_of(dinp) : 0) + 2 * kT * oc * ic +
-            (dbias ? 2 * kT * oc : 0),
-        [&] { inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC); });
+  const double grad_passes = write == GradWrite::Add ? 2 : 1;  // read and written, or written
+  timed(
+      OpPhase::Backward, "matmul_backward", products * 2 * n * ic * oc,
+      n * oc * bytes_of(dout) + n * ic * bytes_of(inp) +
+          (dinp ? oc * ic * bytes_of(weight) + n * ic * bytes_of(dinp) : 0) +
+          grad_passes * kT * (oc * ic + (dbias ? oc : 0)),
+      [&] { inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, write); });
 }
 
 // ---- embeddings, norms, pointwise: bytes only -----------------------------------------------

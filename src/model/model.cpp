@@ -188,7 +188,16 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   backend_.set_alloc_kind(AllocKind::Params);
   if (!options_.lend_params) params_ = backend_.alloc(layout_.total(), options_.storage);
   backend_.set_alloc_kind(AllocKind::Grads);
-  if (!options_.lend_grads) grads_ = backend_.alloc(layout_.total());
+  if (!options_.lend_grads) {
+    grads_ = backend_.alloc(layout_.total());
+    for (const ParamTensor& t : layout_.tensors())  // in layout order: neighbours join
+      if (!written_whole(t.slot)) {
+        if (!added_.empty() && added_.back().hi == t.offset)
+          added_.back().hi += t.numel;
+        else
+          added_.push_back({t.offset, t.offset + t.numel});
+      }
+  }
   backend_.set_alloc_kind(AllocKind::Activations);
   for (const FlatRange& u : layout_.units()) {  // lent units: null until taken
     unit_params_.push_back(params_ ? CBuf<T>(params_ + u.lo) : CBuf<T>(nullptr));
@@ -206,7 +215,26 @@ Model<T>::~Model() {
 
 template <typename T>
 void Model<T>::zero_grads() {
-  if (grads_) backend_.zero(grads_, layout_.total());
+  if (!grads_) return;
+  for (const FlatRange& r : added_) backend_.zero(grads_ + r.lo, r.size());
+  overwrite_grads_ = true;
+}
+
+template <typename T>
+bool Model<T>::written_whole(Slot slot) const {
+  switch (slot) {
+    case Slot::QkvW:
+    case Slot::QkvB:
+    case Slot::ProjW:
+    case Slot::ProjB:
+    case Slot::FcW:
+    case Slot::FcB:
+    case Slot::FcProjW:
+    case Slot::FcProjB:
+      return true;
+    default:
+      return slot == head_slot() && layout_.shard().last_stage;
+  }
 }
 
 template <typename T>
@@ -560,7 +588,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     const CBuf<T> x = sa.layers.back().res3;
     lp(sa.logits, static_cast<size_t>(N) * local_vocab_);
     backend_.matmul_backward(d.dln, g(head_slot()), nullptr, sa.logits, gather_rows(sa.lnf, NsC),
-                             p(head_slot()), N, C, local_vocab_);
+                             p(head_slot()), N, C, local_vocab_, grad_write(head_slot()));
     sum_rows(d.dln, dln_rows, NsC);
     lp(dln_rows, NsC);
     backend_.zero(d.dres, NsC);
@@ -587,7 +615,8 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     if (options_.recompute == Recompute::Selective)  // attention's output and state, from qkv
       attention_forward(a, l, B, Tlen);
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l),
-                             gather_rows(d.dres, NsC), a.atty, p(Slot::ProjW, l), N, A, C);
+                             gather_rows(d.dres, NsC), a.atty, p(Slot::ProjW, l), N, A, C,
+                             grad_write(Slot::ProjW));
     lp(d.datty, static_cast<size_t>(N) * A);
     attention_backward(a, l, B, Tlen);
     if (llama) apply_rope(d.dqkv, B, Tlen, true);
@@ -597,7 +626,8 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
       lp(d.dqkv, static_cast<size_t>(N) * QKV);
     }
     backend_.matmul_backward(d.dln, g(Slot::QkvW, l), maybe_g(Slot::QkvB, l), d.dqkv,
-                             gather_rows(a.ln1, NsC), p(Slot::QkvW, l), N, C, QKV);
+                             gather_rows(a.ln1, NsC), p(Slot::QkvW, l), N, C, QKV,
+                             grad_write(Slot::QkvW));
     sum_rows(d.dln, dln_rows, NsC);
     lp(dln_rows, NsC);
     norm_backward(d.dres, dln_rows, x, a.ln1_mean, a.ln1_rstd, Slot::Ln1W, Slot::Ln1B, l, Ns);
@@ -620,6 +650,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     for (int u : embedding) give_grads(u);
     ready(0);
   }
+  overwrite_grads_ = false;
 }
 
 template <typename T>
@@ -632,7 +663,8 @@ void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_row
   GradActs& d = grad_;
   if (F > 0) {
     backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l),
-                             gather_rows(d.dres, NsC), a.fch_act, p(Slot::FcProjW, l), N, F, C);
+                             gather_rows(d.dres, NsC), a.fch_act, p(Slot::FcProjW, l), N, F, C,
+                             grad_write(Slot::FcProjW));
     lp(d.dfch_act, NF);
     if (config_.arch == Arch::Llama)
       backend_.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
@@ -640,7 +672,8 @@ void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_row
       backend_.gelu_backward(d.dfch, a.fch, d.dfch_act, NF);
     lp(d.dfch, static_cast<size_t>(N) * FC);
     backend_.matmul_backward(d.dln, g(Slot::FcW, l), maybe_g(Slot::FcB, l), d.dfch,
-                             gather_rows(a.ln2, NsC), p(Slot::FcW, l), N, C, FC);
+                             gather_rows(a.ln2, NsC), p(Slot::FcW, l), N, C, FC,
+                             grad_write(Slot::FcW));
     sum_rows(d.dln, dln_rows, NsC);
     lp(dln_rows, NsC);
   }

@@ -360,7 +360,7 @@ void MoeLayer<T>::experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf
     const int m = offsets[e + 1] - offsets[e];
     if (m > 0)
       backend_.matmul_backward(da + o * Fe, dw2 + e * C * Fe, nullptr, dy + o * C, act + o * Fe,
-                               w2 + e * C * Fe, m, Fe_, C_);
+                               w2 + e * C * Fe, m, Fe_, C_, GradWrite::Add);
   }
   round(da, rows * Fe);
   backend_.swiglu_backward(dh, h, da, static_cast<int>(rows), Fe_);
@@ -370,7 +370,7 @@ void MoeLayer<T>::experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf
     const int m = offsets[e + 1] - offsets[e];
     if (m > 0)
       backend_.matmul_backward(dy + o * C, dw1 + e * 2 * Fe * C, nullptr, dh + o * 2 * Fe,
-                               xs + o * C, w1 + e * 2 * Fe * C, m, C_, 2 * Fe_);
+                               xs + o * C, w1 + e * 2 * Fe * C, m, C_, 2 * Fe_, GradWrite::Add);
   }
   round(dy, rows * C);
 }

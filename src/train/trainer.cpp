@@ -155,8 +155,6 @@ Trainer::StepEnd Trainer::step(int step) {
   for (Communicator* c : comms_->dp_groups())
     if (c) c->reset_bytes_sent();
   sync_->zero_grads();
-  apply_nan_fault(faults_, model_->layout(), sync_->owned_grads(), sync_->owned(), world_.rank(),
-                  step + 1);  // tests
   const float dloss = static_cast<float>(1.0 / tokens_per_step_);  // mean over the global batch
   const bool counts_loss = grid_->last_stage() && grid_->tp_rank() == 0;
   const double loss = runner_->train(load_, static_cast<float>(dloss * scaler_->scale()),

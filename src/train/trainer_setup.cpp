@@ -498,7 +498,7 @@ void Trainer::build_step_parts() {
       *model_, *sync_, *optimizer_, *scaler_, *guard_,
       UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once,
                    experts_count_once},
-      t_.grad_clip, &trace_);
+      t_.grad_clip, faults_, &trace_);
 
   // The parameters this rank loads: the whole stage, or under ZeRO-3 its pieces.
   held_params_ = t_.zero == 3 ? sync_->owned_params() : model_->params();

@@ -6,9 +6,9 @@
 
 namespace mpitrain {
 
-UpdateStep::UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer,
-                       LossScaler& scaler, NumericGuard& guard, UpdateGroups groups,
-                       double grad_clip, TraceRecorder* trace)
+UpdateStep::UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer, LossScaler& scaler,
+                       NumericGuard& guard, UpdateGroups groups, double grad_clip,
+                       const FaultPlan& faults, TraceRecorder* trace)
     : model_(model),
       sync_(sync),
       optimizer_(optimizer),
@@ -16,6 +16,7 @@ UpdateStep::UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer,
       guard_(guard),
       groups_(groups),
       grad_clip_(grad_clip),
+      faults_(faults),
       tied_wte_(groups.tied ? &model.layout().find("wte") : nullptr),
       trace_(trace) {}
 
@@ -35,6 +36,7 @@ UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
   }
   const ShardRanges& own = sync_.owned();
   float* grads = sync_.owned_grads();
+  apply_nan_fault(faults_, model_.layout(), grads, own, groups_.world->rank(), step);  // tests
   if (tied_wte_ && !whole_grads) {
     const size_t at = tied_wte_->offset;
     const ShardRanges::Overlap o = own.overlap(at, at + tied_wte_->numel);

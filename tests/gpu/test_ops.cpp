@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -147,17 +148,26 @@ constexpr double kTol = 1e-5;
 
 // ---- matmul -------------------------------------------------------------------------------------
 
+// A parameter gradient's values before a backward: random to add to, NaN to be written over.
+std::vector<float> start_values(size_t n, uint64_t seed, GradWrite write) {
+  if (write == GradWrite::Add) return random_floats(n, seed);
+  return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
 // out = x W^T + b, then dx, dW (+=), db (+=). With p = bf16/fp16 the CPU backends get the
 // operands rounded by round_to (their emulation of that GEMM math) and the GPU the raw values,
 // which it must round itself; db (a plain column sum, no GEMM) is then left out.
-auto matmul_op(int N, int IC, int OC, bool bias, bool dinp, Precision p) {
+// GradWrite::Overwrite: dW and db start as NaN, which must not reach them.
+auto matmul_op(int N, int IC, int OC, bool bias, bool dinp, Precision p,
+               GradWrite write = GradWrite::Add) {
   return [=](auto& be, auto& m) -> Outputs {
     constexpr bool cpu = !std::is_same_v<std::decay_t<decltype(be)>, CudaBackend<float>>;
     const Precision round = cpu ? p : Precision::Fp32;
     const std::vector<float> x = random_floats(size_t(N) * IC, 1),
                              w = random_floats(size_t(OC) * IC, 2), b = random_floats(OC, 3),
                              dy = random_floats(size_t(N) * OC, 4),
-                             dw0 = random_floats(size_t(OC) * IC, 5), db0 = random_floats(OC, 6);
+                             dw0 = start_values(size_t(OC) * IC, 5, write),
+                             db0 = start_values(OC, 6, write);
     auto* X = m.in(x);
     auto* W = m.in(w);
     auto* DY = m.in(dy);
@@ -170,7 +180,7 @@ auto matmul_op(int N, int IC, int OC, bool bias, bool dinp, Precision p) {
     auto* dx = dinp ? m.out(size_t(N) * IC) : nullptr;
     auto* dw = m.in(dw0);
     auto* db = bias ? m.in(db0) : nullptr;
-    be.matmul_backward(dx, dw, db, DY, X, W, N, IC, OC);
+    be.matmul_backward(dx, dw, db, DY, X, W, N, IC, OC, write);
     Outputs o{m.read(out, size_t(N) * OC), m.read(dw, dw0.size())};
     if (dinp) o.push_back(m.read(dx, size_t(N) * IC));
     if (bias && p == Precision::Fp32) o.push_back(m.read(db, OC));
@@ -179,6 +189,9 @@ auto matmul_op(int N, int IC, int OC, bool bias, bool dinp, Precision p) {
 }
 
 TEST(GpuOps, MatmulFp32) {
+  compare("matmul overwriting dW and db",
+          matmul_op(144, 320, 640, true, true, Precision::Fp32, GradWrite::Overwrite), kFp32Configs,
+          kTol);
   compare("matmul", matmul_op(144, 320, 640, true, true, Precision::Fp32), kFp32Configs, kTol);
   compare("matmul odd shape", matmul_op(100, 72, 56, false, true, Precision::Fp32), kFp32Configs,
           kTol);

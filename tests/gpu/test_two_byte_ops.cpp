@@ -141,7 +141,8 @@ TEST(GpuTwoByteOps, Matmul) {
                 float* dw = t.stat_in(random_floats(size_t(OC) * IC, 5));  // accumulated into
                 float* db = t.stat_in(random_floats(OC, 6));
                 be.matmul_forward(out, x, w, b, N, IC, OC);
-                be.matmul_backward(dx, dw, bias ? db : nullptr, dy, x, w, N, IC, OC);
+                be.matmul_backward(dx, dw, bias ? db : nullptr, dy, x, w, N, IC, OC,
+                                   GradWrite::Add);
                 return {t.read(out, size_t(N) * OC), t.read(dx, size_t(N) * IC),
                         t.read(dw, size_t(OC) * IC), t.read(db, OC)};
               });

@@ -141,7 +141,8 @@ TEST(CpuMatmul, GradCheck) {
     be.matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
     return dot(out, R);
   };
-  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
   expect_grad("dinp", x, dx, loss);
   expect_grad("dweight", w, dw, loss);
   expect_grad("dbias", b, db, loss);
@@ -152,18 +153,75 @@ TEST(CpuMatmul, BackwardAccumulatesParamsOverwritesInput) {
   const int N = 3, IC = 4, OC = 5;
   Vec x = random_vec(N * IC, 1), w = random_vec(OC * IC, 2), R = random_vec(N * OC, 4);
   Vec dx(N * IC), dw(OC * IC), db(OC);
-  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
   const Vec dx1 = dx, dw1 = dw, db1 = db;
-  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC);
+  be.matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
   for (size_t i = 0; i < dx.size(); ++i) EXPECT_DOUBLE_EQ(dx[i], dx1[i]);
   for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw[i], 2 * dw1[i]);
   for (size_t i = 0; i < db.size(); ++i) EXPECT_DOUBLE_EQ(db[i], 2 * db1[i]);
   // null dinp and null dbias are skipped; no bias in forward
   Vec dw2(OC * IC), out(N * OC);
-  be.matmul_backward(nullptr, dw2.data(), nullptr, R.data(), x.data(), w.data(), N, IC, OC);
+  be.matmul_backward(nullptr, dw2.data(), nullptr, R.data(), x.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
   for (size_t i = 0; i < dw.size(); ++i) EXPECT_DOUBLE_EQ(dw2[i], dw1[i]);
   be.matmul_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC);
   EXPECT_NEAR(out[0], x[0] * w[0] + x[1] * w[1] + x[2] * w[2] + x[3] * w[3], 1e-14);
+}
+
+// GradWrite::Overwrite writes dweight and dbias as Add writes them onto zeros, without reading
+// them (they start as NaN here), on every path a product can take: CpuBackend<double>; float on 1
+// and 2 threads (sgemm, and small products side by side); float with bf16 products (oneDNN where
+// the CPU has bf16 instructions, else the blocked sgemm), including a product cut along K (N >
+// 4 x 4096 rows) and one along M (OC > 4 x 4096); and N = 0, where Overwrite writes zeros and Add
+// leaves the values. Onto zeros the two sum the same products in the same order, so the values
+// are equal (== : the sign of a zero may differ).
+template <typename T>
+void expect_overwrite_equals_add_onto_zeros(CpuBackend<T>& be, int N, int IC, int OC) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " IC=" + std::to_string(IC) +
+               " OC=" + std::to_string(OC));
+  const auto values = [](size_t n, uint64_t seed) {
+    const Vec d = random_vec(n, seed);
+    return std::vector<T>(d.begin(), d.end());
+  };
+  const std::vector<T> x = values(size_t(N) * IC, 1), w = values(size_t(OC) * IC, 2),
+                       dout = values(size_t(N) * OC, 3);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  std::vector<T> dx(size_t(N) * IC), dw_add(size_t(OC) * IC, T(0)), db_add(OC, T(0));
+  std::vector<T> dw_over(dw_add.size(), nan), db_over(OC, nan);
+  be.matmul_backward(dx.data(), dw_add.data(), db_add.data(), dout.data(), x.data(), w.data(), N,
+                     IC, OC, GradWrite::Add);
+  be.matmul_backward(dx.data(), dw_over.data(), db_over.data(), dout.data(), x.data(), w.data(), N,
+                     IC, OC, GradWrite::Overwrite);
+  for (size_t i = 0; i < dw_add.size(); ++i) ASSERT_EQ(dw_over[i], dw_add[i]) << "dweight " << i;
+  for (int i = 0; i < OC; ++i) ASSERT_EQ(db_over[i], db_add[i]) << "dbias " << i;
+  if (N > 0) {
+    ASSERT_NE(dw_add[0], T(0));
+    return;
+  }
+  std::vector<T> dw_kept(dw_add.size(), T(5)), db_kept(OC, T(5));
+  be.matmul_backward(nullptr, dw_kept.data(), db_kept.data(), dout.data(), x.data(), w.data(), 0,
+                     IC, OC, GradWrite::Add);
+  for (T v : dw_kept) ASSERT_EQ(v, T(5)) << "Add of no rows changed dweight";
+  for (T v : db_kept) ASSERT_EQ(v, T(5)) << "Add of no rows changed dbias";
+}
+
+TEST(CpuMatmul, OverwriteEqualsAddOntoZerosOnEveryPath) {
+  struct Shape {
+    int N, IC, OC;
+  };
+  const Shape shapes[] = {{0, 16, 24}, {3, 4, 5}, {7, 33, 65}, {257, 129, 77}, {512, 96, 130}};
+  CpuBackend<double> d(1);
+  CpuBackend<float> f1(1), f2(2), bf16(2, Precision::Bf16);
+  for (const Shape& s : shapes) {
+    expect_overwrite_equals_add_onto_zeros(d, s.N, s.IC, s.OC);
+    expect_overwrite_equals_add_onto_zeros(f1, s.N, s.IC, s.OC);
+    expect_overwrite_equals_add_onto_zeros(f2, s.N, s.IC, s.OC);
+    expect_overwrite_equals_add_onto_zeros(bf16, s.N, s.IC, s.OC);
+  }
+  expect_overwrite_equals_add_onto_zeros(bf16, 16390, 8, 24);   // bf16 pieces along K
+  expect_overwrite_equals_add_onto_zeros(bf16, 64, 16, 16400);  // and along M
 }
 
 // ---- embeddings -----------------------------------------------------------------------------

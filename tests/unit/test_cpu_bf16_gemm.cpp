@@ -106,7 +106,7 @@ Result run(CpuBackend<float>& be, const FVec& inp, const FVec& w, const FVec* bi
   Result r{FVec(static_cast<size_t>(N) * OC), FVec(static_cast<size_t>(N) * IC), dw0, dbias0};
   be.matmul_forward(r.out.data(), inp.data(), w.data(), bias ? bias->data() : nullptr, N, IC, OC);
   be.matmul_backward(r.dinp.data(), r.dw.data(), r.dbias.data(), dout.data(), inp.data(), w.data(),
-                     N, IC, OC);
+                     N, IC, OC, GradWrite::Add);
   return r;
 }
 
@@ -154,7 +154,7 @@ TEST(CpuBf16Gemm, WeightGradientAccumulatesAndInputGradientIsOptional) {
   FVec dw(zero_w), dbias(zero_b);
   for (int call = 0; call < 3; ++call)
     be.matmul_backward(nullptr, dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, IC,
-                       OC);
+                       OC, GradWrite::Add);
   const Reference once(inp, w, nullptr, dout, zero_w, zero_b, N, IC, OC);
   DVec thrice(once.dw), thrice_b(once.dbias);
   for (double& x : thrice) x *= 3;
@@ -172,10 +172,13 @@ TEST(CpuBf16Gemm, OperandsRewrittenInPlaceAreConvertedAgain) {
              dout1 = random_values(N * OC, 33), dout2 = random_values(N * OC, 34);
   const FVec zero_w(OC * IC, 0.0f), zero_b(OC, 0.0f);
   FVec dout(dout1), dinp(N * IC), dw(zero_w), out(N * OC);
-  be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC);
+  be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
   std::copy(dout2.begin(), dout2.end(), dout.begin());  // same buffer, new values
-  be.matmul_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC);
-  be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC);
+  be.matmul_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
+  be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC,
+                     GradWrite::Add);
   const Reference r1(inp, w, nullptr, dout1, zero_w, zero_b, N, IC, OC);
   const Reference r2(inp, w, nullptr, dout2, zero_w, zero_b, N, IC, OC);
   DVec want(r1.dw);

@@ -70,7 +70,7 @@ int products_under_signals(int rounds, int N) {
         dw(size_t{1} * OC * IC, 0.0f);
     be.matmul_forward(out.data(), inp.data(), w.data(), {}, N, IC, OC);
     be.matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC,
-                       OC);
+                       OC, GradWrite::Add);
     std::vector<std::vector<float>> all{std::move(out), std::move(dinp), std::move(dw)};
     if (r == 0)
       first = std::move(all);

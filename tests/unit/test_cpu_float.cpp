@@ -63,9 +63,9 @@ TEST(CpuFloat, Matmul) {
   be.d.matmul_forward(out.d.data(), x.d.data(), w.d.data(), b.d.data(), N, C, F);
   EXPECT_LT(out.err(), kTol);
   be.f.matmul_backward(dx.f.data(), dw.f.data(), db.f.data(), dout.f.data(), x.f.data(), w.f.data(),
-                       N, C, F);
+                       N, C, F, GradWrite::Add);
   be.d.matmul_backward(dx.d.data(), dw.d.data(), db.d.data(), dout.d.data(), x.d.data(), w.d.data(),
-                       N, C, F);
+                       N, C, F, GradWrite::Add);
   EXPECT_LT(dx.err(), kTol);
   EXPECT_LT(dw.err(), kTol);
   EXPECT_LT(db.err(), kTol);
@@ -87,14 +87,14 @@ TEST(CpuFloat, SmallLayersInBlocksOfRows) {
     d.matmul_forward(out.d.data(), x.d.data(), w.d.data(), nullptr, rows, IC, OC);
     EXPECT_LT(out.err(), kTol);
     f.matmul_backward(dx.f.data(), dw.f.data(), nullptr, dout.f.data(), x.f.data(), w.f.data(),
-                      rows, IC, OC);
+                      rows, IC, OC, GradWrite::Add);
     d.matmul_backward(dx.d.data(), dw.d.data(), nullptr, dout.d.data(), x.d.data(), w.d.data(),
-                      rows, IC, OC);
+                      rows, IC, OC, GradWrite::Add);
     EXPECT_LT(dx.err(), kTol);
     f.matmul_backward(nullptr, dw.f.data(), nullptr, dout.f.data(), x.f.data(), w.f.data(), rows,
-                      IC, OC);
+                      IC, OC, GradWrite::Add);
     d.matmul_backward(nullptr, dw.d.data(), nullptr, dout.d.data(), x.d.data(), w.d.data(), rows,
-                      IC, OC);
+                      IC, OC, GradWrite::Add);
     EXPECT_LT(dw.err(), kTol);
   }
   CpuBackend<float> restore(saved);

@@ -167,7 +167,8 @@ Op linear(MatShape s, Precision p, bool bias) {
         auto* dw = run.array(values(nw, 5, Precision::Fp32));
         auto* db = run.array(values(s.OC, 6, Precision::Fp32));
         run.be().matmul_forward(out, inp, w, b, s.N, s.IC, s.OC);
-        run.be().matmul_backward(dinp, dw, bias ? db : nullptr, dout, inp, w, s.N, s.IC, s.OC);
+        run.be().matmul_backward(dinp, dw, bias ? db : nullptr, dout, inp, w, s.N, s.IC, s.OC,
+                                 GradWrite::Add);
         return std::vector<Out>{
             run.read("out", out, no, s.IC + 1), run.read("dinp", dinp, ni, s.OC),
             run.read("dweight", dw, nw, s.N + 1), run.read("dbias", db, s.OC, s.N + 1)};

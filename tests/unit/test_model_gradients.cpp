@@ -7,7 +7,9 @@
 // O(1e-3) or larger for these parameter scales).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
@@ -51,6 +53,8 @@ void check_all_gradients(const ModelConfig& config) {
   }
   const double dloss = 1.0 / (B * T);  // gradient of the mean loss
 
+  // What zero_grads does not zero, the first backward must write over (Model::written_whole).
+  std::fill_n(model.grads(), model.num_params(), std::numeric_limits<double>::quiet_NaN());
   model.zero_grads();
   model.forward(0, tokens.data(), targets.data(), B, T, dloss);
   model.backward(0, tokens.data(), B, T);
@@ -146,11 +150,18 @@ TEST(ModelGradients, GradientsAccumulateOverMicroBatches) {
   model.init(3);
   std::vector<int32_t> tokens(10), targets(10);
   for (int i = 0; i < 10; ++i) tokens[i] = i % 20, targets[i] = (3 * i + 1) % 20;
+  auto micro_batch = [&] {
+    model.forward(0, tokens.data(), targets.data(), 2, 5, 1.0);
+    model.backward(0, tokens.data(), 2, 5);
+  };
   model.zero_grads();
-  model.forward(0, tokens.data(), targets.data(), 2, 5, 1.0);
-  model.backward(0, tokens.data(), 2, 5);
+  micro_batch();
   const std::vector<double> once(model.grads(), model.grads() + model.num_params());
-  model.forward(0, tokens.data(), targets.data(), 2, 5, 1.0);
-  model.backward(0, tokens.data(), 2, 5);
+  micro_batch();
   for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(model.grads()[i], 2 * once[i], 1e-12 + 1e-12 * std::abs(once[i]));
+  // The next step: zero_grads, and its first micro-batch writes the linear layers' over the last
+  // step's sums.
+  model.zero_grads();
+  micro_batch();
+  for (size_t i = 0; i < once.size(); ++i) ASSERT_EQ(model.grads()[i], once[i]) << i;
 }

@@ -10,7 +10,8 @@
 //   - Weights are nn.Linear layout (out, in), row-major: y[o] = b[o] + sum_i x[i] * w[o*in + i].
 //   - Backward ops ACCUMULATE into parameter gradients (dweight, dbias, dw, db) so gradient
 //     accumulation over micro-batches is free, and OVERWRITE activation gradients (dinp) unless
-//     the op says otherwise.
+//     the op says otherwise. matmul_backward can overwrite its dweight and dbias instead
+//     (GradWrite): a step's first micro-batch then needs no zeroed gradients there.
 //   - The QKV activation of one token is laid out [q (NH*hs) | k (NKV*hs) | v (NKV*hs)]; query
 //     head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV == NH is plain MHA).
 //   - No op allocates: scratch is passed in.
@@ -35,6 +36,11 @@ namespace mpitrain {
 // What an allocation holds, so a backend with separate pools (the CUDA backend's arenas) can say
 // where its memory goes. The CPU backend ignores it.
 enum class AllocKind { Params, Grads, Optimizer, Activations };
+
+// How matmul_backward writes its parameter gradients: added to what they hold, or written over
+// it (Model: the linear layers on a step's first micro-batch, as PyTorch's first backward after
+// zero_grad(set_to_none=True) writes them).
+enum class GradWrite { Add, Overwrite };
 
 // One tensor's part of a flat buffer: elements [at, at + n); decay: weight decay applies to it.
 // The optimizer's ops take a list of them, the tensors of a step in one call (the CPU backend's
@@ -101,9 +107,10 @@ class Backend {
   virtual void matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N,
                               int IC, int OC) = 0;
   // dinp(N,IC) = dout @ weight (overwritten; skipped if null); dweight(OC,IC) += dout^T @ inp;
-  // dbias(OC) += column sums of dout (skipped if null).
+  // dbias(OC) += column sums of dout (skipped if null). GradWrite::Overwrite: = for += (with
+  // N 0: zeros), and dweight and dbias are not read.
   virtual void matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp,
-                               CBuf<T> weight, int N, int IC, int OC) = 0;
+                               CBuf<T> weight, int N, int IC, int OC, GradWrite write) = 0;
 
   // ---- embeddings, vocabulary-parallel: this rank holds rows [v0, v0 + Vl) of wte --------
   // out(B,T,C) = wte[tokens - v0] for tokens in that range, else 0; + wpe[t] if wpe is non-null.

@@ -46,7 +46,7 @@ class ProfilingBackend final : public Backend<float> {
   void matmul_forward(Buf<T> out, CBuf<T> inp, CBuf<T> weight, CBuf<T> bias, int N, int IC,
                       int OC) override;
   void matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> dout, CBuf<T> inp, CBuf<T> weight,
-                       int N, int IC, int OC) override;
+                       int N, int IC, int OC, GradWrite write) override;
   void embedding_forward(Buf<T> out, const int32_t* tokens, CBuf<T> wte, CBuf<T> wpe, int B,
                          int Tlen, int C, int v0, int Vl) override;
   void embedding_backward(T* dwte, T* dwpe, CBuf<T> dout, const int32_t* tokens, int B, int Tlen,

@@ -185,14 +185,17 @@ class Model {
   // targets). With dloss != 0 the loss gradient (dloss per token) is kept for backward().
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
                  T dloss);
-  // Accumulates this micro-batch's parameter gradients (lent: into the lender's unit buffers).
-  // Before it, a stage that is not the last
+  // Adds this micro-batch's parameter gradients (lent: into the lender's unit buffers); the
+  // first backward after zero_grads writes the linear layers' over. Before it, a stage that is
+  // not the last
   // must have the gradient of its output in output_grad(); after it, a stage that is not the
   // first finds the gradient of its input in input_grad(). If given, grads_ready(offset) is
   // called whenever every gradient at offsets >= offset is final for this backward.
   void backward(int slot, const int32_t* tokens, int B, int Tlen,
                 const std::function<void(size_t)>& grads_ready = {});
-  void zero_grads();  // the whole buffer; nothing when lent (the lender's)
+  // Starts a step's gradients: zeroes the tensors backward adds to and leaves the linear layers'
+  // for the next backward to write over (written_whole). Nothing when lent (the lender's).
+  void zero_grads();
   // This stage's MoE layers' statistics accumulated over the forwards since the last call (not
   // the recomputations), then reset; empty for a dense model. Under tp each rank's are whole.
   std::vector<MoeLayerStats> take_moe_stats();
@@ -291,6 +294,15 @@ class Model {
     return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
   }
   Slot head_slot() const { return config_.tie_embeddings ? Slot::Wte : Slot::LmHead; }
+  // Whether one matmul_backward of every backward writes this slot's gradient whole before
+  // anything else adds to it: the blocks' linear layers, and the head on the last stage (the tied
+  // wte's embedding gradient is added after it).
+  bool written_whole(Slot slot) const;
+  // How backward's matmul_backward writes the gradient of `slot`: over it on the first backward
+  // after zero_grads, else added.
+  GradWrite grad_write(Slot slot) const {
+    return overwrite_grads_ && written_whole(slot) ? GradWrite::Overwrite : GradWrite::Add;
+  }
   // The factor on q k^T in block l: 1/sqrt(hs), but for gpt2's two switches (config.hpp).
   T attention_scale(int l) const;
   RopeFreqs rope() const { return {config_.rope_theta, config_.rope_scaling}; }
@@ -354,6 +366,8 @@ class Model {
   int n_local_heads_, n_local_kv_heads_, local_ff_, local_vocab_, vocab_start_;
   Buf<T> params_;
   T* grads_ = nullptr;
+  std::vector<FlatRange> added_;  // the ranges of grads_ backward adds to: what zero_grads zeroes
+  bool overwrite_grads_ = false;  // zero_grads has run and no backward since
   UnitLender<T>* lender_ = nullptr;
   std::vector<CBuf<T>> unit_params_;  // per unit: where its element 0 is now
   std::vector<T*> unit_grads_;

@@ -6,7 +6,8 @@
 //      ZeRO 2/3 after it, on the owned pieces (the two copies are cut alike)
 //   2. the data-parallel sync completes (train/dp_sync.hpp: plain or compressed all-reduce,
 //      ZeRO-1's reduce-scatter, ZeRO-2/3's unit reduce-scatters: under ZeRO only this rank's
-//      owned part of the gradients is valid)
+//      owned part of the gradients is valid); then MPITRAIN_FAULT=nan puts its NaN in (tests:
+//      after backward, which writes some gradients over, and after the sync's buffers are free)
 //   3. tensors replicated over tp average their gradients
 //   4. one all-reduce over the world of (squares of the owned primary gradients, loss): every
 //      rank of a shard group counts its part under ZeRO, else data-parallel replica 0 alone (the
@@ -47,7 +48,7 @@ struct UpdateResult {
 class UpdateStep {
  public:
   UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer, LossScaler& scaler,
-             NumericGuard& guard, UpdateGroups groups, double grad_clip,
+             NumericGuard& guard, UpdateGroups groups, double grad_clip, const FaultPlan& faults,
              TraceRecorder* trace = nullptr);
 
   // The hook for backward's grads_ready: starts the buckets backward has finished, except those
@@ -67,6 +68,7 @@ class UpdateStep {
   NumericGuard& guard_;
   UpdateGroups groups_;
   double grad_clip_;
+  const FaultPlan& faults_;
   const ParamTensor* tied_wte_;  // this rank's wte when groups.tied, else null
   TraceRecorder* trace_;
   double optimizer_seconds_ = 0.0;
