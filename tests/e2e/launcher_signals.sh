@@ -9,8 +9,10 @@
 # signal after the summary cannot turn the exit 85 into 143. (srun: tests/e2e/slurm_signals.sh.)
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 JOBS=$SOURCE_DIR/jobs
+# Steps for half an hour: the signal ends the run. With 100000 (3 min) a loaded CI machine once
+# let the run finish before the poll that waits for its third step saw it (stop_launcher).
 # shellcheck disable=SC2046
-set -- $(tiny_args) --steps 100000
+set -- $(tiny_args) --steps 1000000
 stop_args=("$@")
 
 # shellcheck disable=SC2086

@@ -11,8 +11,10 @@ source "$SOURCE_DIR/tests/support/slurm_cluster.sh"
 slurm_ensure_installed  # first, so that a SKIP costs nothing
 slurm_cluster_start
 
+# Steps for half an hour: the signal ends the run. With 100000 (3 min) a loaded CI machine once
+# let the run finish before the poll that waits for its third step saw it (stop_launcher).
 # shellcheck disable=SC2046
-set -- $(tiny_args) --steps 100000
+set -- $(tiny_args) --steps 1000000
 stop_args=("$@")
 SRUN=(srun --mpi=pmix --nodes=1 --ntasks=2 --cpus-per-task=1 --time=5:00)
 
