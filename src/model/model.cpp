@@ -190,13 +190,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   backend_.set_alloc_kind(AllocKind::Grads);
   if (!options_.lend_grads) {
     grads_ = backend_.alloc(layout_.total());
-    for (const ParamTensor& t : layout_.tensors())  // in layout order: neighbours join
-      if (!written_whole(t.slot)) {
-        if (!added_.empty() && added_.back().hi == t.offset)
-          added_.back().hi += t.numel;
-        else
-          added_.push_back({t.offset, t.offset + t.numel});
-      }
+    added_ = added_gradient_ranges(layout_, {0, layout_.total()});
   }
   backend_.set_alloc_kind(AllocKind::Activations);
   for (const FlatRange& u : layout_.units()) {  // lent units: null until taken
@@ -220,8 +214,7 @@ void Model<T>::zero_grads() {
   overwrite_grads_ = true;
 }
 
-template <typename T>
-bool Model<T>::written_whole(Slot slot) const {
+bool backward_writes_whole(const ParamLayout& layout, Slot slot) {
   switch (slot) {
     case Slot::QkvW:
     case Slot::QkvB:
@@ -232,9 +225,23 @@ bool Model<T>::written_whole(Slot slot) const {
     case Slot::FcProjW:
     case Slot::FcProjB:
       return true;
-    default:
-      return slot == head_slot() && layout_.shard().last_stage;
+    default:  // the head's tensor, as Model::head_slot() picks it
+      return layout.shard().last_stage &&
+             slot == (layout.has(Slot::LmHead) ? Slot::LmHead : Slot::Wte);
   }
+}
+
+std::vector<FlatRange> added_gradient_ranges(const ParamLayout& layout, FlatRange r) {
+  std::vector<FlatRange> added;
+  for (const ParamTensor& t : layout.tensors()) {  // in layout order: neighbours join
+    const size_t lo = std::max(r.lo, t.offset), hi = std::min(r.hi, t.offset + t.numel);
+    if (lo >= hi || backward_writes_whole(layout, t.slot)) continue;
+    if (!added.empty() && added.back().hi == lo - r.lo)
+      added.back().hi = hi - r.lo;
+    else
+      added.push_back({lo - r.lo, hi - r.lo});
+  }
+  return added;
 }
 
 template <typename T>

@@ -82,6 +82,7 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
       pieces.push_back({units[u].lo + seg.piece.lo, units[u].lo + seg.piece.hi});
       units_[u].segments.push_back(seg);
     }
+    units_[u].added = added_gradient_ranges(layout_, units[u]);
     if (!outer_unit(layout_, static_cast<int>(u)))
       largest_block = std::max(largest_block, units[u].size());
   }
@@ -293,7 +294,7 @@ float* ShardedUnits::grads(int u) {
   Buffer& b = grad_buffers_[units_[u].grad_buffer];
   if (b.holder != -1) fold(b.holder);
   b.holder = u;
-  backend_.zero(b.data, unit_size(u));
+  for (const FlatRange& r : units_[u].added) backend_.zero(b.data + r.lo, r.size());
   return b.data.full();
 }
 

@@ -53,7 +53,7 @@ void check_all_gradients(const ModelConfig& config) {
   }
   const double dloss = 1.0 / (B * T);  // gradient of the mean loss
 
-  // What zero_grads does not zero, the first backward must write over (Model::written_whole).
+  // What zero_grads does not zero, the first backward must write over (backward_writes_whole).
   std::fill_n(model.grads(), model.num_params(), std::numeric_limits<double>::quiet_NaN());
   model.zero_grads();
   model.forward(0, tokens.data(), targets.data(), B, T, dloss);

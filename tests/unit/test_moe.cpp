@@ -568,15 +568,22 @@ TEST(Moe, Bf16StaysNearFp32) {
 namespace {
 
 // ZeRO-2/3's lending in its simplest form: every unit lent from one whole buffer of parameters
-// and one of gradients (zeroed before the pass), so the model reaches the MoE tensors only
-// through its units.
+// and one of gradients, so the model reaches the MoE tensors only through its units.
 class WholeLender final : public UnitLender<float> {
  public:
   WholeLender(const ParamLayout& layout, const float* params)
       : layout_(layout), params_(params), whole_grads(layout.total(), 0.0f) {}
   CBuf<float> params(int u, bool) override { return params_ + layout_.units()[u].lo; }
   void params_done(int, bool) override {}
-  float* grads(int u) override { return whole_grads.data() + layout_.units()[u].lo; }
+  // As UnitLender says: zeros where backward adds, NaN where it must write over (one backward).
+  float* grads(int u) override {
+    const FlatRange unit = layout_.units()[u];
+    float* g = whole_grads.data() + unit.lo;
+    std::fill_n(g, unit.size(), std::numeric_limits<float>::quiet_NaN());
+    for (const FlatRange& r : added_gradient_ranges(layout_, unit))
+      std::fill_n(g + r.lo, r.size(), 0.0f);
+    return g;
+  }
   void grads_done(int) override {}
 
  private:

@@ -112,11 +112,20 @@ class UnitLender {
   // Unit u's parameters, whole, in the storage type; valid until params_done(u, backward).
   virtual CBuf<T> params(int u, bool backward) = 0;
   virtual void params_done(int u, bool backward) = 0;
-  // Unit u's gradients for this micro-batch's backward, zeroed: the backward ops add into them
-  // until grads_done(u).
+  // Unit u's gradients for this micro-batch's backward, zeroed where backward adds to them
+  // (added_gradient_ranges; the rest it writes over): the backward ops write into them until
+  // grads_done(u).
   virtual T* grads(int u) = 0;
   virtual void grads_done(int u) = 0;
 };
+
+// Whether a Model's backward on this layout's stage writes the gradients of `slot` whole, with
+// one matmul_backward, before anything adds to them: the blocks' linear layers, and the head on
+// the last stage (the tied wte's embedding gradient is added after it).
+bool backward_writes_whole(const ParamLayout& layout, Slot slot);
+// The parts of r (a range of a stage's flat gradient buffer) whose tensors backward adds to, the
+// rest it writes over; relative to r.lo. What Model::zero_grads and UnitLender::grads zero.
+std::vector<FlatRange> added_gradient_ranges(const ParamLayout& layout, FlatRange r);
 
 // Model::init's values, one tensor at a time: take(t, this rank's part of t, t.numel values on
 // the host), for a caller that keeps them elsewhere (ZeRO-3's shards). T = float.
@@ -185,16 +194,16 @@ class Model {
   // targets). With dloss != 0 the loss gradient (dloss per token) is kept for backward().
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
                  T dloss);
-  // Adds this micro-batch's parameter gradients (lent: into the lender's unit buffers); the
-  // first backward after zero_grads writes the linear layers' over. Before it, a stage that is
-  // not the last
+  // Adds this micro-batch's parameter gradients; the first backward after zero_grads writes the
+  // linear layers' over (backward_writes_whole), as does every backward into lent unit buffers.
+  // Before it, a stage that is not the last
   // must have the gradient of its output in output_grad(); after it, a stage that is not the
   // first finds the gradient of its input in input_grad(). If given, grads_ready(offset) is
   // called whenever every gradient at offsets >= offset is final for this backward.
   void backward(int slot, const int32_t* tokens, int B, int Tlen,
                 const std::function<void(size_t)>& grads_ready = {});
   // Starts a step's gradients: zeroes the tensors backward adds to and leaves the linear layers'
-  // for the next backward to write over (written_whole). Nothing when lent (the lender's).
+  // for the next backward to write over. Nothing when lent (the lender's).
   void zero_grads();
   // This stage's MoE layers' statistics accumulated over the forwards since the last call (not
   // the recomputations), then reset; empty for a dense model. Under tp each rank's are whole.
@@ -294,14 +303,11 @@ class Model {
     return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
   }
   Slot head_slot() const { return config_.tie_embeddings ? Slot::Wte : Slot::LmHead; }
-  // Whether one matmul_backward of every backward writes this slot's gradient whole before
-  // anything else adds to it: the blocks' linear layers, and the head on the last stage (the tied
-  // wte's embedding gradient is added after it).
-  bool written_whole(Slot slot) const;
   // How backward's matmul_backward writes the gradient of `slot`: over it on the first backward
-  // after zero_grads, else added.
+  // after zero_grads and into every lent unit buffer, else added.
   GradWrite grad_write(Slot slot) const {
-    return overwrite_grads_ && written_whole(slot) ? GradWrite::Overwrite : GradWrite::Add;
+    const bool fresh = overwrite_grads_ || options_.lend_grads;
+    return fresh && backward_writes_whole(layout_, slot) ? GradWrite::Overwrite : GradWrite::Add;
   }
   // The factor on q k^T in block l: 1/sqrt(hs), but for gpt2's two switches (config.hpp).
   T attention_scale(int l) const;

@@ -13,8 +13,9 @@
 //           rank 1 [64, 100).
 //
 // As the Model's UnitLender:
-//   grads(u)       a zeroed gradient buffer for the whole unit (outer units: one each; blocks: two
-//                  in turn, so a block's reduce-scatter runs while the next block's backward does)
+//   grads(u)       a gradient buffer for the whole unit, zeroed where backward adds to it
+//                  (added_gradient_ranges; outer units: one each; blocks: two in turn, so a
+//                  block's reduce-scatter runs while the next block's backward does)
 //   grads_done(u)  starts the reduce-scatter of the buffer over the shard group, in place; its
 //                  piece is added to the sharded gradients when the buffer is next needed or at
 //                  finish(). Every micro-batch is reduce-scattered as its backward ends: holding
@@ -119,6 +120,7 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
   };
   struct Unit {
     std::vector<Segment> segments;
+    std::vector<FlatRange> added;  // added_gradient_ranges: what grads() zeroes
     int param_buffer = -1;  // ZeRO-3: index into param_buffers_
     int grad_buffer = -1;   // index into grad_buffers_
     bool gathered = false, gathering = false, reducing = false;
@@ -127,7 +129,6 @@ class ShardedUnits : public UnitLender<float>, public DpSync {
     Buf<float> data;
     int holder = -1;  // the unit whose values it holds (or is gathering / reducing)
   };
-  size_t unit_size(int u) const { return layout_.units()[u].size(); }
   Communicator& group(const Segment& seg) const;
   std::span<const size_t> blocks(const Segment& seg) const;
   void wait_gathers(Unit& unit);
