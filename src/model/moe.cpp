@@ -355,6 +355,8 @@ void MoeLayer<T>::experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf
                                    Buf<T> dh, CBuf<T> xs, CBuf<T> h, CBuf<T> act, CBuf<T> w1,
                                    CBuf<T> w2, T* dw1, T* dw2) {
   const size_t C = C_, Fe = Fe_, rows = offsets[n];
+  // Added, never written over: an expert without rows has no product (Model::zero_grads zeroes
+  // the experts' gradients).
   for (int e = 0; e < n; ++e) {
     const size_t o = offsets[e];
     const int m = offsets[e + 1] - offsets[e];

@@ -38,8 +38,8 @@ namespace mpitrain {
 enum class AllocKind { Params, Grads, Optimizer, Activations };
 
 // How matmul_backward writes its parameter gradients: added to what they hold, or written over
-// it (Model: the linear layers on a step's first micro-batch, as PyTorch's first backward after
-// zero_grad(set_to_none=True) writes them).
+// it (Model: the linear layers on a step's first micro-batch and in every lent ZeRO-2/3 unit, as
+// PyTorch's first backward after zero_grad(set_to_none=True) writes them).
 enum class GradWrite { Add, Overwrite };
 
 // One tensor's part of a flat buffer: elements [at, at + n); decay: weight decay applies to it.

@@ -88,9 +88,9 @@ class NumericGuard {
   int64_t skipped_ = 0;
 };
 
-// MPITRAIN_FAULT=nan:layer=L[:step=S]: in step S, element 0 of block L's attn.proj.weight gradient
-// becomes NaN on the ranks that hold it (every tensor-parallel slice of it; under ZeRO the rank
-// whose shard holds it). grads: compact over held.
+// MPITRAIN_FAULT=nan:layer=L[:step=S]: in step S, once the data-parallel sync has finished,
+// element 0 of block L's attn.proj.weight gradient becomes NaN on the ranks that hold it (every
+// tensor-parallel slice of it; under ZeRO the rank whose shard holds it). grads: compact over held.
 void apply_nan_fault(const FaultPlan& faults, const ParamLayout& layout, float* grads,
                      const ShardRanges& held, int world_rank, int64_t step);
 
