@@ -225,9 +225,8 @@ bool backward_writes_whole(const ParamLayout& layout, Slot slot) {
     case Slot::FcProjW:
     case Slot::FcProjB:
       return true;
-    default:  // the head's tensor, as Model::head_slot() picks it
-      return layout.shard().last_stage &&
-             slot == (layout.has(Slot::LmHead) ? Slot::LmHead : Slot::Wte);
+    default:
+      return layout.shard().last_stage && slot == layout.head_slot();
   }
 }
 

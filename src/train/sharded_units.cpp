@@ -144,9 +144,7 @@ ShardedUnits::ShardedUnits(Backend<float>& backend, const ParamLayout& layout, C
   std::vector<int> blocks_up;
   for (int l = s.layer_begin; l < s.layer_end; ++l) blocks_up.push_back(unit_of(Slot::Ln1W, l));
   std::vector<int> head;
-  if (s.last_stage)
-    head = {unit_of(Slot::LnfW, -1),
-            unit_of(layout_.has(Slot::LmHead) ? Slot::LmHead : Slot::Wte, -1)};
+  if (s.last_stage) head = {unit_of(Slot::LnfW, -1), unit_of(layout_.head_slot(), -1)};
   if (s.first_stage) {
     order_[0].push_back(unit_of(Slot::Wte, -1));
     if (layout_.has(Slot::Wpe)) order_[0].push_back(unit_of(Slot::Wpe, -1));

@@ -302,7 +302,7 @@ class Model {
   CBuf<T> row_parallel_bias(Slot slot, int layer) const {
     return layout_.shard().tp_rank == 0 ? maybe_p(slot, layer) : nullptr;
   }
-  Slot head_slot() const { return config_.tie_embeddings ? Slot::Wte : Slot::LmHead; }
+  Slot head_slot() const { return layout_.head_slot(); }  // on the last stage
   // How backward's matmul_backward writes the gradient of `slot`: over it on the first backward
   // after zero_grads and into every lent unit buffer, else added.
   GradWrite grad_write(Slot slot) const {

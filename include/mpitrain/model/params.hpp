@@ -101,6 +101,8 @@ class ParamLayout {
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t total() const { return total_; }
   bool has(Slot slot, int layer = -1) const;
+  // The tensor the last stage's head multiplies by: lm_head, or the tied wte.
+  Slot head_slot() const { return has(Slot::LmHead) ? Slot::LmHead : Slot::Wte; }
   // Offset of a tensor in the flat buffer; Error if the architecture has no such tensor.
   size_t offset(Slot slot, int layer = -1) const;
   const ParamTensor& find(const std::string& name) const;  // Error if absent
