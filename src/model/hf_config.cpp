@@ -417,6 +417,7 @@ std::vector<KeyRule> table(const std::string& type) {
   } else if (type == "mixtral") {  // every layer MoE, of experts intermediate_size wide
     t = llama_family_keys("MixtralForCausalLM", json(), fixed(8));
     absent_default(t, "rope_theta", 1e6);
+    absent_default(t, "rms_norm_eps", 1e-5);  // MixtralConfig's, where LlamaConfig's is 1e-6
     for (KeyRule& k : t)
       if (k.key == "intermediate_size")
         k = written_as(std::move(k), [](const Writing& w) { return json(w.c.expert_width()); });

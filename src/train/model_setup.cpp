@@ -67,6 +67,19 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
 }
 
+// Model options the user set that the model m would not use: the experts' on a dense model,
+// rope-theta on gpt2 (no rotary embedding).
+void require_options_apply(const Options& o, const ModelConfig& m) {
+  if (m.n_experts == 0)
+    for (const char* name : {"top-k", "moe-ff", "n-shared-experts", "moe-every",
+                             "moe-aux-loss-coef", "moe-z-loss-coef"})
+      require(!given(o, name), std::string(name) +
+                                   " is a mixture-of-experts option, and this model is dense "
+                                   "(n-experts 0): set n-experts, or leave it out");
+  require(m.arch == Arch::Llama || !given(o, "rope-theta"),
+          "rope-theta is a llama option (gpt2 has no rotary embedding)");
+}
+
 }  // namespace
 
 void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std::string& path,
@@ -98,8 +111,9 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
             "models: arch must be gpt2");
     ModelConfig f = hf ? read_hf_config(file, o.train.seq_len) : read_llmc_config(file);
     if (hf) check_hf_weights(file, f);  // the headers only: refused before any work
-    require_given_match(o, f, "the init-from model " + file, false);  // llm.c: gpt2, as above
-    if (!hf) f.norm_eps = m.norm_eps;  // llm.c files do not record it
+    // config.json records norm-eps and rope-theta; llm.c files (gpt2) neither
+    require_given_match(o, f, "the init-from model " + file, hf);
+    if (!hf) f.norm_eps = m.norm_eps;
     m = f;
   }
   if (m.vocab_size == 0) {
@@ -114,6 +128,7 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
   if (m.d_ff == 0) m.d_ff = default_ffn_width(m.arch, m.d_model);
   if (m.max_seq_len == 0) m.max_seq_len = o.train.seq_len;
   m.validate();
+  require_options_apply(o, m);
   require(o.train.seq_len <= m.max_seq_len,
           "seq-len " + std::to_string(o.train.seq_len) + " exceeds the model's " +
               std::to_string(m.max_seq_len) + " positions (max-seq-len)");

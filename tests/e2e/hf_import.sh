@@ -51,6 +51,13 @@ refused "a short sliding window" "config.json: sliding_window = 16: " window Mis
   --set sliding_window=16
 refused "an unknown key" "config.json: rope_type = \"dynamic\": a key the trainer does not know" \
   unknown gpt2 --set rope_type='"dynamic"'
+# config.json records the epsilon and RoPE's theta: a flag that disagrees is refused, not replaced.
+for option in norm-eps:0.5 rope-theta:3; do
+  run_trainer 1 "$SCRATCH/disagree.log" "${eval_args[@]}" --init-from "$SCRATCH/mistral" \
+    "--${option%:*}" "${option#*:}" --out-dir "$SCRATCH/r"
+  [ "$rc" = 2 ] && grep -q "${option%:*} = ${option#*:} disagrees with the init-from model" \
+    "$SCRATCH/disagree.log" || { cat "$SCRATCH/disagree.log"; fail "--$option against config.json: exit $rc"; }
+done
 make_ckpt lost gpt2 --shard-bytes 60000
 rm "$SCRATCH/lost/model-00002-of-"*
 run_trainer 1 "$SCRATCH/refused.log" "${eval_args[@]}" --init-from "$SCRATCH/lost" --out-dir "$SCRATCH/r"

@@ -124,6 +124,16 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
   EXPECT_EQ(mixtral.rope_theta, 1e6f);
   EXPECT_FALSE(mixtral.tie_embeddings || mixtral.qkv_bias || mixtral.proj_bias ||
                mixtral.mlp_bias || mixtral.qk_norm);
+  // Absent, each family's epsilon is transformers' default: MixtralConfig's 1e-5, where the
+  // other llama-family configs' is 1e-6.
+  for (const auto& [name, eps] : {std::pair{"Mixtral-8x7B-v0.1", 1e-5f},
+                                  {"Llama-3.2-1B", 1e-6f},
+                                  {"Mistral-7B-v0.1", 1e-6f},
+                                  {"Qwen3-30B-A3B", 1e-6f}}) {
+    json doc = real_config(name);
+    doc.erase("rms_norm_eps");
+    EXPECT_EQ(read(doc, 4096).norm_eps, eps) << name;
+  }
   const ModelConfig qwen3_moe = read(real_config("Qwen3-30B-A3B"));  // 128 experts of 768, top 8
   EXPECT_TRUE(qwen3_moe.qk_norm);
   EXPECT_FALSE(qwen3_moe.tie_embeddings || qwen3_moe.qkv_bias || qwen3_moe.proj_bias);
