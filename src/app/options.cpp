@@ -1,5 +1,6 @@
 #include "mpitrain/app/options.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <sstream>
@@ -530,6 +531,35 @@ void check_train(TrainConfig& t, const RawText& raw) {
           "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
 }
 
+// Options the user set that this run would not use (never dropped silently): a learning-rate
+// decay that cannot start, a stop after the last step.
+void check_given(const Options& o) {
+  const TrainConfig& t = o.train;
+  const auto given = [&](const char* name) {
+    return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
+  };
+  const std::string warmup = "warmup-steps " + std::to_string(t.warmup_steps);
+  if (t.lr_schedule == "constant")
+    for (const char* name : {"min-lr-ratio", "lr-decay-steps"})
+      require(!given(name), std::string(name) +
+                                " sets the decay, and lr-schedule constant has none: give "
+                                "lr-schedule cosine or linear, or leave it out");
+  require(!given("lr-decay-steps") || t.lr_decay_steps > t.warmup_steps,
+          "lr-decay-steps " + std::to_string(t.lr_decay_steps) + " must exceed " + warmup +
+              ": the decay starts after the warm-up (as Megatron-LM's "
+              "lr-decay-iters must exceed lr-warmup-iters)");
+  // A resume's schedule may take the checkpoint's length, known later (resume_schedule).
+  if (t.steps > 0 && t.resume.empty() && !given("lr-decay-steps") && t.warmup_steps >= t.steps)
+    for (const char* name : {"lr-schedule", "min-lr-ratio"})
+      require(!given(name) || t.lr_schedule == "constant",
+              std::string(name) + " shapes the decay after the warm-up, and " + warmup +
+                  " covers the whole run (steps " + std::to_string(t.steps) +
+                  "): give fewer warm-up steps or more steps");
+  require(t.exit_at_step == 0 || t.steps == 0 || t.exit_at_step <= t.steps,
+          "exit-at-step " + std::to_string(t.exit_at_step) + " comes after the run's last step (" +
+              std::to_string(t.steps) + "): it would never stop the run");
+}
+
 // Every option's final value, INI syntax (run.ini, and the options the ranks compare).
 std::string effective_ini(const po::variables_map& vm) {
   std::ostringstream eff;
@@ -599,6 +629,7 @@ Options parse_options(int argc, const char* const* argv) {
     if (!value.defaulted()) o.given.push_back(name);
   check_ranges(kRanges, vm);
   check_train(o.train, raw);
+  check_given(o);
   o.effective = effective_ini(vm);
   return o;
 }

@@ -43,11 +43,11 @@ refused int_max "d-model must be in [1, 268435456] (got 2147483647)" "${tiny[@]}
 NP=2 refused auto_none "micro-batch-size auto: none fits" "${tiny[@]}" --d-model 1000000 --micro-batch-size auto
 
 # ---- numeric options at both ends --------------------------------------------------------------
-run_trainer 2 "$SCRATCH/low.log" "${tiny[@]}" --dp 2 --bucket-mb 0.0625 --min-lr-ratio 0 --lr 1e-30 \
+run_trainer 2 "$SCRATCH/low.log" "${tiny[@]}" --dp 2 --warmup-steps 0 --bucket-mb 0.0625 --min-lr-ratio 0 --lr 1e-30 \
   --weight-decay 0 --beta1 0 --beta2 0 --adam-eps 1e-30 --norm-eps 1e-30 --grad-clip 0 \
   --initial-loss-scale 1 --min-loss-scale 1e-30 --out-dir "$SCRATCH/low"
 [ "$rc" = 0 ] || { cat "$SCRATCH/low.log"; fail "the low ends exited $rc"; }
-run_trainer 2 "$SCRATCH/high.log" "${tiny[@]}" --dp 2 --bucket-mb 1048576 --min-lr-ratio 1 --lr 10 \
+run_trainer 2 "$SCRATCH/high.log" "${tiny[@]}" --dp 2 --warmup-steps 0 --bucket-mb 1048576 --min-lr-ratio 1 --lr 10 \
   --weight-decay 10 --beta1 0.999999 --beta2 0.999999 --adam-eps 1 --norm-eps 1 \
   --initial-loss-scale 1e18 --min-loss-scale 1e18 --out-dir "$SCRATCH/high"
 [ "$rc" = 0 ] || { cat "$SCRATCH/high.log"; fail "the high ends exited $rc"; }

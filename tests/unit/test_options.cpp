@@ -282,6 +282,41 @@ TEST(Options, BadInputIsOneClearUsageError) {
             std::string::npos);
 }
 
+// An option the user set that the run would not use is refused, never dropped: a decay that
+// cannot start, a stop after the last step.
+TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
+  const auto refused = [](std::vector<std::string> extra, const std::string& text) {
+    std::vector<std::string> args = {"--train-data", "x", "--steps", "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string e = usage_error(args);
+    EXPECT_NE(e.find(text), std::string::npos) << "got: '" << e << "'";
+  };
+  refused({"--warmup-steps", "5", "--lr-schedule", "linear"},
+          "lr-schedule shapes the decay after the warm-up, and warmup-steps 5 covers the whole "
+          "run (steps 4)");
+  refused({"--warmup-steps", "4", "--min-lr-ratio", "0.5"}, "min-lr-ratio shapes the decay");
+  refused({"--warmup-steps", "3", "--lr-decay-steps", "2"},
+          "lr-decay-steps 2 must exceed warmup-steps 3");
+  refused({"--lr-schedule", "constant", "--min-lr-ratio", "0"},
+          "min-lr-ratio sets the decay, and lr-schedule constant has none");
+  refused({"--lr-schedule", "constant", "--lr-decay-steps", "9"}, "lr-decay-steps sets the decay");
+  refused({"--exit-at-step", "5"}, "exit-at-step 5 comes after the run's last step (4)");
+  // What the run uses is accepted: a warm-up shorter than the run, a constant schedule, a resume
+  // (its schedule may be the checkpoint's), a stop within the run, and
+  // the defaults (a warm-up of 10 over 4 steps: the user set neither).
+  for (const std::vector<std::string>& ok :
+       {std::vector<std::string>{"--warmup-steps", "3", "--lr-schedule", "linear"},
+        {"--warmup-steps", "3", "--lr-decay-steps", "4", "--min-lr-ratio", "0"},
+        {"--warmup-steps", "5", "--lr-schedule", "constant"},
+        {"--warmup-steps", "5", "--lr-schedule", "linear", "--resume", "auto"},
+        {"--exit-at-step", "4"},
+        {}}) {
+    std::vector<std::string> args = {"--train-data", "x", "--steps", "4"};
+    args.insert(args.end(), ok.begin(), ok.end());
+    EXPECT_EQ(usage_error(args), "");
+  }
+}
+
 TEST(Options, HugePagesAreOnOrOffAndOffIsTheCpusAlone) {
   EXPECT_TRUE(parse({"--train-data", "x"}).train.huge_pages);
   EXPECT_FALSE(parse({"--train-data", "x", "--huge-pages", "off"}).train.huge_pages);
