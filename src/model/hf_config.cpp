@@ -218,16 +218,21 @@ KeyRule attention_bias() {
 
 // mistral's and mixtral's sliding window (absent: transformers' default, mistral's 4096,
 // mixtral's null; null: none): only one at least as long as the sequence, where it masks nothing.
+// The window is kept (ModelConfig::sliding_window): a later run's seq-len is held to it, and the
+// export writes it.
 KeyRule sliding_window(json absent) {
   return {"sliding_window", HfKeyUse::Refused, std::move(absent),
           [](const std::string& k, const json& v, Reading& r) {
             if (v.is_null()) return;
-            if (positive_int(k, v, r) < r.seq_len)
+            r.c.sliding_window = positive_int(k, v, r);
+            if (r.c.sliding_window < r.seq_len)
               refuse(r, k, v,
                      "sliding-window attention shorter than the sequence (seq-len " +
                          std::to_string(r.seq_len) + ") is not implemented yet");
           },
-          [](const Writing&) { return json(); }};  // none, as the model computes
+          [](const Writing& w) {
+            return w.c.sliding_window > 0 ? json(w.c.sliding_window) : json();
+          }};
 }
 
 // Newer transformers' per-layer attention kinds (qwen2, qwen3): full attention only.
@@ -500,7 +505,9 @@ std::string hf_model_type(const ModelConfig& c) {
   if (c.arch == Arch::Gpt2) return "gpt2";
   if (c.n_experts > 0) return c.qk_norm ? "qwen3_moe" : "mixtral";
   if (c.qk_norm) return "qwen3";
-  return c.qkv_bias && !c.proj_bias ? "qwen2" : "llama";
+  if (c.qkv_bias && !c.proj_bias) return "qwen2";
+  // LlamaConfig has no window: a llama config.json would lose it
+  return c.sliding_window > 0 && !c.proj_bias && !c.mlp_bias ? "mistral" : "llama";
 }
 
 json hf_config_json(const ModelConfig& config, std::optional<uint32_t> document_token,

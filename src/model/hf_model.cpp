@@ -387,6 +387,9 @@ uint64_t parse_shard_size(const std::string& text, const std::string& option) {
 void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
   if (c.arch == Arch::Gpt2) return;
   const std::string type = hf_model_type(c);
+  require(c.sliding_window == 0 || type == "mistral" || type == "mixtral",
+          dir + ": the sliding window of " + std::to_string(c.sliding_window) +
+              " tokens is written only as a mistral or mixtral model, which have no biases");
   require(c.n_experts == 0 || c.n_shared_experts == 0,
           dir + ": mixtral and qwen3_moe have no shared experts (qwen2_moe's is gated): "
                 "n-shared-experts cannot be exported");

@@ -132,6 +132,11 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
   require(o.train.seq_len <= m.max_seq_len,
           "seq-len " + std::to_string(o.train.seq_len) + " exceeds the model's " +
               std::to_string(m.max_seq_len) + " positions (max-seq-len)");
+  require(m.sliding_window == 0 || o.train.seq_len <= m.sliding_window,
+          "seq-len " + std::to_string(o.train.seq_len) + " exceeds the model's sliding window of " +
+              std::to_string(m.sliding_window) +
+              " tokens (its attention sees no further back), and sliding-window attention is not "
+              "implemented yet: use a seq-len within the window");
   if (train_data)
     require(train_data->vocab_size() <= m.vocab_size,
             train_data->path() + " declares vocab_size " +

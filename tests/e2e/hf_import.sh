@@ -44,11 +44,25 @@ a=$(val_loss mistral --export-hf "$SCRATCH/mistral-export")
 matches_reference mistral "$a"
 grep -q '"rms_norm_eps": 1e-05,' "$SCRATCH/mistral-export/config.json" ||
   { cat "$SCRATCH/mistral-export/config.json"; fail "the export does not write rms_norm_eps 1e-05"; }
+# The window (64 in the shrunk config) is kept: a llama config.json has none, so the export is a
+# mistral one with it.
+grep -q '"model_type": "mistral"' "$SCRATCH/mistral-export/config.json" &&
+  grep -q '"sliding_window": 64' "$SCRATCH/mistral-export/config.json" ||
+  { cat "$SCRATCH/mistral-export/config.json"; fail "the export does not write the sliding window"; }
 same "mistral re-exported" "$a" "$(val_loss mistral-export)"
 echo "mistral: val loss $a; exported (rms_norm_eps 1e-05) and read back the same"
 
 refused "a short sliding window" "config.json: sliding_window = 16: " window Mistral-7B-v0.1 \
   --set sliding_window=16
+# ... and the checkpoint of a run keeps it: a resume at a seq-len past the window is refused.
+make_ckpt window32 Mistral-7B-v0.1 --set sliding_window=32
+run_trainer 1 "$SCRATCH/w32.log" "${eval_args[@]}" --init-from "$SCRATCH/window32" --steps 1 \
+  --save-interval 1 --out-dir "$SCRATCH/w32"
+[ "$rc" = 0 ] || { cat "$SCRATCH/w32.log"; fail "a step of the window-32 model exited $rc"; }
+run_trainer 1 "$SCRATCH/w64.log" "${eval_args[@]}" --resume "$SCRATCH/w32" --seq-len 64 --steps 2 \
+  --out-dir "$SCRATCH/w64"
+[ "$rc" = 2 ] && grep -q "seq-len 64 exceeds the model's sliding window of 32 tokens" "$SCRATCH/w64.log" ||
+  { cat "$SCRATCH/w64.log"; fail "a resume past the sliding window: exit $rc"; }
 refused "an unknown key" "config.json: rope_type = \"dynamic\": a key the trainer does not know" \
   unknown gpt2 --set rope_type='"dynamic"'
 # config.json records the epsilon and RoPE's theta: a flag that disagrees is refused, not replaced.

@@ -267,6 +267,27 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
             std::string::npos);
 }
 
+// Mistral's sliding window is kept in the model (null or absent in Mixtral's: none), so that a
+// later run's seq-len is held to it, and written back: the export is a mistral model, since a
+// llama config.json has no window (transformers would attend over the whole sequence).
+TEST_F(HfConfigTest, SlidingWindowIsKeptAndExportedAsMistral) {
+  json mistral = real_config("Mistral-7B-v0.1");
+  const ModelConfig c = read(mistral, 4096);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(hf_model_type(c), "mistral");
+  const json doc = hf_config_json(c, 1);
+  EXPECT_EQ(doc["model_type"], "mistral");
+  EXPECT_EQ(doc["sliding_window"], 4096);
+  EXPECT_EQ(read(doc, 4096).sliding_window, 4096);
+  mistral["sliding_window"] = nullptr;
+  EXPECT_EQ(read(mistral, 4096).sliding_window, 0);
+  EXPECT_EQ(hf_model_type(read(mistral, 4096)), "llama");
+  EXPECT_EQ(read(real_config("Mixtral-8x7B-v0.1"), 4096).sliding_window, 0);
+  ModelConfig with_biases = c;  // no mistral has biases: left a llama, refused at the export
+  with_biases.proj_bias = true;
+  EXPECT_EQ(hf_model_type(with_biases), "llama");
+}
+
 // A small llama model: 2 layers, 4 heads of 16, 2 kv heads, MLP width 128, vocabulary 300.
 ModelConfig small_llama() { return test_models::small_llama(64, 128, 300, 32); }
 

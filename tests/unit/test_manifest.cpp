@@ -180,12 +180,16 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
   m.model.set_arch(Arch::Llama);
   m.model.tie_embeddings = m.model.qkv_bias = m.model.mlp_bias = true;
   m.model.head_dim = 12;
+  m.model.sliding_window = 4096;  // a Mistral model's window: every resume's seq-len is held to it
   write(m);
   {
     H5Handle file = open_file(path());
     const ModelConfig back = read_manifest(file.get()).model;
     EXPECT_TRUE(back.tie_embeddings && back.qkv_bias && !back.proj_bias && back.mlp_bias);
     EXPECT_EQ(back.head_dim, 12);
+    EXPECT_EQ(back.sliding_window, 4096);
+    EXPECT_NE(model_differences(back, sample_manifest().model).find("sliding_window 4096 vs 0"),
+              std::string::npos);
     EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));
   }
   edit([](hid_t g) { write_attribute_int(g, "qkv_bias", 0); });
@@ -196,7 +200,8 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
     write(old);
     H5Handle file = open_file(path());
     H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
-    for (const char* name : {"tie_embeddings", "qkv_bias", "proj_bias", "mlp_bias", "head_dim"})
+    for (const char* name :
+         {"tie_embeddings", "qkv_bias", "proj_bias", "mlp_bias", "head_dim", "sliding_window"})
       EXPECT_FALSE(has_attribute(group.get(), name)) << name;
     const ModelConfig back = read_manifest(file.get()).model;
     const bool gpt2 = arch == Arch::Gpt2;
@@ -204,6 +209,7 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
     EXPECT_EQ(back.qkv_bias && back.proj_bias && back.mlp_bias, gpt2);
     EXPECT_EQ(back.qkv_bias || back.proj_bias || back.mlp_bias, gpt2);
     EXPECT_EQ(back.head_dim, 0);
+    EXPECT_EQ(back.sliding_window, 0);
   }
 }
 

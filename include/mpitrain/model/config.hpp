@@ -26,6 +26,10 @@ struct ModelConfig {
   int d_ff = 512;       // gpt2: MLP hidden width; llama: SwiGLU hidden width
   int vocab_size = 256;
   int max_seq_len = 64; // positions the model supports (gpt2: rows of wpe)
+  // 0: none; else the attention window of the model imported (Mistral's sliding_window), which
+  // every run's seq-len must stay within: sliding-window attention is not implemented, and within
+  // the window it masks nothing.
+  int sliding_window = 0;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   // Set by set_arch to the architecture's defaults (gpt2: tied, every bias; llama: own head, no
