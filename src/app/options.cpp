@@ -531,30 +531,35 @@ void check_train(TrainConfig& t, const RawText& raw) {
           "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
 }
 
-// Options the user set that this run would not use (never dropped silently): a learning-rate
-// decay that cannot start, a stop after the last step.
+// Options set to other than their defaults that this run would not use (never dropped silently):
+// a learning-rate decay that cannot start, a stop after the last step. The defaults pass: run.ini
+// (every option's value) repeats a run as --config.
 void check_given(const Options& o) {
   const TrainConfig& t = o.train;
+  const TrainConfig defaults;
   const auto given = [&](const char* name) {
     return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
   };
+  const bool decay_steps = t.lr_decay_steps > 0;  // 0: the run's steps
+  const bool ratio = given("min-lr-ratio") && t.min_lr_ratio != defaults.min_lr_ratio;
+  const bool schedule = given("lr-schedule") && t.lr_schedule != defaults.lr_schedule;
   const std::string warmup = "warmup-steps " + std::to_string(t.warmup_steps);
   if (t.lr_schedule == "constant")
-    for (const char* name : {"min-lr-ratio", "lr-decay-steps"})
-      require(!given(name), std::string(name) +
-                                " sets the decay, and lr-schedule constant has none: give "
-                                "lr-schedule cosine or linear, or leave it out");
-  require(!given("lr-decay-steps") || t.lr_decay_steps > t.warmup_steps,
+    require(!ratio && !decay_steps,
+            std::string(ratio ? "min-lr-ratio" : "lr-decay-steps") +
+                " sets the decay, and lr-schedule constant has none: give lr-schedule cosine or "
+                "linear, or leave it out");
+  require(!decay_steps || t.lr_decay_steps > t.warmup_steps,
           "lr-decay-steps " + std::to_string(t.lr_decay_steps) + " must exceed " + warmup +
               ": the decay starts after the warm-up (as Megatron-LM's "
               "lr-decay-iters must exceed lr-warmup-iters)");
   // A resume's schedule may take the checkpoint's length, known later (resume_schedule).
-  if (t.steps > 0 && t.resume.empty() && !given("lr-decay-steps") && t.warmup_steps >= t.steps)
-    for (const char* name : {"lr-schedule", "min-lr-ratio"})
-      require(!given(name) || t.lr_schedule == "constant",
-              std::string(name) + " shapes the decay after the warm-up, and " + warmup +
-                  " covers the whole run (steps " + std::to_string(t.steps) +
-                  "): give fewer warm-up steps or more steps");
+  if (t.steps > 0 && t.resume.empty() && !decay_steps && t.warmup_steps >= t.steps &&
+      t.lr_schedule != "constant")
+    require(!schedule && !ratio, std::string(schedule ? "lr-schedule" : "min-lr-ratio") +
+                                     " shapes the decay after the warm-up, and " + warmup +
+                                     " covers the whole run (steps " + std::to_string(t.steps) +
+                                     "): give fewer warm-up steps or more steps");
   require(t.exit_at_step == 0 || t.steps == 0 || t.exit_at_step <= t.steps,
           "exit-at-step " + std::to_string(t.exit_at_step) + " comes after the run's last step (" +
               std::to_string(t.steps) + "): it would never stop the run");

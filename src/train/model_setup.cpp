@@ -67,16 +67,30 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
 }
 
-// Model options the user set that the model m would not use: the experts' on a dense model,
-// rope-theta on gpt2 (no rotary embedding).
+// Model options set to other than their defaults that the model m would not use: the experts'
+// on a dense model, rope-theta on gpt2 (no rotary embedding). The defaults pass: run.ini (every
+// option's value) repeats a run as --config.
 void require_options_apply(const Options& o, const ModelConfig& m) {
-  if (m.n_experts == 0)
-    for (const char* name : {"top-k", "moe-ff", "n-shared-experts", "moe-every",
-                             "moe-aux-loss-coef", "moe-z-loss-coef"})
-      require(!given(o, name), std::string(name) +
-                                   " is a mixture-of-experts option, and this model is dense "
-                                   "(n-experts 0): set n-experts, or leave it out");
-  require(m.arch == Arch::Llama || !given(o, "rope-theta"),
+  const ModelConfig model;
+  const TrainConfig train;
+  const auto set = [&](const char* name, auto value, auto default_value) {
+    return given(o, name) && value != default_value;
+  };
+  for (const auto& [name, other] :
+       {std::pair{"top-k", set("top-k", o.model.top_k, model.top_k)},
+        {"moe-ff", set("moe-ff", o.model.moe_ff, model.moe_ff)},
+        {"n-shared-experts",
+         set("n-shared-experts", o.model.n_shared_experts, model.n_shared_experts)},
+        {"moe-every", set("moe-every", o.model.moe_every, model.moe_every)},
+        {"moe-aux-loss-coef",
+         set("moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef)},
+        {"moe-z-loss-coef",
+         set("moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef)}})
+    require(m.n_experts > 0 || !other,
+            std::string(name) +
+                " is a mixture-of-experts option, and this model is dense (n-experts 0): set "
+                "n-experts, or leave it out");
+  require(m.arch == Arch::Llama || !set("rope-theta", o.model.rope_theta, model.rope_theta),
           "rope-theta is a llama option (gpt2 has no rotary embedding)");
 }
 

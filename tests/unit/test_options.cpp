@@ -302,14 +302,15 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
   refused({"--lr-schedule", "constant", "--lr-decay-steps", "9"}, "lr-decay-steps sets the decay");
   refused({"--exit-at-step", "5"}, "exit-at-step 5 comes after the run's last step (4)");
   // What the run uses is accepted: a warm-up shorter than the run, a constant schedule, a resume
-  // (its schedule may be the checkpoint's), a stop within the run, and
-  // the defaults (a warm-up of 10 over 4 steps: the user set neither).
+  // (its schedule may be the checkpoint's), a stop within the run, and the defaults, set or not
+  // (a warm-up of 10 over 4 steps; run.ini, which repeats a run as --config, sets every option).
   for (const std::vector<std::string>& ok :
        {std::vector<std::string>{"--warmup-steps", "3", "--lr-schedule", "linear"},
         {"--warmup-steps", "3", "--lr-decay-steps", "4", "--min-lr-ratio", "0"},
         {"--warmup-steps", "5", "--lr-schedule", "constant"},
         {"--warmup-steps", "5", "--lr-schedule", "linear", "--resume", "auto"},
         {"--exit-at-step", "4"},
+        {"--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--lr-decay-steps", "0"},
         {}}) {
     std::vector<std::string> args = {"--train-data", "x", "--steps", "4"};
     args.insert(args.end(), ok.begin(), ok.end());
