@@ -171,7 +171,14 @@ std::string take_hf_router_settings(Options& o, const ModelConfig& m) {
             " as given (config.json's router_aux_loss_coef: " + coef + ")";
   } else {
     o.train.moe_aux_loss_coef = router.aux_loss_coef;
-    line += "moe-aux-loss-coef " + coef + " from config.json's router_aux_loss_coef";
+    int moe_layers = 0;
+    for (int l = 0; l < m.n_layer; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    // transformers' load_balancing_loss_func: one loss over the routing of all layers at once
+    line += "moe-aux-loss-coef " + coef + " from config.json's router_aux_loss_coef, which " +
+            "here weights each of the " + std::to_string(moe_layers) +
+            " MoE layers' load-balancing losses, summed (Megatron-Core's moe-aux-loss-coeff), " +
+            "where transformers weights one loss over all layers' routing: about " +
+            std::to_string(moe_layers) + " times as strong";
   }
   if (!router.output_router_logits)
     line += "; its output_router_logits is false (transformers would train without the aux "

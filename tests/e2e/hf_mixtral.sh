@@ -33,7 +33,7 @@ theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/
 awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
   fail "mixtral: aux loss $ours, PyTorch's float64 reference $theirs"
 echo "mixtral: step 1's aux loss $ours, PyTorch's float64 reference $theirs"
-grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef; its output_router_logits is false" \
+grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, which here weights each of the 2 MoE layers' load-balancing losses, summed (Megatron-Core's moe-aux-loss-coeff), where transformers weights one loss over all layers' routing: about 2 times as strong; its output_router_logits is false" \
   "$SCRATCH/aux.log" || { head -5 "$SCRATCH/aux.log"; fail "mixtral: no aux-loss coefficient taken"; }
 make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
 matches_reference qwen3-moe "$(val_loss qwen3-moe)"
