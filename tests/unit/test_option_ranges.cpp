@@ -23,9 +23,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Options whose other bound is tied to this one's (min-loss-scale <= initial-loss-scale).
+// Options whose bounds are tied to another's (min-loss-scale <= initial-loss-scale, exit-at-step
+// <= steps): that one at its largest.
 const std::map<std::string, std::vector<std::string>> kCompanions = {
-    {"min-loss-scale", {"--initial-loss-scale", "1e18"}}};
+    {"min-loss-scale", {"--initial-loss-scale", "1e18"}},
+    {"exit-at-step", {"--steps", "2147483647"}}};
 
 // "" when parse_options accepts `--name value`, else its UsageError's message.
 std::string outcome(const std::string& name, const std::string& value) {
