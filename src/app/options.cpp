@@ -1,6 +1,5 @@
 #include "mpitrain/app/options.hpp"
 
-#include <algorithm>
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <sstream>
@@ -531,18 +530,14 @@ void check_train(TrainConfig& t, const RawText& raw) {
           "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
 }
 
-// Options set to other than their defaults that this run would not use (never dropped silently):
-// a learning-rate decay that cannot start, a stop after the last step. The defaults pass: run.ini
-// (every option's value) repeats a run as --config.
+// Options changed (Options::changed) that this run would not use (never dropped silently): a
+// learning-rate decay that cannot start, a stop after the last step.
 void check_given(const Options& o) {
   const TrainConfig& t = o.train;
   const TrainConfig defaults;
-  const auto given = [&](const char* name) {
-    return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
-  };
   const bool decay_steps = t.lr_decay_steps > 0;  // 0: the run's steps
-  const bool ratio = given("min-lr-ratio") && t.min_lr_ratio != defaults.min_lr_ratio;
-  const bool schedule = given("lr-schedule") && t.lr_schedule != defaults.lr_schedule;
+  const bool ratio = o.changed("min-lr-ratio", t.min_lr_ratio, defaults.min_lr_ratio);
+  const bool schedule = o.changed("lr-schedule", t.lr_schedule, defaults.lr_schedule);
   const std::string warmup = "warmup-steps " + std::to_string(t.warmup_steps);
   if (t.lr_schedule == "constant")
     require(!ratio && !decay_steps,

@@ -1,6 +1,5 @@
 #include "mpitrain/planner/inputs.hpp"
 
-#include <algorithm>
 #include <vector>
 
 #include "mpitrain/app/options.hpp"
@@ -38,7 +37,7 @@ PlanInput read_plan_input(const std::string& config_path, const RunOverrides& ov
                                           " exceeds the model's " + std::to_string(m.max_seq_len) +
                                           " positions (max-seq-len)");
   // A cp the file sets is the layout to plan (as --cp); left at its default, cp is searched.
-  if (std::find(o.given.begin(), o.given.end(), "cp") != o.given.end()) in.cp = t.cp;
+  if (o.was_given("cp")) in.cp = t.cp;
   in.run = run_shape_of(t, gpu);
   return in;
 }

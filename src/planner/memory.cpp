@@ -88,8 +88,7 @@ StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int s
   StageUnits u;
   const int begin = shard.layer_begin, end = shard.layer_end < 0 ? config.n_layer : shard.layer_end;
   u.layers = end - begin;
-  // Layers l of [begin, end) with (l + 1) % moe_every == 0 (ModelConfig::is_moe_layer).
-  u.moe_layers = config.n_experts > 0 ? end / config.moe_every - begin / config.moe_every : 0;
+  u.moe_layers = config.moe_layers(begin, end);
   const ParamLayout outside(dense, ends);
   for (const FlatRange& unit : outside.units()) {
     const double n = static_cast<double>(unit.size());

@@ -178,9 +178,8 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
         layout.cp < 2 ? 0.0
                       : L * (forwards * ring_forward_exposed(layout.cp, kv_s, ring_step) +
                              ring_backward_exposed(layout.cp, kv_s, acc_s, ring_step));
-    int moe_layers = 0;
-    for (int l = shard.layer_begin; l < shard.layer_end; ++l) moe_layers += config.is_moe_layer(l);
-    const double ep = moe_layers * (full ? 7 : 5) * ep_call;
+    const double ep =
+        config.moe_layers(shard.layer_begin, shard.layer_end) * (full ? 7 : 5) * ep_call;
     if (compute + tp + p2p + ring + ep > micro) {
       micro = compute + tp + p2p + ring + ep;
       micro_compute = compute, micro_tp = tp, micro_p2p = p2p, micro_cp = ring, micro_ep = ep;

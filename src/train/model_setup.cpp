@@ -1,6 +1,5 @@
 #include "mpitrain/train/model_setup.hpp"
 
-#include <algorithm>
 #include <type_traits>
 
 #include "mpitrain/io/shortest_text.hpp"
@@ -13,15 +12,11 @@ namespace mpitrain {
 
 namespace {
 
-bool given(const Options& o, const char* name) {
-  return std::find(o.given.begin(), o.given.end(), name) != o.given.end();
-}
-
 // A model option the user set must equal the model file's (source: "the init-from model F").
 template <class V>
 void require_same(const Options& o, const char* name, V set_value, V file_value,
                   const std::string& source) {
-  if (!given(o, name)) return;
+  if (!o.was_given(name)) return;
   const auto text = [](V v) {
     if constexpr (std::is_same_v<V, Arch>) return to_string(v);
     else if constexpr (std::is_same_v<V, bool>)
@@ -67,31 +62,28 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
 }
 
-// Model options set to other than their defaults that the model m would not use: the experts'
-// on a dense model, rope-theta on gpt2 (no rotary embedding). The defaults pass: run.ini (every
-// option's value) repeats a run as --config.
+// Model options changed (Options::changed) that the model m would not use: the experts' on a
+// dense model, rope-theta on gpt2 (no rotary embedding).
 void require_options_apply(const Options& o, const ModelConfig& m) {
   const ModelConfig model;
   const TrainConfig train;
-  const auto set = [&](const char* name, auto value, auto default_value) {
-    return given(o, name) && value != default_value;
+  // refused where the option does not apply and is changed
+  const auto require_used = [&](bool applies, const char* name, auto value, auto default_value,
+                                const std::string& why) {
+    require(applies || !o.changed(name, value, default_value), std::string(name) + why);
   };
-  for (const auto& [name, other] :
-       {std::pair{"top-k", set("top-k", o.model.top_k, model.top_k)},
-        {"moe-ff", set("moe-ff", o.model.moe_ff, model.moe_ff)},
-        {"n-shared-experts",
-         set("n-shared-experts", o.model.n_shared_experts, model.n_shared_experts)},
-        {"moe-every", set("moe-every", o.model.moe_every, model.moe_every)},
-        {"moe-aux-loss-coef",
-         set("moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef)},
-        {"moe-z-loss-coef",
-         set("moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef)}})
-    require(m.n_experts > 0 || !other,
-            std::string(name) +
-                " is a mixture-of-experts option, and this model is dense (n-experts 0): set "
-                "n-experts, or leave it out");
-  require(m.arch == Arch::Llama || !set("rope-theta", o.model.rope_theta, model.rope_theta),
-          "rope-theta is a llama option (gpt2 has no rotary embedding)");
+  const bool moe = m.n_experts > 0;
+  const std::string dense =
+      " is a mixture-of-experts option, and this model is dense (n-experts 0): set n-experts, or "
+      "leave it out";
+  require_used(moe, "top-k", o.model.top_k, model.top_k, dense);
+  require_used(moe, "moe-ff", o.model.moe_ff, model.moe_ff, dense);
+  require_used(moe, "n-shared-experts", o.model.n_shared_experts, model.n_shared_experts, dense);
+  require_used(moe, "moe-every", o.model.moe_every, model.moe_every, dense);
+  require_used(moe, "moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef, dense);
+  require_used(moe, "moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef, dense);
+  require_used(m.arch == Arch::Llama, "rope-theta", o.model.rope_theta, model.rope_theta,
+               " is a llama option (gpt2 has no rotary embedding)");
 }
 
 }  // namespace
@@ -103,14 +95,16 @@ void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std
   require_given_match(o, c.model, "the checkpoint " + path, true);
   o.model = c.model;
   TrainConfig& t = o.train;
-  if (!given(o, "seq-len")) t.seq_len = static_cast<int>(c.seq_len);
-  if (!given(o, "seed")) t.seed = c.seed;
-  if (!given(o, "optimizer")) t.optimizer = to_string(c.optimizer);
-  if (!given(o, "global-batch-size")) t.global_batch_size = static_cast<int>(c.global_batch_size);
-  if (!given(o, "moe-aux-loss-coef") && c.moe_aux_loss_coef >= 0)  // recorded: an MoE run's
+  if (!o.was_given("seq-len")) t.seq_len = static_cast<int>(c.seq_len);
+  if (!o.was_given("seed")) t.seed = c.seed;
+  if (!o.was_given("optimizer")) t.optimizer = to_string(c.optimizer);
+  if (!o.was_given("global-batch-size"))
+    t.global_batch_size = static_cast<int>(c.global_batch_size);
+  if (!o.was_given("moe-aux-loss-coef") && c.moe_aux_loss_coef >= 0)  // recorded: an MoE run's
     t.moe_aux_loss_coef = c.moe_aux_loss_coef;
-  if (!given(o, "moe-z-loss-coef") && c.moe_z_loss_coef >= 0) t.moe_z_loss_coef = c.moe_z_loss_coef;
-  if (!given(o, "micro-batch-size") && t.global_batch_size % (dp * c.micro_batch_size) == 0)
+  if (!o.was_given("moe-z-loss-coef") && c.moe_z_loss_coef >= 0)
+    t.moe_z_loss_coef = c.moe_z_loss_coef;
+  if (!o.was_given("micro-batch-size") && t.global_batch_size % (dp * c.micro_batch_size) == 0)
     t.micro_batch_size = static_cast<int>(c.micro_batch_size);
 }
 
@@ -166,13 +160,12 @@ std::string take_hf_router_settings(Options& o, const ModelConfig& m) {
   read_hf_config(dir, o.train.seq_len, &router);
   const std::string coef = shortest_text(router.aux_loss_coef);
   std::string line = "init-from " + dir + ": ";
-  if (given(o, "moe-aux-loss-coef")) {
+  if (o.was_given("moe-aux-loss-coef")) {
     line += "moe-aux-loss-coef " + shortest_text(o.train.moe_aux_loss_coef) +
             " as given (config.json's router_aux_loss_coef: " + coef + ")";
   } else {
     o.train.moe_aux_loss_coef = router.aux_loss_coef;
-    int moe_layers = 0;
-    for (int l = 0; l < m.n_layer; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+    const int moe_layers = m.moe_layers(0, m.n_layer);
     // transformers' load_balancing_loss_func: one loss over the routing of all layers at once
     line += "moe-aux-loss-coef " + coef + " from config.json's router_aux_loss_coef, which " +
             "here weights each of the " + std::to_string(moe_layers) +

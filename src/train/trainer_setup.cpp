@@ -164,8 +164,7 @@ void Trainer::check_inputs() {
                 " does not divide the data-parallel size " + std::to_string(shape_.dp * shape_.cp) +
                 ": use a divisor of it, or 0 (shard over the whole data-parallel group)");
     if (t_.zero == 3 && t_.check_replicas > 0) {  // no copies to compare: the default goes off
-      const std::vector<std::string>& given = options_.given;
-      require(std::find(given.begin(), given.end(), "check-replicas") == given.end(),
+      require(!options_.was_given("check-replicas"),
               "check-replicas compares the data-parallel copies of the parameters, and under "
               "--zero 3 each rank holds only its own piece of them: use --zero 2 or less, or "
               "--check-replicas 0");

@@ -4,6 +4,7 @@
 // (app/suggest.hpp).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,15 @@ struct Options {
   std::string print_instead;           // --help or --version: rank 0 prints this, exit 0
   std::vector<std::string> given;      // the options the user set (flag or file)
   std::string effective;               // every option's final value, INI syntax
+  bool was_given(const std::string& name) const {
+    return std::find(given.begin(), given.end(), name) != given.end();
+  }
+  // Given, and to other than its default: what a run must use (run.ini, which repeats a run as
+  // --config, gives every option, most at their defaults).
+  template <class V>
+  bool changed(const std::string& name, const V& value, const V& default_value) const {
+    return was_given(name) && value != default_value;
+  }
 };
 
 // The valid range of each numeric option (app/option_ranges.hpp): --help shows them,

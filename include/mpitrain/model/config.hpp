@@ -76,6 +76,10 @@ struct ModelConfig {
   int n_shared_experts = 0;
   int moe_every = 1;         // layer l is MoE when (l + 1) % moe_every == 0 (HF decoder_sparse_step)
   bool is_moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
+  // How many of the layers [begin, end) are MoE (is_moe_layer).
+  int moe_layers(int begin, int end) const {
+    return n_experts > 0 ? end / moe_every - begin / moe_every : 0;
+  }
   int expert_width() const { return moe_ff > 0 ? moe_ff : d_ff; }
   // The MLP width of layer l held in mlp.fc / mlp.proj: d_ff for a dense layer, the shared
   // experts' width for an MoE layer (0: none).
