@@ -85,6 +85,7 @@ void for_each_field(M& m, F&& f) {
   f("sliding_window", m.model.sliding_window, arch_default(&ModelConfig::sliding_window));
   f("moe_aux_loss_coef", m.moe_aux_loss_coef, kOptionalField);  // absent: not recorded (-1)
   f("moe_z_loss_coef", m.moe_z_loss_coef, kOptionalField);
+  f("shuffle", m.shuffle, kOptionalField);
 }
 
 using RopeType = ModelConfig::RopeScaling::Type;
@@ -264,6 +265,8 @@ void check_ranges(const CheckpointManifest& m) {
     if (coef != -1 && !(std::isfinite(coef) && coef >= 0))
       out_of_range(name, shortest_text(coef),
                    "must be a finite number >= 0 (absent: not recorded)");
+  if (!m.shuffle.empty() && m.shuffle != "true" && m.shuffle != "false")
+    out_of_range("shuffle", m.shuffle, "must be true or false (absent: not recorded)");
   check_count("seq_len", m.seq_len, 1, m.model.max_seq_len,
               "must be from 1 to max_seq_len (" + std::to_string(m.model.max_seq_len) + ")");
 }

@@ -99,6 +99,21 @@ std::string NewerCheckpoint::note(const std::string& checkpoints) const {
          " leads to (a save cut short, or a best/ saved after it)";
 }
 
+std::optional<CheckpointManifest> first_manifest(const std::string& checkpoints,
+                                                 std::string& damage) {
+  if (std::optional<NewerCheckpoint> newer = newer_than_latest(checkpoints))
+    return std::move(newer->manifest);
+  std::string problem;
+  for (const std::string& dir : checkpoint_candidates(checkpoints, problem)) {
+    try {
+      return manifest_in(dir);
+    } catch (const Error& e) {
+      damage += std::string(damage.empty() ? "" : "; ") + e.what();
+    }
+  }
+  return std::nullopt;
+}
+
 ResumeSource find_resume_source(const std::string& path) {
   ResumeSource s = locate_checkpoints(path);
   if (!s.step.empty()) {
@@ -109,18 +124,10 @@ ResumeSource find_resume_source(const std::string& path) {
     }
     return s;
   }
-  if (const std::optional<NewerCheckpoint> newer = newer_than_latest(s.checkpoints)) {
-    s.manifest = newer->manifest;  // the checkpoint a load tries first
+  std::string damage;
+  if (std::optional<CheckpointManifest> m = first_manifest(s.checkpoints, damage)) {
+    s.manifest = std::move(*m);
     return s;
-  }
-  std::string problem, damage;
-  for (const std::string& dir : checkpoint_candidates(s.checkpoints, problem)) {
-    try {
-      s.manifest = manifest_in(dir);
-      return s;
-    } catch (const Error& e) {
-      damage += std::string(damage.empty() ? "" : "; ") + e.what();
-    }
   }
   require(!damage.empty(), "'" + path + "' holds no checkpoint: " + kExpected);
   throw UsageError("no checkpoint in " + s.checkpoints + " has a readable manifest (" + damage +

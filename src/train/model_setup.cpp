@@ -90,13 +90,14 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
 
 void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std::string& path,
                               int dp) {
-  require(o.train.init_from.empty(),
+  require(o.train.init_from.empty() || o.train.resume == "auto",  // auto: the checkpoint's
           "init-from and --resume " + path + " both set the weights: give one of them");
   require_given_match(o, c.model, "the checkpoint " + path, true);
   o.model = c.model;
   TrainConfig& t = o.train;
   if (!o.was_given("seq-len")) t.seq_len = static_cast<int>(c.seq_len);
   if (!o.was_given("seed")) t.seed = c.seed;
+  if (!o.was_given("shuffle") && !c.shuffle.empty()) t.shuffle = c.shuffle == "true";
   if (!o.was_given("optimizer")) t.optimizer = to_string(c.optimizer);
   if (!o.was_given("global-batch-size"))
     t.global_batch_size = static_cast<int>(c.global_batch_size);

@@ -117,6 +117,13 @@ void Trainer::resume() {
               std::to_string(m->seed) + ", this run has seed " + std::to_string(t_.seed) +
               ": pass --seed " + std::to_string(m->seed) +
               " to continue its data order, or --allow-seed-change to take the new seed");
+  // So would the other order (shuffled or not; recorded since the field).
+  const std::string shuffle = t_.shuffle ? "true" : "false";
+  const bool reordered = train_ && !m->shuffle.empty() && m->shuffle != shuffle;
+  require(!reordered || t_.allow_data_change,
+          "the checkpoint of step " + std::to_string(m->step) + " was written with --shuffle " +
+              m->shuffle + ", this run has --shuffle " + shuffle + ": leave it out to continue " +
+              "its data order, or --allow-data-change to take the new order");
   // Other files, counts or weights would silently change the data order from here on (no
   // training data: --steps 0, nothing to continue).
   const std::string data_change =
@@ -359,6 +366,7 @@ CheckpointManifest Trainer::manifest(int step) const {
   m.micro_batch_size = micro_batch_;
   m.seq_len = t_.seq_len;
   m.data = train_ ? train_->record() : "";
+  m.shuffle = t_.shuffle ? "true" : "false";
   m.lr_decay_steps = lr_schedule_->total_steps;
   if (cfg_.n_experts > 0) {
     m.moe_aux_loss_coef = t_.moe_aux_loss_coef;

@@ -151,6 +151,10 @@ Trainer::Trainer(const Options& options, const MpiComm& world, const StopSignals
 
 Trainer::~Trainer() = default;
 
+std::string Trainer::checkpoints_dir() const {
+  return (fs::path(t_.out_dir) / "checkpoints").string();
+}
+
 void Trainer::check_inputs() {
   all_or_none(world_, [&] {
     shape_ = resolve_grid(world_.size(), t_.dp, t_.tp, t_.pp, layouts_the_model_admits(options_),
@@ -173,6 +177,11 @@ void Trainer::check_inputs() {
     if (!t_.resume.empty() && t_.resume != "auto") {  // every rank finds the same
       resume_source_ = find_resume_source(t_.resume);
       take_checkpoint_settings(options_, resume_source_->manifest, t_.resume, shape_.dp);
+    } else if (t_.resume == "auto") {  // the same settings from the checkpoint it would load
+      const std::string dir = checkpoints_dir();
+      std::string damage;  // none readable: the load names the damage (or --overwrite)
+      if (const std::optional<CheckpointManifest> m = first_manifest(dir, damage))
+        take_checkpoint_settings(options_, *m, dir, shape_.dp);
     }
     schedule_ = parse_pipeline_schedule(t_.pp_schedule);
     parse_lr_decay(t_.lr_schedule);
@@ -314,8 +323,7 @@ void Trainer::build_model() {
       std::make_unique<Watchdog>(world_, WatchdogConfig{t_.comm_timeout_startup, t_.comm_timeout},
                                  comms_->host_logs(), comms_->device_work());
   blocking_ = comms_->blocking();
-  store_ = std::make_unique<CheckpointStore>((fs::path(t_.out_dir) / "checkpoints").string(),
-                                             world_, t_.keep_last, faults_);
+  store_ = std::make_unique<CheckpointStore>(checkpoints_dir(), world_, t_.keep_last, faults_);
   // A resume that loads a checkpoint or stops (an explicit one; auto over checkpoints without
   // --overwrite, which refuses to start fresh over damaged ones) takes every parameter from the
   // checkpoint: their initial values are neither drawn nor read (--init-from).
@@ -385,42 +393,44 @@ void Trainer::build_model() {
 std::string Trainer::run_ini() const {
   const auto text = [](auto v) { return std::to_string(v); };
   const auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
-  return resolved_ini(options_.effective, {{"dp", text(shape_.dp)},
-                                           {"arch", to_string(cfg_.arch)},
-                                           {"n-layer", text(cfg_.n_layer)},
-                                           {"n-head", text(cfg_.n_head)},
-                                           {"d-model", text(cfg_.d_model)},
-                                           {"seq-len", text(t_.seq_len)},
-                                           {"seed", text(t_.seed)},
-                                           {"optimizer", t_.optimizer},
-                                           {"global-batch-size", text(t_.global_batch_size)},
-                                           {"tp", text(shape_.tp)},
-                                           {"pp", text(shape_.pp)},
-                                           {"cp", text(shape_.cp)},
-                                           {"threads", text(threads_)},
-                                           {"micro-batch-size", text(micro_batch_)},
-                                           {"n-kv-head", text(cfg_.n_kv_head)},
-                                           {"d-ff", text(cfg_.d_ff)},
-                                           {"vocab-size", text(cfg_.vocab_size)},
-                                           {"max-seq-len", text(cfg_.max_seq_len)},
-                                           {"norm-eps", shortest_text(cfg_.norm_eps)},
-                                           {"rope-theta", shortest_text(cfg_.rope_theta)},
-                                           {"tie-embeddings", flag(cfg_.tie_embeddings)},
-                                           {"attention-bias", flag(cfg_.proj_bias)},
-                                           {"qkv-bias", flag(cfg_.qkv_bias)},
-                                           {"mlp-bias", flag(cfg_.mlp_bias)},
-                                           {"head-dim", text(cfg_.head_dim)},
-                                           {"qk-norm", flag(cfg_.qk_norm)},
-                                           {"rope-scaling", to_string(cfg_.rope_scaling)},
-                                           {"gpt2-scale-attn-weights",
-                                            flag(cfg_.scale_attn_weights)},
-                                           {"gpt2-scale-attn-by-layer",
-                                            flag(cfg_.scale_attn_by_inverse_layer_idx)},
-                                           {"n-experts", text(cfg_.n_experts)},
-                                           {"top-k", text(cfg_.top_k)},
-                                           {"moe-ff", text(cfg_.moe_ff)},
-                                           {"n-shared-experts", text(cfg_.n_shared_experts)},
-                                           {"moe-every", text(cfg_.moe_every)}});
+  return resolved_ini(options_.effective,
+                      {{"dp", text(shape_.dp)},
+                       {"arch", to_string(cfg_.arch)},
+                       {"n-layer", text(cfg_.n_layer)},
+                       {"n-head", text(cfg_.n_head)},
+                       {"d-model", text(cfg_.d_model)},
+                       {"seq-len", text(t_.seq_len)},
+                       {"seed", text(t_.seed)},
+                       {"shuffle", flag(t_.shuffle)},
+                       {"optimizer", t_.optimizer},
+                       {"global-batch-size", text(t_.global_batch_size)},
+                       {"tp", text(shape_.tp)},
+                       {"pp", text(shape_.pp)},
+                       {"cp", text(shape_.cp)},
+                       {"threads", text(threads_)},
+                       {"micro-batch-size", text(micro_batch_)},
+                       {"n-kv-head", text(cfg_.n_kv_head)},
+                       {"d-ff", text(cfg_.d_ff)},
+                       {"vocab-size", text(cfg_.vocab_size)},
+                       {"max-seq-len", text(cfg_.max_seq_len)},
+                       {"norm-eps", shortest_text(cfg_.norm_eps)},
+                       {"rope-theta", shortest_text(cfg_.rope_theta)},
+                       {"tie-embeddings", flag(cfg_.tie_embeddings)},
+                       {"attention-bias", flag(cfg_.proj_bias)},
+                       {"qkv-bias", flag(cfg_.qkv_bias)},
+                       {"mlp-bias", flag(cfg_.mlp_bias)},
+                       {"head-dim", text(cfg_.head_dim)},
+                       {"qk-norm", flag(cfg_.qk_norm)},
+                       {"rope-scaling", to_string(cfg_.rope_scaling)},
+                       {"gpt2-scale-attn-weights", flag(cfg_.scale_attn_weights)},
+                       {"gpt2-scale-attn-by-layer", flag(cfg_.scale_attn_by_inverse_layer_idx)},
+                       {"n-experts", text(cfg_.n_experts)},
+                       {"top-k", text(cfg_.top_k)},
+                       {"moe-ff", text(cfg_.moe_ff)},
+                       {"n-shared-experts", text(cfg_.n_shared_experts)},
+                       {"moe-every", text(cfg_.moe_every)},
+                       {"moe-aux-loss-coef", shortest_text(t_.moe_aux_loss_coef)},
+                       {"moe-z-loss-coef", shortest_text(t_.moe_z_loss_coef)}});
 }
 
 void Trainer::build_step_parts() {

@@ -5,7 +5,9 @@
 # - a run whose step-6 save was cut short (step-6.tmp, `latest` at step 3) while best/ holds
 #   step 4: ckpt-inspect RUN_DIR shows best/, as --resume auto takes it (saying so);
 # - that resume with --steps 9 instead of 12 keeps the 12-step cosine schedule (the lr of step 5
-#   is the 12-step one, computed here in double) and says so at start-up;
+#   is the 12-step one, computed here in double) and says so at start-up; given no model,
+#   batch or order options, it takes the checkpoint's (as --resume PATH does), and a later
+#   resume with another --shuffle is refused (exit 2) naming both;
 # - --export-hf and --export-llmc under directories that do not exist yet: created;
 # - --init-from the export, --steps 0 --val-data, no --train-data: evaluates it (the val loss of
 #   the run that wrote it).
@@ -37,7 +39,8 @@ echo "ok: --learning-rate, --max-iters, --gradient-accumulation-steps name ours"
 # 8 and 12. A save cut short after best/: step-3 and best (step 4) committed, step 6 not.
 run="$SCRATCH/run"
 run_trainer 1 "$SCRATCH/first.log" "${data[@]}" "${model[@]}" --steps 12 --save-interval 3 \
-  --eval-interval 4 --save-best --exit-at-step 6 --out-dir "$run"
+  --eval-interval 4 --save-best --exit-at-step 6 --global-batch-size 4 --shuffle false \
+  --out-dir "$run"
 [ "$rc" = 85 ] || { cat "$SCRATCH/first.log"; fail "the first piece exited $rc, expected 85"; }
 mv "$run/checkpoints/step-00000006" "$run/checkpoints/step-00000006.tmp"
 echo step-00000003 > "$run/checkpoints/latest"
@@ -51,9 +54,16 @@ grep -q "^checkpoint $run/checkpoints/best/checkpoint.h5$" "$SCRATCH/inspect.log
   { cat "$SCRATCH/inspect.log"; fail "ckpt-inspect RUN_DIR does not show best/ (step 4)"; }
 echo "ok: ckpt-inspect RUN_DIR shows best/, newer than latest's step 3"
 
-# 7. Resumed with --steps 9: the schedule keeps its 12 steps.
-run_trainer 1 "$SCRATCH/second.log" "${data[@]}" "${model[@]}" --steps 9 --resume auto --out-dir "$run"
+# 7. Resumed with --steps 9: the schedule keeps its 12 steps. No model, seq-len, batch or
+# --shuffle options: the checkpoint's (the defaults would be 12 layers, 8 sequences, shuffled).
+run_trainer 1 "$SCRATCH/second.log" "${data[@]}" --lr 3e-3 --warmup-steps 2 --eval-samples 16 \
+  --sample-tokens 0 --peak-gflops 100 --threads 1 --steps 9 --resume auto --out-dir "$run"
 [ "$rc" = 0 ] || { cat "$SCRATCH/second.log"; fail "the resume exited $rc"; }
+for setting in "n-layer = 2" "seq-len = 32" "global-batch-size = 4" "micro-batch-size = 2" \
+  "shuffle = false"; do
+  grep -qx "$setting" "$run/run.ini" ||
+    { cat "$run/run.ini"; fail "--resume auto did not take the checkpoint's $setting"; }
+done
 grep -q "^resume: $run/checkpoints/best holds step 4, newer than step 3 that $run/checkpoints/latest leads to" \
   "$SCRATCH/second.log" && grep -q "^resumed from step 4 " "$SCRATCH/second.log" ||
   { cat "$SCRATCH/second.log"; fail "--resume auto did not take best/ (step 4) saying so"; }
@@ -70,6 +80,16 @@ over9 = 3e-4 + (3e-3 - 3e-4) * 0.5 * (1 + math.cos(math.pi * 2 / 6))
 if abs(got - want) > 1e-7 * want: sys.exit(f"lr {got}: want {want} (over 9 steps: {over9})")
 print(f"ok: the lr of step 5 is {got}, the 12-step schedule's (over 9 steps: {over9:.6g})")
 PYEOF
+
+# Another sample order than the checkpoint's is refused, the run left as it was.
+before=$(dir_state "$run")
+run_trainer 1 "$SCRATCH/reorder.log" "${data[@]}" --steps 12 --shuffle true --resume auto \
+  --out-dir "$run"
+[ "$rc" = 2 ] || { cat "$SCRATCH/reorder.log"; fail "a resume with another --shuffle: exit $rc"; }
+grep -q "was written with --shuffle false, this run has --shuffle true: leave it out" \
+  "$SCRATCH/reorder.log" || { cat "$SCRATCH/reorder.log"; fail "--shuffle change: not named"; }
+[ "$before" = "$(dir_state "$run")" ] || fail "the refused resume changed the run"
+echo "ok: --resume auto takes the checkpoint's settings; another --shuffle is refused"
 
 # 10. Exports under directories that do not exist yet.
 run_trainer 1 "$SCRATCH/export.log" "${data[@]}" "${model[@]}" --steps 2 --out-dir "$SCRATCH/e" \

@@ -87,7 +87,7 @@ echo "ok: a blend resumed at step 5 gives the uninterrupted losses bit for bit"
 # 4. A resume on other data (weights; a glob that gained a shard) is refused, leaving the run as
 # it was; --allow-data-change lets it through.
 before=$(dir_state "$SCRATCH/blend-copy")
-other=(--train-data "0.5:$shards/fw_train_*.bin, 0.5:$DATA_DIR/val.h5" --steps 10 --resume auto)
+other=(--train-data "0.5:$shards/fw_train_*.bin, 0.5:$DATA_DIR/val.h5" --shuffle true --steps 10 --resume auto)
 run_trainer 2 "$SCRATCH/other.log" "${model[@]}" "${other[@]}" --out-dir "$SCRATCH/blend-copy"
 [ "$rc" = 2 ] || { cat "$SCRATCH/other.log"; fail "resume on other weights: exit $rc, expected 2"; }
 grep -q "trained on other data (.*fw_train_000.bin: weight 0.7 in the checkpoint, 0.5 now" "$SCRATCH/other.log" ||

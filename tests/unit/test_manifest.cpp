@@ -117,6 +117,7 @@ TEST_F(ManifestTest, EveryFieldOutOfRangeIsNamed) {
       {[](auto& m) { m.global_batch_size = 0; }, "manifest global_batch_size 0 is out of range"},
       {[](auto& m) { m.seq_len = 33; }, "manifest seq_len 33 is out of range"},
       {[](auto& m) { m.lr_decay_steps = -3; }, "manifest lr_decay_steps -3 is out of range"},
+      {[](auto& m) { m.shuffle = "yes"; }, "manifest shuffle yes is out of range"},
       {[](auto& m) { m.moe_aux_loss_coef = std::nan(""); },
        "manifest moe_aux_loss_coef nan is out of range"},
       {[](auto& m) { m.moe_z_loss_coef = std::numeric_limits<double>::infinity(); },
@@ -153,23 +154,31 @@ TEST_F(ManifestTest, AVersionFlippedDownIsStillChecked) {
   EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
 }
 
-// The schedule's length (a field added within format version 3): written and checksummed when
-// recorded; a file written before it (no attribute) reads with 0 and its checksum still holds.
-TEST_F(ManifestTest, TheScheduleLengthIsOptional) {
+// The schedule's length and the sample order (fields added within format version 3): written
+// and checksummed when recorded; a file written before them (no attribute) reads as not recorded
+// (0, "") and its checksum still holds.
+TEST_F(ManifestTest, TheScheduleLengthAndTheSampleOrderAreOptional) {
   CheckpointManifest m = sample_manifest();
   m.lr_decay_steps = 150;
+  m.shuffle = "false";
   write(m);
   {
     H5Handle file = open_file(path());
     EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 150);
+    EXPECT_EQ(read_manifest(file.get()).shuffle, "false");
   }
   edit([](hid_t g) { write_attribute_int(g, "lr_decay_steps", 90); });
   EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
-  write(sample_manifest());  // as a build from before the field wrote it
+  write(m);
+  edit([](hid_t g) { write_attribute_string(g, "shuffle", "true"); });
+  EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
+  write(sample_manifest());  // as a build from before the fields wrote it
   H5Handle file = open_file(path());
   H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
-  EXPECT_FALSE(has_attribute(group.get(), "lr_decay_steps"));
+  for (const char* name : {"lr_decay_steps", "shuffle"})
+    EXPECT_FALSE(has_attribute(group.get(), name)) << name;
   EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 0);
+  EXPECT_EQ(read_manifest(file.get()).shuffle, "");
 }
 
 // The model features (fields added within format version 3): recorded and checksummed where they

@@ -97,6 +97,9 @@ struct CheckpointManifest {
   // The training data (Dataset::record: "<weight> <tokens> <path>" a line); "" = not recorded
   // (files written before it: the attribute `data` is absent, and a resume does not compare).
   std::string data;
+  // The sample order's --shuffle, "true" or "false", which a resume keeps unless given; "" = not
+  // recorded (files written before it: the attribute `shuffle` is absent).
+  std::string shuffle;
   // The lr schedule's length in steps (LrSchedule::total_steps), which a resume keeps; 0 = not
   // recorded (files written before it: the attribute `lr_decay_steps` is absent).
   int64_t lr_decay_steps = 0;

@@ -42,4 +42,11 @@ struct NewerCheckpoint {
 // when there is none (the usual case: `latest` names the newest). A resume loads it first.
 std::optional<NewerCheckpoint> newer_than_latest(const std::string& checkpoints);
 
+// The manifest of the checkpoint a load of the checkpoints directory tries first (the newer one
+// of newer_than_latest, else the first readable in load_latest's order); nullopt when none reads
+// (no checkpoint, or all damaged: damage then lists why, "; " between them). UsageError for a
+// `latest` that is not a regular file.
+std::optional<CheckpointManifest> first_manifest(const std::string& checkpoints,
+                                                 std::string& damage);
+
 }  // namespace mpitrain

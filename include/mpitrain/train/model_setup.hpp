@@ -15,11 +15,11 @@ namespace mpitrain {
 ModelConfig resolve_model_config(const Options& options, const TokenSource* train_data,
                                  int64_t tokenizer_vocab);
 
-// An explicit --resume PATH: the checkpoint's model is the shape (a model option the user set
-// that disagrees: UsageError naming it and both values; init-from with it: UsageError), and
-// seq-len, seed, optimizer, global-batch-size, micro-batch-size (when the batch divides by dp x
-// it) and an MoE run's loss coefficients (where recorded) are the checkpoint's unless the user set
-// them.
+// A resume's checkpoint (an explicit --resume PATH, or the one --resume auto would load): its
+// model is the shape (a model option the user set that disagrees: UsageError naming it and both
+// values; init-from with a PATH: UsageError), and seq-len, seed, shuffle (where recorded),
+// optimizer, global-batch-size, micro-batch-size (when the batch divides by dp x it) and an MoE
+// run's loss coefficients (where recorded) are the checkpoint's unless the user set them.
 void take_checkpoint_settings(Options& options, const CheckpointManifest& checkpoint,
                               const std::string& path, int dp);
 

@@ -115,6 +115,7 @@ class Trainer {
   GridShape shape_;
   std::optional<ContextChunks> chunks_;  // --cp > 1: this rank's two chunks of each sequence
   int local_seq_len() const { return chunks_ ? chunks_->local_len() : t_.seq_len; }
+  std::string checkpoints_dir() const;  // <out-dir>/checkpoints: the store's, --resume auto's
   std::vector<int> stage_first_layer_;
   PipelineSchedule schedule_{};
   std::optional<Dataset> train_, val_;  // --train-data (none: --steps 0), --val-data
