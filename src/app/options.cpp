@@ -1,6 +1,7 @@
 #include "mpitrain/app/options.hpp"
 
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -66,8 +67,9 @@ const std::vector<OptionRange> kRanges = {
     {"beta2", 0, 1, false, true},
     {"adam-eps", 0, 1, true},
     {"grad-clip", 0, kUnbounded},
-    {"moe-aux-loss-coef", 0, kUnbounded},
-    {"moe-z-loss-coef", 0, kUnbounded},
+    // the routing losses' weights are fp32 in the model: 1e39 would be inf (used ones: <= 0.1)
+    {"moe-aux-loss-coef", 0, 1e6},
+    {"moe-z-loss-coef", 0, 1e6},
     // Parallelism; a bucket of 1/16 MiB (16384 floats) keeps the count of buckets, each an
     // all-reduce in flight, sane; 1 TiB exceeds any model's gradients (one bucket).
     {"dp", 0, kUnbounded},
@@ -119,6 +121,7 @@ struct RawText {
   std::string tie_embeddings = "auto", attention_bias = "auto", qkv_bias = "auto",
               mlp_bias = "auto";
   std::string micro_batch = "4";
+  std::string seed = std::to_string(TrainConfig{}.seed);  // unsigned: "-1" would wrap
   std::string config_file;
   std::string rope_scaling = "none";
 };
@@ -273,7 +276,8 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
        "sequences per forward/backward on one rank (the rest is gradient accumulation), or auto: "
        "the largest that the memory plan fits, printed before the first step")
       ("seq-len", with_default(&t.seq_len), "tokens per training sequence")
-      ("seed", with_default(&t.seed), "seed for initialisation, data order and sampling")
+      ("seed", with_default(&raw.seed)->value_name("N"),
+       "seed for initialisation, data order and sampling (0 to 2^64 - 1)")
       ("lr", with_default(&t.lr), "peak learning rate")
       ("lr-schedule", with_default(&t.lr_schedule)->value_name("cosine|linear|constant"),
        "decay after the warm-up")
@@ -491,8 +495,18 @@ int parse_positive(const std::string& text, const char* name) {
   return value;
 }
 
+// An unsigned 64-bit integer written as text: digits alone (no sign), at most 2^64 - 1.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  require(!text.empty() && error == std::errc() && end == text.data() + text.size(),
+          "seed must be an integer from 0 to 18446744073709551615 (got '" + text + "')");
+  return value;
+}
+
 // Choices and the checks between options (ranges: kRanges); sets the fields converted from text.
 void check_train(TrainConfig& t, const RawText& raw) {
+  t.seed = parse_seed(raw.seed);
   t.micro_batch_size =
       raw.micro_batch == "auto" ? 0 : parse_positive(raw.micro_batch, "micro-batch-size");
   require(t.comm == "auto" || t.comm == "nccl" || t.comm == "mpi",
@@ -555,6 +569,16 @@ void check_given(const Options& o) {
                                      " shapes the decay after the warm-up, and " + warmup +
                                      " covers the whole run (steps " + std::to_string(t.steps) +
                                      "): give fewer warm-up steps or more steps");
+  if (t.sample_temperature == 0)  // greedy: the most likely token, whatever the candidates
+    for (const auto& [name, changed] :
+         {std::pair{"sample-top-k",
+                    o.changed("sample-top-k", t.sample_top_k, defaults.sample_top_k)},
+          std::pair{"sample-top-p",
+                    o.changed("sample-top-p", t.sample_top_p, defaults.sample_top_p)}})
+      require(!changed,
+              std::string(name) +
+                  " chooses the tokens to sample among, and "
+                  "sample-temperature 0 takes the most likely one: leave one of them out");
   require(t.exit_at_step == 0 || t.steps == 0 || t.exit_at_step <= t.steps,
           "exit-at-step " + std::to_string(t.exit_at_step) + " comes after the run's last step (" +
               std::to_string(t.steps) + "): it would never stop the run");

@@ -358,14 +358,24 @@ std::vector<KeyRule> gpt2_keys() {
   return t;
 }
 
-// The llama architecture's keys, shared by llama, mistral, qwen2 and qwen3. kv_heads: the
-// number of key/value heads transformers takes when the key is absent.
+// num_key_value_heads: absent, the config class's default (kv_heads_absent: a count, or null);
+// null, one per query head, as every transformers config of the llama family sets it.
+KeyRule kv_heads(json kv_heads_absent) {
+  return {"num_key_value_heads", HfKeyUse::Implemented, std::move(kv_heads_absent),
+          [](const std::string& k, const json& v, Reading& r) {
+            r.c.n_kv_head = v.is_null() ? r.c.n_head : positive_int(k, v, r);
+          },
+          [](const Writing& w) { return json(w.c.n_kv_head); }};
+}
+
+// The llama architecture's keys, shared by llama, mistral, qwen2 and qwen3. kv_heads_absent:
+// the number of key/value heads transformers takes when the key is absent (null: one per head).
 std::vector<KeyRule> llama_family_keys(const char* architecture, json head_dim_absent,
-                                       std::function<int(const ModelConfig&)> kv_heads) {
+                                       json kv_heads_absent) {
   std::vector<KeyRule> t = {
       count("num_hidden_layers", &ModelConfig::n_layer),
       count("num_attention_heads", &ModelConfig::n_head),
-      count("num_key_value_heads", &ModelConfig::n_kv_head, std::move(kv_heads)),
+      kv_heads(std::move(kv_heads_absent)),
       count("hidden_size", &ModelConfig::d_model),
       count("intermediate_size", &ModelConfig::d_ff),
       count("max_position_embeddings", &ModelConfig::max_seq_len),
@@ -393,34 +403,33 @@ std::vector<KeyRule> sliding_keys() {  // qwen2's and qwen3's: no sliding window
 // The table of a model_type (empty: unknown). model_type comes last: a refused one (a feature
 // the model lacks) is named after the refused values of the other keys.
 std::vector<KeyRule> table(const std::string& type) {
-  const auto heads = [](const ModelConfig& c) { return c.n_head; };
   const auto fixed = [](int n) { return [n](const ModelConfig&) { return n; }; };
   std::vector<KeyRule> t;
   if (type == "gpt2") return gpt2_keys();
   if (type == "llama") {
-    t = llama_family_keys("LlamaForCausalLM", json(), heads);
+    t = llama_family_keys("LlamaForCausalLM", json(), json());
     t.push_back(attention_bias());
     t.push_back(flag("mlp_bias", false, &ModelConfig::mlp_bias));
     t.push_back(refused_unless("pretraining_tp", {1}, "only 1 is accepted"));
     t.push_back(model_type("llama", Arch::Llama));
   } else if (type == "mistral") {
-    t = llama_family_keys("MistralForCausalLM", json(), fixed(8));
+    t = llama_family_keys("MistralForCausalLM", json(), 8);
     t.push_back(sliding_window(4096));
     t.push_back(model_type("mistral", Arch::Llama));
   } else if (type == "qwen2") {
-    t = llama_family_keys("Qwen2ForCausalLM", json(), fixed(32));
+    t = llama_family_keys("Qwen2ForCausalLM", json(), 32);
     const std::vector<KeyRule> s = sliding_keys();
     t.insert(t.end(), s.begin(), s.end());
     t.push_back(refused_unless("use_mrope", {false}, "multimodal RoPE is not implemented"));
     t.push_back(model_type("qwen2", Arch::Llama, [](ModelConfig& c) { c.qkv_bias = true; }));
   } else if (type == "qwen3") {
-    t = llama_family_keys("Qwen3ForCausalLM", json(128), fixed(32));
+    t = llama_family_keys("Qwen3ForCausalLM", json(128), 32);
     const std::vector<KeyRule> s = sliding_keys();
     t.insert(t.end(), s.begin(), s.end());
     t.push_back(attention_bias());
     t.push_back(model_type("qwen3", Arch::Llama, [](ModelConfig& c) { c.qk_norm = true; }));
   } else if (type == "mixtral") {  // every layer MoE, of experts intermediate_size wide
-    t = llama_family_keys("MixtralForCausalLM", json(), fixed(8));
+    t = llama_family_keys("MixtralForCausalLM", json(), 8);
     absent_default(t, "rope_theta", 1e6);
     absent_default(t, "rms_norm_eps", 1e-5);  // MixtralConfig's, where LlamaConfig's is 1e-6
     for (KeyRule& k : t)
@@ -433,7 +442,7 @@ std::vector<KeyRule> table(const std::string& type) {
     t.push_back(sliding_window(json()));
     t.push_back(model_type("mixtral", Arch::Llama));
   } else if (type == "qwen3_moe") {  // qwen3 whose MLPs are MoE every decoder_sparse_step layers
-    t = llama_family_keys("Qwen3MoeForCausalLM", json(), fixed(4));
+    t = llama_family_keys("Qwen3MoeForCausalLM", json(), 4);
     const std::vector<KeyRule> s = sliding_keys();
     t.insert(t.end(), s.begin(), s.end());
     t.push_back(attention_bias());
@@ -451,7 +460,6 @@ std::vector<KeyRule> table(const std::string& type) {
   }
   return t;
 }
-
 
 json read_json(const fs::path& file) {
   std::ifstream in(file);

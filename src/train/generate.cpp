@@ -106,8 +106,13 @@ void print_sample(const TrainConfig& t, const ModelConfig& cfg, const std::vecto
   const size_t prompt = text.size();
   Rng rng(t.seed, rng_stream::kSampling);
   generate(model, text, t.sample_tokens, t.seq_len, sampling_config(t), rng);
-  std::printf("---- sample (%d tokens, temperature %.2f, top-k %d, top-p %.2f) ----\n",
-              t.sample_tokens, t.sample_temperature, t.sample_top_k, t.sample_top_p);
+  char how[96];  // temperature 0: the most likely token, top-k and top-p unused
+  if (t.sample_temperature == 0)
+    std::snprintf(how, sizeof how, "greedy: temperature 0");
+  else
+    std::snprintf(how, sizeof how, "temperature %.2f, top-k %d, top-p %.2f", t.sample_temperature,
+                  t.sample_top_k, t.sample_top_p);
+  std::printf("---- sample (%d tokens, %s) ----\n", t.sample_tokens, how);
   if (tokenizer) {
     std::printf("%s%s\n", t.sample_prompt.c_str(),
                 tokenizer->decode(text.data() + prompt, text.size() - prompt).c_str());

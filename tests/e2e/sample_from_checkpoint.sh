@@ -25,6 +25,8 @@ want_eval=$(eval_line "$SCRATCH/train.log")
 want_val=$(metric "$run/metrics.jsonl" val_loss | tail -1)
 [ -n "$want_sample" ] && [ "$want_eval" != "" ] || { cat "$SCRATCH/train.log"; fail "no sample or eval"; }
 [[ $want_eval == "eval at step 4 "* ]] || fail "the training run's eval: $want_eval"
+grep -q -- "^---- sample (24 tokens, greedy: temperature 0) ----$" "$SCRATCH/train.log" ||
+  { cat "$SCRATCH/train.log"; fail "the greedy sample's header does not say greedy"; }
 before=$(dir_state "$run")
 
 # Each form of --resume, no model options, no training data: on the training run's 2 ranks the

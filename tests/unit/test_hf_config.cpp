@@ -134,6 +134,20 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
     doc.erase("rms_norm_eps");
     EXPECT_EQ(read(doc, 4096).norm_eps, eps) << name;
   }
+  // num_key_value_heads null is one per query head (transformers' configs set it so); absent,
+  // the class's default: LlamaConfig's null, MistralConfig's 8.
+  for (const char* name : {"Llama-3.2-1B", "Mistral-7B-v0.1", "Qwen2.5-0.5B", "Qwen3-0.6B",
+                           "Mixtral-8x7B-v0.1", "Qwen3-30B-A3B"}) {
+    json doc = real_config(name);
+    doc["num_key_value_heads"] = nullptr;
+    const ModelConfig c = read(doc, 4096);
+    EXPECT_EQ(c.n_kv_head, c.n_head) << name;
+  }
+  for (const auto& [name, heads] : {std::pair{"Llama-3.2-1B", 32}, {"Mistral-7B-v0.1", 8}}) {
+    json doc = real_config(name);
+    doc.erase("num_key_value_heads");
+    EXPECT_EQ(read(doc, 4096).n_kv_head, heads) << name;
+  }
   const ModelConfig qwen3_moe = read(real_config("Qwen3-30B-A3B"));  // 128 experts of 768, top 8
   EXPECT_TRUE(qwen3_moe.qk_norm);
   EXPECT_FALSE(qwen3_moe.tie_embeddings || qwen3_moe.qkv_bias || qwen3_moe.proj_bias);

@@ -280,6 +280,14 @@ TEST(Options, BadInputIsOneClearUsageError) {
             std::string::npos);
   EXPECT_NE(usage_error({"--train-data", "x", "--data-format", "csv"}).find("data-format"),
             std::string::npos);
+  // the seed is unsigned: a sign or a value past 2^64 - 1 is refused, never wrapped
+  for (const char* seed : {"-1", "18446744073709551616", "+5", "1e3", ""})
+    EXPECT_NE(usage_error({"--train-data", "x", "--seed", seed})
+                  .find("seed must be an integer from 0 to 18446744073709551615 (got '" +
+                        std::string(seed) + "')"),
+              std::string::npos)
+        << seed;
+  EXPECT_EQ(parse({"--train-data", "x", "--seed", "18446744073709551615"}).train.seed, UINT64_MAX);
 }
 
 // An option the user set that the run would not use is refused, never dropped: a decay that
@@ -301,6 +309,10 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
           "min-lr-ratio sets the decay, and lr-schedule constant has none");
   refused({"--lr-schedule", "constant", "--lr-decay-steps", "9"}, "lr-decay-steps sets the decay");
   refused({"--exit-at-step", "5"}, "exit-at-step 5 comes after the run's last step (4)");
+  refused({"--sample-temperature", "0", "--sample-top-k", "5"},
+          "sample-top-k chooses the tokens to sample among, and sample-temperature 0 takes the "
+          "most likely one");
+  refused({"--sample-temperature", "0", "--sample-top-p", "0.9"}, "sample-top-p chooses");
   // What the run uses is accepted: a warm-up shorter than the run, a constant schedule, a resume
   // (its schedule may be the checkpoint's), a stop within the run, and the defaults, set or not
   // (a warm-up of 10 over 4 steps; run.ini, which repeats a run as --config, sets every option).
@@ -311,6 +323,8 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
         {"--warmup-steps", "5", "--lr-schedule", "linear", "--resume", "auto"},
         {"--exit-at-step", "4"},
         {"--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--lr-decay-steps", "0"},
+        {"--sample-temperature", "0", "--sample-top-k", "0", "--sample-top-p", "1"},
+        {"--sample-temperature", "0.5", "--sample-top-k", "5", "--sample-top-p", "0.9"},
         {}}) {
     std::vector<std::string> args = {"--train-data", "x", "--steps", "4"};
     args.insert(args.end(), ok.begin(), ok.end());
