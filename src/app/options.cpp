@@ -569,6 +569,20 @@ void check_given(const Options& o) {
                                      " shapes the decay after the warm-up, and " + warmup +
                                      " covers the whole run (steps " + std::to_string(t.steps) +
                                      "): give fewer warm-up steps or more steps");
+  // The GPU backend's options, given to the CPU's (huge-pages the other way: check_train).
+  const bool cuda = t.device == "cuda";
+  for (const auto& [name, changed] :
+       {std::pair{"kernels", o.changed("kernels", t.kernels, defaults.kernels)},
+        std::pair{"tf32", o.changed("tf32", t.tf32, defaults.tf32)},
+        std::pair{"gpu-workspace-mb",
+                  o.changed("gpu-workspace-mb", t.gpu_workspace_mb, defaults.gpu_workspace_mb)}})
+    require(cuda || !changed, std::string(name) +
+                                  " sets up the GPU backend, and this run is "
+                                  "--device " +
+                                  t.device + ": give --device cuda, or leave it out");
+  require(!t.tf32 || t.precision == "fp32", "tf32 lets fp32 GEMMs run as TF32, and precision " +
+                                                t.precision + " runs them in " + t.precision +
+                                                ": leave one of them out");
   if (t.sample_temperature == 0)  // greedy: the most likely token, whatever the candidates
     for (const auto& [name, changed] :
          {std::pair{"sample-top-k",

@@ -19,10 +19,15 @@ require_cuda_trainer
 set -- $(tiny_args) --steps 20 --global-batch-size 4 --micro-batch-size 2
 tiny=("$@")
 
-compare() {  # compare NAME TOLERANCE ARGS...: cpu and cuda runs, losses per step and val loss
-  local name=$1 tol=$2; shift 2
+# compare NAME TOLERANCE ARGS...: cpu and cuda runs, losses per step and val loss; the words of
+# $CUDA_ARGS go to the cuda run alone (GPU backend options, which --device cpu refuses)
+compare() {
+  local name=$1 tol=$2 extra; shift 2
   for dev in cpu cuda; do
-    run_trainer 1 "$SCRATCH/$name-$dev.log" "${tiny[@]}" "$@" --device $dev --out-dir "$SCRATCH/$name-$dev"
+    extra=()
+    [ "$dev" = cpu ] || read -ra extra <<< "${CUDA_ARGS:-}"
+    run_trainer 1 "$SCRATCH/$name-$dev.log" "${tiny[@]}" "$@" "${extra[@]}" --device $dev \
+      --out-dir "$SCRATCH/$name-$dev"
     [ "$rc" = 0 ] || { cat "$SCRATCH/$name-$dev.log"; fail "$name --device $dev exited $rc"; }
     metric "$SCRATCH/$name-$dev/metrics.jsonl" loss > "$SCRATCH/$name-$dev.loss"
     metric "$SCRATCH/$name-$dev/metrics.jsonl" val_loss >> "$SCRATCH/$name-$dev.loss"
@@ -40,7 +45,7 @@ compare gpt2_fp32 1e-5
 compare llama_fp32 1e-5 --arch llama --n-kv-head 2
 compare gpt2_bf16 5e-3 --precision bf16
 compare llama_bf16 5e-3 --arch llama --n-kv-head 2 --precision bf16
-compare gpt2_fp32_kernels 1e-5 --kernels cuda
+CUDA_ARGS="--kernels cuda" compare gpt2_fp32_kernels 1e-5
 
 # Stop after step 3 (checkpoint), resume to step 20: as the uninterrupted bf16 run.
 bf16=(--device cuda --precision bf16 --save-interval 5 --out-dir "$SCRATCH/resumed")

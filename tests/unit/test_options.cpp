@@ -313,6 +313,14 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
           "sample-top-k chooses the tokens to sample among, and sample-temperature 0 takes the "
           "most likely one");
   refused({"--sample-temperature", "0", "--sample-top-p", "0.9"}, "sample-top-p chooses");
+  refused({"--kernels", "cuda"},
+          "kernels sets up the GPU backend, and this run is --device cpu: give --device cuda");
+  refused({"--tf32"}, "tf32 sets up the GPU backend");
+  refused({"--gpu-workspace-mb", "512"}, "gpu-workspace-mb sets up the GPU backend");
+#ifdef MPITRAIN_HAVE_CUDA
+  refused({"--device", "cuda", "--precision", "bf16", "--tf32"},
+          "tf32 lets fp32 GEMMs run as TF32, and precision bf16 runs them in bf16");
+#endif
   // What the run uses is accepted: a warm-up shorter than the run, a constant schedule, a resume
   // (its schedule may be the checkpoint's), a stop within the run, and the defaults, set or not
   // (a warm-up of 10 over 4 steps; run.ini, which repeats a run as --config, sets every option).
@@ -325,6 +333,10 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
         {"--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--lr-decay-steps", "0"},
         {"--sample-temperature", "0", "--sample-top-k", "0", "--sample-top-p", "1"},
         {"--sample-temperature", "0.5", "--sample-top-k", "5", "--sample-top-p", "0.9"},
+        {"--kernels", "cudnn", "--tf32", "false", "--gpu-workspace-mb", "1024"},
+#ifdef MPITRAIN_HAVE_CUDA
+        {"--device", "cuda", "--kernels", "cuda", "--tf32", "--gpu-workspace-mb", "512"},
+#endif
         {}}) {
     std::vector<std::string> args = {"--train-data", "x", "--steps", "4"};
     args.insert(args.end(), ok.begin(), ok.end());
