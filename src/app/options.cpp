@@ -545,7 +545,8 @@ void check_train(TrainConfig& t, const RawText& raw) {
 }
 
 // Options changed (Options::changed) that this run would not use (never dropped silently): a
-// learning-rate decay that cannot start, a stop after the last step.
+// learning-rate decay that cannot start, evaluation without validation data, a sample of no
+// tokens or drawn greedily, the GPU's options on the CPU, a stop after the last step.
 void check_given(const Options& o) {
   const TrainConfig& t = o.train;
   const TrainConfig defaults;
@@ -569,30 +570,37 @@ void check_given(const Options& o) {
                                      " shapes the decay after the warm-up, and " + warmup +
                                      " covers the whole run (steps " + std::to_string(t.steps) +
                                      "): give fewer warm-up steps or more steps");
+  const std::string eval =
+      " sets up the evaluation on --val-data, and none is given: give it, or leave this out";
+  const bool val = !t.val_data.empty();  // (eval-interval 0, at the end only: none without)
+  o.require_used(val || t.eval_interval == 0, "eval-interval", t.eval_interval,
+                 defaults.eval_interval, eval);
+  o.require_used(val, "eval-samples", t.eval_samples, defaults.eval_samples, eval);
+  const std::string sample =
+      " shapes the text sample, and sample-tokens is 0 (none): give it tokens, or leave this out";
+  const bool sampled = t.sample_tokens > 0;
+  o.require_used(sampled, "sample-prompt", t.sample_prompt, defaults.sample_prompt, sample);
+  o.require_used(sampled, "sample-temperature", t.sample_temperature, defaults.sample_temperature,
+                 sample);
+  // temperature 0 is greedy: the most likely token, whatever the candidates
+  const std::string candidates =
+      sampled ? std::string(
+                    " chooses the tokens to sample among, and sample-temperature 0 takes "
+                    "the most likely one: leave one of them out")
+              : sample;
+  const bool drawn = sampled && t.sample_temperature != 0;
+  o.require_used(drawn, "sample-top-k", t.sample_top_k, defaults.sample_top_k, candidates);
+  o.require_used(drawn, "sample-top-p", t.sample_top_p, defaults.sample_top_p, candidates);
   // The GPU backend's options, given to the CPU's (huge-pages the other way: check_train).
+  const std::string gpu = " sets up the GPU backend, and this run is --device " + t.device +
+                          ": give --device cuda, or leave it out";
   const bool cuda = t.device == "cuda";
-  for (const auto& [name, changed] :
-       {std::pair{"kernels", o.changed("kernels", t.kernels, defaults.kernels)},
-        std::pair{"tf32", o.changed("tf32", t.tf32, defaults.tf32)},
-        std::pair{"gpu-workspace-mb",
-                  o.changed("gpu-workspace-mb", t.gpu_workspace_mb, defaults.gpu_workspace_mb)}})
-    require(cuda || !changed, std::string(name) +
-                                  " sets up the GPU backend, and this run is "
-                                  "--device " +
-                                  t.device + ": give --device cuda, or leave it out");
+  o.require_used(cuda, "kernels", t.kernels, defaults.kernels, gpu);
+  o.require_used(cuda, "tf32", t.tf32, defaults.tf32, gpu);
+  o.require_used(cuda, "gpu-workspace-mb", t.gpu_workspace_mb, defaults.gpu_workspace_mb, gpu);
   require(!t.tf32 || t.precision == "fp32", "tf32 lets fp32 GEMMs run as TF32, and precision " +
                                                 t.precision + " runs them in " + t.precision +
                                                 ": leave one of them out");
-  if (t.sample_temperature == 0)  // greedy: the most likely token, whatever the candidates
-    for (const auto& [name, changed] :
-         {std::pair{"sample-top-k",
-                    o.changed("sample-top-k", t.sample_top_k, defaults.sample_top_k)},
-          std::pair{"sample-top-p",
-                    o.changed("sample-top-p", t.sample_top_p, defaults.sample_top_p)}})
-      require(!changed,
-              std::string(name) +
-                  " chooses the tokens to sample among, and "
-                  "sample-temperature 0 takes the most likely one: leave one of them out");
   require(t.exit_at_step == 0 || t.steps == 0 || t.exit_at_step <= t.steps,
           "exit-at-step " + std::to_string(t.exit_at_step) + " comes after the run's last step (" +
               std::to_string(t.steps) + "): it would never stop the run");

@@ -67,23 +67,19 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
 void require_options_apply(const Options& o, const ModelConfig& m) {
   const ModelConfig model;
   const TrainConfig train;
-  // refused where the option does not apply and is changed
-  const auto require_used = [&](bool applies, const char* name, auto value, auto default_value,
-                                const std::string& why) {
-    require(applies || !o.changed(name, value, default_value), std::string(name) + why);
-  };
   const bool moe = m.n_experts > 0;
   const std::string dense =
       " is a mixture-of-experts option, and this model is dense (n-experts 0): set n-experts, or "
       "leave it out";
-  require_used(moe, "top-k", o.model.top_k, model.top_k, dense);
-  require_used(moe, "moe-ff", o.model.moe_ff, model.moe_ff, dense);
-  require_used(moe, "n-shared-experts", o.model.n_shared_experts, model.n_shared_experts, dense);
-  require_used(moe, "moe-every", o.model.moe_every, model.moe_every, dense);
-  require_used(moe, "moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef, dense);
-  require_used(moe, "moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef, dense);
-  require_used(m.arch == Arch::Llama, "rope-theta", o.model.rope_theta, model.rope_theta,
-               " is a llama option (gpt2 has no rotary embedding)");
+  o.require_used(moe, "top-k", o.model.top_k, model.top_k, dense);
+  o.require_used(moe, "moe-ff", o.model.moe_ff, model.moe_ff, dense);
+  o.require_used(moe, "n-shared-experts", o.model.n_shared_experts, model.n_shared_experts, dense);
+  o.require_used(moe, "moe-every", o.model.moe_every, model.moe_every, dense);
+  o.require_used(moe, "moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef,
+                 dense);
+  o.require_used(moe, "moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef, dense);
+  o.require_used(m.arch == Arch::Llama, "rope-theta", o.model.rope_theta, model.rope_theta,
+                 " is a llama option (gpt2 has no rotary embedding)");
 }
 
 }  // namespace

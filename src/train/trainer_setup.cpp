@@ -191,6 +191,11 @@ void Trainer::check_inputs() {
     if (!t_.val_data.empty()) {
       val_.emplace(parse_data_spec(t_.val_data, "val-data"), format, t_.seq_len, "val-data");
       val_windows_ = &val_->all();
+      if (root_ && val_windows_->count() < static_cast<uint64_t>(t_.eval_samples))
+        std::printf(
+            "eval-samples %d: the val-data hold %llu sequences of seq-len %d; each "
+            "evaluation reads them all\n",
+            t_.eval_samples, static_cast<unsigned long long>(val_windows_->count()), t_.seq_len);
     }
     const TokenSource* train_first = train_ ? &train_->first() : nullptr;
     SampleTokenizer chosen =

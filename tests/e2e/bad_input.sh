@@ -21,7 +21,7 @@ expect_usage_error() {  # [NP=ranks] expect_usage_error NAME EXPECTED_TEXT TRAIN
 # shellcheck disable=SC2046
 set -- $(tiny_model_args) --steps 2
 model=("$@")  # for the cases with their own data
-tiny=(--train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5" "${model[@]}")
+tiny=(--train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5" $(val_args) "${model[@]}")
 printf 'a small text' > "$SCRATCH/short.txt"
 "$BUILD_DIR/prepare-data" --out-dir "$SCRATCH/short" "$SCRATCH/short.txt" > /dev/null
 "$BUILD_DIR/prepare-data" --out-dir "$SCRATCH/shard" --format llmc "$SOURCE_DIR/README.md" > /dev/null

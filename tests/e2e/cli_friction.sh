@@ -13,7 +13,7 @@
 #   the run that wrote it).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 # shellcheck disable=SC2046
-set -- $(tiny_model_args)
+set -- $(tiny_model_args) $(val_args)
 model=("$@")
 data=(--train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5")
 
@@ -40,7 +40,7 @@ echo "ok: --learning-rate, --max-iters, --gradient-accumulation-steps name ours"
 run="$SCRATCH/run"
 run_trainer 1 "$SCRATCH/first.log" "${data[@]}" "${model[@]}" --steps 12 --save-interval 3 \
   --eval-interval 4 --save-best --exit-at-step 6 --global-batch-size 4 --shuffle false \
-  --out-dir "$run"
+  --seed 7 --out-dir "$run"
 [ "$rc" = 85 ] || { cat "$SCRATCH/first.log"; fail "the first piece exited $rc, expected 85"; }
 mv "$run/checkpoints/step-00000006" "$run/checkpoints/step-00000006.tmp"
 echo step-00000003 > "$run/checkpoints/latest"
@@ -54,13 +54,13 @@ grep -q "^checkpoint $run/checkpoints/best/checkpoint.h5$" "$SCRATCH/inspect.log
   { cat "$SCRATCH/inspect.log"; fail "ckpt-inspect RUN_DIR does not show best/ (step 4)"; }
 echo "ok: ckpt-inspect RUN_DIR shows best/, newer than latest's step 3"
 
-# 7. Resumed with --steps 9: the schedule keeps its 12 steps. No model, seq-len, batch or
-# --shuffle options: the checkpoint's (the defaults would be 12 layers, 8 sequences, shuffled).
+# 7. Resumed with --steps 9: the schedule keeps its 12 steps. No model, seq-len, batch, seed or
+# --shuffle options: the checkpoint's (the defaults: 12 layers, 8 sequences, seed 1337, shuffled).
 run_trainer 1 "$SCRATCH/second.log" "${data[@]}" --lr 3e-3 --warmup-steps 2 --eval-samples 16 \
   --sample-tokens 0 --peak-gflops 100 --threads 1 --steps 9 --resume auto --out-dir "$run"
 [ "$rc" = 0 ] || { cat "$SCRATCH/second.log"; fail "the resume exited $rc"; }
 for setting in "n-layer = 2" "seq-len = 32" "global-batch-size = 4" "micro-batch-size = 2" \
-  "shuffle = false"; do
+  "shuffle = false" "seed = 7"; do
   grep -qx "$setting" "$run/run.ini" ||
     { cat "$run/run.ini"; fail "--resume auto did not take the checkpoint's $setting"; }
 done

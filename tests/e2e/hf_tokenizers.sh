@@ -111,7 +111,7 @@ grep -q 'tokenizer: huggingface (vocabulary 128256, documents: <|begin_of_text|>
   "$SCRATCH/llama3.log" || fail "prepare-data llama3: $(cat "$SCRATCH/llama3.log")"
 
 # The trainer on the Qwen3 data: the sample is text, and the export holds the tokenizer's files.
-read -ra args < <(tiny_model_args)
+read -ra args < <(echo "$(tiny_model_args) $(val_args)")
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $MPIRUN -np 1 "$TRAINER" "${args[@]}" \
   --train-data "$SCRATCH/qwen3/train.bin" --val-data "$SCRATCH/qwen3/val.bin" \
   --steps 1 --sample-tokens 4 --sample-prompt "Hello, 世界" --export-hf "$SCRATCH/hf" \

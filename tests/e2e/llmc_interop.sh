@@ -48,7 +48,7 @@ for format in llmc nanogpt; do
   cat /usr/share/games/fortunes/fortunes >> "$SCRATCH/text.txt"
   "$BUILD_DIR/prepare-data" --out-dir "$SCRATCH/$format" --format $format "$SCRATCH/text.txt" > /dev/null
   # shellcheck disable=SC2046
-  $MPIRUN -np 2 "$TRAINER" $(tiny_model_args) --train-data "$SCRATCH/$format/train.bin" \
+  $MPIRUN -np 2 "$TRAINER" $(tiny_model_args) $(val_args) --train-data "$SCRATCH/$format/train.bin" \
     --val-data "$SCRATCH/$format/val.bin" --data-format $format --vocab-size 256 --steps 3 \
     --out-dir "$SCRATCH/run-$format" > "$SCRATCH/$format.log" 2>&1 \
     || { cat "$SCRATCH/$format.log"; fail "training on $format data failed"; }

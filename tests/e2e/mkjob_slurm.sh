@@ -18,7 +18,7 @@ printf 'scheduler = slurm\nnodes = 1\ncores_per_node = 2\nranks_per_node = 2\nti
   > cluster.ini
 "$SOURCE_DIR/tools/mkjob" --cluster cluster.ini --config "$SOURCE_DIR/input/tiny-gpt2.ini" \
   --build "$BUILD_DIR" --out "$SCRATCH/run" \
-  --args "$(tiny_model_args) --steps 4 --train-data 'shards/train_*.h5' --val-data $DATA_DIR/val.h5" \
+  --args "$(tiny_model_args) $(val_args) --steps 4 --train-data 'shards/train_*.h5' --val-data $DATA_DIR/val.h5" \
   > job.slurm || fail "tools/mkjob failed"
 
 slurm_cluster_start

@@ -57,6 +57,9 @@ exported() {  # exported NAME MODEL_TYPE KEYS ARGS...: trains, exports, PyTorch 
     $(tiny_model_args) "$@" --lr 1e-2 --steps 10 --sample-tokens 24 --sample-temperature 0 \
     --sample-prompt "$prompt" --export-hf "$SCRATCH/$name-hf" --out-dir "$SCRATCH/$name"
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name: training with --export-hf exited $rc"; }
+  # --eval-samples' default 64 of val.bin's 16 sequences: all 16 (as PyTorch's below), said
+  grep -qx "eval-samples 64: the val-data hold 16 sequences of seq-len 32; each evaluation reads them all" \
+    "$SCRATCH/$name.log" || { cat "$SCRATCH/$name.log"; fail "$name: the evaluation's 16 sequences not said"; }
   /usr/bin/python3 -c 'import json, sys
 c = json.load(open(sys.argv[1]))
 want = dict(kv.split("=") for kv in sys.argv[3].split())

@@ -130,15 +130,17 @@ set -e
   { cat "$SCRATCH/plan.log"; fail "plan --config DIR: exit $rc"; }
 echo "ok: plan --config DIR -> $(cat "$SCRATCH/plan.log")"
 
-# 5. Another --seed on resume: refused, the run as it was; --allow-seed-change takes it.
+# 5. Another --seed on resume: refused, the run as it was; --allow-seed-change takes it. (Left
+# out, the resume takes the checkpoint's: e2e_cli_friction.)
 seeded="$SCRATCH/seeded"
 run_trainer 2 "$SCRATCH/seeded.log" "${tiny[@]}" --steps 4 --save-interval 2 --seed 7 --out-dir "$seeded"
 [ "$rc" = 0 ] || { cat "$SCRATCH/seeded.log"; fail "the seeded run exited $rc"; }
 before=$(dir_state "$seeded")
-run_trainer 2 "$SCRATCH/reseed.log" "${tiny[@]}" --steps 6 --out-dir "$seeded" --resume auto
+run_trainer 2 "$SCRATCH/reseed.log" "${tiny[@]}" --steps 6 --seed 1337 --out-dir "$seeded" --resume auto
 refused reseed "was written with seed 7, this run has seed 1337: pass --seed 7"
 [ "$(dir_state "$seeded")" = "$before" ] || fail "reseed: changed the out-dir"
-run_trainer 2 "$SCRATCH/reseed.log" "${tiny[@]}" --steps 6 --out-dir "$seeded" --resume auto --allow-seed-change
+run_trainer 2 "$SCRATCH/reseed.log" "${tiny[@]}" --steps 6 --seed 1337 --out-dir "$seeded" \
+  --resume auto --allow-seed-change
 [ "$rc" = 0 ] || { cat "$SCRATCH/reseed.log"; fail "--allow-seed-change exited $rc"; }
 check_metrics "$seeded/metrics.jsonl" 6
 echo "ok: --allow-seed-change resumed under the new seed"

@@ -14,7 +14,7 @@ echo '{"name": "bytes", "vocab_size": 256, "files": {}}' > "$data/tokenizer.json
 run="$SCRATCH/run"
 sample_args=(--sample-tokens 24 --sample-temperature 0 --sample-prompt "The ")
 # shellcheck disable=SC2046
-run_trainer 2 "$SCRATCH/train.log" $(tiny_model_args) --train-data "$data/train.h5" \
+run_trainer 2 "$SCRATCH/train.log" $(tiny_model_args) $(val_args) --train-data "$data/train.h5" \
   --val-data "$data/val.h5" --steps 4 --save-interval 4 "${sample_args[@]}" --out-dir "$run"
 [ "$rc" = 0 ] || { cat "$SCRATCH/train.log"; fail "training exited $rc"; }
 [ -f "$run/tokenizer/tokenizer.json" ] || fail "the run did not keep its data's tokenizer"

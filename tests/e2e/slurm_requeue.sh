@@ -14,7 +14,7 @@ STEPS=1000  # about 2 s of training on 2 idle cores: time to preempt it after it
 # The model: the repo's config, shrunk by the tiny test flags; the data comes from MPITRAIN_DATA.
 CONFIG=$SOURCE_DIR/input/tiny-gpt2.ini
 # shellcheck disable=SC2046
-set -- $(tiny_model_args) --steps "$STEPS" --save-interval 50
+set -- $(tiny_model_args) $(val_args) --steps "$STEPS" --save-interval 50
 
 run_trainer 2 "$SCRATCH/full.log" --config "$CONFIG" --train-data "$DATA_DIR/train.h5" \
   --val-data "$DATA_DIR/val.h5" "$@" --out-dir "$SCRATCH/full"

@@ -9,14 +9,19 @@ trap 'rm -rf "$SCRATCH"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # A tiny model on the sample corpus, fast enough for tests; extra flags override these (but for
-# --train-data and --val-data, which the trainer takes once: other data go with tiny_model_args).
+# --train-data and --val-data, which the trainer takes once: other data go with tiny_model_args,
+# and with val_args where they include validation data).
 tiny_args() {
-  echo --train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5" "$(tiny_model_args)"
+  echo --train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5" "$(val_args)" \
+    "$(tiny_model_args)"
 }
-tiny_model_args() {  # tiny_args without the data
+tiny_model_args() {  # tiny_args without the data and the evaluation
   echo --n-layer 2 --n-head 4 --d-model 64 --seq-len 32 --global-batch-size 8 \
-       --micro-batch-size 2 --lr 3e-3 --warmup-steps 2 --eval-interval 0 --eval-samples 16 \
-       --sample-tokens 0 --peak-gflops 100 --threads 1
+       --micro-batch-size 2 --lr 3e-3 --warmup-steps 2 --sample-tokens 0 --peak-gflops 100 \
+       --threads 1
+}
+val_args() {  # the evaluation of tiny_args: after the last step, 16 sequences
+  echo --eval-interval 0 --eval-samples 16
 }
 
 # The GPUs nvidia-smi lists: 0 without a GPU or nvidia-smi.

@@ -35,7 +35,9 @@ const std::map<std::string, std::vector<std::string>> kCompanions = {
 
 // "" when parse_options accepts `--name value`, else its UsageError's message.
 std::string outcome(const std::string& name, const std::string& value) {
-  std::vector<std::string> args = {"trainer", "--train-data", "x.h5", "--" + name, value};
+  // (validation data: the evaluation's options are refused without)
+  std::vector<std::string> args = {"trainer", "--train-data", "x.h5", "--val-data",
+                                   "y.h5",    "--" + name,    value};
   const auto companion = kCompanions.find(name);
   if (companion != kCompanions.end())
     args.insert(args.end(), companion->second.begin(), companion->second.end());

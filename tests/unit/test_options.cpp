@@ -313,6 +313,12 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
           "sample-top-k chooses the tokens to sample among, and sample-temperature 0 takes the "
           "most likely one");
   refused({"--sample-temperature", "0", "--sample-top-p", "0.9"}, "sample-top-p chooses");
+  refused({"--eval-interval", "10"},
+          "eval-interval sets up the evaluation on --val-data, and none is given");
+  refused({"--eval-samples", "8"}, "eval-samples sets up the evaluation");
+  refused({"--sample-tokens", "0", "--sample-prompt", "Hi"},
+          "sample-prompt shapes the text sample, and sample-tokens is 0 (none)");
+  refused({"--sample-tokens", "0", "--sample-top-k", "3"}, "sample-top-k shapes the text sample");
   refused({"--kernels", "cuda"},
           "kernels sets up the GPU backend, and this run is --device cpu: give --device cuda");
   refused({"--tf32"}, "tf32 sets up the GPU backend");
@@ -334,6 +340,10 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
         {"--sample-temperature", "0", "--sample-top-k", "0", "--sample-top-p", "1"},
         {"--sample-temperature", "0.5", "--sample-top-k", "5", "--sample-top-p", "0.9"},
         {"--kernels", "cudnn", "--tf32", "false", "--gpu-workspace-mb", "1024"},
+        {"--val-data", "v", "--eval-interval", "10", "--eval-samples", "8"},
+        {"--sample-tokens", "0", "--sample-temperature", "0.8", "--sample-prompt", ""},
+        {"--eval-interval", "50", "--eval-samples", "64"},
+        {"--eval-interval", "0"},
 #ifdef MPITRAIN_HAVE_CUDA
         {"--device", "cuda", "--kernels", "cuda", "--tf32", "--gpu-workspace-mb", "512"},
 #endif

@@ -10,6 +10,7 @@
 
 #include "mpitrain/app/option_ranges.hpp"
 #include "mpitrain/model/config.hpp"
+#include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/train_config.hpp"
 
 namespace mpitrain {
@@ -28,6 +29,12 @@ struct Options {
   template <class V>
   bool changed(const std::string& name, const V& value, const V& default_value) const {
     return was_given(name) && value != default_value;
+  }
+  // UsageError "<name><why>" for an option changed that the run would not use (!used).
+  template <class V>
+  void require_used(bool used, const std::string& name, const V& value, const V& default_value,
+                    const std::string& why) const {
+    require(used || !changed(name, value, default_value), name + why);
   }
 };
 
