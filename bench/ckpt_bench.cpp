@@ -80,8 +80,9 @@ bool parse(int argc, char** argv, bool root, Options& o, int& code) {
       "Usage: mpirun -np N ckpt-bench [options]\n\nOptions");
   desc.add_options()("help,h", "print this help and exit")(
       "dir", po::value(&o.dir)->default_value(o.dir),
-      "scratch directory (D/checkpoints and D/dd.bin, removed at the end)")(
-      "gib", po::value(&o.gib)->default_value(o.gib), "params + adam_m + adam_v of the model, GiB")(
+      "scratch directory (D/checkpoints and D/dd.bin, which must not exist: removed at the "
+      "end)")("gib", po::value(&o.gib)->default_value(o.gib),
+              "params + adam_m + adam_v of the model, GiB")(
       "tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel ranks")(
       "pp", po::value(&o.pp)->default_value(o.pp), "pipeline stages")(
       "repeats", po::value(&o.repeats)->default_value(o.repeats), "timed repeats");
@@ -219,6 +220,22 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Never into a user's run: D/checkpoints and D/dd.bin are written and removed (rank 0 looks,
+  // before any rank writes, and says).
+  int taken = 0;
+  if (root)
+    for (const char* name : {"checkpoints", "dd.bin"}) {
+      std::error_code ec;
+      if (taken || !fs::exists(fs::symlink_status(fs::path(o.dir) / name, ec))) continue;
+      std::fprintf(stderr,
+                   "ckpt-bench: --dir %s already holds %s, which ckpt-bench writes and removes: "
+                   "give a directory without checkpoints/ and dd.bin (a new one is made)\n",
+                   o.dir.c_str(), name);
+      taken = 1;
+    }
+  MPI_CHECK(MPI_Bcast(&taken, 1, MPI_INT, 0, world.get()));
+  if (taken) return kExitUsage;
+
   const ModelConfig cfg = model_for(o.gib, o.pp);
   cfg.validate();
   if (cfg.n_head % o.tp != 0) {
@@ -254,7 +271,6 @@ int run(int argc, char** argv) {
   const std::string dd_path = (dir / "dd.bin").string();
   if (root) {
     fs::create_directories(dir);
-    fs::remove_all(store_dir);
   }
   MPI_CHECK(MPI_Barrier(world.get()));
   CheckpointStore store(store_dir, world);

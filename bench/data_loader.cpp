@@ -80,8 +80,10 @@ int run(int argc, char** argv) {
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
-  require(a.seq_len > 0 && a.steps > 0 && a.micro_batch > 0 && a.global_batch % a.micro_batch == 0,
-          "--seq-len, --steps, --micro-batch must be positive, --global-batch a multiple of it");
+  require(a.seq_len > 0 && a.steps > 0 && a.micro_batch > 0 && a.global_batch > 0 &&
+              a.global_batch % a.micro_batch == 0,
+          "--seq-len, --steps, --micro-batch and --global-batch must be positive, --global-batch "
+          "a multiple of --micro-batch");
   a.shuffle = !no_shuffle;
 
   const auto t_open = std::chrono::steady_clock::now();

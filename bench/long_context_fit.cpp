@@ -9,7 +9,8 @@
 // The layout is dp 1 x tp 1 x pp 1 x cp C on C CPU ranks (each sequence over the cp group); the
 // model, precision and optimizer come from the trainer's INI (planner/inputs.hpp), seq-len and
 // max-seq-len set to each candidate. Seq-lens are multiples of 2 cp (the chunks). Prints per cp
-// the largest seq-len that fits and its plan per part; with --seq-len, the figure of that layout.
+// the largest seq-len that fits and its plan per part; with --seq-len, the figure of that layout
+// and whether it fits --gib.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -84,10 +85,14 @@ int run(const Args& a) {
   for (int cp : a.cps) {
     const int step = 2 * cp;  // seq-len in whole chunks
     if (a.seq_len > 0) {
+      require(a.seq_len % step == 0, "seq-len " + std::to_string(a.seq_len) +
+                                         " is not a multiple of 2 x cp (" + std::to_string(step) +
+                                         "): the trainer splits each sequence into 2 cp chunks");
       const Candidate c = candidate(a, a.seq_len, cp);
       const MemoryEstimate e = layout_memory(c.in.model, c.in.run, c.layout, 0.0);
-      std::printf("cp %d seq-len %d: %.1f MiB per rank (%s)\n", cp, a.seq_len,
-                  e.total() / (1 << 20), memory_breakdown(e).c_str());
+      std::printf("cp %d seq-len %d: %.1f MiB per rank (%s): %s %d GiB\n", cp, a.seq_len,
+                  e.total() / (1 << 20), memory_breakdown(e).c_str(),
+                  misfit(c, bytes).empty() ? "fits" : "does not fit", a.gib);
       continue;
     }
     if (!misfit(candidate(a, step, cp), bytes).empty()) {

@@ -88,6 +88,13 @@ int main(int argc, char** argv) {
     usage(argv[0]);
     return 2;
   }
+  if (bf16 && library == mpitrain::SgemmLibrary::OpenBlas) {
+    std::fprintf(stderr,
+                 "sgemm-rate: --openblas and --bf16 exclude each other (OpenBLAS has no "
+                 "bf16 GEMM here)\n");
+    usage(argv[0]);
+    return 2;
+  }
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
   if (bf16) {

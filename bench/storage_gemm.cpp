@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "mpitrain/backend/blas_kernel.hpp"
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/backend/precision.hpp"
@@ -92,9 +93,10 @@ struct Layer {
 int option(int argc, char** argv, const char* name, int fallback) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) {
-      const int v = std::atoi(argv[i + 1]);
-      if (v <= 0) {
-        std::fprintf(stderr, "storage-gemm: %s needs a positive number\n", name);
+      int v = 0;
+      if (!bench::parse_positive(argv[i + 1], &v)) {
+        std::fprintf(stderr, "storage-gemm: %s needs a whole number from 1 to 10^6, not '%s'\n",
+                     name, argv[i + 1]);
         std::exit(2);
       }
       return v;

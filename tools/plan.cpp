@@ -167,6 +167,22 @@ bool parse(int argc, char** argv, PlanOptions& o) {
   set_if(vm, "mem-bw", s.mem_gbps);
   require(s.cpu || s.gpus_per_node > 0,
           "say what the ranks are: --gpus-per-node G (GPU nodes), --cpu, or a --cluster file");
+  // A flag of the other kind of node is never used: refused, not dropped.
+  const std::vector<const char*> gpu_flags = {"gpus-per-node", "gpu-mem", "peak-tflops"};
+  const std::vector<const char*> cpu_flags = {"cores-per-node", "ranks-per-node", "host-mem",
+                                              "peak-gflops", "scheduling-us"};
+  for (const char* name : s.cpu ? gpu_flags : cpu_flags)
+    require(!vm.count(name) || vm[name].defaulted(),
+            std::string("--") + name + " describes " + (s.cpu ? "GPU" : "CPU") +
+                " nodes, and this plan is for " + (s.cpu ? "CPU (--cpu)" : "GPU") +
+                " nodes: leave it out");
+  for (const char* name : {"nodes", "gpus-per-node", "cores-per-node", "ranks-per-node"})
+    require(!vm.count(name) || vm[name].as<int>() >= 1,
+            std::string("--") + name + " must be at least 1");
+  for (const char* name :
+       {"gpu-mem", "peak-tflops", "host-mem", "peak-gflops", "intra-bw", "inter-bw", "mem-bw"})
+    require(!vm.count(name) || vm[name].as<double>() > 0,
+            std::string("--") + name + " must be positive");
   if (s.cpu) {
     if (s.cores_per_node == 0) s.cores_per_node = static_cast<int>(std::thread::hardware_concurrency());
     if (s.node_mem_gib == 0) s.node_mem_gib = this_machine_gib();
@@ -201,6 +217,14 @@ bool parse(int argc, char** argv, PlanOptions& o) {
   if (vm.count("recompute")) o.limits.recompute = parse_recompute(vm["recompute"].as<std::string>());
   if (vm.count("sequence-parallel"))
     o.limits.sequence_parallel = vm["sequence-parallel"].as<bool>();
+  // Options of a layout the other options rule out: refused, not ignored.
+  require(!(o.limits.sequence_parallel.value_or(false) && o.limits.tp == 1),
+          "--sequence-parallel true splits the activations over tp, and --tp is 1: leave one out");
+  const int zero = o.limits.zero.value_or(3);  // unset: every level, ZeRO-3 among them
+  require(!o.limits.reshard_after_forward || zero == 3,
+          "--zero3-reshard-after-forward is ZeRO-3's, and --zero is " + std::to_string(zero));
+  require(o.limits.zero_shard == 0 || zero >= 2,
+          "--zero-shard-size shards ZeRO-2/3 state, and --zero is " + std::to_string(zero));
   for (const char* name : {"global-batch", "seq-len", "vocab-size"})
     require(!vm.count(name) || vm[name].as<int>() > 0, std::string("--") + name + " must be positive");
   return true;

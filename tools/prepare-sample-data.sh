@@ -6,7 +6,8 @@
 #
 #   tools/prepare-sample-data.sh DATA_DIR      (BUILD_DIR: where prepare-data is; default build/)
 #
-# Idempotent: does nothing if both files exist and are newer than the prepare-data binary.
+# Idempotent: does nothing if both files exist and are newer than the prepare-data binary. It
+# replaces only files it made itself (DATA_DIR/.prepare-sample-data marks them): others exit 2.
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -40,4 +41,18 @@ if [[ ${#inputs[@]} -eq 0 ]]; then
   exit 2
 fi
 
-"$prepare" --out-dir "$data_dir" --val-fraction 0.05 --format hdf5 --overwrite "${inputs[@]}"
+stamp=$data_dir/.prepare-sample-data  # written after each success: the files are this script's
+overwrite=()
+if [[ -e $stamp ]]; then
+  overwrite=(--overwrite)
+else
+  for name in train.h5 val.h5 tokenizer.json; do
+    if [[ -e $data_dir/$name ]]; then
+      echo "prepare-sample-data: $data_dir/$name exists and was not made by this script;" \
+           "remove it or give another DATA_DIR" >&2
+      exit 2
+    fi
+  done
+fi
+"$prepare" --out-dir "$data_dir" --val-fraction 0.05 --format hdf5 "${overwrite[@]}" "${inputs[@]}"
+touch "$stamp"

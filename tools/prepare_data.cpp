@@ -66,6 +66,7 @@ struct Options {
   TokenFormat format = TokenFormat::Hdf5;
   InputFormat input_format = InputFormat::Auto;
   std::string jsonl_field = "text";
+  bool jsonl_field_given = false;  // used only where an input is JSON Lines
   bool overwrite = false;
   std::string tokenizer = ByteTokenizer::kName;
   std::string gpt2_vocab, tokenizer_model, sp_model_type = "bpe";
@@ -114,6 +115,7 @@ InputFormat parse_input_format(const std::string& name) {
 // Fills opt from the command line; false if --help was printed instead.
 bool parse_options(int argc, char** argv, Options& opt) {
   std::string format = "hdf5", input_format = "auto";
+  int64_t split_seed = 0, shard_tokens = 0;  // signed: an unsigned "-1" would wrap
   po::options_description named(
       "prepare-data: text -> token files and their tokenizer\n"
       "usage: prepare-data --out-dir DIR [options] INPUT...   (a file, a directory, or - for "
@@ -124,7 +126,7 @@ bool parse_options(int argc, char** argv, Options& opt) {
   add("val-fraction", po::value(&opt.val_fraction)->default_value(0.05, "0.05"),
       "fraction of the pieces (64 KiB of a text, or a JSONL document) for validation, in (0, 1), "
       "chosen by a hash of (--split-seed, piece index)");
-  add("split-seed", po::value(&opt.split_seed)->default_value(0),
+  add("split-seed", po::value(&split_seed)->default_value(0),
       "seed of the validation split: the same seed and input give the same files");
   add("input-format", po::value(&input_format)->default_value("auto"),
       "auto (JSON Lines if the name ends in .jsonl, else text), text or jsonl (also for -)");
@@ -147,7 +149,7 @@ bool parse_options(int argc, char** argv, Options& opt) {
       "sentencepiece training: bpe or unigram");
   add("threads", po::value(&opt.threads)->default_value(1),
       "pieces tokenized at once (the output is the same for any count)");
-  add("shard-tokens", po::value(&opt.shard_tokens)->default_value(0),
+  add("shard-tokens", po::value(&shard_tokens)->default_value(0),
       "write train as shards train_000000.* ... of at most N tokens (0: one train file)");
   add("progress-seconds", po::value(&opt.progress_seconds)->default_value(10),
       "a progress line on stderr at most this often (0: none)");
@@ -177,11 +179,15 @@ bool parse_options(int argc, char** argv, Options& opt) {
           "--format auto is for reading; choose hdf5, llmc or nanogpt");
   opt.input_format = parse_input_format(input_format);
   require(!opt.jsonl_field.empty(), "--jsonl-field is empty");
+  opt.jsonl_field_given = !vm["jsonl-field"].defaulted();
   require(opt.threads >= 1 && opt.threads <= 1024,
           "--threads " + std::to_string(opt.threads) + " is not in [1, 1024]");
-  require(opt.shard_tokens == 0 || opt.shard_tokens >= 2,
-          "--shard-tokens " + std::to_string(opt.shard_tokens) +
+  require(split_seed >= 0, "--split-seed " + std::to_string(split_seed) + " is negative");
+  opt.split_seed = static_cast<uint64_t>(split_seed);
+  require(shard_tokens == 0 || shard_tokens >= 2,
+          "--shard-tokens " + std::to_string(shard_tokens) +
               ": a shard needs at least 2 tokens (an input and its target)");
+  opt.shard_tokens = static_cast<size_t>(shard_tokens);
   require(opt.progress_seconds >= 0, "--progress-seconds is negative");
   check_tokenizer_options(opt, vm);
   return true;
@@ -525,10 +531,24 @@ int run(int argc, char** argv) {
                                               [](const auto& in) { return in.path == "-"; }),
           "--vocab-size trains the model on the input before tokenizing it, so it reads the "
           "input twice: give files, not standard input (-)");
+  require(!opt.jsonl_field_given ||
+              std::any_of(inputs.begin(), inputs.end(), [](const auto& in) { return in.jsonl; }),
+          "--jsonl-field names the field of a JSON Lines document, and no input is JSON Lines "
+          "(a name ending in .jsonl, or --input-format jsonl): leave it out, or give one");
+  // Never the out-dir's own files as text (an input directory holding it, an earlier run's
+  // outputs named), which --overwrite would tokenize into the new ones.
+  const fs::path out = fs::weakly_canonical(dir, ec);
+  for (const CorpusInput& in : inputs)
+    require(in.path == "-" || fs::weakly_canonical(in.path, ec).parent_path() != out,
+            "input '" + in.path + "' lies in --out-dir '" + opt.out_dir +
+                "', where prepare-data writes its files: give the text from another directory");
 
   const TempDir tmp;
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt, inputs, tmp);
   check_format_holds(opt.format, tok->vocab_size());
+  for (const TokenizerFile& f : tok->files())  // the tokenizer's own files, copied beside
+    require(opt.overwrite || !fs::exists(fs::symlink_status(dir / f.copy_name, ec)),
+            "'" + (dir / f.copy_name).string() + "' exists; pass --overwrite to replace it");
 
   OutDir out_dir(dir);
   struct Written {

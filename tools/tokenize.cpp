@@ -64,7 +64,12 @@ int run(int argc, char** argv) {
   }
   if (decode) {
     std::vector<int32_t> ids;
-    for (long long id; std::cin >> id;) ids.push_back(static_cast<int32_t>(id));
+    for (long long id; std::cin >> id;) {
+      require(id >= 0 && id < tok->vocab_size(), "--decode: id " + std::to_string(id) +
+                                                     " is not in the vocabulary (0 to " +
+                                                     std::to_string(tok->vocab_size() - 1) + ")");
+      ids.push_back(static_cast<int32_t>(id));
+    }
     require(std::cin.eof(), "--decode reads integer ids separated by white space");
     std::cout << tok->decode(ids.data(), ids.size());
     return kExitOk;

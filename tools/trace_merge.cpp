@@ -1,13 +1,14 @@
 // trace-merge: joins the per-rank timelines written by `trainer --trace DIR` into one Chrome-trace
 // / Perfetto file, one process (pid = rank) per rank on the common time axis.
 //
-//   trace-merge --out FILE INPUT...
+//   trace-merge --out FILE [--overwrite] INPUT...
 //
 // INPUT: a trace file (trace-rank<R>.json) or a directory (then every trace-rank*.json in it).
 // Each must be a JSON array of trace events (or an object with a "traceEvents" array), every event
 // an object with a string "ph" and a numeric "pid", and a numeric "ts" unless it is metadata
-// ("ph": "M"); a pid may come from one file only; FILE may not be one of the inputs. Exit code:
-// 0 written, 2 bad usage or bad input (one message, nothing written), 1 a failure writing FILE.
+// ("ph": "M"); a pid may come from one file only; FILE may not be one of the inputs, nor exist
+// unless --overwrite (written as FILE.tmp, then renamed: a failure leaves FILE as it was). Exit
+// code: 0 written, 2 bad usage or bad input (one message, nothing written), 1 a failure writing.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -29,7 +30,7 @@ using Json = nlohmann::ordered_json;  // an event's members written in the order
 namespace {
 
 constexpr const char* kUsage =
-    "usage: trace-merge --out FILE INPUT...  (INPUT: trace file or directory)";
+    "usage: trace-merge --out FILE [--overwrite] INPUT...  (INPUT: trace file or directory)";
 
 struct Trace {
   std::string path;
@@ -86,6 +87,7 @@ Trace load(const std::string& path) {
 
 int run(int argc, char** argv) {
   std::string out;
+  bool overwrite = false;
   std::vector<std::string> inputs;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -96,21 +98,26 @@ int run(int argc, char** argv) {
     if (arg == "--out" || arg == "-o") {
       require(i + 1 < argc, std::string("--out needs a file; ") + kUsage);
       out = argv[++i];
+    } else if (arg == "--overwrite") {
+      overwrite = true;
     } else {
       require(arg.empty() || arg[0] != '-', "unknown option " + arg + "; " + kUsage);
       inputs.push_back(arg);
     }
   }
   require(!out.empty() && !inputs.empty(), kUsage);
+  std::error_code ec;
 
   std::vector<Trace> traces;
   for (const std::string& input : inputs)
     for (const std::string& file : expand(input)) {
-      std::error_code ec;  // an --out that does not exist yet is no input
+      // (an --out that does not exist yet is no input: ec)
       require(!fs::equivalent(out, file, ec),
               "--out " + out + " is the input " + file + ": give another file to write");
       traces.push_back(load(file));
     }
+  require(overwrite || !fs::exists(fs::symlink_status(out, ec)),
+          "--out " + out + " exists: pass --overwrite to replace it, or give another file");
   // A pid (rank) from two files means two runs, or one file given twice.
   std::map<double, std::string> owner;
   for (const Trace& t : traces)
@@ -126,15 +133,21 @@ int run(int argc, char** argv) {
            *std::min_element(b.pids.begin(), b.pids.end());
   });
 
-  std::FILE* f = std::fopen(out.c_str(), "w");
-  if (!f) MPITRAIN_THROW("cannot write " + out + ": " + std::strerror(errno));
+  const std::string tmp = out + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) MPITRAIN_THROW("cannot write " + tmp + ": " + std::strerror(errno));
   size_t n = 0;
   std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (const Trace& t : traces)
     for (const Json& ev : t.events) std::fprintf(f, "%s%s", n++ ? ",\n" : "", ev.dump().c_str());
   std::fprintf(f, "\n]}\n");
-  if (std::ferror(f) || std::fclose(f) != 0)
-    MPITRAIN_THROW("cannot write " + out + ": " + std::strerror(errno));
+  if (std::ferror(f) || std::fclose(f) != 0) {
+    const int error = errno;
+    fs::remove(tmp, ec);
+    MPITRAIN_THROW("cannot write " + tmp + ": " + std::strerror(error));
+  }
+  fs::rename(tmp, out, ec);
+  if (ec) MPITRAIN_THROW("cannot rename " + tmp + " to " + out + ": " + ec.message());
   std::printf("trace-merge: %zu events of %zu ranks from %zu files -> %s\n", n, owner.size(),
               traces.size(), out.c_str());
   return kExitOk;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_args.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda/device.hpp"
 #include "mpitrain/comm/nccl_communicator.hpp"
@@ -103,8 +104,10 @@ long long check(NcclCommunicator& nccl, Op op, Buffers& b, size_t count, cudaStr
 int run(int argc, char** argv) {
   if (argc > 3) throw UsageError("usage: nccl-bench [max-bytes] [iters]");
   const size_t max_bytes = argc > 1 ? parse_bytes(argv[1]) : size_t{256} << 20;
-  const int iters = argc > 2 ? std::atoi(argv[2]) : 20;
-  if (iters < 1) throw UsageError("iters must be a positive number");
+  int iters = 20;
+  if (argc > 2 && !bench::parse_positive(argv[2], &iters))
+    throw UsageError(std::string("iters needs a whole number from 1 to 10^6, not '") + argv[2] +
+                     "'");
   const MpiComm& world = MpiComm::world();
   const MpiComm node = world.split_shared();
   const cuda::DeviceProbe probe = cuda::probe_devices();

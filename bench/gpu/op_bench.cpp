@@ -28,6 +28,7 @@
 
 #include "../../src/backend/cuda/kernels.hpp"
 #include "../../src/backend/cuda/lt_gemm.hpp"
+#include "../bench_args.hpp"
 #include "mpitrain/backend/cuda/check.hpp"
 #include "mpitrain/backend/cuda/device.hpp"
 #include "mpitrain/backend/cuda_backend.hpp"
@@ -362,9 +363,11 @@ Args parse(int argc, char** argv) {
       a.kernels = parse_kernel_set(value());
     else if (k == "--math")
       a.math = parse_gemm_math(value());
-    else if (k == "--steps")
-      a.steps = std::stoi(value());
-    else if (k == "--skip-llama")
+    else if (k == "--steps") {
+      const std::string text = value();
+      if (!bench::parse_positive(text, &a.steps))
+        throw UsageError("--steps needs a whole number from 1 to 10^6, not '" + text + "'");
+    } else if (k == "--skip-llama")
       a.llama = false;
     else
       throw UsageError("unknown option " + k);

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "mpitrain/io/text_file.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -40,9 +41,15 @@ void read_cluster_file(const std::string& path, ClusterSpec& spec) {
       ("intra_node_gbps", po::value<double>())
       ("inter_node_gbps", po::value<double>())
       ("memory_bw_gbps", po::value<double>());
+  // tools/mkjob's keys (the job script's), read there: known here, so that a misspelt key of
+  // either is refused, never ignored.
+  for (const char* key :
+       {"name", "scheduler", "exclusive", "cpu_bind", "gpu_bind", "setup", "network_interface",
+        "partition", "account", "time_limit", "signal_seconds"})
+    keys.add_options()(key, po::value<std::vector<std::string>>()->composing());
   po::variables_map vm;
   try {
-    po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/true), vm);  // mkjob's keys
+    po::store(po::parse_config_file(in, keys), vm);
   } catch (const po::error& e) {
     throw UsageError("cluster file " + path + ": " + e.what());
   }
@@ -63,6 +70,21 @@ void read_cluster_file(const std::string& path, ClusterSpec& spec) {
                              std::pair{"memory_bw_gbps", &spec.mem_gbps}})
     if (vm.count(key)) *target = vm[key].as<double>() / kBitsPerByte;
   spec.cpu = spec.gpus_per_node == 0;
+  for (const char* key : {"nodes", "gpus_per_node", "cores_per_node", "ranks_per_node"})
+    require(!vm.count(key) || vm[key].as<int>() >= (std::string(key) == "gpus_per_node" ? 0 : 1),
+            "cluster file " + path + ": " + key + " must be at least " +
+                (std::string(key) == "gpus_per_node" ? "0" : "1"));
+  require(!vm.count("memory_gb") || vm["memory_gb"].as<double>() >= 0,  // 0: the scheduler's
+          "cluster file " + path + ": memory_gb must not be negative");
+  for (const char* key : {"gpu_memory_gib", "gpu_peak_tflops", "node_peak_gflops",
+                          "intra_node_gbps", "inter_node_gbps", "memory_bw_gbps"})
+    require(!vm.count(key) || vm[key].as<double>() > 0,
+            "cluster file " + path + ": " + key + " must be positive");
+  // The planner counts a rank per GPU (the trainer's NCCL layout); mkjob refuses fewer.
+  require(spec.cpu || spec.ranks_per_node == 0 || spec.ranks_per_node == spec.gpus_per_node,
+          "cluster file " + path + ": ranks_per_node " + std::to_string(spec.ranks_per_node) +
+              " differs from gpus_per_node " + std::to_string(spec.gpus_per_node) +
+              ": the planner counts a rank per GPU");
 }
 
 Cluster make_cluster(const ClusterSpec& s) {

@@ -85,12 +85,16 @@ Plan make_plan(const ModelConfig& config, const RunShape& run, const Cluster& cl
           }
         }
         if (options.empty()) {
+          const bool no_sp = limits.sequence_parallel && *limits.sequence_parallel &&
+                             !(tp > 1 && run.seq_len / cp % tp == 0);
           plan.rejected.push_back(
               {dp, tp, pp,
                !any_micro_batch
                    ? "global batch " + std::to_string(run.global_batch) + " / dp " +
                          std::to_string(dp) +
                          " has no micro-batch size allowed here (micro-batch-size, max-micro-batch)"
+               : no_sp ? "sequence-parallel needs tp > 1 dividing seq-len / cp (" +
+                             std::to_string(run.seq_len / cp) + ")"
                : grad_ranks == 1 ? "zero " + std::to_string(*limits.zero) + " needs dp > 1"
                                  : "zero-shard-size " + std::to_string(limits.zero_shard) +
                                        " does not divide dp " + std::to_string(dp) +

@@ -130,5 +130,32 @@ expect_2 "'a b' holds a space" --cluster "$cluster" --data shards --args "--name
 expect_2 "unbalanced quotes" --cluster "$cluster" --data shards --args "--train-data 'shards"
 printf 'train-data = shards/missing_*.h5\n' > bad-data.ini
 expect_2 "bad-data.ini: train-data: '$PWD/shards/missing_*.h5' matches no readable file" --cluster "$cluster" --config bad-data.ini
+# What the job sets itself (its out-dir, resumed after each requeue; its config) is not taken
+# from --args, where the job's own flags would silently replace it.
+expect_2 "--args: --out-dir is the job's" --cluster "$cluster" --data shards --args "--out-dir runs/mine"
+expect_2 "--args: --resume is the job's" --cluster "$cluster" --data shards --args "--resume=none"
+expect_2 "--args: --config is the job's" --cluster "$cluster" --data shards --args "--config x.ini"
+printf 'out-dir = runs/a\n' > out.ini
+expect_2 "--out runs/b and out.ini's out-dir = runs/a name two output directories" --cluster "$cluster" --data shards --config out.ini --out runs/b
+printf 'resume = runs/old\n' > resume.ini
+expect_2 "resume.ini: resume = runs/old: the job resumes its own checkpoints" --cluster "$cluster" --data shards --config resume.ini
+sed 's/^ranks_per_node.*/ranks_per_node = 4/' "$cluster" > idle.ini
+expect_2 "ranks_per_node (4) is below gpus_per_node (8)" --cluster idle.ini --data shards
+sed 's/^time_limit.*/time_limit = two days/' "$cluster" > time.ini
+expect_2 "time_limit must be [D-]HH:MM:SS" --cluster time.ini --data shards
+sed 's/^gpu_bind.*/gpu_bind = bogus/' "$cluster" > bind.ini
+expect_2 "gpu_bind must be closest, none" --cluster bind.ini --data shards
+expect_2 "--build $PWD/none holds no trainer" --cluster "$cluster" --data shards --build "$PWD/none"
+# The config's out-dir is the job's; a config's device is kept on GPU nodes.
+printf 'out-dir = runs/a\ndevice = cpu\nsteps = 9\n' > own.ini
+"$mkjob" --cluster "$cluster" --data shards --config own.ini > own.slurm 2> /dev/null
+grep -qxF 'export MPITRAIN_OUT=${MPITRAIN_OUT-runs/a}' own.slurm || fail "the config's out-dir is not the job's"
+! grep -q 'MPITRAIN_ARGS.*--device cuda' own.slurm || fail "the config's device = cpu was overridden"
+# PBS has no signal before the walltime: --exit-after-minutes, signal_seconds before it.
+"$mkjob" --cluster "$cluster" --data shards --scheduler pbs --args "--steps 9" > walltime.pbs 2> walltime.err
+(unset MPITRAIN_ARGS; eval "$(grep '^export MPITRAIN_ARGS' walltime.pbs)"
+ [ "$MPITRAIN_ARGS" = "--device cuda --steps 9 --exit-after-minutes 1435" ]) ||
+  { grep MPITRAIN_ARGS walltime.pbs; fail "PBS: no --exit-after-minutes 24 h - 300 s"; }
+grep -q "PBS: the trainer saves and exits 85 after 1435 minutes" walltime.err || fail "PBS: the minutes not said"
 cd "$SCRATCH"
 echo "ok: mkjob makes SLURM and PBS scripts with memory, binding, set-up and the data once; bad input exits 2"

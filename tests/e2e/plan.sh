@@ -122,6 +122,17 @@ expect_plan_error bad_recompute "recompute 'some' is not one of none, selective,
 expect_plan_error no_vocab "leaves vocab-size to the training data" --config "$SOURCE_DIR/input/tiny-gpt2.ini" --cpu --peak-gflops 100
 printf 'nodes = two\n' > "$SCRATCH/cluster.ini"
 expect_plan_error bad_cluster "cluster file $SCRATCH/cluster.ini" "${llama[@]}" --cluster "$SCRATCH/cluster.ini"
+# Flags and keys that would not be used, and values out of range: refused, not dropped.
+expect_plan_error gpu_flag_on_cpu "--gpu-mem describes GPU nodes, and this plan is for CPU (--cpu) nodes" "${llama[@]}" --cpu --peak-gflops 100 --gpu-mem 80
+expect_plan_error cpu_flag_on_gpu "--host-mem describes CPU nodes, and this plan is for GPU nodes" "${llama[@]}" "${gpu[@]}" --host-mem 512
+expect_plan_error zero_mem_bw "--mem-bw must be positive" "${llama[@]}" "${gpu[@]}" --mem-bw 0
+expect_plan_error negative_ranks "--ranks-per-node must be at least 1" "${llama[@]}" --cpu --peak-gflops 100 --ranks-per-node -3
+expect_plan_error sp_without_tp "--sequence-parallel true splits the activations over tp, and --tp is 1" "${llama[@]}" "${gpu[@]}" --tp 1 --sequence-parallel true
+expect_plan_error reshard_without_zero3 "--zero3-reshard-after-forward is ZeRO-3's, and --zero is 1" "${llama[@]}" "${gpu[@]}" --zero 1 --zero3-reshard-after-forward false
+printf 'nodes = 1\nmemroy_bw_gbps = 8\n' > "$SCRATCH/typo.ini"
+expect_plan_error cluster_typo "unrecognised option 'memroy_bw_gbps'" "${llama[@]}" --cluster "$SCRATCH/typo.ini"
+sed 's/^ranks_per_node.*/ranks_per_node = 4/' "$SOURCE_DIR/input/cluster-example.ini" > "$SCRATCH/ranks.ini"
+expect_plan_error cluster_ranks "ranks_per_node 4 differs from gpus_per_node 8" "${llama[@]}" --cluster "$SCRATCH/ranks.ini"
 
 # 4. Llama-2 70B on 8 nodes of 8 H100 (80 GiB, 989 TFLOP/s bf16, NVLink 450 GB/s, 8 x 400 Gb/s
 # InfiniBand per node), global batch 1024 x 4096 tokens: Megatron's layout (TP 8, PP 2-8) among
