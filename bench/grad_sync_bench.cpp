@@ -66,6 +66,8 @@ struct Options {
 
 // "4M", "256M", "1G", "4096" (powers of 1024).
 size_t parse_bytes(const std::string& text) {
+  if (text.empty() || text[0] < '0' || text[0] > '9')  // stoull would wrap a "-4"
+    throw std::invalid_argument("size '" + text + "' is not a positive multiple of 4 bytes");
   size_t pos = 0;
   const unsigned long long value = std::stoull(text, &pos);
   const std::string suffix = text.substr(pos);
@@ -122,6 +124,14 @@ bool parse(int argc, char** argv, bool root, Options& o, int& code) {
     }
     if (o.topk_ratio <= 0 || o.topk_ratio > 1)
       throw std::invalid_argument("--topk-ratio must lie in (0, 1]");
+    // Each is printed by one table only: given to the other, refused.
+    if (!vm["goal"].defaulted() && !o.modes.empty())
+      throw std::invalid_argument(
+          "--goal is the GradBuckets-vs-MPI table's, and --modes prints "
+          "the per-mode table: leave one out");
+    if (!vm["topk-ratio"].defaulted() &&
+        std::find(o.modes.begin(), o.modes.end(), "topk") == o.modes.end())
+      throw std::invalid_argument("--topk-ratio sets the topk mode, and --modes has no topk");
   } catch (const std::exception& e) {
     if (root) std::fprintf(stderr, "grad-sync-bench: %s\n", e.what());
     code = kExitUsage;

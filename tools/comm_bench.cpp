@@ -120,6 +120,8 @@ Options parse_options(int argc, char** argv) {
   o.min_bytes = parse_bytes(min_bytes, "min-bytes");
   o.max_bytes = parse_bytes(max_bytes, "max-bytes");
   require(o.min_bytes <= o.max_bytes, "--min-bytes is larger than --max-bytes");
+  require(o.max_bytes >= sizeof(float),
+          "--max-bytes " + std::to_string(o.max_bytes) + " holds no float: nothing to measure");
   require(o.factor >= 2, "--factor must be at least 2");
   require(o.iters >= 1 && o.warmup >= 0, "--iters must be at least 1 and --warmup at least 0");
   require(o.check == 0 || o.check == 1, "--check must be 0 or 1");

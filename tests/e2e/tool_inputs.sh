@@ -8,10 +8,11 @@
 # - trace-merge --out onto an existing file without --overwrite (a README became JSON);
 # - ckpt-bench --dir holding checkpoints/ (it deleted a run's checkpoints);
 # - sgemm-rate --openblas --bf16 (the bf16 figure, --openblas dropped);
-# - long-context-fit --seq-len not in whole chunks of 2 cp.
+# - long-context-fit --seq-len not in whole chunks of 2 cp; comm-bench sizes below one float;
+#   grad-sync-bench: a negative size (it wrapped), --goal with the per-mode table (unused).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
-refused_tool() {  # refused_tool NAME EXPECTED_TEXT PROGRAM ARGS...: exit 2, the text, one line
+refused_tool() {  # refused_tool NAME EXPECTED_TEXT PROGRAM ARGS...: exit 2, the text on stderr
   local name=$1 expected=$2 code
   shift 2
   set +e
@@ -78,3 +79,9 @@ refused_tool sgemm_openblas_bf16 "--openblas and --bf16 exclude each other" \
   "$BUILD_DIR/sgemm-rate" --threads 1 --openblas --bf16
 refused_tool long_context_chunks "seq-len 1001 is not a multiple of 2 x cp (4)" \
   "$BUILD_DIR/long-context-fit" --config "$SOURCE_DIR/input/tiny-gpt2.ini" --vocab-size 256 --cp 2 --seq-len 1001
+refused_tool comm_bench_bytes "--max-bytes 3 holds no float" \
+  $MPIRUN -np 1 "$BUILD_DIR/comm-bench" --min-bytes 1 --max-bytes 3
+refused_tool grad_sync_size "size '-4' is not a positive multiple of 4 bytes" \
+  $MPIRUN -np 1 "$BUILD_DIR/grad-sync-bench" --sizes -4
+refused_tool grad_sync_goal "--goal is the GradBuckets-vs-MPI table's, and --modes prints the per-mode table" \
+  $MPIRUN -np 1 "$BUILD_DIR/grad-sync-bench" --goal 0.5 --modes none
