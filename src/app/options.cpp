@@ -388,7 +388,7 @@ po::options_description checkpoint_options(TrainConfig& t) {
        "there on); without it that is refused")
       ("allow-data-change", flag(&t.allow_data_change),
        "resume although the training data differ from those the checkpoint records (other "
-       "files, token counts or weights, or --shuffle); without it that is refused")
+       "files, token counts or weights, --shuffle or --seq-len); without it that is refused")
       ("save-best", flag(&t.save_best),
        "keep the checkpoint with the lowest validation loss as best/")
       ("exit-after-minutes", with_default(&t.exit_after_minutes),

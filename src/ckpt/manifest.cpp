@@ -86,6 +86,7 @@ void for_each_field(M& m, F&& f) {
   f("moe_aux_loss_coef", m.moe_aux_loss_coef, kOptionalField);  // absent: not recorded (-1)
   f("moe_z_loss_coef", m.moe_z_loss_coef, kOptionalField);
   f("shuffle", m.shuffle, kOptionalField);
+  f("settings", m.settings, kOptionalField);
 }
 
 using RopeType = ModelConfig::RopeScaling::Type;

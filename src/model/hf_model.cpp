@@ -400,9 +400,10 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
           dir + ": a " + type + " model (" +
               (type == "qwen3" ? "per-head q/k norms" : "q, k, v biases without an o_proj bias") +
               ") has no MLP biases: mlp-bias cannot be exported");
-  require(type != "qwen3" || c.qkv_bias == c.proj_bias,
-          dir + ": a qwen3 model (per-head q/k norms) has biases on all of q, k, v and o or on "
-                "none: q, k, v biases without the o bias cannot be exported");
+  require((type != "qwen3" && type != "qwen3_moe") || c.qkv_bias == c.proj_bias,
+          dir + ": a " + type +
+              " model (per-head q/k norms) has biases on all of q, k, v and o "
+              "or on none: q, k, v biases without the o bias cannot be exported");
 }
 
 void save_hf_model(const std::string& dir, const ModelConfig& config, const ParamLayout& layout,

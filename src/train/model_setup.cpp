@@ -7,6 +7,7 @@
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/kept_settings.hpp"
 
 namespace mpitrain {
 
@@ -84,8 +85,8 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
 
 }  // namespace
 
-void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std::string& path,
-                              int dp) {
+std::string take_checkpoint_settings(Options& o, const CheckpointManifest& c,
+                                     const std::string& path, int dp) {
   require(o.train.init_from.empty() || o.train.resume == "auto",  // auto: the checkpoint's
           "init-from and --resume " + path + " both set the weights: give one of them");
   require_given_match(o, c.model, "the checkpoint " + path, true);
@@ -103,6 +104,7 @@ void take_checkpoint_settings(Options& o, const CheckpointManifest& c, const std
     t.moe_z_loss_coef = c.moe_z_loss_coef;
   if (!o.was_given("micro-batch-size") && t.global_batch_size % (dp * c.micro_batch_size) == 0)
     t.micro_batch_size = static_cast<int>(c.micro_batch_size);
+  return take_kept_settings(o, c.settings);
 }
 
 ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data,

@@ -10,6 +10,7 @@
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/io/out_file.hpp"
+#include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
 #include "mpitrain/model/safetensors.hpp"
@@ -18,6 +19,7 @@
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/train/gather.hpp"
 #include "mpitrain/train/generate.hpp"
+#include "mpitrain/train/kept_settings.hpp"
 #include "mpitrain/train/moe_metrics.hpp"
 #include "mpitrain/train/replica_check.hpp"
 
@@ -117,6 +119,12 @@ void Trainer::resume() {
               std::to_string(m->seed) + ", this run has seed " + std::to_string(t_.seed) +
               ": pass --seed " + std::to_string(m->seed) +
               " to continue its data order, or --allow-seed-change to take the new seed");
+  // So would other windows: a sample is seq-len tokens, and the count consumed is in samples.
+  require(!train_ || m->seq_len == t_.seq_len || t_.allow_data_change,
+          "the checkpoint of step " + std::to_string(m->step) + " was trained on samples of " +
+              "seq-len " + std::to_string(m->seq_len) + ", this run's are " +
+              std::to_string(t_.seq_len) + ": leave --seq-len out to continue its data order, " +
+              "or --allow-data-change to go on with the new samples (a longer context)");
   // So would the other order (shuffled or not; recorded since the field).
   const std::string shuffle = t_.shuffle ? "true" : "false";
   const bool reordered = train_ && !m->shuffle.empty() && m->shuffle != shuffle;
@@ -136,7 +144,17 @@ void Trainer::resume() {
   consumed_ = m->consumed_samples;
   best_val_ = m->val_loss;
   optimizer_->set_steps_taken(static_cast<int>(m->adam_steps));
-  scaler_->restore(m->loss_scale, m->loss_scale_clean_steps, m->skipped_steps);
+  // The loss scale is an fp16 run's: from another precision's checkpoint (recorded; an older
+  // file's scale of 1: none was kept) an fp16 run starts at --initial-loss-scale.
+  const std::optional<std::string> precision = recorded_setting(m->settings, "precision");
+  const bool scaled = precision ? *precision == "fp16" : m->loss_scale != 1.0;
+  scaler_->restore(scaled ? m->loss_scale : t_.initial_loss_scale,
+                   scaled ? m->loss_scale_clean_steps : 0, m->skipped_steps);
+  if (!scaled && t_.precision == "fp16" && root_)
+    std::printf(
+        "resume: the checkpoint's run kept no loss scale (precision %s): fp16 starts at "
+        "--initial-loss-scale %s\n",
+        precision.value_or("fp32").c_str(), shortest_text(t_.initial_loss_scale).c_str());
   // The schedule keeps the length it started with, whatever this run's --steps.
   const std::string schedule_note =
       resume_schedule(*lr_schedule_, t_.lr_decay_steps, t_.steps, m->lr_decay_steps, m->step);
@@ -367,6 +385,7 @@ CheckpointManifest Trainer::manifest(int step) const {
   m.seq_len = t_.seq_len;
   m.data = train_ ? train_->record() : "";
   m.shuffle = t_.shuffle ? "true" : "false";
+  m.settings = kept_settings(t_);
   m.lr_decay_steps = lr_schedule_->total_steps;
   if (cfg_.n_experts > 0) {
     m.moe_aux_loss_coef = t_.moe_aux_loss_coef;

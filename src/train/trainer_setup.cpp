@@ -31,6 +31,7 @@
 #include "mpitrain/runtime/affinity.hpp"
 #include "mpitrain/runtime/agree.hpp"
 #include "mpitrain/train/gather.hpp"
+#include "mpitrain/train/kept_settings.hpp"
 #include "mpitrain/train/model_setup.hpp"
 #include "mpitrain/train/run_record.hpp"
 #include "mpitrain/train/run_setup.hpp"
@@ -174,15 +175,20 @@ void Trainer::check_inputs() {
               "--check-replicas 0");
       options_.train.check_replicas = 0;
     }
+    std::string given_otherwise;  // kept settings given with other values than the checkpoint's
     if (!t_.resume.empty() && t_.resume != "auto") {  // every rank finds the same
       resume_source_ = find_resume_source(t_.resume);
-      take_checkpoint_settings(options_, resume_source_->manifest, t_.resume, shape_.dp);
+      given_otherwise =
+          take_checkpoint_settings(options_, resume_source_->manifest, t_.resume, shape_.dp);
     } else if (t_.resume == "auto") {  // the same settings from the checkpoint it would load
       const std::string dir = checkpoints_dir();
       std::string damage;  // none readable: the load names the damage (or --overwrite)
       if (const std::optional<CheckpointManifest> m = first_manifest(dir, damage))
-        take_checkpoint_settings(options_, *m, dir, shape_.dp);
+        given_otherwise = take_checkpoint_settings(options_, *m, dir, shape_.dp);
     }
+    if (root_ && !given_otherwise.empty())
+      std::printf("resume: given otherwise than the checkpoint's run: %s\n",
+                  given_otherwise.c_str());
     schedule_ = parse_pipeline_schedule(t_.pp_schedule);
     parse_lr_decay(t_.lr_schedule);
     const TokenFormat format = parse_token_format(t_.data_format);
@@ -398,44 +404,46 @@ void Trainer::build_model() {
 std::string Trainer::run_ini() const {
   const auto text = [](auto v) { return std::to_string(v); };
   const auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
-  return resolved_ini(options_.effective,
-                      {{"dp", text(shape_.dp)},
-                       {"arch", to_string(cfg_.arch)},
-                       {"n-layer", text(cfg_.n_layer)},
-                       {"n-head", text(cfg_.n_head)},
-                       {"d-model", text(cfg_.d_model)},
-                       {"seq-len", text(t_.seq_len)},
-                       {"seed", text(t_.seed)},
-                       {"shuffle", flag(t_.shuffle)},
-                       {"optimizer", t_.optimizer},
-                       {"global-batch-size", text(t_.global_batch_size)},
-                       {"tp", text(shape_.tp)},
-                       {"pp", text(shape_.pp)},
-                       {"cp", text(shape_.cp)},
-                       {"threads", text(threads_)},
-                       {"micro-batch-size", text(micro_batch_)},
-                       {"n-kv-head", text(cfg_.n_kv_head)},
-                       {"d-ff", text(cfg_.d_ff)},
-                       {"vocab-size", text(cfg_.vocab_size)},
-                       {"max-seq-len", text(cfg_.max_seq_len)},
-                       {"norm-eps", shortest_text(cfg_.norm_eps)},
-                       {"rope-theta", shortest_text(cfg_.rope_theta)},
-                       {"tie-embeddings", flag(cfg_.tie_embeddings)},
-                       {"attention-bias", flag(cfg_.proj_bias)},
-                       {"qkv-bias", flag(cfg_.qkv_bias)},
-                       {"mlp-bias", flag(cfg_.mlp_bias)},
-                       {"head-dim", text(cfg_.head_dim)},
-                       {"qk-norm", flag(cfg_.qk_norm)},
-                       {"rope-scaling", to_string(cfg_.rope_scaling)},
-                       {"gpt2-scale-attn-weights", flag(cfg_.scale_attn_weights)},
-                       {"gpt2-scale-attn-by-layer", flag(cfg_.scale_attn_by_inverse_layer_idx)},
-                       {"n-experts", text(cfg_.n_experts)},
-                       {"top-k", text(cfg_.top_k)},
-                       {"moe-ff", text(cfg_.moe_ff)},
-                       {"n-shared-experts", text(cfg_.n_shared_experts)},
-                       {"moe-every", text(cfg_.moe_every)},
-                       {"moe-aux-loss-coef", shortest_text(t_.moe_aux_loss_coef)},
-                       {"moe-z-loss-coef", shortest_text(t_.moe_z_loss_coef)}});
+  std::vector<std::pair<std::string, std::string>> resolved = kept_setting_values(t_);
+  resolved.insert(resolved.end(),
+                  {{"dp", text(shape_.dp)},
+                   {"arch", to_string(cfg_.arch)},
+                   {"n-layer", text(cfg_.n_layer)},
+                   {"n-head", text(cfg_.n_head)},
+                   {"d-model", text(cfg_.d_model)},
+                   {"seq-len", text(t_.seq_len)},
+                   {"seed", text(t_.seed)},
+                   {"shuffle", flag(t_.shuffle)},
+                   {"optimizer", t_.optimizer},
+                   {"global-batch-size", text(t_.global_batch_size)},
+                   {"tp", text(shape_.tp)},
+                   {"pp", text(shape_.pp)},
+                   {"cp", text(shape_.cp)},
+                   {"threads", text(threads_)},
+                   {"micro-batch-size", text(micro_batch_)},
+                   {"n-kv-head", text(cfg_.n_kv_head)},
+                   {"d-ff", text(cfg_.d_ff)},
+                   {"vocab-size", text(cfg_.vocab_size)},
+                   {"max-seq-len", text(cfg_.max_seq_len)},
+                   {"norm-eps", shortest_text(cfg_.norm_eps)},
+                   {"rope-theta", shortest_text(cfg_.rope_theta)},
+                   {"tie-embeddings", flag(cfg_.tie_embeddings)},
+                   {"attention-bias", flag(cfg_.proj_bias)},
+                   {"qkv-bias", flag(cfg_.qkv_bias)},
+                   {"mlp-bias", flag(cfg_.mlp_bias)},
+                   {"head-dim", text(cfg_.head_dim)},
+                   {"qk-norm", flag(cfg_.qk_norm)},
+                   {"rope-scaling", to_string(cfg_.rope_scaling)},
+                   {"gpt2-scale-attn-weights", flag(cfg_.scale_attn_weights)},
+                   {"gpt2-scale-attn-by-layer", flag(cfg_.scale_attn_by_inverse_layer_idx)},
+                   {"n-experts", text(cfg_.n_experts)},
+                   {"top-k", text(cfg_.top_k)},
+                   {"moe-ff", text(cfg_.moe_ff)},
+                   {"n-shared-experts", text(cfg_.n_shared_experts)},
+                   {"moe-every", text(cfg_.moe_every)},
+                   {"moe-aux-loss-coef", shortest_text(t_.moe_aux_loss_coef)},
+                   {"moe-z-loss-coef", shortest_text(t_.moe_z_loss_coef)}});
+  return resolved_ini(options_.effective, resolved);
 }
 
 void Trainer::build_step_parts() {

@@ -40,7 +40,7 @@ echo "ok: --learning-rate, --max-iters, --gradient-accumulation-steps name ours"
 run="$SCRATCH/run"
 run_trainer 1 "$SCRATCH/first.log" "${data[@]}" "${model[@]}" --steps 12 --save-interval 3 \
   --eval-interval 4 --save-best --exit-at-step 6 --global-batch-size 4 --shuffle false \
-  --seed 7 --out-dir "$run"
+  --seed 7 --beta2 0.5 --out-dir "$run"
 [ "$rc" = 85 ] || { cat "$SCRATCH/first.log"; fail "the first piece exited $rc, expected 85"; }
 mv "$run/checkpoints/step-00000006" "$run/checkpoints/step-00000006.tmp"
 echo step-00000003 > "$run/checkpoints/latest"
@@ -54,13 +54,14 @@ grep -q "^checkpoint $run/checkpoints/best/checkpoint.h5$" "$SCRATCH/inspect.log
   { cat "$SCRATCH/inspect.log"; fail "ckpt-inspect RUN_DIR does not show best/ (step 4)"; }
 echo "ok: ckpt-inspect RUN_DIR shows best/, newer than latest's step 3"
 
-# 7. Resumed with --steps 9: the schedule keeps its 12 steps. No model, seq-len, batch, seed or
-# --shuffle options: the checkpoint's (the defaults: 12 layers, 8 sequences, seed 1337, shuffled).
-run_trainer 1 "$SCRATCH/second.log" "${data[@]}" --lr 3e-3 --warmup-steps 2 --eval-samples 16 \
-  --sample-tokens 0 --peak-gflops 100 --threads 1 --steps 9 --resume auto --out-dir "$run"
+# 7. Resumed with --steps 9: the schedule keeps its 12 steps. No model, seq-len, batch, seed,
+# --shuffle, lr or optimizer options: the checkpoint's (the defaults: 12 layers, 8 sequences,
+# seed 1337, shuffled, lr 0.001 after 10 warm-up steps, beta2 0.95).
+run_trainer 1 "$SCRATCH/second.log" "${data[@]}" --eval-samples 16 --sample-tokens 0 \
+  --peak-gflops 100 --threads 1 --steps 9 --resume auto --out-dir "$run"
 [ "$rc" = 0 ] || { cat "$SCRATCH/second.log"; fail "the resume exited $rc"; }
 for setting in "n-layer = 2" "seq-len = 32" "global-batch-size = 4" "micro-batch-size = 2" \
-  "shuffle = false" "seed = 7"; do
+  "shuffle = false" "seed = 7" "lr = 0.003" "warmup-steps = 2" "beta2 = 0.5"; do
   grep -qx "$setting" "$run/run.ini" ||
     { cat "$run/run.ini"; fail "--resume auto did not take the checkpoint's $setting"; }
 done
@@ -80,6 +81,24 @@ over9 = 3e-4 + (3e-3 - 3e-4) * 0.5 * (1 + math.cos(math.pi * 2 / 6))
 if abs(got - want) > 1e-7 * want: sys.exit(f"lr {got}: want {want} (over 9 steps: {over9})")
 print(f"ok: the lr of step 5 is {got}, the 12-step schedule's (over 9 steps: {over9:.6g})")
 PYEOF
+
+# fp16 from an fp32 checkpoint: said, and its loss scale starts at --initial-loss-scale (the
+# fp32 run kept a scale of 1), not at 1.
+run_trainer 1 "$SCRATCH/fp16.log" "${data[@]}" --precision fp16 --steps 6 --eval-samples 16 \
+  --sample-tokens 0 --peak-gflops 100 --threads 1 --resume "$run/checkpoints/step-00000003" \
+  --out-dir "$SCRATCH/fp16"
+[ "$rc" = 0 ] || { cat "$SCRATCH/fp16.log"; fail "the fp16 resume exited $rc"; }
+grep -q "^resume: given otherwise than the checkpoint's run: precision fp16 (the checkpoint's run: fp32)$" \
+  "$SCRATCH/fp16.log" && grep -q "^resume: the checkpoint's run kept no loss scale (precision fp32): fp16 starts at --initial-loss-scale 65536$" \
+  "$SCRATCH/fp16.log" || { cat "$SCRATCH/fp16.log"; fail "the fp16 resume did not say what it changed"; }
+[ "$(metric "$SCRATCH/fp16/metrics.jsonl" loss_scale | head -1)" = 65536 ] ||
+  fail "the fp16 resume's loss scale: $(metric "$SCRATCH/fp16/metrics.jsonl" loss_scale | head -1)"
+# Another sample length is another data order: refused unless --allow-data-change.
+run_trainer 1 "$SCRATCH/seq16.log" "${data[@]}" --seq-len 16 --steps 6 --sample-tokens 0 \
+  --threads 1 --resume "$run/checkpoints/step-00000003" --out-dir "$SCRATCH/seq16"
+[ "$rc" = 2 ] && grep -q "was trained on samples of seq-len 32, this run's are 16: leave --seq-len out" \
+  "$SCRATCH/seq16.log" || { cat "$SCRATCH/seq16.log"; fail "a resume at another seq-len: exit $rc"; }
+echo "ok: a resume in fp16 from fp32 starts the loss scale afresh; another seq-len is refused"
 
 # Another sample order than the checkpoint's is refused, the run left as it was.
 before=$(dir_state "$run")

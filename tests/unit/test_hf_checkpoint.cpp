@@ -245,6 +245,14 @@ TEST_F(HfCheckpointTest, ExpertsWithoutAnHfClassAreRefused) {
   EXPECT_NE(error(biased).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
   sparse.qk_norm = true;  // qwen3_moe: dense layers between are its decoder_sparse_step
   EXPECT_EQ(error(sparse), "");
+  ModelConfig qkv_only = sparse, all_biases = sparse;  // qwen3_moe: all of q, k, v, o or none
+  qkv_only.qkv_bias = true;
+  all_biases.qkv_bias = all_biases.proj_bias = true;
+  EXPECT_NE(error(qkv_only).find("a qwen3_moe model (per-head q/k norms) has biases on all of q, "
+                                 "k, v and o or on none"),
+            std::string::npos)
+      << error(qkv_only);
+  EXPECT_EQ(error(all_biases), "");
 }
 
 TEST_F(HfCheckpointTest, IndexErrorsAreRefused) {

@@ -154,18 +154,21 @@ TEST_F(ManifestTest, AVersionFlippedDownIsStillChecked) {
   EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
 }
 
-// The schedule's length and the sample order (fields added within format version 3): written
+// The schedule's length, the sample order and the kept settings (fields added within format
+// version 3): written
 // and checksummed when recorded; a file written before them (no attribute) reads as not recorded
 // (0, "") and its checksum still holds.
-TEST_F(ManifestTest, TheScheduleLengthAndTheSampleOrderAreOptional) {
+TEST_F(ManifestTest, FieldsAddedWithinVersion3AreOptional) {
   CheckpointManifest m = sample_manifest();
   m.lr_decay_steps = 150;
   m.shuffle = "false";
+  m.settings = "precision = bf16\nlr = 0.001\n";
   write(m);
   {
     H5Handle file = open_file(path());
     EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 150);
     EXPECT_EQ(read_manifest(file.get()).shuffle, "false");
+    EXPECT_EQ(read_manifest(file.get()).settings, "precision = bf16\nlr = 0.001\n");
   }
   edit([](hid_t g) { write_attribute_int(g, "lr_decay_steps", 90); });
   EXPECT_NE(read_error().find("manifest checksum mismatch"), std::string::npos) << read_error();
@@ -175,10 +178,11 @@ TEST_F(ManifestTest, TheScheduleLengthAndTheSampleOrderAreOptional) {
   write(sample_manifest());  // as a build from before the fields wrote it
   H5Handle file = open_file(path());
   H5Handle group(H5_CHECK(H5Gopen2(file.get(), kManifestGroup, H5P_DEFAULT)));
-  for (const char* name : {"lr_decay_steps", "shuffle"})
+  for (const char* name : {"lr_decay_steps", "shuffle", "settings"})
     EXPECT_FALSE(has_attribute(group.get(), name)) << name;
   EXPECT_EQ(read_manifest(file.get()).lr_decay_steps, 0);
   EXPECT_EQ(read_manifest(file.get()).shuffle, "");
+  EXPECT_EQ(read_manifest(file.get()).settings, "");
 }
 
 // The model features (fields added within format version 3): recorded and checksummed where they

@@ -19,9 +19,11 @@ ModelConfig resolve_model_config(const Options& options, const TokenSource* trai
 // model is the shape (a model option the user set that disagrees: UsageError naming it and both
 // values; init-from with a PATH: UsageError), and seq-len, seed, shuffle (where recorded),
 // optimizer, global-batch-size, micro-batch-size (when the batch divides by dp x it) and an MoE
-// run's loss coefficients (where recorded) are the checkpoint's unless the user set them.
-void take_checkpoint_settings(Options& options, const CheckpointManifest& checkpoint,
-                              const std::string& path, int dp);
+// run's loss coefficients (where recorded) are the checkpoint's unless the user set them, and so
+// are its kept settings (train/kept_settings.hpp: precision, optimizer, lr schedule). Returns
+// the line naming the kept settings given with other values ("" where none).
+std::string take_checkpoint_settings(Options& options, const CheckpointManifest& checkpoint,
+                                     const std::string& path, int dp);
 
 // An MoE model of an --init-from Hugging Face directory: its config.json's router_aux_loss_coef
 // becomes --moe-aux-loss-coef unless the user set that (model/hf_config.hpp's HfRouterKeys).

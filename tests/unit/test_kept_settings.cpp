@@ -1,0 +1,72 @@
+// The settings a checkpoint keeps for a resume (train/kept_settings.hpp): recorded exactly, taken
+// where not given, named where given otherwise, and a line this build cannot read refused.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mpitrain/app/options.hpp"
+#include "mpitrain/runtime/error.hpp"
+#include "mpitrain/train/kept_settings.hpp"
+
+using namespace mpitrain;
+
+namespace {
+
+Options parse(std::vector<std::string> args) {
+  args.insert(args.begin(), {"trainer", "--train-data", "x.h5"});
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST(KeptSettings, ARunsSettingsComeBackExactlyWhereNotGiven) {
+  // values that a decimal text with too few digits would not give back bit for bit
+  const Options run = parse({"--precision", "bf16", "--lr", "0.0003000000000000001",
+                             "--beta2", "0.95", "--adam-eps", "1e-7", "--weight-decay", "0",
+                             "--warmup-steps", "0", "--lr-schedule", "linear",
+                             "--min-lr-ratio", "0.3333333333333333", "--grad-clip", "0.5"});
+  const std::string recorded = kept_settings(run.train);
+  Options resumed = parse({});
+  EXPECT_EQ(take_kept_settings(resumed, recorded), "");
+  EXPECT_EQ(resumed.train.precision, "bf16");
+  EXPECT_EQ(resumed.train.lr, 0.0003000000000000001);
+  EXPECT_EQ(resumed.train.beta2, 0.95);
+  EXPECT_EQ(resumed.train.adam_eps, 1e-7);
+  EXPECT_EQ(resumed.train.weight_decay, 0.0);
+  EXPECT_EQ(resumed.train.warmup_steps, 0);
+  EXPECT_EQ(resumed.train.lr_schedule, "linear");
+  EXPECT_EQ(resumed.train.min_lr_ratio, 0.3333333333333333);
+  EXPECT_EQ(resumed.train.grad_clip, 0.5);
+  EXPECT_EQ(kept_settings(resumed.train), recorded);
+  EXPECT_EQ(recorded_setting(recorded, "precision"), "bf16");
+  EXPECT_EQ(recorded_setting("", "precision"), std::nullopt);  // an older checkpoint
+}
+
+TEST(KeptSettings, GivenValuesStandAndThoseThatDifferAreNamed) {
+  const std::string recorded = kept_settings(parse({"--lr", "0.001", "--beta1", "0.8"}).train);
+  Options resumed = parse({"--lr", "0.002", "--beta1", "0.8", "--momentum", "0.5"});
+  EXPECT_EQ(take_kept_settings(resumed, recorded),
+            "lr 0.002 (the checkpoint's run: 0.001), momentum 0.5 (the checkpoint's run: 0.9)");
+  EXPECT_EQ(resumed.train.lr, 0.002);
+  EXPECT_EQ(resumed.train.momentum, 0.5);
+}
+
+TEST(KeptSettings, ALineThisBuildCannotReadIsRefused) {
+  Options o = parse({});
+  for (const auto& [recorded, expected] :
+       {std::pair<std::string, std::string>{"dropout = 0.1\n",
+                                            "records the setting 'dropout', which this build "
+                                            "does not know"},
+        {"lr: 0.1\n", "hold 'lr: 0.1', not a 'name = value' line"},
+        {"beta1 = high\n", "setting beta1 = 'high' is not a value of it"}}) {
+    try {
+      take_kept_settings(o, recorded);
+      ADD_FAILURE() << recorded;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+}
