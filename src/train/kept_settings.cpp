@@ -107,6 +107,15 @@ std::string take_kept_settings(Options& o, const std::string& recorded) {
     }
     require(set_from(o.train, kept->second, value),
             "the checkpoint's setting " + name + " = '" + value + "' is not a value of it");
+    // a number within the option's range, as a flag must be (the text kinds are parsed later)
+    const std::vector<OptionRange>& ranges = trainer_option_ranges();
+    const auto range = std::find_if(ranges.begin(), ranges.end(),
+                                    [&](const OptionRange& r) { return name == r.name; });
+    double number = 0;
+    std::from_chars(value.data(), value.data() + value.size(), number);
+    if (range != ranges.end())
+      require(in_range(*range, number), "the checkpoint's setting " + name + " = " + value +
+                                            " lies outside " + range_text(*range));
   }
   return differ;
 }

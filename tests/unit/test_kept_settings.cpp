@@ -61,7 +61,9 @@ TEST(KeptSettings, ALineThisBuildCannotReadIsRefused) {
                                             "records the setting 'dropout', which this build "
                                             "does not know"},
         {"lr: 0.1\n", "hold 'lr: 0.1', not a 'name = value' line"},
-        {"beta1 = high\n", "setting beta1 = 'high' is not a value of it"}}) {
+        {"beta1 = high\n", "setting beta1 = 'high' is not a value of it"},
+        {"warmup-steps = -5\n", "setting warmup-steps = -5 lies outside >= 0"},
+        {"lr = 1e30\n", "setting lr = 1e30 lies outside (0, 10]"}}) {
     try {
       take_kept_settings(o, recorded);
       ADD_FAILURE() << recorded;
