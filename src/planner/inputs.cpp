@@ -9,8 +9,10 @@
 namespace mpitrain {
 
 PlanInput read_plan_input(const std::string& config_path, const RunOverrides& over, bool gpu) {
-  // The trainer insists on training data; the planner reads none.
-  std::vector<std::string> args = {"plan", "--config", config_path, "--train-data", "(none)"};
+  // The trainer insists on training data, and on validation data for a file's evaluation
+  // settings; the planner reads neither.
+  std::vector<std::string> args = {"plan",         "--config", config_path, "--train-data",
+                                   "(none)",       "--val-data", "(none)"};
   auto add = [&](const char* flag, const std::string& value) {
     args.push_back(flag);
     args.push_back(value);

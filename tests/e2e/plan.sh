@@ -133,6 +133,10 @@ printf 'nodes = 1\nmemroy_bw_gbps = 8\n' > "$SCRATCH/typo.ini"
 expect_plan_error cluster_typo "unrecognised option 'memroy_bw_gbps'" "${llama[@]}" --cluster "$SCRATCH/typo.ini"
 sed 's/^ranks_per_node.*/ranks_per_node = 4/' "$SOURCE_DIR/input/cluster-example.ini" > "$SCRATCH/ranks.ini"
 expect_plan_error cluster_ranks "ranks_per_node 4 differs from gpus_per_node 8" "${llama[@]}" --cluster "$SCRATCH/ranks.ini"
+# A config with evaluation settings (the validation data given to the trainer apart) is planned.
+"$PLAN" --config "$SOURCE_DIR/input/gpt2-small.ini" --cpu --peak-gflops 100 --vocab-size 50304 \
+  --top 1 > "$SCRATCH/small.txt" 2>&1 || { cat "$SCRATCH/small.txt"; fail "plan of input/gpt2-small.ini"; }
+grep -q "^best: " "$SCRATCH/small.txt" || { cat "$SCRATCH/small.txt"; fail "plan of input/gpt2-small.ini: no best"; }
 
 # 4. Llama-2 70B on 8 nodes of 8 H100 (80 GiB, 989 TFLOP/s bf16, NVLink 450 GB/s, 8 x 400 Gb/s
 # InfiniBand per node), global batch 1024 x 4096 tokens: Megatron's layout (TP 8, PP 2-8) among
