@@ -598,9 +598,6 @@ void check_given(const Options& o) {
   o.require_used(cuda, "kernels", t.kernels, defaults.kernels, gpu);
   o.require_used(cuda, "tf32", t.tf32, defaults.tf32, gpu);
   o.require_used(cuda, "gpu-workspace-mb", t.gpu_workspace_mb, defaults.gpu_workspace_mb, gpu);
-  require(!t.tf32 || t.precision == "fp32", "tf32 lets fp32 GEMMs run as TF32, and precision " +
-                                                t.precision + " runs them in " + t.precision +
-                                                ": leave one of them out");
   require(t.exit_at_step == 0 || t.steps == 0 || t.exit_at_step <= t.steps,
           "exit-at-step " + std::to_string(t.exit_at_step) + " comes after the run's last step (" +
               std::to_string(t.steps) + "): it would never stop the run");

@@ -107,6 +107,9 @@ int inspect_checkpoint(const std::string& path, bool verify, std::ostream& out, 
     if (!is_hdf5_file(file_path) && not_regular_file_reason(file_path).empty())
       throw Error("'" + file_path + "' is not an HDF5 file (no HDF5 signature)");
     file = open_file(file_path);
+    if (!has_link(file.get(), kManifestGroup) && !has_link(file.get(), kParamsGroup))
+      throw Error("'" + file_path + "' holds neither /manifest nor /params: an HDF5 file, but " +
+                  "not a checkpoint");
   } catch (const std::exception& e) {
     err << "ckpt-inspect: no readable checkpoint at '" << path << "': " << e.what() << "\n";
     return 2;

@@ -56,6 +56,10 @@ void check_device(const TrainConfig& t, const ModelConfig& cfg) {
                                       std::to_string(cfg.head_size()) + " exceeds 256");
   require(parse_grad_compress(t.grad_compress) == GradCompress::None,
           "--grad-compress " + t.grad_compress + " encodes on the host: --device cpu only");
+  // (after a resume took its checkpoint's precision)
+  require(!t.tf32 || t.precision == "fp32", "--tf32 lets fp32 GEMMs run as TF32, and precision " +
+                                                t.precision + " runs them in " + t.precision +
+                                                ": leave one of them out");
 #ifdef MPITRAIN_HAVE_CUDA
   const cuda::DeviceProbe probe = cuda::probe_devices();
   require(probe.count > 0, "--device cuda: " + probe.reason);

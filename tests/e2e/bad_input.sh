@@ -59,14 +59,15 @@ expect_usage_error pp_schedule "pp-schedule must be 'gpipe' or '1f1b'" "${tiny[@
 expect_usage_error dp_batch "must be divisible by dp x micro-batch-size = 2 x 4" "${tiny[@]}" --dp 2 --micro-batch-size 4 --global-batch-size 12 --out-dir "$SCRATCH/o15"
 
 # --device and --comm: an unknown device or comm, nccl without a GPU device, a host-side
-# compression on the GPU, cuda without a usable GPU (here), or in a build without CUDA. None of
-# them creates its out-dir.
+# compression on the GPU, --tf32 with bf16, cuda without a usable GPU (here), or in a build
+# without CUDA. None of them creates its out-dir.
 expect_usage_error bad_device "device must be cpu or cuda, not 'tpu'" "${tiny[@]}" --device tpu --out-dir "$SCRATCH/o16"
 expect_usage_error bad_comm "comm must be auto, nccl or mpi, not 'gloo'" "${tiny[@]}" --comm gloo --out-dir "$SCRATCH/o17"
 expect_usage_error nccl_on_cpu "--comm nccl needs --device cuda" "${tiny[@]}" --comm nccl --out-dir "$SCRATCH/o17"
 if grep -q '^MPITRAIN_CUDA:BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
   expect_usage_error cuda_compress "--grad-compress int8 encodes on the host: --device cpu only" "${tiny[@]}" --device cuda --dp 2 --grad-compress int8 --out-dir "$SCRATCH/o17"
   expect_usage_error cuda_profile "--profile-ops times the CPU backend's ops" "${tiny[@]}" --device cuda --dp 2 --profile-ops --out-dir "$SCRATCH/o17"
+  expect_usage_error cuda_tf32_bf16 "--tf32 lets fp32 GEMMs run as TF32, and precision bf16 runs them in bf16" "${tiny[@]}" --device cuda --dp 2 --precision bf16 --tf32 --out-dir "$SCRATCH/o17"
   if nvidia-smi -L > /dev/null 2>&1; then
     echo "a GPU is usable here: the no-GPU case does not apply"
   else

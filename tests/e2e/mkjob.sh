@@ -112,6 +112,8 @@ expect_2 "cannot read cluster file" --cluster "$SCRATCH/none.ini"
 expect_2 "scheduler must be slurm or pbs" --cluster "$cluster" --scheduler lsf
 printf 'nodes = two\n' > "$SCRATCH/bad.ini"
 expect_2 "nodes must be a whole number" --cluster "$SCRATCH/bad.ini"
+printf 'nodes =\n' > "$SCRATCH/empty.ini"
+expect_2 "nodes is empty: give a whole number, or leave the key out" --cluster "$SCRATCH/empty.ini"
 printf 'gpus_per_nodes = 8\n' > "$SCRATCH/typo.ini"
 expect_2 "unknown key 'gpus_per_nodes'" --cluster "$SCRATCH/typo.ini"
 printf 'exclusive = maybe\n' > "$SCRATCH/excl.ini"

@@ -6,7 +6,8 @@
 #   --jsonl-field with no JSON Lines input; a tokenizer file of the user's in the out-dir;
 # - tokenize --decode: an id outside the vocabulary (4294967368 decoded as 72);
 # - trace-merge --out onto an existing file without --overwrite (a README became JSON);
-# - ckpt-bench --dir holding checkpoints/ (it deleted a run's checkpoints);
+# - ckpt-bench --dir holding checkpoints/ (it deleted a run's checkpoints); ckpt-inspect on an
+#   HDF5 file that is no checkpoint (a token file: exit 1, "manifest BAD", as if damaged);
 # - sgemm-rate --openblas --bf16 (the bf16 figure, --openblas dropped);
 # - long-context-fit --seq-len not in whole chunks of 2 cp; comm-bench sizes below one float;
 #   grad-sync-bench: a negative size (it wrapped), --goal with the per-mode table (unused).
@@ -73,6 +74,9 @@ refused_tool ckpt_bench_dir "--dir $SCRATCH/run already holds checkpoints" \
   $MPIRUN -np 1 "$BUILD_DIR/ckpt-bench" --dir "$SCRATCH/run" --gib 0.001 --repeats 1
 [ -f "$SCRATCH/run/checkpoints/latest" ] && [ -d "$SCRATCH/run/checkpoints/step-00000100" ] ||
   fail "ckpt-bench removed the run's checkpoints"
+
+refused_tool inspect_tokens "holds neither /manifest nor /params: an HDF5 file, but not a checkpoint" \
+  "$BUILD_DIR/ckpt-inspect" "$DATA_DIR/train.h5"
 
 # bench programs
 refused_tool sgemm_openblas_bf16 "--openblas and --bf16 exclude each other" \

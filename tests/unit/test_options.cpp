@@ -323,10 +323,6 @@ TEST(Options, OptionsTheRunWouldNotUseAreRefused) {
           "kernels sets up the GPU backend, and this run is --device cpu: give --device cuda");
   refused({"--tf32"}, "tf32 sets up the GPU backend");
   refused({"--gpu-workspace-mb", "512"}, "gpu-workspace-mb sets up the GPU backend");
-#ifdef MPITRAIN_HAVE_CUDA
-  refused({"--device", "cuda", "--precision", "bf16", "--tf32"},
-          "tf32 lets fp32 GEMMs run as TF32, and precision bf16 runs them in bf16");
-#endif
   // What the run uses is accepted: a warm-up shorter than the run, a constant schedule, a resume
   // (its schedule may be the checkpoint's), a stop within the run, and the defaults, set or not
   // (a warm-up of 10 over 4 steps; run.ini, which repeats a run as --config, sets every option).
