@@ -114,31 +114,34 @@ void Trainer::resume() {
     return;
   }
   // Another seed would silently change the data order from here on.
+  const std::string checkpoint = "the checkpoint of step " + std::to_string(m->step);
   require(m->seed == t_.seed || t_.allow_seed_change,
-          "the checkpoint of step " + std::to_string(m->step) + " was written with seed " +
-              std::to_string(m->seed) + ", this run has seed " + std::to_string(t_.seed) +
-              ": pass --seed " + std::to_string(m->seed) +
+          checkpoint + " was written with seed " + std::to_string(m->seed) +
+              ", this run has seed " + std::to_string(t_.seed) + ": pass --seed " +
+              std::to_string(m->seed) +
               " to continue its data order, or --allow-seed-change to take the new seed");
-  // So would other windows: a sample is seq-len tokens, and the count consumed is in samples.
-  require(!train_ || m->seq_len == t_.seq_len || t_.allow_data_change,
-          "the checkpoint of step " + std::to_string(m->step) + " was trained on samples of " +
-              "seq-len " + std::to_string(m->seq_len) + ", this run's are " +
-              std::to_string(t_.seq_len) + ": leave --seq-len out to continue its data order, " +
-              "or --allow-data-change to go on with the new samples (a longer context)");
-  // So would the other order (shuffled or not; recorded since the field).
+  // So would other samples, another order of them, or other files, counts or weights (no
+  // training data: --steps 0, nothing to continue; the order and files: recorded since their
+  // fields). Each is refused alike, unless --allow-data-change.
+  const auto require_same_data = [&](bool same, const std::string& what) {
+    require(!train_ || same || t_.allow_data_change, checkpoint + what);
+  };
+  require_same_data(m->seq_len == t_.seq_len,
+                    " was trained on samples of seq-len " + std::to_string(m->seq_len) +
+                        ", this run's are " + std::to_string(t_.seq_len) +
+                        ": leave --seq-len out to continue its data order, or "
+                        "--allow-data-change to go on with the new samples (a longer context)");
   const std::string shuffle = t_.shuffle ? "true" : "false";
-  const bool reordered = train_ && !m->shuffle.empty() && m->shuffle != shuffle;
-  require(!reordered || t_.allow_data_change,
-          "the checkpoint of step " + std::to_string(m->step) + " was written with --shuffle " +
-              m->shuffle + ", this run has --shuffle " + shuffle + ": leave it out to continue " +
-              "its data order, or --allow-data-change to take the new order");
-  // Other files, counts or weights would silently change the data order from here on (no
-  // training data: --steps 0, nothing to continue).
+  require_same_data(m->shuffle.empty() || m->shuffle == shuffle,
+                    " was written with --shuffle " + m->shuffle + ", this run has --shuffle " +
+                        shuffle +
+                        ": leave it out to continue its data order, or "
+                        "--allow-data-change to take the new order");
   const std::string data_change =
       m->data.empty() || !train_ ? "" : data_differences(m->data, train_->record());
-  require(data_change.empty() || t_.allow_data_change,
-          "the checkpoint of step " + std::to_string(m->step) + " was trained on other data (" +
-              data_change + "): give its data, or --allow-data-change to go on with these");
+  require_same_data(data_change.empty(), " was trained on other data (" + data_change +
+                                             "): give its data, or --allow-data-change to go "
+                                             "on with these");
   if (mirror) mirror->upload();
   start_step_ = static_cast<int>(m->step);
   consumed_ = m->consumed_samples;
