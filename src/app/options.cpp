@@ -300,6 +300,12 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
        "n-experts > 0: weight of the load-balancing loss E sum_e f_e P_e of each MoE layer "
        "(Switch, Mixtral's router_aux_loss_coef) added to the objective; reported apart from the "
        "loss")
+      ("moe-aux-loss-form",
+       with_default(&t.moe_aux_loss_form)->value_name("auto|per-layer|all-layers"),
+       "n-experts > 0: per-layer = each MoE layer's load-balancing loss over its own routing, "
+       "summed over the layers (Megatron-Core's aux_loss); all-layers = one loss over the routing "
+       "of all MoE layers pooled (transformers' load_balancing_loss_func of Mixtral and "
+       "Qwen3-MoE); auto = all-layers for an --init-from Hugging Face model, else per-layer")
       ("moe-z-loss-coef", with_default(&t.moe_z_loss_coef),
        "n-experts > 0: weight of the router z-loss mean(logsumexp(logits)^2) of each MoE layer "
        "(ST-MoE); reported apart from the loss");
@@ -531,6 +537,10 @@ void check_train(TrainConfig& t, const RawText& raw) {
   parse_optimizer(t.optimizer);
   parse_precision(t.precision);
   parse_recompute(t.recompute);
+  require(
+      t.moe_aux_loss_form == "auto" || t.moe_aux_loss_form == "per-layer" ||
+          t.moe_aux_loss_form == "all-layers",
+      "moe-aux-loss-form must be auto, per-layer or all-layers, not '" + t.moe_aux_loss_form + "'");
   require(t.min_loss_scale <= t.initial_loss_scale,
           "min-loss-scale must not exceed initial-loss-scale");
   // --steps 0 of an explicit checkpoint or an --init-from model: evaluate, sample or export it.

@@ -70,8 +70,8 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp (and cp)
     moe_ = std::make_unique<MoeLayer<T>>(
         backend_, E, K, static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
-        options_.moe_z_loss_coef, emulated() ? options_.precision : Precision::Fp32,
-        sp() ? tp_ : nullptr);
+        options_.moe_z_loss_coef, options_.moe_aux_loss,
+        emulated() ? options_.precision : Precision::Fp32, sp() ? tp_ : nullptr);
   const size_t L = s.layer_end - s.layer_begin;
 
   if (options_.storage != Precision::Fp32 && options_.storage != options_.precision)
@@ -182,6 +182,8 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   for (int l = s.layer_begin; l < s.layer_end; ++l)
     if (config_.is_moe_layer(l))
       moe_stats_.push_back({l, 0, 0, std::vector<int64_t>(static_cast<size_t>(E), 0), 0});
+  routed_.assign(slots * static_cast<size_t>(config_.n_experts), 0);
+  pooled_.assign(static_cast<size_t>(config_.n_experts), 0.0);
 
   if (options_.lend_params && !options_.lend_grads)
     MPITRAIN_THROW("parameters lent without their gradients");
@@ -548,11 +550,15 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   }
   CBuf<T> x = sa.encoded;  // (N,C) the residual stream entering each block
   MoeLayerStats* moe_stats = moe_stats_.data();  // the next MoE layer's
+  const std::span<int64_t> routed = routed_counts(slot);
+  std::fill(routed.begin(), routed.end(), 0);
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
     const int l = s.layer_begin + i, u = layout_.unit_of(Slot::Ln1W, l);
     take_params(u, false);
     block_forward(sa.layers[i], x, l, B, Tlen, config_.is_moe_layer(l) ? moe_stats++ : nullptr);
     give_params(u, false);
+    if (config_.is_moe_layer(l))  // the micro-batch's counts (moe.hpp), before the next layer's
+      for (size_t e = 0; e < routed.size(); ++e) routed[e] += sa.layers[i].moe.counts[e];
     x = sa.layers[i].res3;
   }
   if (!s.last_stage) return 0.0;
@@ -582,6 +588,12 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   auto ready = [&](size_t offset) {
     if (grads_ready) grads_ready(offset);
   };
+  const bool pooled = moe_ && options_.moe_aux_loss == MoeAuxLoss::AllLayers;
+  if (pooled) {  // w_e = C_e / L^2 over the model's L MoE layers (model/moe.hpp)
+    const double L = c.moe_layers(0, c.n_layer);
+    const std::span<const int64_t> routed = routed_counts(slot);
+    for (size_t e = 0; e < pooled_.size(); ++e) pooled_[e] = routed[e] / (L * L);
+  }
 
   const std::array<int, 2> embedding = embedding_units();
   if (s.last_stage) {
@@ -614,7 +626,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     take_grads(u);
     if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen, nullptr);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
-    mlp_backward(a, l, B, Tlen, dln_rows, sa.dloss);
+    mlp_backward(a, l, B, Tlen, dln_rows, sa.dloss, pooled ? pooled_.data() : nullptr);
     norm_backward(d.dres, dln_rows, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, Ns);
     lp(d.dres, NsC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
@@ -660,7 +672,8 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
 }
 
 template <typename T>
-void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss) {
+void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss,
+                            const double* pooled) {
   const auto [N, C, Fmax, hs, NH, NKV, QKV, A, FCmax, NC] = dims(B, Tlen);
   const int F = mlp_width(l), FC = config_.arch == Arch::Llama ? 2 * F : F;  // this layer's
   const size_t NF = static_cast<size_t>(N) * F;
@@ -684,9 +697,11 @@ void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_row
     lp(dln_rows, NsC);
   }
   if (config_.is_moe_layer(l))  // dln_rows (+)= the routed experts' and the router's gradient
-    moe_->backward(a.moe, dln_rows, F > 0, d.dres, a.ln2, p(Slot::RouterW, l),
-                   p(Slot::ExpertFcW, l), p(Slot::ExpertProjW, l), g(Slot::RouterW, l),
-                   g(Slot::ExpertFcW, l), g(Slot::ExpertProjW, l), Ns, dloss);
+    moe_->backward(
+        a.moe, dln_rows, F > 0, d.dres, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
+        p(Slot::ExpertProjW, l), g(Slot::RouterW, l), g(Slot::ExpertFcW, l),
+        g(Slot::ExpertProjW, l), Ns, dloss, pooled,
+        pooled ? &moe_stats_[config_.moe_layers(layout_.shard().layer_begin, l)] : nullptr);
 }
 
 template <typename T>

@@ -27,10 +27,16 @@ constexpr size_t kParallelWork = size_t{1} << 14;
 
 }  // namespace
 
+MoeAuxLoss parse_moe_aux_loss(const std::string& name) {
+  if (name == "per-layer") return MoeAuxLoss::PerLayer;
+  if (name == "all-layers") return MoeAuxLoss::AllLayers;
+  throw UsageError("moe-aux-loss-form must be per-layer or all-layers, not '" + name + "'");
+}
+
 template <typename T>
-MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model,
-                      int expert_width, int R_max, float aux_coef, float z_coef, Precision emulate,
-                      Communicator* stats_group)
+MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width,
+                      int R_max, float aux_coef, float z_coef, MoeAuxLoss aux_form,
+                      Precision emulate, Communicator* stats_group)
     : backend_(backend),
       host_memory_(backend.host_memory() && !staged_like_a_device()),
       E_(n_experts),
@@ -40,10 +46,12 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model
       R_max_(R_max),
       aux_coef_(static_cast<T>(aux_coef)),
       z_coef_(static_cast<T>(z_coef)),
+      aux_form_(aux_form),
       emulate_(emulate),
       stats_group_(stats_group),
       sums_(2 * static_cast<size_t>(n_experts) + 2),
-      next_(n_experts) {}
+      next_(n_experts),
+      aux_weights_(n_experts) {}
 
 template <typename T>
 size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
@@ -52,7 +60,7 @@ size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
 
 template <typename T>
 size_t MoeLayer<T>::kept_stats(size_t R, int E, int K) {
-  return R * (2 * static_cast<size_t>(E) + 1 + K);  // logits, probs, lse, gates
+  return R * (2 * static_cast<size_t>(E) + 1 + K) + E;  // logits, probs, lse, gates; prob_sums
 }
 
 template <typename T>
@@ -79,6 +87,7 @@ void MoeLayer<T>::carve(MoeActs<T>& a, Buf<T>& acts, T*& stats, int32_t*& ids) c
   auto take_ids = [&](size_t n) { int32_t* p = ids; ids += n; return p; };
   a.logits = take_stats(R * E_); a.probs = take_stats(R * E_); a.lse = take_stats(R);
   a.gates = take_stats(R * K_);
+  a.prob_sums = take_stats(E_);
   a.experts = take_ids(RK); a.slot_of = take_ids(RK);
   a.offsets = take_ids(E_ + 1); a.counts = take_ids(E_ + 1);
   a.xs = take(RK * C_); a.h = take(RK * 2 * Fe_); a.a = take(RK * Fe_); a.y = take(RK * C_);
@@ -211,10 +220,13 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   const double rows = sums_[2 * E_ + 1];  // exact: integers far below 2^53
   for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(sums_[e]);
   a.counts[E_] = static_cast<int32_t>(rows);
+  for (int e = 0; e < E_; ++e) a.prob_sums[e] = static_cast<T>(sums_[E_ + e]);
   if (!stats) return;
-  double aux = 0;
-  for (int e = 0; e < E_; ++e) aux += sums_[e] / rows * (sums_[E_ + e] / rows);
-  stats->aux_loss += E_ * aux;
+  if (aux_form_ == MoeAuxLoss::PerLayer) {
+    double aux = 0;
+    for (int e = 0; e < E_; ++e) aux += sums_[e] / rows * (sums_[E_ + e] / rows);
+    stats->aux_loss += E_ * aux;
+  }
   stats->z_loss += sums_[2 * E_] / rows;
   stats->tokens_per_expert.resize(E_);
   for (int e = 0; e < E_; ++e) stats->tokens_per_expert[e] += a.counts[e];
@@ -224,7 +236,9 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
 template <typename T>
 void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x,
                            CBuf<T> wr, CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R,
-                           T dloss) {
+                           T dloss, const double* pooled, MoeLayerStats* stats) {
+  if ((aux_form_ == MoeAuxLoss::AllLayers) != (pooled != nullptr))
+    MPITRAIN_THROW("mixture of experts: the all-layers aux loss's weights missing or unexpected");
   const size_t C = C_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
   // combine: dg[r,k] = dout[r] . y[slot], dy[slot] = g[r,k] dout[r]   (RK,C)
   const T* doh = host(dout, RC, oh_);
@@ -270,9 +284,17 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
       dxh_[r * C + c] = s;
     }
   // gates -> p: g_k = p_k / S over the chosen, dp_j = (dg_j - sum_k g_k dg_k) / S; the aux
-  // loss adds aux_coef dloss E counts[e] / R_all to every p[r,e]; softmax: dz = p (dp - p.dp);
-  // the z-loss adds z_coef dloss 2 lse p (R x dloss times d/dz of aux_coef aux + z_coef z).
+  // loss adds aux_coef dloss E w[e] / R_all to every p[r,e] (w: counts, or AllLayers' pooled);
+  // softmax: dz = p (dp - p.dp); the z-loss adds z_coef dloss 2 lse p (R x dloss times d/dz of
+  // aux_coef aux + z_coef z).
   const T R_all = static_cast<T>(a.counts[E_]);
+  for (int e = 0; e < E_; ++e)
+    aux_weights_[e] = pooled ? static_cast<T>(pooled[e]) : static_cast<T>(a.counts[e]);
+  if (pooled && stats) {  // this layer's share E sum_e w_e S_e / R_all^2 (the header)
+    double share = 0;
+    for (int e = 0; e < E_; ++e) share += pooled[e] * a.prob_sums[e];
+    stats->aux_loss += E_ * share / (static_cast<double>(R_all) * R_all);
+  }
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
   for (int r = 0; r < R; ++r) {
     const T* p = a.probs + static_cast<size_t>(r) * E_;
@@ -285,7 +307,7 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
       S += p[chosen[k]];
       gdg += g[k] * dg[k];
     }
-    for (int e = 0; e < E_; ++e) dz[e] = aux_coef_ * dloss * E_ * a.counts[e] / R_all;  // dp
+    for (int e = 0; e < E_; ++e) dz[e] = aux_coef_ * dloss * E_ * aux_weights_[e] / R_all;  // dp
     for (int k = 0; k < K_; ++k) dz[chosen[k]] += (dg[k] - gdg) / S;
     T pdp = 0;
     for (int e = 0; e < E_; ++e) pdp += p[e] * dz[e];

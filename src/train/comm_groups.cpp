@@ -134,6 +134,8 @@ DataCallSizes data_call_sizes(const ModelConfig& config, const ModelShard& shard
   s.tp = sizeof(float) * std::max({activation, 2 * rows, replicated});
   s.pp = sizeof(float) * activation;
   s.pp_started.assign(2 * slots + 1, s.pp);
+  if (config.n_experts > 0)  // the all-layers aux loss's counts (train/pipeline_runner.hpp)
+    s.pp_started.insert(s.pp_started.end(), 2 * slots + 1, sizeof(float) * 2 * config.n_experts);
   s.dp = sizeof(float) * bucket;
   s.dp_started.assign((layout.total() + bucket - 1) / bucket, s.dp);
   if (sharded.level >= 2) {

@@ -16,15 +16,22 @@ namespace {
 
 using Field = std::variant<double TrainConfig::*, int TrainConfig::*, std::string TrainConfig::*>;
 
-// What the saved state and the schedule mean: the optimizer's moments and momentum are
-// accumulated under these, and a resume that fell back to a default would go on otherwise.
+// What the saved state, the schedule and the objective mean: the optimizer's moments and
+// momentum are accumulated under these, and a resume that fell back to a default would go on
+// otherwise. An MoE run's aux-loss form is the objective's (dense runs record auto).
 const std::pair<const char*, Field> kKept[] = {
-    {"precision", &TrainConfig::precision},     {"lr", &TrainConfig::lr},
-    {"lr-schedule", &TrainConfig::lr_schedule}, {"warmup-steps", &TrainConfig::warmup_steps},
-    {"min-lr-ratio", &TrainConfig::min_lr_ratio}, {"weight-decay", &TrainConfig::weight_decay},
-    {"beta1", &TrainConfig::beta1},             {"beta2", &TrainConfig::beta2},
-    {"adam-eps", &TrainConfig::adam_eps},       {"momentum", &TrainConfig::momentum},
-    {"grad-clip", &TrainConfig::grad_clip}};
+    {"precision", &TrainConfig::precision},
+    {"lr", &TrainConfig::lr},
+    {"lr-schedule", &TrainConfig::lr_schedule},
+    {"warmup-steps", &TrainConfig::warmup_steps},
+    {"min-lr-ratio", &TrainConfig::min_lr_ratio},
+    {"weight-decay", &TrainConfig::weight_decay},
+    {"beta1", &TrainConfig::beta1},
+    {"beta2", &TrainConfig::beta2},
+    {"adam-eps", &TrainConfig::adam_eps},
+    {"momentum", &TrainConfig::momentum},
+    {"grad-clip", &TrainConfig::grad_clip},
+    {"moe-aux-loss-form", &TrainConfig::moe_aux_loss_form}};
 
 std::string text_of(const TrainConfig& t, const Field& field) {
   return std::visit(

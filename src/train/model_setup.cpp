@@ -6,6 +6,7 @@
 #include "mpitrain/model/hf_config.hpp"
 #include "mpitrain/model/hf_model.hpp"
 #include "mpitrain/model/llmc_model.hpp"
+#include "mpitrain/model/moe.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/kept_settings.hpp"
 
@@ -79,6 +80,8 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
   o.require_used(moe, "moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef,
                  dense);
   o.require_used(moe, "moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef, dense);
+  o.require_used(moe, "moe-aux-loss-form", o.train.moe_aux_loss_form, train.moe_aux_loss_form,
+                 dense);
   o.require_used(m.arch == Arch::Llama, "rope-theta", o.model.rope_theta, model.rope_theta,
                  " is a llama option (gpt2 has no rotary embedding)");
 }
@@ -102,6 +105,10 @@ std::string take_checkpoint_settings(Options& o, const CheckpointManifest& c,
     t.moe_aux_loss_coef = c.moe_aux_loss_coef;
   if (!o.was_given("moe-z-loss-coef") && c.moe_z_loss_coef >= 0)
     t.moe_z_loss_coef = c.moe_z_loss_coef;
+  // an MoE run of a build before the form was kept trained per layer (its settings lack it)
+  if (!o.was_given("moe-aux-loss-form") && c.moe_aux_loss_coef >= 0 &&
+      !recorded_setting(c.settings, "moe-aux-loss-form"))
+    t.moe_aux_loss_form = "per-layer";
   if (!o.was_given("micro-batch-size") && t.global_batch_size % (dp * c.micro_batch_size) == 0)
     t.micro_batch_size = static_cast<int>(c.micro_batch_size);
   return take_kept_settings(o, c.settings);
@@ -152,26 +159,34 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
   return m;
 }
 
-std::string take_hf_router_settings(Options& o, const ModelConfig& m) {
+std::string take_router_settings(Options& o, const ModelConfig& m) {
+  if (m.n_experts == 0) return "";
   const std::string& dir = o.train.init_from;
-  if (dir.empty() || m.n_experts == 0 || !is_hf_dir(dir)) return "";
+  const bool hf = !dir.empty() && is_hf_dir(dir);
+  std::string& form = o.train.moe_aux_loss_form;
+  if (form == "auto") form = hf ? "all-layers" : "per-layer";
+  parse_moe_aux_loss(form);  // a checkpoint's recorded text too
+  if (!hf) return "";
   HfRouterKeys router;
   read_hf_config(dir, o.train.seq_len, &router);
   const std::string coef = shortest_text(router.aux_loss_coef);
-  std::string line = "init-from " + dir + ": ";
+  std::string line = "init-from " + dir + ": moe-aux-loss-coef ";
   if (o.was_given("moe-aux-loss-coef")) {
-    line += "moe-aux-loss-coef " + shortest_text(o.train.moe_aux_loss_coef) +
+    line += shortest_text(o.train.moe_aux_loss_coef) +
             " as given (config.json's router_aux_loss_coef: " + coef + ")";
   } else {
     o.train.moe_aux_loss_coef = router.aux_loss_coef;
-    const int moe_layers = m.moe_layers(0, m.n_layer);
-    // transformers' load_balancing_loss_func: one loss over the routing of all layers at once
-    line += "moe-aux-loss-coef " + coef + " from config.json's router_aux_loss_coef, which " +
-            "here weights each of the " + std::to_string(moe_layers) +
-            " MoE layers' load-balancing losses, summed (Megatron-Core's moe-aux-loss-coeff), " +
-            "where transformers weights one loss over all layers' routing: about " +
-            std::to_string(moe_layers) + " times as strong";
+    line += coef + " from config.json's router_aux_loss_coef";
   }
+  const std::string layers = std::to_string(m.moe_layers(0, m.n_layer));
+  if (form == "all-layers")
+    line += ", weighting one load-balancing loss over the routing of all " + layers +
+            " MoE layers, as transformers does (moe-aux-loss-form all-layers)";
+  else
+    line += ", weighting each of the " + layers + " MoE layers' load-balancing losses, summed " +
+            "(moe-aux-loss-form per-layer, Megatron-Core's form, " +
+            (o.was_given("moe-aux-loss-form") ? "as given" : "as the checkpoint's run trained") +
+            "), where transformers weights one loss over all layers' routing";
   if (!router.output_router_logits)
     line += "; its output_router_logits is false (transformers would train without the aux "
             "loss; --moe-aux-loss-coef 0 does so here)";

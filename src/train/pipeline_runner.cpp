@@ -27,6 +27,16 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
                                     model.options().storage);
   out_sends_.resize(slots_);
   grad_sends_.resize(slots_);
+  routed_ =
+      pp_ && model.config().n_experts > 0 && model.options().moe_aux_loss == MoeAuxLoss::AllLayers;
+  if (routed_) {
+    count_floats_ = 2 * static_cast<size_t>(model.config().n_experts);
+    routed_buffers_ = model.backend().alloc((2 + 2 * static_cast<size_t>(slots_)) * count_floats_,
+                                            Precision::Fp32);
+    count_sends_.resize(slots_);
+    count_grad_sends_.resize(slots_);
+    count_host_.resize(count_floats_);
+  }
   if (!model.backend().host_memory()) {
     device_tokens_ = model.backend().alloc_ids(tokens_.size());
     device_targets_ = model.backend().alloc_ids(targets_.size());
@@ -35,6 +45,7 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
 
 PipelineRunner::~PipelineRunner() {
   if (dinput_) model_.backend().free(dinput_.data());
+  if (routed_buffers_) model_.backend().free(routed_buffers_.data());
   if (!device_tokens_) return;
   model_.backend().free_ids(device_targets_);
   model_.backend().free_ids(device_tokens_);
@@ -70,6 +81,27 @@ CommHandle PipelineRunner::recv_start(Buf<float> x, size_t n, int peer, int tag)
   return pp_->recv_start(x.half(), n, peer, tag);
 }
 
+// count = hi 2^22 + lo: both below 2^24, exact in fp32, for any count below 2^46.
+constexpr int64_t kCountSplit = int64_t{1} << 22;
+
+void PipelineRunner::put_counts(size_t at, std::span<const int64_t> counts) {
+  for (size_t e = 0; e < counts.size(); ++e) {
+    count_host_[2 * e] = static_cast<float>(counts[e] / kCountSplit);
+    count_host_[2 * e + 1] = static_cast<float>(counts[e] % kCountSplit);
+  }
+  model_.backend().upload(routed_buffers_ + at * count_floats_, count_host_.data(), count_floats_);
+}
+
+void PipelineRunner::take_counts(size_t at, std::span<int64_t> counts, bool add) {
+  model_.backend().download(count_host_.data(), routed_buffers_ + at * count_floats_,
+                            count_floats_);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t c = static_cast<int64_t>(count_host_[2 * e]) * kCountSplit +
+                      static_cast<int64_t>(count_host_[2 * e + 1]);
+    counts[e] = add ? counts[e] + c : c;
+  }
+}
+
 template <typename Pass>
 void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&& pass) {
   const double blocked_before = blocked_seconds_ ? blocked_seconds_() : 0.0;
@@ -82,21 +114,35 @@ void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&
 }
 
 void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
-                             bool send_with_next) {
+                             bool send_with_next, bool training) {
   const int slot = micro % slots_;
   const size_t n = model_.boundary_elements(rows, seq_len_);
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
   const int32_t* targets = target_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  const bool counts = routed_ && training;
+  const int count_tag = 2 * (micro_batches_ + micro);
   if (pp_) {
     wait_send(out_sends_[slot], micro);  // the slot's previous output has left
-    if (stage_ > 0)
-      wait_recv(recv_start(model_.input(slot), n, stage_ - 1, 2 * micro),
-                "pp recv activations", micro);
+    if (counts) wait_send(count_sends_[slot], micro);
+    if (stage_ > 0) {
+      const CommHandle input = recv_start(model_.input(slot), n, stage_ - 1, 2 * micro);
+      const CommHandle counts_in =
+          counts ? pp_->recv_start(routed_buffers_.full(), count_floats_, stage_ - 1, count_tag)
+                 : CommHandle{};
+      wait_recv(input, "pp recv activations", micro);
+      if (counts) wait_recv(counts_in, "pp recv routing counts", micro);
+    }
   }
   compute(name, micro, &times_.forward,
           [&] { loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss); });
+  if (counts && stage_ > 0) take_counts(0, model_.routed_counts(slot), true);  // + earlier stages'
   if (pp_ && stage_ < stages_ - 1) {
     out_sends_[slot] = send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
+    if (counts) {
+      put_counts(2 + slot, model_.routed_counts(slot));
+      count_sends_[slot] = pp_->send_start((routed_buffers_ + (2 + slot) * count_floats_).full(),
+                                           count_floats_, stage_ + 1, count_tag);
+    }
     if (!send_with_next) pp_->progress();
   }
 }
@@ -106,16 +152,32 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
   const int slot = micro % slots_;
   const size_t n = model_.boundary_elements(batch_, seq_len_);
   const int32_t* tokens = token_ids() + static_cast<size_t>(micro) * batch_ * seq_len_;
-  if (pp_ && stage_ < stages_ - 1)
-    wait_recv(recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1),
-              "pp recv gradients", micro);
+  const int count_tag = 2 * (micro_batches_ + micro) + 1;
+  if (pp_ && stage_ < stages_ - 1) {
+    const CommHandle output = recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1);
+    const CommHandle counts_in = routed_ ? pp_->recv_start((routed_buffers_ + count_floats_).full(),
+                                                           count_floats_, stage_ + 1, count_tag)
+                                         : CommHandle{};
+    wait_recv(output, "pp recv gradients", micro);
+    if (routed_) {
+      wait_recv(counts_in, "pp recv routing counts", micro);
+      take_counts(1, model_.routed_counts(slot), false);  // the whole model's
+    }
+  }
   compute("backward", micro, &times_.backward,
           [&] { model_.backward(slot, tokens, batch_, seq_len_, grads_ready); });
   if (pp_ && stage_ > 0) {
     wait_send(grad_sends_[slot], micro);
+    if (routed_) wait_send(count_grad_sends_[slot], micro);
     const Buf<float> buf = dinput_ + slot * n;
     model_.backend().copy(buf, model_.input_grad(), n);
     grad_sends_[slot] = send_start(buf, n, stage_ - 1, 2 * micro + 1);
+    if (routed_) {
+      const size_t at = 2 + static_cast<size_t>(slots_ + slot);
+      put_counts(at, model_.routed_counts(slot));
+      count_grad_sends_[slot] = pp_->send_start((routed_buffers_ + at * count_floats_).full(),
+                                                count_floats_, stage_ - 1, count_tag);
+    }
     if (!send_with_next) pp_->progress();
   }
 }
@@ -139,12 +201,14 @@ double PipelineRunner::train(const Loader& load, float dloss,
     const bool next_forward = i + 1 < ops_.size() && ops_[i + 1].forward;
     const bool next_backward = i + 1 < ops_.size() && !ops_[i + 1].forward;
     if (op.forward)
-      forward(op.micro, batch_, dloss, "forward", next_backward);
+      forward(op.micro, batch_, dloss, "forward", next_backward, true);
     else
       backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : no_hook_, next_forward);
   }
   if (pp_)
     for (int s = 0; s < slots_; ++s) wait_send(out_sends_[s], -1), wait_send(grad_sends_[s], -1);
+  for (int s = 0; s < static_cast<int>(count_sends_.size()); ++s)
+    wait_send(count_sends_[s], -1), wait_send(count_grad_sends_[s], -1);
   return loss_;
 }
 
@@ -154,7 +218,7 @@ double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, i
   std::copy(tokens, tokens + n, tokens_.begin());
   std::copy(targets, targets + n, targets_.begin());
   upload_ids(n);
-  forward(0, rows, 0.0f, "eval forward", false);
+  forward(0, rows, 0.0f, "eval forward", false, false);
   if (pp_) wait_send(out_sends_[0], 0);
   return loss_;
 }

@@ -223,7 +223,7 @@ void Trainer::check_inputs() {
         : data_tokenizer == tokenizer_descriptor_ ? tokenizer_->vocab_size()
                                                   : load_tokenizer(data_tokenizer)->vocab_size();
     cfg_ = resolve_model_config(options_, train_first, tokenizer_vocab);
-    const std::string router = take_hf_router_settings(options_, cfg_);  // its aux-loss coef
+    const std::string router = take_router_settings(options_, cfg_);  // the aux loss's form
     if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
@@ -294,10 +294,16 @@ void Trainer::build_model() {
   for (const std::string& warning : affinity_warnings(world_, *node_, node_cpus, threads_))
     if (root_) std::fprintf(stderr, "%s\n", warning.c_str());
   allowed_cpus_ = format_cpu_list(node_cpus.cpus[node_cpus.me]);
-  model_options_ = {parse_precision(t_.precision), parse_recompute(t_.recompute),
-                    Precision::Fp32, t_.zero >= 2, t_.zero == 3, t_.sequence_parallel,
+  model_options_ = {parse_precision(t_.precision),
+                    parse_recompute(t_.recompute),
+                    Precision::Fp32,
+                    t_.zero >= 2,
+                    t_.zero == 3,
+                    t_.sequence_parallel,
                     static_cast<float>(t_.moe_aux_loss_coef),
-                    static_cast<float>(t_.moe_z_loss_coef)};
+                    static_cast<float>(t_.moe_z_loss_coef),
+                    cfg_.n_experts > 0 ? parse_moe_aux_loss(t_.moe_aux_loss_form)  // resolved
+                                       : MoeAuxLoss::PerLayer};
   all_or_none(world_, [&] {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
                 t_.device == "cpu",

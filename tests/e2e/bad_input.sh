@@ -37,6 +37,8 @@ expect_usage_error too_short "$SCRATCH/short/train.h5" "${model[@]}" --train-dat
 expect_usage_error bad_init "$SCRATCH/garbage.bin" "${tiny[@]}" --init-from "$SCRATCH/garbage.bin" --out-dir "$SCRATCH/o8"
 # Model options the model would not use: the experts' on a dense model, RoPE's on gpt2.
 expect_usage_error dense_top_k "top-k is a mixture-of-experts option, and this model is dense" "${tiny[@]}" --top-k 3 --out-dir "$SCRATCH/o20"
+expect_usage_error dense_aux_form "moe-aux-loss-form is a mixture-of-experts option, and this model is dense" "${tiny[@]}" --moe-aux-loss-form all-layers --out-dir "$SCRATCH/o20"
+expect_usage_error bad_aux_form "moe-aux-loss-form must be auto, per-layer or all-layers, not 'pooled'" "${tiny[@]}" --moe-aux-loss-form pooled --out-dir "$SCRATCH/o20"
 expect_usage_error gpt2_rope "rope-theta is a llama option (gpt2 has no rotary embedding)" "${tiny[@]}" --rope-theta 500000 --out-dir "$SCRATCH/o21"
 expect_usage_error bad_option "unrecognised option '--bogus'" "${tiny[@]}" --bogus 1
 expect_usage_error bad_number "steps" "${tiny[@]}" --steps many

@@ -8,7 +8,10 @@
 #   - all ranks on GPU 0 over --comm mpi (pinned staging or CUDA-aware MPI): ep 2 at dp 2, and
 #     with ZeRO-1 and ZeRO-3, against ep 1 at dp 2 on the GPU; bf16 ep 2 against bf16 ep 1
 #     (1e-4 / 1e-3: the CPU's bf16 ep 2 is within 2.4e-5 / 2.0e-5 of ep 1, expert_parallel.sh);
-#   - where the machine has 2 GPUs: ep 2 over NCCL (grouped send / receive).
+#   - the all-layers aux loss (--moe-aux-loss-form all-layers): pp 2 on GPU 0 over --comm mpi
+#     (the rows per expert staged with the activations) against one rank on the GPU;
+#   - where the machine has 2 GPUs: ep 2 and the all-layers pp 2 over NCCL (grouped send /
+#     receive).
 # Bounds: 1e-5 (losses, aux) and 1e-4 (norms) relative in fp32, as device_cuda_cp.sh's, and
 # 5e-3 / 5e-2 in bf16 (device_cuda.sh's loss bound: cuDNN's attention in bf16 against the CPU's
 # fp32). Not yet measured on a GPU: the CPU's ep layouts agree within 2.1e-9 / 1.7e-8
@@ -59,10 +62,15 @@ same ep1-dp2 ep2-zero3 1e-5 1e-4
 run bf16-ep1-dp2 2 --device cuda --dp 2 --precision bf16 --kernels cuda --comm mpi
 run bf16-ep2 2 --device cuda --dp 2 --ep 2 --precision bf16 --kernels cuda --comm mpi
 same bf16-ep1-dp2 bf16-ep2 1e-4 1e-3
+run all-layers 1 --device cuda --moe-aux-loss-form all-layers
+run all-layers-pp2 2 --device cuda --pp 2 --moe-aux-loss-form all-layers --comm mpi
+same all-layers all-layers-pp2 1e-5 1e-4
 unset CUDA_VISIBLE_DEVICES
 
 if [ "$gpus" -ge 2 ]; then
   run ep2-nccl 2 --device cuda --dp 2 --ep 2 --comm nccl
   same ep1-dp2 ep2-nccl 1e-5 1e-4
+  run all-layers-pp2-nccl 2 --device cuda --pp 2 --moe-aux-loss-form all-layers --comm nccl
+  same all-layers all-layers-pp2-nccl 1e-5 1e-4
 fi
 echo "PASS"

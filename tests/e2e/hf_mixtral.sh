@@ -7,9 +7,11 @@
 #     MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (tests/support/hf_reference.py): Mixtral, and
 #     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms);
 #   - the first step's load-balancing loss (moe_aux_loss) is the reference's
-#     load_balancing_loss_func of each layer's router logits, summed over the layers; the run
-#     takes config.json's router_aux_loss_coef (0.02) as --moe-aux-loss-coef, says so, and the
-#     export writes it;
+#     load_balancing_loss_func of all layers' router logits concatenated, as transformers' forward
+#     takes it (--moe-aux-loss-form auto: all-layers for a Hugging Face model), and with
+#     --moe-aux-loss-form per-layer that of each layer's, summed over the layers; the run takes
+#     config.json's router_aux_loss_coef (0.02) as --moe-aux-loss-coef, says so with the form,
+#     and the export writes it;
 #   - router jitter and norm_topk_prob false are refused with exit 2 naming them, before any step;
 #   - Mixtral trains 3 steps at dp 2, tp 2 and pp 2 with one rank's losses, and its export, read
 #     back and exported again, gives the same files byte for byte (tests/support/hf_layouts_lib.sh).
@@ -19,22 +21,31 @@ source "$SOURCE_DIR/tests/support/hf_import_lib.sh"
 make_ckpt mixtral Mixtral-8x7B-v0.1
 matches_reference mixtral "$(val_loss mixtral)"
 # The load-balancing loss of the first step (one micro-batch of 4 windows, before the update):
-# load_balancing_loss_func's of each layer's router logits, summed over the layers.
+# load_balancing_loss_func's of all layers' router logits concatenated (the default form for a
+# Hugging Face model), and per layer, summed.
 /usr/bin/python3 -c 'import sys; sys.stdout.buffer.write(b"".join(bytes([c, 0]) for c in sys.stdin.buffer.read(129)))' \
   < "$SOURCE_DIR/README.md" > "$SCRATCH/step.bin"
-run_trainer 1 "$SCRATCH/aux.log" --train-data "$SCRATCH/step.bin" --val-data "$SCRATCH/val.bin" \
-  --seq-len 32 --global-batch-size 4 --micro-batch-size 4 --eval-interval 0 --sample-tokens 0 \
-  --peak-gflops 100 --threads 1 --steps 1 --init-from "$SCRATCH/mixtral" --out-dir "$SCRATCH/aux"
-[ "$rc" = 0 ] || { cat "$SCRATCH/aux.log"; fail "mixtral: one step exited $rc"; }
-ours=$(metric "$SCRATCH/aux/metrics.jsonl" moe_aux_loss)
-theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/mixtral" --aux \
-  "$SCRATCH/step.bin" 32 4) || fail "mixtral: the PyTorch reference's aux loss failed"
-# measured 5e-9 relative (fp32 vs float64); one token routed elsewhere moves it by about 1e-3
-awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
-  fail "mixtral: aux loss $ours, PyTorch's float64 reference $theirs"
-echo "mixtral: step 1's aux loss $ours, PyTorch's float64 reference $theirs"
-grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, which here weights each of the 2 MoE layers' load-balancing losses, summed (Megatron-Core's moe-aux-loss-coeff), where transformers weights one loss over all layers' routing: about 2 times as strong; its output_router_logits is false" \
+aux_step() {  # aux_step NAME REFERENCE-FLAG [ARGS...]: step 1's aux loss against the reference's
+  local name=$1 flag=$2; shift 2
+  run_trainer 1 "$SCRATCH/$name.log" --train-data "$SCRATCH/step.bin" --val-data "$SCRATCH/val.bin" \
+    --seq-len 32 --global-batch-size 4 --micro-batch-size 4 --eval-interval 0 --sample-tokens 0 \
+    --peak-gflops 100 --threads 1 --steps 1 --init-from "$SCRATCH/mixtral" --out-dir "$SCRATCH/$name" "$@"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "mixtral: one step ($name) exited $rc"; }
+  ours=$(metric "$SCRATCH/$name/metrics.jsonl" moe_aux_loss)
+  theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/mixtral" "$flag" \
+    "$SCRATCH/step.bin" 32 4) || fail "mixtral: the PyTorch reference's aux loss ($flag) failed"
+  # measured 5e-9 relative (fp32 vs float64) in both forms; one token routed elsewhere moves it by
+  # about 1e-3, and the pooled counts' weights off by 1e-4 (x 1.0001) by 1e-4
+  awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+    fail "mixtral: aux loss ($name) $ours, PyTorch's float64 reference $theirs"
+  echo "mixtral: step 1's aux loss ($name) $ours, PyTorch's float64 reference $theirs"
+}
+aux_step aux --aux
+grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, weighting one load-balancing loss over the routing of all 2 MoE layers, as transformers does (moe-aux-loss-form all-layers); its output_router_logits is false" \
   "$SCRATCH/aux.log" || { head -5 "$SCRATCH/aux.log"; fail "mixtral: no aux-loss coefficient taken"; }
+aux_step aux-per-layer --aux-per-layer --moe-aux-loss-form per-layer
+grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, weighting each of the 2 MoE layers' load-balancing losses, summed (moe-aux-loss-form per-layer, Megatron-Core's form, as given), where transformers weights one loss over all layers' routing" \
+  "$SCRATCH/aux-per-layer.log" || { head -5 "$SCRATCH/aux-per-layer.log"; fail "mixtral: the per-layer form not said"; }
 make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
 matches_reference qwen3-moe "$(val_loss qwen3-moe)"
 refused "router jitter" "config.json: router_jitter_noise = 0.1: " jitter Mixtral-8x7B-v0.1 \

@@ -9,7 +9,8 @@ q_norm / k_norm: RMSNorm over each head before RoPE) and MixtralForCausalLM / Qw
 (their MoE layers as MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: router softmax, top-k,
 gates renormalised over the chosen (qwen3_moe: norm_topk_prob), sum of the experts'
 w2(silu(w1 x) * w3 x) weighted by their gates; the load-balancing loss as
-load_balancing_loss_func on one layer's router logits). The head is lm_head.weight, or the token
+load_balancing_loss_func: on the router logits of all layers concatenated, as the models'
+forward calls it, or on each layer's, summed). The head is lm_head.weight, or the token
 embedding where tie_word_embeddings (default: gpt2 true, the others false). safetensors is read
 by hand: u64 header length, JSON header, raw little-endian tensors.
 
@@ -20,9 +21,11 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            of FILE (nanoGPT .bin: raw uint16 tokens) as the
                                            trainer's validation takes them: window i's inputs
                                            are tokens [iT, iT+T), its targets [iT+1, iT+T+1)
-  hf_reference.py DIR --aux FILE T N   ->  (MoE) the sum over the MoE layers of the
-                                           load-balancing loss of those N windows' N*T rows
-                                           (one micro-batch of N)
+  hf_reference.py DIR --aux FILE T N   ->  (MoE) the load-balancing loss of those N windows'
+                                           N*T rows (one micro-batch of N) over the router
+                                           logits of all MoE layers concatenated (transformers')
+  hf_reference.py DIR --aux-per-layer FILE T N  ->  the same loss of each layer's router logits,
+                                           summed over the layers (Megatron-Core's)
 """
 import json
 import math
@@ -135,7 +138,7 @@ def sparse_moe(c, w, p, x, router_logits):  # MixtralSparseMoeBlock / Qwen3MoeSp
     return out
 
 
-def load_balancing_loss(logits, top_k):  # load_balancing_loss_func for one layer's (R, E) logits
+def load_balancing_loss(logits, top_k):  # load_balancing_loss_func of (R, E) router logits
     experts = logits.shape[1]
     routing = torch.softmax(logits, dim=-1)
     _, chosen = torch.topk(routing, top_k, dim=-1)
@@ -191,13 +194,16 @@ def read_tokens(path):
         return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
 
 
-def aux_loss(config, weights, path, T, n):  # one micro-batch of n windows: sum over the layers
+def aux_loss(config, weights, path, T, n, per_layer):  # one micro-batch of n windows
     tokens, windows = read_tokens(path), []  # each window's router logits, layer by layer
     for i in range(n):
         windows.append([])
         llama_logits(config, weights, tokens[i * T:i * T + T], windows[-1])
-    return sum(load_balancing_loss(torch.cat([w[l] for w in windows]), config["num_experts_per_tok"])
-               for l in range(len(windows[0])))
+    layers = [torch.cat([w[l] for w in windows]) for l in range(len(windows[0]))]  # (n T, E) each
+    k = config["num_experts_per_tok"]
+    if per_layer:
+        return sum(load_balancing_loss(logits, k) for logits in layers)
+    return load_balancing_loss(torch.cat(layers), k)  # the layers' rows concatenated
 
 
 def mean_loss(forward, config, weights, path, T, n):
@@ -211,9 +217,10 @@ def main():
     directory = sys.argv[1]
     config, weights = load(directory)
     forward = gpt2_logits if config["model_type"] == "gpt2" else llama_logits
-    if sys.argv[2] == "--aux":
+    if sys.argv[2] in ("--aux", "--aux-per-layer"):
         with torch.no_grad():
-            print(repr(aux_loss(config, weights, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
+            print(repr(aux_loss(config, weights, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                                sys.argv[2] == "--aux-per-layer")))
         return
     if sys.argv[2] == "--loss":
         with torch.no_grad():

@@ -8,6 +8,7 @@
 #include "mpitrain/app/options.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/train/kept_settings.hpp"
+#include "mpitrain/train/model_setup.hpp"
 
 using namespace mpitrain;
 
@@ -71,4 +72,31 @@ TEST(KeptSettings, ALineThisBuildCannotReadIsRefused) {
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
   }
+}
+
+// An MoE run's aux-loss form is the objective's: a resume keeps the recorded one, and an MoE
+// checkpoint of a build before the form was kept (settings without it, or none) trained per
+// layer, which it keeps too, where an --init-from Hugging Face model would make auto all-layers.
+TEST(KeptSettings, AnMoeRunsAuxLossFormIsKept) {
+  CheckpointManifest m;
+  m.global_batch_size = 8;
+  m.micro_batch_size = 2;
+  m.moe_aux_loss_coef = 0.01;  // an MoE run's
+  auto resumed_form = [&](const std::vector<std::string>& given) {
+    Options o = parse(given);
+    take_checkpoint_settings(o, m, "ckpt", 1);
+    return o.train.moe_aux_loss_form;
+  };
+  const std::string all_layers = kept_settings(parse({"--moe-aux-loss-form", "all-layers"}).train);
+  m.settings = all_layers;
+  EXPECT_EQ(resumed_form({}), "all-layers");
+  EXPECT_EQ(resumed_form({"--moe-aux-loss-form", "per-layer"}), "per-layer");
+  m.settings = all_layers.substr(0, all_layers.find("moe-aux-loss-form"));  // stop 62's settings
+  ASSERT_NE(m.settings, all_layers);
+  EXPECT_EQ(resumed_form({}), "per-layer");
+  m.settings = "";  // older still
+  EXPECT_EQ(resumed_form({}), "per-layer");
+  EXPECT_EQ(resumed_form({"--moe-aux-loss-form", "all-layers"}), "all-layers");
+  m.moe_aux_loss_coef = -1;  // a dense run's
+  EXPECT_EQ(resumed_form({}), "auto");
 }

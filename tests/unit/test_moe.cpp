@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -140,7 +141,7 @@ struct Layer {
   std::vector<double> x, wr, w1, w2;  // (R,C) (E,C) (E,2Fe,C) (E,C,Fe)
 
   Layer(float aux, float z)
-      : moe(backend, E, K, C, Fe, R, aux, z, Precision::Fp32, nullptr),
+      : moe(backend, E, K, C, Fe, R, aux, z, MoeAuxLoss::PerLayer, Precision::Fp32, nullptr),
         acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
@@ -269,7 +270,7 @@ TEST(Moe, LayerBackwardMatchesFiniteDifferences) {
   objective();
   std::vector<double> dx(R * C), dwr(L.wr.size()), dw1(L.w1.size()), dw2(L.w2.size());
   L.moe.backward(L.a, dx.data(), false, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
-                 L.w2.data(), dwr.data(), dw1.data(), dw2.data(), R, dloss);
+                 L.w2.data(), dwr.data(), dw1.data(), dw2.data(), R, dloss, nullptr, nullptr);
   mpitrain::testing::expect_grad("x", L.x, dx, objective);
   mpitrain::testing::expect_grad("router", L.wr, dwr, objective);
   mpitrain::testing::expect_grad("experts.fc", L.w1, dw1, objective);
@@ -335,7 +336,7 @@ TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
     L.moe.forward(L.a, p.out.data(), true, L.x.data(), L.wr.data(), L.w1.data(), L.w2.data(), R,
                   &p.stats);
     L.moe.backward(L.a, p.dx.data(), true, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
-                   L.w2.data(), p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.7);
+                   L.w2.data(), p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.7, nullptr, nullptr);
     return p;
   };
   const Pass host = pass(false), staged = pass(true);
@@ -363,7 +364,8 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
   auto pass = [&](int threads) {
     CpuBackend<double> backend(1);
     omp_set_num_threads(threads);  // the host loops' threads; BLAS keeps the backend's 1
-    MoeLayer<double> moe(backend, E, K, C, Fe, R, 0.3f, 0.2f, Precision::Fp32, nullptr);
+    MoeLayer<double> moe(backend, E, K, C, Fe, R, 0.3f, 0.2f, MoeAuxLoss::PerLayer, Precision::Fp32,
+                         nullptr);
     std::vector<double> acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
@@ -393,7 +395,7 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
     MoeLayerStats s{};
     moe.forward(a, p.out.data(), false, x.data(), wr.data(), w1.data(), w2.data(), R, &s);
     moe.backward(a, p.dx.data(), false, dout.data(), x.data(), wr.data(), w1.data(), w2.data(),
-                 p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.01);
+                 p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.01, nullptr, nullptr);
     p.aux = s.aux_loss;
     p.z = s.z_loss;
     omp_set_num_threads(1);
@@ -413,22 +415,41 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
 
 namespace {
 
-// Gradient of the objective mean CE + aux_coef sum aux + z_coef sum z (dloss = 1/(B T)) against
-// central differences of it, in double, for every parameter of the model.
-void check_model_gradients(const ModelConfig& config, double* worst) {
-  CpuBackend<double> backend(1);
-  const int B = 2, T = 5;
+// A double model of `config` whose objective weights the aux loss of `form` by aux_coef and the
+// z-loss by z_coef, its parameters moved off their initial values, and one micro-batch's tokens.
+struct DoubleMoe {
+  static constexpr int B = 2, T = 5;
+  CpuBackend<double> backend{1};
   ModelOptions options;
-  options.moe_aux_loss_coef = 0.05f;
-  options.moe_z_loss_coef = 0.02f;
-  Model<double> model(config, backend, {}, B, T, 1, nullptr, options);
-  model.init(7);
-  perturb(model, 0.1, 11);
+  std::unique_ptr<Model<double>> model;
   std::vector<int32_t> tokens, targets;
-  fill_tokens<double>(B * T, config.vocab_size, tokens, targets);
+
+  DoubleMoe(const ModelConfig& config, MoeAuxLoss form, float aux_coef, float z_coef) {
+    options.moe_aux_loss_coef = aux_coef;
+    options.moe_z_loss_coef = z_coef;
+    options.moe_aux_loss = form;
+    model =
+        std::make_unique<Model<double>>(config, backend, ModelShard{}, B, T, 1, nullptr, options);
+    model->init(7);
+    perturb(*model, 0.1, 11);
+    fill_tokens<double>(B * T, config.vocab_size, tokens, targets);
+  }
+};
+
+// Gradient of the objective mean CE + aux_coef sum aux + z_coef sum z (dloss = 1/(B T)) against
+// central differences of it, in double, for every parameter of the model; the aux loss of the
+// form given (all-layers: reported by backward, so each evaluation runs one).
+void check_model_gradients(const ModelConfig& config, MoeAuxLoss form, double* worst) {
+  // all-layers: a weight at which its gradient shows
+  DoubleMoe m(config, form, form == MoeAuxLoss::AllLayers ? 0.3f : 0.05f, 0.02f);
+  const int B = m.B, T = m.T;
+  const ModelOptions& options = m.options;
+  Model<double>& model = *m.model;
+  const std::vector<int32_t>&tokens = m.tokens, &targets = m.targets;
   const double dloss = 1.0 / (B * T);
   auto objective = [&] {
     double loss = model.forward(0, tokens.data(), targets.data(), B, T, 0.0) * dloss;
+    model.backward(0, tokens.data(), B, T);
     for (const MoeLayerStats& s : model.take_moe_stats())
       loss += (options.moe_aux_loss_coef * s.aux_loss + options.moe_z_loss_coef * s.z_loss) *
               B * T * dloss;
@@ -459,13 +480,43 @@ void check_model_gradients(const ModelConfig& config, double* worst) {
 
 // Every gradient of an MoE model (router, routed experts, shared experts, and through the MoE
 // layers' input every parameter below them) with the aux and z losses in the objective, E = 4,
-// K = 2: in every layer with a shared expert, and in every second layer (layer 0 dense) without.
+// K = 2: in every layer with a shared expert, and in every second layer (layer 0 dense) without;
+// the aux loss per layer, and over all layers' routing pooled (two MoE layers: each layer's
+// router gradient takes the other's counts; with its own instead, the router's gradients are
+// off by up to 1.4e-4).
 // Measured max error 5e-9 (h = 1e-5); tolerance 1e-7 (+ relative), as the dense check's.
 TEST(Moe, ModelGradientsMatchFiniteDifferences) {
   double worst = 0;
-  check_model_gradients(moe(1, 1), &worst);
-  check_model_gradients(moe(0, 2), &worst);
+  for (MoeAuxLoss form : {MoeAuxLoss::PerLayer, MoeAuxLoss::AllLayers}) {
+    check_model_gradients(moe(1, 1), form, &worst);
+    check_model_gradients(moe(0, 2), form, &worst);
+  }
   std::printf("moe model gradients: max |analytic - numeric| %.2e\n", worst);
+}
+
+// With one MoE layer (L = 1) pooling changes nothing: the all-layers form gives the per-layer
+// gradients bit for bit (w_e = C_e / 1 = counts[e]) and its aux loss within rounding (summed in
+// another order; measured equal). With two, the losses differ (the check that the form is used).
+TEST(Moe, AllLayersIsPerLayerForOneMoeLayer) {
+  auto run_form = [](const ModelConfig& config, MoeAuxLoss form) {
+    DoubleMoe m(config, form, 0.3f, 0.0f);
+    Model<double>& model = *m.model;
+    model.zero_grads();
+    model.forward(0, m.tokens.data(), m.targets.data(), m.B, m.T, 1.0 / (m.B * m.T));
+    model.backward(0, m.tokens.data(), m.B, m.T);
+    double aux = 0;
+    for (const MoeLayerStats& st : model.take_moe_stats()) aux += st.aux_loss;
+    return std::pair{aux, std::vector<double>(model.grads(), model.grads() + model.num_params())};
+  };
+  const auto [per_layer, per_layer_grads] = run_form(moe(0, 2), MoeAuxLoss::PerLayer);
+  const auto [all_layers, all_layers_grads] = run_form(moe(0, 2), MoeAuxLoss::AllLayers);
+  EXPECT_NEAR(all_layers, per_layer, 1e-14 * per_layer);
+  EXPECT_TRUE(same_bits(all_layers_grads, per_layer_grads));
+  const double two_per_layer = run_form(moe(1, 1), MoeAuxLoss::PerLayer).first;
+  const double two_all_layers = run_form(moe(1, 1), MoeAuxLoss::AllLayers).first;
+  EXPECT_GT(std::abs(two_per_layer - two_all_layers), 0.1 * two_all_layers)
+      << "two MoE layers: per layer (summed, about 2 K) " << two_per_layer << ", pooled (about K) "
+      << two_all_layers;
 }
 
 namespace {

@@ -100,8 +100,9 @@ struct CheckpointManifest {
   // The sample order's --shuffle, "true" or "false", which a resume keeps unless given; "" = not
   // recorded (files written before it: the attribute `shuffle` is absent).
   std::string shuffle;
-  // The run's precision, optimizer hyper-parameters and lr schedule (train/kept_settings.hpp),
-  // which a resume keeps unless given; "" = not recorded (files written before it).
+  // The run's precision, optimizer hyper-parameters, lr schedule and MoE aux-loss form
+  // (train/kept_settings.hpp), which a resume keeps unless given; "" = not recorded (files
+  // written before it).
   std::string settings;
   // The lr schedule's length in steps (LrSchedule::total_steps), which a resume keeps; 0 = not
   // recorded (files written before it: the attribute `lr_decay_steps` is absent).

@@ -33,7 +33,8 @@ enum class HfKeyUse { Implemented, Inert, Refused };
 
 // The training keys of a mixtral / qwen3_moe config.json: router_aux_loss_coef (absent:
 // transformers' 0.001) is the weight of the load-balancing loss, the --moe-aux-loss-coef default
-// of an --init-from run, and the export writes the run's; output_router_logits is transformers'
+// of an --init-from run (whose --moe-aux-loss-form defaults to transformers' all-layers form),
+// and the export writes the run's; output_router_logits is transformers'
 // switch for returning the router logits, with which (only) its training adds that loss: read
 // and reported, but the trainer adds its aux loss whatever it says (as Megatron-Core and
 // torchtitan do; --moe-aux-loss-coef 0 trains as transformers would with false); the export

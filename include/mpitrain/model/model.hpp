@@ -30,8 +30,10 @@
 // router and experts are replicated over tp (their gradients averaged; under sequence parallelism
 // each rank routes its own rows, the gradients are partial sums, the statistics all-reduced). The
 // aux and z losses are not in forward's returned loss: backward adds their gradient weighted by
-// N x dloss, take_moe_stats reports them. The router's state is host memory, the experts' rows
-// backend memory (any backend; on a device the routing is host code over staged copies).
+// N x dloss, take_moe_stats reports them (the all-layers aux loss once backward has counted it:
+// its weights need every MoE layer's routing, routed_counts). The router's state is host memory,
+// the experts' rows backend memory (any backend; on a device the routing is host code over staged
+// copies).
 //
 // The model owns its parameters, their gradients (same layout) and activations, all allocated at
 // construction for B <= max_batch sequences of Tlen <= max_seq tokens, with `slots` copies of the
@@ -73,6 +75,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -100,6 +103,7 @@ struct ModelOptions {
   // Mixture of experts (model/moe.hpp): the weights of the load-balancing aux loss and the router
   // z-loss in the objective (not in forward's returned cross-entropy; take_moe_stats reports them).
   float moe_aux_loss_coef = 0.001f, moe_z_loss_coef = 0.0f;
+  MoeAuxLoss moe_aux_loss = MoeAuxLoss::PerLayer;  // the aux loss's form (model/moe.hpp)
 };
 
 // Who lends a unit's tensors to a Model under ZeRO-2/3. Pointers are to the unit's element 0
@@ -208,6 +212,14 @@ class Model {
   // This stage's MoE layers' statistics accumulated over the forwards since the last call (not
   // the recomputations), then reset; empty for a dense model. Under tp each rank's are whole.
   std::vector<MoeLayerStats> take_moe_stats();
+  // The all-layers aux loss (MoeAuxLoss::AllLayers): slot's micro-batch's rows routed to each
+  // expert (E), summed over the model's MoE layers. forward sets it to this stage's layers' sum;
+  // under pipeline parallelism the runner adds the earlier stages' after forward, and before a
+  // backward of a stage that is not the last it sets the whole model's (the last stage's).
+  std::span<int64_t> routed_counts(int slot) {
+    return {routed_.data() + static_cast<size_t>(slot) * config_.n_experts,
+            static_cast<size_t>(config_.n_experts)};
+  }
 
   // Pipeline stage boundaries, (B, Tlen, C) each, in the storage type: this rank's
   // boundary_elements(B, Tlen) of them (sequence parallelism: its Ns rows).
@@ -357,7 +369,8 @@ class Model {
   void block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen, MoeLayerStats* moe_stats);
   // The MLP half of block l's backward: the gradient at ln2's output from d res3 (grad_.dres)
   // into dln_rows (Ns,C).
-  void mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss);
+  void mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss,
+                    const double* pooled);
   double loss(SlotActs& a, const int32_t* targets, int N, T dloss);
 
   ModelConfig config_;
@@ -388,6 +401,8 @@ class Model {
   std::vector<T> moe_router_;                // the MoE layers' router state and host scratch
   std::vector<int32_t> moe_ids_;             // the MoE layers' kept indices (MoeActs' int32)
   std::vector<MoeLayerStats> moe_stats_;     // this stage's MoE layers', since the last take
+  std::vector<int64_t> routed_;              // (slots, E) routed_counts
+  std::vector<double> pooled_;               // (E) backward: the all-layers aux weights C_e / L^2
 };
 
 }  // namespace mpitrain

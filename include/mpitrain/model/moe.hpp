@@ -14,6 +14,14 @@
 //            parallelism, then over the cp group (Megatron's tp x cp statistics). Their gradient
 //            enters backward weighted by R_all x dloss (the micro-batch's share of the step's
 //            mean), each rank differentiating its own R rows.
+//            The aux loss has two forms (MoeAuxLoss). PerLayer: each layer's own, as above, the
+//            model's objective their sum (Megatron-Core's aux_loss). AllLayers: one loss over the
+//            L MoE layers' routing pooled, as transformers' load_balancing_loss_func takes the
+//            concatenated router logits of all layers: aux = E sum_e (C_e / (L R)) (S_e / (L R))
+//            with C_e the rows routed to e and S_e the sum of p[r,e], both over all layers. Layer
+//            l's share is E sum_e w_e S_le / R^2 with w_e = C_e / L^2 (so the shares sum to it),
+//            and its gradient that of PerLayer with counts[e] replaced by w_e: backward takes w
+//            (the Model sums C over its layers, a pipeline over the stages) and adds the share.
 // Where it runs: the router, top-k, sort, gather, combine and their backward are host code on
 // host T buffers (MoeActs' statistics and indices, the scratch); the experts' matmuls and
 // SwiGLU are backend ops on backend memory. On a host-memory backend (the CPU) the host code
@@ -30,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mpitrain/backend/backend.hpp"
@@ -37,6 +46,10 @@
 #include "mpitrain/model/expert_dispatch.hpp"
 
 namespace mpitrain {
+
+// The load-balancing loss's form (the header): "per-layer" | "all-layers".
+enum class MoeAuxLoss { PerLayer, AllLayers };
+MoeAuxLoss parse_moe_aux_loss(const std::string& name);  // UsageError for another
 
 // One MoE layer's load statistics (Model::take_moe_stats).
 struct MoeLayerStats {
@@ -55,6 +68,7 @@ struct MoeActs {
   T* probs = nullptr;          // (R,E) softmax(z)
   T* lse = nullptr;            // (R) log-sum-exp of each row of z
   T* gates = nullptr;          // (R,K) renormalised over the chosen
+  T* prob_sums = nullptr;      // (E) sum of p[r,e] over the R_all rows (AllLayers' share)
   int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending p (ties: lower index)
   int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
   int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
@@ -68,8 +82,9 @@ class MoeLayer {
  public:
   // R_max: the most rows a call gets. stats_group: the tp group under sequence parallelism (the
   // statistics' sums all-reduced over it), else null.
-  MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width,
-           int R_max, float aux_coef, float z_coef, Precision emulate, Communicator* stats_group);
+  MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width, int R_max,
+           float aux_coef, float z_coef, MoeAuxLoss aux_form, Precision emulate,
+           Communicator* stats_group);
 
   // Sizes of one layer's kept MoeActs for R rows (compute elements; host T, host int32).
   static size_t kept_acts(size_t R, int K, int C, int Fe);
@@ -84,14 +99,16 @@ class MoeLayer {
 
   // out (R,C): = the routed output, or += it when add (the shared experts' output is there).
   // x (R,C) the layer's input; wr (E,C), w1 (E,2Fe,C), w2 (E,C,Fe). Adds this call's statistics
-  // into stats when given (not when recomputing).
+  // into stats when given (not when recomputing): all but AllLayers' aux loss (backward's).
   void forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1,
                CBuf<T> w2, int R, MoeLayerStats* stats);
   // dx (R,C): = the gradient of x, or += it when add; dout (R,C) the gradient of out; parameter
   // gradients added into dwr, dw1, dw2. dloss: the per-token loss gradient of forward (weights
-  // the aux and z losses, as the header says).
+  // the aux and z losses, as the header says). AllLayers: pooled (E) holds w_e = C_e / L^2, and
+  // the layer's share of the aux loss is added into stats (null: not counted).
   void backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x, CBuf<T> wr,
-                CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss);
+                CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss,
+                const double* pooled, MoeLayerStats* stats);
 
   // The host communicators the statistics' sums are all-reduced over: tp under sequence
   // parallelism (else null), then cp (null or size 1: none), whose ranks hold the other chunks
@@ -128,11 +145,13 @@ class MoeLayer {
   bool host_memory_;  // the backend's memory is host memory: host code reads it in place
   int E_, K_, C_, Fe_, R_max_;
   T aux_coef_, z_coef_;
+  MoeAuxLoss aux_form_;
   Precision emulate_;
   Communicator* stats_group_;
   Communicator* cp_ = nullptr;
   std::vector<double> sums_;  // (2E+2) counts, sums of p, sum of lse^2, rows: all-reduced at once
   std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
+  std::vector<T> aux_weights_;  // (E) backward: the aux loss's w (counts, or pooled)
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
   // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K), dwh (E,C)
   Buf<T> dy_, da_, dh_;

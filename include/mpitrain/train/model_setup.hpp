@@ -25,9 +25,11 @@ ModelConfig resolve_model_config(const Options& options, const TokenSource* trai
 std::string take_checkpoint_settings(Options& options, const CheckpointManifest& checkpoint,
                                      const std::string& path, int dp);
 
-// An MoE model of an --init-from Hugging Face directory: its config.json's router_aux_loss_coef
-// becomes --moe-aux-loss-coef unless the user set that (model/hf_config.hpp's HfRouterKeys).
-// Returns the line saying which coefficient the run takes, and from where ("" otherwise).
-std::string take_hf_router_settings(Options& options, const ModelConfig& model);
+// An MoE model's aux loss: --moe-aux-loss-form auto becomes all-layers for an --init-from
+// Hugging Face directory (transformers' form), per-layer otherwise; of such a directory, its
+// config.json's router_aux_loss_coef becomes --moe-aux-loss-coef unless the user set that
+// (model/hf_config.hpp's HfRouterKeys). Returns, for such a directory, the line saying which
+// coefficient and form the run takes, and from where ("" otherwise).
+std::string take_router_settings(Options& options, const ModelConfig& model);
 
 }  // namespace mpitrain

@@ -9,6 +9,11 @@
 // the slot is used again, so sends overlap the next passes. A send followed by a pass that
 // receives from the same neighbour is issued together with that receive (one NCCL group),
 // any other at once. With pp = 1 nothing is sent.
+// Under the all-layers aux loss (MoeAuxLoss::AllLayers; Model::routed_counts) a training pass's
+// rows per expert go with its boundary, as 2E floats in backend memory (each count hi 2^22 + lo,
+// both exact in fp32): forward sends the sum over this and the earlier stages (tag 2(m+i)),
+// backward the whole model's, which the last stage holds after its forward (tag 2(m+i)+1), m the
+// micro-batches. A pass starts both its receives before it waits for either (one NCCL group).
 // Token and target ids are copied to backend memory after loading when the backend's memory is
 // not the host's (Backend::host_memory); the input gradients being sent live in backend memory.
 // Each pass, wait and batch load is a region of the trace (monitor/trace.hpp) when one is
@@ -17,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "mpitrain/comm/communicator.hpp"
@@ -64,13 +70,19 @@ class PipelineRunner {
   // receive (see train()); otherwise it is issued at once (progress()).
   CommHandle send_start(CBuf<float> x, size_t n, int peer, int tag);  // in x's storage type
   CommHandle recv_start(Buf<float> x, size_t n, int peer, int tag);
-  void forward(int micro, int rows, float dloss, const char* name, bool send_with_next);
+  // training: the pass sends and receives the routing counts (where routed_).
+  void forward(int micro, int rows, float dloss, const char* name, bool send_with_next,
+               bool training);
   void backward(int micro, const std::function<void(size_t)>& grads_ready, bool send_with_next);
   void upload_ids(size_t n);  // the first n tokens and targets, to the device buffers (if any)
   const int32_t* token_ids() const { return device_tokens_ ? device_tokens_ : tokens_.data(); }
   const int32_t* target_ids() const { return device_targets_ ? device_targets_ : targets_.data(); }
   void wait_send(CommHandle& h, int micro);
   void wait_recv(CommHandle h, const char* name, int micro);
+  // The routing counts: counts -> routed_buffers_ + at (encoded, uploaded), and back (added to
+  // counts, or written over them).
+  void put_counts(size_t at, std::span<const int64_t> counts);
+  void take_counts(size_t at, std::span<int64_t> counts, bool add);
   // Runs pass() as a compute region; adds its time less the communication inside to *seconds.
   template <typename Pass>
   void compute(const char* name, int micro, double* seconds, Pass&& pass);
@@ -84,6 +96,14 @@ class PipelineRunner {
   int32_t* device_targets_ = nullptr;
   Buf<float> dinput_;                         // (slots, B, T, C): input gradients being sent
   std::vector<CommHandle> out_sends_, grad_sends_;  // per slot
+  // The routing counts (AllLayers with pp > 1; else routed_ is false): 2E floats each, at
+  // [0] the forward's received, [1] the backward's received, [2 + s] slot s's forward's sent,
+  // [2 + slots + s] its backward's sent; their sends per slot; host staging (2E).
+  bool routed_ = false;
+  size_t count_floats_ = 0;
+  Buf<float> routed_buffers_;
+  std::vector<CommHandle> count_sends_, count_grad_sends_;
+  std::vector<float> count_host_;
   double loss_ = 0.0;
   TraceRecorder* trace_;
   std::function<double()> blocked_seconds_;

@@ -33,6 +33,9 @@ struct TrainConfig {
   double grad_clip = 1.0;     // global grad-norm clip, 0 = off
   double moe_aux_loss_coef = 0.001;  // MoE load-balancing loss weight (Mixtral's default)
   double moe_z_loss_coef = 0.0;      // MoE router z-loss weight (ST-MoE)
+  // The aux loss's form (model/moe.hpp): per-layer | all-layers; auto: all-layers for an
+  // --init-from Hugging Face model (transformers' form), per-layer otherwise (Megatron-Core's)
+  std::string moe_aux_loss_form = "auto";
 
   int dp = 0, tp = 0, pp = 0;   // process grid; 0 = derived from the world size
   int cp = 1;                   // context parallelism (ranks per sequence)
