@@ -303,9 +303,10 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
       ("moe-aux-loss-form",
        with_default(&t.moe_aux_loss_form)->value_name("auto|per-layer|all-layers"),
        "n-experts > 0: per-layer = each MoE layer's load-balancing loss over its own routing, "
-       "summed over the layers (Megatron-Core's aux_loss); all-layers = one loss over the routing "
-       "of all MoE layers pooled (transformers' load_balancing_loss_func of Mixtral and "
-       "Qwen3-MoE); auto = all-layers for an --init-from Hugging Face model, else per-layer")
+       "summed over the layers, as Megatron-Core's aux_loss (whose f_e also divides by top-k: "
+       "its moe-aux-loss-coeff c is c / top-k here); all-layers = one loss over the routing of "
+       "all MoE layers pooled (transformers' load_balancing_loss_func of Mixtral and Qwen3-MoE); "
+       "auto = all-layers for an --init-from Hugging Face model, else per-layer")
       ("moe-z-loss-coef", with_default(&t.moe_z_loss_coef),
        "n-experts > 0: weight of the router z-loss mean(logsumexp(logits)^2) of each MoE layer "
        "(ST-MoE); reported apart from the loss");

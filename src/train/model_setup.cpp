@@ -184,7 +184,7 @@ std::string take_router_settings(Options& o, const ModelConfig& m) {
             " MoE layers, as transformers does (moe-aux-loss-form all-layers)";
   else
     line += ", weighting each of the " + layers + " MoE layers' load-balancing losses, summed " +
-            "(moe-aux-loss-form per-layer, Megatron-Core's form, " +
+            "(moe-aux-loss-form per-layer, " +
             (o.was_given("moe-aux-loss-form") ? "as given" : "as the checkpoint's run trained") +
             "), where transformers weights one loss over all layers' routing";
   if (!router.output_router_logits)

@@ -358,6 +358,12 @@ int Trainer::export_and_sample() {
                 std::filesystem::exists(std::filesystem::path(t_.export_hf) / kSafetensorsIndex)
                     ? "model.safetensors.index.json and its shards"
                     : "model.safetensors");
+    if (cfg_.n_experts > 0 && t_.moe_aux_loss_form == "per-layer")
+      std::printf(
+          "note: its router_aux_loss_coef %s weighted this run's per-layer load-balancing "
+          "losses, summed (moe-aux-loss-form per-layer); transformers weights one loss "
+          "over all %d MoE layers' routing by it\n",
+          shortest_text(t_.moe_aux_loss_coef).c_str(), cfg_.moe_layers(0, cfg_.n_layer));
   }
   if (t_.sample_tokens > 0) {
     if (backend_->host_memory()) {

@@ -44,7 +44,7 @@ aux_step aux --aux
 grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, weighting one load-balancing loss over the routing of all 2 MoE layers, as transformers does (moe-aux-loss-form all-layers); its output_router_logits is false" \
   "$SCRATCH/aux.log" || { head -5 "$SCRATCH/aux.log"; fail "mixtral: no aux-loss coefficient taken"; }
 aux_step aux-per-layer --aux-per-layer --moe-aux-loss-form per-layer
-grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, weighting each of the 2 MoE layers' load-balancing losses, summed (moe-aux-loss-form per-layer, Megatron-Core's form, as given), where transformers weights one loss over all layers' routing" \
+grep -qF "moe-aux-loss-coef 0.02 from config.json's router_aux_loss_coef, weighting each of the 2 MoE layers' load-balancing losses, summed (moe-aux-loss-form per-layer, as given), where transformers weights one loss over all layers' routing" \
   "$SCRATCH/aux-per-layer.log" || { head -5 "$SCRATCH/aux-per-layer.log"; fail "mixtral: the per-layer form not said"; }
 make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
 matches_reference qwen3-moe "$(val_loss qwen3-moe)"

@@ -6,8 +6,9 @@
 # last stage and back with its gradients), pp 2 under GPipe, pp 2 x tp 2 with sequence
 # parallelism, pp 2 x dp 2 x ep 2 and cp 2; the per-step losses, gradient norms, aux and
 # z-losses must equal one rank's within fp32-order noise. The form is the objective's: per-layer
-# (the default of a model given by flags) trains otherwise; run.ini records the form, and a
-# resume that leaves it out keeps it (2 steps + resume + 2 equal 4 bit for bit).
+# (the default of a model given by flags) trains otherwise, and its --export-hf says that
+# transformers would weight another loss by the coefficient it writes; run.ini records the form,
+# and a resume that leaves it out keeps it (2 steps + resume + 2 equal 4 bit for bit).
 # Measured (AMD EPYC Zen 5, 2 cores): pp 2 and GPipe the same bits as one rank; pp 2 x tp 2 sp,
 # pp 2 x ep 2 and cp 2 losses within 2.0e-9 relative, gradient norms 2.0e-8, aux losses 9.7e-9,
 # z-losses 6.0e-9. Bounds (moe_context_parallel.sh's): LOSS_TOL 1e-7, NORM_TOL 1e-6, AUX_TOL 3e-6.
@@ -38,8 +39,12 @@ grep -qx "moe-aux-loss-form = all-layers" "$SCRATCH/pp2/run.ini" ||
   fail "run.ini does not record moe-aux-loss-form all-layers"
 
 # The form is in effect: per-layer (the default here) gives other aux losses and losses.
-run_trainer 1 "$SCRATCH/per-layer.log" "${SHAPE[@]}" --steps 4 --out-dir "$SCRATCH/per-layer"
+run_trainer 1 "$SCRATCH/per-layer.log" "${SHAPE[@]}" --steps 4 --out-dir "$SCRATCH/per-layer" \
+  --export-hf "$SCRATCH/per-layer-hf"
 [ "$rc" = 0 ] || { cat "$SCRATCH/per-layer.log"; fail "per-layer exited $rc"; }
+# its export's coefficient means another loss to transformers: said
+grep -qF "note: its router_aux_loss_coef 0.1 weighted this run's per-layer load-balancing losses, summed (moe-aux-loss-form per-layer); transformers weights one loss over all 2 MoE layers' routing by it" \
+  "$SCRATCH/per-layer.log" || { tail -5 "$SCRATCH/per-layer.log"; fail "the export's coefficient not explained"; }
 grep -qx "moe-aux-loss-form = per-layer" "$SCRATCH/per-layer/run.ini" ||
   fail "run.ini does not record moe-aux-loss-form per-layer (the default of a model by flags)"
 for key in moe_aux_loss loss; do

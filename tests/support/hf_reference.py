@@ -25,7 +25,7 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            N*T rows (one micro-batch of N) over the router
                                            logits of all MoE layers concatenated (transformers')
   hf_reference.py DIR --aux-per-layer FILE T N  ->  the same loss of each layer's router logits,
-                                           summed over the layers (Megatron-Core's)
+                                           summed over the layers
 """
 import json
 import math

@@ -15,10 +15,11 @@
 //            enters backward weighted by R_all x dloss (the micro-batch's share of the step's
 //            mean), each rank differentiating its own R rows.
 //            The aux loss has two forms (MoeAuxLoss). PerLayer: each layer's own, as above, the
-//            model's objective their sum (Megatron-Core's aux_loss). AllLayers: one loss over the
-//            L MoE layers' routing pooled, as transformers' load_balancing_loss_func takes the
-//            concatenated router logits of all layers: aux = E sum_e (C_e / (L R)) (S_e / (L R))
-//            with C_e the rows routed to e and S_e the sum of p[r,e], both over all layers. Layer
+//            model's objective their sum (as Megatron-Core's aux_loss, whose f_e also divides by
+//            K: its coefficient c is c / K here). AllLayers: one loss over the L MoE layers'
+//            routing pooled, as transformers' load_balancing_loss_func takes the concatenated
+//            router logits of all layers: aux = E sum_e (C_e / (L R)) (S_e / (L R)) with C_e
+//            the rows routed to e and S_e the sum of p[r,e], both over all layers. Layer
 //            l's share is E sum_e w_e S_le / R^2 with w_e = C_e / L^2 (so the shares sum to it),
 //            and its gradient that of PerLayer with counts[e] replaced by w_e: backward takes w
 //            (the Model sums C over its layers, a pipeline over the stages) and adds the share.

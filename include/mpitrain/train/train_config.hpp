@@ -34,7 +34,7 @@ struct TrainConfig {
   double moe_aux_loss_coef = 0.001;  // MoE load-balancing loss weight (Mixtral's default)
   double moe_z_loss_coef = 0.0;      // MoE router z-loss weight (ST-MoE)
   // The aux loss's form (model/moe.hpp): per-layer | all-layers; auto: all-layers for an
-  // --init-from Hugging Face model (transformers' form), per-layer otherwise (Megatron-Core's)
+  // --init-from Hugging Face model (transformers' form), per-layer otherwise (as Megatron-Core)
   std::string moe_aux_loss_form = "auto";
 
   int dp = 0, tp = 0, pp = 0;   // process grid; 0 = derived from the world size
