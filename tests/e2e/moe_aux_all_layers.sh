@@ -3,38 +3,40 @@
 # loss over the routing of all MoE layers pooled) at every layout: a tiny llama MoE (4 experts,
 # top-2, MoE in both layers, aux coefficient 0.1 so that its gradient shows) trains 4 steps at
 # one rank, and at pp 2 (each micro-batch's rows per expert travel with its activations to the
-# last stage and back with its gradients), pp 2 under GPipe, pp 2 x tp 2 with sequence
-# parallelism, pp 2 x dp 2 x ep 2 and cp 2; the per-step losses, gradient norms, aux and
-# z-losses must equal one rank's within fp32-order noise. The form is the objective's: per-layer
+# last stage and back with its gradients; an evaluation between steps sends none), pp 2 under
+# GPipe, pp 2 with full recomputation, pp 2 x tp 2 with sequence parallelism, pp 2 x dp 2 x ep 2
+# and cp 2; the per-step losses, gradient norms, aux and z-losses and the validation losses
+# must equal one rank's within fp32-order noise. The form is the objective's: per-layer
 # (the default of a model given by flags) trains otherwise, and its --export-hf says that
 # transformers would weight another loss by the coefficient it writes; run.ini records the form,
 # and a resume that leaves it out keeps it (2 steps + resume + 2 equal 4 bit for bit).
-# Measured (AMD EPYC Zen 5, 2 cores): pp 2 and GPipe the same bits as one rank; pp 2 x tp 2 sp,
-# pp 2 x ep 2 and cp 2 losses within 2.0e-9 relative, gradient norms 2.0e-8, aux losses 9.7e-9,
-# z-losses 6.0e-9. Bounds (moe_context_parallel.sh's): LOSS_TOL 1e-7, NORM_TOL 1e-6, AUX_TOL 3e-6.
+# Measured (AMD EPYC Zen 5, 2 cores): pp 2, GPipe and full recomputation the same bits as one
+# rank; pp 2 x tp 2 sp, pp 2 x ep 2 and cp 2 losses within 2.0e-9 relative (validation losses
+# 2.0e-9), gradient norms 2.0e-8, aux losses 9.7e-9, z-losses 6.0e-9. Bounds (moe_context_parallel.sh's): LOSS_TOL 1e-7, NORM_TOL 1e-6, AUX_TOL 3e-6.
 # Without the earlier stage's counts added at pp 2 the losses moved by 4.0e-4; without the whole
 # model's counts taken back before the first stage's backward, by 2.0e-4; a resume that drops
 # the recorded form: "loss differs after the resume".
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 LOSS_TOL=1e-7 NORM_TOL=1e-6 AUX_TOL=3e-6
 # shellcheck disable=SC2207
-SHAPE=($(tiny_args) --arch llama --n-kv-head 2 --n-experts 4 --top-k 2 --moe-every 1 --moe-ff 64
+SHAPE=(--train-data "$DATA_DIR/train.h5" --val-data "$DATA_DIR/val.h5" --eval-samples 16
+       --eval-interval 2 $(tiny_model_args) --arch llama --n-kv-head 2 --n-experts 4 --top-k 2 --moe-every 1 --moe-ff 64
        --moe-aux-loss-coef 0.1 --moe-z-loss-coef 0.001 --save-interval 100)
 MOE=("${SHAPE[@]}" --moe-aux-loss-form all-layers --steps 4)
-KEYS=(loss grad_norm moe_aux_loss moe_z_loss)
+KEYS=(loss grad_norm moe_aux_loss moe_z_loss val_loss)
 run() {  # run NAME NP ARGS...
   local name=$1 np=$2; shift 2
   run_trainer "$np" "$SCRATCH/$name.log" "${MOE[@]}" --out-dir "$SCRATCH/$name" "$@"
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
 }
 run_cases 2 'run one 1' 'run pp2 2 --pp 2' 'run pp2-gpipe 2 --pp 2 --pp-schedule gpipe' \
-  'run pp2-tp2-sp 4 --pp 2 --tp 2 --sequence-parallel' 'run pp2-ep2 4 --pp 2 --dp 2 --ep 2' \
-  'run cp2 2 --cp 2'
+  'run pp2-full 2 --pp 2 --recompute full' 'run pp2-tp2-sp 4 --pp 2 --tp 2 --sequence-parallel' \
+  'run pp2-ep2 4 --pp 2 --dp 2 --ep 2' 'run cp2 2 --cp 2'
 
-for name in one pp2 pp2-gpipe pp2-tp2-sp pp2-ep2 cp2; do
+for name in one pp2 pp2-gpipe pp2-full pp2-tp2-sp pp2-ep2 cp2; do
   for key in "${KEYS[@]}"; do metric "$SCRATCH/$name/metrics.jsonl" "$key" > "$SCRATCH/$name.$key"; done
 done
-for name in pp2 pp2-gpipe pp2-tp2-sp pp2-ep2 cp2; do same_per_step one "$name" "${KEYS[@]}"; done
+for name in pp2 pp2-gpipe pp2-full pp2-tp2-sp pp2-ep2 cp2; do same_per_step one "$name" "${KEYS[@]}"; done
 grep -qx "moe-aux-loss-form = all-layers" "$SCRATCH/pp2/run.ini" ||
   fail "run.ini does not record moe-aux-loss-form all-layers"
 

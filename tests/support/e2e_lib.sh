@@ -61,14 +61,14 @@ max_rel_diff() {  # max_rel_diff FILE_A FILE_B
 }
 
 # Each KEY's per-step values of run NAME (files $SCRATCH/NAME.KEY) against run REFERENCE's within
-# LOSS_TOL (loss), NORM_TOL (grad_norm) or AUX_TOL (any other key), relative; prints one line of
-# the differences, fails naming the first key beyond its bound.
+# LOSS_TOL (loss, val_loss), NORM_TOL (grad_norm) or AUX_TOL (any other key), relative; prints
+# one line of the differences, fails naming the first key beyond its bound.
 same_per_step() {  # same_per_step REFERENCE NAME KEY...
   local reference=$1 name=$2 key d tol line
   shift 2
   line="$name vs $reference:"
   for key in "$@"; do
-    case $key in loss) tol=$LOSS_TOL ;; grad_norm) tol=$NORM_TOL ;; *) tol=$AUX_TOL ;; esac
+    case $key in loss | val_loss) tol=$LOSS_TOL ;; grad_norm) tol=$NORM_TOL ;; *) tol=$AUX_TOL ;; esac
     d=$(max_rel_diff "$SCRATCH/$reference.$key" "$SCRATCH/$name.$key")
     line="$line $key $d"
     awk -v d="$d" -v t="$tol" 'BEGIN{exit !(d < t)}' ||
