@@ -9,7 +9,8 @@
 # must equal one rank's within fp32-order noise. The form is the objective's: per-layer
 # (the default of a model given by flags) trains otherwise, and its --export-hf says that
 # transformers would weight another loss by the coefficient it writes; run.ini records the form,
-# and a resume that leaves it out keeps it (2 steps + resume + 2 equal 4 bit for bit).
+# and a resume that leaves it out keeps it (2 steps + resume + 2 equal 4 bit for bit). A stage
+# holding no MoE layer passes the counts on (4 layers, every 2nd MoE, --pp-layers 1,3).
 # Measured (AMD EPYC Zen 5, 2 cores): pp 2, GPipe and full recomputation the same bits as one
 # rank; pp 2 x tp 2 sp, pp 2 x ep 2 and cp 2 losses within 2.0e-9 relative (validation losses
 # 2.0e-9), gradient norms 2.0e-8, aux losses 9.7e-9, z-losses 6.0e-9. Bounds (moe_context_parallel.sh's): LOSS_TOL 1e-7, NORM_TOL 1e-6, AUX_TOL 3e-6.
@@ -39,6 +40,25 @@ done
 for name in pp2 pp2-gpipe pp2-full pp2-tp2-sp pp2-ep2 cp2; do same_per_step one "$name" "${KEYS[@]}"; done
 grep -qx "moe-aux-loss-form = all-layers" "$SCRATCH/pp2/run.ini" ||
   fail "run.ini does not record moe-aux-loss-form all-layers"
+
+# A stage without an MoE layer passes the counts on: 4 layers, every 2nd MoE, stage 0 holding
+# only the dense layer 0 (measured: one rank's bits).
+four=()
+for ((i = 0; i < ${#MOE[@]}; i++)); do
+  case ${MOE[i]} in
+    --n-layer) four+=(--n-layer 4) i=$((i + 1)) ;;
+    --moe-every) four+=(--moe-every 2) i=$((i + 1)) ;;
+    *) four+=("${MOE[i]}") ;;
+  esac
+done
+for np in 1 2; do
+  split=()
+  [ "$np" = 1 ] || split=(--pp 2 --pp-layers "1,3")
+  run_trainer "$np" "$SCRATCH/four$np.log" "${four[@]}" "${split[@]}" --out-dir "$SCRATCH/four$np"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/four$np.log"; fail "4 layers at pp $np exited $rc"; }
+  for key in "${KEYS[@]}"; do metric "$SCRATCH/four$np/metrics.jsonl" "$key" > "$SCRATCH/four$np.$key"; done
+done
+same_per_step four1 four2 "${KEYS[@]}"
 
 # The form is in effect: per-layer (the default here) gives other aux losses and losses.
 run_trainer 1 "$SCRATCH/per-layer.log" "${SHAPE[@]}" --steps 4 --out-dir "$SCRATCH/per-layer" \
