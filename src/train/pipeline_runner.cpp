@@ -81,25 +81,33 @@ CommHandle PipelineRunner::recv_start(Buf<float> x, size_t n, int peer, int tag)
   return pp_->recv_start(x.half(), n, peer, tag);
 }
 
-// count = hi 2^22 + lo: both below 2^24, exact in fp32, for any count below 2^46.
+// hi and lo below 2^24 (exact in fp32) for counts below 2^46
 constexpr int64_t kCountSplit = int64_t{1} << 22;
 
-void PipelineRunner::put_counts(size_t at, std::span<const int64_t> counts) {
+void PipelineRunner::encode_counts(std::span<const int64_t> counts, float* out) {
   for (size_t e = 0; e < counts.size(); ++e) {
-    count_host_[2 * e] = static_cast<float>(counts[e] / kCountSplit);
-    count_host_[2 * e + 1] = static_cast<float>(counts[e] % kCountSplit);
+    out[2 * e] = static_cast<float>(counts[e] / kCountSplit);
+    out[2 * e + 1] = static_cast<float>(counts[e] % kCountSplit);
   }
+}
+
+void PipelineRunner::decode_counts(const float* in, std::span<int64_t> counts, bool add) {
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t c =
+        static_cast<int64_t>(in[2 * e]) * kCountSplit + static_cast<int64_t>(in[2 * e + 1]);
+    counts[e] = add ? counts[e] + c : c;
+  }
+}
+
+void PipelineRunner::put_counts(size_t at, std::span<const int64_t> counts) {
+  encode_counts(counts, count_host_.data());
   model_.backend().upload(routed_buffers_ + at * count_floats_, count_host_.data(), count_floats_);
 }
 
 void PipelineRunner::take_counts(size_t at, std::span<int64_t> counts, bool add) {
   model_.backend().download(count_host_.data(), routed_buffers_ + at * count_floats_,
                             count_floats_);
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const int64_t c = static_cast<int64_t>(count_host_[2 * e]) * kCountSplit +
-                      static_cast<int64_t>(count_host_[2 * e + 1]);
-    counts[e] = add ? counts[e] + c : c;
-  }
+  decode_counts(count_host_.data(), counts, add);
 }
 
 template <typename Pass>

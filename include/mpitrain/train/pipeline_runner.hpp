@@ -65,6 +65,12 @@ class PipelineRunner {
   // stage, 0 elsewhere.
   double evaluate(const int32_t* tokens, const int32_t* targets, int rows);
 
+  // The routing counts in a float message: count = hi 2^22 + lo, both exact in fp32 for any
+  // count below 2^46; out / in hold 2 counts.size() floats. decode adds to counts, or writes
+  // them over.
+  static void encode_counts(std::span<const int64_t> counts, float* out);
+  static void decode_counts(const float* in, std::span<int64_t> counts, bool add);
+
  private:
   // send_with_next: the pass's send is left for the communicator to issue with the next pass's
   // receive (see train()); otherwise it is issued at once (progress()).
@@ -79,8 +85,7 @@ class PipelineRunner {
   const int32_t* target_ids() const { return device_targets_ ? device_targets_ : targets_.data(); }
   void wait_send(CommHandle& h, int micro);
   void wait_recv(CommHandle h, const char* name, int micro);
-  // The routing counts: counts -> routed_buffers_ + at (encoded, uploaded), and back (added to
-  // counts, or written over them).
+  // The routing counts: counts -> routed_buffers_ + at (encoded, uploaded), and back (decoded).
   void put_counts(size_t at, std::span<const int64_t> counts);
   void take_counts(size_t at, std::span<int64_t> counts, bool add);
   // Runs pass() as a compute region; adds its time less the communication inside to *seconds.
