@@ -538,10 +538,7 @@ void check_train(TrainConfig& t, const RawText& raw) {
   parse_optimizer(t.optimizer);
   parse_precision(t.precision);
   parse_recompute(t.recompute);
-  require(
-      t.moe_aux_loss_form == "auto" || t.moe_aux_loss_form == "per-layer" ||
-          t.moe_aux_loss_form == "all-layers",
-      "moe-aux-loss-form must be auto, per-layer or all-layers, not '" + t.moe_aux_loss_form + "'");
+  if (t.moe_aux_loss_form != "auto") parse_moe_aux_loss(t.moe_aux_loss_form);
   require(t.min_loss_scale <= t.initial_loss_scale,
           "min-loss-scale must not exceed initial-loss-scale");
   // --steps 0 of an explicit checkpoint or an --init-from model: evaluate, sample or export it.

@@ -30,7 +30,7 @@ constexpr size_t kParallelWork = size_t{1} << 14;
 MoeAuxLoss parse_moe_aux_loss(const std::string& name) {
   if (name == "per-layer") return MoeAuxLoss::PerLayer;
   if (name == "all-layers") return MoeAuxLoss::AllLayers;
-  throw UsageError("moe-aux-loss-form must be per-layer or all-layers, not '" + name + "'");
+  throw UsageError("moe-aux-loss-form must be auto, per-layer or all-layers, not '" + name + "'");
 }
 
 template <typename T>

@@ -99,9 +99,16 @@ void PipelineRunner::decode_counts(const float* in, std::span<int64_t> counts, b
   }
 }
 
-void PipelineRunner::put_counts(size_t at, std::span<const int64_t> counts) {
+CommHandle PipelineRunner::send_counts(size_t at, std::span<const int64_t> counts, int peer,
+                                       int tag) {
   encode_counts(counts, count_host_.data());
-  model_.backend().upload(routed_buffers_ + at * count_floats_, count_host_.data(), count_floats_);
+  const Buf<float> buf = routed_buffers_ + at * count_floats_;
+  model_.backend().upload(buf, count_host_.data(), count_floats_);
+  return pp_->send_start(buf.full(), count_floats_, peer, tag);
+}
+
+CommHandle PipelineRunner::recv_counts(size_t at, int peer, int tag) {
+  return pp_->recv_start((routed_buffers_ + at * count_floats_).full(), count_floats_, peer, tag);
 }
 
 void PipelineRunner::take_counts(size_t at, std::span<int64_t> counts, bool add) {
@@ -134,9 +141,7 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
     if (counts) wait_send(count_sends_[slot], micro);
     if (stage_ > 0) {
       const CommHandle input = recv_start(model_.input(slot), n, stage_ - 1, 2 * micro);
-      const CommHandle counts_in =
-          counts ? pp_->recv_start(routed_buffers_.full(), count_floats_, stage_ - 1, count_tag)
-                 : CommHandle{};
+      const CommHandle counts_in = counts ? recv_counts(0, stage_ - 1, count_tag) : CommHandle{};
       wait_recv(input, "pp recv activations", micro);
       if (counts) wait_recv(counts_in, "pp recv routing counts", micro);
     }
@@ -146,11 +151,8 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
   if (counts && stage_ > 0) take_counts(0, model_.routed_counts(slot), true);  // + earlier stages'
   if (pp_ && stage_ < stages_ - 1) {
     out_sends_[slot] = send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
-    if (counts) {
-      put_counts(2 + slot, model_.routed_counts(slot));
-      count_sends_[slot] = pp_->send_start((routed_buffers_ + (2 + slot) * count_floats_).full(),
-                                           count_floats_, stage_ + 1, count_tag);
-    }
+    if (counts)
+      count_sends_[slot] = send_counts(2 + slot, model_.routed_counts(slot), stage_ + 1, count_tag);
     if (!send_with_next) pp_->progress();
   }
 }
@@ -163,9 +165,7 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
   const int count_tag = 2 * (micro_batches_ + micro) + 1;
   if (pp_ && stage_ < stages_ - 1) {
     const CommHandle output = recv_start(model_.output_grad(), n, stage_ + 1, 2 * micro + 1);
-    const CommHandle counts_in = routed_ ? pp_->recv_start((routed_buffers_ + count_floats_).full(),
-                                                           count_floats_, stage_ + 1, count_tag)
-                                         : CommHandle{};
+    const CommHandle counts_in = routed_ ? recv_counts(1, stage_ + 1, count_tag) : CommHandle{};
     wait_recv(output, "pp recv gradients", micro);
     if (routed_) {
       wait_recv(counts_in, "pp recv routing counts", micro);
@@ -180,12 +180,9 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
     const Buf<float> buf = dinput_ + slot * n;
     model_.backend().copy(buf, model_.input_grad(), n);
     grad_sends_[slot] = send_start(buf, n, stage_ - 1, 2 * micro + 1);
-    if (routed_) {
-      const size_t at = 2 + static_cast<size_t>(slots_ + slot);
-      put_counts(at, model_.routed_counts(slot));
-      count_grad_sends_[slot] = pp_->send_start((routed_buffers_ + at * count_floats_).full(),
-                                                count_floats_, stage_ - 1, count_tag);
-    }
+    if (routed_)
+      count_grad_sends_[slot] = send_counts(2 + static_cast<size_t>(slots_ + slot),
+                                            model_.routed_counts(slot), stage_ - 1, count_tag);
     if (!send_with_next) pp_->progress();
   }
 }

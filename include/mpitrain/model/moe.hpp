@@ -50,7 +50,8 @@ namespace mpitrain {
 
 // The load-balancing loss's form (the header): "per-layer" | "all-layers".
 enum class MoeAuxLoss { PerLayer, AllLayers };
-MoeAuxLoss parse_moe_aux_loss(const std::string& name);  // UsageError for another
+// UsageError for another (naming auto too, the option's value that start-up resolves to one).
+MoeAuxLoss parse_moe_aux_loss(const std::string& name);
 
 // One MoE layer's load statistics (Model::take_moe_stats).
 struct MoeLayerStats {

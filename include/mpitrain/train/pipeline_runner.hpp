@@ -85,8 +85,9 @@ class PipelineRunner {
   const int32_t* target_ids() const { return device_targets_ ? device_targets_ : targets_.data(); }
   void wait_send(CommHandle& h, int micro);
   void wait_recv(CommHandle h, const char* name, int micro);
-  // The routing counts: counts -> routed_buffers_ + at (encoded, uploaded), and back (decoded).
-  void put_counts(size_t at, std::span<const int64_t> counts);
+  // The routing counts in routed_buffers_ + at: encoded, uploaded and sent; received; decoded.
+  CommHandle send_counts(size_t at, std::span<const int64_t> counts, int peer, int tag);
+  CommHandle recv_counts(size_t at, int peer, int tag);
   void take_counts(size_t at, std::span<int64_t> counts, bool add);
   // Runs pass() as a compute region; adds its time less the communication inside to *seconds.
   template <typename Pass>
