@@ -204,9 +204,10 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("qk-norm", flag(&m.qk_norm),
        "llama: RMSNorm over each query and key head (weights of head size) before RoPE, as Qwen3")
       ("rope-scaling", with_default(&raw.rope_scaling)->value_name("SPEC"),
-       "llama: RoPE frequency scaling as transformers' rope_scaling: none, linear:factor=F, or "
+       "llama: RoPE frequency scaling as transformers' rope_scaling: none, linear:factor=F, "
        "llama3:factor=F,low=L,high=H,orig=N (low/high_freq_factor, "
-       "original_max_position_embeddings)")
+       "original_max_position_embeddings), or yarn:factor=F,orig=N[,beta_fast=B][,beta_slow=S]"
+       "[,attn=A] (YaRN; defaults 32, 1 and 0.1 ln(F) + 1, which multiplies cos and sin)")
       ("gpt2-scale-attn-weights", with_default(&m.scale_attn_weights)->value_name("true|false"),
        "gpt2: divide the attention scores by sqrt(head size) (HF scale_attn_weights)")
       ("gpt2-scale-attn-by-layer", flag(&m.scale_attn_by_inverse_layer_idx),

@@ -28,8 +28,9 @@ inline void rotate_heads(T* x, int heads, int hs, const T* cs, const T* sn) {
   }
 }
 
-// Rotates every q and k head of qkv(B, T, QKV) at position t by sign * t rope.inv_freq(i, hs);
-// sign = -1 is the inverse rotation, i.e. the transpose: rope's backward. In parallel over t
+// Rotates every q and k head of qkv(B, T, QKV) at position t by sign * t rope.inv_freq(i, hs)
+// and multiplies it by rope.attention_factor(); sign = -1 is the inverse rotation, i.e. the
+// transpose: rope's backward (the factor is symmetric). In parallel over t
 // (the angles once per position); on 2-byte tensors each row's q and k heads are widened into
 // the thread's own array, rotated and rounded back (v is not touched).
 template <typename T>
@@ -46,10 +47,11 @@ void rope_rotate(cpu::Staging& staging, Buf<T> qkv, int B, int Tlen, int NH, int
     if (static_cast<size_t>(B) * Tlen * rot > cpu::kParallelWork)
   for (int t = 0; t < Tlen; ++t) {
     T cs[kMaxHeadSize / 2], sn[kMaxHeadSize / 2];
+    const double scale = rope.attention_factor();
     for (int i = 0; i < half; ++i) {  // angle in double: t * freq is large for long sequences
       const double angle = sign * (rope.first_position + t) * rope.inv_freq(i, hs);
-      cs[i] = static_cast<T>(std::cos(angle));
-      sn[i] = static_cast<T>(std::sin(angle));
+      cs[i] = static_cast<T>(std::cos(angle) * scale);
+      sn[i] = static_cast<T>(std::sin(angle) * scale);
     }
     for (int b = 0; b < B; ++b) {
       const Buf<T> row = qkv + (static_cast<size_t>(b) * Tlen + t) * QKV;
@@ -73,7 +75,8 @@ void CpuBackend<T>::rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, i
   rope_rotate(*staging_, qkv, B, Tlen, NH, NKV, hs, rope, +1.0);
 }
 
-// the rotation is orthogonal: its backward is the inverse rotation of dq, dk (dv untouched)
+// the rotation is orthogonal: its backward is the inverse rotation of dq, dk, times the same
+// factor (dv untouched)
 template <typename T>
 void CpuBackend<T>::rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs,
                                   const RopeFreqs& rope) {

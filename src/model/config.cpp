@@ -47,10 +47,18 @@ void validate_attention_variants(const ModelConfig& c) {
   if (r.type == RopeType::None) return;
   require(r.factor > 0.0f, "rope-scaling factor must be positive");
   if (r.type == RopeType::Linear) return;
+  const std::string type = r.type == RopeType::Llama3 ? "llama3" : "yarn";
+  require(r.original_max_position >= 1,
+          "rope-scaling " + type + " original_max_position_embeddings must be at least 1");
+  if (r.type == RopeType::Yarn) {
+    require(r.beta_slow > 0.0f && r.beta_fast >= r.beta_slow,
+            "rope-scaling yarn needs 0 < beta_slow <= beta_fast");
+    require(r.attention_factor >= 0.0f,
+            "rope-scaling yarn attention factor must be positive (or 0: derived from factor)");
+    return;
+  }
   require(r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor,
           "rope-scaling llama3 needs 0 < low_freq_factor < high_freq_factor");
-  require(r.original_max_position >= 1,
-          "rope-scaling llama3 original_max_position_embeddings must be at least 1");
 }
 
 void validate_experts(const ModelConfig& c) {
@@ -88,12 +96,16 @@ ModelConfig::RopeScaling parse_rope_scaling(const std::string& text) {
   ModelConfig::RopeScaling r;
   const size_t colon = text.find(':');
   const std::string type = text.substr(0, colon);
-  const char* expected = "expected none, linear:factor=F or llama3:factor=F,low=L,high=H,orig=N";
+  const char* expected =
+      "expected none, linear:factor=F, llama3:factor=F,low=L,high=H,orig=N or "
+      "yarn:factor=F,orig=N[,beta_fast=B][,beta_slow=S][,attn=A]";
   if (type == "none" && colon == std::string::npos) return r;
-  if (type != "linear" && type != "llama3")
+  if (type != "linear" && type != "llama3" && type != "yarn")
     throw UsageError("rope-scaling '" + text + "': type '" + type + "' is not supported; " +
                      expected);
-  r.type = type == "linear" ? RopeType::Linear : RopeType::Llama3;
+  r.type = type == "linear"   ? RopeType::Linear
+           : type == "llama3" ? RopeType::Llama3
+                              : RopeType::Yarn;
   std::map<std::string, std::string> values;  // key -> its text
   const std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
   for (size_t at = 0; at < rest.size();) {
@@ -105,22 +117,32 @@ ModelConfig::RopeScaling parse_rope_scaling(const std::string& text) {
                        expected);
     at = comma + 1;
   }
-  const std::vector<std::string> keys = r.type == RopeType::Linear
-                                            ? std::vector<std::string>{"factor"}
-                                            : std::vector<std::string>{"factor", "low", "high",
-                                                                       "orig"};
+  using Keys = std::vector<std::string>;
+  const Keys required = r.type == RopeType::Linear   ? Keys{"factor"}
+                        : r.type == RopeType::Llama3 ? Keys{"factor", "low", "high", "orig"}
+                                                     : Keys{"factor", "orig"};
+  const Keys optional = r.type == RopeType::Yarn ? Keys{"beta_fast", "beta_slow", "attn"} : Keys{};
+  const auto known = [](const Keys& keys, const std::string& key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
   for (const auto& [key, value] : values)
-    if (std::find(keys.begin(), keys.end(), key) == keys.end())
+    if (!known(required, key) && !known(optional, key))
       throw UsageError("rope-scaling '" + text + "': unknown key '" + key + "'; " + expected);
-  for (const std::string& key : keys)
+  for (const std::string& key : required)
     if (!values.count(key))
       throw UsageError("rope-scaling '" + text + "': " + key + "= is missing; " + expected);
-  r.factor = rope_number<float>("factor", values["factor"]);
-  if (r.type == RopeType::Llama3) {
-    r.low_freq_factor = rope_number<float>("low", values["low"]);
-    r.high_freq_factor = rope_number<float>("high", values["high"]);
-    r.original_max_position = rope_number<int>("orig", values["orig"]);
-  }
+  const auto number = [&](const std::string& key, float* out) {
+    if (values.count(key)) *out = rope_number<float>(key, values[key]);
+  };
+  number("factor", &r.factor);
+  number("low", &r.low_freq_factor);
+  number("high", &r.high_freq_factor);
+  if (values.count("orig")) r.original_max_position = rope_number<int>("orig", values["orig"]);
+  number("beta_fast", &r.beta_fast);
+  number("beta_slow", &r.beta_slow);
+  number("attn", &r.attention_factor);
+  if (values.count("attn") && !(r.attention_factor > 0.0f))
+    throw UsageError("rope-scaling '" + text + "': attn= must be positive; " + expected);
   return r;
 }
 
@@ -132,6 +154,12 @@ std::string to_string(const ModelConfig::RopeScaling& r) {
       return "llama3:factor=" + shortest_text(r.factor) + ",low=" + shortest_text(r.low_freq_factor) +
              ",high=" + shortest_text(r.high_freq_factor) +
              ",orig=" + std::to_string(r.original_max_position);
+    case RopeType::Yarn:
+      return "yarn:factor=" + shortest_text(r.factor) +
+             ",orig=" + std::to_string(r.original_max_position) +
+             ",beta_fast=" + shortest_text(r.beta_fast) +
+             ",beta_slow=" + shortest_text(r.beta_slow) +
+             (r.attention_factor > 0.0f ? ",attn=" + shortest_text(r.attention_factor) : "");
   }
   return "?";
 }

@@ -157,47 +157,89 @@ KeyRule head_dim(json absent) {
 }
 
 // transformers' rope_scaling dict (modeling_rope_utils.py; `rope_type`, or the older `type`):
-// null, linear (factor) or llama3 (factor, low/high_freq_factor,
-// original_max_position_embeddings); any other type or key refused.
+// null, linear (factor), llama3 (factor, low/high_freq_factor,
+// original_max_position_embeddings) or yarn (factor; original_max_position_embeddings, absent:
+// max_position_embeddings; beta_fast, beta_slow, attention_factor: absent or null, transformers'
+// defaults; truncate true only); any other type or key refused. yarn's factor is taken as given,
+// as transformers 5 does (some earlier releases took max_position_embeddings /
+// original_max_position_embeddings instead: the start-up says where the two differ).
 KeyRule rope_scaling() {
   using Type = ModelConfig::RopeScaling::Type;
+  using Keys = std::vector<std::string>;
   return {"rope_scaling", HfKeyUse::Implemented, json(),
           [](const std::string& k, const json& v, Reading& r) {
             if (v.is_null()) return;
             require_json_kind(v.is_object(), v, r.file, k, "an object or null");
             const json type = v.contains("rope_type") ? v["rope_type"] : v.value("type", json());
-            const std::vector<std::string> keys =
-                type == "linear"   ? std::vector<std::string>{"factor"}
-                : type == "llama3" ? std::vector<std::string>{"factor", "low_freq_factor",
-                                                              "high_freq_factor",
-                                                              "original_max_position_embeddings"}
-                                   : std::vector<std::string>{};
-            if (keys.empty()) refuse(r, k, v, "RoPE scaling of type linear or llama3 only");
-            for (const auto& [name, value] : v.items())
+            const Keys keys =
+                type == "linear"   ? Keys{"factor"}
+                : type == "llama3" ? Keys{"factor", "low_freq_factor", "high_freq_factor",
+                                          "original_max_position_embeddings"}
+                : type == "yarn"   ? Keys{"factor",           "original_max_position_embeddings",
+                                        "beta_fast",        "beta_slow",
+                                        "attention_factor", "truncate"}
+                                   : Keys{};
+            if (keys.empty()) refuse(r, k, v, "RoPE scaling of type linear, llama3 or yarn only");
+            for (const auto& [name, value] : v.items()) {
+              if (type == "yarn" && (name == "mscale" || name == "mscale_all_dim"))
+                refuse(r, k, v,
+                       "yarn's '" + name +
+                           "' (DeepSeek's attention scale) is not "
+                           "implemented");
               if (name != "rope_type" && name != "type" &&
                   std::find(keys.begin(), keys.end(), name) == keys.end())
                 refuse(r, k, v, "its key '" + name + "' is not one of " + type.dump() + "'s");
+            }
+            const auto given = [&](const std::string& name) {
+              return v.contains(name) && !v[name].is_null();
+            };
             const auto number = [&](const std::string& name) {
-              if (!v.contains(name) || !v[name].is_number())
+              if (!given(name) || !v[name].is_number())
                 refuse(r, k, v, type.dump() + " needs a number '" + name + "'");
               return v[name].get<double>();
             };
+            const auto positive = [&](const std::string& name) {
+              const double x = number(name);
+              if (!(x > 0)) refuse(r, k, v, "its '" + name + "' must be positive");
+              return static_cast<float>(x);
+            };
             ModelConfig::RopeScaling& s = r.c.rope_scaling;
-            s.type = type == "linear" ? Type::Linear : Type::Llama3;
+            s.type = type == "linear" ? Type::Linear : type == "llama3" ? Type::Llama3 : Type::Yarn;
             s.factor = static_cast<float>(number("factor"));
             if (s.type == Type::Linear) return;
-            s.low_freq_factor = static_cast<float>(number("low_freq_factor"));
-            s.high_freq_factor = static_cast<float>(number("high_freq_factor"));
-            const double orig = number("original_max_position_embeddings");
+            const double orig = s.type == Type::Yarn && !given("original_max_position_embeddings")
+                                    ? r.c.max_seq_len
+                                    : number("original_max_position_embeddings");
             if (!(orig >= 1 && orig <= (1 << 28) && orig == static_cast<int>(orig)))
               refuse(r, k, v, "original_max_position_embeddings must be an integer in [1, 2^28]");
             s.original_max_position = static_cast<int>(orig);
+            if (s.type == Type::Llama3) {
+              s.low_freq_factor = static_cast<float>(number("low_freq_factor"));
+              s.high_freq_factor = static_cast<float>(number("high_freq_factor"));
+              return;
+            }
+            if (given("beta_fast")) s.beta_fast = positive("beta_fast");
+            if (given("beta_slow")) s.beta_slow = positive("beta_slow");
+            if (given("attention_factor")) s.attention_factor = positive("attention_factor");
+            if (given("truncate") && v["truncate"] != true)
+              refuse(r, k, v,
+                     "yarn's truncate false (gpt-oss's unrounded ramp) is not implemented");
           },
           [](const Writing& w) -> json {
             const ModelConfig::RopeScaling& s = w.c.rope_scaling;
+            const ModelConfig::RopeScaling defaults;
             if (s.type == Type::None) return nullptr;
             if (s.type == Type::Linear)
               return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
+            if (s.type == Type::Yarn) {
+              json yarn = {{"rope_type", "yarn"},
+                           {"factor", decimal(s.factor)},
+                           {"original_max_position_embeddings", s.original_max_position}};
+              if (s.beta_fast != defaults.beta_fast) yarn["beta_fast"] = decimal(s.beta_fast);
+              if (s.beta_slow != defaults.beta_slow) yarn["beta_slow"] = decimal(s.beta_slow);
+              if (s.attention_factor > 0) yarn["attention_factor"] = decimal(s.attention_factor);
+              return yarn;
+            }
             return {{"rope_type", "llama3"},
                     {"factor", decimal(s.factor)},
                     {"low_freq_factor", decimal(s.low_freq_factor)},

@@ -193,4 +193,17 @@ std::string take_router_settings(Options& o, const ModelConfig& m) {
   return line;
 }
 
+std::string describe_yarn_factor(const Options& o, const ModelConfig& m) {
+  const ModelConfig::RopeScaling& s = m.rope_scaling;
+  const std::string& dir = o.train.init_from;
+  if (s.type != ModelConfig::RopeScaling::Type::Yarn || dir.empty() || !is_hf_dir(dir)) return "";
+  const double ratio = static_cast<double>(m.max_seq_len) / s.original_max_position;
+  if (static_cast<float>(ratio) == s.factor) return "";
+  return "init-from " + dir + ": rope_scaling yarn factor " + shortest_text(s.factor) +
+         " as config.json gives it (as current transformers takes it); its "
+         "max_position_embeddings / original_max_position_embeddings = " +
+         std::to_string(m.max_seq_len) + " / " + std::to_string(s.original_max_position) + " = " +
+         shortest_text(ratio) + ", which some earlier transformers releases took as the factor";
+}
+
 }  // namespace mpitrain

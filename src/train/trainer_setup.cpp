@@ -225,6 +225,8 @@ void Trainer::check_inputs() {
     cfg_ = resolve_model_config(options_, train_first, tokenizer_vocab);
     const std::string router = take_router_settings(options_, cfg_);  // the aux loss's form
     if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
+    const std::string yarn = describe_yarn_factor(options_, cfg_);
+    if (root_ && !yarn.empty()) std::printf("%s\n", yarn.c_str());
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The attention variants: Qwen3's per-head q/k RMSNorm (--qk-norm), Llama 3's RoPE scaling
-# (--rope-scaling llama3:...), gpt2's two score scales (--gpt2-scale-attn-weights false,
-# --gpt2-scale-attn-by-layer).
+# The attention variants: Qwen3's per-head q/k RMSNorm (--qk-norm), Llama 3's and YaRN's RoPE
+# scaling (--rope-scaling llama3:..., yarn:...), gpt2's two score scales
+# (--gpt2-scale-attn-weights false, --gpt2-scale-attn-by-layer).
 #   - layouts: a llama (GQA 4/2) with q/k norm and llama3 scaling gives, over 4 steps, the losses
 #     of 1 rank (within 1e-5 relative: fp32 sums in another order) at tp 2 (the norm weights
 #     replicated, their gradients summed over the ranks' heads), pp 2, and dp 2 with ZeRO-3 (the
 #     weights lent with their block); 2 steps, a checkpoint (its manifest records the variants)
 #     and, resumed from its path without the options, 2 more are the 4 steps' losses bit for bit;
-#   - export: trained 30 steps and exported (--export-hf: model_type qwen3 with rope_scaling, and
-#     gpt2 with its two switches), the float64 PyTorch reference written from transformers'
-#     modeling code (tests/support/hf_reference.py) gives the trainer's validation loss on the
-#     same windows within 1e-6;
+#     with YaRN instead, the same at cp 2 (each rank's positions from its chunk's first) and tp 2;
+#   - export: trained 30 steps and exported (--export-hf: model_type qwen3 with rope_scaling
+#     llama3, and with yarn, and gpt2 with its two switches), the float64 PyTorch reference
+#     written from transformers' modeling code (tests/support/hf_reference.py) gives the
+#     trainer's validation loss on the same windows within 1e-6; the yarn export read back with
+#     --init-from names its factor against max_position_embeddings / its original positions;
 #   - bad values exit 2 naming them, before any step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
@@ -31,6 +33,18 @@ for layout in "--tp 2" "--pp 2" "--dp 2 --zero 3"; do
   d=$(max_rel_diff "$SCRATCH/one.loss" "$SCRATCH/$name.loss")
   awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "$layout: losses differ from 1 rank's by $d"
   echo "$layout: losses within $d of 1 rank's"
+done
+# YaRN over 256 original positions with betas 8 and 0.5: of a head of 16's 8 pairs, 0-1 kept,
+# 2-3 blended, 4-7 divided by 4; cos and sin times 0.1 ln 4 + 1
+yarn=(--arch llama --n-kv-head 2 --qk-norm --rope-scaling yarn:factor=4,orig=256,beta_fast=8,beta_slow=0.5)
+run yarn-one 1 "${yarn[@]}" --steps 4
+for layout in "--cp 2" "--tp 2"; do
+  name=yarn$(echo "$layout" | tr -d ' -')
+  # shellcheck disable=SC2086
+  run "$name" 2 "${yarn[@]}" --steps 4 $layout
+  d=$(max_rel_diff "$SCRATCH/yarn-one.loss" "$SCRATCH/$name.loss")
+  awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "yarn $layout: losses differ from 1 rank's by $d"
+  echo "yarn $layout: losses within $d of 1 rank's"
 done
 # shellcheck disable=SC2046
 run_trainer 1 "$SCRATCH/piece.log" $(tiny_args) "${llama[@]}" --steps 4 --exit-at-step 2 \
@@ -63,6 +77,13 @@ export_matches() {  # export_matches NAME KEY ARGS...: the export's config has K
   echo "$name: val loss $ours, PyTorch's float64 reference $theirs"
 }
 export_matches qwen3 '"model_type": "qwen3"' "${llama[@]}"
+export_matches qwen3-yarn '"rope_type": "yarn"' "${yarn[@]}"
+# shellcheck disable=SC2046
+run_trainer 1 "$SCRATCH/yarn-init.log" $(tiny_args) --init-from "$SCRATCH/qwen3-yarn-hf" --steps 1 \
+  --out-dir "$SCRATCH/yarn-init"
+[ "$rc" = 0 ] || { cat "$SCRATCH/yarn-init.log"; fail "--init-from the yarn export exited $rc"; }
+grep -q "rope_scaling yarn factor 4 as config.json gives it.* = 32 / 256 = 0.125" \
+  "$SCRATCH/yarn-init.log" || { cat "$SCRATCH/yarn-init.log"; fail "no note on the yarn factor"; }
 export_matches gpt2-scales '"scale_attn_by_inverse_layer_idx": true' --arch gpt2 \
   --gpt2-scale-attn-weights false --gpt2-scale-attn-by-layer
 
@@ -76,7 +97,9 @@ refused() {  # refused PATTERN ARGS...: exit 2 with the message, no step taken
     fail "$*: trained before refusing"
   rm -rf "$SCRATCH/r"
 }
-refused "type 'yarn' is not supported" --arch llama --rope-scaling yarn:factor=4
+refused "type 'dynamic' is not supported" --arch llama --rope-scaling dynamic:factor=4
+refused "orig= is missing" --arch llama --rope-scaling yarn:factor=4
+refused "0 < beta_slow <= beta_fast" --arch llama --rope-scaling yarn:factor=4,orig=64,beta_fast=1,beta_slow=2
 refused "orig= is missing" --arch llama --rope-scaling llama3:factor=8,low=1,high=4
 refused "0 < low_freq_factor < high_freq_factor" --arch llama --rope-scaling llama3:factor=8,low=4,high=1,orig=64
 refused "rope-scaling is a llama option" --rope-scaling linear:factor=2

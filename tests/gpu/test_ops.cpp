@@ -347,6 +347,24 @@ TEST(GpuOps, RopeLlama3Scaling) {
       kFp32Configs, kTol);
 }
 
+// YaRN (rope_freqs.hpp): the kernel's table is the CPU's, and cos and sin carry its attention
+// factor both ways.
+TEST(GpuOps, RopeYarnScaling) {
+  const int B = 1, T = 300, NH = 2, NKV = 1, hs = 128;
+  const size_t n = size_t(B) * T * (NH + 2 * NKV) * hs;
+  const ModelConfig::RopeScaling s = parse_rope_scaling("yarn:factor=4,orig=256");
+  compare(
+      "rope yarn",
+      [=](auto& be, auto& m) -> Outputs {
+        auto* q = m.in(random_floats(n, 1));
+        be.rope_forward(q, B, T, NH, NKV, hs, RopeFreqs(1e6, s));
+        auto* d = m.in(random_floats(n, 2));
+        be.rope_backward(d, B, T, NH, NKV, hs, RopeFreqs(1e6, s));
+        return {m.read(q, n), m.read(d, n)};
+      },
+      kFp32Configs, kTol);
+}
+
 // Qwen3's per-head q/k RMSNorm: forward, and backward in place (weight gradients accumulate).
 TEST(GpuOps, QkNorm) {
   const int N = 150, NH = 4, NKV = 2, hs = 80;

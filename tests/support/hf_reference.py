@@ -2,7 +2,7 @@
 conventions (not from mpitrain's code) in plain PyTorch, in float64, without the transformers
 package: GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, scale_attn_weights and
 scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
-(RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 as modeling_rope_utils.py,
+(RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 / yarn as modeling_rope_utils.py,
 grouped-query attention, SwiGLU; head_dim, default hidden_size / heads; biases: llama's and qwen3's
 attention_bias on q, k, v, o and llama's mlp_bias on gate, up, down, qwen2's on q, k, v; qwen3's
 q_norm / k_norm: RMSNorm over each head before RoPE) and MixtralForCausalLM / Qwen3MoeForCausalLM
@@ -90,12 +90,28 @@ def head(c, w, tied_default, embedding):  # PreTrainedModel ties lm_head to the 
     return w[embedding] if c.get("tie_word_embeddings", tied_default) else w["lm_head.weight"]
 
 
-def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3
-    inv = 1.0 / c.get("rope_theta", 10000.0) ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3, yarn
+    """(inv_freq, attention_factor): the factor multiplies cos and sin"""
+    base = c.get("rope_theta", 10000.0)
+    inv = 1.0 / base ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
     s = c.get("rope_scaling") or {}
     kind = s.get("rope_type", s.get("type", "default"))
     if kind == "linear":
-        return inv / s["factor"]
+        return inv / s["factor"], 1.0
+    if kind == "yarn":  # _compute_yarn_parameters: the factor as given, truncate true
+        factor = s["factor"]
+        orig = s.get("original_max_position_embeddings") or c["max_position_embeddings"]
+        attention = s.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+
+        def correction_dim(rotations):
+            return hs * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+        low = max(math.floor(correction_dim(s.get("beta_fast") or 32)), 0)
+        high = min(math.ceil(correction_dim(s.get("beta_slow") or 1)), hs - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(hs // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        extrapolation = 1 - ramp
+        return inv / factor * (1 - extrapolation) + inv * extrapolation, attention
     if kind == "llama3":  # _compute_llama3_parameters
         factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
         old = s["original_max_position_embeddings"]
@@ -105,9 +121,9 @@ def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3
         smooth = (old / wavelen - low) / (high - low)
         smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
         medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-        return torch.where(medium, smoothed, inv_llama)
+        return torch.where(medium, smoothed, inv_llama), 1.0
     assert kind == "default", f"rope_scaling {kind}"
-    return inv
+    return inv, 1.0
 
 
 def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's rule
@@ -163,9 +179,10 @@ def llama_logits(c, w, ids, router_logits=None):
     def rotate_half(x):
         return torch.cat((-x[..., hs // 2:], x[..., : hs // 2]), dim=-1)
 
-    angles = torch.outer(torch.arange(T, dtype=torch.float64), rope_inv_freq(c, hs))
+    inv_freq, attention_factor = rope_inv_freq(c, hs)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos() * attention_factor, emb.sin() * attention_factor
 
     x = w["model.embed_tokens.weight"][ids]
     for l in range(c["num_hidden_layers"]):

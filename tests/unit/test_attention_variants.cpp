@@ -3,6 +3,7 @@
 // the per-head q/k RMSNorm against its formula and finite differences, and the attention scale.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,6 +42,39 @@ Vec transformers_llama3(double base, int dim, double factor, double low, double 
   return out;
 }
 
+// transformers' _compute_yarn_parameters, a step at a time, in double (truncate true):
+//   find_correction_dim(r) = dim ln(orig / (r 2 pi)) / (2 ln base)
+//   low = max(floor(dim(beta_fast)), 0); high = min(ceil(dim(beta_slow)), dim - 1)
+//   if low == high: high += 0.001
+//   ramp = clamp((arange(dim / 2) - low) / (high - low), 0, 1); extrapolation = 1 - ramp
+//   inv_freq = interpolation (1 - extrapolation) + extrapolation_freq extrapolation
+//   where interpolation = 1 / (factor pos_freqs), extrapolation_freq = 1 / pos_freqs
+Vec transformers_yarn(double base, int dim, double factor, double orig, double beta_fast,
+                      double beta_slow) {
+  const auto correction_dim = [&](double r) {
+    return dim * std::log(orig / (r * 2 * M_PI)) / (2 * std::log(base));
+  };
+  const double low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(beta_slow)), dim - 1.0);
+  if (low == high) high += 0.001;
+  Vec out;
+  for (int k = 0; k < dim; k += 2) {
+    const double pos_freq = std::pow(base, static_cast<double>(k) / dim);
+    const double ramp = std::clamp((k / 2 - low) / (high - low), 0.0, 1.0);
+    const double extrapolation = 1 - ramp;
+    out.push_back(1 / (factor * pos_freq) * (1 - extrapolation) + 1 / pos_freq * extrapolation);
+  }
+  return out;
+}
+
+Scaling yarn(float factor, int orig) {
+  Scaling s;
+  s.type = Scaling::Type::Yarn;
+  s.factor = factor;
+  s.original_max_position = orig;
+  return s;
+}
+
 Scaling llama3(float factor, float low, float high, int orig) {
   Scaling s;
   s.type = Scaling::Type::Llama3;
@@ -71,6 +105,64 @@ TEST(RopeScaling, Llama3TableMatchesTransformers) {
   EXPECT_GT(blended, 0);
 }
 
+// Qwen3's documented YaRN (factor 4 over 32768 positions) at its head size 128 and theta 1e6:
+// pairs 0-23 kept, 40-63 divided, 24-39 blended; cos and sin times 0.1 ln 4 + 1.
+TEST(RopeScaling, YarnTableMatchesTransformers) {
+  const int hs = 128;
+  const RopeFreqs rope(1e6, yarn(4, 32768));
+  const Vec want = transformers_yarn(1e6, hs, 4, 32768, 32, 1);
+  int kept = 0, divided = 0, blended = 0;
+  for (int i = 0; i < hs / 2; ++i) {
+    const double plain = std::pow(1e6, -2.0 * i / hs);
+    EXPECT_NEAR(rope.inv_freq(i, hs), want[i], 1e-15 * want[i]) << "pair " << i;
+    const double tol = 1e-12 * plain;
+    kept += std::abs(want[i] - plain) < tol;
+    divided += std::abs(want[i] - plain / 4) < tol;
+    blended += want[i] < plain - tol && want[i] > plain / 4 + tol;
+  }
+  EXPECT_EQ(kept, 24);
+  EXPECT_EQ(divided, 24);
+  EXPECT_EQ(blended, 16);
+  EXPECT_EQ(rope.attention_factor(), 0.1 * std::log(4.0) + 1);
+  Scaling given = yarn(4, 32768);
+  given.attention_factor = 0.5f, given.beta_fast = 8, given.beta_slow = 2;
+  EXPECT_EQ(RopeFreqs(1e6, given).attention_factor(), 0.5);
+  const Vec betas = transformers_yarn(1e6, hs, 4, 32768, 8, 2);
+  for (int i = 0; i < hs / 2; ++i)
+    EXPECT_NEAR(RopeFreqs(1e6, given).inv_freq(i, hs), betas[i], 1e-15 * betas[i]) << i;
+  EXPECT_EQ(RopeFreqs(1e6, yarn(0.5f, 32768)).attention_factor(), 1.0);  // factor <= 1
+  EXPECT_EQ(RopeFreqs(1e6, llama3(32, 1, 4, 8192)).attention_factor(), 1.0);
+}
+
+// yarn's rope op: the rotation by the yarn table, times the attention factor; its backward is
+// the forward's transpose (<dy, f(x)> = <f'(dy), x>), the factor included.
+TEST(RopeScaling, YarnRotatesScalesAndBackwardIsTheTranspose) {
+  CpuBackend<double> be(1);
+  const int B = 2, T = 5, NH = 2, NKV = 1, hs = 8, QKV = (NH + 2 * NKV) * hs;
+  const RopeFreqs rope(10000.0, yarn(8, 4));
+  const Vec want = transformers_yarn(10000.0, hs, 8, 4, 32, 1);
+  const double a = 0.1 * std::log(8.0) + 1;
+  Vec qkv = random_vec(B * T * QKV, 3);
+  const Vec x = qkv;
+  be.rope_forward(qkv.data(), B, T, NH, NKV, hs, rope);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < QKV; c += 2) {
+        const int k = (b * T + t) * QKV + c, i = c % hs / 2;
+        const bool v = c >= (NH + NKV) * hs;  // v is not rotated
+        const double angle = t * want[i], s = v ? 1 : a;
+        EXPECT_NEAR(qkv[k], v ? x[k] : s * (x[k] * std::cos(angle) - x[k + 1] * std::sin(angle)),
+                    1e-14);
+        EXPECT_NEAR(qkv[k + 1],
+                    v ? x[k + 1] : s * (x[k] * std::sin(angle) + x[k + 1] * std::cos(angle)),
+                    1e-14);
+      }
+  Vec dy = random_vec(qkv.size(), 4);
+  const double forward = dot(dy, qkv);
+  be.rope_backward(dy.data(), B, T, NH, NKV, hs, rope);
+  EXPECT_NEAR(dot(dy, x), forward, 1e-12 * std::abs(forward));
+}
+
 TEST(RopeScaling, LinearDividesEveryFrequencyAndNoneIsPlain) {
   Scaling linear;
   linear.type = Scaling::Type::Linear;
@@ -88,14 +180,26 @@ TEST(RopeScaling, ParsesPrintsAndRefuses) {
   EXPECT_EQ(parse_rope_scaling(to_string(s)).original_max_position, 8192);
   EXPECT_EQ(to_string(parse_rope_scaling("linear:factor=2.5")), "linear:factor=2.5");
   EXPECT_EQ(parse_rope_scaling("none").type, Scaling::Type::None);
-  for (const char* bad : {"yarn:factor=2", "linear", "linear:factor=x", "linear:factor=2,low=1",
-                          "llama3:factor=8,low=1,high=4", "llama3:factor=8,low=1,high=4,orig=1.5",
-                          "linear:factor=2,factor=3", "none:factor=1"})
+  const Scaling y = parse_rope_scaling("yarn:factor=4,orig=32768");
+  EXPECT_EQ(y.type, Scaling::Type::Yarn);
+  EXPECT_EQ(to_string(y), "yarn:factor=4,orig=32768,beta_fast=32,beta_slow=1");
+  const char* full = "yarn:factor=2.5,orig=4096,beta_fast=16,beta_slow=2,attn=1.25";
+  EXPECT_EQ(to_string(parse_rope_scaling(full)), full);
+  EXPECT_EQ(parse_rope_scaling(full).attention_factor, 1.25f);
+  for (const char* bad :
+       {"dynamic:factor=2", "yarn:factor=2", "yarn:orig=64", "yarn:factor=2,orig=64,attn=0",
+        "yarn:factor=2,orig=64,low=1", "linear", "linear:factor=x", "linear:factor=2,low=1",
+        "linear:factor=2,attn=1", "llama3:factor=8,low=1,high=4",
+        "llama3:factor=8,low=1,high=4,orig=1.5", "linear:factor=2,factor=3", "none:factor=1"})
     EXPECT_THROW(parse_rope_scaling(bad), UsageError) << bad;
   ModelConfig c;
   c.set_arch(Arch::Llama);
   c.rope_scaling = llama3(8, 4, 1, 8192);  // low >= high: the blend divides by zero
   EXPECT_THROW(c.validate(), UsageError);
+  c.rope_scaling = parse_rope_scaling("yarn:factor=4,orig=64,beta_fast=1,beta_slow=32");
+  EXPECT_THROW(c.validate(), UsageError);  // the ramp would run backwards
+  c.rope_scaling = parse_rope_scaling("yarn:factor=4,orig=64,beta_fast=8,beta_slow=8");
+  EXPECT_NO_THROW(c.validate());
   c.rope_scaling = {};
   c.scale_attn_weights = false;  // gpt2's switch on a llama
   EXPECT_THROW(c.validate(), UsageError);

@@ -194,6 +194,28 @@ TEST_F(HfConfigTest, FeaturesOnceDroppedAreRead) {
   EXPECT_EQ(read(linear).rope_scaling.factor, 2.0f);
 }
 
+// Qwen3's documented YaRN (its README: factor 4 over 32768 positions, max_position_embeddings
+// left at 40960): read as given, transformers' defaults for the rest, written back as read.
+TEST_F(HfConfigTest, YarnIsReadAsQwenDocumentsIt) {
+  using Type = ModelConfig::RopeScaling::Type;
+  json qwen3 = real_config("Qwen3-0.6B");
+  const json documented = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  qwen3["rope_scaling"] = documented;
+  const ModelConfig q = read(qwen3);
+  EXPECT_EQ(q.rope_scaling.type, Type::Yarn);
+  EXPECT_EQ(to_string(q.rope_scaling), "yarn:factor=4,orig=32768,beta_fast=32,beta_slow=1");
+  EXPECT_EQ(q.max_seq_len, 40960);
+  EXPECT_EQ(hf_config_json(q, 1)["rope_scaling"], documented);
+  qwen3["rope_scaling"] = {{"type", "yarn"},  // the older key; absent orig: max_position
+                           {"factor", 2.0},
+                           {"beta_fast", nullptr},
+                           {"attention_factor", nullptr},
+                           {"truncate", true}};
+  EXPECT_EQ(to_string(read(qwen3).rope_scaling),
+            "yarn:factor=2,orig=40960,beta_fast=32,beta_slow=1");
+}
+
 TEST_F(HfConfigTest, UnknownKeyIsRefused) {
   json doc = real_config("gpt2");
   doc["quantization_config"] = {{"quant_method", "bitsandbytes"}};
@@ -218,8 +240,26 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
   const Case cases[] = {
       {"Mistral-7B-v0.1", "sliding_window", 512, 1024},
       {"Mistral-7B-v0.1", "hidden_act", "gelu", 1024},
-      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}}, 1024},
-      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}, {"x", 1}},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}, 1024},
+      {"Mistral-7B-v0.1",
+       "rope_scaling",
+       {{"rope_type", "yarn"}, {"factor", 2.0}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}},
+       1024},
+      {"Mistral-7B-v0.1",
+       "rope_scaling",
+       {{"rope_type", "yarn"}, {"factor", 2.0}, {"truncate", false}},
+       1024},
+      {"Mistral-7B-v0.1",
+       "rope_scaling",
+       {{"rope_type", "yarn"}, {"factor", 2.0}, {"beta_fast", 0}},
+       1024},
+      {"Mistral-7B-v0.1",
+       "rope_scaling",
+       {{"rope_type", "yarn"}, {"original_max_position_embeddings", 4096}},
+       1024},
+      {"Mistral-7B-v0.1",
+       "rope_scaling",
+       {{"rope_type", "linear"}, {"factor", 2.0}, {"x", 1}},
        1024},
       {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}, 1024},
       {"gpt2", "activation_function", "relu", 1024},
@@ -322,6 +362,7 @@ TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
   llama3.rope_scaling = {ModelConfig::RopeScaling::Type::Llama3, 32.0f, 1.0f, 4.0f, 8192};
   ModelConfig qwen2 = llama;
   qwen2.qkv_bias = qwen2.tie_embeddings = true;
+  qwen2.rope_scaling = parse_rope_scaling("yarn:factor=2.5,orig=24,beta_fast=16,attn=1.5");
   ModelConfig qwen3 = llama;
   qwen3.qk_norm = true;
   qwen3.head_dim = 32;

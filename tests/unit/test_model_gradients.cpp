@@ -136,6 +136,17 @@ TEST(ModelGradients, LlamaQkNormAndLlama3RopeMatchFiniteDifferences) {
   check_all_gradients(c);
 }
 
+// YaRN over an original context of 1000 positions: of a head of 4's 2 frequencies, pair 0 kept
+// and pair 1 blended half-way (the ramp runs from pair 0 to 2); cos and sin times 0.1 ln 8 + 1.
+TEST(ModelGradients, LlamaYarnRopeMatchesFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Llama);
+  c.rope_scaling = parse_rope_scaling("yarn:factor=8,orig=1000");
+  const RopeFreqs rope(c.rope_theta, c.rope_scaling);
+  ASSERT_EQ(rope.inv_freq(0, c.head_size()), 1.0);
+  ASSERT_NEAR(rope.inv_freq(1, c.head_size()), 0.01 * (0.5 / 8 + 0.5), 1e-15);
+  check_all_gradients(c);
+}
+
 // gpt2 without the 1/sqrt(hs) and with the scores of block l divided by l + 1.
 TEST(ModelGradients, Gpt2AttentionScaleSwitchesMatchFiniteDifferences) {
   ModelConfig c = tiny(Arch::Gpt2);

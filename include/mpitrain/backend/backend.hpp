@@ -148,8 +148,8 @@ class Backend {
 
   // ---- rotary position embedding, in place on the q and k parts of qkv(B,T,(NH+2NKV)*hs) -----
   // Pairs (2i, 2i+1) of each head rotate by angle t * rope.inv_freq(i, hs) (theta^(-2i/hs),
-  // scaled; the interleaved pairs of Meta's original Llama code). backward applies the inverse
-  // rotation to dqkv in place.
+  // scaled; the interleaved pairs of Meta's original Llama code), times rope.attention_factor()
+  // (yarn's; else 1). backward applies the inverse rotation, times that factor, to dqkv in place.
   virtual void rope_forward(Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs,
                             const RopeFreqs& rope) = 0;
   virtual void rope_backward(Buf<T> dqkv, int B, int Tlen, int NH, int NKV, int hs,

@@ -56,11 +56,16 @@ struct ModelConfig {
   // RoPE frequency scaling (llama), as transformers: "linear" divides every frequency by factor;
   // "llama3" (_compute_llama3_parameters) divides wavelengths longer than
   // original_max_position / low_freq_factor, keeps those shorter than
-  // original_max_position / high_freq_factor, and blends the ones between.
+  // original_max_position / high_freq_factor, and blends the ones between; "yarn"
+  // (_compute_yarn_parameters) keeps the pairs turning more than beta_fast times in
+  // original_max_position positions, divides those turning fewer than beta_slow times, blends
+  // the ones between linearly in the pair's index, and multiplies cos and sin by the attention
+  // factor (0: derived, 0.1 ln(factor) + 1 for factor > 1, else 1).
   struct RopeScaling {
-    enum class Type { None, Linear, Llama3 } type = Type::None;
+    enum class Type { None, Linear, Llama3, Yarn } type = Type::None;
     float factor = 1, low_freq_factor = 1, high_freq_factor = 4;
     int original_max_position = 8192;
+    float beta_fast = 32, beta_slow = 1, attention_factor = 0;  // yarn
   } rope_scaling;
   bool scale_attn_weights = true;                // gpt2: scores / sqrt(hs); false: unscaled
   bool scale_attn_by_inverse_layer_idx = false;  // gpt2: scores further / (block index + 1)
@@ -88,8 +93,9 @@ struct ModelConfig {
   }
 };
 
-// "none" | "linear:factor=F" | "llama3:factor=F,low=L,high=H,orig=N" (the trainer's
-// --rope-scaling and the checkpoint manifest); UsageError naming what is wrong.
+// "none" | "linear:factor=F" | "llama3:factor=F,low=L,high=H,orig=N" |
+// "yarn:factor=F,orig=N[,beta_fast=B][,beta_slow=S][,attn=A]" (the trainer's --rope-scaling and
+// the checkpoint manifest); UsageError naming what is wrong.
 ModelConfig::RopeScaling parse_rope_scaling(const std::string& text);
 std::string to_string(const ModelConfig::RopeScaling& scaling);
 

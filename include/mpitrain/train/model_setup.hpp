@@ -32,4 +32,9 @@ std::string take_checkpoint_settings(Options& options, const CheckpointManifest&
 // coefficient and form the run takes, and from where ("" otherwise).
 std::string take_router_settings(Options& options, const ModelConfig& model);
 
+// The line naming an --init-from Hugging Face model's YaRN factor where its config.json's
+// max_position_embeddings / original_max_position_embeddings differs from it (the model takes the
+// factor, as current transformers; some earlier releases took that ratio); "" otherwise.
+std::string describe_yarn_factor(const Options& options, const ModelConfig& model);
+
 }  // namespace mpitrain

@@ -1,6 +1,7 @@
 // CUDA kernel: rotary position embedding on the q and k heads of qkv(B,T,(NH+2NKV)hs), in place.
-// Pair (2i, 2i+1) at position t turns by sign * t rope.inv_freq(i, hs); the angle, cos and sin are
-// computed in double as the CPU backend does (cpu_rope.cpp), so both round the same values.
+// Pair (2i, 2i+1) at position t turns by sign * t rope.inv_freq(i, hs), times
+// rope.attention_factor(); the angle, cos and sin are computed in double as the CPU backend does
+// (cpu_rope.cpp), so both round the same values.
 #include "common.cuh"
 #include "kernels.hpp"
 
@@ -14,12 +15,13 @@ constexpr int kMaxHalf = 512;  // head size <= 1024
 __global__ void rope_kernel(Out qkv, int T, int NH, int NKV, int hs, RopeFreqs rope, int sign) {
   __shared__ float cs[kMaxHalf], sn[kMaxHalf];
   const int t = blockIdx.x, b = blockIdx.y, half = hs / 2;
+  const double scale = rope.attention_factor();
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const double angle = sign * double(rope.first_position + t) * rope.inv_freq(i, hs);
     double s, c;
     sincos(angle, &s, &c);
-    cs[i] = static_cast<float>(c);
-    sn[i] = static_cast<float>(s);
+    cs[i] = static_cast<float>(c * scale);
+    sn[i] = static_cast<float>(s * scale);
   }
   __syncthreads();
   const Out row = qkv + (size_t(b) * T + t) * size_t(NH + 2 * NKV) * hs;
