@@ -25,6 +25,7 @@ constexpr const char* kConfig = "config.json";
 // A config.json being read: the model so far, and what the checks need.
 struct Reading {
   std::string file;
+  const json& doc;  // the whole file: a key whose meaning overlaps another's checks that one
   int seq_len;
   ModelConfig c;
   HfRouterKeys router;
@@ -156,6 +157,18 @@ KeyRule head_dim(json absent) {
           [](const Writing& w) { return json(w.c.head_size()); }};
 }
 
+// The keys of a rope_scaling type besides rope_type (none: a type the model lacks).
+std::vector<std::string> rope_scaling_keys(const json& type) {
+  if (type == "linear") return {"factor"};
+  if (type == "llama3")
+    return {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  if (type == "yarn")
+    return {"factor",           "original_max_position_embeddings",
+            "beta_fast",        "beta_slow",
+            "attention_factor", "truncate"};
+  return {};
+}
+
 // transformers' rope_scaling dict (modeling_rope_utils.py; `rope_type`, or the older `type`):
 // null, linear (factor), llama3 (factor, low/high_freq_factor,
 // original_max_position_embeddings) or yarn (factor; original_max_position_embeddings, absent:
@@ -163,89 +176,129 @@ KeyRule head_dim(json absent) {
 // defaults; truncate true only); any other type or key refused. yarn's factor is taken as given,
 // as transformers 5 does (some earlier releases took max_position_embeddings /
 // original_max_position_embeddings instead: the start-up says where the two differ).
-KeyRule rope_scaling() {
+void read_rope_scaling(const std::string& k, const json& v, Reading& r) {
   using Type = ModelConfig::RopeScaling::Type;
   using Keys = std::vector<std::string>;
-  return {"rope_scaling", HfKeyUse::Implemented, json(),
+  if (v.is_null()) return;
+  require_json_kind(v.is_object(), v, r.file, k, "an object or null");
+  const json type = v.contains("rope_type") ? v["rope_type"] : v.value("type", json());
+  const Keys keys = rope_scaling_keys(type);
+  if (keys.empty()) refuse(r, k, v, "RoPE scaling of type linear, llama3 or yarn only");
+  for (const auto& [name, value] : v.items()) {
+    if (type == "yarn" && (name == "mscale" || name == "mscale_all_dim"))
+      refuse(r, k, v, "yarn's '" + name + "' (DeepSeek's attention scale) is not implemented");
+    if (name != "rope_type" && name != "type" &&
+        std::find(keys.begin(), keys.end(), name) == keys.end())
+      refuse(r, k, v, "its key '" + name + "' is not one of " + type.dump() + "'s");
+  }
+  const auto given = [&](const std::string& name) {
+    return v.contains(name) && !v[name].is_null();
+  };
+  const auto number = [&](const std::string& name) {
+    if (!given(name) || !v[name].is_number())
+      refuse(r, k, v, type.dump() + " needs a number '" + name + "'");
+    return v[name].get<double>();
+  };
+  const auto positive = [&](const std::string& name) {
+    const double x = number(name);
+    if (!(x > 0)) refuse(r, k, v, "its '" + name + "' must be positive");
+    return static_cast<float>(x);
+  };
+  ModelConfig::RopeScaling& s = r.c.rope_scaling;
+  s.type = type == "linear" ? Type::Linear : type == "llama3" ? Type::Llama3 : Type::Yarn;
+  s.factor = static_cast<float>(number("factor"));
+  if (s.type == Type::Linear) return;
+  const double orig = s.type == Type::Yarn && !given("original_max_position_embeddings")
+                          ? r.c.max_seq_len
+                          : number("original_max_position_embeddings");
+  if (!(orig >= 1 && orig <= (1 << 28) && orig == static_cast<int>(orig)))
+    refuse(r, k, v, "original_max_position_embeddings must be an integer in [1, 2^28]");
+  s.original_max_position = static_cast<int>(orig);
+  if (s.type == Type::Llama3) {
+    s.low_freq_factor = static_cast<float>(number("low_freq_factor"));
+    s.high_freq_factor = static_cast<float>(number("high_freq_factor"));
+    return;
+  }
+  if (given("beta_fast")) s.beta_fast = positive("beta_fast");
+  if (given("beta_slow")) s.beta_slow = positive("beta_slow");
+  if (given("attention_factor")) s.attention_factor = positive("attention_factor");
+  if (given("truncate") && v["truncate"] != true)
+    refuse(r, k, v, "yarn's truncate false (gpt-oss's unrounded ramp) is not implemented");
+}
+
+json write_rope_scaling(const Writing& w) {
+  using Type = ModelConfig::RopeScaling::Type;
+  const ModelConfig::RopeScaling& s = w.c.rope_scaling;
+  const ModelConfig::RopeScaling defaults;
+  if (s.type == Type::None) return nullptr;
+  if (s.type == Type::Linear) return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
+  if (s.type == Type::Yarn) {
+    json yarn = {{"rope_type", "yarn"},
+                 {"factor", decimal(s.factor)},
+                 {"original_max_position_embeddings", s.original_max_position}};
+    if (s.beta_fast != defaults.beta_fast) yarn["beta_fast"] = decimal(s.beta_fast);
+    if (s.beta_slow != defaults.beta_slow) yarn["beta_slow"] = decimal(s.beta_slow);
+    if (s.attention_factor > 0) yarn["attention_factor"] = decimal(s.attention_factor);
+    return yarn;
+  }
+  return {{"rope_type", "llama3"},
+          {"factor", decimal(s.factor)},
+          {"low_freq_factor", decimal(s.low_freq_factor)},
+          {"high_freq_factor", decimal(s.high_freq_factor)},
+          {"original_max_position_embeddings", s.original_max_position}};
+}
+
+KeyRule rope_scaling() {
+  return {"rope_scaling", HfKeyUse::Implemented, json(), read_rope_scaling, write_rope_scaling};
+}
+
+// transformers 5's rope_parameters (the name its configs save rope_scaling under, rope_theta
+// inside): one dict for all layers, rope_type "default" (no scaling) or one rope_scaling takes,
+// read as those two keys; where the file has them too, they must agree. partial_rotary_factor
+// 1 only; a dict per layer type is refused. Not exported: the export writes rope_theta and
+// rope_scaling, which transformers 5 reads as well.
+KeyRule rope_parameters() {
+  return {"rope_parameters",
+          HfKeyUse::Implemented,
+          json(),
           [](const std::string& k, const json& v, Reading& r) {
             if (v.is_null()) return;
             require_json_kind(v.is_object(), v, r.file, k, "an object or null");
-            const json type = v.contains("rope_type") ? v["rope_type"] : v.value("type", json());
-            const Keys keys =
-                type == "linear"   ? Keys{"factor"}
-                : type == "llama3" ? Keys{"factor", "low_freq_factor", "high_freq_factor",
-                                          "original_max_position_embeddings"}
-                : type == "yarn"   ? Keys{"factor",           "original_max_position_embeddings",
-                                        "beta_fast",        "beta_slow",
-                                        "attention_factor", "truncate"}
-                                   : Keys{};
-            if (keys.empty()) refuse(r, k, v, "RoPE scaling of type linear, llama3 or yarn only");
+            json scaling = json::object();
             for (const auto& [name, value] : v.items()) {
-              if (type == "yarn" && (name == "mscale" || name == "mscale_all_dim"))
+              if (value.is_object())
+                refuse(r, k, v, "RoPE parameters per layer type are not implemented");
+              if (name == "partial_rotary_factor" && value != 1)
                 refuse(r, k, v,
-                       "yarn's '" + name +
-                           "' (DeepSeek's attention scale) is not "
-                           "implemented");
-              if (name != "rope_type" && name != "type" &&
-                  std::find(keys.begin(), keys.end(), name) == keys.end())
-                refuse(r, k, v, "its key '" + name + "' is not one of " + type.dump() + "'s");
+                       "RoPE over part of each head (partial_rotary_factor) is not "
+                       "implemented");
+              if (name != "rope_theta" && name != "partial_rotary_factor") scaling[name] = value;
             }
-            const auto given = [&](const std::string& name) {
-              return v.contains(name) && !v[name].is_null();
-            };
-            const auto number = [&](const std::string& name) {
-              if (!given(name) || !v[name].is_number())
-                refuse(r, k, v, type.dump() + " needs a number '" + name + "'");
-              return v[name].get<double>();
-            };
-            const auto positive = [&](const std::string& name) {
-              const double x = number(name);
-              if (!(x > 0)) refuse(r, k, v, "its '" + name + "' must be positive");
-              return static_cast<float>(x);
-            };
-            ModelConfig::RopeScaling& s = r.c.rope_scaling;
-            s.type = type == "linear" ? Type::Linear : type == "llama3" ? Type::Llama3 : Type::Yarn;
-            s.factor = static_cast<float>(number("factor"));
-            if (s.type == Type::Linear) return;
-            const double orig = s.type == Type::Yarn && !given("original_max_position_embeddings")
-                                    ? r.c.max_seq_len
-                                    : number("original_max_position_embeddings");
-            if (!(orig >= 1 && orig <= (1 << 28) && orig == static_cast<int>(orig)))
-              refuse(r, k, v, "original_max_position_embeddings must be an integer in [1, 2^28]");
-            s.original_max_position = static_cast<int>(orig);
-            if (s.type == Type::Llama3) {
-              s.low_freq_factor = static_cast<float>(number("low_freq_factor"));
-              s.high_freq_factor = static_cast<float>(number("high_freq_factor"));
-              return;
+            if (v.contains("rope_theta")) {
+              const json& theta = v["rope_theta"];
+              if (!theta.is_number() || !(theta.get<double>() > 0))
+                refuse(r, k, v, "its rope_theta must be a positive number");
+              if (r.doc.contains("rope_theta") && theta.get<float>() != r.c.rope_theta)
+                refuse(r, k, v,
+                       "its rope_theta disagrees with the file's rope_theta " +
+                           shown(r.doc["rope_theta"]));
+              r.c.rope_theta = theta.get<float>();
             }
-            if (given("beta_fast")) s.beta_fast = positive("beta_fast");
-            if (given("beta_slow")) s.beta_slow = positive("beta_slow");
-            if (given("attention_factor")) s.attention_factor = positive("attention_factor");
-            if (given("truncate") && v["truncate"] != true)
+            const ModelConfig::RopeScaling older = r.c.rope_scaling;
+            r.c.rope_scaling = {};
+            const json type = scaling.contains("rope_type")
+                                  ? scaling["rope_type"]
+                                  : scaling.value("type", json("default"));
+            if (type != "default")
+              read_rope_scaling(k, scaling, r);
+            else if (scaling.size() > (scaling.contains("rope_type") || scaling.contains("type")))
+              refuse(r, k, v, "rope_type default takes no scaling keys");
+            if (!r.doc.value("rope_scaling", json()).is_null() &&
+                to_string(older) != to_string(r.c.rope_scaling))
               refuse(r, k, v,
-                     "yarn's truncate false (gpt-oss's unrounded ramp) is not implemented");
+                     "it disagrees with the file's rope_scaling " + shown(r.doc["rope_scaling"]));
           },
-          [](const Writing& w) -> json {
-            const ModelConfig::RopeScaling& s = w.c.rope_scaling;
-            const ModelConfig::RopeScaling defaults;
-            if (s.type == Type::None) return nullptr;
-            if (s.type == Type::Linear)
-              return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
-            if (s.type == Type::Yarn) {
-              json yarn = {{"rope_type", "yarn"},
-                           {"factor", decimal(s.factor)},
-                           {"original_max_position_embeddings", s.original_max_position}};
-              if (s.beta_fast != defaults.beta_fast) yarn["beta_fast"] = decimal(s.beta_fast);
-              if (s.beta_slow != defaults.beta_slow) yarn["beta_slow"] = decimal(s.beta_slow);
-              if (s.attention_factor > 0) yarn["attention_factor"] = decimal(s.attention_factor);
-              return yarn;
-            }
-            return {{"rope_type", "llama3"},
-                    {"factor", decimal(s.factor)},
-                    {"low_freq_factor", decimal(s.low_freq_factor)},
-                    {"high_freq_factor", decimal(s.high_freq_factor)},
-                    {"original_max_position_embeddings", s.original_max_position}};
-          }};
+          {}};
 }
 
 // attention_bias of llama and qwen3: biases on all of q, k, v and o.
@@ -428,6 +481,7 @@ std::vector<KeyRule> llama_family_keys(const char* architecture, json head_dim_a
       refused_unless("hidden_act", {"silu"}, "the model computes SiLU (SwiGLU) only"),
       flag("tie_word_embeddings", false, &ModelConfig::tie_embeddings),
       rope_scaling(),
+      rope_parameters(),  // after rope_theta and rope_scaling, which it must agree with
       inert_value("attention_dropout", 0.0)};  // the trainer trains without dropout
   const std::vector<KeyRule> common = common_keys(architecture);
   t.insert(t.end(), common.begin(), common.end());
@@ -526,7 +580,7 @@ ModelConfig read_hf_config(const std::string& dir, int seq_len, HfRouterKeys* ro
   if (rules.empty())
     throw UsageError(file.string() + ": model_type '" + *type +
                      "'; gpt2, llama, mistral, qwen2, qwen3, mixtral or qwen3_moe only");
-  Reading r{file.string(), seq_len, {}, {}};
+  Reading r{file.string(), doc, seq_len, {}, {}};
   r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
   for (const auto& [key, value] : doc.items())
     if (std::none_of(rules.begin(), rules.end(), [&](const KeyRule& k) { return k.key == key; }))

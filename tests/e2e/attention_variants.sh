@@ -12,7 +12,8 @@
 #     llama3, and with yarn, and gpt2 with its two switches), the float64 PyTorch reference
 #     written from transformers' modeling code (tests/support/hf_reference.py) gives the
 #     trainer's validation loss on the same windows within 1e-6; the yarn export read back with
-#     --init-from names its factor against max_position_embeddings / its original positions;
+#     --init-from names its factor against max_position_embeddings / its original positions, and
+#     its config rewritten as transformers 5 saves it (rope_parameters) gives the same loss;
 #   - bad values exit 2 naming them, before any step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
@@ -84,6 +85,21 @@ run_trainer 1 "$SCRATCH/yarn-init.log" $(tiny_args) --init-from "$SCRATCH/qwen3-
 [ "$rc" = 0 ] || { cat "$SCRATCH/yarn-init.log"; fail "--init-from the yarn export exited $rc"; }
 grep -q "rope_scaling yarn factor 4 as config.json gives it.* = 32 / 256 = 0.125" \
   "$SCRATCH/yarn-init.log" || { cat "$SCRATCH/yarn-init.log"; fail "no note on the yarn factor"; }
+# transformers 5 saves rope_theta and rope_scaling as one rope_parameters: the same model
+cp -r "$SCRATCH/qwen3-yarn-hf" "$SCRATCH/qwen3-yarn-v5"
+/usr/bin/python3 - "$SCRATCH/qwen3-yarn-v5/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_parameters"] = dict(c.pop("rope_scaling"), rope_theta=c.pop("rope_theta"))
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
+# shellcheck disable=SC2046
+run_trainer 1 "$SCRATCH/yarn-v5.log" $(tiny_args) --init-from "$SCRATCH/qwen3-yarn-v5" --steps 1 \
+  --out-dir "$SCRATCH/yarn-v5"
+[ "$rc" = 0 ] || { cat "$SCRATCH/yarn-v5.log"; fail "--init-from with rope_parameters exited $rc"; }
+cmp -s <(metric "$SCRATCH/yarn-init/metrics.jsonl" loss) <(metric "$SCRATCH/yarn-v5/metrics.jsonl" loss) ||
+  fail "rope_parameters: loss $(metric "$SCRATCH/yarn-v5/metrics.jsonl" loss), rope_scaling's $(metric "$SCRATCH/yarn-init/metrics.jsonl" loss)"
+echo "rope_parameters (transformers 5's form) trains as rope_theta and rope_scaling: the same loss"
 export_matches gpt2-scales '"scale_attn_by_inverse_layer_idx": true' --arch gpt2 \
   --gpt2-scale-attn-weights false --gpt2-scale-attn-by-layer
 

@@ -216,6 +216,34 @@ TEST_F(HfConfigTest, YarnIsReadAsQwenDocumentsIt) {
             "yarn:factor=2,orig=40960,beta_fast=32,beta_slow=1");
 }
 
+// transformers 5 saves rope_theta and rope_scaling as one dict, rope_parameters: read as the two.
+TEST_F(HfConfigTest, Transformers5RopeParametersAreTheOlderKeys) {
+  const json llama = real_config("Llama-3.2-1B");
+  json v5 = llama;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = llama["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = llama["rope_theta"];
+  const ModelConfig older = read(llama), newer = read(v5);
+  EXPECT_EQ(newer.rope_theta, 500000.0f);
+  EXPECT_EQ(to_string(newer.rope_scaling), to_string(older.rope_scaling));
+  EXPECT_EQ(hf_config_json(newer, 1), hf_config_json(older, 1));  // exported as the older keys
+  v5["rope_theta"] = llama["rope_theta"];  // the older keys beside it, agreeing
+  v5["rope_scaling"] = llama["rope_scaling"];
+  EXPECT_EQ(to_string(read(v5).rope_scaling), to_string(older.rope_scaling));
+  json qwen3 = real_config("Qwen3-0.6B");  // TRL's YaRN for Qwen3, as its docs give it
+  qwen3["rope_parameters"] = {{"rope_type", "yarn"},
+                              {"rope_theta", 1000000},
+                              {"factor", 4.0},
+                              {"original_max_position_embeddings", 40960}};
+  EXPECT_EQ(to_string(read(qwen3).rope_scaling),
+            "yarn:factor=4,orig=40960,beta_fast=32,beta_slow=1");
+  qwen3.erase("rope_theta");
+  qwen3["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  EXPECT_EQ(read(qwen3).rope_theta, 250000.0f);
+  EXPECT_EQ(read(qwen3).rope_scaling.type, ModelConfig::RopeScaling::Type::None);
+}
+
 TEST_F(HfConfigTest, UnknownKeyIsRefused) {
   json doc = real_config("gpt2");
   doc["quantization_config"] = {{"quant_method", "bitsandbytes"}};
@@ -262,6 +290,20 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
        {{"rope_type", "linear"}, {"factor", 2.0}, {"x", 1}},
        1024},
       {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}, 1024},
+      // transformers 5's rope_parameters: per layer type, over part of each head, or disagreeing
+      // with the file's rope_theta (Mistral's 10000) or rope_scaling (Llama 3.2's llama3)
+      {"Mistral-7B-v0.1",
+       "rope_parameters",
+       {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}}},
+       1024},
+      {"Mistral-7B-v0.1",
+       "rope_parameters",
+       {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}},
+       1024},
+      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5e5}}, 1024},
+      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "default"}, {"factor", 2.0}}, 1024},
+      {"Llama-3.2-1B", "rope_parameters", {{"rope_type", "default"}}, 1024},
+      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}, 1024},
       {"gpt2", "activation_function", "relu", 1024},
       {"gpt2", "add_cross_attention", true, 1024},
       {"Qwen2.5-0.5B", "use_sliding_window", true, 1024},

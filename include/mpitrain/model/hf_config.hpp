@@ -8,7 +8,9 @@
 //                (transformers' default, e.g. attention_bias false); any other value is
 //                UsageError (exit 2) naming the file, the key and the value: a feature the model
 //                lacks is never dropped silently.
-// A key the table does not know for the model_type is refused too. mistral, qwen2 and qwen3
+// A key the table does not know for the model_type is refused too. transformers 5's
+// rope_parameters is read as the rope_theta and rope_scaling it merges (agreeing with them where
+// the file has both); the export writes those two. mistral, qwen2 and qwen3
 // are the llama architecture; the model_type itself is a key: qwen2 means q/k/v biases, qwen3
 // per-head q/k RMSNorm. mixtral and qwen3_moe are mixtures of experts (mixtral: every layer,
 // experts intermediate_size wide; qwen3_moe: qwen3 whose every decoder_sparse_step-th MLP is one,
