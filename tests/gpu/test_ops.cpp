@@ -328,41 +328,24 @@ TEST(GpuOps, Rope) {
       kFp32Configs, kTol);
 }
 
-// Llama 3's frequency scaling (rope_freqs.hpp): the kernel's table is the CPU's.
-TEST(GpuOps, RopeLlama3Scaling) {
-  const int B = 1, T = 300, NH = 2, NKV = 1, hs = 64;
-  const size_t n = size_t(B) * T * (NH + 2 * NKV) * hs;
-  ModelConfig::RopeScaling s;
-  s.type = ModelConfig::RopeScaling::Type::Llama3;
-  s.factor = 32, s.original_max_position = 256;
-  compare(
-      "rope llama3",
-      [=](auto& be, auto& m) -> Outputs {
-        auto* q = m.in(random_floats(n, 1));
-        be.rope_forward(q, B, T, NH, NKV, hs, RopeFreqs(500000.0, s));
-        auto* d = m.in(random_floats(n, 2));
-        be.rope_backward(d, B, T, NH, NKV, hs, RopeFreqs(500000.0, s));
-        return {m.read(q, n), m.read(d, n)};
-      },
-      kFp32Configs, kTol);
-}
-
-// YaRN (rope_freqs.hpp): the kernel's table is the CPU's, and cos and sin carry its attention
-// factor both ways.
-TEST(GpuOps, RopeYarnScaling) {
+// The scaled frequencies (rope_freqs.hpp), Llama 3's and YaRN's: the kernel's table is the
+// CPU's, and yarn's attention factor multiplies cos and sin both ways.
+TEST(GpuOps, RopeScaledFrequencies) {
   const int B = 1, T = 300, NH = 2, NKV = 1, hs = 128;
   const size_t n = size_t(B) * T * (NH + 2 * NKV) * hs;
-  const ModelConfig::RopeScaling s = parse_rope_scaling("yarn:factor=4,orig=256");
-  compare(
-      "rope yarn",
-      [=](auto& be, auto& m) -> Outputs {
-        auto* q = m.in(random_floats(n, 1));
-        be.rope_forward(q, B, T, NH, NKV, hs, RopeFreqs(1e6, s));
-        auto* d = m.in(random_floats(n, 2));
-        be.rope_backward(d, B, T, NH, NKV, hs, RopeFreqs(1e6, s));
-        return {m.read(q, n), m.read(d, n)};
-      },
-      kFp32Configs, kTol);
+  for (const char* spec : {"llama3:factor=32,low=1,high=4,orig=256", "yarn:factor=4,orig=256"}) {
+    const RopeFreqs rope(500000.0, parse_rope_scaling(spec));
+    compare(
+        spec,
+        [=](auto& be, auto& m) -> Outputs {
+          auto* q = m.in(random_floats(n, 1));
+          be.rope_forward(q, B, T, NH, NKV, hs, rope);
+          auto* d = m.in(random_floats(n, 2));
+          be.rope_backward(d, B, T, NH, NKV, hs, rope);
+          return {m.read(q, n), m.read(d, n)};
+        },
+        kFp32Configs, kTol);
+  }
 }
 
 // Qwen3's per-head q/k RMSNorm: forward, and backward in place (weight gradients accumulate).

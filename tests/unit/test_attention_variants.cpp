@@ -83,6 +83,23 @@ Scaling llama3(float factor, float low, float high, int orig) {
   return s;
 }
 
+// How many of a head's scaled frequencies match the table `want` (within 1e-15 relative, each
+// pair checked), and of them how many are theta^(-2i/hs) kept, divided by factor, or between.
+struct Bands {
+  int kept = 0, divided = 0, blended = 0;
+};
+Bands matching_bands(const RopeFreqs& rope, const Vec& want, int hs, double factor) {
+  Bands b;
+  for (int i = 0; i < hs / 2; ++i) {
+    const double plain = std::pow(rope.theta, -2.0 * i / hs), tol = 1e-12 * plain;
+    EXPECT_NEAR(rope.inv_freq(i, hs), want[i], 1e-15 * want[i]) << "pair " << i;
+    b.kept += std::abs(want[i] - plain) < tol;
+    b.divided += std::abs(want[i] - plain / factor) < tol;
+    b.blended += want[i] < plain - tol && want[i] > plain / factor + tol;
+  }
+  return b;
+}
+
 }  // namespace
 
 // Llama 3.2 1B's rope_scaling (factor 32, low 1, high 4, 8192) and head size 64, theta 5e5: its
@@ -90,19 +107,10 @@ Scaling llama3(float factor, float low, float high, int orig) {
 TEST(RopeScaling, Llama3TableMatchesTransformers) {
   const int hs = 64;
   const RopeFreqs rope(500000.0, llama3(32, 1, 4, 8192));
-  const Vec want = transformers_llama3(500000.0, hs, 32, 1, 4, 8192);
-  int kept = 0, divided = 0, blended = 0;
-  for (int i = 0; i < hs / 2; ++i) {
-    const double plain = std::pow(500000.0, -2.0 * i / hs);
-    EXPECT_NEAR(rope.inv_freq(i, hs), want[i], 1e-15 * want[i]) << "pair " << i;
-    const double tol = 1e-12 * plain;
-    kept += std::abs(want[i] - plain) < tol;
-    divided += std::abs(want[i] - plain / 32) < tol;
-    blended += want[i] < plain - tol && want[i] > plain / 32 + tol;
-  }
-  EXPECT_GT(kept, 0);
-  EXPECT_GT(divided, 0);
-  EXPECT_GT(blended, 0);
+  const Bands b = matching_bands(rope, transformers_llama3(500000.0, hs, 32, 1, 4, 8192), hs, 32);
+  EXPECT_GT(b.kept, 0);
+  EXPECT_GT(b.divided, 0);
+  EXPECT_GT(b.blended, 0);
 }
 
 // Qwen3's documented YaRN (factor 4 over 32768 positions) at its head size 128 and theta 1e6:
@@ -110,26 +118,16 @@ TEST(RopeScaling, Llama3TableMatchesTransformers) {
 TEST(RopeScaling, YarnTableMatchesTransformers) {
   const int hs = 128;
   const RopeFreqs rope(1e6, yarn(4, 32768));
-  const Vec want = transformers_yarn(1e6, hs, 4, 32768, 32, 1);
-  int kept = 0, divided = 0, blended = 0;
-  for (int i = 0; i < hs / 2; ++i) {
-    const double plain = std::pow(1e6, -2.0 * i / hs);
-    EXPECT_NEAR(rope.inv_freq(i, hs), want[i], 1e-15 * want[i]) << "pair " << i;
-    const double tol = 1e-12 * plain;
-    kept += std::abs(want[i] - plain) < tol;
-    divided += std::abs(want[i] - plain / 4) < tol;
-    blended += want[i] < plain - tol && want[i] > plain / 4 + tol;
-  }
-  EXPECT_EQ(kept, 24);
-  EXPECT_EQ(divided, 24);
-  EXPECT_EQ(blended, 16);
+  const Bands b = matching_bands(rope, transformers_yarn(1e6, hs, 4, 32768, 32, 1), hs, 4);
+  EXPECT_EQ(b.kept, 24);
+  EXPECT_EQ(b.divided, 24);
+  EXPECT_EQ(b.blended, 16);
   EXPECT_EQ(rope.attention_factor(), 0.1 * std::log(4.0) + 1);
-  Scaling given = yarn(4, 32768);
+  Scaling given = yarn(4, 32768);  // betas 8 and 2: the ramp from pair 30 to 37
   given.attention_factor = 0.5f, given.beta_fast = 8, given.beta_slow = 2;
-  EXPECT_EQ(RopeFreqs(1e6, given).attention_factor(), 0.5);
-  const Vec betas = transformers_yarn(1e6, hs, 4, 32768, 8, 2);
-  for (int i = 0; i < hs / 2; ++i)
-    EXPECT_NEAR(RopeFreqs(1e6, given).inv_freq(i, hs), betas[i], 1e-15 * betas[i]) << i;
+  const RopeFreqs betas(1e6, given);
+  EXPECT_EQ(betas.attention_factor(), 0.5);
+  EXPECT_EQ(matching_bands(betas, transformers_yarn(1e6, hs, 4, 32768, 8, 2), hs, 4).blended, 6);
   EXPECT_EQ(RopeFreqs(1e6, yarn(0.5f, 32768)).attention_factor(), 1.0);  // factor <= 1
   EXPECT_EQ(RopeFreqs(1e6, llama3(32, 1, 4, 8192)).attention_factor(), 1.0);
 }
