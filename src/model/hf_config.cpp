@@ -174,7 +174,7 @@ std::vector<std::string> rope_scaling_keys(const json& type) {
 // original_max_position_embeddings) or yarn (factor; original_max_position_embeddings, absent:
 // max_position_embeddings; beta_fast, beta_slow, attention_factor: absent or null, transformers'
 // defaults; truncate true only); any other type or key refused. yarn's factor is taken as given,
-// as transformers 5 does (some earlier releases took max_position_embeddings /
+// as current transformers does (some earlier releases took max_position_embeddings /
 // original_max_position_embeddings instead: the start-up says where the two differ).
 void read_rope_scaling(const std::string& k, const json& v, Reading& r) {
   using Type = ModelConfig::RopeScaling::Type;
@@ -199,7 +199,7 @@ void read_rope_scaling(const std::string& k, const json& v, Reading& r) {
       refuse(r, k, v, type.dump() + " needs a number '" + name + "'");
     return v[name].get<double>();
   };
-  const auto positive = [&](const std::string& name) {
+  const auto positive_number = [&](const std::string& name) {
     const double x = number(name);
     if (!(x > 0)) refuse(r, k, v, "its '" + name + "' must be positive");
     return static_cast<float>(x);
@@ -219,9 +219,9 @@ void read_rope_scaling(const std::string& k, const json& v, Reading& r) {
     s.high_freq_factor = static_cast<float>(number("high_freq_factor"));
     return;
   }
-  if (given("beta_fast")) s.beta_fast = positive("beta_fast");
-  if (given("beta_slow")) s.beta_slow = positive("beta_slow");
-  if (given("attention_factor")) s.attention_factor = positive("attention_factor");
+  if (given("beta_fast")) s.beta_fast = positive_number("beta_fast");
+  if (given("beta_slow")) s.beta_slow = positive_number("beta_slow");
+  if (given("attention_factor")) s.attention_factor = positive_number("attention_factor");
   if (given("truncate") && v["truncate"] != true)
     refuse(r, k, v, "yarn's truncate false (gpt-oss's unrounded ramp) is not implemented");
 }
