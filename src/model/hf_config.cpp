@@ -170,7 +170,7 @@ std::vector<std::string> rope_scaling_keys(const json& type) {
 }
 
 // transformers' rope_scaling dict (modeling_rope_utils.py; `rope_type`, or the older `type`):
-// null, linear (factor), llama3 (factor, low/high_freq_factor,
+// null or default (none), linear (factor), llama3 (factor, low/high_freq_factor,
 // original_max_position_embeddings) or yarn (factor; original_max_position_embeddings, absent:
 // max_position_embeddings; beta_fast, beta_slow, attention_factor: absent or null, transformers'
 // defaults; truncate true only); any other type or key refused. yarn's factor is taken as given,
@@ -183,7 +183,11 @@ void read_rope_scaling(const std::string& k, const json& v, Reading& r) {
   require_json_kind(v.is_object(), v, r.file, k, "an object or null");
   const json type = v.contains("rope_type") ? v["rope_type"] : v.value("type", json());
   const Keys keys = rope_scaling_keys(type);
-  if (keys.empty()) refuse(r, k, v, "RoPE scaling of type linear, llama3 or yarn only");
+  if (type == "default") {  // transformers' name for none
+    if (v.size() > 1) refuse(r, k, v, "rope_type default takes no scaling keys");
+    return;
+  }
+  if (keys.empty()) refuse(r, k, v, "RoPE scaling of type default, linear, llama3 or yarn only");
   for (const auto& [name, value] : v.items()) {
     if (type == "yarn" && (name == "mscale" || name == "mscale_all_dim"))
       refuse(r, k, v, "yarn's '" + name + "' (DeepSeek's attention scale) is not implemented");
@@ -284,15 +288,11 @@ KeyRule rope_parameters() {
                            shown(r.doc["rope_theta"]));
               r.c.rope_theta = theta.get<float>();
             }
+            if (!scaling.contains("rope_type") && !scaling.contains("type"))
+              scaling["rope_type"] = "default";  // transformers 5's when absent
             const ModelConfig::RopeScaling older = r.c.rope_scaling;
             r.c.rope_scaling = {};
-            const json type = scaling.contains("rope_type")
-                                  ? scaling["rope_type"]
-                                  : scaling.value("type", json("default"));
-            if (type != "default")
-              read_rope_scaling(k, scaling, r);
-            else if (scaling.size() > (scaling.contains("rope_type") || scaling.contains("type")))
-              refuse(r, k, v, "rope_type default takes no scaling keys");
+            read_rope_scaling(k, scaling, r);
             if (!r.doc.value("rope_scaling", json()).is_null() &&
                 to_string(older) != to_string(r.c.rope_scaling))
               refuse(r, k, v,

@@ -192,6 +192,8 @@ TEST_F(HfConfigTest, FeaturesOnceDroppedAreRead) {
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key name
   EXPECT_EQ(read(linear).rope_scaling.type, ModelConfig::RopeScaling::Type::Linear);
   EXPECT_EQ(read(linear).rope_scaling.factor, 2.0f);
+  linear["rope_scaling"] = {{"rope_type", "default"}};  // transformers' name for none
+  EXPECT_EQ(read(linear).rope_scaling.type, ModelConfig::RopeScaling::Type::None);
 }
 
 // Qwen3's documented YaRN (its README: factor 4 over 32768 positions, max_position_embeddings
@@ -242,6 +244,9 @@ TEST_F(HfConfigTest, Transformers5RopeParametersAreTheOlderKeys) {
   qwen3["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
   EXPECT_EQ(read(qwen3).rope_theta, 250000.0f);
   EXPECT_EQ(read(qwen3).rope_scaling.type, ModelConfig::RopeScaling::Type::None);
+  qwen3["rope_parameters"] = {{"rope_theta", 250000.0}};  // no rope_type: default
+  EXPECT_EQ(read(qwen3).rope_theta, 250000.0f);
+  EXPECT_EQ(read(qwen3).rope_scaling.type, ModelConfig::RopeScaling::Type::None);
 }
 
 TEST_F(HfConfigTest, UnknownKeyIsRefused) {
@@ -269,6 +274,7 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
       {"Mistral-7B-v0.1", "sliding_window", 512, 1024},
       {"Mistral-7B-v0.1", "hidden_act", "gelu", 1024},
       {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}, 1024},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "default"}, {"factor", 2.0}}, 1024},
       {"Mistral-7B-v0.1",
        "rope_scaling",
        {{"rope_type", "yarn"}, {"factor", 2.0}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}},
