@@ -30,9 +30,9 @@ inline void rotate_heads(T* x, int heads, int hs, const T* cs, const T* sn) {
 
 // Rotates every q and k head of qkv(B, T, QKV) at position t by sign * t rope.inv_freq(i, hs)
 // and multiplies it by rope.attention_factor(); sign = -1 is the inverse rotation, i.e. the
-// transpose: rope's backward (the factor is symmetric). In parallel over t
-// (the angles once per position); on 2-byte tensors each row's q and k heads are widened into
-// the thread's own array, rotated and rounded back (v is not touched).
+// transpose: rope's backward (the factor is symmetric). The frequencies once per call; in
+// parallel over t (the angles once per position); on 2-byte tensors each row's q and k heads are
+// widened into the thread's own array, rotated and rounded back (v is not touched).
 template <typename T>
 void rope_rotate(cpu::Staging& staging, Buf<T> qkv, int B, int Tlen, int NH, int NKV, int hs,
                  const RopeFreqs& rope, double sign) {
@@ -43,13 +43,15 @@ void rope_rotate(cpu::Staging& staging, Buf<T> qkv, int B, int Tlen, int NH, int
   const size_t rot = static_cast<size_t>(rot_heads) * hs;  // a row's q and k heads
   const bool staged = cpu::staged(qkv);
   const cpu::ThreadRows<T> rows(staging, cpu::kSlotA, staged ? 1 : 0, rot);
+  double freq[kMaxHeadSize / 2];  // the scaled frequencies: the same at every position
+  for (int i = 0; i < half; ++i) freq[i] = rope.inv_freq(i, hs);
+  const double scale = rope.attention_factor();
 #pragma omp parallel for schedule(static) \
     if (static_cast<size_t>(B) * Tlen * rot > cpu::kParallelWork)
   for (int t = 0; t < Tlen; ++t) {
     T cs[kMaxHeadSize / 2], sn[kMaxHeadSize / 2];
-    const double scale = rope.attention_factor();
     for (int i = 0; i < half; ++i) {  // angle in double: t * freq is large for long sequences
-      const double angle = sign * (rope.first_position + t) * rope.inv_freq(i, hs);
+      const double angle = sign * (rope.first_position + t) * freq[i];
       cs[i] = static_cast<T>(std::cos(angle) * scale);
       sn[i] = static_cast<T>(std::sin(angle) * scale);
     }
