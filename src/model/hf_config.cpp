@@ -68,7 +68,7 @@ double decimal(float x) {
 
 int positive_int(const std::string& key, const json& v, const Reading& r) {
   require_json_kind(v.is_number_integer(), v, r.file, key, "an integer");
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t{1} << 28)
+  if (v.is_number_unsigned() ? v.get<uint64_t>() < 1 || v.get<uint64_t>() > (uint64_t{1} << 28)
                              : v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 28))
     refuse(r, key, v, "outside [1, 2^28]");
   return v.get<int>();

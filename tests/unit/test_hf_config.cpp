@@ -273,6 +273,7 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
   const Case cases[] = {
       {"Mistral-7B-v0.1", "sliding_window", 512, 1024},
       {"Mistral-7B-v0.1", "hidden_act", "gelu", 1024},
+      {"Mistral-7B-v0.1", "num_hidden_layers", 0, 1024},
       {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}, 1024},
       {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "default"}, {"factor", 2.0}}, 1024},
       {"Mistral-7B-v0.1",
