@@ -3,15 +3,16 @@
 // each sequence length, the two timed in turn in one run (the machine's load hits both alike).
 //
 //   attention-bench [--lengths 64,256,1024,4096] [--heads 4] [--kv-heads 4] [--head-size 64]
-//                   [--batch 1] [--threads 2] [--repeats 3] [--dense-gib 4]
+//                   [--batch 1] [--threads 2] [--repeats 3] [--dense-gib 4] [--window N]
 //
 // Prints per length: the best of `repeats` calls (after a warm-up) in ms of flash and dense,
 // dense / flash, and each one's attention state + backward scratch in MiB. The dense kernel is
 // skipped where its state and scratch (2 B NH T^2 floats) would pass --dense-gib GiB. Then the
 // flash kernel as bf16 training runs it (a backend built for bf16, the tensors stored in bf16:
 // bf16 tiles where the CPU has AVX512-BF16, else the fp32 kernel on the widened values), timed in
-// turn with the other two, and flash / that. The header names the tiles' kernel of each
-// (CpuBackend::attention_tiles).
+// turn with the other two, and flash / that. With --window N, the fp32 flash kernel with a sliding
+// window of N too (each query against its N latest keys), timed in turn with the rest, and
+// flash / that. The header names the tiles' kernel of each (CpuBackend::attention_tiles).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +33,7 @@ namespace {
 struct Args {
   std::vector<int> lengths{64, 256, 1024, 4096};
   int heads = 4, kv_heads = 4, head_size = 64, batch = 1, threads = 2, repeats = 3, dense_gib = 4;
+  int window = 0;  // none
 };
 
 bool parse(int argc, char** argv, Args* a) {
@@ -45,6 +47,7 @@ bool parse(int argc, char** argv, Args* a) {
     if (flag == "--threads") return num(&a->threads);
     if (flag == "--repeats") return num(&a->repeats);
     if (flag == "--dense-gib") return num(&a->dense_gib);
+    if (flag == "--window") return num(&a->window);
     return false;
   };
   return bench::parse_pairs(argc, argv, take) && a->heads % a->kv_heads == 0;
@@ -74,7 +77,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: attention-bench [--lengths 64,256,...] [--heads N] [--kv-heads N] "
                  "[--head-size N] [--batch N] [--threads N] [--repeats N] [--dense-gib N] "
-                 "(positive integers; heads a multiple of kv-heads)\n");
+                 "[--window N] (positive integers; heads a multiple of kv-heads)\n");
     return 2;
   }
   mpitrain::CpuBackend<float> be(a.threads);
@@ -86,8 +89,11 @@ int main(int argc, char** argv) {
       "bf16: %s\n",
       B, NH, NKV, hs, a.threads, mpitrain::cpu_sgemm_in_use().c_str(), be.attention_tiles().c_str(),
       be16.attention_tiles().c_str());
-  std::printf("%7s %12s %12s %8s %14s %14s %12s %10s\n", "T", "flash ms", "dense ms", "ratio",
+  std::printf("%7s %12s %12s %8s %14s %14s %12s %10s", "T", "flash ms", "dense ms", "ratio",
               "flash MiB", "dense MiB", "bf16 ms", "x bf16");
+  if (a.window > 0)
+    std::printf(" %12s %10s", ("window " + std::to_string(a.window)).c_str(), "x window");
+  std::printf("\n");
   for (const int T : a.lengths) {
     const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, N = static_cast<size_t>(B) * T;
     const std::vector<float> qkv = random_floats(N * QKV, 1), dout = random_floats(N * NH * hs, 2);
@@ -101,9 +107,9 @@ int main(int argc, char** argv) {
       scratch.resize(probs.size());
     }
     const auto flash_step = [&] {
-      be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale);
+      be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale, 0);
       be.attention_backward(dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                            B, T, NH, NKV, hs, scale);
+                            B, T, NH, NKV, hs, scale, 0);
     };
     const bool parallel = mpitrain::testing::heads_in_parallel(B, T, NH, hs, B * NH);
     const auto dense_step = [&] {
@@ -122,19 +128,26 @@ int main(int argc, char** argv) {
     const mpitrain::Buf<float> qkv16 = bf16_tensor(qkv), dout16 = bf16_tensor(dout),
                                out16 = bf16_tensor(out), dqkv16 = bf16_tensor(dqkv);
     const auto bf16_step = [&] {
-      be16.attention_forward(out16, lse.data(), qkv16, B, T, NH, NKV, hs, scale);
+      be16.attention_forward(out16, lse.data(), qkv16, B, T, NH, NKV, hs, scale, 0);
       be16.attention_backward(dqkv16, D.data(), dout16, qkv16, out16, lse.data(), B, T, NH, NKV, hs,
-                              scale);
+                              scale, 0);
     };
-    // interleaved: dense, flash, bf16, dense, flash, bf16, ... (a warm-up of each first)
-    double flash_best = 1e30, dense_best = 1e30, bf16_best = 1e30;
+    const auto window_step = [&] {
+      be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale, a.window);
+      be.attention_backward(dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                            B, T, NH, NKV, hs, scale, a.window);
+    };
+    // interleaved: dense, flash, bf16, window, dense, ... (a warm-up of each first)
+    double flash_best = 1e30, dense_best = 1e30, bf16_best = 1e30, window_best = 1e30;
     if (dense) dense_step();
     flash_step();
     bf16_step();
+    if (a.window > 0) window_step();
     for (int r = 0; r < a.repeats; ++r) {
       if (dense) dense_best = std::min(dense_best, seconds(dense_step));
       flash_best = std::min(flash_best, seconds(flash_step));
       bf16_best = std::min(bf16_best, seconds(bf16_step));
+      if (a.window > 0) window_best = std::min(window_best, seconds(window_step));
     }
     for (const mpitrain::Buf<float>& t : {qkv16, dout16, out16, dqkv16}) be16.free(t.data());
     const double mib = 4.0 / 1048576;
@@ -144,8 +157,9 @@ int main(int argc, char** argv) {
     else
       std::printf("%7d %12.2f %12s %8s %14.3f %14.1f", T, flash_best * 1e3, "-", "-",
                   2 * flash_state * mib, 2 * dense_state * mib);
-    std::printf(" %12.2f %10.2f%s\n", bf16_best * 1e3, flash_best / bf16_best,
-                dense ? "" : " (dense skipped: > --dense-gib)");
+    std::printf(" %12.2f %10.2f", bf16_best * 1e3, flash_best / bf16_best);
+    if (a.window > 0) std::printf(" %12.2f %10.2f", window_best * 1e3, flash_best / window_best);
+    std::printf("%s\n", dense ? "" : " (dense skipped: > --dense-gib)");
     std::fflush(stdout);
   }
   return 0;

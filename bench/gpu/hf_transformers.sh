@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# transformers reads what the trainer trained on the GPU: for gpt2, llama (GQA 4/2) and qwen3 with
-# YaRN, a small model trains STEPS steps on the GPU in fp32 and is exported with --export-hf; its
-# validation loss on a fixed batch (8 windows of 64 bytes of this tree's README, held out of the
-# training text) is compared with the loss of transformers' own GPT2LMHeadModel /
-# LlamaForCausalLM / Qwen3ForCausalLM loading the
+# transformers reads what the trainer trained on the GPU: for gpt2, llama (GQA 4/2), qwen3 with
+# YaRN and mistral with a sliding window of 16 (of 64 positions), a small model trains STEPS steps
+# on the GPU in fp32 and is exported with --export-hf; its validation loss on a fixed batch (8
+# windows of 64 bytes of this tree's README, held out of the training text) is compared with the
+# loss of transformers' own GPT2LMHeadModel / LlamaForCausalLM / Qwen3ForCausalLM /
+# MistralForCausalLM loading the
 # directory (bench/gpu/hf_transformers.py: float64 on the CPU, and tests/support/hf_reference.py's
 # logits against transformers').
 #
@@ -43,13 +44,16 @@ export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}  # 
 "$python" "$SRC/bench/gpu/hf_transformers.py" data "$OUT" "$T" "$WINDOWS" "$SRC/README.md" \
   "$SRC/docs/ARCHITECTURE.md" || exit 1
 status=0 pairs=()
-for arch in gpt2 llama qwen3-yarn; do
+for arch in gpt2 llama qwen3-yarn mistral-window; do
   case $arch in
     gpt2) flags=(--arch gpt2) ;;
     llama) flags=(--arch llama --n-kv-head 2) ;;
     # Qwen3's q/k norms with YaRN (betas given: of a head of 16's 8 pairs, 2 blended)
     qwen3-yarn) flags=(--arch llama --n-kv-head 2 --qk-norm
                        --rope-scaling yarn:factor=4,orig=256,beta_fast=8,beta_slow=0.5) ;;
+    # Mistral's sliding window: each query sees its 16 latest positions (the CUDA kernel's tiles
+    # of 32 keys cut every way)
+    mistral-window) flags=(--arch llama --n-kv-head 2 --sliding-window 16) ;;
   esac
   rm -rf "$OUT/$arch-hf"  # --export-hf writes a new directory only
   "$BUILD/trainer" "${flags[@]}" --device "$DEVICE" --n-layer 2 --n-head 4 --d-model 64 \

@@ -182,9 +182,9 @@ void bench_ops(CudaBackend<float>& be, const Ceilings& c) {
       [&] { be.matmul_backward(y, dw, db, dh, x, w, N, C, F, GradWrite::Add); });
   const double att_flops = 4.0 * B * NH * double(T) * T / 2 * hs;  // causal: half of QK^T and PV
   add("attention fwd (causal, 12x64)", att_flops, 4.0 * (3 * NC + NC),
-      [&] { be.attention_forward(y, lse, qkv, B, T, NH, NH, hs, 1 / std::sqrt(double(hs))); });
+      [&] { be.attention_forward(y, lse, qkv, B, T, NH, NH, hs, 1 / std::sqrt(double(hs)), 0); });
   add("attention bwd", 2.5 * att_flops, 4.0 * (3 * NC + 2 * NC + 3 * NC), [&] {
-    be.attention_backward(dqkv, D, dy, qkv, y, lse, B, T, NH, NH, hs, 1 / std::sqrt(double(hs)));
+    be.attention_backward(dqkv, D, dy, qkv, y, lse, B, T, NH, NH, hs, 1 / std::sqrt(double(hs)), 0);
   });
   add("layernorm fwd", 8.0 * NC, 4.0 * 2 * NC,
       [&] { be.layernorm_forward(y, mean, rstd, x, lnw, lnb, N, C, 1e-5f); });
@@ -312,11 +312,11 @@ void cudnn_coverage() {
       fill_random(attn, dout, N * A, 1.0f, hs + 1);
       const std::string shape = "hs " + std::to_string(hs) + (NKV == NH ? " MHA" : " GQA 8/2");
       coverage_row(attn, "attention fwd bf16 " + shape, [&] {
-        attn.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
+        attn.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)), 0);
       });
       coverage_row(attn, "attention bwd bf16 " + shape, [&] {
         attn.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs,
-                                1 / std::sqrt(double(hs)));
+                                1 / std::sqrt(double(hs)), 0);
       });
       for (float* p : {qkv, dqkv, out, dout, probs, scratch}) attn.free(p);
     }

@@ -11,8 +11,9 @@
 #   bench      70 s  op-bench --skip-llama: the ceilings, per-op time against its floor, cuDNN
 #                    coverage (printed as measured), GPT-2 small's step MFU
 #   hf         45 s  bench/gpu/hf_transformers.sh: transformers reads the trainer's --export-hf of
-#                    GPT-2, Llama and Qwen3 (YaRN) models trained on the GPU; its loss on a fixed
-#                    batch against the trainer's (HF_DEVICE=cpu STEPS=20, all three: 8 s, Zen 5)
+#                    GPT-2, Llama, Qwen3 (YaRN) and Mistral (sliding window) models trained on
+#                    the GPU; its loss on a fixed batch against the trainer's (HF_DEVICE=cpu
+#                    STEPS=20, all four: 7 s, Zen 5)
 #   compare   115 s  bench/gpu/trainer_vs_pytorch.sh: tokens/s and MFU beside PyTorch's
 #   nccl       10 s  nccl-bench, with two or more GPUs
 #

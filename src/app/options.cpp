@@ -41,6 +41,7 @@ const std::vector<OptionRange> kRanges = {
     {"norm-eps", 0, 1, true},
     {"rope-theta", 0, kUnbounded, true},
     {"head-dim", 0, kMaxSize},
+    {"sliding-window", 0, kMaxSize},
     {"n-experts", 0, kMaxSize},
     {"top-k", 1, kMaxSize},
     {"moe-ff", 0, kMaxSize},
@@ -201,6 +202,9 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("init-from", with_default(&t.init_from)->value_name("PATH"),
        "start from an llm.c GPT-2 model file or a Hugging Face directory (config.json and "
        "model.safetensors, gpt2 or llama): it sets the shape")
+      ("sliding-window", with_default(&m.sliding_window)->value_name("N"),
+       "llama: each query attends to its N latest positions only, itself included (Mistral's "
+       "sliding_window, every layer); 0 = every earlier position")
       ("qk-norm", flag(&m.qk_norm),
        "llama: RMSNorm over each query and key head (weights of head size) before RoPE, as Qwen3")
       ("rope-scaling", with_default(&raw.rope_scaling)->value_name("SPEC"),

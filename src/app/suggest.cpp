@@ -51,6 +51,7 @@ const std::vector<ForeignName>& foreign_names() {
       {"sequence-length", {"seq-len"}, ""},
       {"max-position-embeddings", {"max-seq-len"}, ""},
       {"n-positions", {"max-seq-len"}, ""},
+      {"window-size", {"sliding-window"}, ""},
       {"num-layers", {"n-layer"}, ""},
       {"num-hidden-layers", {"n-layer"}, ""},
       {"n-layers", {"n-layer"}, ""},

@@ -50,10 +50,10 @@ constexpr bool kFloat = std::is_same_v<T, float>;  // the tiles are float's (the
 // Row i's position: pos[i], or i where pos is null (the whole sequence).
 inline int position(const int* pos, int i) { return pos ? pos[i] : i; }
 
-// How the keys [j0, j0 + nk) are seen by the queries [i0, i0 + nq) (query sees key iff
-// kpos <= qpos): not at all (skipped), wholly (no mask), or in part (masked per element).
+// How the keys [j0, j0 + nk) are seen by the queries [i0, i0 + nq) (attention_sees): not at all
+// (skipped), wholly (no mask), or in part (masked per element).
 enum class TileMask { None, All, Some };
-TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) {
+TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk, int window) {
   int qlo = position(qpos, i0), qhi = qlo, klo = position(kpos, j0), khi = klo;
   for (int i = i0; i < i0 + nq; ++i) {
     qlo = std::min(qlo, position(qpos, i));
@@ -63,8 +63,10 @@ TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int
     klo = std::min(klo, position(kpos, j));
     khi = std::max(khi, position(kpos, j));
   }
-  if (qhi < klo) return TileMask::None;
-  return qlo >= khi ? TileMask::All : TileMask::Some;
+  // none: every key after every query, or (a window) before every query's window
+  if (qhi < klo || (window > 0 && khi <= qlo - window)) return TileMask::None;
+  // all: every key at or before every query and (a window) within every query's window
+  return qlo >= khi && (window == 0 || klo > qhi - window) ? TileMask::All : TileMask::Some;
 }
 
 // How many of the keys [j0, j0 + nk) up to the last one some query of [i0, i0 + nq) sees.
@@ -82,13 +84,15 @@ int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) 
 // against the leading keys it sees (on the diagonal 3/4 of the scores).
 template <class F>
 void for_tile_parts(int tile, const int* qpos, int i0, int nq, const int* kpos, int j0, int nk,
-                    TileMask mask, F&& f) {
+                    int window, TileMask mask, F&& f) {
   const int half = tile / 2;
   if (mask != TileMask::Some || nq <= half) return f(0, nq, nk, mask);
   for (int r0 = 0; r0 < nq; r0 += half) {
     const int nr = std::min(half, nq - r0);
     const int seen = seen_keys(qpos, i0 + r0, nr, kpos, j0, nk);
-    if (seen > 0) f(r0, nr, seen, tile_mask(qpos, i0 + r0, nr, kpos, j0, seen));
+    if (seen == 0) continue;
+    const TileMask part = tile_mask(qpos, i0 + r0, nr, kpos, j0, seen, window);
+    if (part != TileMask::None) f(r0, nr, seen, part);  // none: the keys precede its windows
   }
 }
 
@@ -116,6 +120,7 @@ struct BlockPair {
   const int* kpos;  // (Tk), null: 0..Tk-1
   int B, Tq, Tk, NH, NKV, hs;
   T scale;
+  int window;          // attention_sees's: 0, none
   const Tiles* tiles;  // the kernels of the tiles' products
   size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
   size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
@@ -383,7 +388,8 @@ void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, 
   for (int r = 0; r < nq; ++r) {
     const int qp = position(p.qpos, i0 + r);
     for (int c = 0; c < nk; ++c)
-      if (position(p.kpos, j0 + c) > qp) S[r * tile + c] = -std::numeric_limits<T>::infinity();
+      if (!attention_sees(qp, position(p.kpos, j0 + c), p.window))
+        S[r * tile + c] = -std::numeric_limits<T>::infinity();
   }
 }
 
@@ -448,12 +454,13 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
     };
     for (int j0 = 0; j0 < p.Tk; j0 += tile) {
       const int nk = std::min(tile, p.Tk - j0);
-      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
+      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk, p.window);
       if (mask == TileMask::None) continue;
       if constexpr (kFloat<T>)
         ht.keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk);
-      for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask,
-                     [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
+      for_tile_parts(
+          tile, p.qpos, i0, nq, p.kpos, j0, nk, p.window, mask,
+          [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
     }
     for (int r = 0; r < nq; ++r) {  // out = acc / l, lse = m + log l; -inf, 0 for no key
       T* orow = o + static_cast<size_t>(r) * A;
@@ -495,7 +502,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
       if (bt) bt->backward_queries(q, p.q_ld, dy, A, nq);
     for (int j0 = 0; j0 < p.Tk; j0 += tile) {
       const int nk = std::min(tile, p.Tk - j0);
-      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk);
+      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk, p.window);
       if (mask == TileMask::None) continue;
       const T* k = p.kv + p.k_at(b, j0, g);
       const T* v = p.kv + p.v_at(b, j0, g);
@@ -553,7 +560,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
           tile_gemm(ft, true, n, p.hs, nr, dS, tile, qr, p.q_ld, true, dk, dkv_ld);
         }
       };
-      for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, mask, part);
+      for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, p.window, mask, part);
     }
   }
 }
@@ -644,9 +651,10 @@ void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tle
 
 // One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
 template <typename T>
-BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, const Tiles& tiles) {
+BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, int window,
+                      const Tiles& tiles) {
   const size_t ld = hs;
-  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, &tiles};
+  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, window, &tiles};
 }
 
 // Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
@@ -684,13 +692,13 @@ std::string CpuBackend<T>::attention_tiles() const {
 
 template <typename T>
 void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, int Tlen, int NH,
-                                      int NKV, int hs, T scale) {
+                                      int NKV, int hs, T scale, int window) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tlen, hs);
   const auto run = [&](T* o, const T* x, int nb, T* L) {
-    const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
-                         Tlen, Tlen, NH,          NKV, hs,      scale,   &tiles};
+    const BlockPair<T> p{x,    QKV, x + NH * hs, QKV, nullptr, nullptr, nb,    Tlen,
+                         Tlen, NH,  NKV,         hs,  scale,   window,  &tiles};
     block_forward_kernel(o, L, p, false);
   };
   if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
@@ -707,8 +715,8 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
-      forward_head(o, lse + static_cast<size_t>(bh) * Tlen, one_head(q, kv, Tlen, hs, scale, tiles),
-                   0, 0, false);
+      forward_head(o, lse + static_cast<size_t>(bh) * Tlen,
+                   one_head(q, kv, Tlen, hs, scale, window, tiles), 0, 0, false);
       narrow_head(out + static_cast<size_t>(b) * seq.out, A, h * hs, o, hs, Tlen, hs);
     }
     return;
@@ -723,8 +731,8 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
 
 template <typename T>
 void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
-                                       CBuf<T> out, const T* lse, int B, int Tlen, int NH,
-                                       int NKV, int hs, T scale) {
+                                       CBuf<T> out, const T* lse, int B, int Tlen, int NH, int NKV,
+                                       int hs, T scale, int window) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   // scratch (B, NH, T) = D; dqkv = 0, then the tiles add dq, dk, dv into it
@@ -733,8 +741,8 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
     T* D = scratch + b0 * NH * Tlen;
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
     std::fill_n(d, nb * seq.qkv, T(0));
-    const BlockPair<T> p{x,    QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
-                         Tlen, Tlen, NH,          NKV, hs,      scale,   &tiles};
+    const BlockPair<T> p{x,    QKV, x + NH * hs, QKV, nullptr, nullptr, nb,    Tlen,
+                         Tlen, NH,  NKV,         hs,  scale,   window,  &tiles};
     block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
@@ -754,7 +762,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       std::fill_n(dkv, 2 * th, T(0));
-      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, tiles);
+      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, window, tiles);
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const size_t bh = static_cast<size_t>(b) * NH + h;
         widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
@@ -784,13 +792,15 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
 
 template <typename T>
 void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
-                                            const int* qpos, const int* kpos, int B, int Tq,
-                                            int Tk, int NH, int NKV, int hs, T scale, bool merge) {
+                                            const int* qpos, const int* kpos, int B, int Tq, int Tk,
+                                            int NH, int NKV, int hs, T scale, int window,
+                                            bool merge) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
     const BlockPair<T> p{
-        x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale, &tiles};
+        x,     QKV,    y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs,
+        scale, window, &tiles};
     block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
   };
   if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
@@ -817,13 +827,14 @@ template <typename T>
 void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv,
                                              int kv_ld, const T* lse, const T* D, const int* qpos,
                                              const int* kpos, int B, int Tq, int Tk, int NH,
-                                             int NKV, int hs, T scale) {
+                                             int NKV, int hs, T scale, int window) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
     const BlockPair<T> p{
-        x, QKV, y, static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs, scale, &tiles};
+        x,     QKV,    y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs,
+        scale, window, &tiles};
     block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
                           D + b0 * NH * Tq, p);
   };
@@ -838,16 +849,17 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
 
 #define MPITRAIN_INSTANTIATE(T)                                                                    \
   template std::string CpuBackend<T>::attention_tiles() const;                                     \
-  template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int, T); \
+  template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int, T,  \
+                                                 int);                                             \
   template void CpuBackend<T>::attention_backward(Buf<T>, T*, CBuf<T>, CBuf<T>, CBuf<T>, const T*, \
-                                                  int, int, int, int, int, T);                     \
+                                                  int, int, int, int, int, T, int);                \
   template void CpuBackend<T>::attention_block_forward(T*, T*, CBuf<T>, CBuf<T>, int, const int*,  \
                                                        const int*, int, int, int, int, int, int,   \
-                                                       T, bool);                                   \
+                                                       T, int, bool);                              \
   template void CpuBackend<T>::attention_row_dot(T*, CBuf<T>, CBuf<T>, int, int, int, int);        \
   template void CpuBackend<T>::attention_block_backward(                                           \
       T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int, const T*, const T*, const int*, const int*, int,     \
-      int, int, int, int, int, T);
+      int, int, int, int, int, T, int);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

@@ -179,47 +179,58 @@ void ProfilingBackend::qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp
         [&] { inner_->qk_norm_backward(dqkv, dwq, dwk, inp, wq, wk, rstd, N, NH, NKV, hs); });
 }
 
-// ---- attention: flops of the unmasked (query, key) pairs only (flash attention skips the rest);
-// per pair and head 2 products of hs forward, 5 backward (the scores recomputed); the bytes are
-// the operands read and written once (the probabilities never leave the cache) and lse, D -------
-void ProfilingBackend::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                         int NKV, int hs, T scale) {
-  const double bt = static_cast<double>(B) * Tlen, seen = bt * NH * (Tlen + 1) / 2;
-  timed(OpPhase::Forward, "attention_forward", 4 * seen * hs,
-        bt * hs * ((NH + 2 * NKV) * bytes_of(qkv) + NH * bytes_of(out)) + kT * bt * NH,
-        [&] { inner_->attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale); });
-}
-void ProfilingBackend::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
-                                          CBuf<T> out, const T* probs, int B, int Tlen, int NH,
-                                          int NKV, int hs, T scale) {
-  const double bt = static_cast<double>(B) * Tlen, seen = bt * NH * (Tlen + 1) / 2;
-  timed(OpPhase::Backward, "attention_backward", 10 * seen * hs,
-        bt * hs * ((NH + 2 * NKV) * (bytes_of(qkv) + bytes_of(dqkv)) +
-                   NH * (bytes_of(dout) + bytes_of(out))) +
-            2 * kT * bt * NH,
-        [&] {
-          inner_->attention_backward(dqkv, scratch, dout, qkv, out, probs, B, Tlen, NH, NKV, hs,
-                                     scale);
-        });
+namespace {
+// The (query, key) pairs a sequence of T sees (attention_sees): T (T + 1) / 2; with a window
+// W < T, W (W + 1) / 2 + (T - W) W.
+double sequence_pairs(int T, int window) {
+  const double t = T, w = window > 0 && window < T ? window : T;
+  return w * (w + 1) / 2 + (t - w) * w;
 }
 
-namespace {
-// The (query, key) pairs of one block with kpos <= qpos (positions are host memory).
-double seen_pairs(const int* qpos, int Tq, const int* kpos, int Tk) {
+// The (query, key) pairs of one block that attention_sees (positions are host memory).
+double seen_pairs(const int* qpos, int Tq, const int* kpos, int Tk, int window) {
   std::vector<int> keys(kpos, kpos + Tk);
   std::sort(keys.begin(), keys.end());
+  const auto at_or_before = [&](int p) {
+    return static_cast<double>(std::upper_bound(keys.begin(), keys.end(), p) - keys.begin());
+  };
   double n = 0;
   for (int i = 0; i < Tq; ++i)
-    n += static_cast<double>(std::upper_bound(keys.begin(), keys.end(), qpos[i]) - keys.begin());
+    n += at_or_before(qpos[i]) - (window > 0 ? at_or_before(qpos[i] - window) : 0);
   return n;
 }
 }  // namespace
 
+// ---- attention: flops of the unmasked (query, key) pairs only (flash attention skips the rest);
+// per pair and head 2 products of hs forward, 5 backward (the scores recomputed); the bytes are
+// the operands read and written once (the probabilities never leave the cache) and lse, D -------
+void ProfilingBackend::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
+                                         int NKV, int hs, T scale, int window) {
+  const double bt = static_cast<double>(B) * Tlen, seen = B * NH * sequence_pairs(Tlen, window);
+  timed(OpPhase::Forward, "attention_forward", 4 * seen * hs,
+        bt * hs * ((NH + 2 * NKV) * bytes_of(qkv) + NH * bytes_of(out)) + kT * bt * NH,
+        [&] { inner_->attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale, window); });
+}
+void ProfilingBackend::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
+                                          CBuf<T> out, const T* probs, int B, int Tlen, int NH,
+                                          int NKV, int hs, T scale, int window) {
+  const double bt = static_cast<double>(B) * Tlen, seen = B * NH * sequence_pairs(Tlen, window);
+  timed(OpPhase::Backward, "attention_backward", 10 * seen * hs,
+        bt * hs *
+                ((NH + 2 * NKV) * (bytes_of(qkv) + bytes_of(dqkv)) +
+                 NH * (bytes_of(dout) + bytes_of(out))) +
+            2 * kT * bt * NH,
+        [&] {
+          inner_->attention_backward(dqkv, scratch, dout, qkv, out, probs, B, Tlen, NH, NKV, hs,
+                                     scale, window);
+        });
+}
+
 void ProfilingBackend::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                                const int* qpos, const int* kpos, int B, int Tq,
-                                               int Tk, int NH, int NKV, int hs, T scale,
+                                               int Tk, int NH, int NKV, int hs, T scale, int window,
                                                bool merge) {
-  const double seen = static_cast<double>(B) * NH * seen_pairs(qpos, Tq, kpos, Tk);
+  const double seen = static_cast<double>(B) * NH * seen_pairs(qpos, Tq, kpos, Tk, window);
   const double q_rows = static_cast<double>(B) * Tq, k_rows = static_cast<double>(B) * Tk;
   const double passes = merge ? 2 : 1;  // out and lse written, and read too when merged
   timed(OpPhase::Forward, "attention_block_forward", 4 * seen * hs,
@@ -227,7 +238,7 @@ void ProfilingBackend::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf
             k_rows * 2 * NKV * hs * bytes_of(kv),
         [&] {
           inner_->attention_block_forward(out, lse, qkv, kv, kv_ld, qpos, kpos, B, Tq, Tk, NH, NKV,
-                                          hs, scale, merge);
+                                          hs, scale, window, merge);
         });
 }
 void ProfilingBackend::attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH,
@@ -240,15 +251,16 @@ void ProfilingBackend::attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B,
 void ProfilingBackend::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv,
                                                 CBuf<T> kv, int kv_ld, const T* lse, const T* D,
                                                 const int* qpos, const int* kpos, int B, int Tq,
-                                                int Tk, int NH, int NKV, int hs, T scale) {
-  const double seen = static_cast<double>(B) * NH * seen_pairs(qpos, Tq, kpos, Tk);
+                                                int Tk, int NH, int NKV, int hs, T scale,
+                                                int window) {
+  const double seen = static_cast<double>(B) * NH * seen_pairs(qpos, Tq, kpos, Tk, window);
   const double q_rows = static_cast<double>(B) * Tq, k_rows = static_cast<double>(B) * Tk;
   timed(OpPhase::Backward, "attention_block_backward", 10 * seen * hs,
         q_rows * NH * (hs * (bytes_of(qkv) + bytes_of(dout) + 2 * kT) + 2 * kT) +
             k_rows * 2 * NKV * hs * (bytes_of(kv) + 2 * kT),
         [&] {
           inner_->attention_block_backward(dq, dkv, dout, qkv, kv, kv_ld, lse, D, qpos, kpos, B, Tq,
-                                           Tk, NH, NKV, hs, scale);
+                                           Tk, NH, NKV, hs, scale, window);
         });
 }
 

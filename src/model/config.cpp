@@ -43,6 +43,10 @@ void validate_attention_variants(const ModelConfig& c) {
           "rope-scaling is a llama option (gpt2 has no rotary embedding)");
   require(!llama || (c.scale_attn_weights && !c.scale_attn_by_inverse_layer_idx),
           "scale_attn_weights / scale_attn_by_inverse_layer_idx are gpt2 options");
+  require(c.sliding_window >= 0, "sliding-window must be positive, or 0 for none (got " +
+                                     std::to_string(c.sliding_window) + ")");
+  require(llama || c.sliding_window == 0,
+          "sliding-window is a llama option (gpt2 attends to the whole context)");
   const ModelConfig::RopeScaling& r = c.rope_scaling;
   if (r.type == RopeType::None) return;
   require(r.factor > 0.0f, "rope-scaling factor must be positive");

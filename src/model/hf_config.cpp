@@ -26,7 +26,6 @@ constexpr const char* kConfig = "config.json";
 struct Reading {
   std::string file;
   const json& doc;  // the whole file: a key whose meaning overlaps another's checks that one
-  int seq_len;
   ModelConfig c;
   HfRouterKeys router;
 };
@@ -311,23 +310,16 @@ KeyRule attention_bias() {
           [](const Writing& w) { return json(w.c.proj_bias); }};
 }
 
-// mistral's and mixtral's sliding window (absent: transformers' default, mistral's 4096,
-// mixtral's null; null: none): only one at least as long as the sequence, where it masks nothing.
-// The window is kept (ModelConfig::sliding_window): a later run's seq-len is held to it, and the
-// export writes it.
+// mistral's and mixtral's sliding window on every layer (absent: transformers' default,
+// mistral's 4096, mixtral's null; null: none): ModelConfig::sliding_window, which the export
+// writes back.
 KeyRule sliding_window(json absent) {
-  return {"sliding_window", HfKeyUse::Refused, std::move(absent),
-          [](const std::string& k, const json& v, Reading& r) {
-            if (v.is_null()) return;
-            r.c.sliding_window = positive_int(k, v, r);
-            if (r.c.sliding_window < r.seq_len)
-              refuse(r, k, v,
-                     "sliding-window attention shorter than the sequence (seq-len " +
-                         std::to_string(r.seq_len) + ") is not implemented yet");
-          },
-          [](const Writing& w) {
-            return w.c.sliding_window > 0 ? json(w.c.sliding_window) : json();
-          }};
+  return {
+      "sliding_window", HfKeyUse::Implemented, std::move(absent),
+      [](const std::string& k, const json& v, Reading& r) {
+        if (!v.is_null()) r.c.sliding_window = positive_int(k, v, r);
+      },
+      [](const Writing& w) { return w.c.sliding_window > 0 ? json(w.c.sliding_window) : json(); }};
 }
 
 // Newer transformers' per-layer attention kinds (qwen2, qwen3): full attention only.
@@ -490,7 +482,8 @@ std::vector<KeyRule> llama_family_keys(const char* architecture, json head_dim_a
 
 std::vector<KeyRule> sliding_keys() {  // qwen2's and qwen3's: no sliding window unless asked
   return {refused_unless("use_sliding_window", {false},
-                         "sliding-window attention is not implemented yet"),
+                         "a sliding window on the layers from max_window_layers on only is not "
+                         "implemented (the trainer's sliding-window covers every layer)"),
           inert("sliding_window"),     // used only with use_sliding_window
           inert("max_window_layers"),  // the same
           layer_types()};
@@ -567,7 +560,7 @@ json read_json(const fs::path& file) {
 
 }  // namespace
 
-ModelConfig read_hf_config(const std::string& dir, int seq_len, HfRouterKeys* router) {
+ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router) {
   const fs::path file = fs::path(dir) / kConfig;
   const json doc = read_json(file);
   const std::optional<std::string> type = JsonFields(doc, file.string()).string("model_type");
@@ -580,7 +573,7 @@ ModelConfig read_hf_config(const std::string& dir, int seq_len, HfRouterKeys* ro
   if (rules.empty())
     throw UsageError(file.string() + ": model_type '" + *type +
                      "'; gpt2, llama, mistral, qwen2, qwen3, mixtral or qwen3_moe only");
-  Reading r{file.string(), doc, seq_len, {}, {}};
+  Reading r{file.string(), doc, {}, {}};
   r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
   for (const auto& [key, value] : doc.items())
     if (std::none_of(rules.begin(), rules.end(), [&](const KeyRule& k) { return k.key == key; }))

@@ -358,11 +358,12 @@ void Model<T>::attention_forward(LayerActs& a, int l, int B, int Tlen) {
   if constexpr (std::is_same_v<T, float>)
     if (ring_) {
       if (Tlen != max_seq_) MPITRAIN_THROW("context parallelism: rows other than the chunks");
-      ring_->forward(a.atty, a.probs, a.qkv, B, attention_scale(l));
+      ring_->forward(a.atty, a.probs, a.qkv, B, attention_scale(l), config_.sliding_window);
       lp(a.atty, static_cast<size_t>(N) * A);
       return;
     }
-  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l));
+  backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l),
+                             config_.sliding_window);
   lp(a.atty, static_cast<size_t>(N) * A);
 }
 
@@ -372,12 +373,13 @@ void Model<T>::attention_backward(LayerActs& a, int l, int B, int Tlen) {
   GradActs& d = grad_;
   if constexpr (std::is_same_v<T, float>)
     if (ring_) {
-      ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.probs, B, attention_scale(l));
+      ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.probs, B, attention_scale(l),
+                      config_.sliding_window);
       lp(d.dqkv, static_cast<size_t>(N) * QKV);
       return;
     }
   backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
-                              NKV, hs, attention_scale(l));
+                              NKV, hs, attention_scale(l), config_.sliding_window);
   lp(d.dqkv, static_cast<size_t>(N) * QKV);
 }
 

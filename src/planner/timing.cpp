@@ -109,7 +109,7 @@ void replicated(const ParamLayout& layout, double& elements, int& tensors) {
 
 double model_flops_per_token(const ModelConfig& config, int seq_len) {
   return 6.0 * static_cast<double>(ParamLayout(config).matmul_params()) +
-         12.0 * config.n_layer * config.d_model * seq_len;
+         12.0 * config.n_layer * config.d_model * config.attention_span(seq_len);
 }
 
 TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,
@@ -155,9 +155,10 @@ TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const
     const ParamLayout params(config, shard);
     const int L = shard.layer_end - shard.layer_begin;
     // Forward flops per token on this rank: 2 per matmul parameter, 4 L d T / tp for attention
-    // (every query against the whole sequence T; under cp the rank's T/cp rows do 1/cp of the
-    // sequence's attention, the chunks' causal balance).
-    const double attention = 4.0 * L * config.d_model * run.seq_len / layout.tp;
+    // (every query against the whole sequence T, or its sliding window; under cp the rank's T/cp
+    // rows do 1/cp of the sequence's attention, the chunks' causal balance).
+    const double attention =
+        4.0 * L * config.d_model * config.attention_span(run.seq_len) / layout.tp;
     const double fwd = (2.0 * matmul_params(config, params) + attention) * tokens / rate;
     double extra = 0;
     if (full) extra = fwd;

@@ -49,6 +49,7 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "qkv-bias", m.qkv_bias, f.qkv_bias, source);
   require_same(o, "mlp-bias", m.mlp_bias, f.mlp_bias, source);
   require_same(o, "head-dim", m.head_size(), f.head_size(), source);
+  require_same(o, "sliding-window", m.sliding_window, f.sliding_window, source);
   require_same(o, "qk-norm", m.qk_norm, f.qk_norm, source);
   require_same(o, "rope-scaling", to_string(m.rope_scaling), to_string(f.rope_scaling), source);
   require_same(o, "gpt2-scale-attn-weights", m.scale_attn_weights, f.scale_attn_weights, source);
@@ -123,7 +124,7 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
     require(hf || m.arch == Arch::Gpt2,
             "init-from: " + file + " is not a Hugging Face directory, and llm.c files hold gpt2 "
             "models: arch must be gpt2");
-    ModelConfig f = hf ? read_hf_config(file, o.train.seq_len) : read_llmc_config(file);
+    ModelConfig f = hf ? read_hf_config(file) : read_llmc_config(file);
     if (hf) check_hf_weights(file, f);  // the headers only: refused before any work
     // config.json records norm-eps and rope-theta; llm.c files (gpt2) neither
     require_given_match(o, f, "the init-from model " + file, hf);
@@ -146,11 +147,6 @@ ModelConfig resolve_model_config(const Options& o, const TokenSource* train_data
   require(o.train.seq_len <= m.max_seq_len,
           "seq-len " + std::to_string(o.train.seq_len) + " exceeds the model's " +
               std::to_string(m.max_seq_len) + " positions (max-seq-len)");
-  require(m.sliding_window == 0 || o.train.seq_len <= m.sliding_window,
-          "seq-len " + std::to_string(o.train.seq_len) + " exceeds the model's sliding window of " +
-              std::to_string(m.sliding_window) +
-              " tokens (its attention sees no further back), and sliding-window attention is not "
-              "implemented yet: use a seq-len within the window");
   if (train_data)
     require(train_data->vocab_size() <= m.vocab_size,
             train_data->path() + " declares vocab_size " +
@@ -168,7 +164,7 @@ std::string take_router_settings(Options& o, const ModelConfig& m) {
   parse_moe_aux_loss(form);  // a checkpoint's recorded text too
   if (!hf) return "";
   HfRouterKeys router;
-  read_hf_config(dir, o.train.seq_len, &router);
+  read_hf_config(dir, &router);
   const std::string coef = shortest_text(router.aux_loss_coef);
   std::string line = "init-from " + dir + ": moe-aux-loss-coef ";
   if (o.was_given("moe-aux-loss-coef")) {

@@ -444,6 +444,7 @@ std::string Trainer::run_ini() const {
                    {"qkv-bias", flag(cfg_.qkv_bias)},
                    {"mlp-bias", flag(cfg_.mlp_bias)},
                    {"head-dim", text(cfg_.head_dim)},
+                   {"sliding-window", text(cfg_.sliding_window)},
                    {"qk-norm", flag(cfg_.qk_norm)},
                    {"rope-scaling", to_string(cfg_.rope_scaling)},
                    {"gpt2-scale-attn-weights", flag(cfg_.scale_attn_weights)},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The attention variants: Qwen3's per-head q/k RMSNorm (--qk-norm), Llama 3's and YaRN's RoPE
-# scaling (--rope-scaling llama3:..., yarn:...), gpt2's two score scales
+# scaling (--rope-scaling llama3:..., yarn:...), Mistral's sliding window (--sliding-window N:
+# each query attends to its N latest positions, itself included), gpt2's two score scales
 # (--gpt2-scale-attn-weights false, --gpt2-scale-attn-by-layer).
 #   - layouts: a llama (GQA 4/2) with q/k norm and llama3 scaling gives, over 4 steps, the losses
 #     of 1 rank (within 1e-5 relative: fp32 sums in another order) at tp 2 (the norm weights
@@ -8,12 +9,18 @@
 #     weights lent with their block); 2 steps, a checkpoint (its manifest records the variants)
 #     and, resumed from its path without the options, 2 more are the 4 steps' losses bit for bit;
 #     with YaRN instead, the same at cp 2 (each rank's positions from its chunk's first) and tp 2;
+#     a sliding window as long as the sequence (32) gives the losses of none, bit for bit, and a
+#     window of 8 others, the same at cp 2 (chunks of 8 rows: some key blocks wholly out of a
+#     rank's windows), tp 2 and pp 2;
 #   - export: trained 30 steps and exported (--export-hf: model_type qwen3 with rope_scaling
 #     llama3, and with yarn, and gpt2 with its two switches), the float64 PyTorch reference
 #     written from transformers' modeling code (tests/support/hf_reference.py) gives the
 #     trainer's validation loss on the same windows within 1e-6; the yarn export read back with
 #     --init-from names its factor against max_position_embeddings / its original positions, and
-#     its config rewritten as transformers 5 saves it (rope_parameters) gives the same loss;
+#     its config rewritten as transformers 5 saves it (rope_parameters) gives the same loss; the
+#     window's export is a mistral config.json with sliding_window 8, which --init-from keeps (a
+#     step from it equals one given --sliding-window 8; another window is refused), as a resume
+#     from its checkpoint does;
 #   - bad values exit 2 naming them, before any step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
@@ -26,27 +33,37 @@ run() {  # run NAME NP ARGS...
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
 }
+# layouts_match PREFIX LAYOUTS ARGS...: at each of the comma-separated LAYOUTS (2 ranks), 4 steps
+# of ARGS within 1e-5 of the losses of PREFIXone (run first, on 1 rank)
+layouts_match() {
+  local prefix=$1 layout name d layouts
+  IFS=, read -r -a layouts <<< "$2"
+  shift 2
+  for layout in "${layouts[@]}"; do
+    name=$prefix$(echo "$layout" | tr -d ' -')
+    # shellcheck disable=SC2086
+    run "$name" 2 "$@" --steps 4 $layout
+    d=$(max_rel_diff "$SCRATCH/${prefix}one.loss" "$SCRATCH/$name.loss")
+    awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "${prefix%-} $layout: losses differ from 1 rank's by $d"
+    echo "${prefix%-} $layout: losses within $d of 1 rank's"
+  done
+}
 run one 1 "${llama[@]}" --steps 4
-for layout in "--tp 2" "--pp 2" "--dp 2 --zero 3"; do
-  name=$(echo "$layout" | tr -d ' -')
-  # shellcheck disable=SC2086
-  run "$name" 2 "${llama[@]}" --steps 4 $layout
-  d=$(max_rel_diff "$SCRATCH/one.loss" "$SCRATCH/$name.loss")
-  awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "$layout: losses differ from 1 rank's by $d"
-  echo "$layout: losses within $d of 1 rank's"
-done
+layouts_match "" "--tp 2,--pp 2,--dp 2 --zero 3" "${llama[@]}"
 # YaRN over 256 original positions with betas 8 and 0.5: of a head of 16's 8 pairs, 0-1 kept,
 # 2-3 blended, 4-7 divided by 4; cos and sin times 0.1 ln 4 + 1
 yarn=(--arch llama --n-kv-head 2 --qk-norm --rope-scaling yarn:factor=4,orig=256,beta_fast=8,beta_slow=0.5)
 run yarn-one 1 "${yarn[@]}" --steps 4
-for layout in "--cp 2" "--tp 2"; do
-  name=yarn$(echo "$layout" | tr -d ' -')
-  # shellcheck disable=SC2086
-  run "$name" 2 "${yarn[@]}" --steps 4 $layout
-  d=$(max_rel_diff "$SCRATCH/yarn-one.loss" "$SCRATCH/$name.loss")
-  awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "yarn $layout: losses differ from 1 rank's by $d"
-  echo "yarn $layout: losses within $d of 1 rank's"
-done
+layouts_match yarn- "--cp 2,--tp 2" "${yarn[@]}"
+window=(--arch llama --n-kv-head 2 --sliding-window 8)
+run full 1 --arch llama --n-kv-head 2 --steps 4
+run window32 1 --arch llama --n-kv-head 2 --sliding-window 32 --steps 4
+cmp -s "$SCRATCH/full.loss" "$SCRATCH/window32.loss" ||
+  fail "a window of the whole sequence changed the losses: $(tr '\n' ' ' < "$SCRATCH/window32.loss")"
+run window-one 1 "${window[@]}" --steps 4
+! cmp -s "$SCRATCH/full.loss" "$SCRATCH/window-one.loss" || fail "a window of 8 of 32 changed nothing"
+echo "sliding window 32 of 32: the losses of none, bit for bit; window 8: others"
+layouts_match window- "--cp 2,--tp 2,--pp 2" "${window[@]}"
 # shellcheck disable=SC2046
 run_trainer 1 "$SCRATCH/piece.log" $(tiny_args) "${llama[@]}" --steps 4 --exit-at-step 2 \
   --out-dir "$SCRATCH/pieces"
@@ -73,6 +90,7 @@ export_matches() {  # export_matches NAME KEY ARGS...: the export's config has K
   theirs=$(/usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/$name-hf" --loss \
     "$SCRATCH/val.bin" 32 8) || fail "$name: the PyTorch reference failed"
   # measured 1.3e-8 (the metric's 9 digits, fp32 vs float64); a variant left out moves it >= 7e-4
+  # (the window: 3.70288113 against 3.69987409 from the reference without it)
   awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
     fail "$name: val loss $ours, PyTorch's float64 reference $theirs"
   echo "$name: val loss $ours, PyTorch's float64 reference $theirs"
@@ -102,6 +120,19 @@ cmp -s <(metric "$SCRATCH/yarn-init/metrics.jsonl" loss) <(metric "$SCRATCH/yarn
 echo "rope_parameters (transformers 5's form) trains as rope_theta and rope_scaling: the same loss"
 export_matches gpt2-scales '"scale_attn_by_inverse_layer_idx": true' --arch gpt2 \
   --gpt2-scale-attn-weights false --gpt2-scale-attn-by-layer
+export_matches mistral-window '"sliding_window": 8' "${window[@]}" --save-interval 30
+grep -q '"model_type": "mistral"' "$SCRATCH/mistral-window-hf/config.json" ||
+  fail "the window's export is no mistral: $(cat "$SCRATCH/mistral-window-hf/config.json")"
+# The export read back keeps its window: a step from it equals one given the window by flag.
+for w in "" 8; do
+  # shellcheck disable=SC2046
+  run_trainer 1 "$SCRATCH/window-init$w.log" $(tiny_args) --init-from "$SCRATCH/mistral-window-hf" \
+    --steps 1 ${w:+--sliding-window "$w"} --out-dir "$SCRATCH/window-init$w"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/window-init$w.log"; fail "--init-from the mistral export exited $rc"; }
+done
+cmp -s <(metric "$SCRATCH/window-init/metrics.jsonl" loss) <(metric "$SCRATCH/window-init8/metrics.jsonl" loss) ||
+  fail "--init-from: loss $(metric "$SCRATCH/window-init/metrics.jsonl" loss), with --sliding-window 8 $(metric "$SCRATCH/window-init8/metrics.jsonl" loss)"
+echo "--init-from the mistral export: its window of 8 kept"
 
 refused() {  # refused PATTERN ARGS...: exit 2 with the message, no step taken
   local pattern=$1; shift
@@ -122,5 +153,11 @@ refused "rope-scaling is a llama option" --rope-scaling linear:factor=2
 refused "qk-norm is a llama option" --qk-norm
 refused "are gpt2 options" --arch llama --gpt2-scale-attn-by-layer
 refused "rope-scaling = none disagrees with the checkpoint" --resume "$SCRATCH/pieces" --rope-scaling none
+refused "sliding-window = 16 disagrees with the init-from model" \
+  --init-from "$SCRATCH/mistral-window-hf" --sliding-window 16
+refused "sliding-window = 0 disagrees with the checkpoint" --resume "$SCRATCH/mistral-window" \
+  --sliding-window 0 --steps 31
+refused "sliding-window is a llama option" --sliding-window 8
+refused "sliding-window must be in \[0, 268435456\] (got -1)" --arch llama --sliding-window -1
 refused "cannot be written" --gpt2-scale-attn-by-layer --export-llmc "$SCRATCH/m.bin"
-echo "ok: q/k norm, RoPE scaling and gpt2's attention scales"
+echo "ok: q/k norm, RoPE scaling, the sliding window and gpt2's attention scales"

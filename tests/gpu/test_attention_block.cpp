@@ -46,6 +46,7 @@ struct BlockCase {
   int Tk;     // rows of the other block (its first Tk; 0: all 2c)
   int pad;    // the other block's row stride beyond 2 NKV hs
   bool own_first;
+  int window = 0;  // the sliding window (attention_sees); 0 none
 };
 
 // The positions of rank r's rows (cp 2, chunks of c).
@@ -120,11 +121,11 @@ Outputs run_case(Backend<T>& be, Precision storage, const BlockCase& k, const In
   T* lse = nans(S);
   Outputs o;
   be.attention_block_forward(out, lse, qkv, first.kv, first.ld, qpos.data(), first.kpos, B, Tq,
-                             first.Tk, NH, NKV, hs, scale, false);
+                             first.Tk, NH, NKV, hs, scale, k.window, false);
   o.push_back(read(out, size_t(B) * Tq * A));
   o.push_back(read(lse, S));
   be.attention_block_forward(out, lse, qkv, second.kv, second.ld, qpos.data(), second.kpos, B, Tq,
-                             second.Tk, NH, NKV, hs, scale, true);
+                             second.Tk, NH, NKV, hs, scale, k.window, true);
   o.push_back(read(out, size_t(B) * Tq * A));
   o.push_back(read(lse, S));
   T* D = nans(S);
@@ -133,10 +134,10 @@ Outputs run_case(Backend<T>& be, Precision storage, const BlockCase& k, const In
   T* dq = tensor(in.dq, Precision::Fp32).full();
   T* dkv_own = tensor(in.dkv_own, Precision::Fp32).full();
   T* dkv_other = tensor(in.dkv_other, Precision::Fp32).full();
-  be.attention_block_backward(dq, dkv_own, dout, qkv, own.kv, own.ld, lse, D, qpos.data(),
-                              own.kpos, B, Tq, own.Tk, NH, NKV, hs, scale);
+  be.attention_block_backward(dq, dkv_own, dout, qkv, own.kv, own.ld, lse, D, qpos.data(), own.kpos,
+                              B, Tq, own.Tk, NH, NKV, hs, scale, k.window);
   be.attention_block_backward(dq, dkv_other, dout, qkv, other.kv, other.ld, lse, D, qpos.data(),
-                              other.kpos, B, Tq, other.Tk, NH, NKV, hs, scale);
+                              other.kpos, B, Tq, other.Tk, NH, NKV, hs, scale, k.window);
   o.push_back(read(dq, size_t(B) * Tq * A));
   o.push_back(read(dkv_own, size_t(B) * Tq * KV));
   o.push_back(read(dkv_other, size_t(B) * Tk * KV));
@@ -198,7 +199,8 @@ void check_case(const BlockCase& k, Precision storage) {
 // GQA and MHA, head sizes of each kernel instance (<= 64, <= 128, <= 256) and odd ones, chunks
 // below, at and across the 32-row tile (c 17: tiles straddle both chunks; c 48: some tiles are
 // skipped, some unmasked, some masked), both ranks (rank 1's other block is seen in part), an
-// other block shorter than the queries, merge in both orders.
+// other block shorter than the queries, merge in both orders; sliding windows shorter than a tile
+// and than a chunk (c 48, window 40: some tiles wholly out of it) and across chunks.
 const BlockCase kCases[] = {
     {"gqa c17 rank0 own-first", 2, 4, 2, 80, 17, 0, 0, 8, true},
     {"gqa c17 rank1 other-first", 2, 4, 2, 80, 17, 1, 0, 8, false},
@@ -207,6 +209,9 @@ const BlockCase kCases[] = {
     {"gqa8:2 c32 rank1 Tk40", 2, 8, 2, 32, 32, 1, 40, 16, true},
     {"mqa hs128 c20 rank0", 1, 2, 1, 128, 20, 0, 0, 4, false},
     {"hs256 c9 rank1", 1, 2, 2, 256, 9, 1, 0, 2, true},
+    {"gqa c48 rank1 window 40", 2, 4, 2, 64, 48, 1, 0, 0, true, 40},
+    {"mha c17 rank0 window 20", 1, 3, 3, 24, 17, 0, 0, 8, false, 20},
+    {"gqa c48 rank0 window 7", 1, 4, 2, 32, 48, 0, 0, 0, false, 7},
 };
 
 TEST(GpuAttentionBlock, Fp32MatchesTheCpuBackend) {

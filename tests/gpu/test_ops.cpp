@@ -375,19 +375,19 @@ TEST(GpuOps, QkNorm) {
 // ---- attention ----------------------------------------------------------------------------------
 
 // Backward is given forward's output, as the model passes it.
-// scale: the factor on q k^T (0: 1/sqrt(hs)).
-auto attention_op(int B, int T, int NH, int NKV, int hs, double scale = 0) {
+// scale: the factor on q k^T (0: 1/sqrt(hs)); window: the sliding window (0 none).
+auto attention_op(int B, int T, int NH, int NKV, int hs, double scale = 0, int window = 0) {
   return [=](auto& be, auto& m) -> Outputs {
     const size_t QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs, P = size_t(B) * NH * T * T;
     auto* qkv = m.in(random_floats(size_t(B) * T * QKV, 1, -2.0f, 2.0f));
     auto* out = m.out(size_t(B) * T * A);
     auto* probs = m.out(P);
     const double s = scale != 0 ? scale : 1 / std::sqrt(double(hs));
-    be.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, s);
+    be.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, s, window);
     auto* dout = m.in(random_floats(size_t(B) * T * A, 2));
     auto* dqkv = m.out(size_t(B) * T * QKV);
     auto* scratch = m.out(P);
-    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs, s);
+    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs, s, window);
     return {m.read(out, size_t(B) * T * A), m.read(dqkv, size_t(B) * T * QKV)};
   };
 }
@@ -399,6 +399,9 @@ TEST(GpuOps, AttentionKernels) {
   compare("attention hs 128", attention_op(1, 40, 2, 1, 128), kFp32Configs, kTol);
   compare("attention hs 24", attention_op(2, 33, 3, 3, 24), kFp32Configs, kTol);
   compare("attention gpt2 scale 1/3", attention_op(2, 72, 4, 4, 64, 1.0 / 3), kFp32Configs, kTol);
+  // sliding windows: within a 32-key tile, across tiles (some wholly out of it)
+  compare("attention window 5", attention_op(2, 72, 4, 2, 80, 0, 5), kFp32Configs, kTol);
+  compare("attention window 40", attention_op(1, 128, 4, 4, 64, 0, 40), kFp32Configs, kTol);
 }
 
 TEST(GpuOps, AttentionCudnn) {
@@ -409,6 +412,8 @@ TEST(GpuOps, AttentionCudnn) {
   compare("cuDNN attention scale 1/4", attention_op(2, 128, 4, 4, 64, 0.25), {kCudnnBf16}, 2e-2);
   // bf16 math with our kernels: attention stays fp32 there
   compare("attention cuda/bf16", attention_op(2, 72, 4, 2, 80), {kCudaBf16}, kTol);
+  // a sliding window shorter than the sequence: the CUDA kernel in the cuDNN kernel set (said)
+  compare("cuDNN set, window 40", attention_op(2, 128, 4, 4, 64, 0, 40), {kCudnnBf16}, kTol);
 }
 
 TEST(GpuOps, AttentionBackwardReadsTheForwardOutput) {
@@ -422,10 +427,10 @@ TEST(GpuOps, AttentionBackwardReadsTheForwardOutput) {
     DeviceVec out(gpu, N * A), probs(gpu, gpu.attention_state_size(B, T, NH));
     DeviceVec scratch(gpu, gpu.attention_state_size(B, T, NH)), dqkv(gpu, N * QKV);
     gpu.attention_forward(out.get(), probs.get(), qkv.get(), B, T, NH, NH, hs,
-                          1 / std::sqrt(double(hs)));
+                          1 / std::sqrt(double(hs)), 0);
     out.poison();
     gpu.attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), out.get(), probs.get(),
-                           B, T, NH, NH, hs, 1 / std::sqrt(double(hs)));
+                           B, T, NH, NH, hs, 1 / std::sqrt(double(hs)), 0);
     const std::vector<float> g = dqkv.download();
     EXPECT_TRUE(std::isnan(g[0]) && std::isnan(g[NH * hs]))
         << c.name << ": q " << g[0] << ", k " << g[NH * hs];

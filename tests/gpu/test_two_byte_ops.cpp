@@ -245,12 +245,12 @@ auto attention_op(int B, int T, int NH, int NKV, int hs) {
     const Buf<float> qkv = t.in(random_floats(size_t(B) * T * QKV, 1, -2.0f, 2.0f));
     const Buf<float> out = t.out(size_t(B) * T * A);
     float* state = t.stat_out(S);
-    be.attention_forward(out, state, qkv, B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
+    be.attention_forward(out, state, qkv, B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)), 0);
     const Buf<float> dout = t.in(random_floats(size_t(B) * T * A, 2));
     const Buf<float> dqkv = t.out(size_t(B) * T * QKV);
     float* scratch = t.stat_out(S);
     be.attention_backward(dqkv, scratch, dout, qkv, out, state, B, T, NH, NKV, hs,
-                          1 / std::sqrt(double(hs)));
+                          1 / std::sqrt(double(hs)), 0);
     return {t.read(out, size_t(B) * T * A), t.read(dqkv, size_t(B) * T * QKV)};
   };
 }

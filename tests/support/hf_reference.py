@@ -3,9 +3,10 @@ conventions (not from mpitrain's code) in plain PyTorch, in float64, without the
 package: GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, scale_attn_weights and
 scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
 (RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 / yarn as modeling_rope_utils.py,
-grouped-query attention, SwiGLU; head_dim, default hidden_size / heads; biases: llama's and qwen3's
-attention_bias on q, k, v, o and llama's mlp_bias on gate, up, down, qwen2's on q, k, v; qwen3's
-q_norm / k_norm: RMSNorm over each head before RoPE) and MixtralForCausalLM / Qwen3MoeForCausalLM
+grouped-query attention, mistral's and mixtral's sliding_window as masking_utils.py, SwiGLU;
+head_dim, default hidden_size / heads; biases: llama's and qwen3's attention_bias on q, k, v, o
+and llama's mlp_bias on gate, up, down, qwen2's on q, k, v; qwen3's q_norm / k_norm: RMSNorm over
+each head before RoPE) and MixtralForCausalLM / Qwen3MoeForCausalLM
 (their MoE layers as MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: router softmax, top-k,
 gates renormalised over the chosen (qwen3_moe: norm_topk_prob), sum of the experts'
 w2(silu(w1 x) * w3 x) weighted by their gates; the load-balancing loss as
@@ -54,10 +55,12 @@ def load(directory):
     return config, tensors
 
 
-def causal_attention(q, k, v, divisor=None):  # (heads, T, hs) each; scores / divisor
+def causal_attention(q, k, v, divisor=None, window=None):  # (heads, T, hs) each; scores / divisor
     T, hs = q.shape[1], q.shape[2]
     scores = q @ k.transpose(1, 2) / (math.sqrt(hs) if divisor is None else divisor)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    if window is not None:  # masking_utils' sliding_window_overlay keeps key j > i - window
+        mask |= torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-window)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
 
 
@@ -167,6 +170,7 @@ def llama_logits(c, w, ids, router_logits=None):
     KV = c.get("num_key_value_heads", H)
     hs = c.get("head_dim") or C // H
     qwen2 = c["model_type"] == "qwen2"
+    window = c.get("sliding_window") if c["model_type"] in ("mistral", "mixtral") else None
     attention_bias, mlp_bias = qwen2 or c.get("attention_bias", False), c.get("mlp_bias", False)
 
     def linear(x, p, bias):  # nn.Linear: x @ W.T (+ b)
@@ -195,7 +199,7 @@ def llama_logits(c, w, ids, router_logits=None):
             q, k = rms(q, p + "self_attn.q_norm.weight"), rms(k, p + "self_attn.k_norm.weight")
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(H // KV, dim=0), v.repeat_interleave(H // KV, dim=0)
-        y = causal_attention(q, k, v).transpose(0, 1).reshape(T, H * hs)
+        y = causal_attention(q, k, v, window=window).transpose(0, 1).reshape(T, H * hs)
         x = x + linear(y, p + "self_attn.o_proj", attention_bias and not qwen2)
         m = rms(x, p + "post_attention_layernorm.weight")
         if is_moe_layer(c, l):

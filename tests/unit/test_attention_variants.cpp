@@ -273,22 +273,22 @@ TEST(CpuAttention, ScaleMultipliesTheScores) {
   const int B = 1, T = 4, NH = 2, NKV = 1, hs = 4, QKV = (NH + 2 * NKV) * hs, A = NH * hs;
   const double s = 1.0 / 3.0;  // unscaled weights in block 2 (0-based): 1 / (2 + 1)
   Vec qkv = random_vec(B * T * QKV, 5, -2, 2), out(B * T * A), probs(B * NH * T);
-  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs, s);
+  be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs, s, 0);
   Vec q_scaled = qkv, out2(out.size());
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < NH * hs; ++c) q_scaled[t * QKV + c] *= s * std::sqrt(double(hs));
   be.attention_forward(out2.data(), probs.data(), q_scaled.data(), B, T, NH, NKV, hs,
-                       1 / std::sqrt(double(hs)));
+                       1 / std::sqrt(double(hs)), 0);
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], out2[i], 1e-14);
 
   const Vec R = random_vec(out.size(), 6);
   auto loss = [&] {
-    be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs, s);
+    be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs, s, 0);
     return dot(out, R);
   };
   loss();
   Vec dqkv(qkv.size()), scratch(probs.size());
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs, s);
+                        B, T, NH, NKV, hs, s, 0);
   expect_grad("dqkv", qkv, dqkv, loss);
 }

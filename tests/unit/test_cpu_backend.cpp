@@ -504,19 +504,19 @@ void attention_grad_check(int B, int T, int NH, int NKV, int hs) {
   Vec dqkv(qkv.size(), 55.0);
   auto loss = [&] {
     be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs,
-                         1 / std::sqrt(double(hs)));
+                         1 / std::sqrt(double(hs)), 0);
     return dot(out, R);
   };
   loss();
   const Vec ref = attention_reference(qkv, B, T, NH, NKV, hs);
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 1e-14);
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
+                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)), 0);
   const Vec d1 = dqkv;
   expect_grad("dqkv", qkv, d1, loss);
   loss();
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
+                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)), 0);
   for (size_t i = 0; i < dqkv.size(); ++i) EXPECT_EQ(dqkv[i], d1[i]) << "dqkv is overwritten";
 }
 
@@ -534,9 +534,9 @@ TEST(CpuAttention, CausalNoGradientToTheFuture) {
     for (int t = 0; t <= t0; ++t)
       for (int i = 0; i < NH * hs; ++i) R[(b * T + t) * NH * hs + i] = std::sin(1.0 + i + t + b);
   be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs,
-                       1 / std::sqrt(double(hs)));
+                       1 / std::sqrt(double(hs)), 0);
   be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv.data(), out.data(), probs.data(),
-                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)));
+                        B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)), 0);
   double past = 0;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
@@ -552,7 +552,7 @@ TEST(CpuAttention, CausalNoGradientToTheFuture) {
   const Vec out0 = out;
   for (int i = 0; i < QKV; ++i) qkv[(T - 1) * QKV + i] += 1.0;
   be.attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hs,
-                       1 / std::sqrt(double(hs)));
+                       1 / std::sqrt(double(hs)), 0);
   for (int t = 0; t < T - 1; ++t)
     for (int i = 0; i < NH * hs; ++i) EXPECT_EQ(out[t * NH * hs + i], out0[t * NH * hs + i]);
 }

@@ -9,7 +9,8 @@
 //     for bit against fp32 containers of the same rounded values), the same bits at 1 and 2
 //     threads;
 //   - bf16 training's tiles (a backend built for bf16 on a CPU with AVX512-BF16), whole and over
-//     the ring, against the reference on the same bf16 values.
+//     the ring, against the reference on the same bf16 values;
+//   - a sliding window (Shape::window) of every length against a tile, whole and over the ring.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@ using IVec = std::vector<int>;
 
 struct Shape {
   int B, NH, NKV, hs;
+  int window = 0;  // attention_sees's: 0, none
   int QKV() const { return (NH + 2 * NKV) * hs; }
   int A() const { return NH * hs; }
   int KV() const { return 2 * NKV * hs; }
@@ -52,7 +54,8 @@ IVec iota(int n, int from = 0) {
 }
 
 // Attention of the query rows q (B, Tq, QKV: q heads first) against keys kv (B, Tk, kv_ld: k
-// heads then v heads), query i seeing key j iff kpos[j] <= qpos[i], in double, row by row:
+// heads then v heads), query i seeing key j iff kpos[j] <= qpos[i] and, with a window W,
+// kpos[j] > qpos[i] - W (written out here, not attention_sees), in double, row by row:
 // out, lse; and for dout: dq (B, Tq, A), dkv (B, Tk, KV) of sum(out * dout).
 struct Reference {
   DVec out, lse, dq, dkv;
@@ -74,7 +77,7 @@ Reference reference(const DVec& q, const DVec& kv, int kv_ld, const IVec& qpos, 
         DVec sc(Tk, -std::numeric_limits<double>::infinity());
         double mx = -std::numeric_limits<double>::infinity();
         for (int j = 0; j < Tk; ++j)
-          if (kpos[j] <= qpos[i]) {
+          if (kpos[j] <= qpos[i] && (s.window == 0 || kpos[j] > qpos[i] - s.window)) {
             double d = 0;
             for (int c = 0; c < hs; ++c) d += qi[c] * k(j)[c];
             sc[j] = d * s.scale();
@@ -159,9 +162,9 @@ Whole<T> whole(CpuBackend<T>& be, const DVec& qkv, const DVec& dout, int Tlen, S
   Whole<T> w{std::vector<T>(size_t(s.B) * Tlen * s.A(), T(3)), std::vector<T>(S),
              std::vector<T>(qkv.size(), T(5))};  // out and dqkv overwritten
   be.attention_forward(w.out.data(), w.lse.data(), x.data(), s.B, Tlen, s.NH, s.NKV, s.hs,
-                       T(s.scale()));
+                       T(s.scale()), s.window);
   be.attention_backward(w.dqkv.data(), scratch.data(), dy.data(), x.data(), w.out.data(),
-                        w.lse.data(), s.B, Tlen, s.NH, s.NKV, s.hs, T(s.scale()));
+                        w.lse.data(), s.B, Tlen, s.NH, s.NKV, s.hs, T(s.scale()), s.window);
   return w;
 }
 
@@ -178,6 +181,20 @@ DVec reference_dqkv(const Reference& r, int Tlen, Shape s) {
 Reference whole_reference(const DVec& qkv, const DVec& dout, int Tlen, Shape s) {
   const DVec kv = gather_rows(qkv, s.B, Tlen, s.QKV(), iota(Tlen), s.A(), s.QKV());
   return reference(qkv, kv, s.KV(), iota(Tlen), iota(Tlen), dout, s);
+}
+
+// whole() of be on random qkv and dout (from seed) against the reference: out, lse and dqkv
+// within tol.
+template <typename T>
+void check_whole(CpuBackend<T>& be, int Tlen, Shape s, uint64_t seed, double tol) {
+  const DVec qkv = random_values(size_t(s.B) * Tlen * s.QKV(), seed);
+  const DVec dout = random_values(size_t(s.B) * Tlen * s.A(), seed + 1, -1, 1);
+  const Reference r = whole_reference(qkv, dout, Tlen, s);
+  const Whole<T> w = whole(be, qkv, dout, Tlen, s);
+  SCOPED_TRACE("T " + std::to_string(Tlen) + " window " + std::to_string(s.window));
+  EXPECT_LT(rel_err(w.out, r.out), tol);
+  EXPECT_LT(rel_err(w.lse, r.lse), tol);
+  EXPECT_LT(rel_err(w.dqkv, reference_dqkv(r, Tlen, s)), tol);
 }
 
 // The edges of both tiles: the short one's, the last length on it, the first on the long tile
@@ -329,16 +346,16 @@ void check_ring(int N, int r, int c, Shape s, double tol, Precision products = P
     if (src == r) {
       be.attention_block_forward(out.data(), lse.data(), x.data(), x.data() + s.A(), s.QKV(),
                                  qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs,
-                                 T(s.scale()), false);
+                                 T(s.scale()), s.window, false);
     } else {
       packed[src] = as<T>(gather_rows(qkv, s.B, Tlen, s.QKV(), kpos, s.A(), s.QKV()));
       be.attention_block_forward(out.data(), lse.data(), x.data(), packed[src].data(), s.KV(),
                                  qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs,
-                                 T(s.scale()), true);
+                                 T(s.scale()), s.window, true);
     }
   }
   SCOPED_TRACE("N " + std::to_string(N) + " rank " + std::to_string(r) + " chunk " +
-               std::to_string(c));
+               std::to_string(c) + " window " + std::to_string(s.window));
   EXPECT_LT(rel_err(out, ref.out), tol) << "merged out";
   EXPECT_LT(rel_err(lse, ref.lse), tol) << "merged lse";
 
@@ -348,9 +365,9 @@ void check_ring(int N, int r, int c, Shape s, double tol, Precision products = P
     const IVec kpos = cp_positions(src, N, c);
     std::vector<T> dkv(size_t(s.B) * Tq * s.KV(), T(0));
     const T* kv = src == r ? x.data() + s.A() : packed[src].data();
-    be.attention_block_backward(dq.data(), dkv.data(), dy.data(), x.data(), kv,
-                                src == r ? s.QKV() : s.KV(), lse.data(), D.data(), qpos.data(),
-                                kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs, T(s.scale()));
+    be.attention_block_backward(
+        dq.data(), dkv.data(), dy.data(), x.data(), kv, src == r ? s.QKV() : s.KV(), lse.data(),
+        D.data(), qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs, T(s.scale()), s.window);
     EXPECT_LT(rel_err(dkv, gather_rows(ref.dkv, s.B, Tlen, s.KV(), kpos)), tol)
         << "dk dv of rank " << src << "'s keys";
   }
@@ -400,6 +417,35 @@ TEST(CpuFlashAttention, Bf16TilesWholeAndOverTheRing) {
   check_ring<float>(3, 1, 40, Shape{2, 4, 2, 16}, tol, Precision::Bf16);
 }
 
+// A sliding window (Mistral's): each query sees its W latest keys, itself included. W cuts the
+// tiles every way: itself only (1), inside one tile, a tile's length, across two tiles, T - 1; at
+// T and beyond it masks nothing. Double: the reference up to rounding (measured, AMD EPYC Zen 5:
+// out 4.8e-16, lse 4.9e-16, dqkv 2.9e-15; over the ring out 1.1e-15, lse 3.7e-16, dq 1.1e-15, dkv
+// 1.4e-15; tolerance 2e-14). Over the ring, a window shorter than a chunk (some blocks wholly out
+// of it), longer than one, and past the whole sequence.
+TEST(CpuFlashAttention, SlidingWindowEqualsTheReference) {
+  CpuBackend<double> be(2);
+  for (const int Tlen : {kShort * 3 + 5, kFirstLong + kLong / 2})  // the short tile, the long one
+    for (const int W : {1, 7, kShort, kShort + 3, kLong + 9, Tlen - 1, Tlen, Tlen + 5})
+      check_whole(be, Tlen, Shape{2, 4, 2, 8, W}, 61 + W, 2e-14);
+  for (const int W : {9, 57, 300})  // chunks of 40, the sequence 240
+    for (int r : {0, 2}) check_ring<double>(3, r, 40, Shape{2, 4, 2, 8, W}, 2e-14);
+}
+
+// Float (the fp32 tiles or the BLAS; with bf16 products, bf16 tiles where the CPU has them): the
+// bounds of the causal tests above (measured, AMD EPYC Zen 5, fp32 tiles: out 1.8e-7, lse 1.1e-7,
+// dqkv 2.7e-7; over the ring out 2.1e-7, lse 9.6e-8, dq 3.5e-7, dkv 3.0e-7; bf16 tiles over the
+// ring: out 1.7e-3, dq 2.9e-3, dkv 2.6e-3).
+TEST(CpuFlashAttention, FloatSlidingWindowWholeAndOverTheRing) {
+  CpuBackend<float> be(2);
+  SCOPED_TRACE("tiles: " + be.attention_tiles());
+  for (const int Tlen : {257, kFirstLong + 40})
+    for (const int W : {20, 200}) check_whole(be, Tlen, Shape{1, 4, 2, 32, W}, 71 + W, 2e-6);
+  check_ring<float>(3, 1, 40, Shape{2, 4, 2, 16, 50}, 2e-6);
+  if (CpuBackend<float>(2, Precision::Bf16).bf16_gemms())
+    check_ring<float>(3, 1, 40, Shape{2, 4, 2, 16, 50}, 6e-3, Precision::Bf16);
+}
+
 // A row that sees no key of a block: lse -inf and out 0, and a merge with such a block leaves
 // (out, lse) as they were; a row that has seen nothing yet takes the next block's result.
 TEST(CpuFlashAttention, RowsThatSeeNoKey) {
@@ -410,7 +456,7 @@ TEST(CpuFlashAttention, RowsThatSeeNoKey) {
   std::vector<double> out(4 * s.A(), 9), lse(s.NH * 4, 9);
   const double* kv = qkv.data() + s.A();
   be.attention_block_forward(out.data(), lse.data(), qkv.data(), kv, s.QKV(), qpos.data(),
-                             late.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), false);
+                             late.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), 0, false);
   for (int h = 0; h < s.NH; ++h)
     for (int t : {0, 1}) EXPECT_EQ(lse[h * 4 + t], -std::numeric_limits<double>::infinity());
   for (int t : {0, 1})
@@ -418,10 +464,10 @@ TEST(CpuFlashAttention, RowsThatSeeNoKey) {
   const std::vector<double> out1 = out, lse1 = lse;
   // the early keys merged in: equal to them alone for rows 0, 1; a proper merge for 2, 3
   be.attention_block_forward(out.data(), lse.data(), qkv.data(), kv, s.QKV(), qpos.data(),
-                             early.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), true);
+                             early.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), 0, true);
   std::vector<double> alone(out.size()), lse_alone(lse.size());
   be.attention_block_forward(alone.data(), lse_alone.data(), qkv.data(), kv, s.QKV(), qpos.data(),
-                             early.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), false);
+                             early.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), 0, false);
   for (int h = 0; h < s.NH; ++h)
     for (int t : {0, 1}) EXPECT_NEAR(lse[h * 4 + t], lse_alone[h * 4 + t], 1e-15);
   for (int t : {0, 1})
@@ -430,7 +476,7 @@ TEST(CpuFlashAttention, RowsThatSeeNoKey) {
   const std::vector<double> out2 = out, lse2 = lse;
   const IVec never{9, 9, 9, 9};
   be.attention_block_forward(out.data(), lse.data(), qkv.data(), kv, s.QKV(), qpos.data(),
-                             never.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), true);
+                             never.data(), 1, 4, 4, s.NH, s.NKV, s.hs, s.scale(), 0, true);
   EXPECT_EQ(out, out2);
   EXPECT_EQ(lse, lse2);
 }
@@ -461,16 +507,16 @@ TEST(CpuFlashAttention, BlockApiOnTwoByteOperandsEqualsFp32Containers) {
       std::vector<float> out(size_t(s.B) * Tq * s.A()), lse(size_t(s.B) * s.NH * Tq),
           D(lse.size()), dq(out.size()), dkv(size_t(s.B) * Tq * s.KV()), dkv2(dkv.size());
       be.attention_block_forward(out.data(), lse.data(), q, own, s.QKV(), qpos.data(), qpos.data(),
-                                 s.B, Tq, Tq, s.NH, s.NKV, s.hs, float(s.scale()), false);
-      be.attention_block_forward(out.data(), lse.data(), q, other, s.KV(), qpos.data(),
-                                 kpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs, float(s.scale()), true);
+                                 s.B, Tq, Tq, s.NH, s.NKV, s.hs, float(s.scale()), 0, false);
+      be.attention_block_forward(out.data(), lse.data(), q, other, s.KV(), qpos.data(), kpos.data(),
+                                 s.B, Tq, Tq, s.NH, s.NKV, s.hs, float(s.scale()), 0, true);
       be.attention_row_dot(D.data(), dy, CBuf<float>(out.data()), s.B, Tq, s.NH, s.hs);
       be.attention_block_backward(dq.data(), dkv.data(), dy, q, own, s.QKV(), lse.data(), D.data(),
                                   qpos.data(), qpos.data(), s.B, Tq, Tq, s.NH, s.NKV, s.hs,
-                                  float(s.scale()));
+                                  float(s.scale()), 0);
       be.attention_block_backward(dq.data(), dkv2.data(), dy, q, other, s.KV(), lse.data(),
                                   D.data(), qpos.data(), kpos.data(), s.B, Tq, Tq, s.NH, s.NKV,
-                                  s.hs, float(s.scale()));
+                                  s.hs, float(s.scale()), 0);
       std::vector<float> all = out;
       for (const auto* v : {&lse, &D, &dq, &dkv, &dkv2}) all.insert(all.end(), v->begin(), v->end());
       return all;

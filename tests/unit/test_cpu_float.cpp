@@ -188,17 +188,17 @@ TEST(CpuFloat, RopeAndAttention) {
   EXPECT_LT(qkv.err(), kTol);
   qkv.d.assign(qkv.f.begin(), qkv.f.end());  // attention on identical inputs
   be.f.attention_forward(out.f.data(), lse.f.data(), qkv.f.data(), B, T, NH, NKV, hs,
-                         1 / std::sqrt(double(hs)));
+                         1 / std::sqrt(double(hs)), 0);
   be.d.attention_forward(out.d.data(), lse.d.data(), qkv.d.data(), B, T, NH, NKV, hs,
-                         1 / std::sqrt(double(hs)));
+                         1 / std::sqrt(double(hs)), 0);
   EXPECT_LT(out.err(), kTol);
   EXPECT_LT(lse.err(), kTol);
   be.f.attention_backward(dqkv.f.data(), scratch.f.data(), dout.f.data(), qkv.f.data(),
-                          out.f.data(), lse.f.data(), B, T, NH, NKV, hs,
-                          1 / std::sqrt(double(hs)));
+                          out.f.data(), lse.f.data(), B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)),
+                          0);
   be.d.attention_backward(dqkv.d.data(), scratch.d.data(), dout.d.data(), qkv.d.data(),
-                          out.d.data(), lse.d.data(), B, T, NH, NKV, hs,
-                          1 / std::sqrt(double(hs)));
+                          out.d.data(), lse.d.data(), B, T, NH, NKV, hs, 1 / std::sqrt(double(hs)),
+                          0);
   EXPECT_LT(dqkv.err(), kTol);
   be.f.rope_backward(dqkv.f.data(), B, T, NH, NKV, hs, 10000.0f);
   be.d.rope_backward(dqkv.d.data(), B, T, NH, NKV, hs, 10000.0);

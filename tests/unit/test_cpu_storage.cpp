@@ -263,9 +263,11 @@ Op qk_norm(AttnShape s, Precision p) {
   });
 }
 
-// forward and backward; backward reads forward's output and row log-sum-exps (fp32)
-Op attention(AttnShape s, Precision p) {
-  return make_op(name("attention", s), [=](auto& run) {
+// forward and backward; backward reads forward's output and row log-sum-exps (fp32); window:
+// the sliding window (0 none)
+Op attention(AttnShape s, Precision p, int window = 0) {
+  const std::string what = name("attention", s) + " window=" + std::to_string(window);
+  return make_op(what, [=](auto& run) {
     const size_t nq = size_t(s.B) * s.T * (s.NH + 2 * s.NKV) * s.hs,
                  no = size_t(s.B) * s.T * s.NH * s.hs,
                  np = run.be().attention_state_size(s.B, s.T, s.NH);
@@ -273,10 +275,10 @@ Op attention(AttnShape s, Precision p) {
          out = run.tensor(no), dqkv = run.tensor(nq);
     auto *probs = run.array(np), *scratch = run.array(np);
     run.be().attention_forward(out, probs, qkv, s.B, s.T, s.NH, s.NKV, s.hs,
-                               1 / std::sqrt(double(s.hs)));
+                               1 / std::sqrt(double(s.hs)), window);
     run.round(out, no);  // backward reads out (D = rowsum(dout * out)) as the model keeps it
     run.be().attention_backward(dqkv, scratch, dout, qkv, out, probs, s.B, s.T, s.NH, s.NKV, s.hs,
-                                1 / std::sqrt(double(s.hs)));
+                                1 / std::sqrt(double(s.hs)), window);
     return std::vector<Out>{run.read("out", out, no, s.hs + 2 * s.T),
                             run.read("lse", probs, np, s.hs + s.T),
                             run.read("dqkv", dqkv, nq, 4 * (s.hs + s.T))};
@@ -371,6 +373,7 @@ TEST_P(CpuStorage, RopeAndAttention) {
     check(rope(s, p), p);
     check(qk_norm(s, p), p);
     check(attention(s, p), p);
+    check(attention(s, p, 3), p);  // a sliding window of 3 (Mistral's, short)
   }
 }
 

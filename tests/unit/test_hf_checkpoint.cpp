@@ -122,7 +122,7 @@ class HfCheckpointTest : public ::testing::Test {
   std::vector<float> load(const ParamLayout& layout, uint64_t* bytes_read = nullptr,
                           const std::function<std::pair<size_t, size_t>(const ParamTensor&)>&
                               wanted = {}) const {
-    const ModelConfig c = read_hf_config(hf(), config_.max_seq_len);
+    const ModelConfig c = read_hf_config(hf());
     check_hf_weights(hf(), c);
     std::vector<float> out(layout.total(), -1.0f);
     const uint64_t bytes = load_hf_model(

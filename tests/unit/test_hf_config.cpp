@@ -43,20 +43,20 @@ class HfConfigTest : public ::testing::Test {  // a fresh temporary directory pe
 
   std::string file() const { return (dir_ / "config.json").string(); }
 
-  // The error of reading doc as config.json at seq_len ("" if it reads).
-  std::string error(const json& doc, int seq_len = 1024) const {
+  // The error of reading doc as config.json ("" if it reads).
+  std::string error(const json& doc) const {
     std::ofstream(file()) << doc.dump(2);
     try {
-      read_hf_config(dir_.string(), seq_len);
+      read_hf_config(dir_.string());
     } catch (const UsageError& e) {
       return e.what();
     }
     return "";
   }
 
-  ModelConfig read(const json& doc, int seq_len = 1024) const {
+  ModelConfig read(const json& doc) const {
     std::ofstream(file()) << doc.dump(2);
-    return read_hf_config(dir_.string(), seq_len);
+    return read_hf_config(dir_.string());
   }
 
   fs::path dir_;
@@ -132,7 +132,7 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
                                   {"Qwen3-30B-A3B", 1e-6f}}) {
     json doc = real_config(name);
     doc.erase("rms_norm_eps");
-    EXPECT_EQ(read(doc, 4096).norm_eps, eps) << name;
+    EXPECT_EQ(read(doc).norm_eps, eps) << name;
   }
   // num_key_value_heads null is one per query head (transformers' configs set it so); absent,
   // the class's default: LlamaConfig's null, MistralConfig's 8.
@@ -140,13 +140,13 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
                            "Mixtral-8x7B-v0.1", "Qwen3-30B-A3B"}) {
     json doc = real_config(name);
     doc["num_key_value_heads"] = nullptr;
-    const ModelConfig c = read(doc, 4096);
+    const ModelConfig c = read(doc);
     EXPECT_EQ(c.n_kv_head, c.n_head) << name;
   }
   for (const auto& [name, heads] : {std::pair{"Llama-3.2-1B", 32}, {"Mistral-7B-v0.1", 8}}) {
     json doc = real_config(name);
     doc.erase("num_key_value_heads");
-    EXPECT_EQ(read(doc, 4096).n_kv_head, heads) << name;
+    EXPECT_EQ(read(doc).n_kv_head, heads) << name;
   }
   const ModelConfig qwen3_moe = read(real_config("Qwen3-30B-A3B"));  // 128 experts of 768, top 8
   EXPECT_TRUE(qwen3_moe.qk_norm);
@@ -268,66 +268,56 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
     const char* config;
     const char* key;
     json value;
-    int seq_len;
   };
   const Case cases[] = {
-      {"Mistral-7B-v0.1", "sliding_window", 512, 1024},
-      {"Mistral-7B-v0.1", "hidden_act", "gelu", 1024},
-      {"Mistral-7B-v0.1", "num_hidden_layers", 0, 1024},
-      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}, 1024},
-      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "default"}, {"factor", 2.0}}, 1024},
+      {"Mistral-7B-v0.1", "sliding_window", 0},
+      {"Mistral-7B-v0.1", "hidden_act", "gelu"},
+      {"Mistral-7B-v0.1", "num_hidden_layers", 0},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "default"}, {"factor", 2.0}}},
       {"Mistral-7B-v0.1",
        "rope_scaling",
-       {{"rope_type", "yarn"}, {"factor", 2.0}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}},
-       1024},
+       {{"rope_type", "yarn"}, {"factor", 2.0}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}}},
       {"Mistral-7B-v0.1",
        "rope_scaling",
-       {{"rope_type", "yarn"}, {"factor", 2.0}, {"truncate", false}},
-       1024},
+       {{"rope_type", "yarn"}, {"factor", 2.0}, {"truncate", false}}},
       {"Mistral-7B-v0.1",
        "rope_scaling",
-       {{"rope_type", "yarn"}, {"factor", 2.0}, {"beta_fast", 0}},
-       1024},
+       {{"rope_type", "yarn"}, {"factor", 2.0}, {"beta_fast", 0}}},
       {"Mistral-7B-v0.1",
        "rope_scaling",
-       {{"rope_type", "yarn"}, {"original_max_position_embeddings", 4096}},
-       1024},
-      {"Mistral-7B-v0.1",
-       "rope_scaling",
-       {{"rope_type", "linear"}, {"factor", 2.0}, {"x", 1}},
-       1024},
-      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}, 1024},
+       {{"rope_type", "yarn"}, {"original_max_position_embeddings", 4096}}},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}, {"x", 1}}},
+      {"Mistral-7B-v0.1", "rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}},
       // transformers 5's rope_parameters: per layer type, over part of each head, or disagreeing
       // with the file's rope_theta (Mistral's 10000) or rope_scaling (Llama 3.2's llama3)
       {"Mistral-7B-v0.1",
        "rope_parameters",
-       {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}}},
-       1024},
+       {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}}}},
       {"Mistral-7B-v0.1",
        "rope_parameters",
-       {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}},
-       1024},
-      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5e5}}, 1024},
-      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "default"}, {"factor", 2.0}}, 1024},
-      {"Llama-3.2-1B", "rope_parameters", {{"rope_type", "default"}}, 1024},
-      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}, 1024},
-      {"gpt2", "activation_function", "relu", 1024},
-      {"gpt2", "add_cross_attention", true, 1024},
-      {"Qwen2.5-0.5B", "use_sliding_window", true, 1024},
-      {"Qwen2.5-0.5B", "use_mrope", true, 1024},
-      {"Qwen3-0.6B", "layer_types", {"full_attention", "sliding_attention"}, 1024},
-      {"Mixtral-8x7B-v0.1", "sliding_window", 512, 1024},
-      {"Mixtral-8x7B-v0.1", "router_jitter_noise", 0.01, 1024},
-      {"Qwen3-30B-A3B", "norm_topk_prob", false, 1024},
-      {"Qwen3-30B-A3B", "mlp_only_layers", {0, 47}, 1024},
-      {"Qwen3-30B-A3B", "mlp_only_layers", {48}, 1024},
-      {"Qwen3-30B-A3B", "mlp_only_layers", {"0"}, 1024},
-      {"Qwen3-30B-A3B", "use_sliding_window", true, 1024},
+       {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}},
+      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5e5}}},
+      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "default"}, {"factor", 2.0}}},
+      {"Llama-3.2-1B", "rope_parameters", {{"rope_type", "default"}}},
+      {"Mistral-7B-v0.1", "rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}},
+      {"gpt2", "activation_function", "relu"},
+      {"gpt2", "add_cross_attention", true},
+      {"Qwen2.5-0.5B", "use_sliding_window", true},
+      {"Qwen2.5-0.5B", "use_mrope", true},
+      {"Qwen3-0.6B", "layer_types", {"full_attention", "sliding_attention"}},
+      {"Mixtral-8x7B-v0.1", "sliding_window", -4096},
+      {"Mixtral-8x7B-v0.1", "router_jitter_noise", 0.01},
+      {"Qwen3-30B-A3B", "norm_topk_prob", false},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {0, 47}},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {48}},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {"0"}},
+      {"Qwen3-30B-A3B", "use_sliding_window", true},
   };
   for (const Case& c : cases) {
     json doc = real_config(c.config);
     doc[c.key] = c.value;
-    const std::string e = error(doc, c.seq_len);
+    const std::string e = error(doc);
     EXPECT_EQ(e.rfind(file() + ": " + c.key + " = " + c.value.dump() + ": ", 0), 0u)
         << c.config << " " << c.key << ": " << e;
   }
@@ -339,13 +329,6 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
     EXPECT_EQ(error(doc).rfind(file() + ": " + key + " = " + value.dump() + ": ", 0), 0u) << key;
   }
   EXPECT_EQ(error(llama), "");
-  // A sliding window as long as the sequence masks nothing; absent, transformers' is 4096.
-  json mistral = real_config("Mistral-7B-v0.1");
-  EXPECT_EQ(error(mistral, 4096), "");
-  mistral.erase("sliding_window");
-  EXPECT_NE(error(mistral, 4097).find("sliding_window = 4096: "), std::string::npos);
-  mistral["sliding_window"] = nullptr;
-  EXPECT_EQ(error(mistral, 32768), "");
   // transformers' default norm_topk_prob is false: absent, the gates would not be renormalised.
   json qwen3_moe = real_config("Qwen3-30B-A3B");
   qwen3_moe.erase("norm_topk_prob");
@@ -356,12 +339,12 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
   mixtral.erase("sliding_window");
   mixtral["router_aux_loss_coef"] = 0.5;
   mixtral["output_router_logits"] = true;
-  EXPECT_EQ(error(mixtral, 32768), "");
+  EXPECT_EQ(error(mixtral), "");
   mixtral["router_aux_loss_coef"] = -0.01;
-  EXPECT_NE(error(mixtral, 32768).find("router_aux_loss_coef = -0.01: must be a number >= 0"),
+  EXPECT_NE(error(mixtral).find("router_aux_loss_coef = -0.01: must be a number >= 0"),
             std::string::npos);
   mixtral["router_aux_loss_coef"] = "0.02";
-  EXPECT_NE(error(mixtral, 32768).find("router_aux_loss_coef"), std::string::npos);
+  EXPECT_NE(error(mixtral).find("router_aux_loss_coef"), std::string::npos);
   // Qwen2-MoE's shared expert is scaled by a sigmoid gate the model does not have.
   json qwen2_moe = real_config("Qwen2.5-0.5B");
   qwen2_moe["model_type"] = "qwen2_moe";
@@ -370,22 +353,24 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
             std::string::npos);
 }
 
-// Mistral's sliding window is kept in the model (null or absent in Mixtral's: none), so that a
-// later run's seq-len is held to it, and written back: the export is a mistral model, since a
-// llama config.json has no window (transformers would attend over the whole sequence).
+// Mistral's sliding window is the model's (absent: transformers' 4096; null, or absent in
+// Mixtral's: none), and written back: the export is a mistral model, since a llama config.json
+// has no window (transformers would attend over the whole sequence).
 TEST_F(HfConfigTest, SlidingWindowIsKeptAndExportedAsMistral) {
   json mistral = real_config("Mistral-7B-v0.1");
-  const ModelConfig c = read(mistral, 4096);
+  const ModelConfig c = read(mistral);
   EXPECT_EQ(c.sliding_window, 4096);
   EXPECT_EQ(hf_model_type(c), "mistral");
   const json doc = hf_config_json(c, 1);
   EXPECT_EQ(doc["model_type"], "mistral");
   EXPECT_EQ(doc["sliding_window"], 4096);
-  EXPECT_EQ(read(doc, 4096).sliding_window, 4096);
+  EXPECT_EQ(read(doc).sliding_window, 4096);
   mistral["sliding_window"] = nullptr;
-  EXPECT_EQ(read(mistral, 4096).sliding_window, 0);
-  EXPECT_EQ(hf_model_type(read(mistral, 4096)), "llama");
-  EXPECT_EQ(read(real_config("Mixtral-8x7B-v0.1"), 4096).sliding_window, 0);
+  EXPECT_EQ(read(mistral).sliding_window, 0);
+  EXPECT_EQ(hf_model_type(read(mistral)), "llama");
+  mistral.erase("sliding_window");
+  EXPECT_EQ(read(mistral).sliding_window, 4096);
+  EXPECT_EQ(read(real_config("Mixtral-8x7B-v0.1")).sliding_window, 0);
   ModelConfig with_biases = c;  // no mistral has biases: left a llama, refused at the export
   with_biases.proj_bias = true;
   EXPECT_EQ(hf_model_type(with_biases), "llama");
@@ -427,7 +412,7 @@ TEST_F(HfConfigTest, ExportReadsBackWithEpsilonsAsGiven) {
               std::string::npos)
         << text;
     EXPECT_EQ(doc["bos_token_id"], 7);
-    const ModelConfig back = read(doc, 32);
+    const ModelConfig back = read(doc);
     EXPECT_EQ(back.arch, c.arch);
     EXPECT_EQ(back.n_layer, c.n_layer);
     EXPECT_EQ(back.n_head, c.n_head);
@@ -479,7 +464,7 @@ TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
   EXPECT_EQ(hf_model_type(qwen3_moe), "qwen3_moe");
   for (const ModelConfig& c : {mixtral, qwen3_moe}) {
     const json doc = hf_config_json(c, 1);
-    const ModelConfig back = read(doc, 32);
+    const ModelConfig back = read(doc);
     EXPECT_EQ(back.n_experts, c.n_experts);
     EXPECT_EQ(back.top_k, c.top_k);
     EXPECT_EQ(back.expert_width(), c.expert_width());
@@ -512,14 +497,14 @@ TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
 TEST_F(HfConfigTest, RouterLossKeysAreReadAndWritten) {
   HfRouterKeys router;
   std::ofstream(file()) << real_config("Mixtral-8x7B-v0.1").dump(2);
-  read_hf_config(dir_.string(), 1024, &router);
+  read_hf_config(dir_.string(), &router);
   EXPECT_EQ(router.aux_loss_coef, 0.02);
   EXPECT_FALSE(router.output_router_logits);
   json qwen3_moe = real_config("Qwen3-30B-A3B");
   qwen3_moe["output_router_logits"] = true;
   qwen3_moe.erase("router_aux_loss_coef");
   std::ofstream(file()) << qwen3_moe.dump(2);
-  read_hf_config(dir_.string(), 1024, &router);
+  read_hf_config(dir_.string(), &router);
   EXPECT_EQ(router.aux_loss_coef, 0.001);
   EXPECT_TRUE(router.output_router_logits);
   ModelConfig c = small_llama();

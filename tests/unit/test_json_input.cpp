@@ -70,7 +70,7 @@ class JsonInputTest : public ::testing::Test {  // a fresh temporary directory p
   // The UsageError message of reading the HF directory: config, then weights ("" if none).
   std::string load_error() const {
     try {
-      const ModelConfig c = read_hf_config(hf(), 8);
+      const ModelConfig c = read_hf_config(hf());
       load_hf_model(hf(), c, ParamLayout(c), [](const ParamTensor&, const float*) {});
     } catch (const UsageError& e) {
       return e.what();

@@ -147,6 +147,15 @@ TEST(ModelGradients, LlamaYarnRopeMatchesFiniteDifferences) {
   check_all_gradients(c);
 }
 
+// Mistral's sliding window of 2 over T 5: each query sees itself and the position before, in
+// forward and backward alike (a backward without the window would give the gradient of another
+// loss).
+TEST(ModelGradients, LlamaSlidingWindowMatchesFiniteDifferences) {
+  ModelConfig c = tiny(Arch::Llama);
+  c.sliding_window = 2;
+  check_all_gradients(c);
+}
+
 // gpt2 without the 1/sqrt(hs) and with the scores of block l divided by l + 1.
 TEST(ModelGradients, Gpt2AttentionScaleSwitchesMatchFiniteDifferences) {
   ModelConfig c = tiny(Arch::Gpt2);

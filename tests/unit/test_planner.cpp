@@ -473,6 +473,15 @@ TEST(PlannerTime, OneRankByHand) {
   EXPECT_NEAR(t.step, 0.559104 + 0.101376, 1e-12);
   EXPECT_EQ(t.tp_comm + t.p2p + t.dp_exposed + t.bubble, 0.0);
   EXPECT_DOUBLE_EQ(model_flops_per_token(tiny(), 4), 6.0 * 2784 + 12.0 * 2 * 8 * 4);
+  // A sliding window shorter than the sequence bounds the attention's context; a longer one not.
+  ModelConfig windowed = tiny();
+  windowed.sliding_window = 3;
+  EXPECT_DOUBLE_EQ(model_flops_per_token(windowed, 4), 6.0 * 2784 + 12.0 * 2 * 8 * 3);
+  EXPECT_LT(
+      estimate_time(windowed, tiny_run(), {1, 1, 1, 2, false, Recompute::None}, c, cal).compute,
+      t.compute);
+  windowed.sliding_window = 4;
+  EXPECT_DOUBLE_EQ(model_flops_per_token(windowed, 4), model_flops_per_token(tiny(), 4));
   // Full recomputation runs each forward twice: 4 passes' worth instead of 3.
   const TimeEstimate f = estimate_time(tiny(), tiny_run(), {1, 1, 1, 2, false, Recompute::Full}, c, cal);
   EXPECT_NEAR(f.compute, 0.559104 * 4 / 3, 1e-12);

@@ -26,9 +26,8 @@ struct ModelConfig {
   int d_ff = 512;       // gpt2: MLP hidden width; llama: SwiGLU hidden width
   int vocab_size = 256;
   int max_seq_len = 64; // positions the model supports (gpt2: rows of wpe)
-  // 0: none; else the attention window of the model imported (Mistral's sliding_window), which
-  // every run's seq-len must stay within: sliding-window attention is not implemented, and within
-  // the window it masks nothing.
+  // llama: 0, each query attends to every earlier position; W > 0, only to the W latest (itself
+  // included: Mistral's sliding_window, as transformers masks it; attention_sees), every layer.
   int sliding_window = 0;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
@@ -44,6 +43,11 @@ struct ModelConfig {
   void set_arch(Arch a);
   int head_size() const { return head_dim > 0 ? head_dim : d_model / n_head; }
   int qkv_width() const { return (n_head + 2 * n_kv_head) * head_size(); }
+  // The positions a query's attention spans at most in a sequence of seq_len: all of them, or
+  // the sliding window where shorter (the flop counts' attention context).
+  int attention_span(int seq_len) const {
+    return sliding_window > 0 && sliding_window < seq_len ? sliding_window : seq_len;
+  }
   // The vocabulary rounded up to a multiple of 128 (as llm.c): aligned GEMMs, and rows
   // vocab_size..padded_vocab-1 of the embedding are zero and never trained.
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }

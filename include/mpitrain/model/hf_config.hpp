@@ -46,12 +46,11 @@ struct HfRouterKeys {
   bool output_router_logits = false;
 };
 
-// The model dir/config.json describes. seq_len: the longest sequence the trainer runs it on
-// (a sliding attention window at least that long changes nothing). UsageError naming the file
-// and the key when it is unreadable, not JSON, of an unknown model_type, lacks a key, holds one
-// out of range, a refused value, or a key the table does not know.
+// The model dir/config.json describes. UsageError naming the file and the key when it is
+// unreadable, not JSON, of an unknown model_type, lacks a key, holds one out of range, a refused
+// value, or a key the table does not know.
 // router: where given, receives the routing loss keys (defaults when the model has no experts).
-ModelConfig read_hf_config(const std::string& dir, int seq_len, HfRouterKeys* router = nullptr);
+ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router = nullptr);
 
 // The model_type transformers has for a model: gpt2; for the llama architecture with experts
 // qwen3_moe with per-head q/k norms, else mixtral; without, qwen3 with per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and qwen3's

@@ -36,12 +36,13 @@ class RingAttention {
   RingAttention(const RingAttention&) = delete;
   RingAttention& operator=(const RingAttention&) = delete;
 
-  // out (B, Tl, NH hs) = causal attention of the local queries over the whole sequence; lse
-  // (B, NH, Tl) each row's log-sum-exp, kept for backward.
-  void forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, float scale);
+  // out (B, Tl, NH hs) = causal attention of the local queries over the whole sequence (window:
+  // attention_sees's sliding window, 0 none); lse (B, NH, Tl) each row's log-sum-exp, kept for
+  // backward.
+  void forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, float scale, int window);
   // dqkv (B, Tl, QKV) = the gradient of qkv (overwritten), from dout and forward's out and lse.
   void backward(Buf<float> dqkv, CBuf<float> dout, CBuf<float> qkv, CBuf<float> out,
-                const float* lse, int B, float scale);
+                const float* lse, int B, float scale, int window);
 
   // Backend memory the ring holds, in bytes (the memory plan's count).
   static size_t bytes(int max_batch, int local_len, int NH, int NKV, int hs, Precision storage);

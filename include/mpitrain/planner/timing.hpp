@@ -75,8 +75,9 @@ struct TimeEstimate {  // seconds per optimizer step, and shares of it
   double exposed_comm_fraction = 0;  // (tp + p2p + cp exposed + ep + dp exposed) / step
 };
 
-// Useful model FLOPs per token (PaLM: 6N + 12 L d T, N = ParamLayout::matmul_params()): the MFU
-// numerator; the trainer's MFU counts with it.
+// Useful model FLOPs per token (PaLM: 6N + 12 L d T, N = ParamLayout::matmul_params(), T the
+// attention span: the sliding window where shorter than the sequence): the MFU numerator; the
+// trainer's MFU counts with it.
 double model_flops_per_token(const ModelConfig& config, int seq_len);
 
 TimeEstimate estimate_time(const ModelConfig& config, const RunShape& run, const Layout& layout,

@@ -4,8 +4,10 @@
 // sequence (positions 0..T-1, its own keys) and context parallelism's block pairs (queries
 // against one block of keys, by position, the CPU backend's semantics: cpu_attention.cpp).
 //
-// Query i sees key j iff kpos[j] <= qpos[i] (device arrays, or null: 0, 1, ...). A tile whose
-// queries all precede its keys is skipped (the same decision in every thread of a block).
+// Query i sees key j iff kpos[j] <= qpos[i] and, with a sliding window W > 0, kpos[j] > qpos[i] - W
+// (backend.hpp's attention_sees; positions: device arrays, or null: 0, 1, ...). A tile whose
+// queries all precede its keys, or whose keys all lie before its queries' windows, is skipped
+// (the same decision in every thread of a block).
 // Forward, one block per (32 queries, b, query head h): tiles of 32 keys of kv head h/group pass
 // through shared memory; each warp owns 8 query rows, a lane owns one key of the tile for the
 // scores and dims lane, lane+32, ... of the output; online softmax (running max m and sum l)
@@ -47,6 +49,7 @@ size_t backward_smem(int hs) {
 struct BlockShape {
   int B, Tq, Tk, NH, NKV, hs, kv_ld;
   float scale;
+  int window;  // 0: none
   __host__ __device__ size_t q_ld() const { return size_t(NH + 2 * NKV) * hs; }
   __host__ __device__ size_t k_at(int b, int j, int g) const {
     return (size_t(b) * Tk + j) * kv_ld + size_t(g) * hs;
@@ -55,6 +58,11 @@ struct BlockShape {
 };
 
 __device__ __forceinline__ int position(const int* pos, int i) { return pos ? pos[i] : i; }
+
+// attention_sees (backend.hpp) on the device.
+__device__ __forceinline__ bool sees(int qpos, int kpos, int window) {
+  return kpos <= qpos && (window == 0 || kpos > qpos - window);
+}
 
 __device__ __forceinline__ int warp_min_int(int v) {
   for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -122,10 +130,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       o[i][k] = l[i] > 0.0f && d < hs ? float(out[orow + d]) : 0.0f;
     }
   }
-  const int qhi = tile_max(qpos, i0, sh.Tq);
+  const int qlo = tile_min(qpos, i0, sh.Tq), qhi = tile_max(qpos, i0, sh.Tq);
 
   for (int j0 = 0; j0 < sh.Tk; j0 += kTile) {
     if (qhi < tile_min(kpos, j0, sh.Tk)) continue;  // every query precedes every key
+    if (sh.window > 0 && tile_max(kpos, j0, sh.Tk) <= qlo - sh.window) continue;  // all too old
     __syncthreads();                                 // the previous tile is no longer read
     load_keys(Ks, Vs, hs, kv, sh, b, g, j0);
     __syncthreads();
@@ -138,7 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       float s = 0.0f;
 #pragma unroll 4
       for (int d = 0; d < hs; ++d) s += Qs[r * hs + d] * Ks[lane * (hs + 1) + d];
-      const bool valid = kp <= qp[i];
+      const bool valid = sees(qp[i], kp, sh.window);
       s = valid ? s * sh.scale : -INFINITY;
       const float m_new = fmaxf(m[i], warp_max(s));
       if (m_new == -INFINITY) continue;  // the row has seen no key yet (uniform over the warp)
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const size_t q_ld = sh.q_ld(), A = size_t(sh.NH) * hs;
 
   load_keys(Ks, Vs, hs + 1, kv, sh, b, g, j0);
-  const int klo = tile_min(kpos, j0, sh.Tk);
+  const int klo = tile_min(kpos, j0, sh.Tk), khi = tile_max(kpos, j0, sh.Tk);
   const int kp = j0 + lane < sh.Tk ? position(kpos, j0 + lane) : INT_MAX;  // lane's key
   float dk[EPT], dv[EPT];
 #pragma unroll
@@ -210,6 +219,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int h = g * group + hi;
     for (int i0 = 0; i0 < sh.Tq; i0 += kTile) {
       if (tile_max(qpos, i0, sh.Tq) < klo) continue;  // every query precedes every key
+      if (sh.window > 0 && khi <= tile_min(qpos, i0, sh.Tq) - sh.window) continue;  // too old
       __syncthreads();                                // the previous tile is no longer read
       for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
         const int r = e / hs, d = e % hs, t = i0 + r;
@@ -228,7 +238,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll 1
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = warp + kWarps * i, t = i0 + r;
-        const bool valid = t < sh.Tq && kp <= position(qpos, t) && lse_s[r] != -INFINITY;
+        const bool valid =
+            t < sh.Tq && sees(position(qpos, t), kp, sh.window) && lse_s[r] != -INFINITY;
         float s = 0.0f, dp = 0.0f;
 #pragma unroll 4
         for (int d = 0; d < hs; ++d) {
@@ -320,7 +331,8 @@ void dispatch(int hs, F&& f) {
     f.template operator()<8>();
 }
 
-BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld, float scale) {
+BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld, float scale,
+                       int window) {
   if (hs > kMaxHeadSize || hs <= 0 || NKV <= 0 || NH % NKV != 0)
     MPITRAIN_THROW("attention kernel: head size must be in 1.." + std::to_string(kMaxHeadSize) +
                    " and the query heads a multiple of the kv heads");
@@ -328,7 +340,7 @@ BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld
     MPITRAIN_THROW("attention block kernel: kv row stride " + std::to_string(kv_ld) +
                    " is shorter than the 2 * NKV * hs = " + std::to_string(2 * NKV * hs) +
                    " values each row holds");
-  return {B, Tq, Tk, NH, NKV, hs, kv_ld, scale};
+  return {B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window};
 }
 
 void forward(Out out, float* lse, In qkv, In kv, const int* qpos, const int* kpos,
@@ -364,10 +376,10 @@ void backward(float* dq, size_t dq_ld, float* dkv, size_t dkv_ld, In dout, In qk
 }  // namespace
 
 void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
-                              float scale, cudaStream_t s) {
+                              float scale, int window, cudaStream_t s) {
   const int QKV = (NH + 2 * NKV) * hs;
   forward(out, lse, qkv, qkv + size_t(NH) * hs, nullptr, nullptr,
-          block_shape(B, T, T, NH, NKV, hs, QKV, scale), false, s);
+          block_shape(B, T, T, NH, NKV, hs, QKV, scale, window), false, s);
 }
 
 void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s) {
@@ -381,10 +393,10 @@ void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs,
 }
 
 void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
-                               int B, int T, int NH, int NKV, int hs, float scale,
+                               int B, int T, int NH, int NKV, int hs, float scale, int window,
                                cudaStream_t s) {
   const int QKV = (NH + 2 * NKV) * hs;
-  const BlockShape sh = block_shape(B, T, T, NH, NKV, hs, QKV, scale);
+  const BlockShape sh = block_shape(B, T, T, NH, NKV, hs, QKV, scale, window);
   CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(B) * T * QKV, s));
   backward(dqkv, QKV, dqkv + size_t(NH) * hs, QKV, dout, qkv, qkv + size_t(NH) * hs, lse, D,
            nullptr, nullptr, sh, s);
@@ -392,18 +404,18 @@ void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, c
 
 void launch_attention_block_forward(float* out, float* lse, In qkv, In kv, int kv_ld,
                                     const int* qpos, const int* kpos, int B, int Tq, int Tk,
-                                    int NH, int NKV, int hs, float scale, bool merge,
+                                    int NH, int NKV, int hs, float scale, int window, bool merge,
                                     cudaStream_t s) {
-  forward(out, lse, qkv, kv, qpos, kpos, block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale), merge,
-          s);
+  forward(out, lse, qkv, kv, qpos, kpos,
+          block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window), merge, s);
 }
 
 void launch_attention_block_backward(float* dq, float* dkv, In dout, In qkv, In kv, int kv_ld,
                                      const float* lse, const float* D, const int* qpos,
                                      const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
-                                     int hs, float scale, cudaStream_t s) {
+                                     int hs, float scale, int window, cudaStream_t s) {
   backward(dq, size_t(NH) * hs, dkv, size_t(2) * NKV * hs, dout, qkv, kv, lse, D, qpos, kpos,
-           block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale), s);
+           block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window), s);
 }
 
 }  // namespace mpitrain::cuda

@@ -8,6 +8,8 @@
 //   otherwise (fp32/tf32 math, the cuda kernel set, or no cuDNN engine): the flash-style CUDA
 //     kernels computing in fp32 on tensors of any storage type; backward first computes
 //     D = rowsum(dout * out) into `scratch`, and sums a 2-byte dqkv in fp32 workspace first.
+// A sliding window shorter than the sequence (Mistral's): the CUDA kernels, whatever the kernel
+// set; our cuDNN graphs have no band mask yet (said once on stderr).
 // Context parallelism's block API (attention_block_forward / _row_dot / _block_backward): the
 // same CUDA kernels, by position, in every configuration (fp32 accumulators, q, k, v read in
 // their storage type); row_dot is the whole-sequence backward's D kernel.
@@ -28,11 +30,16 @@ using cuda::Scratch;
 namespace {
 
 // The cuDNN shape for this call, or nothing when the cuDNN path does not apply.
-bool cudnn_attention(const cuda::Context& c, int B, int Tlen, int NH, int NKV, int hs,
+bool cudnn_attention(cuda::Context& c, int B, int Tlen, int NH, int NKV, int hs, int window,
                      cuda::SdpaShape& s) {
   if (!c.cudnn) return false;
   const GemmMath m = c.options.math;
   if (m != GemmMath::Bf16 && m != GemmMath::Fp16) return false;
+  if (window > 0 && window < Tlen) {
+    c.report_fallback("cuDNN attention: no sliding-window graph (window " + std::to_string(window) +
+                      " < T=" + std::to_string(Tlen) + "); using the CUDA attention kernel");
+    return false;
+  }
   s = cuda::SdpaShape{B,   Tlen, NH,
                       NKV, hs,   m == GemmMath::Bf16 ? Precision::Bf16 : Precision::Fp16};
   return cuda::sdpa_shape_supported(s);
@@ -67,10 +74,10 @@ void finish_io(cuda::Context& c, Out dst, const void* written, Precision io, siz
 
 template <typename T>
 void CudaBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                       int NKV, int hs, T scale) {
+                                       int NKV, int hs, T scale, int window) {
   cuda::Context& c = *ctx_;
   cuda::SdpaShape s{};
-  if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
+  if (cudnn_attention(c, B, Tlen, NH, NKV, hs, window, s)) {
     const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
     Scratch::Frame f(c.scratch);
     const void* qkv16 = as_io(f, c, qkv, s.io, N * QKV, "attention qkv copy");
@@ -81,17 +88,17 @@ void CudaBackend<T>::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B,
     }
     fallback(c, s);
   }
-  cuda::launch_attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale, c.stream);
+  cuda::launch_attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale, window, c.stream);
 }
 
 template <typename T>
 void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
                                         CBuf<T> out, const T* probs, int B, int Tlen, int NH,
-                                        int NKV, int hs, T scale) {
+                                        int NKV, int hs, T scale, int window) {
   cuda::Context& c = *ctx_;
   const size_t N = size_t(B) * Tlen, QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs;
   cuda::SdpaShape s{};
-  if (cudnn_attention(c, B, Tlen, NH, NKV, hs, s)) {
+  if (cudnn_attention(c, B, Tlen, NH, NKV, hs, window, s)) {
     Scratch::Frame f(c.scratch);
     const void* qkv16 = as_io(f, c, qkv, s.io, N * QKV, "attention qkv copy");
     const void* o16 = as_io(f, c, out, s.io, N * A, "attention output copy");
@@ -106,11 +113,11 @@ void CudaBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, C
   cuda::launch_attention_d(scratch, dout, out, B, Tlen, NH, hs, c.stream);
   if (dqkv.dtype() == Precision::Fp32)
     return cuda::launch_attention_backward(dqkv.full(), dout, qkv, probs, scratch, B, Tlen, NH, NKV,
-                                           hs, scale, c.stream);
+                                           hs, scale, window, c.stream);
   Scratch::Frame f(c.scratch);
   float* sums = f.take<float>(N * QKV, "attention qkv gradient sums");
   cuda::launch_attention_backward(sums, dout, qkv, probs, scratch, B, Tlen, NH, NKV, hs, scale,
-                                  c.stream);
+                                  window, c.stream);
   cuda::launch_convert(dqkv, sums, 1, N * QKV, N * QKV, c.stream);
 }
 
@@ -130,13 +137,13 @@ const int* device_positions(Scratch::Frame& f, cuda::Context& c, const int* host
 template <typename T>
 void CudaBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                              const int* qpos, const int* kpos, int B, int Tq,
-                                             int Tk, int NH, int NKV, int hs, T scale,
+                                             int Tk, int NH, int NKV, int hs, T scale, int window,
                                              bool merge) {
   cuda::Context& c = *ctx_;
   Scratch::Frame f(c.scratch);
   cuda::launch_attention_block_forward(out, lse, qkv, kv, kv_ld, device_positions(f, c, qpos, Tq),
                                        device_positions(f, c, kpos, Tk), B, Tq, Tk, NH, NKV, hs,
-                                       scale, merge, c.stream);
+                                       scale, window, merge, c.stream);
 }
 
 template <typename T>
@@ -146,32 +153,31 @@ void CudaBackend<T>::attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, i
 }
 
 template <typename T>
-void CudaBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv,
-                                              CBuf<T> kv, int kv_ld, const T* lse, const T* D,
-                                              const int* qpos, const int* kpos, int B, int Tq,
-                                              int Tk, int NH, int NKV, int hs, T scale) {
+void CudaBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv,
+                                              int kv_ld, const T* lse, const T* D, const int* qpos,
+                                              const int* kpos, int B, int Tq, int Tk, int NH,
+                                              int NKV, int hs, T scale, int window) {
   cuda::Context& c = *ctx_;
   Scratch::Frame f(c.scratch);
-  cuda::launch_attention_block_backward(dq, dkv, dout, qkv, kv, kv_ld, lse, D,
-                                        device_positions(f, c, qpos, Tq),
-                                        device_positions(f, c, kpos, Tk), B, Tq, Tk, NH, NKV, hs,
-                                        scale, c.stream);
+  cuda::launch_attention_block_backward(
+      dq, dkv, dout, qkv, kv, kv_ld, lse, D, device_positions(f, c, qpos, Tq),
+      device_positions(f, c, kpos, Tk), B, Tq, Tk, NH, NKV, hs, scale, window, c.stream);
 }
 
 template void CudaBackend<float>::attention_block_forward(float*, float*, CBuf<float>, CBuf<float>,
                                                           int, const int*, const int*, int, int,
-                                                          int, int, int, int, float, bool);
+                                                          int, int, int, int, float, int, bool);
 template void CudaBackend<float>::attention_row_dot(float*, CBuf<float>, CBuf<float>, int, int, int,
                                                     int);
-template void CudaBackend<float>::attention_block_backward(float*, float*, CBuf<float>,
-                                                           CBuf<float>, CBuf<float>, int,
-                                                           const float*, const float*, const int*,
-                                                           const int*, int, int, int, int, int,
-                                                           int, float);
+template void CudaBackend<float>::attention_block_backward(float*, float*, CBuf<float>, CBuf<float>,
+                                                           CBuf<float>, int, const float*,
+                                                           const float*, const int*, const int*,
+                                                           int, int, int, int, int, int, float,
+                                                           int);
 template void CudaBackend<float>::attention_forward(Buf<float>, float*, CBuf<float>, int, int, int,
-                                                    int, int, float);
+                                                    int, int, float, int);
 template void CudaBackend<float>::attention_backward(Buf<float>, float*, CBuf<float>, CBuf<float>,
                                                      CBuf<float>, const float*, int, int, int, int,
-                                                     int, float);
+                                                     int, float, int);
 
 }  // namespace mpitrain
