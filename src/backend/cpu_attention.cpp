@@ -69,7 +69,8 @@ TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int
   return qlo >= khi && (window == 0 || klo > qhi - window) ? TileMask::All : TileMask::Some;
 }
 
-// How many of the keys [j0, j0 + nk) up to the last one some query of [i0, i0 + nq) sees.
+// How many of the keys [j0, j0 + nk) up to the last one at or before some query of
+// [i0, i0 + nq) (those a window leaves out among them are masked).
 int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) {
   int qhi = position(qpos, i0);
   for (int i = i0; i < i0 + nq; ++i) qhi = std::max(qhi, position(qpos, i));

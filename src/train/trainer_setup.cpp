@@ -657,11 +657,13 @@ void Trainer::print_banner() const {
   const std::string params =
       count_text(static_cast<double>(full_layout_->total())) + " parameters" +
       (experts.empty() ? "" : " (" + count_text(active_params(cfg_)) + " active per token)");
+  const std::string window =
+      cfg_.sliding_window > 0 ? " (window " + std::to_string(cfg_.sliding_window) + ")" : "";
   std::printf(
-      "mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d%s | %s | %zu tokens of "
+      "mpitrain %s | %s L%d H%d KV%d C%d F%d V%d T%d%s%s | %s | %zu tokens of "
       "training data in %zu %s\n",
       MPITRAIN_VERSION, to_string(cfg_.arch).c_str(), cfg_.n_layer, cfg_.n_head, cfg_.n_kv_head,
-      cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len,
+      cfg_.d_model, cfg_.d_ff, cfg_.vocab_size, t_.seq_len, window.c_str(),
       experts.empty() ? "" : (" | " + experts).c_str(), params.c_str(),
       static_cast<size_t>(train_ ? train_->tokens() : 0), train_ ? train_->files().size() : 0,
       train_ && train_->files().size() == 1 ? "file" : "files");

@@ -61,6 +61,8 @@ run window32 1 --arch llama --n-kv-head 2 --sliding-window 32 --steps 4
 cmp -s "$SCRATCH/full.loss" "$SCRATCH/window32.loss" ||
   fail "a window of the whole sequence changed the losses: $(tr '\n' ' ' < "$SCRATCH/window32.loss")"
 run window-one 1 "${window[@]}" --steps 4
+grep -q "llama L2 H4 KV2 C64 F.* V.* T32 (window 8) |" "$SCRATCH/window-one.log" ||
+  fail "the start-up line does not name the window: $(head -1 "$SCRATCH/window-one.log")"
 ! cmp -s "$SCRATCH/full.loss" "$SCRATCH/window-one.loss" || fail "a window of 8 of 32 changed nothing"
 echo "sliding window 32 of 32: the losses of none, bit for bit; window 8: others"
 layouts_match window- "--cp 2,--tp 2,--pp 2" "${window[@]}"
