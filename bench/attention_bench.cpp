@@ -106,11 +106,15 @@ int main(int argc, char** argv) {
       probs.resize(static_cast<size_t>(dense_state));
       scratch.resize(probs.size());
     }
-    const auto flash_step = [&] {
-      be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale, 0);
-      be.attention_backward(dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                            B, T, NH, NKV, hs, scale, 0);
+    // the fp32 flash kernel with a sliding window (0: none)
+    const auto flash_with = [&](int window) {
+      return [&, window] {
+        be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale, window);
+        be.attention_backward(dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(),
+                              lse.data(), B, T, NH, NKV, hs, scale, window);
+      };
     };
+    const auto flash_step = flash_with(0), window_step = flash_with(a.window);
     const bool parallel = mpitrain::testing::heads_in_parallel(B, T, NH, hs, B * NH);
     const auto dense_step = [&] {
       mpitrain::testing::dense_attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH,
@@ -131,11 +135,6 @@ int main(int argc, char** argv) {
       be16.attention_forward(out16, lse.data(), qkv16, B, T, NH, NKV, hs, scale, 0);
       be16.attention_backward(dqkv16, D.data(), dout16, qkv16, out16, lse.data(), B, T, NH, NKV, hs,
                               scale, 0);
-    };
-    const auto window_step = [&] {
-      be.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs, scale, a.window);
-      be.attention_backward(dqkv.data(), D.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                            B, T, NH, NKV, hs, scale, a.window);
     };
     // interleaved: dense, flash, bf16, window, dense, ... (a warm-up of each first)
     double flash_best = 1e30, dense_best = 1e30, bf16_best = 1e30, window_best = 1e30;
