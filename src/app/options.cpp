@@ -252,6 +252,11 @@ po::options_description data_options(TrainConfig& t) {
        "read the next micro-batches in a background thread while the step computes (not for "
        "chunked or compressed HDF5 files, which are read on the main thread); false = in step")
       ("shuffle", flag(&t.shuffle), "a seeded permutation of the samples per epoch")
+      ("document-mask", flag(&t.document_mask),
+       "attention within each document only (Megatron's reset-attention-mask, torchtitan's "
+       "block_causal): a token sees no position before its document's first, in training and "
+       "evaluation; a document starts at each BOS / <|endoftext|> of the tokenizer (the one the "
+       "data record, or --tokenizer), or after each EOS where it has no BOS; positions run on")
       ("eval-interval", with_default(&t.eval_interval),
        "steps between validation losses; 0 = only at the end")
       ("eval-samples", with_default(&t.eval_samples), "validation sequences per evaluation")

@@ -50,33 +50,48 @@ constexpr bool kFloat = std::is_same_v<T, float>;  // the tiles are float's (the
 // Row i's position: pos[i], or i where pos is null (the whole sequence).
 inline int position(const int* pos, int i) { return pos ? pos[i] : i; }
 
+// What the query rows of one sequence see (attention_sees): the rows' and keys' positions, the
+// window, and the rows' document starts (null: none).
+struct Sight {
+  const int* qpos;     // (Tq), null: 0..Tq-1
+  const int* kpos;     // (Tk), null: 0..Tk-1
+  int window;          // 0: none
+  const int32_t* doc;  // (Tq) or null
+  int q(int i) const { return position(qpos, i); }
+  int k(int j) const { return position(kpos, j); }
+  int first(int i) const { return first_seen(q(i), window, doc ? doc[i] : 0); }
+  bool sees(int i, int j) const { return attention_sees(q(i), k(j), window, doc ? doc[i] : 0); }
+};
+
 // How the keys [j0, j0 + nk) are seen by the queries [i0, i0 + nq) (attention_sees): not at all
 // (skipped), wholly (no mask), or in part (masked per element).
 enum class TileMask { None, All, Some };
-TileMask tile_mask(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk, int window) {
-  int qlo = position(qpos, i0), qhi = qlo, klo = position(kpos, j0), khi = klo;
+TileMask tile_mask(const Sight& s, int i0, int nq, int j0, int nk) {
+  int qlo = s.q(i0), qhi = qlo, flo = s.first(i0), fhi = flo, klo = s.k(j0), khi = klo;
   for (int i = i0; i < i0 + nq; ++i) {
-    qlo = std::min(qlo, position(qpos, i));
-    qhi = std::max(qhi, position(qpos, i));
+    qlo = std::min(qlo, s.q(i));
+    qhi = std::max(qhi, s.q(i));
+    flo = std::min(flo, s.first(i));
+    fhi = std::max(fhi, s.first(i));
   }
   for (int j = j0; j < j0 + nk; ++j) {
-    klo = std::min(klo, position(kpos, j));
-    khi = std::max(khi, position(kpos, j));
+    klo = std::min(klo, s.k(j));
+    khi = std::max(khi, s.k(j));
   }
-  // none: every key after every query, or (a window) before every query's window
-  if (qhi < klo || (window > 0 && khi <= qlo - window)) return TileMask::None;
-  // all: every key at or before every query and (a window) within every query's window
-  return qlo >= khi && (window == 0 || klo > qhi - window) ? TileMask::All : TileMask::Some;
+  // none: every key after every query, or before every query's first (window, document)
+  if (qhi < klo || khi < flo) return TileMask::None;
+  // all: every key at or before every query and at or after every query's first
+  return qlo >= khi && klo >= fhi ? TileMask::All : TileMask::Some;
 }
 
 // How many of the keys [j0, j0 + nk) up to the last one at or before some query of
-// [i0, i0 + nq) (those a window leaves out among them are masked).
-int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) {
-  int qhi = position(qpos, i0);
-  for (int i = i0; i < i0 + nq; ++i) qhi = std::max(qhi, position(qpos, i));
+// [i0, i0 + nq) (those a window or a document leaves out among them are masked).
+int seen_keys(const Sight& s, int i0, int nq, int j0, int nk) {
+  int qhi = s.q(i0);
+  for (int i = i0; i < i0 + nq; ++i) qhi = std::max(qhi, s.q(i));
   int n = 0;
   for (int c = 0; c < nk; ++c)
-    if (position(kpos, j0 + c) <= qhi) n = c + 1;
+    if (s.k(j0 + c) <= qhi) n = c + 1;
   return n;
 }
 
@@ -84,16 +99,16 @@ int seen_keys(const int* qpos, int i0, int nq, const int* kpos, int j0, int nk) 
 // compute: the whole tile unless the mask cuts it, else square halves of tile / 2 queries, each
 // against the leading keys it sees (on the diagonal 3/4 of the scores).
 template <class F>
-void for_tile_parts(int tile, const int* qpos, int i0, int nq, const int* kpos, int j0, int nk,
-                    int window, TileMask mask, F&& f) {
+void for_tile_parts(int tile, const Sight& s, int i0, int nq, int j0, int nk, TileMask mask,
+                    F&& f) {
   const int half = tile / 2;
   if (mask != TileMask::Some || nq <= half) return f(0, nq, nk, mask);
   for (int r0 = 0; r0 < nq; r0 += half) {
     const int nr = std::min(half, nq - r0);
-    const int seen = seen_keys(qpos, i0 + r0, nr, kpos, j0, nk);
+    const int seen = seen_keys(s, i0 + r0, nr, j0, nk);
     if (seen == 0) continue;
-    const TileMask part = tile_mask(qpos, i0 + r0, nr, kpos, j0, seen, window);
-    if (part != TileMask::None) f(r0, nr, seen, part);  // none: the keys precede its windows
+    const TileMask part = tile_mask(s, i0 + r0, nr, j0, seen);
+    if (part != TileMask::None) f(r0, nr, seen, part);  // none: the keys precede its firsts
   }
 }
 
@@ -121,8 +136,9 @@ struct BlockPair {
   const int* kpos;  // (Tk), null: 0..Tk-1
   int B, Tq, Tk, NH, NKV, hs;
   T scale;
-  int window;          // attention_sees's: 0, none
+  AttentionMask mask;  // its doc_starts (B, Tq), of these B sequences
   const Tiles* tiles;  // the kernels of the tiles' products
+  Sight sight(int b) const { return {qpos, kpos, mask.window, mask.from(b, Tq).doc_starts}; }
   size_t k_at(int b, int j0, int g) const { return (static_cast<size_t>(b) * Tk + j0) * kv_ld + g * hs; }
   size_t v_at(int b, int j0, int g) const { return k_at(b, j0, NKV + g); }
   size_t q_at(int b, int i0, int h) const { return (static_cast<size_t>(b) * Tq + i0) * q_ld + h * hs; }
@@ -369,8 +385,8 @@ void tile_gemm(const Fp32Tiles* ft, bool ta, int M, int N, int K, const T* A, si
 // bf16 tiles, from the packed q rows (the tile's row r0 on) and k^T; with fp32 tiles, from q and
 // k^T.
 template <typename T>
-void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, int i0, int nq,
-                 int j0, int nk, TileMask mask, HeadTiles& ht, int r0) {
+void tile_scores(T* S, int tile, const BlockPair<T>& p, const Sight& sight, const T* q, const T* k,
+                 int i0, int nq, int j0, int nk, TileMask mask, HeadTiles& ht, int r0) {
   const Bf16Tiles* bt = ht.bf16();
   const Fp32Tiles* ft = ht.fp32();
   if (!bt && !ft)
@@ -386,12 +402,9 @@ void tile_scores(T* S, int tile, const BlockPair<T>& p, const T* q, const T* k, 
         for (int c = 0; c < nk; ++c) S[r * tile + c] *= p.scale;
   }
   if (mask != TileMask::Some) return;
-  for (int r = 0; r < nq; ++r) {
-    const int qp = position(p.qpos, i0 + r);
+  for (int r = 0; r < nq; ++r)
     for (int c = 0; c < nk; ++c)
-      if (!attention_sees(qp, position(p.kpos, j0 + c), p.window))
-        S[r * tile + c] = -std::numeric_limits<T>::infinity();
-  }
+      if (!sight.sees(i0 + r, j0 + c)) S[r * tile + c] = -std::numeric_limits<T>::infinity();
 }
 
 // Forward of one block pair for query head h of sequence b, into out (ld NH hs) and lse
@@ -403,6 +416,7 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
   const T ninf = -std::numeric_limits<T>::infinity();
   const int A = p.NH * p.hs, group = p.NH / p.NKV, tile = cpu_attention_tile(p.Tk);
   const int g = h / group, bh = b * p.NH + h;
+  const Sight sight = p.sight(b);
   T S[kMaxTile * kMaxTile], m[kMaxTile], l[kMaxTile];
   HeadTiles ht(*p.tiles, tile, p.hs, p.Tk, false);
   Bf16Tiles* bt = ht.bf16();
@@ -420,8 +434,8 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
     }
     // rows [r0, r0 + nr) of the tile against keys [j0, j0 + nk): S, the online softmax, o += P v
     const auto absorb = [&](int j0, int r0, int nr, int nk, TileMask mask) {
-      tile_scores(S + r0 * tile, tile, p, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0, nr, j0,
-                  nk, mask, ht, r0);
+      tile_scores(S + r0 * tile, tile, p, sight, q + r0 * p.q_ld, p.kv + p.k_at(b, j0, g), i0 + r0,
+                  nr, j0, nk, mask, ht, r0);
       for (int r = r0; r < r0 + nr; ++r) {  // S row -> exp(s - m'), m' the new running max
         T* row = S + r * tile;
         const T mnew = std::max(m[r], cpu::max_of(row, nk));
@@ -455,12 +469,12 @@ void forward_head(T* out, T* lse, const BlockPair<T>& p, int b, int h, bool merg
     };
     for (int j0 = 0; j0 < p.Tk; j0 += tile) {
       const int nk = std::min(tile, p.Tk - j0);
-      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk, p.window);
+      const TileMask mask = tile_mask(sight, i0, nq, j0, nk);
       if (mask == TileMask::None) continue;
       if constexpr (kFloat<T>)
         ht.keys(j0, p.kv + p.k_at(b, j0, g), p.kv + p.v_at(b, j0, g), p.kv_ld, nk);
       for_tile_parts(
-          tile, p.qpos, i0, nq, p.kpos, j0, nk, p.window, mask,
+          tile, sight, i0, nq, j0, nk, mask,
           [&](int r0, int nr, int seen, TileMask part) { absorb(j0, r0, nr, seen, part); });
     }
     for (int r = 0; r < nq; ++r) {  // out = acc / l, lse = m + log l; -inf, 0 for no key
@@ -491,6 +505,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
   const int A = p.NH * p.hs, g = h / (p.NH / p.NKV), tile = cpu_attention_tile(p.Tk);
   T P[kMaxTile * kMaxTile], dS[kMaxTile * kMaxTile];
   const size_t row0 = (static_cast<size_t>(b) * p.NH + h) * p.Tq;  // (b, h)'s lse and D
+  const Sight sight = p.sight(b);
   HeadTiles ht(*p.tiles, tile, p.hs, p.Tk, true);
   Bf16Tiles* bt = ht.bf16();
   const Fp32Tiles* ft = ht.fp32();
@@ -503,7 +518,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
       if (bt) bt->backward_queries(q, p.q_ld, dy, A, nq);
     for (int j0 = 0; j0 < p.Tk; j0 += tile) {
       const int nk = std::min(tile, p.Tk - j0);
-      const TileMask mask = tile_mask(p.qpos, i0, nq, p.kpos, j0, nk, p.window);
+      const TileMask mask = tile_mask(sight, i0, nq, j0, nk);
       if (mask == TileMask::None) continue;
       const T* k = p.kv + p.k_at(b, j0, g);
       const T* v = p.kv + p.v_at(b, j0, g);
@@ -514,7 +529,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
       const auto part = [&](int r0, int nr, int n, TileMask m) {
         const T* qr = q + r0 * p.q_ld;
         const T* dyr = dy + static_cast<size_t>(r0) * A;
-        tile_scores(P, tile, p, qr, k, i0 + r0, nr, j0, n, m, ht, r0);
+        tile_scores(P, tile, p, sight, qr, k, i0 + r0, nr, j0, n, m, ht, r0);
         for (int r = 0; r < nr; ++r) {
           T* row = P + r * tile;
           const T lr = lse[row0 + i0 + r0 + r];
@@ -561,7 +576,7 @@ void backward_head(T* dq, size_t dq_ld, T* dkv, size_t dkv_ld, const T* dout, co
           tile_gemm(ft, true, n, p.hs, nr, dS, tile, qr, p.q_ld, true, dk, dkv_ld);
         }
       };
-      for_tile_parts(tile, p.qpos, i0, nq, p.kpos, j0, nk, p.window, mask, part);
+      for_tile_parts(tile, sight, i0, nq, j0, nk, mask, part);
     }
   }
 }
@@ -650,12 +665,14 @@ void widen_kv_head(T* kv, CBuf<T> x, size_t QKV, int NH, int NKV, int g, int Tle
   widen_head(kv + hs, 2 * hs, x, QKV, (NH + NKV + g) * hs, Tlen, hs);
 }
 
-// One head's sequences as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
+// One head of sequence b as a block pair (B = NH = NKV = 1): q rows of hs, kv rows of [k | v].
 template <typename T>
-BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, int window,
-                      const Tiles& tiles) {
+BlockPair<T> one_head(const T* q, const T* kv, int Tlen, int hs, T scale, const AttentionMask& mask,
+                      int b, const Tiles& tiles) {
   const size_t ld = hs;
-  return {q, ld, kv, 2 * ld, nullptr, nullptr, 1, Tlen, Tlen, 1, 1, hs, scale, window, &tiles};
+  return {q,     ld,   kv, 2 * ld, nullptr, nullptr, 1,
+          Tlen,  Tlen, 1,  1,      hs,      scale,   mask.from(b, Tlen),
+          &tiles};
 }
 
 // Whether any of the block API's operands is 2-byte: each is then widened on its own (an fp32 one
@@ -693,16 +710,17 @@ std::string CpuBackend<T>::attention_tiles() const {
 
 template <typename T>
 void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, int Tlen, int NH,
-                                      int NKV, int hs, T scale, int window) {
+                                      int NKV, int hs, T scale, const AttentionMask& mask) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tlen, hs);
-  const auto run = [&](T* o, const T* x, int nb, T* L) {
-    const BlockPair<T> p{x,    QKV, x + NH * hs, QKV, nullptr, nullptr, nb,    Tlen,
-                         Tlen, NH,  NKV,         hs,  scale,   window,  &tiles};
-    block_forward_kernel(o, L, p, false);
+  const auto run = [&](T* o, const T* x, int nb, int b0) {
+    const BlockPair<T> p{x,     QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+                         Tlen,  Tlen, NH,          NKV, hs,      scale,   mask.from(b0, Tlen),
+                         &tiles};
+    block_forward_kernel(o, lse + static_cast<size_t>(b0) * NH * Tlen, p, false);
   };
-  if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, lse);
+  if (!cpu::staged(out, qkv)) return run(out.full(), qkv.full(), B, 0);
   const size_t th = static_cast<size_t>(Tlen) * hs, A = static_cast<size_t>(NH) * hs;
   if (per_head_fits(2, Tlen, hs, seq)) {
     // the thread's arrays: [q | o] (T rows of hs each), kv (T rows of [k | v]); a task per
@@ -717,15 +735,14 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
       widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       forward_head(o, lse + static_cast<size_t>(bh) * Tlen,
-                   one_head(q, kv, Tlen, hs, scale, window, tiles), 0, 0, false);
+                   one_head(q, kv, Tlen, hs, scale, mask, b, tiles), 0, 0, false);
       narrow_head(out + static_cast<size_t>(b) * seq.out, A, h * hs, o, hs, Tlen, hs);
     }
     return;
   }
   cpu::for_sequence_blocks(B, seq.qkv, [&](int b0, int nb) {
     T* o = staging_->take<T>(cpu::kSlotC, nb * seq.out);
-    run(o, staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb,
-        lse + static_cast<size_t>(b0) * NH * Tlen);
+    run(o, staging_->widened(cpu::kSlotA, qkv + b0 * seq.qkv, nb * seq.qkv), nb, b0);
     cpu::narrow(out + b0 * seq.out, o, nb * seq.out);
   });
 }
@@ -733,7 +750,7 @@ void CpuBackend<T>::attention_forward(Buf<T> out, T* lse, CBuf<T> qkv, int B, in
 template <typename T>
 void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
                                        CBuf<T> out, const T* lse, int B, int Tlen, int NH, int NKV,
-                                       int hs, T scale, int window) {
+                                       int hs, T scale, const AttentionMask& mask) {
   const SequenceSizes seq(Tlen, NH, NKV, hs);
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs;
   // scratch (B, NH, T) = D; dqkv = 0, then the tiles add dq, dk, dv into it
@@ -742,8 +759,10 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
     T* D = scratch + b0 * NH * Tlen;
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
     std::fill_n(d, nb * seq.qkv, T(0));
-    const BlockPair<T> p{x,    QKV, x + NH * hs, QKV, nullptr, nullptr, nb,    Tlen,
-                         Tlen, NH,  NKV,         hs,  scale,   window,  &tiles};
+    const BlockPair<T> p{
+        x,     QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+        Tlen,  Tlen, NH,          NKV, hs,      scale,   mask.from(static_cast<int>(b0), Tlen),
+        &tiles};
     block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
@@ -763,7 +782,7 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
       const CBuf<T> x = qkv + static_cast<size_t>(b) * seq.qkv;
       widen_kv_head(kv, x, QKV, NH, NKV, g, Tlen, hs);
       std::fill_n(dkv, 2 * th, T(0));
-      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, window, tiles);
+      const BlockPair<T> one = one_head(q, kv, Tlen, hs, scale, mask, b, tiles);
       for (int h = g * group; h < (g + 1) * group; ++h) {
         const size_t bh = static_cast<size_t>(b) * NH + h;
         widen_head(q, hs, x, QKV, h * hs, Tlen, hs);
@@ -794,14 +813,14 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
 template <typename T>
 void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                             const int* qpos, const int* kpos, int B, int Tq, int Tk,
-                                            int NH, int NKV, int hs, T scale, int window,
-                                            bool merge) {
+                                            int NH, int NKV, int hs, T scale,
+                                            const AttentionMask& mask, bool merge) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
     const BlockPair<T> p{
-        x,     QKV,    y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs,
-        scale, window, &tiles};
+        x,   QKV, y,     static_cast<size_t>(kv_ld),          qpos,  kpos, nb, Tq, Tk, NH,
+        NKV, hs,  scale, mask.from(static_cast<int>(b0), Tq), &tiles};
     block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
   };
   if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
@@ -828,14 +847,14 @@ template <typename T>
 void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv,
                                              int kv_ld, const T* lse, const T* D, const int* qpos,
                                              const int* kpos, int B, int Tq, int Tk, int NH,
-                                             int NKV, int hs, T scale, int window) {
+                                             int NKV, int hs, T scale, const AttentionMask& mask) {
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
     const BlockPair<T> p{
-        x,     QKV,    y,     static_cast<size_t>(kv_ld), qpos, kpos, nb, Tq, Tk, NH, NKV, hs,
-        scale, window, &tiles};
+        x,   QKV, y,     static_cast<size_t>(kv_ld),          qpos,  kpos, nb, Tq, Tk, NH,
+        NKV, hs,  scale, mask.from(static_cast<int>(b0), Tq), &tiles};
     block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
                           D + b0 * NH * Tq, p);
   };
@@ -851,16 +870,17 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
 #define MPITRAIN_INSTANTIATE(T)                                                                    \
   template std::string CpuBackend<T>::attention_tiles() const;                                     \
   template void CpuBackend<T>::attention_forward(Buf<T>, T*, CBuf<T>, int, int, int, int, int, T,  \
-                                                 int);                                             \
+                                                 const AttentionMask&);                            \
   template void CpuBackend<T>::attention_backward(Buf<T>, T*, CBuf<T>, CBuf<T>, CBuf<T>, const T*, \
-                                                  int, int, int, int, int, T, int);                \
+                                                  int, int, int, int, int, T,                      \
+                                                  const AttentionMask&);                           \
   template void CpuBackend<T>::attention_block_forward(T*, T*, CBuf<T>, CBuf<T>, int, const int*,  \
                                                        const int*, int, int, int, int, int, int,   \
-                                                       T, int, bool);                              \
+                                                       T, const AttentionMask&, bool);             \
   template void CpuBackend<T>::attention_row_dot(T*, CBuf<T>, CBuf<T>, int, int, int, int);        \
   template void CpuBackend<T>::attention_block_backward(                                           \
       T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int, const T*, const T*, const int*, const int*, int,     \
-      int, int, int, int, int, T, int);
+      int, int, int, int, int, T, const AttentionMask&);
 MPITRAIN_INSTANTIATE(float)
 MPITRAIN_INSTANTIATE(double)
 #undef MPITRAIN_INSTANTIATE

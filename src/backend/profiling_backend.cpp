@@ -180,23 +180,24 @@ void ProfilingBackend::qk_norm_backward(Buf<T> dqkv, T* dwq, T* dwk, CBuf<T> inp
 }
 
 namespace {
-// The (query, key) pairs a sequence of T sees (attention_sees): T (T + 1) / 2; with a window
-// W < T, W (W + 1) / 2 + (T - W) W.
-double sequence_pairs(int T, int window) {
-  const double t = T, w = window > 0 && window < T ? window : T;
-  return w * (w + 1) / 2 + (t - w) * w;
-}
-
-// The (query, key) pairs of one block that attention_sees (positions are host memory).
-double seen_pairs(const int* qpos, int Tq, const int* kpos, int Tk, int window) {
-  std::vector<int> keys(kpos, kpos + Tk);
+// The (query, key) pairs of B sequences that attention_sees: each query row sees the keys from
+// the first its window and document let it see to its own position (positions in host memory;
+// null: 0, 1, ...).
+double seen_pairs(const int* qpos, int B, int Tq, const int* kpos, int Tk,
+                  const AttentionMask& mask) {
+  std::vector<int> keys(Tk);
+  for (int j = 0; j < Tk; ++j) keys[j] = kpos ? kpos[j] : j;
   std::sort(keys.begin(), keys.end());
   const auto at_or_before = [&](int p) {
     return static_cast<double>(std::upper_bound(keys.begin(), keys.end(), p) - keys.begin());
   };
   double n = 0;
-  for (int i = 0; i < Tq; ++i)
-    n += at_or_before(qpos[i]) - (window > 0 ? at_or_before(qpos[i] - window) : 0);
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Tq; ++i) {
+      const int q = qpos ? qpos[i] : i;
+      const int first = first_seen(q, mask.window, mask.doc_start(b, Tq, i));
+      n += std::max(0.0, at_or_before(q) - at_or_before(first - 1));
+    }
   return n;
 }
 }  // namespace
@@ -205,16 +206,18 @@ double seen_pairs(const int* qpos, int Tq, const int* kpos, int Tk, int window) 
 // per pair and head 2 products of hs forward, 5 backward (the scores recomputed); the bytes are
 // the operands read and written once (the probabilities never leave the cache) and lse, D -------
 void ProfilingBackend::attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                         int NKV, int hs, T scale, int window) {
-  const double bt = static_cast<double>(B) * Tlen, seen = B * NH * sequence_pairs(Tlen, window);
+                                         int NKV, int hs, T scale, const AttentionMask& mask) {
+  const double bt = static_cast<double>(B) * Tlen;
+  const double seen = NH * seen_pairs(nullptr, B, Tlen, nullptr, Tlen, mask);
   timed(OpPhase::Forward, "attention_forward", 4 * seen * hs,
         bt * hs * ((NH + 2 * NKV) * bytes_of(qkv) + NH * bytes_of(out)) + kT * bt * NH,
-        [&] { inner_->attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale, window); });
+        [&] { inner_->attention_forward(out, probs, qkv, B, Tlen, NH, NKV, hs, scale, mask); });
 }
 void ProfilingBackend::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv,
                                           CBuf<T> out, const T* probs, int B, int Tlen, int NH,
-                                          int NKV, int hs, T scale, int window) {
-  const double bt = static_cast<double>(B) * Tlen, seen = B * NH * sequence_pairs(Tlen, window);
+                                          int NKV, int hs, T scale, const AttentionMask& mask) {
+  const double bt = static_cast<double>(B) * Tlen;
+  const double seen = NH * seen_pairs(nullptr, B, Tlen, nullptr, Tlen, mask);
   timed(OpPhase::Backward, "attention_backward", 10 * seen * hs,
         bt * hs *
                 ((NH + 2 * NKV) * (bytes_of(qkv) + bytes_of(dqkv)) +
@@ -222,15 +225,15 @@ void ProfilingBackend::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout,
             2 * kT * bt * NH,
         [&] {
           inner_->attention_backward(dqkv, scratch, dout, qkv, out, probs, B, Tlen, NH, NKV, hs,
-                                     scale, window);
+                                     scale, mask);
         });
 }
 
 void ProfilingBackend::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                                const int* qpos, const int* kpos, int B, int Tq,
-                                               int Tk, int NH, int NKV, int hs, T scale, int window,
-                                               bool merge) {
-  const double seen = static_cast<double>(B) * NH * seen_pairs(qpos, Tq, kpos, Tk, window);
+                                               int Tk, int NH, int NKV, int hs, T scale,
+                                               const AttentionMask& mask, bool merge) {
+  const double seen = NH * seen_pairs(qpos, B, Tq, kpos, Tk, mask);
   const double q_rows = static_cast<double>(B) * Tq, k_rows = static_cast<double>(B) * Tk;
   const double passes = merge ? 2 : 1;  // out and lse written, and read too when merged
   timed(OpPhase::Forward, "attention_block_forward", 4 * seen * hs,
@@ -238,7 +241,7 @@ void ProfilingBackend::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf
             k_rows * 2 * NKV * hs * bytes_of(kv),
         [&] {
           inner_->attention_block_forward(out, lse, qkv, kv, kv_ld, qpos, kpos, B, Tq, Tk, NH, NKV,
-                                          hs, scale, window, merge);
+                                          hs, scale, mask, merge);
         });
 }
 void ProfilingBackend::attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH,
@@ -252,15 +255,15 @@ void ProfilingBackend::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBu
                                                 CBuf<T> kv, int kv_ld, const T* lse, const T* D,
                                                 const int* qpos, const int* kpos, int B, int Tq,
                                                 int Tk, int NH, int NKV, int hs, T scale,
-                                                int window) {
-  const double seen = static_cast<double>(B) * NH * seen_pairs(qpos, Tq, kpos, Tk, window);
+                                                const AttentionMask& mask) {
+  const double seen = NH * seen_pairs(qpos, B, Tq, kpos, Tk, mask);
   const double q_rows = static_cast<double>(B) * Tq, k_rows = static_cast<double>(B) * Tk;
   timed(OpPhase::Backward, "attention_block_backward", 10 * seen * hs,
         q_rows * NH * (hs * (bytes_of(qkv) + bytes_of(dout) + 2 * kT) + 2 * kT) +
             k_rows * 2 * NKV * hs * (bytes_of(kv) + 2 * kT),
         [&] {
           inner_->attention_block_backward(dq, dkv, dout, qkv, kv, kv_ld, lse, D, qpos, kpos, B, Tq,
-                                           Tk, NH, NKV, hs, scale, window);
+                                           Tk, NH, NKV, hs, scale, mask);
         });
 }
 

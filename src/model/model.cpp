@@ -353,33 +353,32 @@ void Model<T>::apply_rope(Buf<T> qkv, int B, int Tlen, bool backward) {
 }
 
 template <typename T>
-void Model<T>::attention_forward(LayerActs& a, int l, int B, int Tlen) {
+void Model<T>::attention_forward(LayerActs& a, int l, int B, int Tlen, const AttentionMask& mask) {
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   if constexpr (std::is_same_v<T, float>)
     if (ring_) {
       if (Tlen != max_seq_) MPITRAIN_THROW("context parallelism: rows other than the chunks");
-      ring_->forward(a.atty, a.probs, a.qkv, B, attention_scale(l), config_.sliding_window);
+      ring_->forward(a.atty, a.probs, a.qkv, B, attention_scale(l), mask);
       lp(a.atty, static_cast<size_t>(N) * A);
       return;
     }
   backend_.attention_forward(a.atty, a.probs, a.qkv, B, Tlen, NH, NKV, hs, attention_scale(l),
-                             config_.sliding_window);
+                             mask);
   lp(a.atty, static_cast<size_t>(N) * A);
 }
 
 template <typename T>
-void Model<T>::attention_backward(LayerActs& a, int l, int B, int Tlen) {
+void Model<T>::attention_backward(LayerActs& a, int l, int B, int Tlen, const AttentionMask& mask) {
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
   GradActs& d = grad_;
   if constexpr (std::is_same_v<T, float>)
     if (ring_) {
-      ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.probs, B, attention_scale(l),
-                      config_.sliding_window);
+      ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.probs, B, attention_scale(l), mask);
       lp(d.dqkv, static_cast<size_t>(N) * QKV);
       return;
     }
   backend_.attention_backward(d.dqkv, d.att_scratch, d.datty, a.qkv, a.atty, a.probs, B, Tlen, NH,
-                              NKV, hs, attention_scale(l), config_.sliding_window);
+                              NKV, hs, attention_scale(l), mask);
   lp(d.dqkv, static_cast<size_t>(N) * QKV);
 }
 
@@ -471,7 +470,7 @@ double Model<T>::loss(SlotActs& a, const int32_t* targets, int N, T dloss) {
 
 template <typename T>
 void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
-                             MoeLayerStats* moe_stats) {
+                             const AttentionMask& mask, MoeLayerStats* moe_stats) {
   const auto [N, C, Fmax, hs, NH, NKV, QKV, A, FCmax, NC] = dims(B, Tlen);
   const int F = mlp_width(l), FC = config_.arch == Arch::Llama ? 2 * F : F;  // this layer's
   const size_t NF = static_cast<size_t>(N) * F;
@@ -490,7 +489,7 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
     lp(a.qkv, static_cast<size_t>(N) * QKV);
   }
   if (config_.arch == Arch::Llama) apply_rope(a.qkv, B, Tlen, false);
-  attention_forward(a, l, B, Tlen);
+  attention_forward(a, l, B, Tlen, mask);
   backend_.matmul_forward(partial_rows(a.attproj), a.atty, p(Slot::ProjW, l),
                           row_parallel_bias(Slot::ProjB, l), N, A, C);
   sum_rows(partial_rows(a.attproj), a.attproj, NsC);
@@ -524,7 +523,7 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
 
 template <typename T>
 double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
-                         T dloss) {
+                         T dloss, const int32_t* doc_starts) {
   if (B > max_batch_ || Tlen > max_seq_) MPITRAIN_THROW("batch larger than the model was sized for");
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
@@ -551,13 +550,15 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
     lp(sa.encoded, NsC);
   }
   CBuf<T> x = sa.encoded;  // (N,C) the residual stream entering each block
+  const AttentionMask mask(config_.sliding_window, doc_starts);
   MoeLayerStats* moe_stats = moe_stats_.data();  // the next MoE layer's
   const std::span<int64_t> routed = routed_counts(slot);
   std::fill(routed.begin(), routed.end(), 0);
   for (int i = 0; i < s.layer_end - s.layer_begin; ++i) {
     const int l = s.layer_begin + i, u = layout_.unit_of(Slot::Ln1W, l);
     take_params(u, false);
-    block_forward(sa.layers[i], x, l, B, Tlen, config_.is_moe_layer(l) ? moe_stats++ : nullptr);
+    block_forward(sa.layers[i], x, l, B, Tlen, mask,
+                  config_.is_moe_layer(l) ? moe_stats++ : nullptr);
     give_params(u, false);
     if (config_.is_moe_layer(l))  // the micro-batch's counts (moe.hpp), before the next layer's
       for (size_t e = 0; e < routed.size(); ++e) routed[e] += sa.layers[i].moe.counts[e];
@@ -577,7 +578,7 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
 
 template <typename T>
 void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
-                        const std::function<void(size_t)>& grads_ready) {
+                        const std::function<void(size_t)>& grads_ready, const int32_t* doc_starts) {
   const ModelConfig& c = config_;
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
@@ -586,6 +587,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
   const size_t NsC = static_cast<size_t>(Ns) * C;
   SlotActs& sa = slots_[slot];
   GradActs& d = grad_;
+  const AttentionMask mask(c.sliding_window, doc_starts);
   const Buf<T> dln_rows = sp() ? gathered_ : d.dln;  // this rank's rows of a norm's output gradient
   auto ready = [&](size_t offset) {
     if (grads_ready) grads_ready(offset);
@@ -626,19 +628,19 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     const int u = layout_.unit_of(Slot::Ln1W, l);
     take_params(u, true);
     take_grads(u);
-    if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen, nullptr);
+    if (options_.recompute == Recompute::Full) block_forward(a, x, l, B, Tlen, mask, nullptr);
     // MLP half: d res3 flows to res2 unchanged (dres) and into the MLP branch
     mlp_backward(a, l, B, Tlen, dln_rows, sa.dloss, pooled ? pooled_.data() : nullptr);
     norm_backward(d.dres, dln_rows, a.res2, a.ln2_mean, a.ln2_rstd, Slot::Ln2W, Slot::Ln2B, l, Ns);
     lp(d.dres, NsC);
     // attention half: dres is now d res2; it flows to x unchanged and into the attention branch
     if (options_.recompute == Recompute::Selective)  // attention's output and state, from qkv
-      attention_forward(a, l, B, Tlen);
+      attention_forward(a, l, B, Tlen, mask);
     backend_.matmul_backward(d.datty, g(Slot::ProjW, l), maybe_g(Slot::ProjB, l),
                              gather_rows(d.dres, NsC), a.atty, p(Slot::ProjW, l), N, A, C,
                              grad_write(Slot::ProjW));
     lp(d.datty, static_cast<size_t>(N) * A);
-    attention_backward(a, l, B, Tlen);
+    attention_backward(a, l, B, Tlen, mask);
     if (llama) apply_rope(d.dqkv, B, Tlen, true);
     if (c.qk_norm) {
       backend_.qk_norm_backward(d.dqkv, g(Slot::QNormW, l), g(Slot::KNormW, l), a.qkv_pre,

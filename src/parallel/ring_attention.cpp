@@ -72,7 +72,7 @@ void RingAttention::finish(std::vector<CommHandle>& handles) {
 
 // Step s: the block of rank (r - s), against every local query; the next block in flight.
 void RingAttention::forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, float scale,
-                            int window) {
+                            const AttentionMask& mask) {
   if (B > max_batch_) MPITRAIN_THROW("ring attention: batch larger than sized for");
   const int QKV = (NH_ + 2 * NKV_) * hs_, KV = 2 * NKV_ * hs_;
   const size_t block = static_cast<size_t>(B) * Tl_ * KV;
@@ -85,7 +85,7 @@ void RingAttention::forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, 
     const CBuf<float> kv = s == 0 ? qkv + static_cast<size_t>(NH_) * hs_ : CBuf<float>(kv_[cur]);
     backend_.attention_block_forward(out_acc_, lse, qkv, kv, s == 0 ? QKV : KV, qpos,
                                      positions_[src].data(), B, Tl_, Tl_, NH_, NKV_, hs_, scale,
-                                     window, s > 0);
+                                     mask, s > 0);
     finish(kv_handles_);
   }
   backend_.convert(out, out_acc_, static_cast<size_t>(B) * Tl_ * NH_ * hs_);
@@ -97,7 +97,7 @@ void RingAttention::forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, 
 // exchange, so between two neighbours the messages start in the same order on both sides (dK/dV
 // of step s-1, then K/V of step s): NCCL matches sends to receives by order, not by tag.
 void RingAttention::backward(Buf<float> dqkv, CBuf<float> dout, CBuf<float> qkv, CBuf<float> out,
-                             const float* lse, int B, float scale, int window) {
+                             const float* lse, int B, float scale, const AttentionMask& mask) {
   if (B > max_batch_) MPITRAIN_THROW("ring attention: batch larger than sized for");
   const int QKV = (NH_ + 2 * NKV_) * hs_, KV = 2 * NKV_ * hs_, A = NH_ * hs_;
   const size_t rows = static_cast<size_t>(B) * Tl_, block = rows * KV;
@@ -122,7 +122,7 @@ void RingAttention::backward(Buf<float> dqkv, CBuf<float> dout, CBuf<float> qkv,
     backend_.zero(part, block);
     backend_.attention_block_backward(out_acc_, part, dout, qkv, kv, s == 0 ? QKV : KV, lse,
                                       row_dot_, qpos, positions_[src].data(), B, Tl_, Tl_, NH_,
-                                      NKV_, hs_, scale, window);
+                                      NKV_, hs_, scale, mask);
     finish(kv_handles_);
     if (s > 0) {
       cp_.wait(incoming);

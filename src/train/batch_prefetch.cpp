@@ -49,7 +49,9 @@ void BatchPrefetcher::read_ahead(Key next) {
       b.key = next;
       b.tokens.resize(n);
       b.targets.resize(n);
-      loader_.load(next.consumed, next.micro, b.tokens.data(), b.targets.data());
+      b.doc_starts.resize(loader_.masks_documents() ? n : 0);
+      loader_.load(next.consumed, next.micro, b.tokens.data(), b.targets.data(),
+                   b.doc_starts.data());
       {
         const std::lock_guard lock(mutex_);
         queue_.push_back(std::move(b));
@@ -65,7 +67,8 @@ void BatchPrefetcher::read_ahead(Key next) {
   }
 }
 
-void BatchPrefetcher::load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets) {
+void BatchPrefetcher::load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets,
+                           int32_t* doc_starts) {
   const Key want{consumed, micro};
   if (!running_) start(want);
   std::unique_lock lock(mutex_);
@@ -78,11 +81,12 @@ void BatchPrefetcher::load(uint64_t consumed, int micro, int32_t* tokens, int32_
   if (!(b.key == want)) {  // asked out of the predicted order: the reader starts over from here
     stop();
     start(want);
-    load(consumed, micro, tokens, targets);
+    load(consumed, micro, tokens, targets, doc_starts);
     return;
   }
   std::copy(b.tokens.begin(), b.tokens.end(), tokens);
   std::copy(b.targets.begin(), b.targets.end(), targets);
+  std::copy(b.doc_starts.begin(), b.doc_starts.end(), doc_starts);
   const std::lock_guard spare_lock(mutex_);
   spare_.push_back(std::move(b));
 }

@@ -14,11 +14,13 @@ namespace mpitrain {
 
 namespace {
 
-using Field = std::variant<double TrainConfig::*, int TrainConfig::*, std::string TrainConfig::*>;
+using Field = std::variant<double TrainConfig::*, int TrainConfig::*, std::string TrainConfig::*,
+                           bool TrainConfig::*>;
 
 // What the saved state, the schedule and the objective mean: the optimizer's moments and
 // momentum are accumulated under these, and a resume that fell back to a default would go on
-// otherwise. An MoE run's aux-loss form is the objective's (dense runs record auto).
+// otherwise. An MoE run's aux-loss form is the objective's (dense runs record auto), and so is
+// document masking.
 const std::pair<const char*, Field> kKept[] = {
     {"precision", &TrainConfig::precision},
     {"lr", &TrainConfig::lr},
@@ -31,7 +33,8 @@ const std::pair<const char*, Field> kKept[] = {
     {"adam-eps", &TrainConfig::adam_eps},
     {"momentum", &TrainConfig::momentum},
     {"grad-clip", &TrainConfig::grad_clip},
-    {"moe-aux-loss-form", &TrainConfig::moe_aux_loss_form}};
+    {"moe-aux-loss-form", &TrainConfig::moe_aux_loss_form},
+    {"document-mask", &TrainConfig::document_mask}};
 
 std::string text_of(const TrainConfig& t, const Field& field) {
   return std::visit(
@@ -39,6 +42,8 @@ std::string text_of(const TrainConfig& t, const Field& field) {
         const auto& value = t.*member;
         if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>)
           return value;
+        else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>)
+          return std::string(value ? "true" : "false");
         else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, int>)
           return std::to_string(value);
         else
@@ -55,6 +60,9 @@ bool set_from(TrainConfig& t, const Field& field, const std::string& text) {
         if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>) {
           value = text;
           return !text.empty();
+        } else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
+          value = text == "true";
+          return text == "true" || text == "false";
         } else {
           const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
           return error == std::errc() && end == text.data() + text.size();

@@ -6,8 +6,8 @@
 namespace mpitrain {
 
 PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
-                               int micro_batches, int batch, int seq_len, TraceRecorder* trace,
-                               std::function<double()> blocked_seconds)
+                               int micro_batches, int batch, int seq_len, bool documents,
+                               TraceRecorder* trace, std::function<double()> blocked_seconds)
     : model_(model),
       pp_(pp && pp->size() > 1 ? pp : nullptr),
       micro_batches_(micro_batches),
@@ -22,6 +22,7 @@ PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSc
   const size_t rows = static_cast<size_t>(batch) * seq_len;
   tokens_.resize(micro_batches * rows);
   targets_.resize(micro_batches * rows);
+  if (documents) doc_starts_.resize(micro_batches * rows);
   if (pp_)
     dinput_ = model.backend().alloc(slots_ * model.boundary_elements(batch, seq_len),
                                     model.options().storage);
@@ -146,8 +147,9 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
       if (counts) wait_recv(counts_in, "pp recv routing counts", micro);
     }
   }
-  compute(name, micro, &times_.forward,
-          [&] { loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss); });
+  compute(name, micro, &times_.forward, [&] {
+    loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss, doc_starts(micro));
+  });
   if (counts && stage_ > 0) take_counts(0, model_.routed_counts(slot), true);  // + earlier stages'
   if (pp_ && stage_ < stages_ - 1) {
     out_sends_[slot] = send_start(model_.output(slot), n, stage_ + 1, 2 * micro);
@@ -173,7 +175,7 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
     }
   }
   compute("backward", micro, &times_.backward,
-          [&] { model_.backward(slot, tokens, batch_, seq_len_, grads_ready); });
+          [&] { model_.backward(slot, tokens, batch_, seq_len_, grads_ready, doc_starts(micro)); });
   if (pp_ && stage_ > 0) {
     wait_send(grad_sends_[slot], micro);
     if (routed_) wait_send(count_grad_sends_[slot], micro);
@@ -194,7 +196,8 @@ double PipelineRunner::train(const Loader& load, float dloss,
   const size_t rows = static_cast<size_t>(batch_) * seq_len_;
   for (int i = 0; i < micro_batches_; ++i) {
     TraceScope scope(trace_, TraceLane::Data, "load batch", &times_.data, i);
-    load(i, tokens_.data() + i * rows, targets_.data() + i * rows);
+    load(i, tokens_.data() + i * rows, targets_.data() + i * rows,
+         doc_starts_.empty() ? nullptr : doc_starts_.data() + i * rows);
   }
   upload_ids(tokens_.size());
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -217,11 +220,15 @@ double PipelineRunner::train(const Loader& load, float dloss,
   return loss_;
 }
 
-double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, int rows) {
+double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets,
+                                const int32_t* doc_starts, int rows) {
   loss_ = 0.0;
   const size_t n = static_cast<size_t>(rows) * seq_len_;
   std::copy(tokens, tokens + n, tokens_.begin());
   std::copy(targets, targets + n, targets_.begin());
+  if (doc_starts_.empty() != !doc_starts)
+    MPITRAIN_THROW("evaluate: document starts given to a runner without document masking, or none");
+  if (doc_starts) std::copy(doc_starts, doc_starts + n, doc_starts_.begin());
   upload_ids(n);
   forward(0, rows, 0.0f, "eval forward", false, false);
   if (pp_) wait_send(out_sends_[0], 0);

@@ -249,13 +249,19 @@ double Trainer::evaluate() {
     for (; rows < micro_batch_ && next < total; ++rows, next += dp)
       val_windows_->read(next, tokens_.data() + rows * t_.seq_len,
                          targets_.data() + rows * t_.seq_len);
+    if (documents_)
+      document_starts(tokens_.data(), rows, t_.seq_len, *documents_, doc_starts_.data());
     if (chunks_) {  // this cp rank's two chunks of each window
       chunks_->take(tokens_.data(), local_tokens_.data(), rows);
       chunks_->take(targets_.data(), local_targets_.data(), rows);
+      if (documents_) chunks_->take(doc_starts_.data(), local_doc_starts_.data(), rows);
     }
+    const int32_t* starts = !documents_ ? nullptr
+                            : chunks_   ? local_doc_starts_.data()
+                                        : doc_starts_.data();
     const double loss =
-        chunks_ ? runner_->evaluate(local_tokens_.data(), local_targets_.data(), rows)
-                : runner_->evaluate(tokens_.data(), targets_.data(), rows);
+        chunks_ ? runner_->evaluate(local_tokens_.data(), local_targets_.data(), starts, rows)
+                : runner_->evaluate(tokens_.data(), targets_.data(), starts, rows);
     if (grid_->last_stage() && grid_->tp_rank() == 0) {
       sums[0] += loss;
       sums[1] += static_cast<double>(rows) * local_seq_len();

@@ -214,6 +214,12 @@ void Trainer::check_inputs() {
                                 val_ ? &val_->first() : nullptr);
     tokenizer_ = std::move(chosen.tokenizer);
     tokenizer_descriptor_ = chosen.descriptor;
+    if (t_.document_mask) {
+      require(tokenizer_ != nullptr,
+              "--document-mask: no tokenizer is known for the data (they record none), so their "
+              "documents cannot be found: give --tokenizer PATH");
+      documents_ = document_boundary(*tokenizer_);
+    }
     // The training data's recorded tokenizer sets the vocabulary of files that declare none
     // (llm.c, nanoGPT): usually the sample's, read once.
     const std::string data_tokenizer =
@@ -469,7 +475,7 @@ void Trainer::build_step_parts() {
   if (train_) {
     stream_.emplace(*train_, t_.seed, t_.shuffle);
     loader_.emplace(*stream_, t_.seq_len, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
-                    shape_.dp, chunks_ ? &*chunks_ : nullptr);
+                    shape_.dp, chunks_ ? &*chunks_ : nullptr, documents_);
     std::string hdf5_file;  // a file only HDF5 reads: on the main thread, so no prefetch
     if (t_.prefetch && train_->concurrent_reads(&hdf5_file))
       prefetch_ = std::make_unique<BatchPrefetcher>(*loader_, std::clamp(micro_batches_, 2, 16));
@@ -478,8 +484,8 @@ void Trainer::build_step_parts() {
                   hdf5_file.c_str());
   }
   runner_ = std::make_unique<PipelineRunner>(*model_, &comms_->pp_data(), schedule_, micro_batches_,
-                                             micro_batch_, local_seq_len(), &trace_,
-                                             [this] { return blocked_seconds(); });
+                                             micro_batch_, local_seq_len(), documents_.has_value(),
+                                             &trace_, [this] { return blocked_seconds(); });
   if (sharded_) {
     sync_ = sharded_.get();
   } else {
@@ -625,18 +631,20 @@ void Trainer::build_step_parts() {
   held_bytes_[1] = static_cast<double>(optimizer_->bytes());
   held_bytes_[2] = static_cast<double>(model_->activation_bytes());
   comms_->world.all_reduce(held_bytes_, 3, ReduceOp::Max);
-  load_ = [this](int micro, int32_t* tok, int32_t* tgt) {
+  load_ = [this](int micro, int32_t* tok, int32_t* tgt, int32_t* starts) {
     if (prefetch_)
-      prefetch_->load(consumed_, micro, tok, tgt);
+      prefetch_->load(consumed_, micro, tok, tgt, starts);
     else
-      loader_->load(consumed_, micro, tok, tgt);
+      loader_->load(consumed_, micro, tok, tgt, starts);
   };
   grads_ready_ = [this](size_t offset) { update_->grads_ready(offset); };
   tokens_.resize(static_cast<size_t>(micro_batch_) * t_.seq_len);
   targets_.resize(tokens_.size());
+  if (documents_) doc_starts_.resize(tokens_.size());
   if (chunks_) {
     local_tokens_.resize(static_cast<size_t>(micro_batch_) * local_seq_len());
     local_targets_.resize(local_tokens_.size());
+    if (documents_) local_doc_starts_.resize(local_tokens_.size());
   }
 }
 
@@ -685,6 +693,9 @@ void Trainer::print_banner() const {
       peak_cpus_ > 0 ? counted : " (rank 0:", peak_source_.c_str());
   if (backend_->host_memory())
     std::printf("fp32 products on rank 0: %s\n", cpu_sgemm_in_use().c_str());
+  if (documents_)
+    std::printf("document mask: %s; a token attends within its document only\n",
+                describe(*documents_, *tokenizer_).c_str());
   if (peak_suspect_ranks_ > 0)
     std::printf("warning: the peak of %s is suspect (measured under contention): MFU may read "
                 "too high; a start on an idle host caches the machine's, or give --peak-gflops\n",

@@ -18,6 +18,7 @@
 // 0.98 and a diagonal mask one position off at 0.61.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -46,7 +47,8 @@ struct BlockCase {
   int Tk;     // rows of the other block (its first Tk; 0: all 2c)
   int pad;    // the other block's row stride beyond 2 NKV hs
   bool own_first;
-  int window = 0;  // the sliding window (attention_sees); 0 none
+  int window = 0;      // the sliding window (attention_sees); 0 none
+  int doc_period = 0;  // documents start at each position p with (p + 5 b) % doc_period == 0
 };
 
 // The positions of rank r's rows (cp 2, chunks of c).
@@ -105,6 +107,14 @@ Outputs run_case(Backend<T>& be, Precision storage, const BlockCase& k, const In
   };
   const std::vector<int> qpos = chunk_positions(k.rank, k.c);
   const std::vector<int> kpos_other = chunk_positions(1 - k.rank, k.c);  // its first Tk used
+  std::vector<int32_t> starts;  // the query rows' document starts (B, Tq), host memory
+  for (int b = 0; b < B; ++b)
+    for (int q : qpos) {
+      int start = q;
+      while (start > 0 && (start + 5 * b) % std::max(k.doc_period, 1) != 0) --start;
+      starts.push_back(k.doc_period > 0 ? start : 0);
+    }
+  const AttentionMask mask(k.window, k.doc_period > 0 ? starts.data() : nullptr);
   const Buf<T> qkv = tensor(in.qkv, storage), kvo = tensor(in.kv_other, storage);
   const Buf<T> dout = tensor(in.dout, storage);
   const CBuf<T> kv_own = CBuf<T>(qkv) + size_t(NH) * hs;
@@ -121,11 +131,11 @@ Outputs run_case(Backend<T>& be, Precision storage, const BlockCase& k, const In
   T* lse = nans(S);
   Outputs o;
   be.attention_block_forward(out, lse, qkv, first.kv, first.ld, qpos.data(), first.kpos, B, Tq,
-                             first.Tk, NH, NKV, hs, scale, k.window, false);
+                             first.Tk, NH, NKV, hs, scale, mask, false);
   o.push_back(read(out, size_t(B) * Tq * A));
   o.push_back(read(lse, S));
   be.attention_block_forward(out, lse, qkv, second.kv, second.ld, qpos.data(), second.kpos, B, Tq,
-                             second.Tk, NH, NKV, hs, scale, k.window, true);
+                             second.Tk, NH, NKV, hs, scale, mask, true);
   o.push_back(read(out, size_t(B) * Tq * A));
   o.push_back(read(lse, S));
   T* D = nans(S);
@@ -135,9 +145,9 @@ Outputs run_case(Backend<T>& be, Precision storage, const BlockCase& k, const In
   T* dkv_own = tensor(in.dkv_own, Precision::Fp32).full();
   T* dkv_other = tensor(in.dkv_other, Precision::Fp32).full();
   be.attention_block_backward(dq, dkv_own, dout, qkv, own.kv, own.ld, lse, D, qpos.data(), own.kpos,
-                              B, Tq, own.Tk, NH, NKV, hs, scale, k.window);
+                              B, Tq, own.Tk, NH, NKV, hs, scale, mask);
   be.attention_block_backward(dq, dkv_other, dout, qkv, other.kv, other.ld, lse, D, qpos.data(),
-                              other.kpos, B, Tq, other.Tk, NH, NKV, hs, scale, k.window);
+                              other.kpos, B, Tq, other.Tk, NH, NKV, hs, scale, mask);
   o.push_back(read(dq, size_t(B) * Tq * A));
   o.push_back(read(dkv_own, size_t(B) * Tq * KV));
   o.push_back(read(dkv_other, size_t(B) * Tk * KV));
@@ -200,7 +210,8 @@ void check_case(const BlockCase& k, Precision storage) {
 // below, at and across the 32-row tile (c 17: tiles straddle both chunks; c 48: some tiles are
 // skipped, some unmasked, some masked), both ranks (rank 1's other block is seen in part), an
 // other block shorter than the queries, merge in both orders; sliding windows shorter than a tile
-// and than a chunk (c 48, window 40: some tiles wholly out of it) and across chunks.
+// and than a chunk (c 48, window 40: some tiles wholly out of it) and across chunks; documents
+// shorter than a tile, and longer than a chunk (some blocks wholly before a query's document).
 const BlockCase kCases[] = {
     {"gqa c17 rank0 own-first", 2, 4, 2, 80, 17, 0, 0, 8, true},
     {"gqa c17 rank1 other-first", 2, 4, 2, 80, 17, 1, 0, 8, false},
@@ -212,6 +223,9 @@ const BlockCase kCases[] = {
     {"gqa c48 rank1 window 40", 2, 4, 2, 64, 48, 1, 0, 0, true, 40},
     {"mha c17 rank0 window 20", 1, 3, 3, 24, 17, 0, 0, 8, false, 20},
     {"gqa c48 rank0 window 7", 1, 4, 2, 32, 48, 0, 0, 0, false, 7},
+    {"gqa c48 rank1 documents 11", 2, 4, 2, 64, 48, 1, 0, 0, true, 0, 11},
+    {"mha c17 rank0 documents 50 window 20", 2, 3, 3, 24, 17, 0, 0, 8, false, 20, 50},
+    {"gqa c48 rank0 documents 70", 2, 4, 2, 32, 48, 0, 0, 0, false, 0, 70},
 };
 
 TEST(GpuAttentionBlock, Fp32MatchesTheCpuBackend) {

@@ -375,19 +375,28 @@ TEST(GpuOps, QkNorm) {
 // ---- attention ----------------------------------------------------------------------------------
 
 // Backward is given forward's output, as the model passes it.
-// scale: the factor on q k^T (0: 1/sqrt(hs)); window: the sliding window (0 none).
-auto attention_op(int B, int T, int NH, int NKV, int hs, double scale = 0, int window = 0) {
+// scale: the factor on q k^T (0: 1/sqrt(hs)); window: the sliding window (0 none); doc_period:
+// document masking, a document starting at each t with (t + 7 b) % doc_period == 0 (0: none).
+auto attention_op(int B, int T, int NH, int NKV, int hs, double scale = 0, int window = 0,
+                  int doc_period = 0) {
   return [=](auto& be, auto& m) -> Outputs {
     const size_t QKV = size_t(NH + 2 * NKV) * hs, A = size_t(NH) * hs, P = size_t(B) * NH * T * T;
+    std::vector<int32_t> starts(size_t(B) * T);  // host memory, as the model passes them
+    for (int b = 0; b < B; ++b)
+      for (int t = 0, start = 0; t < T; ++t) {
+        if (doc_period > 0 && (t + 7 * b) % doc_period == 0) start = t;
+        starts[size_t(b) * T + t] = start;
+      }
+    const AttentionMask mask(window, doc_period > 0 ? starts.data() : nullptr);
     auto* qkv = m.in(random_floats(size_t(B) * T * QKV, 1, -2.0f, 2.0f));
     auto* out = m.out(size_t(B) * T * A);
     auto* probs = m.out(P);
     const double s = scale != 0 ? scale : 1 / std::sqrt(double(hs));
-    be.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, s, window);
+    be.attention_forward(out, probs, qkv, B, T, NH, NKV, hs, s, mask);
     auto* dout = m.in(random_floats(size_t(B) * T * A, 2));
     auto* dqkv = m.out(size_t(B) * T * QKV);
     auto* scratch = m.out(P);
-    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs, s, window);
+    be.attention_backward(dqkv, scratch, dout, qkv, out, probs, B, T, NH, NKV, hs, s, mask);
     return {m.read(out, size_t(B) * T * A), m.read(dqkv, size_t(B) * T * QKV)};
   };
 }
@@ -402,6 +411,11 @@ TEST(GpuOps, AttentionKernels) {
   // sliding windows: within a 32-key tile, across tiles (some wholly out of it)
   compare("attention window 5", attention_op(2, 72, 4, 2, 80, 0, 5), kFp32Configs, kTol);
   compare("attention window 40", attention_op(1, 128, 4, 4, 64, 0, 40), kFp32Configs, kTol);
+  // documents: shorter than a tile, across tiles, and with a window
+  compare("attention documents 9", attention_op(2, 72, 4, 2, 80, 0, 0, 9), kFp32Configs, kTol);
+  compare("attention documents 45", attention_op(2, 128, 4, 4, 64, 0, 0, 45), kFp32Configs, kTol);
+  compare("attention documents 45, window 20", attention_op(2, 128, 4, 4, 64, 0, 20, 45),
+          kFp32Configs, kTol);
 }
 
 TEST(GpuOps, AttentionCudnn) {
@@ -414,6 +428,8 @@ TEST(GpuOps, AttentionCudnn) {
   compare("attention cuda/bf16", attention_op(2, 72, 4, 2, 80), {kCudaBf16}, kTol);
   // a sliding window shorter than the sequence: the CUDA kernel in the cuDNN kernel set (said)
   compare("cuDNN set, window 40", attention_op(2, 128, 4, 4, 64, 0, 40), {kCudnnBf16}, kTol);
+  // document masking: likewise
+  compare("cuDNN set, documents 45", attention_op(2, 128, 4, 4, 64, 0, 0, 45), {kCudnnBf16}, kTol);
 }
 
 TEST(GpuOps, AttentionBackwardReadsTheForwardOutput) {

@@ -18,10 +18,14 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
   hf_reference.py DIR PROMPT N WINDOW  ->  prints PROMPT and its greedy continuation of N byte
                                            tokens (context: the last WINDOW), as the trainer's
                                            sample prints them
-  hf_reference.py DIR --loss FILE T N  ->  prints the mean cross-entropy over the first N windows
-                                           of FILE (nanoGPT .bin: raw uint16 tokens) as the
-                                           trainer's validation takes them: window i's inputs
-                                           are tokens [iT, iT+T), its targets [iT+1, iT+T+1)
+  hf_reference.py DIR --loss FILE T N [TOKEN]  ->  prints the mean cross-entropy over the first
+                                           N windows of FILE (nanoGPT .bin: raw uint16 tokens)
+                                           as the trainer's validation takes them: window i's
+                                           inputs are tokens [iT, iT+T), its targets
+                                           [iT+1, iT+T+1); with TOKEN (document masking, llama
+                                           models), each window cut before every TOKEN and each
+                                           piece run alone, from position 0 (under RoPE what a
+                                           mask within the documents computes: no mask here)
   hf_reference.py DIR --aux FILE T N   ->  (MoE) the load-balancing loss of those N windows'
                                            N*T rows (one micro-batch of N) over the router
                                            logits of all MoE layers concatenated (transformers')
@@ -227,6 +231,13 @@ def aux_loss(config, weights, path, T, n, per_layer):  # one micro-batch of n wi
     return load_balancing_loss(torch.cat(layers), k)  # the layers' rows concatenated
 
 
+def documents(forward, token):  # forward over each document of ids alone, a new one at each token
+    def pieces(config, weights, ids):
+        starts = [0] + [t for t in range(1, len(ids)) if ids[t] == token] + [len(ids)]
+        return torch.cat([forward(config, weights, ids[a:b]) for a, b in zip(starts, starts[1:])])
+    return pieces
+
+
 def mean_loss(forward, config, weights, path, T, n):
     tokens = read_tokens(path)
     losses = [torch.nn.functional.cross_entropy(forward(config, weights, tokens[i * T:i * T + T]),
@@ -244,6 +255,8 @@ def main():
                                 sys.argv[2] == "--aux-per-layer")))
         return
     if sys.argv[2] == "--loss":
+        if len(sys.argv) > 6:
+            forward = documents(forward, int(sys.argv[6]))
         with torch.no_grad():
             print(repr(mean_loss(forward, config, weights, sys.argv[3], int(sys.argv[4]),
                                  int(sys.argv[5]))))

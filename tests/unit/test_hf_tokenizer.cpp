@@ -12,6 +12,7 @@
 
 #include "../../src/data/byte_level.hpp"
 #include "../../src/data/pcre2_regex.hpp"
+#include "mpitrain/data/document_starts.hpp"
 #include "mpitrain/data/hf_tokenizer.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -168,6 +169,12 @@ TEST_F(HfTokenizerTest, DocumentBoundariesFromTheConfigElseTheTemplate) {
   const auto configured = load(j, {{"bos_token", nullptr}, {"eos_token", {{"content", "<|eos|>"}}}});
   EXPECT_FALSE(configured->document_start().has_value());
   EXPECT_EQ(configured->document_end(), 261u);
+  // --document-mask: a document starts at the BOS where there is one, else after the EOS
+  EXPECT_TRUE(document_boundary(*load(j)).before);
+  EXPECT_EQ(document_boundary(*configured).token, 261);
+  EXPECT_FALSE(document_boundary(*configured).before);
+  EXPECT_EQ(describe(document_boundary(*configured), *configured),
+            "a document starts after each token 261 (<|eos|>)");
   EXPECT_EQ(load(j, {{"bos_token", "<|eos|>"}, {"add_bos_token", false}})->document_start(),
             std::nullopt);
   EXPECT_EQ(configured->files().size(), 2u);

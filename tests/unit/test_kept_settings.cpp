@@ -100,3 +100,28 @@ TEST(KeptSettings, AnMoeRunsAuxLossFormIsKept) {
   m.moe_aux_loss_coef = -1;  // a dense run's
   EXPECT_EQ(resumed_form({}), "auto");
 }
+
+// Document masking is the objective's too: a resume keeps it unless given, names a given other
+// value, and refuses a recorded value that is not a boolean; an older checkpoint's run had none.
+TEST(KeptSettings, DocumentMaskingIsKept) {
+  const std::string recorded = kept_settings(parse({"--document-mask"}).train);
+  EXPECT_EQ(recorded_setting(recorded, "document-mask"), "true");
+  Options resumed = parse({});
+  EXPECT_EQ(take_kept_settings(resumed, recorded), "");
+  EXPECT_TRUE(resumed.train.document_mask);
+  Options unmasked = parse({"--document-mask", "false"});
+  EXPECT_EQ(take_kept_settings(unmasked, recorded),
+            "document-mask false (the checkpoint's run: true)");
+  EXPECT_FALSE(unmasked.train.document_mask);
+  Options older = parse({});
+  take_kept_settings(older, "lr = 0.001\n");
+  EXPECT_FALSE(older.train.document_mask);
+  try {
+    take_kept_settings(older, "document-mask = yes\n");
+    ADD_FAILURE() << "no refusal";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("setting document-mask = 'yes' is not a value of it"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -33,7 +33,8 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
-void check_all_gradients(const ModelConfig& config) {
+// doc_starts: (2, 5) document starts (document masking), or null.
+void check_all_gradients(const ModelConfig& config, const int32_t* doc_starts = nullptr) {
   CpuBackend<double> backend(1);
   const int B = 2, T = 5;
   Model<double> model(config, backend, {}, B, T);
@@ -56,11 +57,13 @@ void check_all_gradients(const ModelConfig& config) {
   // What zero_grads does not zero, the first backward must write over (backward_writes_whole).
   std::fill_n(model.grads(), model.num_params(), std::numeric_limits<double>::quiet_NaN());
   model.zero_grads();
-  model.forward(0, tokens.data(), targets.data(), B, T, dloss);
-  model.backward(0, tokens.data(), B, T);
+  model.forward(0, tokens.data(), targets.data(), B, T, dloss, doc_starts);
+  model.backward(0, tokens.data(), B, T, {}, doc_starts);
   const std::vector<double> analytic(model.grads(), model.grads() + model.num_params());
 
-  auto loss = [&] { return model.forward(0, tokens.data(), targets.data(), B, T, 0.0) * dloss; };
+  auto loss = [&] {
+    return model.forward(0, tokens.data(), targets.data(), B, T, 0.0, doc_starts) * dloss;
+  };
   const double h = 1e-5;
   size_t nonzero = 0;
   for (const ParamTensor& t : model.layout().tensors()) {
@@ -154,6 +157,18 @@ TEST(ModelGradients, LlamaSlidingWindowMatchesFiniteDifferences) {
   ModelConfig c = tiny(Arch::Llama);
   c.sliding_window = 2;
   check_all_gradients(c);
+}
+
+// Document masking over T 5: sequence 0 holds documents [0, 2) and [2, 5), sequence 1 [0, 1),
+// [1, 4) and [4, 5); no query sees a key before its document's start, in forward and backward
+// alike (a backward without the documents would give the gradient of another loss). With llama's
+// window of 2 as well: each query's first key is the later of the two.
+TEST(ModelGradients, DocumentMaskMatchesFiniteDifferences) {
+  const std::vector<int32_t> starts = {0, 0, 2, 2, 2, 0, 1, 1, 1, 4};
+  check_all_gradients(tiny(Arch::Gpt2), starts.data());
+  ModelConfig c = tiny(Arch::Llama);
+  c.sliding_window = 2;
+  check_all_gradients(c, starts.data());
 }
 
 // gpt2 without the 1/sqrt(hs) and with the scores of block l divided by l + 1.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/data/document_starts.hpp"
 #include "mpitrain/data/gpt2_tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/token_writer.hpp"
@@ -122,6 +123,10 @@ TEST_F(TokenizerFilesTest, LlmcTokenizerDecodesAndRefusesToEncode) {
   EXPECT_EQ(tok->name(), "gpt2");
   EXPECT_EQ(tok->vocab_size(), 4);
   EXPECT_EQ(tok->document_start(), 3u);
+  const DocumentBoundary boundary = document_boundary(*tok);  // --document-mask's
+  EXPECT_EQ(boundary.token, 3);
+  EXPECT_TRUE(boundary.before);
+  EXPECT_EQ(describe(boundary, *tok), "a document starts at each token 3 (<|endoftext|>)");
   const std::vector<int32_t> ids = {0, 1, 2, 3, 9};
   EXPECT_EQ(tok->decode(ids.data(), ids.size()), "Hello world<|endoftext|><|9|>");
   try {

@@ -58,12 +58,36 @@ inline size_t elements(Segments segments) {
   return n;
 }
 
-// Whether the query at position qpos sees the key at kpos: causal (kpos <= qpos) and, with a
+// Whether the query at position qpos sees the key at kpos: causal (kpos <= qpos); with a
 // sliding window W > 0, among the W latest positions (kpos > qpos - W, transformers'
-// sliding_window_overlay; flash-attn's window_size (W - 1, 0)). window 0: no window.
-constexpr bool attention_sees(int qpos, int kpos, int window) {
-  return kpos <= qpos && (window == 0 || kpos > qpos - window);
+// sliding_window_overlay; flash-attn's window_size (W - 1, 0)); and not before the first
+// position of the query's document, doc_start (document masking: Megatron's
+// reset_attention_mask, torchtitan's block_causal). window 0: no window; doc_start 0: none.
+// first_seen: the first position such a query sees.
+constexpr int first_seen(int qpos, int window, int doc_start) {
+  return window > 0 && qpos - window + 1 > doc_start ? qpos - window + 1 : doc_start;
 }
+constexpr bool attention_sees(int qpos, int kpos, int window, int doc_start = 0) {
+  return kpos <= qpos && kpos >= first_seen(qpos, window, doc_start);
+}
+
+// The mask of one attention call (attention_sees): the model's sliding window and, with document
+// masking, where each query row's document begins. A window alone converts to it.
+struct AttentionMask {
+  int window = 0;  // 0: none
+  // null: each sequence is one document; else (B, Tq) in host memory: query row (b, i)'s
+  // document's first position (at most the row's own; keys before it are masked).
+  const int32_t* doc_starts = nullptr;
+
+  AttentionMask(int w = 0, const int32_t* starts = nullptr) : window(w), doc_starts(starts) {}
+  int doc_start(int b, int Tq, int i) const {
+    return doc_starts ? doc_starts[static_cast<size_t>(b) * Tq + i] : 0;
+  }
+  // the mask of the sequences from b0 on
+  AttentionMask from(int b0, int Tq) const {
+    return {window, doc_starts ? doc_starts + static_cast<size_t>(b0) * Tq : nullptr};
+  }
+};
 
 // The fused updates' compute copy (adamw's and sgd_momentum's `rounded`): null or 2-byte storage;
 // an fp32 one is refused (Error) before any element is updated.
@@ -174,19 +198,20 @@ class Backend {
   // ---- causal self-attention ---------------------------------------------------------------
   // out(B,T,NH*hs) = softmax(scale q k^T, causal) v per head. scale is 1/sqrt(hs) but for gpt2's
   // scale_attn_weights / scale_attn_by_inverse_layer_idx.
-  // window: 0, each query sees every key up to its own position; W > 0, only the W latest of
-  // them (attention_sees: Mistral's sliding window, as transformers masks it).
+  // mask: each query sees the keys up to its own position, but with a window W > 0 only the W
+  // latest of them (Mistral's sliding window, as transformers masks it), and with doc_starts
+  // none before its document's first position (AttentionMask, attention_sees).
   // `probs` is the backend's saved state, opaque to the caller, attention_state_size() elements:
   // both backends (flash attention) keep only each row's log-sum-exp (B*NH*T) and use `scratch`
   // (as large) in backward for the rows' D = rowsum(dout * out). Both must come from the same
   // backend's forward, and backward is given forward's output `out` too.
   virtual size_t attention_state_size(int B, int Tlen, int NH) const = 0;
   virtual void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH,
-                                 int NKV, int hs, T scale, int window) = 0;
+                                 int NKV, int hs, T scale, const AttentionMask& mask) = 0;
   // dqkv (overwritten) from dout; scratch holds attention_state_size() elements.
   virtual void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
                                   const T* probs, int B, int Tlen, int NH, int NKV, int hs, T scale,
-                                  int window) = 0;
+                                  const AttentionMask& mask) = 0;
 
   // ---- attention of query rows against one block of key rows, by position (context parallelism)
   // q heads read from qkv(B, Tq, (NH+2NKV)*hs) (the first NH*hs columns of each row);
@@ -198,17 +223,21 @@ class Backend {
   // qpos(Tq), kpos(Tk): host memory (the profiler counts the unmasked pairs from them): each
   //   row's position in the sequence, the same for every b (any order; a
   //   tile of rows is skipped when all its queries precede all its keys, so ascending runs skip
-  //   most). Query i sees key j iff attention_sees(qpos[i], kpos[j], window).
+  //   most). Query i of sequence b sees key j iff attention_sees(qpos[i], kpos[j],
+  //   mask.window, mask.doc_start(b, Tq, i)) (mask.doc_starts: (B, Tq), the query rows' document
+  //   starts, by position).
   // out(B, Tq, NH*hs) and lse(B, NH, Tq) are T (fp32) accumulators:
   //   merge = false: out = softmax(scale q k^T, masked) v over these keys; lse = log sum exp of
-  //                  the row's scaled unmasked scores (-inf and out = 0 for a row that sees no key);
+  //                  the row's scaled unmasked scores (-inf and out = 0 for a row that sees no
+  //                  key);
   //   merge = true:  (out, lse) from earlier blocks are merged with this block's result:
-  //                  lse' = logaddexp(lse, lse_b); out' = out exp(lse - lse') + out_b exp(lse_b - lse')
-  //                  (the CPU backend continues its online softmax from m = lse, l = 1: the same).
+  //                  lse' = logaddexp(lse, lse_b); out' = out exp(lse - lse') + out_b exp(lse_b -
+  //                  lse') (the CPU backend continues its online softmax from m = lse, l = 1: the
+  //                  same).
   // attention_forward is this with qpos = kpos = 0..T-1 and kv = qkv + NH*hs, merge = false.
   virtual void attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                        const int* qpos, const int* kpos, int B, int Tq, int Tk,
-                                       int NH, int NKV, int hs, T scale, int window,
+                                       int NH, int NKV, int hs, T scale, const AttentionMask& mask,
                                        bool merge) = 0;
   // D(B, NH, Tq) = rowsum over each head's hs columns of dout * out (dout, out (B, Tq, NH*hs)).
   virtual void attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH,
@@ -220,7 +249,7 @@ class Backend {
   virtual void attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv,
                                         int kv_ld, const T* lse, const T* D, const int* qpos,
                                         const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
-                                        int hs, T scale, int window) = 0;
+                                        int hs, T scale, const AttentionMask& mask) = 0;
 
   // ---- softmax cross-entropy, vocabulary-parallel ------------------------------------------
   // logits(N, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary; columns >= V are padding.

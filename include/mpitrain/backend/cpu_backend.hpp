@@ -153,18 +153,18 @@ class CpuBackend final : public Backend<T> {
     return static_cast<size_t>(B) * NH * Tlen;
   }
   void attention_forward(Buf<T> out, T* probs, CBuf<T> qkv, int B, int Tlen, int NH, int NKV,
-                         int hs, T scale, int window) override;
+                         int hs, T scale, const AttentionMask& mask) override;
   void attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CBuf<T> qkv, CBuf<T> out,
                           const T* probs, int B, int Tlen, int NH, int NKV, int hs, T scale,
-                          int window) override;
+                          const AttentionMask& mask) override;
   void attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T> kv, int kv_ld, const int* qpos,
                                const int* kpos, int B, int Tq, int Tk, int NH, int NKV, int hs,
-                               T scale, int window, bool merge) override;
+                               T scale, const AttentionMask& mask, bool merge) override;
   void attention_row_dot(T* D, CBuf<T> dout, CBuf<T> out, int B, int Tq, int NH, int hs) override;
   void attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T> qkv, CBuf<T> kv, int kv_ld,
                                 const T* lse, const T* D, const int* qpos, const int* kpos, int B,
                                 int Tq, int Tk, int NH, int NKV, int hs, T scale,
-                                int window) override;
+                                const AttentionMask& mask) override;
 
   void ce_row_max(CBuf<T> logits, T* row_max, int N, int Vl, int v0, int V) override;
   void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N, int Vl,

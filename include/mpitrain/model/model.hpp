@@ -196,8 +196,11 @@ class Model {
   // the first stage, targets on the last; a later stage's input must be in input(slot) first.
   // Returns the sum of the B*Tlen token losses on the last stage (0 elsewhere, or without
   // targets). With dloss != 0 the loss gradient (dloss per token) is kept for backward().
-  double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
-                 T dloss);
+  // doc_starts (B, Tlen), host memory, or null: each row's document's first position (document
+  // masking: a row attends to none before it; backend.hpp's AttentionMask); backward is given the
+  // same.
+  double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen, T dloss,
+                 const int32_t* doc_starts = nullptr);
   // Adds this micro-batch's parameter gradients; the first backward after zero_grads writes the
   // linear layers' over (backward_writes_whole), as does every backward into lent unit buffers.
   // Before it, a stage that is not the last
@@ -205,7 +208,8 @@ class Model {
   // first finds the gradient of its input in input_grad(). If given, grads_ready(offset) is
   // called whenever every gradient at offsets >= offset is final for this backward.
   void backward(int slot, const int32_t* tokens, int B, int Tlen,
-                const std::function<void(size_t)>& grads_ready = {});
+                const std::function<void(size_t)>& grads_ready = {},
+                const int32_t* doc_starts = nullptr);
   // Starts a step's gradients: zeroes the tensors backward adds to and leaves the linear layers'
   // for the next backward to write over. Nothing when lent (the lender's).
   void zero_grads();
@@ -333,8 +337,8 @@ class Model {
   void apply_rope(Buf<T> qkv, int B, int Tlen, bool backward);
   // Attention of block l on a.qkv into a.atty and its state a.probs (the ring under cp), and
   // its backward into dqkv.
-  void attention_forward(LayerActs& a, int l, int B, int Tlen);
-  void attention_backward(LayerActs& a, int l, int B, int Tlen);
+  void attention_forward(LayerActs& a, int l, int B, int Tlen, const AttentionMask& mask);
+  void attention_backward(LayerActs& a, int l, int B, int Tlen, const AttentionMask& mask);
   void norm_forward(Buf<T> out, T* mean, T* rstd, CBuf<T> inp, Slot w, Slot b, int layer, int N);
   void norm_backward(Buf<T> dinp, CBuf<T> dout, CBuf<T> inp, const T* mean, const T* rstd, Slot w,
                      Slot b, int layer, int N);
@@ -366,7 +370,8 @@ class Model {
   }
   // Block i of slot sa (global layer l) on input x(N,C): fills a, ends with a.res3. An MoE
   // layer adds its statistics into moe_stats when given (not when recomputing).
-  void block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen, MoeLayerStats* moe_stats);
+  void block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen, const AttentionMask& mask,
+                     MoeLayerStats* moe_stats);
   // The MLP half of block l's backward: the gradient at ln2's output from d res3 (grad_.dres)
   // into dln_rows (Ns,C).
   void mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_rows, T dloss,

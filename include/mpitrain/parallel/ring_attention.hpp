@@ -36,13 +36,14 @@ class RingAttention {
   RingAttention(const RingAttention&) = delete;
   RingAttention& operator=(const RingAttention&) = delete;
 
-  // out (B, Tl, NH hs) = causal attention of the local queries over the whole sequence (window:
-  // attention_sees's sliding window, 0 none); lse (B, NH, Tl) each row's log-sum-exp, kept for
-  // backward.
-  void forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, float scale, int window);
+  // out (B, Tl, NH hs) = causal attention of the local queries over the whole sequence, masked
+  // by `mask` (attention_sees: the sliding window; doc_starts (B, Tl), the local rows' document
+  // starts by position); lse (B, NH, Tl) each row's log-sum-exp, kept for backward.
+  void forward(Buf<float> out, float* lse, CBuf<float> qkv, int B, float scale,
+               const AttentionMask& mask);
   // dqkv (B, Tl, QKV) = the gradient of qkv (overwritten), from dout and forward's out and lse.
   void backward(Buf<float> dqkv, CBuf<float> dout, CBuf<float> qkv, CBuf<float> out,
-                const float* lse, int B, float scale, int window);
+                const float* lse, int B, float scale, const AttentionMask& mask);
 
   // Backend memory the ring holds, in bytes (the memory plan's count).
   static size_t bytes(int max_batch, int local_len, int NH, int NKV, int hs, Precision storage);

@@ -28,7 +28,8 @@ class BatchPrefetcher {
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
   // As BatchLoader::load (the same tokens), out of the queue.
-  void load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets);
+  void load(uint64_t consumed, int micro, int32_t* tokens, int32_t* targets,
+            int32_t* doc_starts = nullptr);
 
  private:
   struct Key {
@@ -38,7 +39,7 @@ class BatchPrefetcher {
   };
   struct Batch {
     Key key{0, 0};
-    std::vector<int32_t> tokens, targets;
+    std::vector<int32_t> tokens, targets, doc_starts;  // doc_starts: with document masking
   };
   void start(Key first);
   void stop();

@@ -34,8 +34,10 @@ namespace mpitrain {
 
 class PipelineRunner {
  public:
-  // Loads micro-batch `micro` of the current step: tokens and targets, (B, T) each.
-  using Loader = std::function<void(int micro, int32_t* tokens, int32_t* targets)>;
+  // Loads micro-batch `micro` of the current step: tokens, targets and, with document masking,
+  // each token's document start (else doc_starts is null), (B, T) each.
+  using Loader =
+      std::function<void(int micro, int32_t* tokens, int32_t* targets, int32_t* doc_starts)>;
 
   // Seconds of the last train() call.
   struct Times {
@@ -48,9 +50,10 @@ class PipelineRunner {
   // (null or off = nowhere). blocked_seconds: this rank's time blocked in communication so far,
   // over all its communicators (tensor-parallel all-reduces and gradient buckets wait inside the
   // passes; that time is exposed communication, not compute); empty = not taken out.
+  // documents: document masking, the model given each micro-batch's document starts.
   PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
-                 int micro_batches, int batch, int seq_len, TraceRecorder* trace = nullptr,
-                 std::function<double()> blocked_seconds = {});
+                 int micro_batches, int batch, int seq_len, bool documents = false,
+                 TraceRecorder* trace = nullptr, std::function<double()> blocked_seconds = {});
   ~PipelineRunner();
   PipelineRunner(const PipelineRunner&) = delete;
   PipelineRunner& operator=(const PipelineRunner&) = delete;
@@ -61,9 +64,10 @@ class PipelineRunner {
   // grads_ready is passed to the step's last backward (data-parallel bucket hook). Returns the
   // summed token loss on the last stage, 0 elsewhere.
   double train(const Loader& load, float dloss, const std::function<void(size_t)>& grads_ready);
-  // Forward only of `rows` <= batch sequences (evaluation). Returns the summed loss on the last
-  // stage, 0 elsewhere.
-  double evaluate(const int32_t* tokens, const int32_t* targets, int rows);
+  // Forward only of `rows` <= batch sequences (evaluation; doc_starts with document masking, else
+  // null). Returns the summed loss on the last stage, 0 elsewhere.
+  double evaluate(const int32_t* tokens, const int32_t* targets, const int32_t* doc_starts,
+                  int rows);
 
   // The routing counts in a float message: count = hi 2^22 + lo, both exact in fp32 for any
   // count below 2^46; out / in hold 2 counts.size() floats. decode adds to counts, or writes
@@ -83,6 +87,12 @@ class PipelineRunner {
   void upload_ids(size_t n);  // the first n tokens and targets, to the device buffers (if any)
   const int32_t* token_ids() const { return device_tokens_ ? device_tokens_ : tokens_.data(); }
   const int32_t* target_ids() const { return device_targets_ ? device_targets_ : targets_.data(); }
+  // micro-batch micro's document starts (host memory), or null without document masking
+  const int32_t* doc_starts(int micro) const {
+    return doc_starts_.empty()
+               ? nullptr
+               : doc_starts_.data() + static_cast<size_t>(micro) * batch_ * seq_len_;
+  }
   void wait_send(CommHandle& h, int micro);
   void wait_recv(CommHandle h, const char* name, int micro);
   // The routing counts in routed_buffers_ + at: encoded, uploaded and sent; received; decoded.
@@ -98,6 +108,7 @@ class PipelineRunner {
   int micro_batches_, batch_, seq_len_, stage_, stages_, slots_;
   std::vector<PipeOp> ops_;  // this stage's passes of a step, in the schedule's order
   std::vector<int32_t> tokens_, targets_;     // (m, B, T) each: kept until the micro's backward
+  std::vector<int32_t> doc_starts_;           // likewise, with document masking (else empty)
   int32_t* device_tokens_ = nullptr;          // their copies in backend memory (non-host backend)
   int32_t* device_targets_ = nullptr;
   Buf<float> dinput_;                         // (slots, B, T, C): input gradients being sent

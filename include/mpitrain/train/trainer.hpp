@@ -24,6 +24,7 @@
 #include "mpitrain/ckpt/checkpoint.hpp"
 #include "mpitrain/ckpt/resume_source.hpp"
 #include "mpitrain/data/dataset.hpp"
+#include "mpitrain/data/document_starts.hpp"
 #include "mpitrain/data/sample_stream.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/tokenizer.hpp"
@@ -45,6 +46,7 @@
 #include "mpitrain/runtime/watchdog.hpp"
 #include "mpitrain/train/batch_loader.hpp"
 #include "mpitrain/train/batch_prefetch.hpp"
+#include "mpitrain/train/bucket_sync.hpp"
 #include "mpitrain/train/checkpoint_mirror.hpp"
 #include "mpitrain/train/checkpointer.hpp"
 #include "mpitrain/train/comm_groups.hpp"
@@ -52,7 +54,6 @@
 #include "mpitrain/train/metrics.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
 #include "mpitrain/train/pipeline_runner.hpp"
-#include "mpitrain/train/bucket_sync.hpp"
 #include "mpitrain/train/sharded_units.hpp"
 #include "mpitrain/train/update_step.hpp"
 
@@ -122,6 +123,7 @@ class Trainer {
   const Corpus* val_windows_ = nullptr;  // val_'s files in order; null without --val-data
   std::unique_ptr<Tokenizer> tokenizer_;  // the sample's (train/sample_tokenizer.hpp); or null
   std::string tokenizer_descriptor_;      // its file, copied into <out-dir>/tokenizer/; or ""
+  std::optional<DocumentBoundary> documents_;  // --document-mask: the tokenizer's boundary
   std::optional<ResumeSource> resume_source_;  // an explicit --resume PATH
   bool continues_run_ = false;                 // resuming the run in out-dir (auto, or its own)
   bool params_from_checkpoint_ = false;        // a resume that loads or stops: no initial values
@@ -184,7 +186,8 @@ class Trainer {
   double tokens_per_step_ = 0.0;
   double held_bytes_[3] = {0, 0, 0};  // per rank at most: params + grads, optimizer, activations
   std::vector<int32_t> tokens_, targets_;  // one micro-batch, for evaluation
-  std::vector<int32_t> local_tokens_, local_targets_;  // --cp > 1: its chunks on this rank
+  std::vector<int32_t> doc_starts_;        // and its document starts (--document-mask)
+  std::vector<int32_t> local_tokens_, local_targets_, local_doc_starts_;  // --cp > 1: its chunks
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();  // set-up
   std::chrono::steady_clock::time_point run_start_;                                 // the step loop
   double slowest_step_ = 0.0;  // seconds, for --exit-after-minutes

@@ -4,10 +4,12 @@
 // sequence (positions 0..T-1, its own keys) and context parallelism's block pairs (queries
 // against one block of keys, by position, the CPU backend's semantics: cpu_attention.cpp).
 //
-// Query i sees key j iff kpos[j] <= qpos[i] and, with a sliding window W > 0, kpos[j] > qpos[i] - W
-// (backend.hpp's attention_sees; positions: device arrays, or null: 0, 1, ...). A tile whose
-// queries all precede its keys, or whose keys all lie before its queries' windows, is skipped
-// (the same decision in every thread of a block).
+// Query i of sequence b sees key j iff kpos[j] <= qpos[i] and kpos[j] >= first_seen(qpos[i],
+// window, doc[b Tq + i]): with a sliding window W > 0, kpos[j] > qpos[i] - W, and with document
+// starts not before the query's document (backend.hpp's attention_sees; positions and document
+// starts: device arrays, or null: 0, 1, ... and no documents). A tile whose queries all precede
+// its keys, or whose keys all lie before every query's first seen position, is skipped (the same
+// decision in every thread of a block).
 // Forward, one block per (32 queries, b, query head h): tiles of 32 keys of kv head h/group pass
 // through shared memory; each warp owns 8 query rows, a lane owns one key of the tile for the
 // scores and dims lane, lane+32, ... of the output; online softmax (running max m and sum l)
@@ -49,7 +51,8 @@ size_t backward_smem(int hs) {
 struct BlockShape {
   int B, Tq, Tk, NH, NKV, hs, kv_ld;
   float scale;
-  int window;  // 0: none
+  int window;       // 0: none
+  const int* docs;  // (B, Tq) the query rows' document starts, or null
   __host__ __device__ size_t q_ld() const { return size_t(NH + 2 * NKV) * hs; }
   __host__ __device__ size_t k_at(int b, int j, int g) const {
     return (size_t(b) * Tk + j) * kv_ld + size_t(g) * hs;
@@ -59,9 +62,11 @@ struct BlockShape {
 
 __device__ __forceinline__ int position(const int* pos, int i) { return pos ? pos[i] : i; }
 
-// attention_sees (backend.hpp) on the device.
-__device__ __forceinline__ bool sees(int qpos, int kpos, int window) {
-  return kpos <= qpos && (window == 0 || kpos > qpos - window);
+// first_seen (backend.hpp) on the device: the first position query row i of sequence b, at
+// position qpos, sees.
+__device__ __forceinline__ int first_seen(const BlockShape& sh, int b, int i, int qpos) {
+  const int start = sh.docs ? sh.docs[size_t(b) * sh.Tq + i] : 0;
+  return sh.window > 0 && qpos - sh.window + 1 > start ? qpos - sh.window + 1 : start;
 }
 
 __device__ __forceinline__ int warp_min_int(int v) {
@@ -80,6 +85,11 @@ __device__ __forceinline__ int tile_min(const int* pos, int i0, int n) {
 __device__ __forceinline__ int tile_max(const int* pos, int i0, int n) {
   const int i = i0 + threadIdx.x % 32;
   return warp_max_int(i < n ? position(pos, i) : INT_MIN);
+}
+// The lowest first_seen of query rows [i0, i0 + kTile) ∩ [0, Tq) of sequence b, likewise.
+__device__ __forceinline__ int tile_first(const int* qpos, const BlockShape& sh, int b, int i0) {
+  const int i = i0 + threadIdx.x % 32;
+  return warp_min_int(i < sh.Tq ? first_seen(sh, b, i, position(qpos, i)) : INT_MAX);
 }
 
 // K [kTile][hs + 1] and V [kTile][v_ld] of keys [j0, j0 + kTile) of (b, g); zeros past Tk.
@@ -115,12 +125,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     Qs[e] = t < sh.Tq ? qkv[(size_t(b) * sh.Tq + t) * q_ld + size_t(h) * hs + d] : 0.0f;
   }
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
-  int qp[kRowsPerWarp];
+  int qp[kRowsPerWarp], first[kRowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {  // the running state: empty, or the earlier blocks'
     const int t = i0 + warp + kWarps * i;
     const bool row = t < sh.Tq;
     qp[i] = row ? position(qpos, t) : INT_MIN;
+    first[i] = row ? first_seen(sh, b, t, qp[i]) : INT_MAX;
     m[i] = merge && row ? lse[(size_t(b) * sh.NH + h) * sh.Tq + t] : -INFINITY;
     l[i] = m[i] == -INFINITY ? 0.0f : 1.0f;
     const size_t orow = (size_t(b) * sh.Tq + t) * A + size_t(h) * hs;
@@ -130,11 +141,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       o[i][k] = l[i] > 0.0f && d < hs ? float(out[orow + d]) : 0.0f;
     }
   }
-  const int qlo = tile_min(qpos, i0, sh.Tq), qhi = tile_max(qpos, i0, sh.Tq);
+  const int qhi = tile_max(qpos, i0, sh.Tq), qfirst = tile_first(qpos, sh, b, i0);
 
   for (int j0 = 0; j0 < sh.Tk; j0 += kTile) {
-    if (qhi < tile_min(kpos, j0, sh.Tk)) continue;  // every query precedes every key
-    if (sh.window > 0 && tile_max(kpos, j0, sh.Tk) <= qlo - sh.window) continue;  // all too old
+    if (qhi < tile_min(kpos, j0, sh.Tk)) continue;     // every query precedes every key
+    if (tile_max(kpos, j0, sh.Tk) < qfirst) continue;  // every key before every query's first
     __syncthreads();                                 // the previous tile is no longer read
     load_keys(Ks, Vs, hs, kv, sh, b, g, j0);
     __syncthreads();
@@ -147,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       float s = 0.0f;
 #pragma unroll 4
       for (int d = 0; d < hs; ++d) s += Qs[r * hs + d] * Ks[lane * (hs + 1) + d];
-      const bool valid = sees(qp[i], kp, sh.window);
+      const bool valid = kp <= qp[i] && kp >= first[i];
       s = valid ? s * sh.scale : -INFINITY;
       const float m_new = fmaxf(m[i], warp_max(s));
       if (m_new == -INFINITY) continue;  // the row has seen no key yet (uniform over the warp)
@@ -218,8 +229,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int hi = 0; hi < group; ++hi) {
     const int h = g * group + hi;
     for (int i0 = 0; i0 < sh.Tq; i0 += kTile) {
-      if (tile_max(qpos, i0, sh.Tq) < klo) continue;  // every query precedes every key
-      if (sh.window > 0 && khi <= tile_min(qpos, i0, sh.Tq) - sh.window) continue;  // too old
+      if (tile_max(qpos, i0, sh.Tq) < klo) continue;       // every query precedes every key
+      if (khi < tile_first(qpos, sh, b, i0)) continue;  // every key before every query's first
       __syncthreads();                                // the previous tile is no longer read
       for (int e = threadIdx.x; e < kTile * hs; e += blockDim.x) {
         const int r = e / hs, d = e % hs, t = i0 + r;
@@ -238,8 +249,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll 1
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = warp + kWarps * i, t = i0 + r;
-        const bool valid =
-            t < sh.Tq && sees(position(qpos, t), kp, sh.window) && lse_s[r] != -INFINITY;
+        const int qp = t < sh.Tq ? position(qpos, t) : INT_MIN;
+        const bool valid = t < sh.Tq && kp <= qp && kp >= first_seen(sh, b, t, qp) &&
+                           lse_s[r] != -INFINITY;
         float s = 0.0f, dp = 0.0f;
 #pragma unroll 4
         for (int d = 0; d < hs; ++d) {
@@ -332,7 +344,7 @@ void dispatch(int hs, F&& f) {
 }
 
 BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld, float scale,
-                       int window) {
+                       int window, const int* docs) {
   if (hs > kMaxHeadSize || hs <= 0 || NKV <= 0 || NH % NKV != 0)
     MPITRAIN_THROW("attention kernel: head size must be in 1.." + std::to_string(kMaxHeadSize) +
                    " and the query heads a multiple of the kv heads");
@@ -340,7 +352,7 @@ BlockShape block_shape(int B, int Tq, int Tk, int NH, int NKV, int hs, int kv_ld
     MPITRAIN_THROW("attention block kernel: kv row stride " + std::to_string(kv_ld) +
                    " is shorter than the 2 * NKV * hs = " + std::to_string(2 * NKV * hs) +
                    " values each row holds");
-  return {B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window};
+  return {B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window, docs};
 }
 
 void forward(Out out, float* lse, In qkv, In kv, const int* qpos, const int* kpos,
@@ -376,10 +388,10 @@ void backward(float* dq, size_t dq_ld, float* dkv, size_t dkv_ld, In dout, In qk
 }  // namespace
 
 void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
-                              float scale, int window, cudaStream_t s) {
+                              float scale, int window, const int* docs, cudaStream_t s) {
   const int QKV = (NH + 2 * NKV) * hs;
   forward(out, lse, qkv, qkv + size_t(NH) * hs, nullptr, nullptr,
-          block_shape(B, T, T, NH, NKV, hs, QKV, scale, window), false, s);
+          block_shape(B, T, T, NH, NKV, hs, QKV, scale, window, docs), false, s);
 }
 
 void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s) {
@@ -394,9 +406,9 @@ void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs,
 
 void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
                                int B, int T, int NH, int NKV, int hs, float scale, int window,
-                               cudaStream_t s) {
+                               const int* docs, cudaStream_t s) {
   const int QKV = (NH + 2 * NKV) * hs;
-  const BlockShape sh = block_shape(B, T, T, NH, NKV, hs, QKV, scale, window);
+  const BlockShape sh = block_shape(B, T, T, NH, NKV, hs, QKV, scale, window, docs);
   CUDA_CHECK(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(B) * T * QKV, s));
   backward(dqkv, QKV, dqkv + size_t(NH) * hs, QKV, dout, qkv, qkv + size_t(NH) * hs, lse, D,
            nullptr, nullptr, sh, s);
@@ -404,18 +416,19 @@ void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, c
 
 void launch_attention_block_forward(float* out, float* lse, In qkv, In kv, int kv_ld,
                                     const int* qpos, const int* kpos, int B, int Tq, int Tk,
-                                    int NH, int NKV, int hs, float scale, int window, bool merge,
-                                    cudaStream_t s) {
+                                    int NH, int NKV, int hs, float scale, int window,
+                                    const int* docs, bool merge, cudaStream_t s) {
   forward(out, lse, qkv, kv, qpos, kpos,
-          block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window), merge, s);
+          block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window, docs), merge, s);
 }
 
 void launch_attention_block_backward(float* dq, float* dkv, In dout, In qkv, In kv, int kv_ld,
                                      const float* lse, const float* D, const int* qpos,
                                      const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
-                                     int hs, float scale, int window, cudaStream_t s) {
+                                     int hs, float scale, int window, const int* docs,
+                                     cudaStream_t s) {
   backward(dq, size_t(NH) * hs, dkv, size_t(2) * NKV * hs, dout, qkv, kv, lse, D, qpos, kpos,
-           block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window), s);
+           block_shape(B, Tq, Tk, NH, NKV, hs, kv_ld, scale, window, docs), s);
 }
 
 }  // namespace mpitrain::cuda

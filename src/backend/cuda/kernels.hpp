@@ -69,28 +69,30 @@ void launch_qk_norm_backward(Out dqkv, float* dwq, float* dwk, In inp, In wq, In
 
 // ---- attention (attention.cu), flash-style in fp32 ---------------------------------------------
 // hs <= 256. out(B,T,NH*hs) and lse(B,NH,T) = ln sum_j e^(scale q.k_j), causal (window > 0:
-// each query's `window` latest keys, backend.hpp's attention_sees); query head h reads kv head
-// h/(NH/NKV).
+// each query's `window` latest keys; docs (B, T) in device memory, or null: no key before the
+// query's document start; backend.hpp's attention_sees); query head h reads kv head h/(NH/NKV).
 void launch_attention_forward(Out out, float* lse, In qkv, int B, int T, int NH, int NKV, int hs,
-                              float scale, int window, cudaStream_t s);
+                              float scale, int window, const int* docs, cudaStream_t s);
 // D(B,NH,T) = rowsum(dout * out) per head, from forward's out: backward's preprocessing.
 void launch_attention_d(float* D, In dout, In out, int B, int T, int NH, int hs, cudaStream_t s);
 // dqkv (overwritten; fp32: the query gradients are atomic sums) from dout, forward's lse and D.
 void launch_attention_backward(float* dqkv, In dout, In qkv, const float* lse, const float* D,
                                int B, int T, int NH, int NKV, int hs, float scale, int window,
-                               cudaStream_t s);
+                               const int* docs, cudaStream_t s);
 // Context parallelism's block pairs (the same kernels, by position): backend.hpp's
-// attention_block_forward / attention_block_backward, with qpos (Tq) and kpos (Tk)
-// in device memory (null: 0, 1, ...); out, lse, dq, dkv fp32; kv_ld >= 2 NKV hs; hs <= 256.
+// attention_block_forward / attention_block_backward, with qpos (Tq), kpos (Tk) and the query
+// rows' document starts docs (B, Tq) in device memory (null: 0, 1, ...; no documents); out, lse,
+// dq, dkv fp32; kv_ld >= 2 NKV hs; hs <= 256.
 // attention_row_dot is launch_attention_d with T = Tq.
 void launch_attention_block_forward(float* out, float* lse, In qkv, In kv, int kv_ld,
                                     const int* qpos, const int* kpos, int B, int Tq, int Tk, int NH,
-                                    int NKV, int hs, float scale, int window, bool merge,
-                                    cudaStream_t s);
+                                    int NKV, int hs, float scale, int window, const int* docs,
+                                    bool merge, cudaStream_t s);
 void launch_attention_block_backward(float* dq, float* dkv, In dout, In qkv, In kv, int kv_ld,
                                      const float* lse, const float* D, const int* qpos,
                                      const int* kpos, int B, int Tq, int Tk, int NH, int NKV,
-                                     int hs, float scale, int window, cudaStream_t s);
+                                     int hs, float scale, int window, const int* docs,
+                                     cudaStream_t s);
 
 // ---- cross-entropy (crossentropy.cu); row_loss(N) doubles for the fixed-order total ----------
 void launch_ce_row_max(In logits, float* row_max, int N, int Vl, int v0, int V, cudaStream_t s);

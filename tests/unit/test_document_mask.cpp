@@ -1,0 +1,110 @@
+// Document masking (--document-mask): where documents start in packed tokens, and what the mask
+// means for a model: under RoPE a packed document's losses and gradients are those it has alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/data/document_starts.hpp"
+#include "mpitrain/data/tokenizer.hpp"
+#include "mpitrain/model/model.hpp"
+#include "mpitrain/runtime/error.hpp"
+#include "mpitrain/runtime/rng.hpp"
+
+namespace mpitrain {
+namespace {
+
+// rows sequences of tokens.size() / rows each
+std::vector<int32_t> starts_of(const std::vector<int32_t>& tokens, DocumentBoundary boundary,
+                               int rows = 1) {
+  std::vector<int32_t> starts(tokens.size(), -1);
+  document_starts(tokens.data(), rows, static_cast<int>(tokens.size()) / rows, boundary,
+                  starts.data());
+  return starts;
+}
+
+TEST(DocumentStarts, AtTheTokenBeforeOrAfterTheTokenAfter) {
+  // GPT-2's <|endoftext|> (or a BOS) before each document: it is its document's first token
+  EXPECT_EQ(starts_of({7, 1, 2, 7, 3, 7, 7}, {7, true}),
+            (std::vector<int32_t>{0, 0, 0, 3, 3, 5, 6}));
+  EXPECT_EQ(starts_of({1, 2, 3}, {7, true}), (std::vector<int32_t>{0, 0, 0}));  // a window inside
+  // an EOS after each document: the token after it starts the next
+  EXPECT_EQ(starts_of({1, 2, 9, 3, 9, 9, 4}, {9, false}),
+            (std::vector<int32_t>{0, 0, 0, 3, 3, 5, 6}));
+  EXPECT_EQ(starts_of({9, 1, 2, 9}, {9, false}), (std::vector<int32_t>{0, 1, 1, 1}));
+  // each sequence from its own position 0: a document does not run on into the next row
+  EXPECT_EQ(starts_of({1, 7, 2, 3, 4, 7}, {7, true}, 2), (std::vector<int32_t>{0, 1, 1, 0, 0, 2}));
+  EXPECT_EQ(starts_of({1, 9, 2, 3, 4, 9}, {9, false}, 2), (std::vector<int32_t>{0, 0, 2, 0, 0, 0}));
+}
+
+TEST(DocumentStarts, TheByteTokenizerMarksNoBoundaryAndIsRefused) {
+  try {
+    document_boundary(ByteTokenizer());
+    FAIL() << "no refusal";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("the bytes tokenizer marks no document boundary"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A llama over one packed sequence [document 0 | document 1] with document masking against the
+// same model over each document alone (positions from 0): RoPE makes a score depend on the
+// distance of its positions only, so the summed losses and the gradients agree to double rounding
+// (measured, AMD EPYC Zen 5: loss 2.8e-16 relative, gradients 2.4e-15 of their largest;
+// tolerance 1e-12). Without the mask the packed loss differs (measured: by 9.1%, and by 0.34%
+// with the window of 3, which leaves few earlier-document keys to see), and so would a gpt2's
+// (learned positions).
+TEST(DocumentMask, PackedDocumentsTrainAsTheyWouldAlone) {
+  ModelConfig c;
+  c.set_arch(Arch::Llama);
+  c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_model = 16, c.d_ff = 24, c.vocab_size = 20;
+  c.max_seq_len = 16;
+  for (const int window : {0, 3}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    c.sliding_window = window;
+    CpuBackend<double> backend(1);
+    const int n0 = 6, n1 = 9, T = n0 + n1;
+    Model<double> model(c, backend, {}, 1, T);
+    model.init(5);
+    Rng rng(17, 0);
+    for (size_t i = 0; i < model.num_params(); ++i)  // sharper attention than at initialisation
+      model.params().full()[i] += 0.3 * rng.normal();
+    std::vector<int32_t> tokens(T), targets(T), starts(T);
+    for (int t = 0; t < T; ++t) {
+      tokens[t] = static_cast<int32_t>(rng.below(c.vocab_size));
+      targets[t] = static_cast<int32_t>(rng.below(c.vocab_size));
+      starts[t] = t < n0 ? 0 : n0;
+    }
+    const auto gradients = [&] {
+      return std::vector<double>(model.grads(), model.grads() + model.num_params());
+    };
+    model.zero_grads();
+    const double packed = model.forward(0, tokens.data(), targets.data(), 1, T, 1.0, starts.data());
+    model.backward(0, tokens.data(), 1, T, {}, starts.data());
+    const std::vector<double> packed_grads = gradients();
+
+    model.zero_grads();
+    double alone = 0;
+    for (const auto& [t0, n] : {std::pair{0, n0}, std::pair{n0, n1}}) {
+      alone += model.forward(0, tokens.data() + t0, targets.data() + t0, 1, n, 1.0);
+      model.backward(0, tokens.data() + t0, 1, n);
+    }
+    const std::vector<double> alone_grads = gradients();
+    EXPECT_NEAR(packed, alone, 1e-12 * std::abs(alone));
+    double largest = 0, diff = 0;
+    for (size_t i = 0; i < alone_grads.size(); ++i) {
+      largest = std::max(largest, std::abs(alone_grads[i]));
+      diff = std::max(diff, std::abs(packed_grads[i] - alone_grads[i]));
+    }
+    EXPECT_LT(diff, 1e-12 * largest);
+    const double unmasked = model.forward(0, tokens.data(), targets.data(), 1, T, 0.0);
+    EXPECT_GT(std::abs(unmasked - alone), 1e-3 * std::abs(alone)) << "the mask changed nothing";
+  }
+}
+
+}  // namespace
+}  // namespace mpitrain
