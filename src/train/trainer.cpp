@@ -249,19 +249,19 @@ double Trainer::evaluate() {
     for (; rows < micro_batch_ && next < total; ++rows, next += dp)
       val_windows_->read(next, tokens_.data() + rows * t_.seq_len,
                          targets_.data() + rows * t_.seq_len);
-    if (documents_)
-      document_starts(tokens_.data(), rows, t_.seq_len, *documents_, doc_starts_.data());
-    if (chunks_) {  // this cp rank's two chunks of each window
-      chunks_->take(tokens_.data(), local_tokens_.data(), rows);
-      chunks_->take(targets_.data(), local_targets_.data(), rows);
-      if (documents_) chunks_->take(doc_starts_.data(), local_doc_starts_.data(), rows);
+    const int32_t *tokens = tokens_.data(), *targets = targets_.data(), *starts = nullptr;
+    if (documents_) {  // each window's documents, from its first position
+      document_starts(tokens, rows, t_.seq_len, *documents_, doc_starts_.data());
+      starts = doc_starts_.data();
     }
-    const int32_t* starts = !documents_ ? nullptr
-                            : chunks_   ? local_doc_starts_.data()
-                                        : doc_starts_.data();
-    const double loss =
-        chunks_ ? runner_->evaluate(local_tokens_.data(), local_targets_.data(), starts, rows)
-                : runner_->evaluate(tokens_.data(), targets_.data(), starts, rows);
+    if (chunks_) {  // this cp rank's two chunks of each window
+      chunks_->take(tokens, local_tokens_.data(), rows);
+      chunks_->take(targets, local_targets_.data(), rows);
+      tokens = local_tokens_.data(), targets = local_targets_.data();
+      if (documents_) chunks_->take(doc_starts_.data(), local_doc_starts_.data(), rows);
+      if (documents_) starts = local_doc_starts_.data();
+    }
+    const double loss = runner_->evaluate(tokens, targets, starts, rows);
     if (grid_->last_stage() && grid_->tp_rank() == 0) {
       sums[0] += loss;
       sums[1] += static_cast<double>(rows) * local_seq_len();

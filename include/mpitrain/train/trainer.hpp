@@ -46,7 +46,6 @@
 #include "mpitrain/runtime/watchdog.hpp"
 #include "mpitrain/train/batch_loader.hpp"
 #include "mpitrain/train/batch_prefetch.hpp"
-#include "mpitrain/train/bucket_sync.hpp"
 #include "mpitrain/train/checkpoint_mirror.hpp"
 #include "mpitrain/train/checkpointer.hpp"
 #include "mpitrain/train/comm_groups.hpp"
@@ -54,6 +53,7 @@
 #include "mpitrain/train/metrics.hpp"
 #include "mpitrain/train/numeric_guard.hpp"
 #include "mpitrain/train/pipeline_runner.hpp"
+#include "mpitrain/train/bucket_sync.hpp"
 #include "mpitrain/train/sharded_units.hpp"
 #include "mpitrain/train/update_step.hpp"
 
