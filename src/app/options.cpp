@@ -256,7 +256,12 @@ po::options_description data_options(TrainConfig& t) {
        "attention within each document only (Megatron's reset-attention-mask, torchtitan's "
        "block_causal): a token sees no position before its document's first, in training and "
        "evaluation; a document starts at each BOS / <|endoftext|> of the tokenizer (the one the "
-       "data record, or --tokenizer), or after each EOS where it has no BOS; positions run on")
+       "data record, or --tokenizer), or after each EOS where it has no BOS; positions run on "
+       "unless --document-positions")
+      ("document-positions", flag(&t.document_positions),
+       "with --document-mask: each token's position counts from its document's first token "
+       "(Megatron's reset-position-ids), for gpt2's learned positions and RoPE alike: a packed "
+       "document then trains as it would alone")
       ("eval-interval", with_default(&t.eval_interval),
        "steps between validation losses; 0 = only at the end")
       ("eval-samples", with_default(&t.eval_samples), "validation sequences per evaluation")

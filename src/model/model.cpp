@@ -331,17 +331,25 @@ void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunk
 
 template <typename T>
 template <typename Fn>
-void Model<T>::for_position_runs(int B, int Tlen, Fn fn) const {
-  if (positions_.empty()) return fn(0, B, Tlen, 0);
-  const int c = Tlen / 2;  // the two chunks of each sequence
-  for (int b = 0; b < B; ++b)
-    for (int k = 0; k < 2; ++k) fn(static_cast<size_t>(b * Tlen + k * c), 1, c, positions_[k * c]);
+void Model<T>::for_position_runs(int B, int Tlen, const int32_t* doc_starts, Fn fn) const {
+  if (!options_.document_positions) doc_starts = nullptr;
+  if (positions_.empty() && !doc_starts) return fn(0, B, Tlen, 0);
+  for (int b = 0; b < B; ++b) {
+    const auto pos = [&](int i) {  // row i's position: in the sequence, or in its document
+      const int at = positions_.empty() ? i : positions_[i];
+      return doc_starts ? at - doc_starts[static_cast<size_t>(b) * Tlen + i] : at;
+    };
+    for (int i0 = 0, i = 1; i0 < Tlen; i0 = i++) {
+      while (i < Tlen && pos(i) == pos(i - 1) + 1) ++i;
+      fn(static_cast<size_t>(b) * Tlen + i0, 1, i - i0, pos(i0));
+    }
+  }
 }
 
 template <typename T>
-void Model<T>::apply_rope(Buf<T> qkv, int B, int Tlen, bool backward) {
+void Model<T>::apply_rope(Buf<T> qkv, int B, int Tlen, bool backward, const int32_t* doc_starts) {
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
-  for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {
+  for_position_runs(B, Tlen, doc_starts, [&](size_t row, int b, int t, int pos) {
     RopeFreqs freqs = rope();
     freqs.first_position = pos;
     if (backward)
@@ -488,7 +496,7 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
                              NH, NKV, hs, static_cast<T>(config_.norm_eps));
     lp(a.qkv, static_cast<size_t>(N) * QKV);
   }
-  if (config_.arch == Arch::Llama) apply_rope(a.qkv, B, Tlen, false);
+  if (config_.arch == Arch::Llama) apply_rope(a.qkv, B, Tlen, false, mask.doc_starts);
   attention_forward(a, l, B, Tlen, mask);
   backend_.matmul_forward(partial_rows(a.attproj), a.atty, p(Slot::ProjW, l),
                           row_parallel_bias(Slot::ProjB, l), N, A, C);
@@ -540,7 +548,7 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
     for (int u : units) take_params(u, false);
     const CBuf<T> wpe = s.tp_rank == 0 ? maybe_p(Slot::Wpe) : nullptr;  // added once before the sum
     const Buf<T> encoded = partial_rows(sa.encoded);  // all N rows, summed into this rank's
-    for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {  // wpe rows from pos on
+    for_position_runs(B, Tlen, doc_starts, [&](size_t row, int b, int t, int pos) {  // wpe from pos
       backend_.embedding_forward(encoded + row * C, tokens + row, p(Slot::Wte),
                                  wpe ? wpe + static_cast<size_t>(pos) * C : nullptr, b, t, C,
                                  vocab_start_, local_vocab_);
@@ -641,7 +649,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
                              grad_write(Slot::ProjW));
     lp(d.datty, static_cast<size_t>(N) * A);
     attention_backward(a, l, B, Tlen, mask);
-    if (llama) apply_rope(d.dqkv, B, Tlen, true);
+    if (llama) apply_rope(d.dqkv, B, Tlen, true, doc_starts);
     if (c.qk_norm) {
       backend_.qk_norm_backward(d.dqkv, g(Slot::QNormW, l), g(Slot::KNormW, l), a.qkv_pre,
                                 p(Slot::QNormW, l), p(Slot::KNormW, l), a.qk_rstd, N, NH, NKV, hs);
@@ -662,10 +670,12 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     for (int u : embedding) take_grads(u);
     T* dwpe = maybe_g(Slot::Wpe);
     const CBuf<T> dres = gather_rows(d.dres, NsC);  // all N rows
-    backend_.embedding_backward(g(Slot::Wte), positions_.empty() ? dwpe : nullptr, dres, tokens, B,
-                                Tlen, C, vocab_start_, local_vocab_);
-    if (dwpe && !positions_.empty())  // the chunks' wpe rows: Vl 0 leaves dwte alone
-      for_position_runs(B, Tlen, [&](size_t row, int b, int t, int pos) {
+    // positions 0..T-1 in every sequence, or runs (cp's chunks, documents)
+    const bool runs = !positions_.empty() || (options_.document_positions && doc_starts);
+    backend_.embedding_backward(g(Slot::Wte), runs ? nullptr : dwpe, dres, tokens, B, Tlen, C,
+                                vocab_start_, local_vocab_);
+    if (dwpe && runs)  // the runs' wpe rows: Vl 0 leaves dwte alone
+      for_position_runs(B, Tlen, doc_starts, [&](size_t row, int b, int t, int pos) {
         backend_.embedding_backward(g(Slot::Wte), dwpe + static_cast<size_t>(pos) * C,
                                     dres + row * C, tokens + row, b, t, C, vocab_start_, 0);
       });

@@ -19,8 +19,8 @@ using Field = std::variant<double TrainConfig::*, int TrainConfig::*, std::strin
 
 // What the saved state, the schedule and the objective mean: the optimizer's moments and
 // momentum are accumulated under these, and a resume that fell back to a default would go on
-// otherwise. An MoE run's aux-loss form is the objective's (dense runs record auto), and so is
-// document masking.
+// otherwise. An MoE run's aux-loss form is the objective's (dense runs record auto), and so are
+// document masking and document positions.
 const std::pair<const char*, Field> kKept[] = {
     {"precision", &TrainConfig::precision},
     {"lr", &TrainConfig::lr},
@@ -34,7 +34,8 @@ const std::pair<const char*, Field> kKept[] = {
     {"momentum", &TrainConfig::momentum},
     {"grad-clip", &TrainConfig::grad_clip},
     {"moe-aux-loss-form", &TrainConfig::moe_aux_loss_form},
-    {"document-mask", &TrainConfig::document_mask}};
+    {"document-mask", &TrainConfig::document_mask},
+    {"document-positions", &TrainConfig::document_positions}};
 
 std::string text_of(const TrainConfig& t, const Field& field) {
   return std::visit(

@@ -214,6 +214,9 @@ void Trainer::check_inputs() {
                                 val_ ? &val_->first() : nullptr);
     tokenizer_ = std::move(chosen.tokenizer);
     tokenizer_descriptor_ = chosen.descriptor;
+    require(t_.document_mask || !t_.document_positions,
+            "--document-positions counts each position from its document's start: it needs "
+            "--document-mask");
     if (t_.document_mask) {
       require(tokenizer_ != nullptr,
               "--document-mask: no tokenizer is known for the data (they record none), so their "
@@ -311,7 +314,8 @@ void Trainer::build_model() {
                     static_cast<float>(t_.moe_aux_loss_coef),
                     static_cast<float>(t_.moe_z_loss_coef),
                     cfg_.n_experts > 0 ? parse_moe_aux_loss(t_.moe_aux_loss_form)  // resolved
-                                       : MoeAuxLoss::PerLayer};
+                                       : MoeAuxLoss::PerLayer,
+                    t_.document_positions};
   all_or_none(world_, [&] {
     require((faults_.kind() != FaultKind::Nan && faults_.kind() != FaultKind::Drift) ||
                 t_.device == "cpu",
@@ -694,8 +698,10 @@ void Trainer::print_banner() const {
   if (backend_->host_memory())
     std::printf("fp32 products on rank 0: %s\n", cpu_sgemm_in_use().c_str());
   if (documents_)
-    std::printf("document mask: %s; a token attends within its document only\n",
-                describe(*documents_, *tokenizer_).c_str());
+    std::printf("document mask: %s; a token attends within its document only, %s\n",
+                describe(*documents_, *tokenizer_).c_str(),
+                t_.document_positions ? "its position counted from the document's first token"
+                                      : "its position counted in the window");
   if (peak_suspect_ranks_ > 0)
     std::printf("warning: the peak of %s is suspect (measured under contention): MFU may read "
                 "too high; a start on an idle host caches the machine's, or give --peak-gflops\n",

@@ -11,7 +11,11 @@
 #   - export: a llama trained 30 steps with the mask and exported, the float64 PyTorch reference
 #     (tests/support/hf_reference.py), which runs each document of a window alone and masks
 #     nothing, gives the trainer's masked validation loss within 1e-6;
-#   - data whose tokenizer marks no document (bytes) or records none exit 2, before any step.
+#   - document positions (--document-positions): a gpt2's learned positions counted from each
+#     document's first token change its losses, which cp 2, tp 2 and pp 2 give too; its export
+#     gives the reference's loss over the documents alone within 1e-6;
+#   - data whose tokenizer marks no document (bytes) or records none, and document positions
+#     without the mask, exit 2 before any step.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 source "$SOURCE_DIR/tests/support/tokenizer_lib.sh"
 require_gpt2_vocab
@@ -36,8 +40,8 @@ PY
   { cat "$SCRATCH/prepare.log"; fail "prepare-data failed"; }
 
 T=64
-args=(--arch llama --n-kv-head 2 --n-layer 2 --n-head 4 --d-model 64 --seq-len "$T"
-      --global-batch-size 8 --micro-batch-size 2 --lr 3e-3 --warmup-steps 2 --sample-tokens 0
+llama=(--arch llama --n-kv-head 2)
+args=(--n-layer 2 --n-head 4 --d-model 64 --seq-len "$T" --global-batch-size 8 --micro-batch-size 2 --lr 3e-3 --warmup-steps 2 --sample-tokens 0
       --peak-gflops 100 --threads 1 --train-data "$SCRATCH/docs/train.bin"
       --val-data "$SCRATCH/docs/val.bin" --eval-interval 0 --eval-samples 8)
 train() {  # train NAME NP ARGS...: its losses into $SCRATCH/NAME.loss
@@ -48,24 +52,29 @@ train() {  # train NAME NP ARGS...: its losses into $SCRATCH/NAME.loss
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
 }
 
-train one 1 --document-mask --steps 4
+train one 1 "${llama[@]}" --document-mask --steps 4
 grep -q "^document mask: a document starts at each token 50256 (<|endoftext|>)" "$SCRATCH/one.log" ||
   { cat "$SCRATCH/one.log"; fail "the start-up lines do not name the boundary token"; }
-train plain 1 --steps 4
+train plain 1 "${llama[@]}" --steps 4
 ! cmp -s "$SCRATCH/one.loss" "$SCRATCH/plain.loss" || fail "--document-mask changed no loss"
 echo "document mask: losses $(tr '\n' ' ' < "$SCRATCH/one.loss")against $(tr '\n' ' ' < "$SCRATCH/plain.loss")unmasked"
-for layout in "--cp 2" "--tp 2" "--pp 2" "--dp 2"; do
-  name=layout$(echo "$layout" | tr -d ' -')
-  # shellcheck disable=SC2086
-  train "$name" 2 --document-mask --steps 4 $layout
-  within one "$name" loss 1e-5
-done
-train inline 1 --document-mask --steps 4 --prefetch false
+layouts() {  # layouts ONE LAYOUTS ARGS...: each layout (2 ranks) within 1e-5 of run ONE's losses
+  local one=$1 layout name list
+  read -r -a list <<< "$2"
+  shift 2
+  for layout in "${list[@]}"; do
+    name=$one-${layout//[^a-z0-9]/}
+    train "$name" 2 "$@" --steps 4 --"${layout%[0-9]}" "${layout: -1}"
+    within "$one" "$name" loss 1e-5
+  done
+}
+layouts one "cp2 tp2 pp2 dp2" "${llama[@]}" --document-mask
+train inline 1 "${llama[@]}" --document-mask --steps 4 --prefetch false
 cmp -s "$SCRATCH/one.loss" "$SCRATCH/inline.loss" ||
   fail "--prefetch false: losses $(tr '\n' ' ' < "$SCRATCH/inline.loss"), prefetched $(tr '\n' ' ' < "$SCRATCH/one.loss")"
 echo "--prefetch false: the prefetched losses, bit for bit"
 
-run_trainer 1 "$SCRATCH/piece.log" "${args[@]}" --document-mask --steps 4 --exit-at-step 2 \
+run_trainer 1 "$SCRATCH/piece.log" "${args[@]}" "${llama[@]}" --document-mask --steps 4 --exit-at-step 2 \
   --out-dir "$SCRATCH/pieces"
 [ "$rc" = 85 ] || { cat "$SCRATCH/piece.log"; fail "the first piece exited $rc"; }
 train resumed 1 --steps 4 --resume "$SCRATCH/pieces"
@@ -73,17 +82,34 @@ tail -2 "$SCRATCH/one.loss" | cmp -s - "$SCRATCH/resumed.loss" ||
   fail "steps 3-4 resumed without --document-mask: $(tr '\n' ' ' < "$SCRATCH/resumed.loss")"
 echo "resumed at step 2 without the option: steps 3-4 of the straight run, bit for bit"
 
-train export 1 --document-mask --steps 30 --export-hf "$SCRATCH/export-hf"
-ours=$(metric "$SCRATCH/export/metrics.jsonl" val_loss | tail -1)
-reference() {  # reference [TOKEN]: PyTorch's float64 val loss of the export
-  /usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/export-hf" --loss \
+reference() {  # reference NAME [TOKEN]: PyTorch's float64 val loss of NAME's export
+  local name=$1
+  shift
+  /usr/bin/python3 "$SOURCE_DIR/tests/support/hf_reference.py" "$SCRATCH/$name-hf" --loss \
     "$SCRATCH/docs/val.bin" "$T" 8 "$@" || fail "the PyTorch reference failed"
 }
-theirs=$(reference 50256) unmasked=$(reference)
-# measured 1.7e-9 (the metric's 9 digits, fp32 vs float64); the unmasked reference lies 9.3e-5 away
-awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
-  fail "val loss $ours, PyTorch's float64 reference over the documents alone $theirs (unmasked $unmasked)"
-echo "export: val loss $ours, PyTorch's float64 reference over each document alone $theirs (unmasked: $unmasked)"
+export_matches() {  # export_matches NAME ARGS...: 30 steps, exported; val loss against reference's
+  local name=$1 ours theirs unmasked
+  shift
+  train "$name" 1 "$@" --steps 30 --export-hf "$SCRATCH/$name-hf"
+  ours=$(metric "$SCRATCH/$name/metrics.jsonl" val_loss | tail -1)
+  theirs=$(reference "$name" 50256) unmasked=$(reference "$name")
+  # measured 1.7e-9 (llama) and 4e-10 (gpt2) (the metric's 9 digits, fp32 vs float64); the
+  # references over the whole windows, unmasked, lie 9.3e-5 and 2.9e-5 away
+  awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+    fail "$name: val loss $ours, PyTorch's float64 reference over the documents alone $theirs (unmasked $unmasked)"
+  echo "$name export: val loss $ours, PyTorch's float64 reference over each document alone $theirs (unmasked: $unmasked)"
+}
+export_matches llama-export "${llama[@]}" --document-mask
+
+# gpt2's learned positions: counted in the window, or from each document's first token
+train gpt2-window 1 --arch gpt2 --document-mask --steps 4
+train gpt2 1 --arch gpt2 --document-mask --document-positions --steps 4
+grep -q "its position counted from the document's first token" "$SCRATCH/gpt2.log" ||
+  fail "the start-up lines do not name the document positions"
+! cmp -s "$SCRATCH/gpt2.loss" "$SCRATCH/gpt2-window.loss" || fail "--document-positions changed no loss"
+layouts gpt2 "cp2 tp2 pp2" --arch gpt2 --document-mask --document-positions
+export_matches gpt2-export --arch gpt2 --document-mask --document-positions
 
 refused() {  # refused PATTERN ARGS...: exit 2 naming it, no step
   local pattern=$1
@@ -101,4 +127,8 @@ mkdir -p "$SCRATCH/unrecorded" && cp "$SCRATCH/docs/train.bin" "$SCRATCH/unrecor
 # shellcheck disable=SC2046
 refused "no tokenizer is known for the data" $(tiny_model_args) --vocab-size 50257 \
   --train-data "$SCRATCH/unrecorded/train.bin"
+run_trainer 1 "$SCRATCH/refused.log" "${args[@]}" --document-positions --steps 2 \
+  --out-dir "$SCRATCH/r"
+[ "$rc" = 2 ] || { cat "$SCRATCH/refused.log"; fail "--document-positions alone: exit $rc"; }
+grep -q "it needs --document-mask" "$SCRATCH/refused.log" || fail "--document-positions alone: no reason"
 echo "ok: document masking"

@@ -22,10 +22,10 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            N windows of FILE (nanoGPT .bin: raw uint16 tokens)
                                            as the trainer's validation takes them: window i's
                                            inputs are tokens [iT, iT+T), its targets
-                                           [iT+1, iT+T+1); with TOKEN (document masking, llama
-                                           models), each window cut before every TOKEN and each
-                                           piece run alone, from position 0 (under RoPE what a
-                                           mask within the documents computes: no mask here)
+                                           [iT+1, iT+T+1); with TOKEN (document masking), each
+                                           window cut before every TOKEN and each piece run
+                                           alone, from position 0, with no mask: what the mask
+                                           computes under RoPE, and with document positions
   hf_reference.py DIR --aux FILE T N   ->  (MoE) the load-balancing loss of those N windows'
                                            N*T rows (one micro-batch of N) over the router
                                            logits of all MoE layers concatenated (transformers')

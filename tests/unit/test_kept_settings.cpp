@@ -101,14 +101,17 @@ TEST(KeptSettings, AnMoeRunsAuxLossFormIsKept) {
   EXPECT_EQ(resumed_form({}), "auto");
 }
 
-// Document masking is the objective's too: a resume keeps it unless given, names a given other
-// value, and refuses a recorded value that is not a boolean; an older checkpoint's run had none.
+// Document masking and positions are the objective's too: a resume keeps them unless given,
+// names a given other value, and refuses a recorded value that is not a boolean; an older
+// checkpoint's run had none.
 TEST(KeptSettings, DocumentMaskingIsKept) {
-  const std::string recorded = kept_settings(parse({"--document-mask"}).train);
+  const std::string recorded =
+      kept_settings(parse({"--document-mask", "--document-positions"}).train);
   EXPECT_EQ(recorded_setting(recorded, "document-mask"), "true");
   Options resumed = parse({});
   EXPECT_EQ(take_kept_settings(resumed, recorded), "");
   EXPECT_TRUE(resumed.train.document_mask);
+  EXPECT_TRUE(resumed.train.document_positions);
   Options unmasked = parse({"--document-mask", "false"});
   EXPECT_EQ(take_kept_settings(unmasked, recorded),
             "document-mask false (the checkpoint's run: true)");

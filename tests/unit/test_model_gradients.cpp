@@ -33,11 +33,12 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
-// doc_starts: (2, 5) document starts (document masking), or null.
-void check_all_gradients(const ModelConfig& config, const int32_t* doc_starts = nullptr) {
+// doc_starts: (2, 5) document starts (document masking), or null; options: the model's.
+void check_all_gradients(const ModelConfig& config, const int32_t* doc_starts = nullptr,
+                         const ModelOptions& options = {}) {
   CpuBackend<double> backend(1);
   const int B = 2, T = 5;
-  Model<double> model(config, backend, {}, B, T);
+  Model<double> model(config, backend, {}, B, T, 1, nullptr, options);
   model.init(7);
   // Move off the initial point so that biases (0) and norm weights (1) get generic gradients.
   Rng rng(11, 0);
@@ -162,13 +163,19 @@ TEST(ModelGradients, LlamaSlidingWindowMatchesFiniteDifferences) {
 // Document masking over T 5: sequence 0 holds documents [0, 2) and [2, 5), sequence 1 [0, 1),
 // [1, 4) and [4, 5); no query sees a key before its document's start, in forward and backward
 // alike (a backward without the documents would give the gradient of another loss). With llama's
-// window of 2 as well: each query's first key is the later of the two.
+// window of 2 as well: each query's first key is the later of the two. With document positions
+// too (gpt2's wpe rows and llama's RoPE from each document's first token: wpe's gradient summed
+// by runs).
 TEST(ModelGradients, DocumentMaskMatchesFiniteDifferences) {
   const std::vector<int32_t> starts = {0, 0, 2, 2, 2, 0, 1, 1, 1, 4};
   check_all_gradients(tiny(Arch::Gpt2), starts.data());
   ModelConfig c = tiny(Arch::Llama);
   c.sliding_window = 2;
   check_all_gradients(c, starts.data());
+  ModelOptions positions;
+  positions.document_positions = true;
+  check_all_gradients(tiny(Arch::Gpt2), starts.data(), positions);
+  check_all_gradients(tiny(Arch::Llama), starts.data(), positions);
 }
 
 // gpt2 without the 1/sqrt(hs) and with the scores of block l divided by l + 1.

@@ -4,8 +4,9 @@
 // <|endoftext|> or a BOS before each document, a Hugging Face eos_token after it. With document
 // masking a token attends to no position before the first token of its document (Megatron's
 // reset_attention_mask, torchtitan's block_causal mask; backend.hpp's AttentionMask). Positions
-// are not reset: under RoPE a document's scores depend on relative positions only, so it trains
-// as it would alone.
+// run on through the window (under RoPE a document's scores depend on relative positions only,
+// so it trains as it would alone), or with --document-positions count from each document's
+// first token (Megatron's reset_position_ids: a gpt2's learned positions; ModelOptions).
 //   tokens  <eot> a b c <eot> d e     (the boundary before: a document starts at the token)
 //   starts    0   0 0 0   4   4 4
 //   tokens  a b </s> c d </s> e       (the boundary after: a document starts after the token)

@@ -104,6 +104,9 @@ struct ModelOptions {
   // z-loss in the objective (not in forward's returned cross-entropy; take_moe_stats reports them).
   float moe_aux_loss_coef = 0.001f, moe_z_loss_coef = 0.0f;
   MoeAuxLoss moe_aux_loss = MoeAuxLoss::PerLayer;  // the aux loss's form (model/moe.hpp)
+  // With document starts given (forward's doc_starts): each token's position counts from its
+  // document's first token (Megatron's reset_position_ids), for gpt2's wpe rows and RoPE alike.
+  bool document_positions = false;
 };
 
 // Who lends a unit's tensors to a Model under ZeRO-2/3. Pointers are to the unit's element 0
@@ -328,13 +331,15 @@ class Model {
   // The factor on q k^T in block l: 1/sqrt(hs), but for gpt2's two switches (config.hpp).
   T attention_scale(int l) const;
   RopeFreqs rope() const { return {config_.rope_theta, config_.rope_scaling}; }
-  // Calls fn(first row, rows, position of the first row) for each run of consecutive positions
-  // among the B*Tlen rows: whole sequences without cp, each sequence's two chunks with it.
+  // Calls fn(first row, sequences, rows each, position of the first row) for each run of
+  // consecutive positions among the B*Tlen rows: whole sequences without cp, each sequence's two
+  // chunks with it; with document positions (doc_starts given and options_.document_positions),
+  // each document's rows in each, from position 0.
   template <typename Fn>
-  void for_position_runs(int B, int Tlen, Fn fn) const;
+  void for_position_runs(int B, int Tlen, const int32_t* doc_starts, Fn fn) const;
   // RoPE in place on qkv's q and k heads (backward: the inverse rotation), each row at its
-  // sequence position; rounded as stored.
-  void apply_rope(Buf<T> qkv, int B, int Tlen, bool backward);
+  // position (for_position_runs'); rounded as stored.
+  void apply_rope(Buf<T> qkv, int B, int Tlen, bool backward, const int32_t* doc_starts);
   // Attention of block l on a.qkv into a.atty and its state a.probs (the ring under cp), and
   // its backward into dqkv.
   void attention_forward(LayerActs& a, int l, int B, int Tlen, const AttentionMask& mask);

@@ -1,7 +1,7 @@
 // The settings of a run that a resume keeps unless given (CheckpointManifest::settings): the
 // precision, the optimizer's hyper-parameters, the learning-rate schedule, an MoE run's
-// aux-loss form and document masking, as "name = value" lines by option name, each value as
-// run.ini writes it (reads back exactly).
+// aux-loss form, document masking and positions, as "name = value" lines by option name, each
+// value as run.ini writes it (reads back exactly).
 #pragma once
 
 #include <optional>

@@ -55,6 +55,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   bool shuffle = true;
   bool document_mask = false;  // attention within each document only (data/document_starts.hpp)
+  bool document_positions = false;  // positions from each document's start (needs document_mask)
   std::string train_data;     // a data spec: [WEIGHT:]PATH_OR_GLOB,... (data/data_spec.hpp)
   std::string val_data;
   std::string data_format = "auto";
