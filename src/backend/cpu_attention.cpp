@@ -759,10 +759,9 @@ void CpuBackend<T>::attention_backward(Buf<T> dqkv, T* scratch, CBuf<T> dout, CB
     T* D = scratch + b0 * NH * Tlen;
     row_dot_kernel(D, dy, y, nb, Tlen, NH, hs);
     std::fill_n(d, nb * seq.qkv, T(0));
-    const BlockPair<T> p{
-        x,     QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
-        Tlen,  Tlen, NH,          NKV, hs,      scale,   mask.from(static_cast<int>(b0), Tlen),
-        &tiles};
+    const BlockPair<T> p{x,     QKV,  x + NH * hs, QKV, nullptr, nullptr, nb,
+                         Tlen,  Tlen, NH,          NKV, hs,      scale,   mask.from(b0, Tlen),
+                         &tiles};
     block_backward_kernel(d, QKV, d + NH * hs, QKV, dy, lse + b0 * NH * Tlen, D, p);
   };
   if (!cpu::staged(dqkv, dout, qkv, out))
@@ -818,9 +817,8 @@ void CpuBackend<T>::attention_block_forward(T* out, T* lse, CBuf<T> qkv, CBuf<T>
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * hs, A = static_cast<size_t>(NH) * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{
-        x,   QKV, y,     static_cast<size_t>(kv_ld),          qpos,  kpos, nb, Tq, Tk, NH,
-        NKV, hs,  scale, mask.from(static_cast<int>(b0), Tq), &tiles};
+    const BlockPair<T> p{x,   QKV, y,     static_cast<size_t>(kv_ld), qpos,  kpos, nb, Tq, Tk, NH,
+                         NKV, hs,  scale, mask.from(b0, Tq),          &tiles};
     block_forward_kernel(out + b0 * Tq * A, lse + b0 * NH * Tq, p, merge);
   };
   if (!any_half(qkv, kv)) return run(qkv.full(), kv.full(), B, 0);
@@ -852,9 +850,8 @@ void CpuBackend<T>::attention_block_backward(T* dq, T* dkv, CBuf<T> dout, CBuf<T
   const size_t KV = static_cast<size_t>(2) * NKV * hs;
   const Tiles tiles = call_tiles<T>(bf16_gemms(), *staging_, Tk, hs);
   const auto run = [&](const T* dy, const T* x, const T* y, int nb, size_t b0) {
-    const BlockPair<T> p{
-        x,   QKV, y,     static_cast<size_t>(kv_ld),          qpos,  kpos, nb, Tq, Tk, NH,
-        NKV, hs,  scale, mask.from(static_cast<int>(b0), Tq), &tiles};
+    const BlockPair<T> p{x,   QKV, y,     static_cast<size_t>(kv_ld), qpos,  kpos, nb, Tq, Tk, NH,
+                         NKV, hs,  scale, mask.from(b0, Tq),          &tiles};
     block_backward_kernel(dq + b0 * Tq * A, A, dkv + b0 * Tk * KV, KV, dy, lse + b0 * NH * Tq,
                           D + b0 * NH * Tq, p);
   };

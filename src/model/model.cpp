@@ -332,7 +332,7 @@ void Model<T>::set_context_parallel(Communicator* cp, const ContextChunks& chunk
 template <typename T>
 template <typename Fn>
 void Model<T>::for_position_runs(int B, int Tlen, const int32_t* doc_starts, Fn fn) const {
-  if (!options_.document_positions) doc_starts = nullptr;
+  doc_starts = position_starts(doc_starts);
   if (positions_.empty() && !doc_starts) return fn(0, B, Tlen, 0);
   for (int b = 0; b < B; ++b) {
     const auto pos = [&](int i) {  // row i's position: in the sequence, or in its document
@@ -671,7 +671,7 @@ void Model<T>::backward(int slot, const int32_t* tokens, int B, int Tlen,
     T* dwpe = maybe_g(Slot::Wpe);
     const CBuf<T> dres = gather_rows(d.dres, NsC);  // all N rows
     // positions 0..T-1 in every sequence, or runs (cp's chunks, documents)
-    const bool runs = !positions_.empty() || (options_.document_positions && doc_starts);
+    const bool runs = !positions_.empty() || position_starts(doc_starts);
     backend_.embedding_backward(g(Slot::Wte), runs ? nullptr : dwpe, dres, tokens, B, Tlen, C,
                                 vocab_start_, local_vocab_);
     if (dwpe && runs)  // the runs' wpe rows: Vl 0 leaves dwte alone

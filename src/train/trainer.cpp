@@ -258,8 +258,10 @@ double Trainer::evaluate() {
       chunks_->take(tokens, local_tokens_.data(), rows);
       chunks_->take(targets, local_targets_.data(), rows);
       tokens = local_tokens_.data(), targets = local_targets_.data();
-      if (documents_) chunks_->take(doc_starts_.data(), local_doc_starts_.data(), rows);
-      if (documents_) starts = local_doc_starts_.data();
+      if (documents_) {
+        chunks_->take(doc_starts_.data(), local_doc_starts_.data(), rows);
+        starts = local_doc_starts_.data();
+      }
     }
     const double loss = runner_->evaluate(tokens, targets, starts, rows);
     if (grid_->last_stage() && grid_->tp_rank() == 0) {

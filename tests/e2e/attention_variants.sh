@@ -33,28 +33,13 @@ run() {  # run NAME NP ARGS...
   [ "$rc" = 0 ] || { cat "$SCRATCH/$name.log"; fail "$name exited $rc"; }
   metric "$SCRATCH/$name/metrics.jsonl" loss > "$SCRATCH/$name.loss"
 }
-# layouts_match PREFIX LAYOUTS ARGS...: at each of the comma-separated LAYOUTS (2 ranks), 4 steps
-# of ARGS within 1e-5 of the losses of PREFIXone (run first, on 1 rank)
-layouts_match() {
-  local prefix=$1 layout name d layouts
-  IFS=, read -r -a layouts <<< "$2"
-  shift 2
-  for layout in "${layouts[@]}"; do
-    name=$prefix$(echo "$layout" | tr -d ' -')
-    # shellcheck disable=SC2086
-    run "$name" 2 "$@" --steps 4 $layout
-    d=$(max_rel_diff "$SCRATCH/${prefix}one.loss" "$SCRATCH/$name.loss")
-    awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}' || fail "${prefix%-} $layout: losses differ from 1 rank's by $d"
-    echo "${prefix%-} $layout: losses within $d of 1 rank's"
-  done
-}
 run one 1 "${llama[@]}" --steps 4
-layouts_match "" "--tp 2,--pp 2,--dp 2 --zero 3" "${llama[@]}"
+layouts_within run one "--tp 2,--pp 2,--dp 2 --zero 3" "${llama[@]}"
 # YaRN over 256 original positions with betas 8 and 0.5: of a head of 16's 8 pairs, 0-1 kept,
 # 2-3 blended, 4-7 divided by 4; cos and sin times 0.1 ln 4 + 1
 yarn=(--arch llama --n-kv-head 2 --qk-norm --rope-scaling yarn:factor=4,orig=256,beta_fast=8,beta_slow=0.5)
 run yarn-one 1 "${yarn[@]}" --steps 4
-layouts_match yarn- "--cp 2,--tp 2" "${yarn[@]}"
+layouts_within run yarn-one "--cp 2,--tp 2" "${yarn[@]}"
 window=(--arch llama --n-kv-head 2 --sliding-window 8)
 run full 1 --arch llama --n-kv-head 2 --steps 4
 run window32 1 --arch llama --n-kv-head 2 --sliding-window 32 --steps 4
@@ -65,7 +50,7 @@ grep -q "llama L2 H4 KV2 C64 F.* V.* T32 (window 8) |" "$SCRATCH/window-one.log"
   fail "the start-up line does not name the window: $(head -1 "$SCRATCH/window-one.log")"
 ! cmp -s "$SCRATCH/full.loss" "$SCRATCH/window-one.loss" || fail "a window of 8 of 32 changed nothing"
 echo "sliding window 32 of 32: the losses of none, bit for bit; window 8: others"
-layouts_match window- "--cp 2,--tp 2,--pp 2" "${window[@]}"
+layouts_within run window-one "--cp 2,--tp 2,--pp 2" "${window[@]}"
 # shellcheck disable=SC2046
 run_trainer 1 "$SCRATCH/piece.log" $(tiny_args) "${llama[@]}" --steps 4 --exit-at-step 2 \
   --out-dir "$SCRATCH/pieces"

@@ -59,17 +59,7 @@ grep -q "^document mask: a document starts at each token 50256 (<|endoftext|>)" 
 train plain 1 "${llama[@]}" --steps 4
 ! cmp -s "$SCRATCH/one.loss" "$SCRATCH/plain.loss" || fail "--document-mask changed no loss"
 echo "document mask: losses $(tr '\n' ' ' < "$SCRATCH/one.loss")against $(tr '\n' ' ' < "$SCRATCH/plain.loss")unmasked"
-layouts() {  # layouts ONE LAYOUTS ARGS...: each layout (2 ranks) within 1e-5 of run ONE's losses
-  local one=$1 layout name list
-  read -r -a list <<< "$2"
-  shift 2
-  for layout in "${list[@]}"; do
-    name=$one-${layout//[^a-z0-9]/}
-    train "$name" 2 "$@" --steps 4 --"${layout%[0-9]}" "${layout: -1}"
-    within "$one" "$name" loss 1e-5
-  done
-}
-layouts one "cp2 tp2 pp2" "${llama[@]}" --document-mask
+layouts_within train one "--cp 2,--tp 2,--pp 2" "${llama[@]}" --document-mask
 train inline 1 "${llama[@]}" --document-mask --steps 4 --prefetch false
 cmp -s "$SCRATCH/one.loss" "$SCRATCH/inline.loss" ||
   fail "--prefetch false: losses $(tr '\n' ' ' < "$SCRATCH/inline.loss"), prefetched $(tr '\n' ' ' < "$SCRATCH/one.loss")"
@@ -109,7 +99,7 @@ train gpt2 1 --arch gpt2 --document-mask --document-positions --steps 4
 grep -q "its position counted from the document's first token" "$SCRATCH/gpt2.log" ||
   fail "the start-up lines do not name the document positions"
 ! cmp -s "$SCRATCH/gpt2.loss" "$SCRATCH/gpt2-window.loss" || fail "--document-positions changed no loss"
-layouts gpt2 "cp2 tp2" --arch gpt2 --document-mask --document-positions
+layouts_within train gpt2 "--cp 2,--tp 2" --arch gpt2 --document-mask --document-positions
 export_matches gpt2-export --arch gpt2 --document-mask --document-positions
 
 refused() {  # refused PATTERN ARGS...: exit 2 naming it, no step

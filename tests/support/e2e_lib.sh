@@ -88,6 +88,21 @@ within() {  # within REFERENCE NAME KIND TOLERANCE
   awk -v d="$d" -v t="$4" 'BEGIN{exit !(d < t)}' || fail "$2: $3 differs from $1 by $d"
 }
 
+# Each of the comma-separated LAYOUTS (2 ranks, 4 steps of ARGS) within 1e-5 of run ONE's losses
+# (fp32 sums in another order). RUN NAME NP ARGS... runs one, its losses into $SCRATCH/NAME.loss
+# (as ONE's are); a layout's run is named ONE and the layout without spaces and dashes.
+layouts_within() {  # layouts_within RUN ONE LAYOUTS ARGS...
+  local run=$1 one=$2 layout name list
+  IFS=, read -r -a list <<< "$3"
+  shift 3
+  for layout in "${list[@]}"; do
+    name=$one$(echo "$layout" | tr -d ' -')
+    # shellcheck disable=SC2086
+    "$run" "$name" 2 "$@" --steps 4 $layout
+    within "$one" "$name" loss 1e-5
+  done
+}
+
 require_fault_injection() {
   if grep -q '^MPITRAIN_FAULT_INJECTION:BOOL=OFF' "$BUILD_DIR/CMakeCache.txt"; then
     echo "SKIP: this build has no fault injection (MPITRAIN_FAULT_INJECTION=OFF)"

@@ -84,8 +84,8 @@ struct AttentionMask {
     return doc_starts ? doc_starts[static_cast<size_t>(b) * Tq + i] : 0;
   }
   // the mask of the sequences from b0 on
-  AttentionMask from(int b0, int Tq) const {
-    return {window, doc_starts ? doc_starts + static_cast<size_t>(b0) * Tq : nullptr};
+  AttentionMask from(size_t b0, int Tq) const {
+    return {window, doc_starts ? doc_starts + b0 * Tq : nullptr};
   }
 };
 

@@ -337,6 +337,10 @@ class Model {
   // each document's rows in each, from position 0.
   template <typename Fn>
   void for_position_runs(int B, int Tlen, const int32_t* doc_starts, Fn fn) const;
+  // The document starts positions count from: doc_starts under document positions, else null.
+  const int32_t* position_starts(const int32_t* doc_starts) const {
+    return options_.document_positions ? doc_starts : nullptr;
+  }
   // RoPE in place on qkv's q and k heads (backward: the inverse rotation), each row at its
   // position (for_position_runs'); rounded as stored.
   void apply_rope(Buf<T> qkv, int B, int Tlen, bool backward, const int32_t* doc_starts);
