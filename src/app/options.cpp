@@ -262,6 +262,10 @@ po::options_description data_options(TrainConfig& t) {
        "with --document-mask: each token's position counts from its document's first token "
        "(Megatron's reset-position-ids), for gpt2's learned positions and RoPE alike: a packed "
        "document then trains as it would alone")
+      ("mask-boundary-loss", flag(&t.mask_boundary_loss),
+       "no loss where the input is the tokenizer's document boundary, whose next token is a "
+       "document's first (Megatron's eod-mask-loss): after an EOS it lies in the next document; "
+       "the loss is then the mean over the step's scored tokens, in training and evaluation")
       ("eval-interval", with_default(&t.eval_interval),
        "steps between validation losses; 0 = only at the end")
       ("eval-samples", with_default(&t.eval_samples), "validation sequences per evaluation")

@@ -6,7 +6,8 @@
 //   1) m_local = max_{j<R} x_j                    (-inf when R == 0)
 //   2) Z_local = sum_{j<R} e^(x_j - m) (summed in double, stored as T); x_t if t is held, else 0
 //   3) loss = log Z + m - x_t;  if dloss != 0:  x_j = e^(x_j - m) (dloss / Z) - [j == t] dloss
-//      for j < R, 0 for R <= j < Vl.
+//      for j < R, 0 for R <= j < Vl. A row with target kUnscored: loss 0, x_j = 0 (its scale
+//      dloss / Z taken as 0, its target held by no rank).
 // Rows in parallel above a work threshold; every per-row result is computed by one thread in a
 // fixed order and the returned total is summed over fixed row chunks, so all results are bitwise
 // independent of the thread count. Each phase reads the row once (phase 3 only with a gradient),
@@ -41,11 +42,12 @@ inline size_t loss_rows_per_chunk(int Vl) {
   return std::max<size_t>(1, cpu::kParallelWork / std::max(Vl, 1));
 }
 
-// A row's loss from its (combined) max, sum of exponentials and target logit.
+// Row n's loss from its (combined) max, sum of exponentials and target logit; 0 if unscored.
 template <typename T>
-inline double row_loss(T m, T z, T target_logit) {
-  return std::log(static_cast<double>(z)) + static_cast<double>(m) -
-         static_cast<double>(target_logit);
+inline double row_loss(const T* row_max, const T* stats, const int32_t* targets, int N, int n) {
+  if (targets[n] == kUnscored) return 0.0;
+  return std::log(static_cast<double>(stats[n])) + static_cast<double>(row_max[n]) -
+         static_cast<double>(stats[N + n]);
 }
 
 // ---- one row's pieces, on T values --------------------------------------------------------
@@ -147,12 +149,13 @@ double CpuBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
                               const int32_t* targets, T* losses, int N, int Vl, int v0, int V,
                               T dloss) {
   const int R = real_columns(Vl, v0, V);
-  for (int n = 0; n < N; ++n)
-    losses[n] = static_cast<T>(row_loss(row_max[n], stats[n], stats[N + n]));
+  for (int n = 0; n < N; ++n) losses[n] = static_cast<T>(row_loss(row_max, stats, targets, N, n));
   if (dloss != T(0)) {
-    for_rows(logits, staged_pieces(*staging_, CBuf<T>(logits)), N, Vl,
-             static_cast<size_t>(N) * Vl, [&](int n, Buf<T> row, T* scratch) {
-               const T s = static_cast<T>(1.0 / static_cast<double>(stats[n])) * dloss;
+    for_rows(logits, staged_pieces(*staging_, CBuf<T>(logits)), N, Vl, static_cast<size_t>(N) * Vl,
+             [&](int n, Buf<T> row, T* scratch) {
+               const T s = targets[n] == kUnscored
+                               ? T(0)
+                               : static_cast<T>(1.0 / static_cast<double>(stats[n])) * dloss;
                const int t = targets[n] - v0;
                if (scratch == nullptr)  // element-wise: in place the whole row is one piece
                  return gradient_of_piece(row.full(), 0, Vl, row_max[n], s, t, R, dloss);
@@ -163,7 +166,8 @@ double CpuBackend<T>::ce_loss(Buf<T> logits, const T* row_max, const T* stats,
   }
   return cpu::chunked_sum(N, loss_rows_per_chunk(Vl), [&](size_t n0, size_t n1) {
     double total = 0.0;
-    for (size_t r = n0; r < n1; ++r) total += row_loss(row_max[r], stats[r], stats[N + r]);
+    for (size_t r = n0; r < n1; ++r)
+      total += row_loss(row_max, stats, targets, N, static_cast<int>(r));
     return total;
   });
 }

@@ -4,10 +4,10 @@
 
 namespace mpitrain {
 
-DocumentBoundary document_boundary(const Tokenizer& tokenizer) {
+DocumentBoundary document_boundary(const Tokenizer& tokenizer, const std::string& option) {
   if (const auto start = tokenizer.document_start()) return {static_cast<int32_t>(*start), true};
   if (const auto end = tokenizer.document_end()) return {static_cast<int32_t>(*end), false};
-  throw UsageError("--document-mask: the " + tokenizer.name() +
+  throw UsageError("--" + option + ": the " + tokenizer.name() +
                    " tokenizer marks no document boundary (no token before or after each "
                    "document), so the documents of the data cannot be found");
 }

@@ -20,7 +20,7 @@ using Field = std::variant<double TrainConfig::*, int TrainConfig::*, std::strin
 // What the saved state, the schedule and the objective mean: the optimizer's moments and
 // momentum are accumulated under these, and a resume that fell back to a default would go on
 // otherwise. An MoE run's aux-loss form is the objective's (dense runs record auto), and so are
-// document masking and document positions.
+// document masking, document positions and the boundary's loss mask.
 const std::pair<const char*, Field> kKept[] = {
     {"precision", &TrainConfig::precision},
     {"lr", &TrainConfig::lr},
@@ -35,7 +35,8 @@ const std::pair<const char*, Field> kKept[] = {
     {"grad-clip", &TrainConfig::grad_clip},
     {"moe-aux-loss-form", &TrainConfig::moe_aux_loss_form},
     {"document-mask", &TrainConfig::document_mask},
-    {"document-positions", &TrainConfig::document_positions}};
+    {"document-positions", &TrainConfig::document_positions},
+    {"mask-boundary-loss", &TrainConfig::mask_boundary_loss}};
 
 std::string text_of(const TrainConfig& t, const Field& field) {
   return std::visit(

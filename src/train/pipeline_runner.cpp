@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "mpitrain/data/loss_mask.hpp"
+
 namespace mpitrain {
 
 PipelineRunner::PipelineRunner(Model<float>& model, Communicator* pp, PipelineSchedule schedule,
@@ -199,6 +201,7 @@ double PipelineRunner::train(const Loader& load, float dloss,
     load(i, tokens_.data() + i * rows, targets_.data() + i * rows,
          doc_starts_.empty() ? nullptr : doc_starts_.data() + i * rows);
   }
+  scored_ = scored_targets(targets_.data(), micro_batches_ * rows);
   upload_ids(tokens_.size());
   for (size_t i = 0; i < ops_.size(); ++i) {
     const PipeOp& op = ops_[i];
@@ -229,6 +232,7 @@ double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets,
   if (doc_starts_.empty() != !doc_starts)
     MPITRAIN_THROW("evaluate: document starts given to a runner without document masking, or none");
   if (doc_starts) std::copy(doc_starts, doc_starts + n, doc_starts_.begin());
+  scored_ = scored_targets(targets, n);
   upload_ids(n);
   forward(0, rows, 0.0f, "eval forward", false, false);
   if (pp_) wait_send(out_sends_[0], 0);

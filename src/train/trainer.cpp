@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "mpitrain/backend/cpu_backend.hpp"
+#include "mpitrain/data/loss_mask.hpp"
 #include "mpitrain/io/out_file.hpp"
 #include "mpitrain/io/shortest_text.hpp"
 #include "mpitrain/model/hf_model.hpp"
@@ -194,7 +195,9 @@ Trainer::StepEnd Trainer::step(int step) {
                                             shape_.dp * micro_batches_, comms_->world)
                          : std::vector<MoeLayerRecord>{};
   const double lr = lr_schedule_->at(step);
-  const UpdateResult result = update_->apply(lr, counts_loss ? loss : 0.0, step + 1);
+  const LossShare share =
+      counts_loss ? LossShare{loss, static_cast<double>(runner_->scored())} : LossShare{};
+  const UpdateResult result = update_->apply(lr, share, step + 1);
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};
   const double optimizer_seconds = update_->optimizer_seconds();
   // Replica drift: every --check-replicas steps the data-parallel copies must be identical
@@ -226,8 +229,8 @@ Trainer::StepEnd Trainer::step(int step) {
   const double joules = devices_.power_everywhere && totals[2] > 0 ? totals[1] : -1.0;
   const PipelineRunner::Times& pass = runner_->times();
   checkpointer_->poll();  // a background save committed since: into this record
-  log_->step({step + 1, t_.steps, result.loss_sum / tokens_per_step_, lr, result.grad_norm,
-              tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
+  log_->step({step + 1, t_.steps, result.loss, lr, result.grad_norm, tokens_per_s,
+              1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
               comms_->dp_bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
@@ -237,8 +240,9 @@ Trainer::StepEnd Trainer::step(int step) {
   return {};
 }
 
-// Mean loss per token over the first --eval-samples validation windows; data-parallel rank r
-// takes r, r+dp, ... and runs them through its pipeline in batches of up to the micro-batch.
+// Mean loss per scored token over the first --eval-samples validation windows; data-parallel
+// rank r takes r, r+dp, ... and runs them through its pipeline in batches of up to the
+// micro-batch.
 double Trainer::evaluate() {
   const int dp = grid_->shape().dp;
   const uint64_t total = std::min<uint64_t>(t_.eval_samples, val_windows_->count());
@@ -249,6 +253,9 @@ double Trainer::evaluate() {
     for (; rows < micro_batch_ && next < total; ++rows, next += dp)
       val_windows_->read(next, tokens_.data() + rows * t_.seq_len,
                          targets_.data() + rows * t_.seq_len);
+    if (loss_boundary_)
+      unscore_after_boundary(*loss_boundary_, tokens_.data(), targets_.data(),
+                             static_cast<size_t>(rows) * t_.seq_len);
     const int32_t *tokens = tokens_.data(), *targets = targets_.data(), *starts = nullptr;
     if (documents_) {  // each window's documents, from its first position
       document_starts(tokens, rows, t_.seq_len, *documents_, doc_starts_.data());
@@ -266,7 +273,7 @@ double Trainer::evaluate() {
     const double loss = runner_->evaluate(tokens, targets, starts, rows);
     if (grid_->last_stage() && grid_->tp_rank() == 0) {
       sums[0] += loss;
-      sums[1] += static_cast<double>(rows) * local_seq_len();
+      sums[1] += static_cast<double>(runner_->scored());
     }
   }
   comms_->world.all_reduce(sums, 2, ReduceOp::Sum);

@@ -217,12 +217,15 @@ void Trainer::check_inputs() {
     require(t_.document_mask || !t_.document_positions,
             "--document-positions counts each position from its document's start: it needs "
             "--document-mask");
-    if (t_.document_mask) {
+    const auto boundary = [&](const std::string& option) {  // the data's documents' boundary
       require(tokenizer_ != nullptr,
-              "--document-mask: no tokenizer is known for the data (they record none), so their "
-              "documents cannot be found: give --tokenizer PATH");
-      documents_ = document_boundary(*tokenizer_);
-    }
+              "--" + option +
+                  ": no tokenizer is known for the data (they record none), so their documents "
+                  "cannot be found: give --tokenizer PATH");
+      return document_boundary(*tokenizer_, option);
+    };
+    if (t_.document_mask) documents_ = boundary("document-mask");
+    if (t_.mask_boundary_loss) loss_boundary_ = boundary("mask-boundary-loss").token;
     // The training data's recorded tokenizer sets the vocabulary of files that declare none
     // (llm.c, nanoGPT): usually the sample's, read once.
     const std::string data_tokenizer =
@@ -236,6 +239,9 @@ void Trainer::check_inputs() {
     if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
     const std::string yarn = describe_yarn_factor(options_, cfg_);
     if (root_ && !yarn.empty()) std::printf("%s\n", yarn.c_str());
+    require(!t_.mask_boundary_loss || cfg_.n_experts == 0,
+            "--mask-boundary-loss with experts is not implemented: the load-balancing loss is "
+            "weighted per token of the step, and the masked loss per scored token");
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
@@ -479,7 +485,7 @@ void Trainer::build_step_parts() {
   if (train_) {
     stream_.emplace(*train_, t_.seed, t_.shuffle);
     loader_.emplace(*stream_, t_.seq_len, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
-                    shape_.dp, chunks_ ? &*chunks_ : nullptr, documents_);
+                    shape_.dp, chunks_ ? &*chunks_ : nullptr, documents_, loss_boundary_);
     std::string hdf5_file;  // a file only HDF5 reads: on the main thread, so no prefetch
     if (t_.prefetch && train_->concurrent_reads(&hdf5_file))
       prefetch_ = std::make_unique<BatchPrefetcher>(*loader_, std::clamp(micro_batches_, 2, 16));
@@ -539,11 +545,12 @@ void Trainer::build_step_parts() {
                                                          : grid_->dp_cp_rank() == 0);
   const bool experts_count_once =
       shape_.ep > 1 && t_.zero == 0 ? grid_->expert_dp().rank() == 0 : counts_once;
+  tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   update_ = std::make_unique<UpdateStep>(
       *model_, *sync_, *optimizer_, *scaler_, *guard_,
       UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once,
                    experts_count_once},
-      t_.grad_clip, faults_, &trace_);
+      t_.grad_clip, tokens_per_step_, faults_, &trace_);
 
   // The parameters this rank loads: the whole stage, or under ZeRO-3 its pieces.
   held_params_ = t_.zero == 3 ? sync_->owned_params() : model_->params();
@@ -626,7 +633,6 @@ void Trainer::build_step_parts() {
                                                  *log_, trace_);
 
   flops_per_token_ = model_flops_per_token(cfg_, t_.seq_len);
-  tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   // What each rank holds (the largest of all ranks): the compute copy of the parameters (in its
   // storage type) and the fp32 gradients (ZeRO-2/3: their shards and unit buffers), optimizer
   // state (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO), activations.
@@ -702,6 +708,11 @@ void Trainer::print_banner() const {
                 describe(*documents_, *tokenizer_).c_str(),
                 t_.document_positions ? "its position counted from the document's first token"
                                       : "its position counted in the window");
+  if (loss_boundary_)
+    std::printf(
+        "loss mask: no loss where the input is token %d (%s), whose next token is a "
+        "document's first; the loss is the mean over the scored tokens\n",
+        *loss_boundary_, tokenizer_->decode(&*loss_boundary_, 1).c_str());
   if (peak_suspect_ranks_ > 0)
     std::printf("warning: the peak of %s is suspect (measured under contention): MFU may read "
                 "too high; a start on an idle host caches the machine's, or give --peak-gflops\n",

@@ -475,13 +475,14 @@ TEST(GpuOps, Fp32MathStoresFp32Only) {
 
 // The three phases on tp simulated ranks (column shards of Vp), reductions between them done
 // on the host as the model's all-reduces would; outputs: row_max, stats, losses, total, dlogits.
-auto cross_entropy_op(int N, int V, int Vp, int tp, float dloss) {
+// unscored: every fifth target kUnscored (--mask-boundary-loss).
+auto cross_entropy_op(int N, int V, int Vp, int tp, float dloss, bool unscored = false) {
   return [=](auto& be, auto& m) -> Outputs {
     using T = typename std::decay_t<decltype(m)>::value_type;
     const int Vl = Vp / tp;
     const std::vector<float> logits = random_floats(size_t(N) * Vp, 1, -5.0f, 5.0f);
     std::vector<int32_t> tgt(N);
-    for (int n = 0; n < N; ++n) tgt[n] = (n * 37) % V;
+    for (int n = 0; n < N; ++n) tgt[n] = unscored && n % 5 == 0 ? kUnscored : (n * 37) % V;
     const int32_t* t = m.ints(tgt);
     std::vector<T*> shard(tp);
     for (int r = 0; r < tp; ++r) {
@@ -525,6 +526,8 @@ TEST(GpuOps, CrossEntropy) {
   compare("cross-entropy tp 2", cross_entropy_op(144, 1000, 1024, 2, 1.0f / 144), kFp32Configs,
           kTol);
   compare("cross-entropy no grad", cross_entropy_op(50, 300, 384, 1, 0.0f), kFp32Configs, kTol);
+  compare("cross-entropy tp 2, unscored rows",
+          cross_entropy_op(144, 1000, 1024, 2, 1.0f / 144, true), kFp32Configs, kTol);
 }
 
 // ---- memory ops, rounding, optimizer ------------------------------------------------------------

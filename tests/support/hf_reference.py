@@ -26,6 +26,11 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            window cut before every TOKEN and each piece run
                                            alone, from position 0, with no mask: what the mask
                                            computes under RoPE, and with document positions
+  hf_reference.py DIR --scored FILE T N TOKEN  ->  (the boundary's loss mask: Megatron's
+                                           eod_mask_loss) prints the mean cross-entropy over the
+                                           targets of those N windows whose input is not TOKEN,
+                                           one mean over all N windows, and the gradient norm of
+                                           that mean over every tensor of the checkpoint
   hf_reference.py DIR --aux FILE T N   ->  (MoE) the load-balancing loss of those N windows'
                                            N*T rows (one micro-batch of N) over the router
                                            logits of all MoE layers concatenated (transformers')
@@ -245,6 +250,22 @@ def mean_loss(forward, config, weights, path, T, n):
     return float(torch.stack(losses).mean())
 
 
+def scored_loss(forward, config, weights, path, T, n, token):  # (loss, gradient norm)
+    tokens, total, scored = read_tokens(path), 0.0, 0
+    for w in weights.values():
+        w.requires_grad_(True)
+    for i in range(n):
+        ids, targets = tokens[i * T:i * T + T], tokens[i * T + 1:i * T + T + 1].clone()
+        targets[ids == token] = -100  # cross_entropy's ignore_index
+        total = total + torch.nn.functional.cross_entropy(forward(config, weights, ids), targets,
+                                                          ignore_index=-100, reduction="sum")
+        scored += int((targets != -100).sum())
+    loss = total / scored
+    loss.backward()
+    squares = sum(float((w.grad ** 2).sum()) for w in weights.values() if w.grad is not None)
+    return float(loss), math.sqrt(squares)
+
+
 def main():
     directory = sys.argv[1]
     config, weights = load(directory)
@@ -253,6 +274,10 @@ def main():
         with torch.no_grad():
             print(repr(aux_loss(config, weights, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
                                 sys.argv[2] == "--aux-per-layer")))
+        return
+    if sys.argv[2] == "--scored":
+        print("%r %r" % scored_loss(forward, config, weights, sys.argv[3], int(sys.argv[4]),
+                                    int(sys.argv[5]), int(sys.argv[6])))
         return
     if sys.argv[2] == "--loss":
         if len(sys.argv) > 6:

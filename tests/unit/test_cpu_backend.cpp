@@ -678,6 +678,35 @@ TEST(CpuCrossEntropy, GradCheck) {
   }
 }
 
+// Unscored targets (--mask-boundary-loss): their rows' losses and gradients are 0 on every tp
+// rank, and the other rows get the bits they get with every row scored; the total is theirs.
+TEST(CpuCrossEntropy, UnscoredRowsAddNothing) {
+  CpuBackend<double> be(1);
+  const int N = 6, V = 10, Vp = 16;
+  const std::vector<int32_t> scored = {0, 9, 4, 8, 3, 7};
+  std::vector<int32_t> masked = scored;
+  masked[1] = masked[4] = kUnscored;
+  const Vec logits = padded_logits(N, V, Vp, 4);
+  const double dloss = 0.25;
+  for (int tp : {1, 2, 4}) {
+    std::vector<Vec> all_losses, losses;
+    Vec all = logits, grad = logits;
+    testing::ce_tensor_parallel(be, all, scored, all_losses, N, V, Vp, tp, dloss);
+    const std::vector<double> totals =
+        testing::ce_tensor_parallel(be, grad, masked, losses, N, V, Vp, tp, dloss);
+    double expect_total = 0;
+    for (int n = 0; n < N; ++n) {
+      const bool counts = masked[n] != kUnscored;
+      if (counts) expect_total += all_losses[0][n];
+      for (int r = 0; r < tp; ++r)
+        EXPECT_EQ(losses[r][n], counts ? all_losses[r][n] : 0.0) << "tp " << tp << " row " << n;
+      for (int j = 0; j < Vp; ++j)
+        EXPECT_EQ(grad[n * Vp + j], counts ? all[n * Vp + j] : 0.0) << "tp " << tp << " " << n;
+    }
+    for (int r = 0; r < tp; ++r) EXPECT_EQ(totals[r], expect_total) << "tp " << tp;
+  }
+}
+
 // ---- optimizer ------------------------------------------------------------------------------
 
 TEST(CpuOptimizer, SumSquaresAndScale) {

@@ -297,7 +297,8 @@ Op cross_entropy(CeShape s, Precision p, bool grad) {
         using T = typename std::decay_t<decltype(run)>::Scalar;
         const size_t n = size_t(s.N) * s.Vl;
         auto logits = run.tensor(values(n, 61, p, -6, 6));
-        const IVec targets = ids(s.N, 62, s.V);
+        IVec targets = ids(s.N, 62, s.V);
+        for (size_t i = 0; i < targets.size(); i += 3) targets[i] = kUnscored;  // the loss mask's
         auto *row_max = run.array(s.N), *stats = run.array(2 * s.N), *losses = run.array(s.N);
         run.be().ce_row_max(logits, row_max, s.N, s.Vl, s.v0, s.V);
         run.be().ce_stats(logits, row_max, targets.data(), stats, s.N, s.Vl, s.v0, s.V);

@@ -1,14 +1,17 @@
 // Document masking (--document-mask): where documents start in packed tokens, and what the mask
 // means for a model: under RoPE a packed document's losses and gradients are those it has alone.
+// The boundary's loss mask (--mask-boundary-loss): which targets it leaves unscored.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/data/document_starts.hpp"
+#include "mpitrain/data/loss_mask.hpp"
 #include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/model/model.hpp"
 #include "mpitrain/runtime/error.hpp"
@@ -41,14 +44,34 @@ TEST(DocumentStarts, AtTheTokenBeforeOrAfterTheTokenAfter) {
 }
 
 TEST(DocumentStarts, TheByteTokenizerMarksNoBoundaryAndIsRefused) {
-  try {
-    document_boundary(ByteTokenizer());
-    FAIL() << "no refusal";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("the bytes tokenizer marks no document boundary"),
-              std::string::npos)
-        << e.what();
+  for (const std::string option : {"document-mask", "mask-boundary-loss"}) {
+    try {
+      document_boundary(ByteTokenizer(), option);
+      FAIL() << "no refusal";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--" + option +
+                                           ": the bytes tokenizer marks no document boundary"),
+                std::string::npos)
+          << e.what();
+    }
   }
+}
+
+// --mask-boundary-loss: the targets whose input is the boundary are unscored, the header's
+// examples (data/loss_mask.hpp), after an end token and after a start token.
+TEST(LossMask, NoLossWhereTheInputIsTheBoundary) {
+  const auto scored = [](std::vector<int32_t> tokens, int32_t boundary) {
+    std::vector<int32_t> targets(tokens.begin() + 1, tokens.end());
+    tokens.pop_back();
+    unscore_after_boundary(boundary, tokens.data(), targets.data(), tokens.size());
+    return std::make_pair(targets, scored_targets(targets.data(), targets.size()));
+  };
+  constexpr int32_t a = 1, b = 2, c = 3, d = 4, e = 5, eos = 9, eot = 7, x = kUnscored;
+  EXPECT_EQ(scored({a, b, eos, c, d, eos, e}, eos),
+            std::make_pair(std::vector<int32_t>{b, eos, x, d, eos, x}, size_t{4}));
+  EXPECT_EQ(scored({eot, a, b, eot, c, d}, eot),
+            std::make_pair(std::vector<int32_t>{x, b, eot, x, d}, size_t{3}));
+  EXPECT_EQ(scored({a, b, c}, eos), std::make_pair(std::vector<int32_t>{b, c}, size_t{2}));
 }
 
 // A model over one packed sequence [document 0 | document 1] with document masking (starts

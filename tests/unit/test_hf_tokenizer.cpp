@@ -170,10 +170,10 @@ TEST_F(HfTokenizerTest, DocumentBoundariesFromTheConfigElseTheTemplate) {
   EXPECT_FALSE(configured->document_start().has_value());
   EXPECT_EQ(configured->document_end(), 261u);
   // --document-mask: a document starts at the BOS where there is one, else after the EOS
-  EXPECT_TRUE(document_boundary(*load(j)).before);
-  EXPECT_EQ(document_boundary(*configured).token, 261);
-  EXPECT_FALSE(document_boundary(*configured).before);
-  EXPECT_EQ(describe(document_boundary(*configured), *configured),
+  EXPECT_TRUE(document_boundary(*load(j), "document-mask").before);
+  EXPECT_EQ(document_boundary(*configured, "document-mask").token, 261);
+  EXPECT_FALSE(document_boundary(*configured, "document-mask").before);
+  EXPECT_EQ(describe(document_boundary(*configured, "document-mask"), *configured),
             "a document starts after each token 261 (<|eos|>)");
   EXPECT_EQ(load(j, {{"bos_token", "<|eos|>"}, {"add_bos_token", false}})->document_start(),
             std::nullopt);

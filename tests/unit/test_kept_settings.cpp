@@ -101,17 +101,19 @@ TEST(KeptSettings, AnMoeRunsAuxLossFormIsKept) {
   EXPECT_EQ(resumed_form({}), "auto");
 }
 
-// Document masking and positions are the objective's too: a resume keeps them unless given,
+// Document masking, positions and the boundary's loss mask are the objective's too: a resume
+// keeps them unless given,
 // names a given other value, and refuses a recorded value that is not a boolean; an older
 // checkpoint's run had none.
-TEST(KeptSettings, DocumentMaskingIsKept) {
-  const std::string recorded =
-      kept_settings(parse({"--document-mask", "--document-positions"}).train);
+TEST(KeptSettings, DocumentMaskingAndTheBoundarysLossMaskAreKept) {
+  const std::string recorded = kept_settings(
+      parse({"--document-mask", "--document-positions", "--mask-boundary-loss"}).train);
   EXPECT_EQ(recorded_setting(recorded, "document-mask"), "true");
   Options resumed = parse({});
   EXPECT_EQ(take_kept_settings(resumed, recorded), "");
   EXPECT_TRUE(resumed.train.document_mask);
   EXPECT_TRUE(resumed.train.document_positions);
+  EXPECT_TRUE(resumed.train.mask_boundary_loss);
   Options unmasked = parse({"--document-mask", "false"});
   EXPECT_EQ(take_kept_settings(unmasked, recorded),
             "document-mask false (the checkpoint's run: true)");

@@ -237,6 +237,9 @@ TEST(Options, AnotherTrainersNameNamesOurs) {
       {"--weight_decay", "--weight-decay?"},
       {"--bf16", "--precision? write --precision bf16"},
       {"--tensor-model-parallel-size", "--tp?"},
+      {"--reset-attention-mask", "--document-mask?"},
+      {"--reset_position_ids", "--document-positions?"},
+      {"--eod-mask-loss", "--mask-boundary-loss?"},
   };
   for (const auto& [given, ours] : meant) {
     const std::string error = usage_error({"--train-data", "x", given, "1"});

@@ -123,7 +123,7 @@ TEST_F(TokenizerFilesTest, LlmcTokenizerDecodesAndRefusesToEncode) {
   EXPECT_EQ(tok->name(), "gpt2");
   EXPECT_EQ(tok->vocab_size(), 4);
   EXPECT_EQ(tok->document_start(), 3u);
-  const DocumentBoundary boundary = document_boundary(*tok);  // --document-mask's
+  const DocumentBoundary boundary = document_boundary(*tok, "document-mask");  // --document-mask's
   EXPECT_EQ(boundary.token, 3);
   EXPECT_TRUE(boundary.before);
   EXPECT_EQ(describe(boundary, *tok), "a document starts at each token 3 (<|endoftext|>)");

@@ -29,6 +29,7 @@
 #include "mpitrain/backend/buf.hpp"
 #include "mpitrain/backend/precision.hpp"
 #include "mpitrain/backend/rope_freqs.hpp"
+#include "mpitrain/backend/unscored.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -253,6 +254,7 @@ class Backend {
 
   // ---- softmax cross-entropy, vocabulary-parallel ------------------------------------------
   // logits(N, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary; columns >= V are padding.
+  // A row whose target is kUnscored adds no loss and has a zero gradient.
   // Three phases; under tensor parallelism the caller all-reduces between them (MAX over row_max,
   // SUM over stats), so no rank ever holds the full logits. With one rank: no communication.
   // 1) row_max(N) = max of this rank's real columns (-inf if it holds none)
@@ -261,9 +263,9 @@ class Backend {
   //    rank holds it, else 0]
   virtual void ce_stats(CBuf<T> logits, const T* row_max, const int32_t* targets, T* stats, int N,
                         int Vl, int v0, int V) = 0;
-  // 3) losses[n] = log(sumexp) + row_max - target logit. If dloss != 0, logits is overwritten by
-  //    its gradient (softmax - onehot(target)) * dloss, zero in padding columns. Returns the sum
-  //    of the N losses in double.
+  // 3) losses[n] = log(sumexp) + row_max - target logit (0 if unscored). If dloss != 0, logits
+  //    is overwritten by its gradient (softmax - onehot(target)) * dloss, zero in padding
+  //    columns and in unscored rows. Returns the sum of the N losses in double.
   virtual double ce_loss(Buf<T> logits, const T* row_max, const T* stats, const int32_t* targets,
                          T* losses, int N, int Vl, int v0, int V, T dloss) = 0;
 

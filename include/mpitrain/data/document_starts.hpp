@@ -27,9 +27,9 @@ struct DocumentBoundary {
 };
 
 // The boundary of a tokenizer's documents: its document_start token if it has one, else its
-// document_end; UsageError for a tokenizer with neither (bytes, whose documents prepare-data
-// separates with '\n', a byte documents also hold).
-DocumentBoundary document_boundary(const Tokenizer& tokenizer);
+// document_end; UsageError naming `option` for a tokenizer with neither (bytes, whose documents
+// prepare-data separates with '\n', a byte documents also hold).
+DocumentBoundary document_boundary(const Tokenizer& tokenizer, const std::string& option);
 // "a document starts at each token 50256 (<|endoftext|>)": for the start-up lines.
 std::string describe(const DocumentBoundary& boundary, const Tokenizer& tokenizer);
 

@@ -9,7 +9,8 @@
 // Under context parallelism (chunks given) each cp rank of a dp rank takes the same samples and
 // keeps its two chunks of each (parallel/context_chunks.hpp): rows of chunks->local_len().
 // With document masking (a boundary given) each row's tokens also get their documents' starts
-// (data/document_starts.hpp), found in the whole sample before its chunks are taken.
+// (data/document_starts.hpp), found in the whole sample before its chunks are taken. With loss
+// masking (a loss boundary given) the targets after that token are kUnscored (data/loss_mask.hpp).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,8 @@ class BatchLoader {
  public:
   BatchLoader(SampleStream& stream, int seq_len, int global_batch, int micro_batch, int dp_rank,
               int dp_size, const ContextChunks* chunks = nullptr,
-              std::optional<DocumentBoundary> documents = std::nullopt);
+              std::optional<DocumentBoundary> documents = std::nullopt,
+              std::optional<int32_t> loss_boundary = std::nullopt);
 
   int micro_batches() const { return micro_batches_; }  // per rank per step
   int micro_batch() const { return micro_batch_; }
@@ -43,6 +45,7 @@ class BatchLoader {
   int seq_len_, global_batch_, micro_batch_, dp_rank_, dp_size_, micro_batches_;
   const ContextChunks* chunks_;
   std::optional<DocumentBoundary> documents_;
+  std::optional<int32_t> loss_boundary_;
   std::vector<int32_t> whole_tokens_, whole_targets_, whole_starts_;  // with chunks: one sample
 };
 

@@ -68,6 +68,9 @@ class PipelineRunner {
   // null). Returns the summed loss on the last stage, 0 elsewhere.
   double evaluate(const int32_t* tokens, const int32_t* targets, const int32_t* doc_starts,
                   int rows);
+  // The targets of the last train() or evaluate() that are scored (not kUnscored): the loss's
+  // token count (every stage's, though the last alone sums the loss).
+  size_t scored() const { return scored_; }
 
   // The routing counts in a float message: count = hi 2^22 + lo, both exact in fp32 for any
   // count below 2^46; out / in hold 2 counts.size() floats. decode adds to counts, or writes
@@ -122,6 +125,7 @@ class PipelineRunner {
   std::vector<CommHandle> count_sends_, count_grad_sends_;
   std::vector<float> count_host_;
   double loss_ = 0.0;
+  size_t scored_ = 0;
   TraceRecorder* trace_;
   std::function<double()> blocked_seconds_;
   Times times_;

@@ -56,6 +56,7 @@ struct TrainConfig {
   bool shuffle = true;
   bool document_mask = false;  // attention within each document only (data/document_starts.hpp)
   bool document_positions = false;  // positions from each document's start (needs document_mask)
+  bool mask_boundary_loss = false;  // no loss after the document boundary (data/loss_mask.hpp)
   std::string train_data;     // a data spec: [WEIGHT:]PATH_OR_GLOB,... (data/data_spec.hpp)
   std::string val_data;
   std::string data_format = "auto";

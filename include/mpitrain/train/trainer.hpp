@@ -124,6 +124,7 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;  // the sample's (train/sample_tokenizer.hpp); or null
   std::string tokenizer_descriptor_;      // its file, copied into <out-dir>/tokenizer/; or ""
   std::optional<DocumentBoundary> documents_;  // --document-mask: the tokenizer's boundary
+  std::optional<int32_t> loss_boundary_;  // --mask-boundary-loss: its token (data/loss_mask.hpp)
   std::optional<ResumeSource> resume_source_;  // an explicit --resume PATH
   bool continues_run_ = false;                 // resuming the run in out-dir (auto, or its own)
   bool params_from_checkpoint_ = false;        // a resume that loads or stops: no initial values

@@ -6,6 +6,7 @@
 
 #include "common.cuh"
 #include "kernels.hpp"
+#include "mpitrain/backend/unscored.hpp"
 
 namespace mpitrain::cuda {
 
@@ -43,21 +44,24 @@ __global__ void ce_stats_kernel(In logits, const float* row_max, const int32_t* 
 }
 
 // loss = log Z + m - x_t (double); with dloss != 0: x_j = e^(x_j - m) (dloss / Z) - [j == t] dloss
-// for j < R, 0 for the padding columns.
+// for j < R, 0 for the padding columns. Target kUnscored: loss 0, x_j = 0 (scale 0, t held by no
+// rank), as the CPU backend's.
 __global__ void ce_loss_kernel(Out logits, const float* row_max, const float* stats,
                                const int32_t* targets, float* losses, double* row_loss, int N,
                                int Vl, int v0, int V, float dloss) {
   const int n = blockIdx.x, R = real_columns(Vl, v0, V);
   const float m = row_max[n];
   const double z = static_cast<double>(stats[n]);
+  const bool scored = targets[n] != kUnscored;
   if (threadIdx.x == 0) {
-    const double loss = log(z) + static_cast<double>(m) - static_cast<double>(stats[N + n]);
+    const double loss =
+        scored ? log(z) + static_cast<double>(m) - static_cast<double>(stats[N + n]) : 0.0;
     losses[n] = static_cast<float>(loss);
     row_loss[n] = loss;
   }
   if (dloss == 0.0f) return;
   const Out x = logits + size_t(n) * Vl;
-  const float s = static_cast<float>(1.0 / z) * dloss;
+  const float s = scored ? static_cast<float>(1.0 / z) * dloss : 0.0f;
   const int t = targets[n] - v0;
   // the target's -dloss in the same expression: a 2-byte logit is rounded once, as in fp32
   for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
