@@ -61,6 +61,7 @@ const std::vector<OptionRange> kRanges = {
     {"lr", 0, 10, true},
     {"warmup-steps", 0, kUnbounded},
     {"lr-decay-steps", 0, kUnbounded},
+    {"lr-wsd-decay-steps", 0, kUnbounded},
     {"min-lr-ratio", 0, 1},
     {"momentum", 0, 1, false, true},
     {"weight-decay", 0, 10},
@@ -298,8 +299,16 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
       ("seed", with_default(&raw.seed)->value_name("N"),
        "seed for initialisation, data order and sampling (0 to 2^64 - 1)")
       ("lr", with_default(&t.lr), "peak learning rate")
-      ("lr-schedule", with_default(&t.lr_schedule)->value_name("cosine|linear|constant"),
-       "decay after the warm-up")
+      ("lr-schedule", with_default(&t.lr_schedule)->value_name("cosine|linear|constant|wsd"),
+       "decay after the warm-up; wsd (warmup-stable-decay): lr held until the decay over the "
+       "last lr-wsd-decay-steps steps")
+      ("lr-wsd-decay-steps", with_default(&t.lr_wsd_decay_steps),
+       "lr-schedule wsd: the last steps of the schedule, over which the lr decays to "
+       "min-lr-ratio x lr (Megatron's --lr-wsd-decay-iters)")
+      ("lr-wsd-decay-style",
+       with_default(&t.lr_wsd_decay_style)->value_name("linear|cosine|sqrt|exponential"),
+       "lr-schedule wsd: the decay's shape over its progress q: 1 - q, (1 + cos(pi q)) / 2, "
+       "1 - sqrt(q), 2 x 0.5^q - 1 (Megatron's --lr-wsd-decay-style, minus_sqrt for sqrt)")
       ("warmup-steps", with_default(&t.warmup_steps), "linear warm-up steps")
       ("lr-decay-steps", with_default(&t.lr_decay_steps),
        "steps the schedule spans, warm-up included (Megatron's --lr-decay-iters); 0 = --steps of "

@@ -13,7 +13,18 @@ LrDecay parse_lr_decay(const std::string& name) {
   if (name == "cosine") return LrDecay::Cosine;
   if (name == "linear") return LrDecay::Linear;
   if (name == "constant") return LrDecay::Constant;
-  throw UsageError("lr-schedule must be 'cosine', 'linear' or 'constant', not '" + name + "'");
+  if (name == "wsd") return LrDecay::Wsd;
+  throw UsageError("lr-schedule must be 'cosine', 'linear', 'constant' or 'wsd', not '" + name +
+                   "'");
+}
+
+WsdDecay parse_wsd_decay(const std::string& name) {
+  if (name == "linear") return WsdDecay::Linear;
+  if (name == "cosine") return WsdDecay::Cosine;
+  if (name == "sqrt") return WsdDecay::Sqrt;
+  if (name == "exponential") return WsdDecay::Exponential;
+  throw UsageError("lr-wsd-decay-style must be 'linear', 'cosine', 'sqrt' or 'exponential', not '" +
+                   name + "'");
 }
 
 std::string to_string(LrDecay decay) {
@@ -21,17 +32,49 @@ std::string to_string(LrDecay decay) {
     case LrDecay::Cosine: return "cosine";
     case LrDecay::Linear: return "linear";
     case LrDecay::Constant: return "constant";
+    case LrDecay::Wsd: return "wsd";
   }
   return "?";
 }
 
+namespace {
+// WSD's lr as a fraction of the way from min to max, at decay progress q in (0, 1].
+double wsd_coefficient(WsdDecay shape, double q) {
+  switch (shape) {
+    case WsdDecay::Linear: return 1.0 - q;
+    case WsdDecay::Cosine: return 0.5 * (1.0 + std::cos(std::numbers::pi * q));
+    case WsdDecay::Sqrt: return 1.0 - std::sqrt(q);
+    case WsdDecay::Exponential: return 2.0 * std::pow(0.5, q) - 1.0;
+  }
+  return 1.0;
+}
+}  // namespace
+
 double LrSchedule::at(int step) const {
   if (step < warmup_steps) return max_lr * (step + 1) / warmup_steps;
   if (decay == LrDecay::Constant) return max_lr;
+  if (decay == LrDecay::Wsd) {
+    const int stable_end = total_steps - 1 - wsd_decay_steps;  // the last step at max_lr
+    if (step <= stable_end) return max_lr;
+    const double q = std::min(1.0, static_cast<double>(step - stable_end) / wsd_decay_steps);
+    return min_lr + (max_lr - min_lr) * wsd_coefficient(wsd_decay, q);
+  }
   const int span = std::max(1, total_steps - warmup_steps - 1);
   const double p = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
   if (decay == LrDecay::Linear) return max_lr - (max_lr - min_lr) * p;
   return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+}
+
+void LrSchedule::check() const {
+  if (decay != LrDecay::Wsd) return;
+  if (wsd_decay_steps < 1)
+    throw UsageError("lr-schedule wsd decays over the last lr-wsd-decay-steps steps: give them "
+                     "(Megatron-LM's lr-wsd-decay-iters)");
+  if (wsd_decay_steps > total_steps - warmup_steps)
+    throw UsageError("lr-wsd-decay-steps " + std::to_string(wsd_decay_steps) +
+                     " does not fit after warmup-steps " + std::to_string(warmup_steps) +
+                     " in the schedule's " + std::to_string(total_steps) +
+                     " steps: the decay starts after the warm-up");
 }
 
 std::string resume_schedule(LrSchedule& s, int decay_steps, int steps, int64_t recorded,

@@ -25,6 +25,8 @@ const std::pair<const char*, Field> kKept[] = {
     {"precision", &TrainConfig::precision},
     {"lr", &TrainConfig::lr},
     {"lr-schedule", &TrainConfig::lr_schedule},
+    {"lr-wsd-decay-steps", &TrainConfig::lr_wsd_decay_steps},
+    {"lr-wsd-decay-style", &TrainConfig::lr_wsd_decay_style},
     {"warmup-steps", &TrainConfig::warmup_steps},
     {"min-lr-ratio", &TrainConfig::min_lr_ratio},
     {"weight-decay", &TrainConfig::weight_decay},

@@ -194,7 +194,12 @@ void Trainer::check_inputs() {
       std::printf("resume: given otherwise than the checkpoint's run: %s\n",
                   given_otherwise.c_str());
     schedule_ = parse_pipeline_schedule(t_.pp_schedule);
-    parse_lr_decay(t_.lr_schedule);
+    parse_wsd_decay(t_.lr_wsd_decay_style);
+    if (parse_lr_decay(t_.lr_schedule) != LrDecay::Wsd)
+      for (const std::string wsd : {"lr-wsd-decay-steps", "lr-wsd-decay-style"})
+        require(!options_.was_given(wsd),
+                wsd + " shapes lr-schedule wsd's decay, and lr-schedule is " + t_.lr_schedule +
+                    ": give lr-schedule wsd, or leave it out");
     const TokenFormat format = parse_token_format(t_.data_format);
     if (!t_.train_data.empty())
       train_.emplace(parse_data_spec(t_.train_data, "train-data"), format, t_.seq_len, "train-data");
@@ -481,7 +486,8 @@ void Trainer::build_step_parts() {
                        static_cast<float>(t_.momentum), static_cast<float>(t_.weight_decay)};
   const int schedule_steps = t_.lr_decay_steps > 0 ? t_.lr_decay_steps : t_.steps;
   lr_schedule_ = LrSchedule{parse_lr_decay(t_.lr_schedule), t_.lr, t_.lr * t_.min_lr_ratio,
-                            t_.warmup_steps, schedule_steps};
+                            t_.warmup_steps, schedule_steps, t_.lr_wsd_decay_steps,
+                            parse_wsd_decay(t_.lr_wsd_decay_style)};
   if (train_) {
     stream_.emplace(*train_, t_.seed, t_.shuffle);
     loader_.emplace(*stream_, t_.seq_len, t_.global_batch_size, micro_batch_, grid_->dp_rank(),
@@ -601,6 +607,7 @@ void Trainer::build_step_parts() {
   peak_cpus_ = peak_sums[1];
   peak_suspect_ranks_ = static_cast<int>(std::lround(peak_sums[2]));
   resume();
+  lr_schedule_->check();  // its length is final: the run's, or the resumed checkpoint's
   // Saves at planned steps, or only at a stop's signal; background ones where they are periodic.
   const bool periodic = t_.save_interval > 0 || (t_.save_best && val_);
   const SavePlan saves = plan_saves(

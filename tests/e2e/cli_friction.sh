@@ -10,7 +10,9 @@
 #   resume with another --shuffle is refused (exit 2) naming both;
 # - --export-hf and --export-llmc under directories that do not exist yet: created;
 # - --init-from the export, --steps 0 --val-data, no --train-data: evaluates it (the val loss of
-#   the run that wrote it).
+#   the run that wrote it);
+# - warmup-stable-decay (--lr-schedule wsd): Megatron's lr per step, kept by a resume, its
+#   misuse refused.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 # shellcheck disable=SC2046
 set -- $(tiny_model_args) $(val_args)
@@ -129,3 +131,52 @@ a=$(metric "$SCRATCH/e/metrics.jsonl" val_loss | tail -1)
 b=$(metric "$SCRATCH/v/metrics.jsonl" val_loss | tail -1)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "val loss $b of the export, $a when it was written"
 echo "ok: --init-from --steps 0 --val-data evaluates without --train-data (val loss $b)"
+
+# 15. Warmup-stable-decay (--lr-schedule wsd, Megatron's WSD): 10 steps, 2 of warm-up, the last
+# 4 decaying (linear, and sqrt: Megatron's minus_sqrt) to min-lr-ratio x lr; a resume at step 5
+# given none of the flags keeps the schedule (kept settings), the lr and losses of steps 6-10 bit
+# for bit; the WSD flags with another schedule, and a decay longer than the steps after the
+# warm-up, exit 2.
+wsd=("${data[@]}" "${model[@]}" --steps 10 --lr 2e-3 --warmup-steps 2 --min-lr-ratio 0.1
+     --lr-schedule wsd --lr-wsd-decay-steps 4)
+for style in linear sqrt; do
+  run_trainer 1 "$SCRATCH/wsd.log" "${wsd[@]}" --lr-wsd-decay-style "$style" --out-dir "$SCRATCH/wsd-$style"
+  [ "$rc" = 0 ] || { cat "$SCRATCH/wsd.log"; fail "wsd $style exited $rc"; }
+  metric "$SCRATCH/wsd-$style/metrics.jsonl" lr > "$SCRATCH/wsd-$style.lr"
+  # Megatron-LM's get_lr with its num_steps = our step + 1 (the last step reaches min)
+  python3 - "$style" "$SCRATCH/wsd-$style.lr" <<'PYEOF' || fail "wsd $style: the lr per step"
+import math, sys
+style, got = sys.argv[1], [float(x) for x in open(sys.argv[2])]
+shape = {"linear": lambda q: 1 - q, "sqrt": lambda q: 1 - math.sqrt(q)}[style]
+want = []
+for s in range(10):
+    n = s + 1
+    coeff = n / 2 if n <= 2 else 1.0 if n <= 10 - 4 else shape((n - (10 - 4)) / 4)
+    want.append(2e-4 + (2e-3 - 2e-4) * coeff if n > 2 else 2e-3 * coeff)
+# metrics.jsonl prints 9 significant digits: 1e-7 relative is a few times that rounding
+bad = [(s + 1, g, w) for s, (g, w) in enumerate(zip(got, want)) if abs(g - w) > 1e-7 * w]
+if len(got) != 10 or bad: sys.exit(f"wsd {style}: lr {got}, want {want}")
+print(f"ok: wsd {style}: lr per step {' '.join(f'{g:.4g}' for g in got)}")
+PYEOF
+done
+run_trainer 1 "$SCRATCH/wsd.log" "${wsd[@]}" --exit-at-step 5 --out-dir "$SCRATCH/wsd-resumed"
+[ "$rc" = 85 ] || { cat "$SCRATCH/wsd.log"; fail "wsd's first piece exited $rc"; }
+run_trainer 1 "$SCRATCH/wsd.log" "${data[@]}" --steps 10 --resume auto --out-dir "$SCRATCH/wsd-resumed"
+[ "$rc" = 0 ] || { cat "$SCRATCH/wsd.log"; fail "wsd's resume exited $rc"; }
+for key in lr loss; do
+  cmp -s <(metric "$SCRATCH/wsd-linear/metrics.jsonl" "$key" | tail -5) \
+    <(metric "$SCRATCH/wsd-resumed/metrics.jsonl" "$key" | tail -5) ||
+    fail "wsd resumed without its flags: steps 6-10's $key differ from the straight run's"
+done
+echo "ok: a resume keeps the wsd schedule: steps 6-10 bit for bit"
+for refused in "--lr-wsd-decay-steps 4:lr-wsd-decay-steps shapes lr-schedule wsd's decay, and lr-schedule is cosine" \
+  "--lr-schedule wsd --lr-wsd-decay-steps 9:lr-wsd-decay-steps 9 does not fit after warmup-steps 2 in the schedule's 10 steps" \
+  "--lr-schedule wsd:lr-schedule wsd decays over the last lr-wsd-decay-steps steps"; do
+  # shellcheck disable=SC2086
+  run_trainer 1 "$SCRATCH/refused.log" "${data[@]}" "${model[@]}" --steps 10 --warmup-steps 2 \
+    ${refused%%:*} --out-dir "$SCRATCH/wsd-refused"
+  [ "$rc" = 2 ] && grep -qF "${refused#*:}" "$SCRATCH/refused.log" ||
+    { cat "$SCRATCH/refused.log"; fail "${refused%%:*}: exit $rc, expected 2 with '${refused#*:}'"; }
+  [ ! -e "$SCRATCH/wsd-refused/metrics.jsonl" ] || fail "${refused%%:*}: a step was taken"
+done
+echo "ok: the wsd flags with another schedule, a decay that does not fit, and wsd without its steps exit 2"

@@ -27,7 +27,8 @@ TEST(KeptSettings, ARunsSettingsComeBackExactlyWhereNotGiven) {
   // values that a decimal text with too few digits would not give back bit for bit
   const Options run = parse({"--precision", "bf16", "--lr", "0.0003000000000000001",
                              "--beta2", "0.95", "--adam-eps", "1e-7", "--weight-decay", "0",
-                             "--warmup-steps", "0", "--lr-schedule", "linear",
+                             "--warmup-steps", "0", "--lr-schedule", "wsd",
+                             "--lr-wsd-decay-steps", "7", "--lr-wsd-decay-style", "sqrt",
                              "--min-lr-ratio", "0.3333333333333333", "--grad-clip", "0.5"});
   const std::string recorded = kept_settings(run.train);
   Options resumed = parse({});
@@ -38,7 +39,9 @@ TEST(KeptSettings, ARunsSettingsComeBackExactlyWhereNotGiven) {
   EXPECT_EQ(resumed.train.adam_eps, 1e-7);
   EXPECT_EQ(resumed.train.weight_decay, 0.0);
   EXPECT_EQ(resumed.train.warmup_steps, 0);
-  EXPECT_EQ(resumed.train.lr_schedule, "linear");
+  EXPECT_EQ(resumed.train.lr_schedule, "wsd");
+  EXPECT_EQ(resumed.train.lr_wsd_decay_steps, 7);
+  EXPECT_EQ(resumed.train.lr_wsd_decay_style, "sqrt");
   EXPECT_EQ(resumed.train.min_lr_ratio, 0.3333333333333333);
   EXPECT_EQ(resumed.train.grad_clip, 0.5);
   EXPECT_EQ(kept_settings(resumed.train), recorded);

@@ -21,6 +21,8 @@ struct TrainConfig {
 
   double lr = 1e-3;
   std::string lr_schedule = "cosine";
+  int lr_wsd_decay_steps = 0;                 // lr-schedule wsd: the decay's last steps
+  std::string lr_wsd_decay_style = "linear";  // and its shape
   int warmup_steps = 10;
   int lr_decay_steps = 0;     // the schedule's length; 0 = steps (a resume: the checkpoint's)
   double min_lr_ratio = 0.1;  // cosine/linear decay ends at lr * min_lr_ratio
