@@ -531,7 +531,7 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
 
 template <typename T>
 double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
-                         T dloss, const int32_t* doc_starts) {
+                         LossWeights<T> weights, const int32_t* doc_starts) {
   if (B > max_batch_ || Tlen > max_seq_) MPITRAIN_THROW("batch larger than the model was sized for");
   const ModelShard& s = layout_.shard();
   const auto [N, C, F, hs, NH, NKV, QKV, A, FC, NC] = dims(B, Tlen);
@@ -541,7 +541,7 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
   const int Ns = seq_rows(N);
   const size_t NsC = static_cast<size_t>(Ns) * C;
   SlotActs& sa = slots_[slot];
-  sa.dloss = dloss;
+  sa.dloss = weights.moe;
 
   if (s.first_stage) {
     const std::array<int, 2> units = embedding_units();
@@ -581,7 +581,7 @@ double Model<T>::forward(int slot, const int32_t* tokens, const int32_t* targets
                           local_vocab_);
   for (int u : units) give_params(u, false);
   lp(sa.logits, static_cast<size_t>(N) * local_vocab_);  // the loss itself is taken in fp32
-  return targets ? loss(sa, targets, N, dloss) : 0.0;
+  return targets ? loss(sa, targets, N, weights.scored) : 0.0;
 }
 
 template <typename T>

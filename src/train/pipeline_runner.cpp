@@ -131,7 +131,7 @@ void PipelineRunner::compute(const char* name, int micro, double* seconds, Pass&
   *seconds += wall - (blocked_seconds_ ? blocked_seconds_() - blocked_before : 0.0);
 }
 
-void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
+void PipelineRunner::forward(int micro, int rows, LossWeights<float> weights, const char* name,
                              bool send_with_next, bool training) {
   const int slot = micro % slots_;
   const size_t n = model_.boundary_elements(rows, seq_len_);
@@ -150,7 +150,7 @@ void PipelineRunner::forward(int micro, int rows, float dloss, const char* name,
     }
   }
   compute(name, micro, &times_.forward, [&] {
-    loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, dloss, doc_starts(micro));
+    loss_ += model_.forward(slot, tokens, targets, rows, seq_len_, weights, doc_starts(micro));
   });
   if (counts && stage_ > 0) take_counts(0, model_.routed_counts(slot), true);  // + earlier stages'
   if (pp_ && stage_ < stages_ - 1) {
@@ -191,9 +191,7 @@ void PipelineRunner::backward(int micro, const std::function<void(size_t)>& grad
   }
 }
 
-double PipelineRunner::train(const Loader& load, float dloss,
-                             const std::function<void(size_t)>& grads_ready) {
-  loss_ = 0.0;
+void PipelineRunner::load(const Loader& load) {
   times_ = Times{};
   const size_t rows = static_cast<size_t>(batch_) * seq_len_;
   for (int i = 0; i < micro_batches_; ++i) {
@@ -203,6 +201,11 @@ double PipelineRunner::train(const Loader& load, float dloss,
   }
   scored_ = scored_targets(targets_.data(), micro_batches_ * rows);
   upload_ids(tokens_.size());
+}
+
+double PipelineRunner::train(LossWeights<float> weights,
+                             const std::function<void(size_t)>& grads_ready) {
+  loss_ = 0.0;
   for (size_t i = 0; i < ops_.size(); ++i) {
     const PipeOp& op = ops_[i];
     // A send goes with the next pass's receive from the same neighbour: F then B (d output
@@ -212,7 +215,7 @@ double PipelineRunner::train(const Loader& load, float dloss,
     const bool next_forward = i + 1 < ops_.size() && ops_[i + 1].forward;
     const bool next_backward = i + 1 < ops_.size() && !ops_[i + 1].forward;
     if (op.forward)
-      forward(op.micro, batch_, dloss, "forward", next_backward, true);
+      forward(op.micro, batch_, weights, "forward", next_backward, true);
     else
       backward(op.micro, op.micro == micro_batches_ - 1 ? grads_ready : no_hook_, next_forward);
   }
@@ -234,7 +237,7 @@ double PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets,
   if (doc_starts) std::copy(doc_starts, doc_starts + n, doc_starts_.begin());
   scored_ = scored_targets(targets, n);
   upload_ids(n);
-  forward(0, rows, 0.0f, "eval forward", false, false);
+  forward(0, rows, {}, "eval forward", false, false);
   if (pp_) wait_send(out_sends_[0], 0);
   return loss_;
 }

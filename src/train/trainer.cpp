@@ -184,10 +184,20 @@ Trainer::StepEnd Trainer::step(int step) {
   for (Communicator* c : comms_->dp_groups())
     if (c) c->reset_bytes_sent();
   sync_->zero_grads();
-  const float dloss = static_cast<float>(1.0 / tokens_per_step_);  // mean over the global batch
+  runner_->load(load_);
   const bool counts_loss = grid_->last_stage() && grid_->tp_rank() == 0;
-  const double loss = runner_->train(load_, static_cast<float>(dloss * scaler_->scale()),
-                                     grads_ready_);
+  // The loss is the mean over the step's scored targets: all its tokens but under a loss mask,
+  // whose count over every rank is summed first (data/loss_mask.hpp). The MoE losses keep their
+  // weight per token.
+  double scored = tokens_per_step_;
+  if (loss_boundary_) {
+    scored = counts_loss ? static_cast<double>(runner_->scored()) : 0.0;
+    comms_->world.all_reduce(&scored, 1, ReduceOp::Sum);
+  }
+  const auto per = [&](double n) {  // the loss gradient per one of n, x the loss scale
+    return static_cast<float>(static_cast<float>(1.0 / n) * scaler_->scale());
+  };
+  const double loss = runner_->train({per(scored), per(tokens_per_step_)}, grads_ready_);
   // MoE: the routing and aux/z losses of this step's forwards, over all ranks (a collective).
   const std::vector<MoeLayerRecord> moe =
       cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_,
@@ -195,9 +205,7 @@ Trainer::StepEnd Trainer::step(int step) {
                                             shape_.dp * micro_batches_, comms_->world)
                          : std::vector<MoeLayerRecord>{};
   const double lr = lr_schedule_->at(step);
-  const LossShare share =
-      counts_loss ? LossShare{loss, static_cast<double>(runner_->scored())} : LossShare{};
-  const UpdateResult result = update_->apply(lr, share, step + 1);
+  const UpdateResult result = update_->apply(lr, counts_loss ? loss : 0.0, step + 1);
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};
   const double optimizer_seconds = update_->optimizer_seconds();
   // Replica drift: every --check-replicas steps the data-parallel copies must be identical
@@ -229,8 +237,8 @@ Trainer::StepEnd Trainer::step(int step) {
   const double joules = devices_.power_everywhere && totals[2] > 0 ? totals[1] : -1.0;
   const PipelineRunner::Times& pass = runner_->times();
   checkpointer_->poll();  // a background save committed since: into this record
-  log_->step({step + 1, t_.steps, result.loss, lr, result.grad_norm, tokens_per_s,
-              1e3 * seconds, 1e3 * exposed_comm_seconds,
+  log_->step({step + 1, t_.steps, result.loss_sum / scored, lr, result.grad_norm,
+              tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
               comms_->dp_bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,

@@ -195,11 +195,14 @@ void Trainer::check_inputs() {
                   given_otherwise.c_str());
     schedule_ = parse_pipeline_schedule(t_.pp_schedule);
     parse_wsd_decay(t_.lr_wsd_decay_style);
-    if (parse_lr_decay(t_.lr_schedule) != LrDecay::Wsd)
-      for (const std::string wsd : {"lr-wsd-decay-steps", "lr-wsd-decay-style"})
-        require(!options_.was_given(wsd),
-                wsd + " shapes lr-schedule wsd's decay, and lr-schedule is " + t_.lr_schedule +
-                    ": give lr-schedule wsd, or leave it out");
+    const bool wsd = parse_lr_decay(t_.lr_schedule) == LrDecay::Wsd;  // (after the kept settings)
+    const std::string unused = " shapes lr-schedule wsd's decay, and lr-schedule is " +
+                               t_.lr_schedule + ": give lr-schedule wsd, or leave it out";
+    const TrainConfig defaults;
+    options_.require_used(wsd, "lr-wsd-decay-steps", t_.lr_wsd_decay_steps,
+                          defaults.lr_wsd_decay_steps, unused);
+    options_.require_used(wsd, "lr-wsd-decay-style", t_.lr_wsd_decay_style,
+                          defaults.lr_wsd_decay_style, unused);
     const TokenFormat format = parse_token_format(t_.data_format);
     if (!t_.train_data.empty())
       train_.emplace(parse_data_spec(t_.train_data, "train-data"), format, t_.seq_len, "train-data");
@@ -244,9 +247,6 @@ void Trainer::check_inputs() {
     if (root_ && !router.empty()) std::printf("%s\n", router.c_str());
     const std::string yarn = describe_yarn_factor(options_, cfg_);
     if (root_ && !yarn.empty()) std::printf("%s\n", yarn.c_str());
-    require(!t_.mask_boundary_loss || cfg_.n_experts == 0,
-            "--mask-boundary-loss with experts is not implemented: the load-balancing loss is "
-            "weighted per token of the step, and the masked loss per scored token");
     check_work(options_, cfg_, tokenizer_.get(), resume_source_ ? &*resume_source_ : nullptr);
     check_device(t_, cfg_);
     check_tensor_parallel(cfg_, shape_.tp);
@@ -551,12 +551,11 @@ void Trainer::build_step_parts() {
                                                          : grid_->dp_cp_rank() == 0);
   const bool experts_count_once =
       shape_.ep > 1 && t_.zero == 0 ? grid_->expert_dp().rank() == 0 : counts_once;
-  tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   update_ = std::make_unique<UpdateStep>(
       *model_, *sync_, *optimizer_, *scaler_, *guard_,
       UpdateGroups{&comms_->world, tied_copies_ ? comms_->embedding_data() : nullptr, counts_once,
                    experts_count_once},
-      t_.grad_clip, tokens_per_step_, faults_, &trace_);
+      t_.grad_clip, faults_, &trace_);
 
   // The parameters this rank loads: the whole stage, or under ZeRO-3 its pieces.
   held_params_ = t_.zero == 3 ? sync_->owned_params() : model_->params();
@@ -640,6 +639,7 @@ void Trainer::build_step_parts() {
                                                  *log_, trace_);
 
   flops_per_token_ = model_flops_per_token(cfg_, t_.seq_len);
+  tokens_per_step_ = static_cast<double>(t_.global_batch_size) * t_.seq_len;
   // What each rank holds (the largest of all ranks): the compute copy of the parameters (in its
   // storage type) and the fp32 gradients (ZeRO-2/3: their shards and unit buffers), optimizer
   // state (with the fp32 master under bf16/fp16; 1/dp of it with ZeRO), activations.

@@ -8,7 +8,7 @@ namespace mpitrain {
 
 UpdateStep::UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer, LossScaler& scaler,
                        NumericGuard& guard, UpdateGroups groups, double grad_clip,
-                       double step_tokens, const FaultPlan& faults, TraceRecorder* trace)
+                       const FaultPlan& faults, TraceRecorder* trace)
     : model_(model),
       sync_(sync),
       optimizer_(optimizer),
@@ -16,7 +16,6 @@ UpdateStep::UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer, 
       guard_(guard),
       groups_(groups),
       grad_clip_(grad_clip),
-      step_tokens_(step_tokens),
       faults_(faults),
       tied_wte_(groups.tied ? &model.layout().find("wte") : nullptr),
       trace_(trace) {}
@@ -26,7 +25,7 @@ void UpdateStep::grads_ready(size_t offset) {
   sync_.ready_from(offset);
 }
 
-UpdateResult UpdateStep::apply(double lr, LossShare loss, int64_t step) {
+UpdateResult UpdateStep::apply(double lr, double loss, int64_t step) {
   optimizer_seconds_ = 0.0;
   const bool whole_grads = model_.grads() != nullptr;  // ZeRO 0/1: summed before the dp sync
   if (tied_wte_ && whole_grads)
@@ -44,18 +43,16 @@ UpdateResult UpdateStep::apply(double lr, LossShare loss, int64_t step) {
     groups_.tied->all_reduce(grads + o.at, o.size(), ReduceOp::Sum);
   }
   model_.sync_replicated_grads(grads, own);
-  double sums[3] = {
-      model_.grad_square_sum(grads, own, groups_.counts_norm, groups_.counts_expert_norm), loss.sum,
-      loss.scored};
-  groups_.world->all_reduce(sums, 3, ReduceOp::Sum);
-  const double mean_loss = sums[1] / sums[2];
-  const double per_scored = sums[2] > 0 ? step_tokens_ / sums[2] : 0.0;  // 1 unless masked
+  double sums[2] = {model_.grad_square_sum(grads, own, groups_.counts_norm,
+                                           groups_.counts_expert_norm),
+                    loss};
+  groups_.world->all_reduce(sums, 2, ReduceOp::Sum);
   const double scale = scaler_.scale();
-  const double norm = std::sqrt(sums[0]) / scale * per_scored;
+  const double norm = std::sqrt(sums[0]) / scale;
   if (!std::isfinite(norm) || !std::isfinite(sums[1])) {
     if (scaler_.enabled()) {
       scaler_.update(true);
-      return {norm, mean_loss, StepVerdict::Skip};
+      return {norm, sums[1], StepVerdict::Skip};
     }
     const float* seen = grads;
     std::vector<float> host;  // the guard reads host memory
@@ -64,15 +61,15 @@ UpdateResult UpdateStep::apply(double lr, LossShare loss, int64_t step) {
       model_.backend().download(host.data(), grads, host.size());
       seen = host.data();
     }
-    const NonFinite finding = find_nonfinite(model_.layout(), seen, own, loss.sum, *groups_.world);
-    return {norm, mean_loss, guard_.apply(finding, model_.layout(), seen, loss.sum, step)};
+    const NonFinite finding = find_nonfinite(model_.layout(), seen, own, loss, *groups_.world);
+    return {norm, sums[1], guard_.apply(finding, model_.layout(), seen, loss, step)};
   }
   scaler_.update(false);
   const double clip = grad_clip_ > 0 && norm > grad_clip_ ? grad_clip_ / norm : 1.0;
   TraceScope region(trace_, TraceLane::Compute, "optimizer", &optimizer_seconds_);
-  optimizer_.step(grads, static_cast<float>(lr), static_cast<float>(clip * per_scored / scale));
+  optimizer_.step(grads, static_cast<float>(lr), static_cast<float>(clip / scale));
   sync_.params_updated();
-  return {norm, mean_loss, StepVerdict::Update};
+  return {norm, sums[1], StepVerdict::Update};
 }
 
 }  // namespace mpitrain

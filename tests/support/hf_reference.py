@@ -30,7 +30,10 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            eod_mask_loss) prints the mean cross-entropy over the
                                            targets of those N windows whose input is not TOKEN,
                                            one mean over all N windows, and the gradient norm of
-                                           that mean over every tensor of the checkpoint
+                                           that mean over every tensor of the checkpoint (MoE:
+                                           of that mean + router_aux_loss_coef x the
+                                           all-layers load-balancing loss of the N windows as
+                                           one micro-batch)
   hf_reference.py DIR --aux FILE T N   ->  (MoE) the load-balancing loss of those N windows'
                                            N*T rows (one micro-batch of N) over the router
                                            logits of all MoE layers concatenated (transformers')
@@ -171,7 +174,7 @@ def load_balancing_loss(logits, top_k):  # load_balancing_loss_func of (R, E) ro
     routing = torch.softmax(logits, dim=-1)
     _, chosen = torch.topk(routing, top_k, dim=-1)
     tokens_per_expert = torch.nn.functional.one_hot(chosen, experts).double().mean(dim=0)  # (K, E)
-    return float((tokens_per_expert * routing.mean(dim=0).unsqueeze(0)).sum() * experts)
+    return (tokens_per_expert * routing.mean(dim=0).unsqueeze(0)).sum() * experts
 
 
 def llama_logits(c, w, ids, router_logits=None):
@@ -224,16 +227,20 @@ def read_tokens(path):
         return torch.frombuffer(bytearray(f.read()), dtype=torch.int16).long() & 0xFFFF
 
 
-def aux_loss(config, weights, path, T, n, per_layer):  # one micro-batch of n windows
-    tokens, windows = read_tokens(path), []  # each window's router logits, layer by layer
-    for i in range(n):
-        windows.append([])
-        llama_logits(config, weights, tokens[i * T:i * T + T], windows[-1])
+def micro_batch_aux_loss(config, windows, per_layer):  # windows: each one's router logits by layer
     layers = [torch.cat([w[l] for w in windows]) for l in range(len(windows[0]))]  # (n T, E) each
     k = config["num_experts_per_tok"]
     if per_layer:
         return sum(load_balancing_loss(logits, k) for logits in layers)
     return load_balancing_loss(torch.cat(layers), k)  # the layers' rows concatenated
+
+
+def aux_loss(config, weights, path, T, n, per_layer):  # one micro-batch of n windows
+    tokens, windows = read_tokens(path), []  # each window's router logits, layer by layer
+    for i in range(n):
+        windows.append([])
+        llama_logits(config, weights, tokens[i * T:i * T + T], windows[-1])
+    return float(micro_batch_aux_loss(config, windows, per_layer))
 
 
 def documents(forward, token):  # forward over each document of ids alone, a new one at each token
@@ -251,17 +258,24 @@ def mean_loss(forward, config, weights, path, T, n):
 
 
 def scored_loss(forward, config, weights, path, T, n, token):  # (loss, gradient norm)
-    tokens, total, scored = read_tokens(path), 0.0, 0
+    tokens, total, scored, windows = read_tokens(path), 0.0, 0, []
+    moe = "router_aux_loss_coef" in config
     for w in weights.values():
         w.requires_grad_(True)
     for i in range(n):
         ids, targets = tokens[i * T:i * T + T], tokens[i * T + 1:i * T + T + 1].clone()
         targets[ids == token] = -100  # cross_entropy's ignore_index
-        total = total + torch.nn.functional.cross_entropy(forward(config, weights, ids), targets,
-                                                          ignore_index=-100, reduction="sum")
+        windows.append([])
+        logits = forward(config, weights, ids, windows[-1]) if moe else forward(config, weights, ids)
+        total = total + torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100,
+                                                          reduction="sum")
         scored += int((targets != -100).sum())
     loss = total / scored
-    loss.backward()
+    objective = loss
+    if moe:  # the n windows as one micro-batch
+        objective = loss + config["router_aux_loss_coef"] * micro_batch_aux_loss(config, windows,
+                                                                                 False)
+    objective.backward()
     squares = sum(float((w.grad ** 2).sum()) for w in weights.values() if w.grad is not None)
     return float(loss), math.sqrt(squares)
 

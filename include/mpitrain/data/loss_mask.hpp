@@ -7,7 +7,9 @@
 //   targets  b </s> c   d </s> e     ->   a     b <eot> c   d
 //   scored   y  y   -   y  y   -          -     y  y    -   y
 // The trainer's loss is the mean over the scored targets of the whole step (every rank's and
-// micro-batch's: Megatron-Core's per-token loss), so every layout trains the same objective.
+// micro-batch's: Megatron-Core's per-token loss), so every layout trains the same objective; the
+// count is summed over the ranks before the first forward, so backward takes that mean's
+// gradient at once (Model's LossWeights), and the MoE losses keep their weight per token.
 #pragma once
 
 #include <cstddef>

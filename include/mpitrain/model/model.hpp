@@ -109,6 +109,17 @@ struct ModelOptions {
   bool document_positions = false;
 };
 
+// The per-token loss gradients a training forward keeps for backward (0: none, as evaluation's):
+// the cross-entropy's, per scored target, and the MoE losses', per token of the step. They differ
+// where targets are unscored (--mask-boundary-loss, data/loss_mask.hpp): the loss is the mean
+// over the scored targets, the MoE losses keep their weight per token. One value sets both.
+template <typename T>
+struct LossWeights {
+  LossWeights(T both = 0) : scored(both), moe(both) {}  // NOLINT: implicit, a weight of both
+  LossWeights(T scored_weight, T moe_weight) : scored(scored_weight), moe(moe_weight) {}
+  T scored, moe;
+};
+
 // Who lends a unit's tensors to a Model under ZeRO-2/3. Pointers are to the unit's element 0
 // (flat offset units()[u].lo); backward: the pass is a backward (params for recomputation and
 // the input gradients).
@@ -198,12 +209,13 @@ class Model {
   // One micro-batch through this stage, in activation slot `slot`. tokens (B, Tlen) are read on
   // the first stage, targets on the last; a later stage's input must be in input(slot) first.
   // Returns the sum of the B*Tlen token losses on the last stage (0 elsewhere, or without
-  // targets). With dloss != 0 the loss gradient (dloss per token) is kept for backward().
+  // targets). With weights != 0 the loss gradient (weights.scored per scored target) is kept for
+  // backward(), which weights the MoE losses by weights.moe per token.
   // doc_starts (B, Tlen), host memory, or null: each row's document's first position (document
   // masking: a row attends to none before it; backend.hpp's AttentionMask); backward is given the
   // same.
-  double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen, T dloss,
-                 const int32_t* doc_starts = nullptr);
+  double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int Tlen,
+                 LossWeights<T> weights, const int32_t* doc_starts = nullptr);
   // Adds this micro-batch's parameter gradients; the first backward after zero_grads writes the
   // linear layers' over (backward_writes_whole), as does every backward into lent unit buffers.
   // Before it, a stage that is not the last
@@ -275,7 +287,7 @@ class Model {
     std::vector<LayerActs> layers;   // this stage's blocks
     B_ lnf; T *lnf_mean, *lnf_rstd;  // (N,C) (N) (N)   last stage only
     B_ logits;                       // (N, Vl)          last stage only; dlogits after forward
-    T dloss = 0;                     // forward's per-token loss gradient (the MoE losses' weight)
+    T dloss = 0;                     // forward's weights.moe (the MoE losses' per token)
   };
   struct GradActs {
     B_ dres;                         // (N,C) gradient of the residual stream

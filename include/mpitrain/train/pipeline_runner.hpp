@@ -60,15 +60,18 @@ class PipelineRunner {
 
   int slots() const { return slots_; }  // activation slots the model must have
   const Times& times() const { return times_; }
-  // Forward and backward of every micro-batch; the parameter gradients accumulate in the model.
-  // grads_ready is passed to the step's last backward (data-parallel bucket hook). Returns the
-  // summed token loss on the last stage, 0 elsewhere.
-  double train(const Loader& load, float dloss, const std::function<void(size_t)>& grads_ready);
+  // Loads the step's micro-batches; scored() then counts their scored targets.
+  void load(const Loader& load);
+  // Forward and backward of every loaded micro-batch; the parameter gradients accumulate in the
+  // model. weights: the loss gradients (Model::forward). grads_ready is passed to the step's last
+  // backward (data-parallel bucket hook). Returns the summed token loss on the last stage, 0
+  // elsewhere.
+  double train(LossWeights<float> weights, const std::function<void(size_t)>& grads_ready);
   // Forward only of `rows` <= batch sequences (evaluation; doc_starts with document masking, else
   // null). Returns the summed loss on the last stage, 0 elsewhere.
   double evaluate(const int32_t* tokens, const int32_t* targets, const int32_t* doc_starts,
                   int rows);
-  // The targets of the last train() or evaluate() that are scored (not kUnscored): the loss's
+  // The targets of the last load() or evaluate() that are scored (not kUnscored): the loss's
   // token count (every stage's, though the last alone sums the loss).
   size_t scored() const { return scored_; }
 
@@ -84,8 +87,8 @@ class PipelineRunner {
   CommHandle send_start(CBuf<float> x, size_t n, int peer, int tag);  // in x's storage type
   CommHandle recv_start(Buf<float> x, size_t n, int peer, int tag);
   // training: the pass sends and receives the routing counts (where routed_).
-  void forward(int micro, int rows, float dloss, const char* name, bool send_with_next,
-               bool training);
+  void forward(int micro, int rows, LossWeights<float> weights, const char* name,
+               bool send_with_next, bool training);
   void backward(int micro, const std::function<void(size_t)>& grads_ready, bool send_with_next);
   void upload_ids(size_t n);  // the first n tokens and targets, to the device buffers (if any)
   const int32_t* token_ids() const { return device_tokens_ ? device_tokens_ : tokens_.data(); }

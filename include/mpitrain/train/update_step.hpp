@@ -9,18 +9,14 @@
 //      owned part of the gradients is valid); then MPITRAIN_FAULT=nan puts its NaN in (tests:
 //      after backward, which writes some gradients over, and after the sync's buffers are free)
 //   3. tensors replicated over tp average their gradients
-//   4. one all-reduce over the world of (squares of the owned primary gradients, loss, scored
-//      targets): every rank of a shard group counts its part under ZeRO, else data-parallel
-//      replica 0 alone (the replicas hold the same sums); the loss and its scored targets from
-//      whichever ranks hold them. Sums spread inf/NaN, so every rank sees the same non-finite
-//      norm or loss. Backward took the gradient of the loss summed / the step's tokens; the
-//      objective is the mean over the scored targets (data/loss_mask.hpp), so the gradients
-//      count tokens / scored times (1 without loss masking: the same bits)
+//   4. one all-reduce over the world of (squares of the owned primary gradients, loss): every
+//      rank of a shard group counts its part under ZeRO, else data-parallel replica 0 alone (the
+//      replicas hold the same sums); the loss from whichever ranks hold it. Sums spread inf/NaN,
+//      so every rank sees the same non-finite norm or loss
 //   5. non-finite: under fp16 the loss scaler halves its scale and the step is skipped;
 //      otherwise the numeric guard (train/numeric_guard.hpp) finds the first non-finite tensor
 //      and applies --on-nan (skip the step, or stop). Finite: the optimizer updates the owned
-//      part with clipping x tokens / scored x 1/loss scale, and the sync makes the parameters
-//      whole again.
+//      part with clipping x 1/loss scale, and the sync makes the parameters whole again.
 #pragma once
 
 #include <cstddef>
@@ -43,30 +39,24 @@ struct UpdateGroups {
   bool counts_expert_norm = true;
 };
 
-// A rank's share of the step's loss: its summed token loss and the scored targets it summed (0
-// and 0 where another rank counts them).
-struct LossShare {
-  double sum = 0.0;
-  double scored = 0.0;
-};
-
 struct UpdateResult {
-  double grad_norm;  // of the mean loss, global, unscaled, before clipping; inf/NaN when non-finite
-  double loss;       // the step's loss: the mean over its scored targets (NaN if none)
+  double grad_norm;     // global, unscaled, before clipping; inf/NaN when non-finite
+  double loss_sum;      // the step's loss summed over the world
   StepVerdict verdict;  // Update (done), Skip, or Stop (--on-nan stop: the run must end)
 };
 
 class UpdateStep {
  public:
   UpdateStep(Model<float>& model, DpSync& sync, Optimizer& optimizer, LossScaler& scaler,
-             NumericGuard& guard, UpdateGroups groups, double grad_clip, double step_tokens,
-             const FaultPlan& faults, TraceRecorder* trace = nullptr);
+             NumericGuard& guard, UpdateGroups groups, double grad_clip, const FaultPlan& faults,
+             TraceRecorder* trace = nullptr);
 
   // The hook for backward's grads_ready: starts the buckets backward has finished, except those
   // holding tied wte gradients, which must first be summed over the embedding group.
   void grads_ready(size_t offset);
-  // loss: this rank's share; a non-finite loss anywhere counts as an overflow too.
-  UpdateResult apply(double lr, LossShare loss, int64_t step);
+  // loss: this rank's share of the step's loss sum (0 where another rank counts it); a
+  // non-finite loss anywhere counts as an overflow too.
+  UpdateResult apply(double lr, double loss, int64_t step);
   int64_t skipped_steps() const { return scaler_.skipped_steps() + guard_.skipped(); }
   double optimizer_seconds() const { return optimizer_seconds_; }  // of the last apply()
 
@@ -78,7 +68,6 @@ class UpdateStep {
   NumericGuard& guard_;
   UpdateGroups groups_;
   double grad_clip_;
-  double step_tokens_;  // the tokens of a step (backward's loss gradient is 1 / step_tokens)
   const FaultPlan& faults_;
   const ParamTensor* tied_wte_;  // this rank's wte when groups.tied, else null
   TraceRecorder* trace_;
