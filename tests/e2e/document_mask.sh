@@ -93,7 +93,7 @@ export_matches() {  # export_matches NAME ARGS...: 30 steps, exported; val loss 
   theirs=$(reference "$name" 50256)
   # measured 1.7e-9 (llama) and 4e-10 (gpt2) (the metric's 9 digits, fp32 vs float64); the
   # references over the whole windows, unmasked, lie 9.3e-5 and 2.9e-5 away
-  awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+  close_to "$ours" "$theirs" 1e-6 ||
     fail "$name: val loss $ours, PyTorch's float64 reference over the documents alone $theirs (unmasked: $(reference "$name"))"
   echo "$name: val loss $ours, PyTorch's float64 reference over each document alone $theirs"
 }
@@ -133,7 +133,7 @@ for key in loss grad_norm val_loss; do
   # measured 2e-9 (loss) and 2.5e-8 (grad_norm: fp32's 1 / scored rounds by up to 6e-8); every
   # target scored, or the cross-entropy's gradient per token of the step, lie 3e-4 to 3e-2 away,
   # the aux loss's per scored target 1.9e-5
-  awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+  close_to "$ours" "$theirs" 1e-6 ||
     fail "--mask-boundary-loss: $key $ours, PyTorch's float64 reference $theirs"
   echo "--mask-boundary-loss: $key $ours, PyTorch's float64 reference over the scored targets $theirs"
 done

@@ -36,7 +36,7 @@ aux_step() {  # aux_step NAME REFERENCE-FLAG [ARGS...]: step 1's aux loss agains
     "$SCRATCH/step.bin" 32 4) || fail "mixtral: the PyTorch reference's aux loss ($flag) failed"
   # measured 5e-9 relative (fp32 vs float64) in both forms; one token routed elsewhere moves it by
   # about 1e-3, and the pooled counts' weights off by 1e-4 (x 1.0001) by 1e-4
-  awk -v a="$ours" -v b="$theirs" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}' ||
+  close_to "$ours" "$theirs" 1e-6 ||
     fail "mixtral: aux loss ($name) $ours, PyTorch's float64 reference $theirs"
   echo "mixtral: step 1's aux loss ($name) $ours, PyTorch's float64 reference $theirs"
 }

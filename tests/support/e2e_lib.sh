@@ -60,6 +60,11 @@ max_rel_diff() {  # max_rel_diff FILE_A FILE_B
     END { if (!bad) printf "%.3g\n", x + 0 }' || exit 1
 }
 
+# True when |a - b| / |b| < TOL: a figure A against its reference B (nonzero).
+close_to() {  # close_to A B TOL
+  awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < t)}'
+}
+
 # Each KEY's per-step values of run NAME (files $SCRATCH/NAME.KEY) against run REFERENCE's within
 # LOSS_TOL (loss, val_loss), NORM_TOL (grad_norm) or AUX_TOL (any other key), relative; prints
 # one line of the differences, fails naming the first key beyond its bound.
