@@ -2,7 +2,7 @@
 //
 //   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece|PATH] [--gpt2-vocab DIR]
 //   [--tokenizer-model FILE | --vocab-size N [--sp-model-type bpe|unigram]] [--val-fraction 0.05]
-//   [--split-seed 0] [--input-format auto|text|jsonl] [--jsonl-field text]
+//   [--split-seed 0] [--input-format auto|text|jsonl] [--jsonl-field text] [--prompt-field NAME]
 //   [--format hdf5|llmc|nanogpt] [--threads N] [--shard-tokens N] [--progress-seconds 10]
 //   [--overwrite] INPUT...
 //
@@ -11,7 +11,10 @@
 // between documents; gpt2 and sentencepiece: <|endoftext|> (llm.c's fineweb shards) or the model's
 // BOS (Llama) before each one; PATH: a tokenizer as load_tokenizer reads it (data/tokenizer.hpp),
 // e.g. a Hugging Face tokenizer.json or its directory: its bos_token before and eos_token after
-// each document (data/hf_tokenizer.hpp). The input is streamed in bounded memory (corpus_reader.hpp): a text
+// each document (data/hf_tokenizer.hpp). With --prompt-field (JSON Lines into HDF5, for
+// fine-tuning), a document is its prompt then its text, and the token files get a /loss_mask
+// (data/token_source.hpp) that scores neither the prompt's tokens nor the document's start.
+// The input is streamed in bounded memory (corpus_reader.hpp): a text
 // document is cut into pieces of about 64 KiB, a JSONL document is one piece; the pieces are
 // tokenized (--threads at once; the output is the same for any count) into two token spools in
 // DIR, then written out. Validation: piece i goes to val when a hash of (--split-seed, i) falls
@@ -67,6 +70,7 @@ struct Options {
   InputFormat input_format = InputFormat::Auto;
   std::string jsonl_field = "text";
   bool jsonl_field_given = false;  // used only where an input is JSON Lines
+  std::string prompt_field;        // fine-tuning: the unscored prompt's field; "" if none
   bool overwrite = false;
   std::string tokenizer = ByteTokenizer::kName;
   std::string gpt2_vocab, tokenizer_model, sp_model_type = "bpe";
@@ -132,6 +136,10 @@ bool parse_options(int argc, char** argv, Options& opt) {
       "auto (JSON Lines if the name ends in .jsonl, else text), text or jsonl (also for -)");
   add("jsonl-field", po::value(&opt.jsonl_field)->default_value("text"),
       "JSON Lines: the string field that holds a document's text");
+  add("prompt-field", po::value(&opt.prompt_field),
+      "JSON Lines, for fine-tuning: the string field of a prompt that comes before the text "
+      "(e.g. --prompt-field prompt --jsonl-field completion) and is not scored as a target: "
+      "the HDF5 token files get a /loss_mask");
   add("format", po::value(&format)->default_value("hdf5"),
       "hdf5 (train.h5/val.h5), llmc or nanogpt (train.bin/val.bin); llmc writes uint32 tokens "
       "(version 7) for a vocabulary beyond 65536, nanogpt refuses one");
@@ -179,6 +187,13 @@ bool parse_options(int argc, char** argv, Options& opt) {
           "--format auto is for reading; choose hdf5, llmc or nanogpt");
   opt.input_format = parse_input_format(input_format);
   require(!opt.jsonl_field.empty(), "--jsonl-field is empty");
+  require(!vm.count("prompt-field") || !opt.prompt_field.empty(), "--prompt-field is empty");
+  require(opt.prompt_field != opt.jsonl_field,
+          "--prompt-field and --jsonl-field both name '" + opt.jsonl_field +
+              "': the prompt and the scored text are two fields");
+  require(opt.prompt_field.empty() || opt.format == TokenFormat::Hdf5,
+          "--prompt-field writes a loss mask, which only an HDF5 token file holds: use --format "
+          "hdf5");
   opt.jsonl_field_given = !vm["jsonl-field"].defaulted();
   require(opt.threads >= 1 && opt.threads <= 1024,
           "--threads " + std::to_string(opt.threads) + " is not in [1, 1024]");
@@ -233,14 +248,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt,
     if (!opt.tokenizer_model.empty())
       return std::make_unique<SentencePieceTokenizer>(opt.tokenizer_model);
     std::vector<std::string> documents;
-    CorpusReader reader(inputs, opt.jsonl_field);
+    CorpusReader reader(inputs, opt.jsonl_field, opt.prompt_field);
     size_t bytes = 0;
     for (TextPiece piece; bytes < kSentencePieceTrainingBytes && reader.next(piece);) {
-      bytes += piece.text.size();
+      bytes += piece.prompt.size() + piece.text.size();
       if (piece.start == PieceStart::Continued)
         documents.back() += piece.text;
       else
-        documents.push_back(std::move(piece.text));
+        documents.push_back(piece.prompt + piece.text);
     }
     require(bytes > 0, "the input is empty");
     const std::string model = (tmp.path() / "tokenizer.model").string();
@@ -341,7 +356,7 @@ Tokenized tokenize_corpus(const Options& opt, const std::vector<CorpusInput>& in
     total_bytes += in.bytes;
     sized = sized && in.path != "-";
   }
-  CorpusReader reader(inputs, opt.jsonl_field);
+  CorpusReader reader(inputs, opt.jsonl_field, opt.prompt_field);
   Progress progress(opt.progress_seconds);
   Tokenized done;
   std::vector<TextPiece> batch;
@@ -351,7 +366,7 @@ Tokenized tokenize_corpus(const Options& opt, const std::vector<CorpusInput>& in
     TextPiece piece;
     more = reader.next(piece);
     if (more) {
-      batch_bytes += piece.text.size();
+      batch_bytes += piece.prompt.size() + piece.text.size();
       batch.push_back(std::move(piece));
     }
     if (batch_bytes < kBatchBytesPerThread * opt.threads && more) continue;
@@ -359,7 +374,7 @@ Tokenized tokenize_corpus(const Options& opt, const std::vector<CorpusInput>& in
     for (const auto& t : tokens) {
       const bool to_val = goes_to_validation(opt.split_seed, done.pieces++, opt.val_fraction);
       done.val_pieces += to_val;
-      (to_val ? val : train).append(t);
+      (to_val ? val : train).append(t.tokens, t.unscored);
     }
     batch.clear();
     batch_bytes = 0;
@@ -535,6 +550,11 @@ int run(int argc, char** argv) {
               std::any_of(inputs.begin(), inputs.end(), [](const auto& in) { return in.jsonl; }),
           "--jsonl-field names the field of a JSON Lines document, and no input is JSON Lines "
           "(a name ending in .jsonl, or --input-format jsonl): leave it out, or give one");
+  for (const CorpusInput& in : inputs)
+    require(opt.prompt_field.empty() || in.jsonl,
+            "--prompt-field names the prompt's field of a JSON Lines document, and input '" +
+                in.path + "' is text: give JSON Lines only (names ending in .jsonl, or "
+                "--input-format jsonl)");
   // Never the out-dir's own files as text (an input directory holding it, an earlier run's
   // outputs named), which --overwrite would tokenize into the new ones.
   const fs::path out = fs::weakly_canonical(dir, ec);
@@ -553,15 +573,16 @@ int run(int argc, char** argv) {
   OutDir out_dir(dir);
   struct Written {
     std::string name;
-    uint64_t tokens;
+    uint64_t tokens, scored;
   };
   std::vector<Written> written;
   std::vector<std::string> names;
   Tokenized done;
   std::string split;
   {  // the spools live until the token files are written
-    TokenSpool train((dir / ".prepare-data-train.spool").string(), tok->vocab_size());
-    TokenSpool val((dir / ".prepare-data-val.spool").string(), tok->vocab_size());
+    const bool masked = !opt.prompt_field.empty();
+    TokenSpool train((dir / ".prepare-data-train.spool").string(), tok->vocab_size(), masked);
+    TokenSpool val((dir / ".prepare-data-val.spool").string(), tok->vocab_size(), masked);
     done = tokenize_corpus(opt, inputs, *tok, train, val);
     require(done.bytes > 0, "the input is empty");
     const std::vector<TokenFile> token_files =
@@ -576,17 +597,18 @@ int run(int argc, char** argv) {
       for (const auto& f : token_files) {
         TokenFileWriter writer((dir / f.name).string() + ".tmp",
                                file_kind(opt.format, tok->vocab_size()), f.end - f.begin,
-                               tok->vocab_size(), tok->name());
-        uint64_t at = 0;
-        f.spool->read(f.begin, f.end, [&](const uint32_t* t, size_t n) {
-          writer.append(t, n);
+                               tok->vocab_size(), tok->name(), masked);
+        uint64_t at = 0, scored = 0;
+        f.spool->read(f.begin, f.end, [&](const uint32_t* t, const uint8_t* mask, size_t n) {
+          writer.append(t, n, mask);
           at += n;
+          scored += mask ? static_cast<uint64_t>(std::count(mask, mask + n, uint8_t{1})) : n;
           if (progress.due())
             std::cerr << "prepare-data: writing " << f.name << ": " << at << " of "
                       << f.end - f.begin << " tokens" << std::endl;
         });
         writer.finish();
-        written.push_back({f.name, f.end - f.begin});
+        written.push_back({f.name, f.end - f.begin, scored});
       }
       for (const auto& f : tok->files()) {
         const std::string to = (dir / f.copy_name).string() + ".tmp";
@@ -602,9 +624,15 @@ int run(int argc, char** argv) {
   }
   out_dir.keep();
   rename_all(dir, names, stale_train_files(dir, ext, names), faults);
-  for (const auto& f : written)
-    std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.tokens << " tokens -> "
-              << (dir / f.name).string() << "\n";
+  for (const auto& f : written) {
+    std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.tokens << " tokens";
+    if (!opt.prompt_field.empty()) std::cout << " (" << f.scored << " scored)";
+    std::cout << " -> " << (dir / f.name).string() << "\n";
+  }
+  if (!opt.prompt_field.empty())
+    std::cout << "loss mask: /loss_mask scores the '" << opt.jsonl_field
+              << "' tokens (and a document's end token), not a document's start token nor its '"
+              << opt.prompt_field << "' tokens\n";
   std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size()
             << document_marks(*tok) << ") -> "
             << (dir / kTokenizerFile).string() << "\n";

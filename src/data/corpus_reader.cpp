@@ -104,8 +104,11 @@ std::vector<CorpusInput> list_corpus_inputs(const std::vector<std::string>& args
   return inputs;
 }
 
-CorpusReader::CorpusReader(std::vector<CorpusInput> inputs, std::string jsonl_field)
-    : inputs_(std::move(inputs)), field_(std::move(jsonl_field)) {}
+CorpusReader::CorpusReader(std::vector<CorpusInput> inputs, std::string jsonl_field,
+                           std::string prompt_field)
+    : inputs_(std::move(inputs)),
+      field_(std::move(jsonl_field)),
+      prompt_field_(std::move(prompt_field)) {}
 
 PieceStart CorpusReader::document_start() const {
   return documents_ == 0 ? PieceStart::Corpus : PieceStart::Document;
@@ -193,13 +196,19 @@ bool CorpusReader::next_jsonl_piece(TextPiece& piece) {
     const std::string where = current_->path + ":" + std::to_string(line_);
     const auto record = nlohmann::json::parse(line, nullptr, false);
     require(!record.is_discarded(), where + ": not a JSON line");
-    const auto field = record.is_object() ? record.find(field_) : record.end();
-    require(record.is_object() && field != record.end() && field->is_string(),
-            where + ": no string field '" + field_ + "' (--jsonl-field names the text's field)");
+    const auto string_field = [&](const std::string& name, const char* option) {
+      const auto field = record.is_object() ? record.find(name) : record.end();
+      require(record.is_object() && field != record.end() && field->is_string(),
+              where + ": no string field '" + name + "' (" + option);
+      return field->get<std::string>();
+    };
+    piece.text = string_field(field_, "--jsonl-field names the text's field)");
+    piece.prompt = prompt_field_.empty()
+                       ? std::string()
+                       : string_field(prompt_field_, "--prompt-field names the prompt's field)");
     piece.start = document_start();
     piece.ends_document = true;
     ++documents_;
-    piece.text = field->get<std::string>();
     return true;
   }
 }

@@ -1,5 +1,6 @@
 #include "mpitrain/data/dataset.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -96,6 +97,11 @@ uint64_t Dataset::tokens() const {
   uint64_t n = 0;
   for (const auto& f : files_) n += f->size();
   return n;
+}
+
+size_t Dataset::loss_masked_files() const {
+  return static_cast<size_t>(std::count_if(files_.begin(), files_.end(),
+                                           [](const auto& f) { return f->has_loss_mask(); }));
 }
 
 bool Dataset::concurrent_reads(std::string* blocker) const {

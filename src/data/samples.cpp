@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "mpitrain/backend/unscored.hpp"
 #include "mpitrain/runtime/error.hpp"
 #include "mpitrain/runtime/rng.hpp"
 
@@ -40,6 +41,11 @@ void SampleWindows::read(uint64_t sample, int32_t* inputs, int32_t* targets) con
   src_.read(sample * t, t + 1, window.data());
   std::copy(window.begin(), window.end() - 1, inputs);
   std::copy(window.begin() + 1, window.end(), targets);
+  if (!src_.has_loss_mask()) return;
+  std::vector<uint8_t> scored(t);  // the targets' mask bytes [iT+1, iT+T+1)
+  src_.read_loss_mask(sample * t + 1, t, scored.data());
+  for (uint64_t i = 0; i < t; ++i)
+    if (scored[i] == 0) targets[i] = kUnscored;
 }
 
 Corpus::Corpus(const std::vector<const TokenSource*>& files, int seq_len) : first_{0} {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
 #include <vector>
 
 #include "mpitrain/io/hdf5.hpp"
@@ -84,19 +85,44 @@ std::unique_ptr<TokenSource> open_tokens(const std::string& path, TokenFormat fo
   return detect_and_open(path);
 }
 
-uint32_t max_token(const TokenSource& src, uint64_t begin, uint64_t end) {
+void TokenSource::read_loss_mask(uint64_t, uint64_t, uint8_t*) const {
+  MPITRAIN_THROW("'" + path() + "' has no loss mask");
+}
+
+namespace {
+
+// The largest value that read(begin .. end) gives, as unsigned (a uint32 token above INT32_MAX
+// reads as negative), read in chunks of a few MiB.
+template <typename T, typename Read>
+std::make_unsigned_t<T> max_in_chunks(uint64_t begin, uint64_t end, const std::string& what,
+                                      const TokenSource& src, Read read) {
   if (begin > end || end > src.size())
-    MPITRAIN_THROW("max_token: range [" + std::to_string(begin) + ", " + std::to_string(end) +
+    MPITRAIN_THROW(what + ": range [" + std::to_string(begin) + ", " + std::to_string(end) +
                    ") is outside '" + src.path() + "' (" + std::to_string(src.size()) + " tokens)");
-  constexpr uint64_t kChunk = uint64_t{1} << 20;  // tokens per read: 4 MiB of int32
-  std::vector<int32_t> buf(std::min(kChunk, end - begin));
-  uint32_t best = 0;
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  std::vector<T> buf(std::min(kChunk, end - begin));
+  std::make_unsigned_t<T> best = 0;
   for (uint64_t pos = begin; pos < end; pos += kChunk) {
     const uint64_t n = std::min(kChunk, end - pos);
-    src.read(pos, n, buf.data());
-    for (uint64_t i = 0; i < n; ++i) best = std::max(best, static_cast<uint32_t>(buf[i]));
+    read(pos, n, buf.data());
+    for (uint64_t i = 0; i < n; ++i)
+      best = std::max(best, static_cast<std::make_unsigned_t<T>>(buf[i]));
   }
   return best;
+}
+
+}  // namespace
+
+uint32_t max_token(const TokenSource& src, uint64_t begin, uint64_t end) {
+  return max_in_chunks<int32_t>(
+      begin, end, "max_token", src,
+      [&](uint64_t at, uint64_t n, int32_t* out) { src.read(at, n, out); });
+}
+
+uint8_t max_loss_mask(const TokenSource& src, uint64_t begin, uint64_t end) {
+  return max_in_chunks<uint8_t>(
+      begin, end, "max_loss_mask", src,
+      [&](uint64_t at, uint64_t n, uint8_t* out) { src.read_loss_mask(at, n, out); });
 }
 
 }  // namespace mpitrain

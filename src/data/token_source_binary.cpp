@@ -11,6 +11,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "mpitrain/runtime/error.hpp"
@@ -64,23 +65,23 @@ uint64_t file_bytes(const Fd& fd, const std::string& path) {
 
 class MappedTokenSource final : public TokenSource {
  public:
-  // `count` tokens of `width` bytes (2 or 4) after `header` bytes of the file behind fd.
+  // `count` tokens of `width` bytes (2 or 4) after `header` bytes of the file behind fd, and
+  // their loss mask's `count` bytes at byte `mask` where the file has one.
   MappedTokenSource(std::string path, const Fd& fd, uint64_t bytes, uint64_t header, int width,
-                    uint64_t count, int64_t vocab_size, std::string tokenizer)
+                    uint64_t count, int64_t vocab_size, std::string tokenizer,
+                    std::optional<uint64_t> mask = std::nullopt)
       : path_(std::move(path)),
         map_(fd, bytes, path_),
         header_(header),
         width_(width),
         size_(count),
         vocab_size_(vocab_size),
-        tokenizer_(std::move(tokenizer)) {}
+        tokenizer_(std::move(tokenizer)),
+        mask_(mask) {}
 
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, uint64_t count, int32_t* out) const override {
-    if (offset > size_ || count > size_ - offset)
-      MPITRAIN_THROW("'" + path_ + "': tokens [" + std::to_string(offset) + ", " +
-                     std::to_string(offset + count) + ") are outside the file's " +
-                     std::to_string(size_) + " tokens");
+    check_range(offset, count);
     if (count == 0) return;
     const unsigned char* src = map_.data() + header_ + offset * width_;
     if (width_ == 4) {
@@ -94,8 +95,21 @@ class MappedTokenSource final : public TokenSource {
   std::string tokenizer() const override { return tokenizer_; }
   const std::string& path() const override { return path_; }
   bool concurrent_reads() const override { return true; }
+  bool has_loss_mask() const override { return mask_.has_value(); }
+  void read_loss_mask(uint64_t offset, uint64_t count, uint8_t* out) const override {
+    if (!mask_) TokenSource::read_loss_mask(offset, count, out);
+    check_range(offset, count);
+    if (count > 0) std::memcpy(out, map_.data() + *mask_ + offset, count);
+  }
 
  private:
+  void check_range(uint64_t offset, uint64_t count) const {
+    if (offset > size_ || count > size_ - offset)
+      MPITRAIN_THROW("'" + path_ + "': tokens [" + std::to_string(offset) + ", " +
+                     std::to_string(offset + count) + ") are outside the file's " +
+                     std::to_string(size_) + " tokens");
+  }
+
   std::string path_;
   Mapping map_;
   uint64_t header_;  // bytes before the first token
@@ -103,6 +117,7 @@ class MappedTokenSource final : public TokenSource {
   uint64_t size_;    // tokens
   int64_t vocab_size_;
   std::string tokenizer_;
+  std::optional<uint64_t> mask_;  // the loss mask's first byte in the file
 };
 
 }  // namespace
@@ -146,14 +161,19 @@ std::unique_ptr<TokenSource> open_nanogpt_tokens(const std::string& path) {
 
 std::unique_ptr<TokenSource> map_tokens(const std::string& path, uint64_t offset, int width,
                                         uint64_t count, int64_t vocab_size,
-                                        const std::string& tokenizer) {
+                                        const std::string& tokenizer,
+                                        std::optional<uint64_t> mask_offset) {
   Fd fd(path);
   const uint64_t bytes = file_bytes(fd, path);
   require(offset <= bytes && count <= (bytes - offset) / width,
           "'" + path + "' is truncated: its " + std::to_string(count) + " tokens at byte " +
               std::to_string(offset) + " end past the file's " + std::to_string(bytes) + " bytes");
+  require(!mask_offset || (*mask_offset <= bytes && count <= bytes - *mask_offset),
+          "'" + path + "' is truncated: its loss mask's " + std::to_string(count) +
+              " bytes at byte " + std::to_string(mask_offset.value_or(0)) +
+              " end past the file's " + std::to_string(bytes) + " bytes");
   return std::make_unique<MappedTokenSource>(path, fd, bytes, offset, width, count, vocab_size,
-                                             tokenizer);
+                                             tokenizer, mask_offset);
 }
 
 }  // namespace mpitrain

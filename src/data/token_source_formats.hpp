@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mpitrain/data/token_source.hpp"
@@ -12,11 +13,13 @@ namespace mpitrain {
 std::unique_ptr<TokenSource> open_hdf5_tokens(const std::string& path);
 std::unique_ptr<TokenSource> open_llmc_tokens(const std::string& path);
 std::unique_ptr<TokenSource> open_nanogpt_tokens(const std::string& path);
-// `count` little-endian tokens of `width` bytes (2 or 4) at byte `offset` of the file, read out of
-// a read-only mapping (concurrent_reads); UsageError if the file is shorter than that.
+// `count` little-endian tokens of `width` bytes (2 or 4) at byte `offset` of the file, and their
+// loss mask's `count` bytes at byte `mask_offset` where given, read out of a read-only mapping
+// (concurrent_reads); UsageError if the file is shorter than that.
 std::unique_ptr<TokenSource> map_tokens(const std::string& path, uint64_t offset, int width,
                                         uint64_t count, int64_t vocab_size,
-                                        const std::string& tokenizer);
+                                        const std::string& tokenizer,
+                                        std::optional<uint64_t> mask_offset = std::nullopt);
 
 // llm.c shard magics.
 inline constexpr int32_t kLlmcMagicU16 = 20240520;  // version 1, uint16 tokens

@@ -10,22 +10,42 @@
 namespace mpitrain {
 
 namespace {
+
 constexpr size_t kReadBlockTokens = size_t{1} << 20;
+
+// Seeks f (path) to byte `at` (SEEK_SET) or its end (SEEK_END).
+void seek(FILE* f, off_t at, int whence, const std::string& path) {
+  if (std::fflush(f) != 0 || fseeko(f, at, whence) != 0)
+    MPITRAIN_THROW("cannot seek '" + path + "': " + std::strerror(errno));
 }
 
-TokenSpool::TokenSpool(std::string path, int64_t vocab_size)
+}  // namespace
+
+TokenSpool::TokenSpool(std::string path, int64_t vocab_size, bool loss_mask)
     : path_(std::move(path)), width_(vocab_size <= 65536 ? 2 : 4) {
   file_.reset(std::fopen(path_.c_str(), "w+b"));
   if (!file_) MPITRAIN_THROW("cannot create '" + path_ + "': " + std::strerror(errno));
+  if (!loss_mask) return;
+  mask_.reset(std::fopen((path_ + ".mask").c_str(), "w+b"));
+  if (!mask_) MPITRAIN_THROW("cannot create '" + path_ + ".mask': " + std::strerror(errno));
 }
 
 TokenSpool::~TokenSpool() {
   file_.reset();
   std::error_code ec;
   std::filesystem::remove(path_, ec);
+  if (!mask_) return;
+  mask_.reset();
+  std::filesystem::remove(path_ + ".mask", ec);
 }
 
-void TokenSpool::append(const std::vector<uint32_t>& tokens) {
+void TokenSpool::append(const std::vector<uint32_t>& tokens, size_t unscored) {
+  if (mask_) {
+    std::vector<uint8_t> scored(tokens.size(), 1);
+    std::fill_n(scored.begin(), std::min(unscored, scored.size()), uint8_t{0});
+    if (std::fwrite(scored.data(), 1, scored.size(), mask_.get()) != scored.size())
+      MPITRAIN_THROW("cannot write '" + path_ + ".mask': " + std::strerror(errno));
+  }
   bool ok = true;
   if (width_ == 2) {
     const std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
@@ -37,13 +57,14 @@ void TokenSpool::append(const std::vector<uint32_t>& tokens) {
   size_ += tokens.size();
 }
 
-void TokenSpool::read(uint64_t begin, uint64_t end,
-                      const std::function<void(const uint32_t* tokens, size_t n)>& sink) {
-  if (std::fflush(file_.get()) != 0 ||
-      fseeko(file_.get(), static_cast<off_t>(begin * width_), SEEK_SET) != 0)
-    MPITRAIN_THROW("cannot read '" + path_ + "': " + std::strerror(errno));
+void TokenSpool::read(
+    uint64_t begin, uint64_t end,
+    const std::function<void(const uint32_t* tokens, const uint8_t* scored, size_t n)>& sink) {
+  seek(file_.get(), static_cast<off_t>(begin * width_), SEEK_SET, path_);
+  if (mask_) seek(mask_.get(), static_cast<off_t>(begin), SEEK_SET, path_ + ".mask");
   std::vector<uint32_t> block;
   std::vector<uint16_t> narrow;
+  std::vector<uint8_t> scored;
   for (uint64_t at = begin; at < end;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kReadBlockTokens, end - at));
     bool ok = true;
@@ -56,11 +77,16 @@ void TokenSpool::read(uint64_t begin, uint64_t end,
       ok = std::fread(block.data(), 4, n, file_.get()) == n;
     }
     if (!ok) MPITRAIN_THROW("cannot read '" + path_ + "': " + std::strerror(errno));
-    sink(block.data(), n);
+    if (mask_) {
+      scored.resize(n);
+      if (std::fread(scored.data(), 1, n, mask_.get()) != n)
+        MPITRAIN_THROW("cannot read '" + path_ + ".mask': " + std::strerror(errno));
+    }
+    sink(block.data(), mask_ ? scored.data() : nullptr, n);
     at += n;
   }
-  if (fseeko(file_.get(), 0, SEEK_END) != 0)  // appends go on at the end
-    MPITRAIN_THROW("cannot seek '" + path_ + "': " + std::strerror(errno));
+  seek(file_.get(), 0, SEEK_END, path_);  // appends go on at the end
+  if (mask_) seek(mask_.get(), 0, SEEK_END, path_ + ".mask");
 }
 
 }  // namespace mpitrain

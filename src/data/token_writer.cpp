@@ -26,9 +26,11 @@ const char* limit_reason(TokenFileKind kind) {
 }  // namespace
 
 TokenFileWriter::TokenFileWriter(const std::string& path, TokenFileKind kind, uint64_t count,
-                                 int64_t vocab_size, const std::string& tokenizer)
-    : path_(path), kind_(kind), count_(count) {
+                                 int64_t vocab_size, const std::string& tokenizer, bool loss_mask)
+    : path_(path), kind_(kind), count_(count), loss_mask_(loss_mask) {
   if (vocab_size <= 0) MPITRAIN_THROW("TokenFileWriter: vocab_size " + std::to_string(vocab_size));
+  if (loss_mask && kind != TokenFileKind::Hdf5)
+    MPITRAIN_THROW("cannot write '" + path + "': only an HDF5 token file holds a loss mask");
   limit_ = kind == TokenFileKind::Hdf5    ? static_cast<uint64_t>(vocab_size)
            : stores_u16(kind, vocab_size) ? 65536
                                           : uint64_t{1} << 32;
@@ -39,6 +41,7 @@ TokenFileWriter::TokenFileWriter(const std::string& path, TokenFileKind kind, ui
                           stores_u16(kind, vocab_size) ? H5T_STD_U16LE : H5T_STD_U32LE, count);
     write_attribute_int(h5_tokens_.get(), "vocab_size", vocab_size);
     write_attribute_string(h5_tokens_.get(), "tokenizer", tokenizer);
+    if (loss_mask) h5_mask_ = create_dataset_1d(h5_file_.get(), "loss_mask", H5T_STD_U8LE, count);
     return;
   }
   bin_.reset(std::fopen(path.c_str(), "wb"));
@@ -57,7 +60,10 @@ TokenFileWriter::TokenFileWriter(const std::string& path, TokenFileKind kind, ui
 
 TokenFileWriter::~TokenFileWriter() = default;
 
-void TokenFileWriter::append(const uint32_t* tokens, size_t n) {
+void TokenFileWriter::append(const uint32_t* tokens, size_t n, const uint8_t* scored) {
+  if ((scored != nullptr) != loss_mask_)
+    MPITRAIN_THROW("cannot write '" + path_ + "': " +
+                   (loss_mask_ ? "its loss mask was not given" : "it was created without a mask"));
   if (n > count_ - written_)
     MPITRAIN_THROW("cannot write '" + path_ + "': more than the " + std::to_string(count_) +
                    " tokens it was created for");
@@ -69,6 +75,7 @@ void TokenFileWriter::append(const uint32_t* tokens, size_t n) {
                    " (" + limit_reason(kind_) + ")");
   if (kind_ == TokenFileKind::Hdf5) {
     write_1d(h5_tokens_.get(), H5T_NATIVE_UINT32, written_, n, tokens);  // converts to the file's
+    if (scored) write_1d(h5_mask_.get(), H5T_NATIVE_UINT8, written_, n, scored);
   } else if (limit_ == 65536) {
     const std::vector<uint16_t> narrow(tokens, tokens + n);
     if (std::fwrite(narrow.data(), sizeof(uint16_t), n, bin_.get()) != n)
@@ -84,6 +91,7 @@ void TokenFileWriter::finish() {
     MPITRAIN_THROW("cannot write '" + path_ + "': " + std::to_string(written_) + " of its " +
                    std::to_string(count_) + " tokens were given");
   if (kind_ == TokenFileKind::Hdf5) {
+    if (loss_mask_) h5_mask_.close();
     h5_tokens_.close();
     h5_file_.close();
   } else if (std::fclose(bin_.release()) != 0) {
@@ -94,17 +102,22 @@ void TokenFileWriter::finish() {
 namespace {
 
 void write_whole(const std::string& path, TokenFileKind kind, const std::vector<uint32_t>& tokens,
-                 int64_t vocab_size, const std::string& tokenizer) {
-  TokenFileWriter writer(path, kind, tokens.size(), vocab_size, tokenizer);
-  writer.append(tokens.data(), tokens.size());
+                 int64_t vocab_size, const std::string& tokenizer,
+                 const std::vector<uint8_t>* loss_mask = nullptr) {
+  if (loss_mask && loss_mask->size() != tokens.size())
+    MPITRAIN_THROW("cannot write '" + path + "': " + std::to_string(loss_mask->size()) +
+                   " mask bytes for " + std::to_string(tokens.size()) + " tokens");
+  TokenFileWriter writer(path, kind, tokens.size(), vocab_size, tokenizer, loss_mask != nullptr);
+  writer.append(tokens.data(), tokens.size(), loss_mask ? loss_mask->data() : nullptr);
   writer.finish();
 }
 
 }  // namespace
 
 void write_tokens_hdf5(const std::string& path, const std::vector<uint32_t>& tokens,
-                       int64_t vocab_size, const std::string& tokenizer) {
-  write_whole(path, TokenFileKind::Hdf5, tokens, vocab_size, tokenizer);
+                       int64_t vocab_size, const std::string& tokenizer,
+                       const std::vector<uint8_t>* loss_mask) {
+  write_whole(path, TokenFileKind::Hdf5, tokens, vocab_size, tokenizer, loss_mask);
 }
 
 void write_llmc_shard(const std::string& path, const std::vector<uint32_t>& tokens) {

@@ -9,10 +9,9 @@
 
 namespace mpitrain {
 
-std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
-                                                   const std::vector<TextPiece>& pieces,
-                                                   int threads) {
-  std::vector<std::vector<uint32_t>> tokens(pieces.size());
+std::vector<PieceTokens> tokenize_pieces(const Tokenizer& tok, const std::vector<TextPiece>& pieces,
+                                         int threads) {
+  std::vector<PieceTokens> tokens(pieces.size());
   const bool marked = tok.document_start() || tok.document_end();
   const std::vector<uint32_t> separator = marked ? std::vector<uint32_t>{} : tok.encode("\n");
   std::atomic<size_t> next{0};
@@ -22,12 +21,15 @@ std::vector<std::vector<uint32_t>> tokenize_pieces(const Tokenizer& tok,
   const auto work = [&] {
     for (size_t i = next++; i < pieces.size(); i = next++) {
       try {
-        std::vector<uint32_t>& out = tokens[i];
+        std::vector<uint32_t>& out = tokens[i].tokens;
         const PieceStart start = pieces[i].start;
         if (start != PieceStart::Continued && tok.document_start())
           out.push_back(*tok.document_start());
         else if (start == PieceStart::Document)
           out = separator;
+        const std::vector<uint32_t> prompt = tok.encode(pieces[i].prompt);
+        out.insert(out.end(), prompt.begin(), prompt.end());
+        tokens[i].unscored = out.size();
         const std::vector<uint32_t> body = tok.encode(pieces[i].text);
         out.insert(out.end(), body.begin(), body.end());
         if (pieces[i].ends_document && tok.document_end()) out.push_back(*tok.document_end());

@@ -88,7 +88,7 @@ void RunReport::add_eval(int step, double val_loss) {
 }
 
 void RunReport::add_step(const StepFigures& f) {
-  last_losses_.push_back(f.loss);
+  if (f.scored) last_losses_.emplace_back(f.step, f.loss);
   if (last_losses_.size() > loss_window_) last_losses_.pop_front();
   tokens_seen_ = f.tokens_seen;
   if (first_.steps == 0) {
@@ -178,15 +178,18 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                checkpoints_, checkpoint_stall_seconds_, checkpoint_write_seconds_,
                static_cast<unsigned long long>(checkpoint_bytes_));
   double final_loss = 0.0;
-  for (double l : last_losses_) final_loss += l / static_cast<double>(last_losses_.size());
+  for (const auto& [step, l] : last_losses_)
+    final_loss += l / static_cast<double>(last_losses_.size());
   const bool has_loss = !last_losses_.empty(), has_val = last_eval_step_ >= 0;
-  const int loss_from = last_step_ - static_cast<int>(last_losses_.size()) + 1;
+  const int loss_from = has_loss ? last_losses_.front().first : 0;
+  const int loss_to = has_loss ? last_losses_.back().first : 0;
+  // steps in [loss_from, loss_to] that scored no target (none without a loss mask)
+  const int unscored = loss_to - loss_from + 1 - static_cast<int>(last_losses_.size());
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::fprintf(f.get(),
                "  \"final_train_loss\": {\"mean\": %s, \"first_step\": %d, \"last_step\": %d},\n",
-               has_loss ? json_number(final_loss).c_str() : "null", has_loss ? loss_from : 0,
-               has_loss ? last_step_ : 0);
+               has_loss ? json_number(final_loss).c_str() : "null", loss_from, loss_to);
   std::fprintf(f.get(),
                "  \"val_loss\": {\"last\": %s, \"last_step\": %d, \"best\": %s, "
                "\"best_step\": %d},\n",
@@ -234,10 +237,11 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
   }
   if (has_loss) {
     std::fprintf(out, "loss        final train %.6f (", final_loss);
-    if (loss_from == last_step_)
-      std::fprintf(out, "step %d)", last_step_);
+    if (loss_from == loss_to)
+      std::fprintf(out, "step %d)", loss_to);
     else
-      std::fprintf(out, "mean of steps %d-%d)", loss_from, last_step_);
+      std::fprintf(out, "mean of steps %d-%d%s)", loss_from, loss_to,
+                   unscored > 0 ? ", those that scored a target" : "");
     if (has_val)
       std::fprintf(out, " | val last %.6f (step %d), best %.6f (step %d)", last_val_,
                    last_eval_step_, best_val_, best_eval_step_);

@@ -191,8 +191,8 @@ void MetricsLog::step(const StepRecord& r) {
     }
   }
   report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
-                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, stall_ms, r.peak_rss_mib,
-                    r.loss, r.tokens_seen});
+                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, stall_ms, r.peak_rss_mib, r.loss,
+                    r.tokens_seen, r.scored});
 }
 
 // The first step of the run, every log_interval-th and the last: the loss averaged over the
@@ -200,7 +200,10 @@ void MetricsLog::step(const StepRecord& r) {
 // (the run's mean time per step so far, evaluations and checkpoints included).
 void MetricsLog::console_line(const StepRecord& r) {
   if (first_step_ < 0) first_step_ = r.step;
-  interval_loss_ += r.loss;
+  if (r.scored) {
+    interval_loss_ += r.loss;
+    ++interval_scored_;
+  }
   const auto [aux, z] = moe_losses(r.moe);
   interval_aux_ += aux;
   interval_z_ += z;
@@ -209,9 +212,13 @@ void MetricsLog::console_line(const StepRecord& r) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double eta = elapsed / (r.step - first_step_ + 1) * (r.steps - r.step);
-  std::printf("step %*d/%d | loss %.6f", static_cast<int>(std::to_string(r.steps).size()), r.step,
-              r.steps, interval_loss_ / interval_steps_);
-  if (interval_steps_ > 1) std::printf(" (mean of %d)", interval_steps_);
+  std::printf("step %*d/%d | loss ", static_cast<int>(std::to_string(r.steps).size()), r.step,
+              r.steps);
+  if (interval_scored_ == 0)
+    std::printf("- (no target scored)");
+  else
+    std::printf("%.6f", interval_loss_ / interval_scored_);
+  if (interval_scored_ > 1) std::printf(" (mean of %d)", interval_scored_);
   if (!r.moe.empty())  // the MoE layers' summed losses (the same mean), the step's imbalance
     std::printf(" | aux %.4f z %.4f | imbalance %.2f", interval_aux_ / interval_steps_,
                 interval_z_ / interval_steps_, moe_imbalance(r.moe));
@@ -231,7 +238,7 @@ void MetricsLog::console_line(const StepRecord& r) {
               clock_text(eta).c_str());
   std::fflush(stdout);
   interval_loss_ = interval_aux_ = interval_z_ = 0.0;
-  interval_steps_ = 0;
+  interval_steps_ = interval_scored_ = 0;
 }
 
 void MetricsLog::eval(int step, double val_loss) {

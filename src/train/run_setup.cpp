@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mpitrain/parallel/pipeline_schedule.hpp"
@@ -37,22 +38,42 @@ void check_token_ids(const Dataset* train, const Dataset* val, int vocab_size,
   for (const TokenSource* f : files) total += f->size();
   const uint64_t per = (total + world.size() - 1) / world.size();
   const uint64_t mine = per * world.rank(), mine_end = std::min(total, mine + per);
-  std::vector<uint32_t> max_ids(files.size(), 0);  // per file, over this rank's share
+  // Per file, over this rank's share: the largest token id, and the largest loss-mask byte.
+  std::vector<uint32_t> max_ids(2 * files.size(), 0);
   all_or_none(world, [&] {
     uint64_t first = 0;  // the file's first token in the whole sequence
     for (size_t i = 0; i < files.size(); first += files[i++]->size()) {
       const uint64_t begin = std::max(mine, first);
       const uint64_t end = std::min(mine_end, first + files[i]->size());
-      if (begin < end) max_ids[i] = max_token(*files[i], begin - first, end - first);
+      if (begin >= end) continue;
+      max_ids[i] = max_token(*files[i], begin - first, end - first);
+      if (files[i]->has_loss_mask())
+        max_ids[files.size() + i] = max_loss_mask(*files[i], begin - first, end - first);
     }
   });
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, max_ids.data(), static_cast<int>(max_ids.size()),
                           MPI_UINT32_T, MPI_MAX, world.get()));
-  for (size_t i = 0; i < files.size(); ++i)
+  const uint32_t* max_mask = max_ids.data() + files.size();
+  for (size_t i = 0; i < files.size(); ++i) {
     require(max_ids[i] < static_cast<uint32_t>(vocab_size),
             files[i]->path() + " holds token id " + std::to_string(max_ids[i]) +
                 ", not below vocab-size " + std::to_string(vocab_size) +
                 (files.size() > 1 ? " (every file of a list shares the vocabulary)" : ""));
+    require(max_mask[i] <= 1,
+            files[i]->path() + ": /loss_mask holds " + std::to_string(max_mask[i]) +
+                "; a loss mask holds 1 (the token is scored as a target) or 0 (it is not)");
+  }
+  size_t first = 0;  // each dataset's first file in `files`
+  for (const auto& [d, option] : {std::pair{train, "train-data"}, std::pair{val, "val-data"}}) {
+    if (!d) continue;
+    const size_t n = d->files().size();
+    require(d->loss_masked_files() < n ||
+                std::any_of(max_mask + first, max_mask + first + n, [](uint32_t m) { return m; }),
+            "--" + std::string(option) + ": the /loss_mask of every file is 0 throughout: no " +
+                "target is scored, so there is nothing to " +
+                (d == train ? "train on" : "evaluate"));
+    first += n;
+  }
 }
 
 void check_tensor_parallel(const ModelConfig& m, int tp) {

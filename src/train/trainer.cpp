@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -188,16 +189,19 @@ Trainer::StepEnd Trainer::step(int step) {
   const bool counts_loss = grid_->last_stage() && grid_->tp_rank() == 0;
   // The loss is the mean over the step's scored targets: all its tokens but under a loss mask,
   // whose count over every rank is summed first (data/loss_mask.hpp). The MoE losses keep their
-  // weight per token.
+  // weight per token. A step with no scored target has a zero cross-entropy gradient whatever
+  // its weight (every row unscored; a weight of 0 would mean no gradient written at all), and
+  // logs its loss, the mean of nothing, as nan.
   double scored = tokens_per_step_;
-  if (loss_boundary_) {
+  if (loss_masked_) {
     scored = counts_loss ? static_cast<double>(runner_->scored()) : 0.0;
     comms_->world.all_reduce(&scored, 1, ReduceOp::Sum);
   }
   const auto per = [&](double n) {  // the loss gradient per one of n, x the loss scale
     return static_cast<float>(static_cast<float>(1.0 / n) * scaler_->scale());
   };
-  const double loss = runner_->train({per(scored), per(tokens_per_step_)}, grads_ready_);
+  const double loss =
+      runner_->train({per(std::max(scored, 1.0)), per(tokens_per_step_)}, grads_ready_);
   // MoE: the routing and aux/z losses of this step's forwards, over all ranks (a collective).
   const std::vector<MoeLayerRecord> moe =
       cfg_.n_experts > 0 ? reduce_moe_stats(model_->take_moe_stats(), cfg_,
@@ -237,12 +241,12 @@ Trainer::StepEnd Trainer::step(int step) {
   const double joules = devices_.power_everywhere && totals[2] > 0 ? totals[1] : -1.0;
   const PipelineRunner::Times& pass = runner_->times();
   checkpointer_->poll();  // a background save committed since: into this record
-  log_->step({step + 1, t_.steps, result.loss_sum / scored, lr, result.grad_norm,
-              tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
+  log_->step({step + 1, t_.steps, scored > 0 ? result.loss_sum / scored : std::nan(""), lr,
+              result.grad_norm, tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
               1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
               comms_->dp_bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
-              consumed_ * static_cast<uint64_t>(t_.seq_len), moe});
+              consumed_ * static_cast<uint64_t>(t_.seq_len), moe, scored > 0});
   watchdog_->step_finished();
   slowest_step_ = std::max(slowest_step_, seconds);
   return {};
@@ -296,7 +300,9 @@ void Trainer::after_evaluation(int step) {
     return;
   const double val = evaluate();
   log_->eval(step + 1, val);
-  if (!t_.save_best || val >= best_val_) return;  // saved also when best_val_ is NaN (none yet)
+  // saved also when best_val_ is NaN (none yet); never a nan (a diverged model, or windows that
+  // score nothing)
+  if (!t_.save_best || std::isnan(val) || val >= best_val_) return;
   best_val_ = val;
   checkpointer_->save(manifest(step + 1), "best");
 }

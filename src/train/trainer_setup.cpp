@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "mpitrain/backend/cpu_backend.hpp"
 #include "mpitrain/train/trainer.hpp"
@@ -234,6 +235,7 @@ void Trainer::check_inputs() {
     };
     if (t_.document_mask) documents_ = boundary("document-mask");
     if (t_.mask_boundary_loss) loss_boundary_ = boundary("mask-boundary-loss").token;
+    loss_masked_ = loss_boundary_ || (train_ && train_->loss_masked_files() > 0);
     // The training data's recorded tokenizer sets the vocabulary of files that declare none
     // (llm.c, nanoGPT): usually the sample's, read once.
     const std::string data_tokenizer =
@@ -720,6 +722,12 @@ void Trainer::print_banner() const {
         "loss mask: no loss where the input is token %d (%s), whose next token is a "
         "document's first; the loss is the mean over the scored tokens\n",
         *loss_boundary_, tokenizer_->decode(&*loss_boundary_, 1).c_str());
+  for (const auto& [data, name] : {std::pair{&train_, "training"}, std::pair{&val_, "validation"}})
+    if (*data && (*data)->loss_masked_files() > 0)
+      std::printf(
+          "loss mask: %zu of the %zu %s files score only the targets their /loss_mask "
+          "marks 1; the loss is the mean over the scored tokens\n",
+          (*data)->loss_masked_files(), (*data)->files().size(), name);
   if (peak_suspect_ranks_ > 0)
     std::printf("warning: the peak of %s is suspect (measured under contention): MFU may read "
                 "too high; a start on an idle host caches the machine's, or give --peak-gflops\n",

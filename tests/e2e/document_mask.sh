@@ -30,17 +30,13 @@ require_gpt2_vocab
   fail "/usr/bin/python3 has no torch (python3-torch): make test installs it (tools/install-deps.sh)"
 fortunes=${MPITRAIN_FORTUNES:-/usr/share/games/fortunes}
 [[ -d $fortunes ]] || fail "the sample corpus $fortunes is missing (apt-get install fortunes)"
-/usr/bin/python3 - "$fortunes" "$SCRATCH/fortunes.jsonl" <<'PY'
-import json, os, sys
-root, out = sys.argv[1:]
-docs = []
-for name in sorted(os.listdir(root)):
-    path = os.path.join(root, name)
-    if os.path.isfile(path) and not name.endswith((".dat", ".u8")):
-        text = open(path, encoding="utf-8", errors="replace").read()
-        docs += [d.strip() for d in text.split("\n%\n") if d.strip()]
-with open(out, "w") as f:
-    f.writelines(json.dumps({"text": d}) + "\n" for d in docs[:3000])
+/usr/bin/python3 - "$SOURCE_DIR/tests/support" "$fortunes" "$SCRATCH/fortunes.jsonl" <<'PY'
+import json, sys
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, sys.argv[1])
+from fortunes import fortunes
+with open(sys.argv[3], "w") as f:
+    f.writelines(json.dumps({"text": d}) + "\n" for d in fortunes(sys.argv[2])[:3000])
 PY
 "$BUILD_DIR/prepare-data" --out-dir "$SCRATCH/docs" --format nanogpt --tokenizer gpt2 \
   --gpt2-vocab "$GPT2_VOCAB" "$SCRATCH/fortunes.jsonl" > "$SCRATCH/prepare.log" 2>&1 ||

@@ -26,9 +26,11 @@ by hand: u64 header length, JSON header, raw little-endian tensors.
                                            window cut before every TOKEN and each piece run
                                            alone, from position 0, with no mask: what the mask
                                            computes under RoPE, and with document positions
-  hf_reference.py DIR --scored FILE T N TOKEN  ->  (the boundary's loss mask: Megatron's
+  hf_reference.py DIR --scored FILE T N TOKEN [MASK]  ->  (the boundary's loss mask: Megatron's
                                            eod_mask_loss) prints the mean cross-entropy over the
-                                           targets of those N windows whose input is not TOKEN,
+                                           targets of those N windows whose input is not TOKEN
+                                           (-1: none) and, with MASK (a raw file of a uint8 per
+                                           token of FILE), whose mask byte is 1,
                                            one mean over all N windows, and the gradient norm of
                                            that mean over every tensor of the checkpoint (MoE:
                                            of that mean + router_aux_loss_coef x the
@@ -257,14 +259,19 @@ def mean_loss(forward, config, weights, path, T, n):
     return float(torch.stack(losses).mean())
 
 
-def scored_loss(forward, config, weights, path, T, n, token):  # (loss, gradient norm)
+def scored_loss(forward, config, weights, path, T, n, token, mask):  # (loss, gradient norm)
     tokens, total, scored, windows = read_tokens(path), 0.0, 0, []
+    if mask:
+        with open(mask, "rb") as f:
+            mask = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
     moe = "router_aux_loss_coef" in config
     for w in weights.values():
         w.requires_grad_(True)
     for i in range(n):
         ids, targets = tokens[i * T:i * T + T], tokens[i * T + 1:i * T + T + 1].clone()
         targets[ids == token] = -100  # cross_entropy's ignore_index
+        if mask is not None:
+            targets[mask[i * T + 1:i * T + T + 1] == 0] = -100
         windows.append([])
         logits = forward(config, weights, ids, windows[-1]) if moe else forward(config, weights, ids)
         total = total + torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100,
@@ -291,7 +298,8 @@ def main():
         return
     if sys.argv[2] == "--scored":
         print("%r %r" % scored_loss(forward, config, weights, sys.argv[3], int(sys.argv[4]),
-                                    int(sys.argv[5]), int(sys.argv[6])))
+                                    int(sys.argv[5]), int(sys.argv[6]),
+                                    sys.argv[7] if len(sys.argv) > 7 else None))
         return
     if sys.argv[2] == "--loss":
         if len(sys.argv) > 6:

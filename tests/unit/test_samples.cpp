@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mpitrain/backend/unscored.hpp"
 #include "mpitrain/data/samples.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -62,6 +63,41 @@ TEST(SampleWindows, CountAndContents) {
   t1.read(39, in.data(), tgt.data());
   EXPECT_EQ(in[0], 1039);
   EXPECT_EQ(tgt[0], 1040);
+}
+
+// A source with a loss mask: token i is scored where i % 3 != 0.
+class MaskedSource final : public TokenSource {
+ public:
+  explicit MaskedSource(uint64_t n) : tokens_(n) {}
+  uint64_t size() const override { return tokens_.size(); }
+  void read(uint64_t offset, uint64_t count, int32_t* out) const override {
+    tokens_.read(offset, count, out);
+  }
+  int64_t vocab_size() const override { return -1; }
+  std::string tokenizer() const override { return ""; }
+  const std::string& path() const override { return tokens_.path(); }
+  bool has_loss_mask() const override { return true; }
+  void read_loss_mask(uint64_t offset, uint64_t count, uint8_t* out) const override {
+    for (uint64_t i = 0; i < count; ++i) out[i] = (offset + i) % 3 != 0;
+  }
+
+ private:
+  VectorSource tokens_;
+};
+
+// The targets whose token the mask marks 0 are kUnscored; the inputs are the tokens still.
+TEST(SampleWindows, LossMaskUnscoresItsTargets) {
+  const MaskedSource src(41);
+  const SampleWindows windows(src, 8);
+  std::vector<int32_t> in(8), tgt(8);
+  for (uint64_t s = 0; s < windows.count(); ++s) {
+    windows.read(s, in.data(), tgt.data());
+    for (int t = 0; t < 8; ++t) {
+      const uint64_t target = 8 * s + t + 1;  // the target's position in the file
+      EXPECT_EQ(in[t], int32_t(1000 + 8 * s + t));
+      EXPECT_EQ(tgt[t], target % 3 != 0 ? int32_t(1000 + target) : kUnscored) << s << " " << t;
+    }
+  }
 }
 
 TEST(SampleWindows, TooShortNamesFileCountAndWindow) {

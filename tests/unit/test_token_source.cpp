@@ -5,11 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/token_writer.hpp"
+#include "mpitrain/data/tokenizer.hpp"
 #include "mpitrain/io/hdf5.hpp"
 #include "mpitrain/runtime/error.hpp"
 
@@ -54,6 +55,19 @@ class TokenSourceTest : public ::testing::Test {  // a fresh temporary directory
   std::vector<uint32_t> tokens_;
 };
 
+// A 1-D dataset `name` of n elements in chunks of 64, deflated (as h5repack may leave a file).
+void write_deflated(hid_t file, const char* name, hid_t file_type, hid_t mem_type, hsize_t n,
+                    const void* data) {
+  const hsize_t chunk = 64;
+  H5Handle space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  H5Handle plist(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_chunk(plist.get(), 1, &chunk));
+  H5_CHECK(H5Pset_deflate(plist.get(), 6));
+  H5Handle dset(H5_CHECK(
+      H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT)));
+  H5_CHECK(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
 void write_bytes(const std::string& file, const std::string& bytes) {
   std::ofstream(file, std::ios::binary) << bytes;
 }
@@ -93,16 +107,8 @@ TEST_F(TokenSourceTest, ContiguousHdf5IsMappedChunkedIsReadThroughHdf5) {
   EXPECT_TRUE(open_tokens(path("flat.h5"))->concurrent_reads());
   {  // the same tokens chunked and deflated, as h5repack or another writer may leave them
     H5Handle file = create_file(path("packed.h5"));
-    const hsize_t n = tokens_.size(), chunk = 64;
-    H5Handle space(H5Screate_simple(1, &n, nullptr));
-    H5Handle plist(H5Pcreate(H5P_DATASET_CREATE));
-    ASSERT_GE(H5Pset_chunk(plist.get(), 1, &chunk), 0);
-    ASSERT_GE(H5Pset_deflate(plist.get(), 6), 0);
-    H5Handle dset(H5Dcreate2(file.get(), "tokens", H5T_STD_U16LE, space.get(), H5P_DEFAULT,
-                             plist.get(), H5P_DEFAULT));
-    ASSERT_GE(H5Dwrite(dset.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       tokens_.data()),
-              0);
+    write_deflated(file.get(), "tokens", H5T_STD_U16LE, H5T_NATIVE_UINT32, tokens_.size(),
+                   tokens_.data());
   }
   const auto flat = open_tokens(path("flat.h5")), packed = open_tokens(path("packed.h5"));
   EXPECT_FALSE(packed->concurrent_reads());
@@ -277,6 +283,80 @@ TEST_F(TokenSourceTest, MaxToken) {
   EXPECT_EQ(max_token(*src, 10, 20), expect_part);
   EXPECT_EQ(max_token(*src, 5, 5), 0u);
   EXPECT_THROW(max_token(*src, 0, src->size() + 1), Error);
+}
+
+// Every mask byte of src, read in pieces of various sizes.
+std::vector<uint8_t> read_mask(const TokenSource& src) {
+  std::vector<uint8_t> all(src.size());
+  for (uint64_t pos = 0; pos < src.size(); pos += 97)
+    src.read_loss_mask(pos, std::min<uint64_t>(97, src.size() - pos), all.data() + pos);
+  return all;
+}
+
+// /loss_mask as prepare-data writes it (mapped with the tokens) and chunked (read through HDF5).
+TEST_F(TokenSourceTest, Hdf5LossMaskMappedOrThroughHdf5) {
+  std::vector<uint8_t> mask(tokens_.size());
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 5 < 2 ? 0 : 1;
+  write_tokens_hdf5(path("flat.h5"), tokens_, 50257, "gpt2", &mask);
+  {  // the same with /loss_mask chunked and deflated: tokens and mask read through HDF5
+    write_tokens_hdf5(path("packed.h5"), tokens_, 50257, "gpt2");
+    H5Handle file = open_file(path("packed.h5"), H5F_ACC_RDWR);
+    write_deflated(file.get(), "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, mask.size(),
+                   mask.data());
+  }
+  const auto flat = open_tokens(path("flat.h5")), packed = open_tokens(path("packed.h5"));
+  EXPECT_TRUE(flat->concurrent_reads());
+  EXPECT_FALSE(packed->concurrent_reads());
+  for (const auto* src : {flat.get(), packed.get()}) {
+    EXPECT_TRUE(src->has_loss_mask());
+    EXPECT_EQ(read_all(*src), tokens_);
+    EXPECT_EQ(read_mask(*src), mask);
+    uint8_t x = 0;
+    EXPECT_THROW(src->read_loss_mask(1000, 1, &x), Error);
+    EXPECT_EQ(max_loss_mask(*src, 0, src->size()), 1);
+    EXPECT_EQ(max_loss_mask(*src, 5, 7), 0);  // positions 5 and 6: i % 5 < 2
+  }
+  write_tokens_hdf5(path("none.h5"), tokens_, 50257, "gpt2");
+  const auto none = open_tokens(path("none.h5"));
+  EXPECT_FALSE(none->has_loss_mask());
+  uint8_t x = 0;
+  EXPECT_THROW(none->read_loss_mask(0, 1, &x), Error);
+  EXPECT_THROW(TokenFileWriter(path("m.bin"), TokenFileKind::NanoGpt, 1, 100, "", true), Error);
+}
+
+// A /loss_mask of the wrong type, length or kind, or in another file: named, before any read.
+TEST_F(TokenSourceTest, Hdf5LossMaskRefusals) {
+  const auto with_mask = [&](const std::string& name, hid_t type, hsize_t n) {
+    write_tokens_hdf5(path(name), tokens_, 50257, "gpt2");
+    H5Handle file = open_file(path(name), H5F_ACC_RDWR);
+    H5Handle dset = create_dataset_1d(file.get(), "loss_mask", type, n);
+    const std::vector<uint8_t> ones(n, 1);
+    write_1d(dset.get(), H5T_NATIVE_UINT8, 0, n, ones.data());
+  };
+  with_mask("u16.h5", H5T_STD_U16LE, tokens_.size());
+  with_mask("short.h5", H5T_STD_U8LE, tokens_.size() - 1);
+  with_mask("other.h5", H5T_STD_U8LE, tokens_.size());
+  write_tokens_hdf5(path("group.h5"), tokens_, 50257, "gpt2");
+  write_tokens_hdf5(path("external.h5"), tokens_, 50257, "gpt2");
+  {
+    H5Handle file = open_file(path("group.h5"), H5F_ACC_RDWR);
+    H5Handle(H5_CHECK(H5Gcreate2(file.get(), "loss_mask", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    H5Handle ext = open_file(path("external.h5"), H5F_ACC_RDWR);
+    ASSERT_GE(H5Lcreate_external(path("other.h5").c_str(), "loss_mask", ext.get(), "loss_mask",
+                                 H5P_DEFAULT, H5P_DEFAULT),
+              0);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"u16.h5", "/loss_mask holds uint16 (a loss mask is a 1-D uint8 dataset"},
+      {"short.h5", "/loss_mask has 999 elements and /tokens 1000"},
+      {"group.h5", "/loss_mask is a group, not a dataset"},
+      {"external.h5", "/loss_mask is an external link to 'loss_mask' in '" + path("other.h5")},
+  };
+  for (const auto& [name, expected] : cases) {
+    const std::string msg = open_error(path(name));
+    EXPECT_NE(msg.find(path(name) + "': " + expected), std::string::npos) << name << ": " << msg;
+  }
+  EXPECT_EQ(open_error(path("other.h5")), "");
 }
 
 TEST(ByteTokenizer, EncodeDecode) {

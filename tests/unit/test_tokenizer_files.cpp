@@ -166,9 +166,49 @@ TEST(TokenizePieces, ThreadsGiveTheSerialResult) {
   const auto serial = tokenize_pieces(tok, docs, 1);
   EXPECT_EQ(tokenize_pieces(tok, docs, 4), serial);
   ASSERT_EQ(serial.size(), docs.size());
-  EXPECT_EQ(serial[0].size(), docs[0].text.size());  // no separator before the first document
-  EXPECT_EQ(serial[1].front(), static_cast<uint32_t>('\n'));
-  EXPECT_EQ(serial[2].size(), docs[2].text.size());  // none inside a document
+  EXPECT_EQ(serial[0].tokens.size(), docs[0].text.size());  // no separator before the first
+  EXPECT_EQ(serial[1].tokens.front(), static_cast<uint32_t>('\n'));
+  EXPECT_EQ(serial[2].tokens.size(), docs[2].text.size());  // none inside a document
+  EXPECT_EQ(serial[0].unscored, 0u);  // before the text: nothing, "\n", nothing
+  EXPECT_EQ(serial[1].unscored, 1u);
+  EXPECT_EQ(serial[2].unscored, 0u);
+}
+
+// A prompt's tokens follow the document's start, encoded apart from the text; they and the start
+// are the piece's unscored ones (prepare-data --prompt-field's loss mask).
+TEST(TokenizePieces, PromptsComeFirstAndAreUnscored) {
+  const std::vector<TextPiece> docs = {{"4", PieceStart::Corpus, true, "2+2="},
+                                       {" yes", PieceStart::Document, true, "ok?"},
+                                       {"none", PieceStart::Document, true, ""}};
+  const ByteTokenizer bytes;  // no document marks: "\n" before each document after the first
+  const auto b = tokenize_pieces(bytes, docs, 2);
+  const auto ids = [](const std::string& text) {
+    return std::vector<uint32_t>(text.begin(), text.end());
+  };
+  EXPECT_EQ(b[0], (PieceTokens{ids("2+2=4"), 4}));
+  EXPECT_EQ(b[1], (PieceTokens{ids("\nok? yes"), 4}));
+  EXPECT_EQ(b[2], (PieceTokens{ids("\nnone"), 1}));
+
+  struct Marked final : Tokenizer {  // bytes between a start (300) and an end (301), as Llama 3
+    std::string name() const override { return "marked"; }
+    int64_t vocab_size() const override { return 302; }
+    std::vector<uint32_t> encode(std::string_view text) const override {
+      return std::vector<uint32_t>(text.begin(), text.end());
+    }
+    std::string decode(const int32_t*, size_t) const override { return ""; }
+    std::optional<uint32_t> document_start() const override { return 300; }
+    std::optional<uint32_t> document_end() const override { return 301; }
+  };
+  const auto m = tokenize_pieces(Marked(), docs, 1);
+  const auto marked = [&](const std::string& text) {
+    std::vector<uint32_t> t = ids(text);
+    t.insert(t.begin(), 300);
+    t.push_back(301);  // the end is scored: the model learns to stop
+    return t;
+  };
+  EXPECT_EQ(m[0], (PieceTokens{marked("2+2=4"), 5}));  // the start and the prompt
+  EXPECT_EQ(m[1], (PieceTokens{marked("ok? yes"), 4}));
+  EXPECT_EQ(m[2], (PieceTokens{marked("none"), 1}));  // no prompt: all but the start scored
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ struct TextPiece {
   std::string text;
   PieceStart start = PieceStart::Continued;
   bool ends_document = false;  // the document's last piece
+  std::string prompt = {};     // a JSONL document's prompt field (CorpusReader): before text
 };
 
 enum class InputFormat { Auto, Text, Jsonl };  // Auto: JSONL if the name ends in .jsonl
@@ -44,11 +45,13 @@ std::vector<CorpusInput> list_corpus_inputs(const std::vector<std::string>& args
                                             InputFormat format, std::ostream& log);
 
 // The pieces of the inputs in order. A text input is one document; a JSONL line (blank lines
-// skipped) is one document and one piece: the string `jsonl_field` of a JSON object (UsageError
-// naming the file and line otherwise). Memory: one piece plus kMaxPieceBytes.
+// skipped) is one document and one piece: the string `jsonl_field` of a JSON object, and with a
+// `prompt_field` its string too, in TextPiece::prompt (UsageError naming the file and line
+// otherwise). Memory: one piece plus kMaxPieceBytes.
 class CorpusReader {
  public:
-  CorpusReader(std::vector<CorpusInput> inputs, std::string jsonl_field);
+  CorpusReader(std::vector<CorpusInput> inputs, std::string jsonl_field,
+               std::string prompt_field = "");
 
   bool next(TextPiece& piece);  // the next piece; false at the end of the last input
   uint64_t bytes_read() const { return bytes_read_; }
@@ -62,7 +65,7 @@ class CorpusReader {
   PieceStart document_start() const;
 
   std::vector<CorpusInput> inputs_;
-  std::string field_;
+  std::string field_, prompt_field_;
   size_t next_input_ = 0;
   std::unique_ptr<FILE, int (*)(FILE*)> file_{nullptr, std::fclose};
   FILE* in_ = nullptr;  // file_ or stdin

@@ -28,6 +28,8 @@ class Dataset {
   const Corpus& component(size_t c) const { return components_[c]; }
   const std::vector<double>& weights() const { return weights_; }
   const Corpus& all() const { return all_; }  // every file in spec order (evaluation reads this)
+  // How many of the files have a loss mask (TokenSource::has_loss_mask).
+  size_t loss_masked_files() const;
   // Every file read()s without HDF5 calls (TokenSource::concurrent_reads); else the first that
   // does not, in `blocker`.
   bool concurrent_reads(std::string* blocker) const;

@@ -10,6 +10,8 @@
 // micro-batch's: Megatron-Core's per-token loss), so every layout trains the same objective; the
 // count is summed over the ranks before the first forward, so backward takes that mean's
 // gradient at once (Model's LossWeights), and the MoE losses keep their weight per token.
+// A token file's own loss mask (fine-tuning's prompts: /loss_mask, data/token_source.hpp) makes
+// its targets kUnscored as SampleWindows reads them, and the trainer takes that mean alike.
 #pragma once
 
 #include <cstddef>

@@ -17,7 +17,8 @@ class SampleWindows {
   SampleWindows(const TokenSource& src, int seq_len);  // src must outlive this
   uint64_t count() const { return count_; }            // (size-1)/seq_len
   int seq_len() const { return seq_len_; }
-  // inputs[t] = token i*T+t, targets[t] = token i*T+t+1, t < T; Error if sample >= count().
+  // inputs[t] = token i*T+t, targets[t] = token i*T+t+1, t < T, or kUnscored where the file's
+  // loss mask (TokenSource::has_loss_mask) is 0 for token i*T+t+1; Error if sample >= count().
   void read(uint64_t sample, int32_t* inputs, int32_t* targets) const;
 
  private:

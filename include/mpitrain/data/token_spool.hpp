@@ -12,24 +12,31 @@
 namespace mpitrain {
 
 // A raw file of tokens, uint16 when vocab_size <= 65536 else uint32, appended in order and read
-// back in ranges; removed with the spool. Error with the system's reason when a write fails.
+// back in ranges; removed with the spool. With a loss mask, a second raw file (path + ".mask")
+// holds a byte per token: 1 scored as a target, 0 not. Error with the system's reason when a
+// write fails.
 class TokenSpool {
  public:
-  TokenSpool(std::string path, int64_t vocab_size);
+  TokenSpool(std::string path, int64_t vocab_size, bool loss_mask = false);
   ~TokenSpool();
   TokenSpool(const TokenSpool&) = delete;
   TokenSpool& operator=(const TokenSpool&) = delete;
 
-  void append(const std::vector<uint32_t>& tokens);
+  // With a loss mask, the first `unscored` tokens get 0 and the others 1.
+  void append(const std::vector<uint32_t>& tokens, size_t unscored = 0);
   uint64_t size() const { return size_; }
-  // Calls sink(tokens, n) on tokens [begin, end) in order, in blocks of at most 1 Mi tokens.
-  void read(uint64_t begin, uint64_t end,
-            const std::function<void(const uint32_t* tokens, size_t n)>& sink);
+  // Calls sink(tokens, scored, n) on tokens [begin, end) in order, in blocks of at most 1 Mi
+  // tokens; scored: their mask bytes, or null without a loss mask.
+  void read(
+      uint64_t begin, uint64_t end,
+      const std::function<void(const uint32_t* tokens, const uint8_t* scored, size_t n)>& sink);
 
  private:
+  using File = std::unique_ptr<FILE, int (*)(FILE*)>;
   std::string path_;
   size_t width_;  // bytes per token: 2 or 4
-  std::unique_ptr<FILE, int (*)(FILE*)> file_{nullptr, std::fclose};
+  File file_{nullptr, std::fclose};
+  File mask_{nullptr, std::fclose};  // with a loss mask
   uint64_t size_ = 0;
 };
 

@@ -13,6 +13,7 @@
 #include <deque>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mpitrain {
@@ -26,6 +27,7 @@ struct StepFigures {
   double peak_rss_mib;
   double loss = std::numeric_limits<double>::quiet_NaN();  // the step's train loss
   uint64_t tokens_seen = 0;  // of the whole run by the end of this step (all ranks, resumes too)
+  bool scored = true;        // false: no target scored, no loss (left out of the final loss)
 };
 
 // What the run's record (metrics.jsonl) holds from the segments before this one; all 0 for a
@@ -104,7 +106,7 @@ class RunReport {
   uint64_t checkpoint_bytes_ = 0;
   // The outcome: the last loss_window_ train losses, validation, tokens, the clock.
   size_t loss_window_;
-  std::deque<double> last_losses_;
+  std::deque<std::pair<int, double>> last_losses_;  // (step, loss) of steps that scored
   int last_eval_step_ = -1, best_eval_step_ = -1;
   double last_val_ = 0.0, best_val_ = 0.0;
   uint64_t tokens_seen_ = 0, segment_tokens_before_ = 0;  // after the last step; before the first

@@ -54,6 +54,9 @@ struct StepRecord {
   // objective adds moe-aux-loss-coef x their aux_loss and moe-z-loss-coef x their z_loss; loss
   // above is the cross-entropy alone, comparable with a dense run's.
   std::vector<MoeLayerRecord> moe = {};
+  // false: under a loss mask the step scored no target, so it has no loss (nan; null in the
+  // file), and the console's and report's means leave it out.
+  bool scored = true;
 };
 
 class MetricsLog {
@@ -102,6 +105,7 @@ class MetricsLog {
   double interval_loss_ = 0.0;  // the sum over the steps since the last console line
   double interval_aux_ = 0.0, interval_z_ = 0.0;  // MoE: the layers' summed losses, likewise
   int interval_steps_ = 0;
+  int interval_scored_ = 0;  // of those, the steps with a loss (StepRecord::scored)
 };
 
 }  // namespace mpitrain

@@ -18,9 +18,11 @@ namespace mpitrain {
 // number: unset), else `usable_cpus`, the CPUs this rank may keep busy (fair_cpu_share of
 // runtime/affinity.hpp: its allowed CPUs, those shared with other ranks split among them).
 int resolve_threads(int requested, const char* omp_num_threads, int usable_cpus);
-// UsageError naming the first file (train, then val) that holds a token id >= vocab_size. The
-// files' tokens, taken as one sequence, are split into one contiguous share per rank: each rank
-// scans only its share, whatever the number and sizes of the files. Collective over world.
+// UsageError naming the first file (train, then val) that holds a token id >= vocab_size, or a
+// loss-mask byte other than 0 and 1; and naming a dataset whose every file has a loss mask of
+// zeros (no target scored). The files' tokens, taken as one sequence, are split into one
+// contiguous share per rank: each rank scans only its share, whatever the number and sizes of
+// the files. Collective over world.
 void check_token_ids(const Dataset* train, const Dataset* val, int vocab_size,
                      const MpiComm& world);
 // Model dimensions that tensor parallelism splits must divide by tp (UsageError otherwise).

@@ -125,6 +125,9 @@ class Trainer {
   std::string tokenizer_descriptor_;      // its file, copied into <out-dir>/tokenizer/; or ""
   std::optional<DocumentBoundary> documents_;  // --document-mask: the tokenizer's boundary
   std::optional<int32_t> loss_boundary_;  // --mask-boundary-loss: its token (data/loss_mask.hpp)
+  // A loss mask (the boundary's, or the training data's /loss_mask): the step's loss is the mean
+  // over its scored targets, whose count is summed over the ranks.
+  bool loss_masked_ = false;
   std::optional<ResumeSource> resume_source_;  // an explicit --resume PATH
   bool continues_run_ = false;                 // resuming the run in out-dir (auto, or its own)
   bool params_from_checkpoint_ = false;        // a resume that loads or stops: no initial values
