@@ -81,7 +81,7 @@ RunReport::RunReport(int loss_window, std::chrono::steady_clock::time_point star
 void RunReport::add_eval(int step, double val_loss) {
   last_eval_step_ = step;
   last_val_ = val_loss;
-  if (best_eval_step_ < 0 || val_loss < best_val_) {
+  if (!std::isnan(val_loss) && (best_eval_step_ < 0 || val_loss < best_val_)) {
     best_eval_step_ = step;
     best_val_ = val_loss;
   }

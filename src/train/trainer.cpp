@@ -290,7 +290,7 @@ double Trainer::evaluate() {
   }
   comms_->world.all_reduce(sums, 2, ReduceOp::Sum);
   model_->take_moe_stats();  // MoE: evaluation's routing is not the next step's
-  return sums[0] / sums[1];
+  return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");  // none scored: the mean of nothing
 }
 
 // At --eval-interval and after the last step: the validation loss, and the best checkpoint.

@@ -9,7 +9,8 @@
 #     the mask scores and its gradient norm within 1e-6, and the validation loss likewise;
 #   - a step whose windows score nothing (prompts with empty completions first) logs no loss
 #     (null; "-" on the console, left out of the final loss) and a gradient norm of 0, and the
-#     steps after it train;
+#     steps after it train; validation windows that score nothing give a val loss of null and
+#     no --save-best checkpoint;
 #   - a mask byte other than 0 or 1, or a training set whose mask is all 0, exit 2 before any
 #     step; so do --prompt-field with a text input or with --format nanogpt.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
@@ -84,8 +85,10 @@ done
 
 # A first step of prompts alone: no loss, no gradient; the steps after it train.
 prepare silent silent.jsonl
+# Its first windows as validation too: a val loss of nothing (null), never a best checkpoint.
 run_trainer 1 "$SCRATCH/silent-run.log" "${args[@]}" --micro-batch-size 8 --lr 3e-3 --steps 3 \
-  --train-data "$SCRATCH/silent/train.h5" --out-dir "$SCRATCH/silent-run"
+  --train-data "$SCRATCH/silent/train.h5" --val-data "$SCRATCH/silent/train.h5" \
+  --eval-samples 4 --eval-interval 1 --save-best --out-dir "$SCRATCH/silent-run"
 [ "$rc" = 0 ] || { cat "$SCRATCH/silent-run.log"; fail "the run whose first step scores nothing exited $rc"; }
 losses=$(metric "$SCRATCH/silent-run/metrics.jsonl" loss | tr '\n' ' ')
 norms=$(metric "$SCRATCH/silent-run/metrics.jsonl" grad_norm | tr '\n' ' ')
@@ -94,6 +97,9 @@ norms=$(metric "$SCRATCH/silent-run/metrics.jsonl" grad_norm | tr '\n' ' ')
 grep -q "^step 1/3 | loss - (no target scored)" "$SCRATCH/silent-run.log" &&
   grep -q "final train [0-9.]* (mean of steps 2-3)" "$SCRATCH/silent-run.log" ||
   { cat "$SCRATCH/silent-run.log"; fail "the console does not leave the step without a loss out"; }
+[ "$(metric "$SCRATCH/silent-run/metrics.jsonl" val_loss | tr '\n' ' ')" = "null null null " ] &&
+  [ ! -e "$SCRATCH/silent-run/checkpoints" ] && grep -q "checkpoints written 0" "$SCRATCH/silent-run.log" ||
+  { cat "$SCRATCH/silent-run.log"; fail "validation windows that score nothing: a val loss, or a best checkpoint"; }
 echo "a step of prompts alone: losses $losses gradient norms $norms"
 
 refused() {  # refused NAME PATTERN COMMAND...: exit 2 naming it, nothing written
