@@ -183,8 +183,8 @@ bool parse_options(int argc, char** argv, Options& opt) {
   require(opt.val_fraction > 0 && opt.val_fraction < 1,
           "--val-fraction " + std::to_string(opt.val_fraction) + " is not in (0, 1)");
   opt.format = parse_token_format(format);
-  require(opt.format != TokenFormat::Auto,
-          "--format auto is for reading; choose hdf5, llmc or nanogpt");
+  require(opt.format != TokenFormat::Auto && opt.format != TokenFormat::Megatron,
+          "--format " + format + " is for reading; choose hdf5, llmc or nanogpt");
   opt.input_format = parse_input_format(input_format);
   require(!opt.jsonl_field.empty(), "--jsonl-field is empty");
   require(!vm.count("prompt-field") || !opt.prompt_field.empty(), "--prompt-field is empty");

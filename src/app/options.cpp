@@ -244,8 +244,9 @@ po::options_description data_options(TrainConfig& t) {
       ("val-data", with_default(&t.val_data)->value_name("SPEC"),
        "validation tokens, the same syntax; evaluation reads the first eval-samples of the "
        "files in order (weights ignored); '' = none")
-      ("data-format", with_default(&t.data_format)->value_name("auto|hdf5|llmc|nanogpt"),
-       "format of the token files; auto detects it per file")
+      ("data-format", with_default(&t.data_format)->value_name("auto|hdf5|llmc|nanogpt|megatron"),
+       "format of the token files; auto detects it per file (megatron: PREFIX.bin + PREFIX.idx, "
+       "named by the .bin or the prefix)")
       ("skip-data-check", flag(&t.skip_data_check),
        "skip the start-up scan (split over the ranks) that every token id is below vocab-size: "
        "for trusted data only, an id out of range is then undefined behaviour")
@@ -576,8 +577,8 @@ void check_train(TrainConfig& t, const RawText& raw) {
                          "--resume a checkpoint or --init-from a model to evaluate or sample it"
                        : "no training data: set train-data (a file made by prepare-data)");
   require(t.data_format == "auto" || t.data_format == "hdf5" || t.data_format == "llmc" ||
-              t.data_format == "nanogpt",
-          "data-format must be auto, hdf5, llmc or nanogpt, not '" + t.data_format + "'");
+              t.data_format == "nanogpt" || t.data_format == "megatron",
+          "data-format must be auto, hdf5, llmc, nanogpt or megatron, not '" + t.data_format + "'");
 }
 
 // Options changed (Options::changed) that this run would not use (never dropped silently): a

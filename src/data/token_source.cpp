@@ -46,10 +46,18 @@ int32_t first_int32(const std::string& path) {
   return magic;
 }
 
+// Is path a Megatron dataset: X.bin beside a Megatron X.idx, or X.idx itself?
+bool is_megatron(const std::filesystem::path& path) {
+  if (path.extension() == ".idx") return is_megatron_index(path.string());
+  return path.extension() == ".bin" &&
+         is_megatron_index((path.parent_path() / path.stem()).string() + ".idx");
+}
+
 std::unique_ptr<TokenSource> detect_and_open(const std::string& path) {
   if (is_hdf5_file(path)) return open_hdf5_tokens(path);
   const int32_t magic = first_int32(path);
   if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) return open_llmc_tokens(path);
+  if (is_megatron(path)) return open_megatron_tokens(path);
   const auto bytes = std::filesystem::file_size(path);
   if (path.ends_with(".bin") && bytes % 2 == 0) return open_nanogpt_tokens(path);
   throw UsageError("'" + path + "' is not a token file; tried HDF5 (no HDF5 signature), llm.c " +
@@ -66,10 +74,18 @@ TokenFormat parse_token_format(const std::string& name) {
   if (name == "hdf5") return TokenFormat::Hdf5;
   if (name == "llmc") return TokenFormat::Llmc;
   if (name == "nanogpt") return TokenFormat::NanoGpt;
-  throw UsageError("unknown token format '" + name + "' (expected auto, hdf5, llmc or nanogpt)");
+  if (name == "megatron") return TokenFormat::Megatron;
+  throw UsageError("unknown token format '" + name +
+                   "' (expected auto, hdf5, llmc, nanogpt or megatron)");
 }
 
 std::unique_ptr<TokenSource> open_tokens(const std::string& path, TokenFormat format) {
+  std::error_code ec;
+  const bool prefix = !std::filesystem::exists(path, ec) &&
+                      std::filesystem::exists(path + ".bin", ec) &&
+                      std::filesystem::exists(path + ".idx", ec);
+  if (format == TokenFormat::Megatron || (format == TokenFormat::Auto && prefix))
+    return open_megatron_tokens(path);  // a Megatron prefix names no file itself
   require_readable_file(path);
   require_not_half_replaced(path);
   switch (format) {
@@ -79,6 +95,7 @@ std::unique_ptr<TokenSource> open_tokens(const std::string& path, TokenFormat fo
       return open_llmc_tokens(path);
     case TokenFormat::NanoGpt:
       return open_nanogpt_tokens(path);
+    case TokenFormat::Megatron:
     case TokenFormat::Auto:
       break;
   }

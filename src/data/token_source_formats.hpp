@@ -13,6 +13,9 @@ namespace mpitrain {
 std::unique_ptr<TokenSource> open_hdf5_tokens(const std::string& path);
 std::unique_ptr<TokenSource> open_llmc_tokens(const std::string& path);
 std::unique_ptr<TokenSource> open_nanogpt_tokens(const std::string& path);
+// Megatron-LM's PREFIX.bin + PREFIX.idx, named by either the .bin or the prefix.
+std::unique_ptr<TokenSource> open_megatron_tokens(const std::string& path);
+bool is_megatron_index(const std::string& idx_path);  // starts with Megatron's MMIDIDX header
 // `count` little-endian tokens of `width` bytes (2 or 4) at byte `offset` of the file, and their
 // loss mask's `count` bytes at byte `mask_offset` where given, read out of a read-only mapping
 // (concurrent_reads); UsageError if the file is shorter than that.

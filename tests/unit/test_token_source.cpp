@@ -359,6 +359,91 @@ TEST_F(TokenSourceTest, Hdf5LossMaskRefusals) {
   EXPECT_EQ(open_error(path("other.h5")), "");
 }
 
+// A Megatron-LM indexed dataset as its preprocessing writes one (indexed_dataset.py's format):
+// PREFIX.bin the tokens as `T` (uint16 or int32), PREFIX.idx the header, then each sequence's
+// length and byte pointer, then the document indices (here one sequence a document).
+template <typename T>
+void write_megatron(const std::string& prefix, const std::vector<uint32_t>& tokens,
+                    const std::vector<size_t>& lengths) {
+  std::ofstream bin(prefix + ".bin", std::ios::binary), idx(prefix + ".idx", std::ios::binary);
+  for (uint32_t t : tokens) {
+    const T v = static_cast<T>(t);
+    bin.write(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  const auto put = [&](auto v) { idx.write(reinterpret_cast<const char*>(&v), sizeof v); };
+  idx.write("MMIDIDX\0\0", 9);
+  put(uint64_t{1});
+  put(uint8_t{sizeof(T) == 2 ? 8 : 4});
+  put(uint64_t{lengths.size()});
+  put(uint64_t{lengths.size() + 1});
+  for (size_t n : lengths) put(static_cast<int32_t>(n));
+  int64_t pointer = 0;
+  for (size_t n : lengths) {
+    put(pointer);
+    pointer += static_cast<int64_t>(n * sizeof(T));
+  }
+  for (size_t d = 0; d <= lengths.size(); ++d) put(static_cast<int64_t>(d));
+}
+
+TEST_F(TokenSourceTest, MegatronByBinOrPrefix) {
+  const std::vector<size_t> documents = {300, 1, 699};  // 1000 tokens
+  write_megatron<uint16_t>(path("web_text_document"), tokens_, documents);
+  std::vector<uint32_t> big = tokens_;
+  big[5] = 128255;
+  write_megatron<int32_t>(path("llama3"), big, documents);
+  for (const auto& [name, expected] : {std::pair{std::string("web_text_document"), tokens_},
+                                       std::pair{std::string("llama3"), big}})
+    for (const std::string& named : {path(name + ".bin"), path(name)})
+      for (const auto format : {TokenFormat::Auto, TokenFormat::Megatron}) {
+        const auto src = open_tokens(named, format);
+        EXPECT_EQ(read_all(*src), expected) << named;
+        EXPECT_EQ(src->path(), path(name + ".bin"));
+        EXPECT_EQ(src->vocab_size(), -1);
+        EXPECT_TRUE(src->concurrent_reads());
+        EXPECT_FALSE(src->has_loss_mask());
+      }
+  write_nanogpt_bin(path("plain.bin"), tokens_);  // a .bin with no .idx beside it: nanoGPT
+  EXPECT_EQ(read_all(*open_tokens(path("plain.bin"))), tokens_);
+}
+
+// Each way a Megatron pair can be wrong: named, before any read.
+TEST_F(TokenSourceTest, MegatronRefusals) {
+  const std::vector<size_t> documents = {400, 600};
+  const auto damaged = [&](const std::string& name, size_t at, const std::string& bytes) {
+    write_megatron<uint16_t>(path(name), tokens_, documents);
+    std::fstream idx(path(name + ".idx"), std::ios::binary | std::ios::in | std::ios::out);
+    idx.seekp(static_cast<std::streamoff>(at));
+    idx.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  damaged("version", 9, std::string("\2", 1));
+  damaged("int64", 17, std::string("\5", 1));
+  damaged("pointer", 34 + 8 + 8, std::string("\2", 1));  // the last pointer 800 -> 770
+  write_megatron<uint16_t>(path("short"), tokens_, documents);
+  std::filesystem::resize_file(path("short.bin"), 1998);
+  write_megatron<uint16_t>(path("modes"), tokens_, documents);
+  std::ofstream(path("modes.idx"), std::ios::binary | std::ios::app) << std::string(2, '\1');
+  write_megatron<uint16_t>(path("cut"), tokens_, documents);
+  std::filesystem::resize_file(path("cut.idx"), 60);
+  write_megatron<uint16_t>(path("alone"), tokens_, documents);
+  std::filesystem::remove(path("alone.idx"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"version.bin", "index version 2; expected 1"},
+      {"int64.bin", "dtype code 5; token ids are uint16 (8) or int32 (4)"},
+      {"pointer", "its sequences lie at bytes 0 to 1970 of '" + path("pointer.bin") +
+                      "', which has 2000: the two files do not match"},
+      {"short", "which has 1998: the two files do not match"},
+      {"modes", "a multimodal index (a mode per sequence)"},
+      {"cut.bin", "60 bytes, where its 2 sequences and 3 document indices take 82"},
+      {"version.idx", "is a Megatron index; name its data: '" + path("version.bin") + "'"},
+  };
+  for (const auto& [name, expected] : cases) {
+    const std::string msg = open_error(path(name));
+    EXPECT_NE(msg.find(expected), std::string::npos) << name << ": " << msg;
+  }
+  const std::string alone = open_error(path("alone.bin"), TokenFormat::Megatron);
+  EXPECT_NE(alone.find("and " + path("alone.idx") + " is missing"), std::string::npos) << alone;
+}
+
 TEST(ByteTokenizer, EncodeDecode) {
   const ByteTokenizer tok;
   const std::string text("h\xc3\xa9llo\n\0x", 9);  // UTF-8 and a NUL byte

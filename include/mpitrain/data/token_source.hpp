@@ -8,6 +8,9 @@
 //   llm.c    — int32[256] header ([0] magic, [1] version, [2] count), then the tokens:
 //              magic 20240520 version 1 = uint16, magic 20240801 version 7 = uint32.
 //   nanoGPT  — raw uint16 tokens, no header (train.bin / val.bin).
+//   Megatron — Megatron-LM's indexed dataset, PREFIX.bin (the tokens, uint16 or int32) beside
+//              PREFIX.idx (token_source_megatron.cpp), named by the .bin or the prefix; read as
+//              one token array, documents in stored order.
 // Files are opened once; read() is cheap (a copy out of a read-only mapping, or a hyperslab) and
 // may be called often. An HDF5 file whose /tokens is contiguous, unfiltered and little-endian (what
 // prepare-data writes) is mapped like the others after open: no HDF5 call after that. Any other
@@ -21,9 +24,9 @@
 
 namespace mpitrain {
 
-enum class TokenFormat { Auto, Hdf5, Llmc, NanoGpt };
+enum class TokenFormat { Auto, Hdf5, Llmc, NanoGpt, Megatron };
 
-// "auto" | "hdf5" | "llmc" | "nanogpt"; anything else is a UsageError.
+// "auto" | "hdf5" | "llmc" | "nanogpt" | "megatron"; anything else is a UsageError.
 TokenFormat parse_token_format(const std::string& name);
 
 class TokenSource {  // a read-only 1-D array of token ids
@@ -49,8 +52,9 @@ class TokenSource {  // a read-only 1-D array of token ids
 // old val), and open_tokens refuses each file it lists.
 inline constexpr const char* kPairReplacingMarker = "prepare-data.replacing";
 
-// Opens a token file. Auto: HDF5 by its signature, llm.c by its magic, else nanoGPT if the name
-// ends in .bin and the size is even. Missing/unreadable file, unknown or malformed content (wrong
+// Opens a token file. Auto: HDF5 by its signature, llm.c by its magic, Megatron for X.bin beside
+// a Megatron X.idx (or a prefix X naming both), else nanoGPT if the name ends in .bin and the size
+// is even. Missing/unreadable file, unknown or malformed content (wrong
 // magic or version, truncated shard, no /tokens or a group there, wrong dtype, a vocab_size out
 // of range), a file that kPairReplacingMarker lists: UsageError naming the file. The same for a
 // /loss_mask, which must also be uint8 and as long as /tokens.
