@@ -248,8 +248,9 @@ po::options_description data_options(TrainConfig& t) {
        "format of the token files; auto detects it per file (megatron: PREFIX.bin + PREFIX.idx, "
        "named by the .bin or the prefix)")
       ("skip-data-check", flag(&t.skip_data_check),
-       "skip the start-up scan (split over the ranks) that every token id is below vocab-size: "
-       "for trusted data only, an id out of range is then undefined behaviour")
+       "skip the start-up scan (split over the ranks) that every token id is below vocab-size "
+       "and every loss-mask byte 0 or 1: for trusted data only, an id out of range is then "
+       "undefined behaviour (a mask byte above 1 scores its target)")
       ("prefetch", flag(&t.prefetch),
        "read the next micro-batches in a background thread while the step computes (not for "
        "chunked or compressed HDF5 files, which are read on the main thread); false = in step")
