@@ -4,6 +4,8 @@
 # over those. The data: fortunes, each cut into a prompt (its first line) and a completion (the
 # rest), tokenized with GPT-2's BPE (<|endoftext|> before each document).
 #   - prepare-data reports each file's scored tokens, which the mask's bytes sum to;
+#   - tokenize --show decodes the file as stretches the mask scores or not: <|endoftext|> and
+#     the prompt unscored, the completion scored, alternating;
 #   - one SGD step at lr 1e-9 over the first 8 validation windows, on 2 data-parallel ranks
 #     (whose scored counts differ), gives the float64 PyTorch reference's mean over the targets
 #     the mask scores and its gradient norm within 1e-6, and the validation loss likewise;
@@ -57,6 +59,22 @@ summed=$(od -An -v -tu1 "$SCRATCH/val.mask" | tr -s ' ' '\n' | grep -c '^1$')
   [ "$summed" -lt "$(($(stat -c %s "$SCRATCH/val.mask")))" ] ||
   fail "prepare-data reports '$reported' scored val tokens; the mask's bytes sum to $summed"
 echo "prepare-data: $summed of $(stat -c %s "$SCRATCH/val.mask") val tokens scored"
+# What the mask scores, decoded (tokenize --show): unscored <|endoftext|> + prompt, then the
+# scored completion, alternating, each prompt ending where its completion begins
+"$BUILD_DIR/tokenize" --show "$SCRATCH/sft/val.h5" --count 400 "$SCRATCH/sft" > "$SCRATCH/show.jsonl" ||
+  fail "tokenize --show failed"
+/usr/bin/python3 - "$SCRATCH/show.jsonl" <<'PY' || fail "tokenize --show: the stretches are not prompt, completion, ..."
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert len(rows) > 4, rows
+for i, r in enumerate(rows[:-1]):  # the last one may be cut by --count
+    assert r["scored"] == (i % 2 == 1), r
+    if r["scored"]:
+        assert r["text"].startswith(" ") and "<|endoftext|>" not in r["text"], r
+    else:
+        assert r["text"].startswith("<|endoftext|>Q: ") and r["text"].endswith("\nA:"), r
+print("tokenize --show: %d stretches, the first unscored: %r" % (len(rows), rows[0]["text"][:40]))
+PY
 
 T=64
 args=(--arch llama --n-kv-head 2 --n-layer 2 --n-head 4 --d-model 64 --seq-len "$T"
