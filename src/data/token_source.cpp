@@ -46,11 +46,22 @@ int32_t first_int32(const std::string& path) {
   return magic;
 }
 
-// Is path a Megatron dataset: X.bin beside a Megatron X.idx, or X.idx itself?
+// Is path a Megatron dataset: X.bin beside a Megatron X.idx, or X.idx itself? UsageError for an
+// X.bin beside an X.idx of another kind (fairseq's or older Megatron's "TNTIDX" index, whose .bin
+// holds other element types): read as raw uint16 it would train on garbage.
 bool is_megatron(const std::filesystem::path& path) {
   if (path.extension() == ".idx") return is_megatron_index(path.string());
-  return path.extension() == ".bin" &&
-         is_megatron_index((path.parent_path() / path.stem()).string() + ".idx");
+  if (path.extension() != ".bin") return false;
+  const std::string bin = path.string();
+  const std::string idx = bin.substr(0, bin.size() - 4) + ".idx";
+  std::error_code ec;
+  if (!std::filesystem::exists(idx, ec)) return false;
+  require(is_megatron_index(idx),
+          "'" + bin + "' lies beside an index '" + idx +
+              "' that is not Megatron's (no MMIDIDX header; an older indexed dataset's .bin "
+              "holds other element types): convert it, or give --data-format nanogpt if the "
+              ".bin is raw uint16 tokens");
+  return true;
 }
 
 std::unique_ptr<TokenSource> detect_and_open(const std::string& path) {

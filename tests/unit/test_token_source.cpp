@@ -404,6 +404,13 @@ TEST_F(TokenSourceTest, MegatronByBinOrPrefix) {
       }
   write_nanogpt_bin(path("plain.bin"), tokens_);  // a .bin with no .idx beside it: nanoGPT
   EXPECT_EQ(read_all(*open_tokens(path("plain.bin"))), tokens_);
+  // beside another kind of index (fairseq's "TNTIDX"): refused, unless the format is named
+  std::ofstream(path("plain.idx"), std::ios::binary) << std::string("TNTIDX\0\0", 8);
+  const std::string msg = open_error(path("plain.bin"));
+  EXPECT_NE(msg.find("lies beside an index '" + path("plain.idx") + "' that is not Megatron's"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(read_all(*open_tokens(path("plain.bin"), TokenFormat::NanoGpt)), tokens_);
 }
 
 // Each way a Megatron pair can be wrong: named, before any read.
