@@ -65,6 +65,18 @@ close_to() {  # close_to A B TOL
   awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < t)}'
 }
 
+# The first step's loss, grad_norm and val_loss in METRICS against a float64 reference's mean
+# loss (loss, val_loss) and gradient norm, each within TOL relative; fails naming WHAT and the key.
+scored_reference() {  # scored_reference WHAT METRICS REF_LOSS REF_NORM TOL
+  local what=$1 metrics=$2 ref_loss=$3 ref_norm=$4 tol=$5 key ours theirs
+  for key in loss grad_norm val_loss; do
+    ours=$(metric "$metrics" "$key" | head -1)
+    theirs=$([ "$key" = grad_norm ] && echo "$ref_norm" || echo "$ref_loss")
+    close_to "$ours" "$theirs" "$tol" || fail "$what: $key $ours, PyTorch's float64 reference $theirs"
+    echo "$what: $key $ours, PyTorch's float64 reference over the scored targets $theirs"
+  done
+}
+
 # Each KEY's per-step values of run NAME (files $SCRATCH/NAME.KEY) against run REFERENCE's within
 # LOSS_TOL (loss, val_loss), NORM_TOL (grad_norm) or AUX_TOL (any other key), relative; prints
 # one line of the differences, fails naming the first key beyond its bound.
