@@ -14,7 +14,7 @@
 set -euo pipefail
 
 readonly DEPS=(compiler cmake make mpi hdf5 boost gtest openblas dnnl json sentencepiece pcre2 icu fortunes
-                matplotlib torch node)
+                matplotlib torch jinja2 node)
 
 # Per dependency: what it is, its Debian packages, a typical module name, a Spack spec.
 declare -A WHAT=(
@@ -34,6 +34,7 @@ declare -A WHAT=(
   [fortunes]="fortunes text (the sample data)"
   [matplotlib]="matplotlib for Python 3 (tools/plot)"
   [torch]="PyTorch for Python 3 (tests: the HF export's reference)"
+  [jinja2]="Jinja2 for Python 3 (tests: chat templates)"
   [node]="Node.js + npm (tests: GPT-2 vocabulary)"
 )
 declare -A APT=(
@@ -53,6 +54,7 @@ declare -A APT=(
   [fortunes]="fortunes"
   [matplotlib]="python3-matplotlib"
   [torch]="python3-torch"
+  [jinja2]="python3-jinja2"
   [node]="nodejs npm"
 )
 declare -A MODULE=(
@@ -72,6 +74,7 @@ declare -A MODULE=(
   [fortunes]="-"
   [matplotlib]="python"
   [torch]="pytorch"
+  [jinja2]="python"
   [node]="nodejs"
 )
 declare -A SPACK=(
@@ -91,6 +94,7 @@ declare -A SPACK=(
   [fortunes]="-"
   [matplotlib]="py-matplotlib"
   [torch]="py-torch"
+  [jinja2]="py-jinja2"
   [node]="node-js"
 )
 FOUND_CXX=""    # "g++ 12.2.0", for the all-present line
@@ -294,6 +298,13 @@ check_torch() {
     >/dev/null 2>&1
 }
 
+# The tests' chat-template reference (tests/support/chat_template_reference.py) runs jinja2, as
+# transformers does, on Debian's /usr/bin/python3.
+check_jinja2() {
+  /usr/bin/python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("jinja2") is None)' \
+    >/dev/null 2>&1
+}
+
 assumed_missing() {
   local list=${MPITRAIN_DEPS_ASSUME_MISSING:-}
   [[ ",${list// /,}," == *",$1,"* ]]
@@ -383,7 +394,7 @@ main() {
   if [[ ${#MISSING[@]} -eq 0 ]]; then
     echo "install-deps: all present ($FOUND_CXX, cmake $FOUND_CMAKE, Open MPI, parallel HDF5," \
       "Boost.Program_options, GoogleTest, OpenBLAS, oneDNN, nlohmann-json, SentencePiece, PCRE2," \
-      "ICU, fortunes, matplotlib, PyTorch, Node.js)"
+      "ICU, fortunes, matplotlib, PyTorch, Jinja2, Node.js)"
     return 0
   fi
 
