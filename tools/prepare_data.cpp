@@ -3,7 +3,8 @@
 //   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece|PATH] [--gpt2-vocab DIR]
 //   [--tokenizer-model FILE | --vocab-size N [--sp-model-type bpe|unigram]] [--val-fraction 0.05]
 //   [--split-seed 0] [--input-format auto|text|jsonl] [--jsonl-field text] [--prompt-field NAME]
-//   [--format hdf5|llmc|nanogpt] [--threads N] [--shard-tokens N] [--progress-seconds 10]
+//   [--messages-field NAME [--chat-template FILE]] [--format hdf5|llmc|nanogpt] [--threads N]
+//   [--shard-tokens N] [--progress-seconds 10]
 //   [--overwrite] INPUT...
 //
 // INPUT: a file, a directory (its files, recursively, in path order) or - (standard input). A text
@@ -13,7 +14,9 @@
 // e.g. a Hugging Face tokenizer.json or its directory: its bos_token before and eos_token after
 // each document (data/hf_tokenizer.hpp). With --prompt-field (JSON Lines into HDF5, for
 // fine-tuning), a document is its prompt then its text, and the token files get a /loss_mask
-// (data/token_source.hpp) that scores neither the prompt's tokens nor the document's start.
+// (data/token_source.hpp) that scores neither the prompt's tokens nor the document's start. With
+// --messages-field a JSONL line is a conversation, rendered by the tokenizer's chat template (or
+// --chat-template's) and masked to the assistant's turns (data/chat_encoding.hpp).
 // The input is streamed in bounded memory (corpus_reader.hpp): a text
 // document is cut into pieces of about 64 KiB, a JSONL document is one piece; the pieces are
 // tokenized (--threads at once; the output is the same for any count) into two token spools in
@@ -44,6 +47,7 @@
 #include <vector>
 
 #include "mpitrain/data/corpus_reader.hpp"
+#include "mpitrain/data/document_starts.hpp"
 #include "mpitrain/data/gpt2_tokenizer.hpp"
 #include "mpitrain/data/sentencepiece_tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
@@ -71,6 +75,8 @@ struct Options {
   std::string jsonl_field = "text";
   bool jsonl_field_given = false;  // used only where an input is JSON Lines
   std::string prompt_field;        // fine-tuning: the unscored prompt's field; "" if none
+  std::string messages_field;      // fine-tuning: a conversation's field; "" if none
+  std::string chat_template;       // its Jinja template file; "" for the tokenizer's
   bool overwrite = false;
   std::string tokenizer = ByteTokenizer::kName;
   std::string gpt2_vocab, tokenizer_model, sp_model_type = "bpe";
@@ -140,6 +146,13 @@ bool parse_options(int argc, char** argv, Options& opt) {
       "JSON Lines, for fine-tuning: the string field of a prompt that comes before the text "
       "(e.g. --prompt-field prompt --jsonl-field completion) and is not scored as a target: "
       "the HDF5 token files get a /loss_mask");
+  add("messages-field", po::value(&opt.messages_field),
+      "JSON Lines, for fine-tuning on conversations: the field of a list of chat messages "
+      "({\"role\": ..., \"content\": ...}), rendered by the tokenizer's chat template; the "
+      "HDF5 token files get a /loss_mask that scores the assistant's turns only");
+  add("chat-template", po::value(&opt.chat_template),
+      "with --messages-field: a Jinja chat template file to render with instead of the "
+      "tokenizer_config.json's chat_template");
   add("format", po::value(&format)->default_value("hdf5"),
       "hdf5 (train.h5/val.h5), llmc or nanogpt (train.bin/val.bin); llmc writes uint32 tokens "
       "(version 7) for a vocabulary beyond 65536, nanogpt refuses one");
@@ -195,6 +208,18 @@ bool parse_options(int argc, char** argv, Options& opt) {
           "--prompt-field writes a loss mask, which only an HDF5 token file holds: use --format "
           "hdf5");
   opt.jsonl_field_given = !vm["jsonl-field"].defaulted();
+  require(!vm.count("messages-field") || !opt.messages_field.empty(), "--messages-field is empty");
+  require(opt.messages_field.empty() || (opt.prompt_field.empty() && !opt.jsonl_field_given),
+          "--messages-field reads a conversation, whose template places prompts and answers: "
+          "leave out --prompt-field and --jsonl-field");
+  require(opt.messages_field.empty() || opt.format == TokenFormat::Hdf5,
+          "--messages-field writes a loss mask, which only an HDF5 token file holds: use --format "
+          "hdf5");
+  require(opt.messages_field.empty() || opt.vocab_size == 0,
+          "--messages-field renders conversations with a trained model's chat template: give "
+          "that model's tokenizer, not --vocab-size");
+  require(!vm.count("chat-template") || !opt.messages_field.empty(),
+          "--chat-template renders the conversations of --messages-field, which is not given");
   require(opt.threads >= 1 && opt.threads <= 1024,
           "--threads " + std::to_string(opt.threads) + " is not in [1, 1024]");
   require(split_seed >= 0, "--split-seed " + std::to_string(split_seed) + " is negative");
@@ -248,7 +273,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Options& opt,
     if (!opt.tokenizer_model.empty())
       return std::make_unique<SentencePieceTokenizer>(opt.tokenizer_model);
     std::vector<std::string> documents;
-    CorpusReader reader(inputs, opt.jsonl_field, opt.prompt_field);
+    CorpusReader reader(inputs, {opt.jsonl_field, opt.prompt_field, opt.messages_field});
     size_t bytes = 0;
     for (TextPiece piece; bytes < kSentencePieceTrainingBytes && reader.next(piece);) {
       bytes += piece.prompt.size() + piece.text.size();
@@ -337,6 +362,18 @@ std::string document_marks(const Tokenizer& tok) {
   return ", documents: " + mark(tok.document_start()) + " ... " + mark(tok.document_end());
 }
 
+// How --document-mask finds the conversations: by the tokenizer's boundary where it marks each
+// one, else not at all (the token files say so, and the trainer refuses it).
+std::string conversation_marks(const Tokenizer& tok, uint64_t unmarked, uint64_t conversations) {
+  if (!tok.document_start() && !tok.document_end()) return "";
+  const std::string boundary = describe(document_boundary(tok, "document-mask"), tok);
+  if (unmarked == 0) return "documents: " + boundary + ": each conversation is one\n";
+  return "documents: " + std::to_string(unmarked) + " of the " + std::to_string(conversations) +
+         " conversations are not marked by the tokenizer's boundary (" + boundary +
+         ": their template puts it inside them or leaves it out), so the token files record "
+         "that --document-mask and --mask-boundary-loss cannot find them\n";
+}
+
 // Each file needs an input token and its next-token target.
 constexpr size_t kMinTokensPerFile = 2;
 
@@ -346,17 +383,19 @@ constexpr size_t kBatchBytesPerThread = size_t{1} << 20;
 // The corpus tokenized into a train and a val spool by the seeded split of its pieces.
 struct Tokenized {
   uint64_t pieces = 0, val_pieces = 0, documents = 0, bytes = 0;
+  uint64_t unmarked = 0;  // conversations the tokenizer's document boundary does not mark
 };
 
 Tokenized tokenize_corpus(const Options& opt, const std::vector<CorpusInput>& inputs,
-                          const Tokenizer& tok, TokenSpool& train, TokenSpool& val) {
+                          const Tokenizer& tok, const ChatFormat* chat, TokenSpool& train,
+                          TokenSpool& val) {
   uint64_t total_bytes = 0;
   bool sized = true;
   for (const auto& in : inputs) {
     total_bytes += in.bytes;
     sized = sized && in.path != "-";
   }
-  CorpusReader reader(inputs, opt.jsonl_field, opt.prompt_field);
+  CorpusReader reader(inputs, {opt.jsonl_field, opt.prompt_field, opt.messages_field});
   Progress progress(opt.progress_seconds);
   Tokenized done;
   std::vector<TextPiece> batch;
@@ -370,11 +409,12 @@ Tokenized tokenize_corpus(const Options& opt, const std::vector<CorpusInput>& in
       batch.push_back(std::move(piece));
     }
     if (batch_bytes < kBatchBytesPerThread * opt.threads && more) continue;
-    const auto tokens = tokenize_pieces(tok, batch, opt.threads);
+    const auto tokens = tokenize_pieces(tok, batch, opt.threads, chat);
     for (const auto& t : tokens) {
       const bool to_val = goes_to_validation(opt.split_seed, done.pieces++, opt.val_fraction);
       done.val_pieces += to_val;
-      (to_val ? val : train).append(t.tokens, t.unscored);
+      done.unmarked += !t.marked;
+      (to_val ? val : train).append(t.tokens, t.scored);
     }
     batch.clear();
     batch_bytes = 0;
@@ -551,10 +591,11 @@ int run(int argc, char** argv) {
           "--jsonl-field names the field of a JSON Lines document, and no input is JSON Lines "
           "(a name ending in .jsonl, or --input-format jsonl): leave it out, or give one");
   for (const CorpusInput& in : inputs)
-    require(opt.prompt_field.empty() || in.jsonl,
-            "--prompt-field names the prompt's field of a JSON Lines document, and input '" +
-                in.path + "' is text: give JSON Lines only (names ending in .jsonl, or "
-                "--input-format jsonl)");
+    require((opt.prompt_field.empty() && opt.messages_field.empty()) || in.jsonl,
+            std::string(opt.prompt_field.empty() ? "--messages-field" : "--prompt-field") +
+                " names a field of a JSON Lines document, and input '" + in.path +
+                "' is text: give JSON Lines only (names ending in .jsonl, or --input-format "
+                "jsonl)");
   // Never the out-dir's own files as text (an input directory holding it, an earlier run's
   // outputs named), which --overwrite would tokenize into the new ones.
   const fs::path out = fs::weakly_canonical(dir, ec);
@@ -566,6 +607,9 @@ int run(int argc, char** argv) {
   const TempDir tmp;
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt, inputs, tmp);
   check_format_holds(opt.format, tok->vocab_size());
+  const std::optional<ChatFormat> chat =
+      opt.messages_field.empty() ? std::nullopt
+                                 : std::optional(load_chat_format(*tok, opt.chat_template));
   for (const TokenizerFile& f : tok->files())  // the tokenizer's own files, copied beside
     require(opt.overwrite || !fs::exists(fs::symlink_status(dir / f.copy_name, ec)),
             "'" + (dir / f.copy_name).string() + "' exists; pass --overwrite to replace it");
@@ -580,10 +624,10 @@ int run(int argc, char** argv) {
   Tokenized done;
   std::string split;
   {  // the spools live until the token files are written
-    const bool masked = !opt.prompt_field.empty();
+    const bool masked = !opt.prompt_field.empty() || chat;
     TokenSpool train((dir / ".prepare-data-train.spool").string(), tok->vocab_size(), masked);
     TokenSpool val((dir / ".prepare-data-val.spool").string(), tok->vocab_size(), masked);
-    done = tokenize_corpus(opt, inputs, *tok, train, val);
+    done = tokenize_corpus(opt, inputs, *tok, chat ? &*chat : nullptr, train, val);
     require(done.bytes > 0, "the input is empty");
     const std::vector<TokenFile> token_files =
         plan_token_files(opt, ext, *tok, done, train, val, split);
@@ -607,6 +651,7 @@ int run(int argc, char** argv) {
             std::cerr << "prepare-data: writing " << f.name << ": " << at << " of "
                       << f.end - f.begin << " tokens" << std::endl;
         });
+        if (done.unmarked > 0) writer.mark_documents_unmarked();
         writer.finish();
         written.push_back({f.name, f.end - f.begin, scored});
       }
@@ -626,13 +671,21 @@ int run(int argc, char** argv) {
   rename_all(dir, names, stale_train_files(dir, ext, names), faults);
   for (const auto& f : written) {
     std::cout << (f.name.starts_with("val") ? "val:   " : "train: ") << f.tokens << " tokens";
-    if (!opt.prompt_field.empty()) std::cout << " (" << f.scored << " scored)";
+    if (!opt.prompt_field.empty() || chat) std::cout << " (" << f.scored << " scored)";
     std::cout << " -> " << (dir / f.name).string() << "\n";
   }
   if (!opt.prompt_field.empty())
     std::cout << "loss mask: /loss_mask scores the '" << opt.jsonl_field
               << "' tokens (and a document's end token), not a document's start token nor its '"
               << opt.prompt_field << "' tokens\n";
+  if (chat)
+    std::cout << "loss mask: /loss_mask scores the assistant's turns of '" << opt.messages_field
+              << "' as " << chat->source << " renders them ("
+              << (chat->chat_template.has_generation()
+                      ? "its {% generation %} blocks"
+                      : "what each assistant message adds after the generation prompt")
+              << "), nothing else\n";
+  if (chat) std::cout << conversation_marks(*tok, done.unmarked, done.documents);
   std::cout << "tokenizer: " << tok->name() << " (vocabulary " << tok->vocab_size()
             << document_marks(*tok) << ") -> "
             << (dir / kTokenizerFile).string() << "\n";

@@ -18,6 +18,25 @@ namespace {
 
 constexpr size_t kReadBlockBytes = size_t{64} << 10;
 
+// A row's conversation as chat_encoding.hpp reads it: {"messages": the array `field` of chat
+// messages, "tools": the row's (if any)}, as JSON text in the row's key order.
+std::string conversation_json(const nlohmann::ordered_json& row, const std::string& field,
+                              const std::string& where) {
+  const auto messages = row.is_object() ? row.find(field) : row.end();
+  require(messages != row.end() && messages->is_array() && !messages->empty(),
+          where + ": no array field '" + field + "' of chat messages (--messages-field names it)");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const auto& m = (*messages)[i];
+    require(m.is_object() && m.contains("role") && m["role"].is_string(),
+            where + ": message " + std::to_string(i + 1) + " of '" + field +
+                "' is not an object with a string \"role\" (chat messages are {\"role\": ..., "
+                "\"content\": ...}; ShareGPT's {\"from\", \"value\"} need converting)");
+  }
+  nlohmann::ordered_json conversation = {{"messages", *messages}};
+  if (row.contains("tools")) conversation["tools"] = row["tools"];
+  return conversation.dump();
+}
+
 bool is_compressed(const fs::path& path) {
   const std::string ext = path.extension().string();
   return ext == ".gz" || ext == ".zst" || ext == ".xz" || ext == ".bz2";
@@ -104,11 +123,8 @@ std::vector<CorpusInput> list_corpus_inputs(const std::vector<std::string>& args
   return inputs;
 }
 
-CorpusReader::CorpusReader(std::vector<CorpusInput> inputs, std::string jsonl_field,
-                           std::string prompt_field)
-    : inputs_(std::move(inputs)),
-      field_(std::move(jsonl_field)),
-      prompt_field_(std::move(prompt_field)) {}
+CorpusReader::CorpusReader(std::vector<CorpusInput> inputs, JsonlFields fields)
+    : inputs_(std::move(inputs)), fields_(std::move(fields)) {}
 
 PieceStart CorpusReader::document_start() const {
   return documents_ == 0 ? PieceStart::Corpus : PieceStart::Document;
@@ -194,18 +210,24 @@ bool CorpusReader::next_jsonl_piece(TextPiece& piece) {
     ++line_;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = current_->path + ":" + std::to_string(line_);
-    const auto record = nlohmann::json::parse(line, nullptr, false);
+    const auto record = nlohmann::ordered_json::parse(line, nullptr, false);
     require(!record.is_discarded(), where + ": not a JSON line");
     const auto string_field = [&](const std::string& name, const char* option) {
       const auto field = record.is_object() ? record.find(name) : record.end();
-      require(record.is_object() && field != record.end() && field->is_string(),
+      require(field != record.end() && field->is_string(),
               where + ": no string field '" + name + "' (" + option);
       return field->get<std::string>();
     };
-    piece.text = string_field(field_, "--jsonl-field names the text's field)");
-    piece.prompt = prompt_field_.empty()
-                       ? std::string()
-                       : string_field(prompt_field_, "--prompt-field names the prompt's field)");
+    if (!fields_.messages.empty()) {
+      piece.text = conversation_json(record, fields_.messages, where);
+      piece.conversation = true;
+      piece.source = where;
+    } else {
+      piece.text = string_field(fields_.text, "--jsonl-field names the text's field)");
+      piece.prompt = fields_.prompt.empty()
+                         ? std::string()
+                         : string_field(fields_.prompt, "--prompt-field names the prompt's field)");
+    }
     piece.start = document_start();
     piece.ends_document = true;
     ++documents_;

@@ -104,6 +104,12 @@ size_t Dataset::loss_masked_files() const {
                                            [](const auto& f) { return f->has_loss_mask(); }));
 }
 
+const TokenSource* Dataset::documents_unmarked() const {
+  for (const auto& f : files_)
+    if (f->documents_unmarked()) return f.get();
+  return nullptr;
+}
+
 bool Dataset::concurrent_reads(std::string* blocker) const {
   for (const auto& f : files_)
     if (!f->concurrent_reads()) {

@@ -96,6 +96,8 @@ class MappedTokenSource final : public TokenSource {
   const std::string& path() const override { return path_; }
   bool concurrent_reads() const override { return true; }
   bool has_loss_mask() const override { return mask_.has_value(); }
+  bool documents_unmarked() const override { return documents_unmarked_; }
+  void set_documents_unmarked(bool unmarked) { documents_unmarked_ = unmarked; }
   void read_loss_mask(uint64_t offset, uint64_t count, uint8_t* out) const override {
     if (!mask_) TokenSource::read_loss_mask(offset, count, out);
     check_range(offset, count);
@@ -118,6 +120,7 @@ class MappedTokenSource final : public TokenSource {
   int64_t vocab_size_;
   std::string tokenizer_;
   std::optional<uint64_t> mask_;  // the loss mask's first byte in the file
+  bool documents_unmarked_ = false;
 };
 
 }  // namespace
@@ -162,7 +165,8 @@ std::unique_ptr<TokenSource> open_nanogpt_tokens(const std::string& path) {
 std::unique_ptr<TokenSource> map_tokens(const std::string& path, uint64_t offset, int width,
                                         uint64_t count, int64_t vocab_size,
                                         const std::string& tokenizer,
-                                        std::optional<uint64_t> mask_offset) {
+                                        std::optional<uint64_t> mask_offset,
+                                        bool documents_unmarked) {
   Fd fd(path);
   const uint64_t bytes = file_bytes(fd, path);
   require(offset <= bytes && count <= (bytes - offset) / width,
@@ -172,8 +176,10 @@ std::unique_ptr<TokenSource> map_tokens(const std::string& path, uint64_t offset
           "'" + path + "' is truncated: its loss mask's " + std::to_string(count) +
               " bytes at byte " + std::to_string(mask_offset.value_or(0)) +
               " end past the file's " + std::to_string(bytes) + " bytes");
-  return std::make_unique<MappedTokenSource>(path, fd, bytes, offset, width, count, vocab_size,
-                                             tokenizer, mask_offset);
+  auto src = std::make_unique<MappedTokenSource>(path, fd, bytes, offset, width, count, vocab_size,
+                                                 tokenizer, mask_offset);
+  src->set_documents_unmarked(documents_unmarked);
+  return src;
 }
 
 }  // namespace mpitrain

@@ -18,11 +18,12 @@ std::unique_ptr<TokenSource> open_megatron_tokens(const std::string& path);
 bool is_megatron_index(const std::string& idx_path);  // starts with Megatron's MMIDIDX header
 // `count` little-endian tokens of `width` bytes (2 or 4) at byte `offset` of the file, and their
 // loss mask's `count` bytes at byte `mask_offset` where given, read out of a read-only mapping
-// (concurrent_reads); UsageError if the file is shorter than that.
+// (concurrent_reads), documents_unmarked as given; UsageError if the file is shorter than that.
 std::unique_ptr<TokenSource> map_tokens(const std::string& path, uint64_t offset, int width,
                                         uint64_t count, int64_t vocab_size,
                                         const std::string& tokenizer,
-                                        std::optional<uint64_t> mask_offset = std::nullopt);
+                                        std::optional<uint64_t> mask_offset = std::nullopt,
+                                        bool documents_unmarked = false);
 
 // llm.c shard magics.
 inline constexpr int32_t kLlmcMagicU16 = 20240520;  // version 1, uint16 tokens

@@ -144,6 +144,8 @@ class Hdf5TokenSource final : public TokenSource {
     }
     if (has_attribute(dset_.get(), "tokenizer"))
       tokenizer_ = read_attribute_string(dset_.get(), "tokenizer");
+    documents_unmarked_ = has_attribute(dset_.get(), kDocumentsUnmarked) &&
+                          read_attribute_int(dset_.get(), kDocumentsUnmarked) != 0;
     if (has_link(file_.get(), "loss_mask")) open_loss_mask();
   }
 
@@ -164,6 +166,7 @@ class Hdf5TokenSource final : public TokenSource {
   std::string tokenizer() const override { return tokenizer_; }
   const std::string& path() const override { return path_; }
   bool has_loss_mask() const override { return static_cast<bool>(mask_); }
+  bool documents_unmarked() const override { return documents_unmarked_; }
   void read_loss_mask(uint64_t offset, uint64_t count, uint8_t* out) const override {
     if (!has_loss_mask()) TokenSource::read_loss_mask(offset, count, out);
     const std::unique_lock<std::mutex> hdf5 = lock_hdf5();
@@ -197,6 +200,7 @@ class Hdf5TokenSource final : public TokenSource {
   uint64_t size_ = 0;
   int64_t vocab_size_ = -1;
   std::string tokenizer_;
+  bool documents_unmarked_ = false;
 };
 
 }  // namespace
@@ -211,7 +215,7 @@ std::unique_ptr<TokenSource> open_hdf5_tokens(const std::string& path) {
     if (!mask_offset) return src;  // a mask HDF5 must read: read both through HDF5
   }
   return map_tokens(path, *offset, src->width(), src->size(), src->vocab_size(), src->tokenizer(),
-                    mask_offset);
+                    mask_offset, src->documents_unmarked());
 }
 
 }  // namespace mpitrain

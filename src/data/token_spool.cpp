@@ -39,10 +39,11 @@ TokenSpool::~TokenSpool() {
   std::filesystem::remove(path_ + ".mask", ec);
 }
 
-void TokenSpool::append(const std::vector<uint32_t>& tokens, size_t unscored) {
+void TokenSpool::append(const std::vector<uint32_t>& tokens, const std::vector<uint8_t>& scored) {
   if (mask_) {
-    std::vector<uint8_t> scored(tokens.size(), 1);
-    std::fill_n(scored.begin(), std::min(unscored, scored.size()), uint8_t{0});
+    if (scored.size() != tokens.size())
+      MPITRAIN_THROW("a loss mask of " + std::to_string(scored.size()) + " bytes for " +
+                     std::to_string(tokens.size()) + " tokens");
     if (std::fwrite(scored.data(), 1, scored.size(), mask_.get()) != scored.size())
       MPITRAIN_THROW("cannot write '" + path_ + ".mask': " + std::strerror(errno));
   }

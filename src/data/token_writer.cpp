@@ -60,6 +60,12 @@ TokenFileWriter::TokenFileWriter(const std::string& path, TokenFileKind kind, ui
 
 TokenFileWriter::~TokenFileWriter() = default;
 
+void TokenFileWriter::mark_documents_unmarked() {
+  if (kind_ != TokenFileKind::Hdf5)
+    MPITRAIN_THROW("cannot write '" + path_ + "': only an HDF5 token file holds attributes");
+  write_attribute_int(h5_tokens_.get(), kDocumentsUnmarked, 1);
+}
+
 void TokenFileWriter::append(const uint32_t* tokens, size_t n, const uint8_t* scored) {
   if ((scored != nullptr) != loss_mask_)
     MPITRAIN_THROW("cannot write '" + path_ + "': " +

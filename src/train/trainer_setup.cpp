@@ -231,6 +231,16 @@ void Trainer::check_inputs() {
               "--" + option +
                   ": no tokenizer is known for the data (they record none), so their documents "
                   "cannot be found: give --tokenizer PATH");
+      for (const auto* data : {train_ ? &*train_ : nullptr, val_ ? &*val_ : nullptr})
+        if (const TokenSource* f = data ? data->documents_unmarked() : nullptr)
+          throw UsageError(
+              "--" + option + ": '" + f->path() +
+              "' holds conversations that the document boundary does not mark (" +
+              describe(document_boundary(*tokenizer_, option), *tokenizer_) +
+              ", and their chat template puts that token inside them, as Qwen's <|im_end|> at "
+              "every turn's end, or leaves it out), so the documents it finds are not the "
+              "conversations: leave --" + option + " out (packed conversations then attend to "
+              "the ones before them in their window)");
       return document_boundary(*tokenizer_, option);
     };
     if (t_.document_mask) documents_ = boundary("document-mask");

@@ -324,6 +324,39 @@ TEST_F(TokenSourceTest, Hdf5LossMaskMappedOrThroughHdf5) {
   EXPECT_THROW(TokenFileWriter(path("m.bin"), TokenFileKind::NanoGpt, 1, 100, "", true), Error);
 }
 
+// Conversations the tokenizer's boundary does not mark (prepare-data --messages-field): the
+// attribute the writer sets is read back, mapped or through HDF5; no attribute, or 0, is marked.
+TEST_F(TokenSourceTest, DocumentsUnmarkedIsRecorded) {
+  {
+    TokenFileWriter w(path("chat.h5"), TokenFileKind::Hdf5, tokens_.size(), 50257, "gpt2");
+    w.append(tokens_.data(), tokens_.size());
+    w.mark_documents_unmarked();
+    w.finish();
+  }
+  write_tokens_hdf5(path("plain.h5"), tokens_, 50257, "gpt2");
+  {  // the tokens chunked and deflated, attribute 1, read through HDF5; and one of 0
+    H5Handle file = create_file(path("packed.h5"));
+    write_deflated(file.get(), "tokens", H5T_STD_U16LE, H5T_NATIVE_UINT32, tokens_.size(),
+                   tokens_.data());
+    H5Handle tokens = open_dataset(file.get(), "tokens");
+    write_attribute_int(tokens.get(), kDocumentsUnmarked, 1);
+    write_tokens_hdf5(path("zero.h5"), tokens_, 50257, "gpt2");
+    H5Handle zero_file = open_file(path("zero.h5"), H5F_ACC_RDWR);
+    H5Handle zero = open_dataset(zero_file.get(), "tokens");
+    write_attribute_int(zero.get(), kDocumentsUnmarked, 0);
+  }
+  const auto chat = open_tokens(path("chat.h5"));
+  EXPECT_TRUE(chat->concurrent_reads());  // mapped
+  EXPECT_TRUE(chat->documents_unmarked());
+  const auto packed = open_tokens(path("packed.h5"));
+  EXPECT_FALSE(packed->concurrent_reads());
+  EXPECT_TRUE(packed->documents_unmarked());
+  EXPECT_FALSE(open_tokens(path("plain.h5"))->documents_unmarked());
+  EXPECT_FALSE(open_tokens(path("zero.h5"))->documents_unmarked());
+  TokenFileWriter bin(path("t.bin"), TokenFileKind::NanoGpt, 1, 100, "");
+  EXPECT_THROW(bin.mark_documents_unmarked(), Error);
+}
+
 // A /loss_mask of the wrong type, length or kind, or in another file: named, before any read.
 TEST_F(TokenSourceTest, Hdf5LossMaskRefusals) {
   const auto with_mask = [&](const std::string& name, hid_t type, hsize_t n) {

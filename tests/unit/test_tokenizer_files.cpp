@@ -2,6 +2,7 @@
 // documents tokenized on several threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <filesystem>
@@ -155,6 +156,13 @@ TEST_F(TokenizerFilesTest, LlmcUint32ShardReadsBack) {
   EXPECT_EQ(std::vector<uint32_t>(back.begin(), back.end()), tokens);
 }
 
+// A loss mask of n tokens whose first `unscored` are 0.
+std::vector<uint8_t> scored_after(size_t unscored, size_t n) {
+  std::vector<uint8_t> mask(n, 1);
+  std::fill_n(mask.begin(), unscored, uint8_t{0});
+  return mask;
+}
+
 TEST(TokenizePieces, ThreadsGiveTheSerialResult) {
   std::vector<TextPiece> docs;
   for (int i = 0; i < 9; ++i)
@@ -169,9 +177,9 @@ TEST(TokenizePieces, ThreadsGiveTheSerialResult) {
   EXPECT_EQ(serial[0].tokens.size(), docs[0].text.size());  // no separator before the first
   EXPECT_EQ(serial[1].tokens.front(), static_cast<uint32_t>('\n'));
   EXPECT_EQ(serial[2].tokens.size(), docs[2].text.size());  // none inside a document
-  EXPECT_EQ(serial[0].unscored, 0u);  // before the text: nothing, "\n", nothing
-  EXPECT_EQ(serial[1].unscored, 1u);
-  EXPECT_EQ(serial[2].unscored, 0u);
+  EXPECT_EQ(serial[0].scored, scored_after(0, serial[0].tokens.size()));  // nothing before the text
+  EXPECT_EQ(serial[1].scored, scored_after(1, serial[1].tokens.size()));  // "\n"
+  EXPECT_EQ(serial[2].scored, scored_after(0, serial[2].tokens.size()));
 }
 
 // A prompt's tokens follow the document's start, encoded apart from the text; they and the start
@@ -185,9 +193,9 @@ TEST(TokenizePieces, PromptsComeFirstAndAreUnscored) {
   const auto ids = [](const std::string& text) {
     return std::vector<uint32_t>(text.begin(), text.end());
   };
-  EXPECT_EQ(b[0], (PieceTokens{ids("2+2=4"), 4}));
-  EXPECT_EQ(b[1], (PieceTokens{ids("\nok? yes"), 4}));
-  EXPECT_EQ(b[2], (PieceTokens{ids("\nnone"), 1}));
+  EXPECT_EQ(b[0], (PieceTokens{ids("2+2=4"), scored_after(4, 5)}));
+  EXPECT_EQ(b[1], (PieceTokens{ids("\nok? yes"), scored_after(4, 8)}));
+  EXPECT_EQ(b[2], (PieceTokens{ids("\nnone"), scored_after(1, 5)}));
 
   struct Marked final : Tokenizer {  // bytes between a start (300) and an end (301), as Llama 3
     std::string name() const override { return "marked"; }
@@ -206,9 +214,9 @@ TEST(TokenizePieces, PromptsComeFirstAndAreUnscored) {
     t.push_back(301);  // the end is scored: the model learns to stop
     return t;
   };
-  EXPECT_EQ(m[0], (PieceTokens{marked("2+2=4"), 5}));  // the start and the prompt
-  EXPECT_EQ(m[1], (PieceTokens{marked("ok? yes"), 4}));
-  EXPECT_EQ(m[2], (PieceTokens{marked("none"), 1}));  // no prompt: all but the start scored
+  EXPECT_EQ(m[0], (PieceTokens{marked("2+2=4"), scored_after(5, 7)}));  // the start, the prompt
+  EXPECT_EQ(m[1], (PieceTokens{marked("ok? yes"), scored_after(4, 9)}));
+  EXPECT_EQ(m[2], (PieceTokens{marked("none"), scored_after(1, 6)}));  // all but the start
 }
 
 }  // namespace

@@ -27,6 +27,18 @@ struct TextPiece {
   PieceStart start = PieceStart::Continued;
   bool ends_document = false;  // the document's last piece
   std::string prompt = {};     // a JSONL document's prompt field (CorpusReader): before text
+  // A conversation (JsonlFields::messages): {"messages": [...], "tools": ...} as JSON in text, and
+  // "file:line" of its row.
+  bool conversation = false;
+  std::string source = {};
+};
+
+// The fields of a JSON Lines row that prepare-data reads: its text, and for fine-tuning the prompt
+// before it or, instead of both, a conversation's messages.
+struct JsonlFields {
+  std::string text = "text";
+  std::string prompt = {};    // "" if none
+  std::string messages = {};  // "" if none
 };
 
 enum class InputFormat { Auto, Text, Jsonl };  // Auto: JSONL if the name ends in .jsonl
@@ -45,13 +57,14 @@ std::vector<CorpusInput> list_corpus_inputs(const std::vector<std::string>& args
                                             InputFormat format, std::ostream& log);
 
 // The pieces of the inputs in order. A text input is one document; a JSONL line (blank lines
-// skipped) is one document and one piece: the string `jsonl_field` of a JSON object, and with a
-// `prompt_field` its string too, in TextPiece::prompt (UsageError naming the file and line
-// otherwise). Memory: one piece plus kMaxPieceBytes.
+// skipped) is one document and one piece: the string field `fields.text` of a JSON object, and
+// with a `fields.prompt` its string too, in TextPiece::prompt; or with `fields.messages` that
+// array of chat messages (objects with a string "role", in order; "tools" of the row beside them)
+// as a conversation. UsageError naming the file and line otherwise. Memory: one piece plus
+// kMaxPieceBytes.
 class CorpusReader {
  public:
-  CorpusReader(std::vector<CorpusInput> inputs, std::string jsonl_field,
-               std::string prompt_field = "");
+  CorpusReader(std::vector<CorpusInput> inputs, JsonlFields fields);
 
   bool next(TextPiece& piece);  // the next piece; false at the end of the last input
   uint64_t bytes_read() const { return bytes_read_; }
@@ -65,7 +78,7 @@ class CorpusReader {
   PieceStart document_start() const;
 
   std::vector<CorpusInput> inputs_;
-  std::string field_, prompt_field_;
+  JsonlFields fields_;
   size_t next_input_ = 0;
   std::unique_ptr<FILE, int (*)(FILE*)> file_{nullptr, std::fclose};
   FILE* in_ = nullptr;  // file_ or stdin

@@ -30,6 +30,9 @@ class Dataset {
   const Corpus& all() const { return all_; }  // every file in spec order (evaluation reads this)
   // How many of the files have a loss mask (TokenSource::has_loss_mask).
   size_t loss_masked_files() const;
+  // The first file whose documents the boundary token does not mark
+  // (TokenSource::documents_unmarked); null if none.
+  const TokenSource* documents_unmarked() const;
   // Every file read()s without HDF5 calls (TokenSource::concurrent_reads); else the first that
   // does not, in `blocker`.
   bool concurrent_reads(std::string* blocker) const;

@@ -45,7 +45,13 @@ class TokenSource {  // a read-only 1-D array of token ids
   // Mask bytes [offset, offset+count) into out (1: the token is scored as a target, 0: not), as
   // read() reads tokens; Error if the file has no mask.
   virtual void read_loss_mask(uint64_t offset, uint64_t count, uint8_t* out) const;
+  // Whether the tokenizer's document boundary token fails to mark where the file's documents
+  // begin (HDF5 /tokens attribute kDocumentsUnmarked = 1): conversations whose chat template puts
+  // it inside them, as Qwen's <|im_end|> ends every turn, or leaves it out.
+  virtual bool documents_unmarked() const { return false; }
 };
+
+inline constexpr const char* kDocumentsUnmarked = "documents_unmarked";
 
 // The file prepare-data keeps beside a train/val pair while it renames the two into place, one
 // name a line: left behind, it says that a kill came between the renames (a new train beside the

@@ -22,8 +22,8 @@ class TokenSpool {
   TokenSpool(const TokenSpool&) = delete;
   TokenSpool& operator=(const TokenSpool&) = delete;
 
-  // With a loss mask, the first `unscored` tokens get 0 and the others 1.
-  void append(const std::vector<uint32_t>& tokens, size_t unscored = 0);
+  // With a loss mask, `scored` (a byte per token) is its part; without, it is not read.
+  void append(const std::vector<uint32_t>& tokens, const std::vector<uint8_t>& scored = {});
   uint64_t size() const { return size_; }
   // Calls sink(tokens, scored, n) on tokens [begin, end) in order, in blocks of at most 1 Mi
   // tokens; scored: their mask bytes, or null without a loss mask.

@@ -35,6 +35,8 @@ class TokenFileWriter {
   TokenFileWriter& operator=(const TokenFileWriter&) = delete;
 
   void append(const uint32_t* tokens, size_t n, const uint8_t* scored = nullptr);
+  // Records that the boundary token does not mark the documents (token_source.hpp; HDF5 only).
+  void mark_documents_unmarked();
   void finish();  // closes the file (Error if fewer than `count` tokens were appended)
 
  private:

@@ -1,0 +1,180 @@
+// Conversations rendered by a chat template, encoded, and masked to their assistant turns.
+#include "mpitrain/data/chat_encoding.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "mpitrain/data/hf_tokenizer.hpp"
+#include "mpitrain/runtime/error.hpp"
+
+namespace mpitrain {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  require(in.good(), "cannot read " + what + " '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// tokenizer_config.json's path among tok's files; "" if it has none.
+std::string config_path(const Tokenizer& tok) {
+  for (const TokenizerFile& f : tok.files())
+    if (f.role == "config") return f.path;
+  return "";
+}
+
+// A special token as tokenizer_config.json writes it: a string or an AddedToken {"content": ...}.
+std::optional<std::string> token_text(const ojson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// transformers' special_tokens_map: the special tokens that are set, as text.
+ojson special_tokens_of(const ojson& config) {
+  ojson map = ojson::object();
+  for (const char* key :
+       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+    if (config.contains(key))
+      if (const auto text = token_text(config[key])) map[key] = *text;
+  if (config.contains("additional_special_tokens") &&
+      config["additional_special_tokens"].is_array()) {
+    ojson list = ojson::array();
+    for (const ojson& t : config["additional_special_tokens"])
+      if (const auto text = token_text(t)) list.push_back(*text);
+    map["additional_special_tokens"] = list;
+  }
+  return map;
+}
+
+// tokenizer_config.json's chat_template: a string, or the "default" of a list of named ones.
+std::string config_template(const ojson& config, const std::string& path) {
+  require(config.contains("chat_template"),
+          "'" + path + "' has no chat_template: give the template with --chat-template FILE");
+  const ojson& t = config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())
+    for (const ojson& named : t)
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string())
+        return named["template"].get<std::string>();
+  throw UsageError("'" + path + "': chat_template is neither a string nor a list holding one " +
+                   "named \"default\": give the template with --chat-template FILE");
+}
+
+// The conversation `messages` (of row) rendered; UsageError naming `where` when the template fails.
+ChatRendering rendered(const ChatFormat& format, const ojson& row, const ojson& messages,
+                       bool generation_prompt, const std::string& where) {
+  ojson context = format.special_tokens;
+  context["messages"] = messages;
+  context["tools"] = row.contains("tools") ? row["tools"] : ojson();
+  context["documents"] = ojson();  // transformers passes none unless given
+  context["add_generation_prompt"] = generation_prompt;
+  try {
+    return format.chat_template.render(context);
+  } catch (const UsageError& e) {
+    throw UsageError(where + ": " + e.what());
+  }
+}
+
+// The assistant turns of a template without {% generation %}: for each assistant message i, the
+// text its rendering adds after render(messages[:i]) with the generation prompt.
+std::vector<TextSpan> assistant_turns(const ChatFormat& format, const ojson& row,
+                                      const std::string& whole, const std::string& where) {
+  const ojson& messages = row["messages"];
+  std::vector<TextSpan> turns;
+  ojson before = ojson::array();
+  for (size_t i = 0; i < messages.size(); before.push_back(messages[i]), ++i) {
+    const ojson& m = messages[i];
+    if (!m.is_object() || m.value("role", "") != "assistant") continue;
+    ojson upto = before;
+    upto.push_back(m);
+    const std::string prompt = rendered(format, row, before, true, where).text;
+    const std::string turn = rendered(format, row, upto, false, where).text;
+    require(whole.starts_with(prompt) && whole.starts_with(turn) && turn.size() >= prompt.size(),
+            where + ": " + format.source + " renders message " + std::to_string(i + 1) +
+                " (assistant) differently once later messages follow (as Qwen3's drops the "
+                "<think> blocks of earlier turns), so its tokens cannot be told apart: give a "
+                "template that marks the assistant's turns with {% generation %} blocks "
+                "(--chat-template FILE)");
+    turns.push_back({prompt.size(), turn.size()});
+  }
+  return turns;
+}
+
+// Whether tok's document boundary marks a document of these tokens alone (ChatTokens::marked).
+bool marked_by_boundary(const Tokenizer& tok, const std::vector<uint32_t>& tokens) {
+  const std::optional<uint32_t> mark =
+      tok.document_start() ? tok.document_start() : tok.document_end();
+  if (!mark || tokens.empty() || std::count(tokens.begin(), tokens.end(), *mark) != 1) return false;
+  return tok.document_start() ? tokens.front() == *mark : tokens.back() == *mark;
+}
+
+}  // namespace
+
+ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_file) {
+  const std::string config_file = config_path(tok);
+  ojson config = ojson::object();
+  if (!config_file.empty()) {
+    config = ojson::parse(read_text(config_file, "tokenizer config"), nullptr, false);
+    require(config.is_object(), "'" + config_file + "' is not a JSON object");
+  }
+  std::string source, name;
+  const std::string beside =
+      config_file.empty()
+          ? ""
+          : (std::filesystem::path(config_file).parent_path() / "chat_template.jinja").string();
+  if (!template_file.empty()) {
+    source = read_text(template_file, "--chat-template");
+    name = "--chat-template '" + template_file + "'";
+  } else if (!beside.empty() && std::filesystem::exists(beside)) {
+    source = read_text(beside, "chat template");
+    name = "'" + beside + "'";
+  } else {
+    require(!config_file.empty(),
+            "the " + tok.name() +
+                " tokenizer has no tokenizer_config.json to take a chat_template from: give "
+                "the template with --chat-template FILE");
+    source = config_template(config, config_file);
+    name = "'" + config_file + "' chat_template";
+  }
+  return ChatFormat{ChatTemplate(source, name), special_tokens_of(config), name};
+}
+
+ChatTokens encode_conversation(const Tokenizer& tok, const ChatFormat& format, const ojson& row,
+                               const std::string& where) {
+  const ChatRendering whole = rendered(format, row, row["messages"], false, where);
+  const std::vector<TextSpan> turns = format.chat_template.has_generation()
+                                          ? whole.generation
+                                          : assistant_turns(format, row, whole.text, where);
+  ChatTokens out;
+  out.tokens = tok.encode(whole.text);
+  out.scored.resize(out.tokens.size());
+  size_t at = 0, turn = 0;  // the token's first byte in the text; the first turn not behind it
+  for (size_t k = 0; k < out.tokens.size(); ++k) {
+    const auto id = static_cast<int32_t>(out.tokens[k]);
+    const std::string piece = tok.decode(&id, 1);
+    require(whole.text.compare(at, piece.size(), piece) == 0,
+            where + ": token " + std::to_string(k) + " of the rendered conversation is not its " +
+                "text at byte " + std::to_string(at) + " (the " + tok.name() +
+                " tokenizer changes the text it encodes), so the assistant's tokens are unknown");
+    const size_t end = at + piece.size();
+    while (turn < turns.size() && turns[turn].end <= at) ++turn;
+    out.scored[k] = turn < turns.size() && turns[turn].begin < end && at < turns[turn].end;
+    at = end;
+  }
+  require(at == whole.text.size(), where + ": the tokens of the rendered conversation spell " +
+                                       std::to_string(at) + " of its " +
+                                       std::to_string(whole.text.size()) + " bytes");
+  out.marked = marked_by_boundary(tok, out.tokens);
+  return out;
+}
+
+}  // namespace mpitrain
