@@ -3,7 +3,8 @@
 //   prepare-data --out-dir DIR [--tokenizer bytes|gpt2|sentencepiece|PATH] [--gpt2-vocab DIR]
 //   [--tokenizer-model FILE | --vocab-size N [--sp-model-type bpe|unigram]] [--val-fraction 0.05]
 //   [--split-seed 0] [--input-format auto|text|jsonl] [--jsonl-field text] [--prompt-field NAME]
-//   [--messages-field NAME [--chat-template FILE]] [--format hdf5|llmc|nanogpt] [--threads N]
+//   [--messages-field NAME [--chat-template FILE] [--chat-template-kwargs JSON]]
+//   [--format hdf5|llmc|nanogpt] [--threads N]
 //   [--shard-tokens N] [--progress-seconds 10]
 //   [--overwrite] INPUT...
 //
@@ -77,6 +78,7 @@ struct Options {
   std::string prompt_field;        // fine-tuning: the unscored prompt's field; "" if none
   std::string messages_field;      // fine-tuning: a conversation's field; "" if none
   std::string chat_template;       // its Jinja template file; "" for the tokenizer's
+  nlohmann::ordered_json chat_template_kwargs;  // the template's variables (a JSON object)
   bool overwrite = false;
   std::string tokenizer = ByteTokenizer::kName;
   std::string gpt2_vocab, tokenizer_model, sp_model_type = "bpe";
@@ -124,7 +126,7 @@ InputFormat parse_input_format(const std::string& name) {
 
 // Fills opt from the command line; false if --help was printed instead.
 bool parse_options(int argc, char** argv, Options& opt) {
-  std::string format = "hdf5", input_format = "auto";
+  std::string format = "hdf5", input_format = "auto", chat_template_kwargs = "{}";
   int64_t split_seed = 0, shard_tokens = 0;  // signed: an unsigned "-1" would wrap
   po::options_description named(
       "prepare-data: text -> token files and their tokenizer\n"
@@ -153,6 +155,10 @@ bool parse_options(int argc, char** argv, Options& opt) {
   add("chat-template", po::value(&opt.chat_template),
       "with --messages-field: a Jinja chat template file to render with instead of the "
       "tokenizer_config.json's chat_template");
+  add("chat-template-kwargs", po::value(&chat_template_kwargs)->default_value("{}"),
+      "with --messages-field: variables for the chat template, a JSON object, as transformers' "
+      "apply_chat_template(**kwargs) and TRL's chat_template_kwargs take them (e.g. "
+      "'{\"enable_thinking\": false}' for Qwen3)");
   add("format", po::value(&format)->default_value("hdf5"),
       "hdf5 (train.h5/val.h5), llmc or nanogpt (train.bin/val.bin); llmc writes uint32 tokens "
       "(version 7) for a vocabulary beyond 65536, nanogpt refuses one");
@@ -218,8 +224,13 @@ bool parse_options(int argc, char** argv, Options& opt) {
   require(opt.messages_field.empty() || opt.vocab_size == 0,
           "--messages-field renders conversations with a trained model's chat template: give "
           "that model's tokenizer, not --vocab-size");
-  require(!vm.count("chat-template") || !opt.messages_field.empty(),
-          "--chat-template renders the conversations of --messages-field, which is not given");
+  require((!vm.count("chat-template") && vm["chat-template-kwargs"].defaulted()) ||
+              !opt.messages_field.empty(),
+          "--chat-template and --chat-template-kwargs are for the conversations of "
+          "--messages-field, which is not given");
+  opt.chat_template_kwargs = nlohmann::ordered_json::parse(chat_template_kwargs, nullptr, false);
+  require(!opt.chat_template_kwargs.is_discarded(),
+          "--chat-template-kwargs '" + chat_template_kwargs + "' is not JSON");
   require(opt.threads >= 1 && opt.threads <= 1024,
           "--threads " + std::to_string(opt.threads) + " is not in [1, 1024]");
   require(split_seed >= 0, "--split-seed " + std::to_string(split_seed) + " is negative");
@@ -608,11 +619,14 @@ int run(int argc, char** argv) {
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt, inputs, tmp);
   check_format_holds(opt.format, tok->vocab_size());
   const std::optional<ChatFormat> chat =
-      opt.messages_field.empty() ? std::nullopt
-                                 : std::optional(load_chat_format(*tok, opt.chat_template));
+      opt.messages_field.empty()
+          ? std::nullopt
+          : std::optional(load_chat_format(*tok, opt.chat_template, opt.chat_template_kwargs));
   for (const TokenizerFile& f : tok->files())  // the tokenizer's own files, copied beside
     require(opt.overwrite || !fs::exists(fs::symlink_status(dir / f.copy_name, ec)),
-            "'" + (dir / f.copy_name).string() + "' exists; pass --overwrite to replace it");
+            // std::string first: GCC 12 sees a false -Wrestrict in "'" + a temporary here
+            std::string("'") + (dir / f.copy_name).string() +
+                "' exists; pass --overwrite to replace it");
 
   OutDir out_dir(dir);
   struct Written {

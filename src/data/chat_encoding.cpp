@@ -72,7 +72,7 @@ std::string config_template(const ojson& config, const std::string& path) {
 // The conversation `messages` (of row) rendered; UsageError naming `where` when the template fails.
 ChatRendering rendered(const ChatFormat& format, const ojson& row, const ojson& messages,
                        bool generation_prompt, const std::string& where) {
-  ojson context = format.special_tokens;
+  ojson context = format.variables;
   context["messages"] = messages;
   context["tools"] = row.contains("tools") ? row["tools"] : ojson();
   context["documents"] = ojson();  // transformers passes none unless given
@@ -98,12 +98,20 @@ std::vector<TextSpan> assistant_turns(const ChatFormat& format, const ojson& row
     upto.push_back(m);
     const std::string prompt = rendered(format, row, before, true, where).text;
     const std::string turn = rendered(format, row, upto, false, where).text;
-    require(whole.starts_with(prompt) && whole.starts_with(turn) && turn.size() >= prompt.size(),
-            where + ": " + format.source + " renders message " + std::to_string(i + 1) +
-                " (assistant) differently once later messages follow (as Qwen3's drops the "
-                "<think> blocks of earlier turns), so its tokens cannot be told apart: give a "
-                "template that marks the assistant's turns with {% generation %} blocks "
-                "(--chat-template FILE)");
+    const std::string message = "message " + std::to_string(i + 1) + " (assistant)";
+    const std::string remedy =
+        ", so its tokens cannot be told apart: give a template that marks the assistant's turns "
+        "with {% generation %} blocks (--chat-template FILE)";
+    require(whole.starts_with(prompt), where + ": the generation prompt that " + format.source +
+                                           " renders before " + message +
+                                           " is not how the conversation goes on (as an empty "
+                                           "<think> block before an answer that thinks)" +
+                                           remedy);
+    require(whole.starts_with(turn) && turn.size() >= prompt.size(),
+            where + ": " + format.source + " renders " + message +
+                " differently once later messages follow (as Qwen3's drops the <think> blocks of "
+                "earlier turns)" +
+                remedy);
     turns.push_back({prompt.size(), turn.size()});
   }
   return turns;
@@ -119,7 +127,12 @@ bool marked_by_boundary(const Tokenizer& tok, const std::vector<uint32_t>& token
 
 }  // namespace
 
-ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_file) {
+ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_file,
+                            const ojson& kwargs) {
+  require(kwargs.is_object(), "--chat-template-kwargs is not a JSON object: " + kwargs.dump());
+  for (const char* set : {"messages", "tools", "documents", "add_generation_prompt"})
+    require(!kwargs.contains(set),
+            std::string("--chat-template-kwargs sets '") + set + "', which each conversation sets");
   const std::string config_file = config_path(tok);
   ojson config = ojson::object();
   if (!config_file.empty()) {
@@ -145,7 +158,9 @@ ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_fi
     source = config_template(config, config_file);
     name = "'" + config_file + "' chat_template";
   }
-  return ChatFormat{ChatTemplate(source, name), special_tokens_of(config), name};
+  ojson variables = special_tokens_of(config);
+  for (const auto& [key, value] : kwargs.items()) variables[key] = value;
+  return ChatFormat{ChatTemplate(source, name), std::move(variables), name};
 }
 
 ChatTokens encode_conversation(const Tokenizer& tok, const ChatFormat& format, const ojson& row,

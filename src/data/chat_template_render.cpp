@@ -406,6 +406,8 @@ using Frame = std::unordered_map<std::string, Value>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+constexpr size_t kMaxRenderBytes = size_t{64} << 20;  // a rendering (or capture): 16M tokens
+
 // The state of one render: variables, output, call depth.
 class Renderer {
  public:
@@ -478,13 +480,21 @@ class Renderer {
     }
   }
 
+  // Appends to the output; a rendering past kMaxRenderBytes (a template looping without end, in
+  // effect) fails instead of taking the memory.
+  void emit(std::string_view text) {
+    if (out_->size() + text.size() > kMaxRenderBytes)
+      throw EvalError("the rendering exceeds " + std::to_string(kMaxRenderBytes >> 20) + " MiB");
+    *out_ += text;
+  }
+
   Flow render_node(const TextNode& node, int) {
-    *out_ += node.text;
+    emit(node.text);
     return Flow::kNormal;
   }
 
   Flow render_node(const OutputNode& node, int) {
-    *out_ += to_str(eval(*node.value));
+    emit(to_str(eval(*node.value)));
     return Flow::kNormal;
   }
 

@@ -8,6 +8,9 @@
 #     (tokenize --show), are jinja2's renderings, and the scored stretches are the text each
 #     assistant message adds after the generation prompt ("<think>...</think>\n\n", the answer,
 #     <|im_end|> and its newline);
+#   - Qwen3's again with --chat-template-kwargs '{"enable_thinking": false}' over the
+#     conversations without a <think> block: the empty <think></think> of its generation prompt
+#     is not scored, the answer is (with one that thinks: exit 2, the prompt does not lead to it);
 #   - Llama 3's (the npm package's: it ends every rendering with the assistant header) likewise,
 #     with <|begin_of_text|> first in each conversation: the start that --document-mask finds;
 #     Qwen3's <|im_end|> ends every turn, so the token files record the conversations as not
@@ -74,13 +77,13 @@ said() {  # said NAME TEXT: prepare-data NAME's log says TEXT
 }
 # The train then val file decoded (the split seed's hash chose no conversation for val, so val is
 # the last tokens: the two files are the conversations in order) against chat_turns.py.
-check() {  # check NAME TEMPLATE_SOURCE JSONL FIELD
+check() {  # check NAME TEMPLATE_SOURCE JSONL FIELD [KWARGS]
   local name=$1 f
   for f in train val; do
     "$BUILD_DIR/tokenize" --show "$SCRATCH/$name/$f.h5" --count 1000000 "$SCRATCH/$name" ||
       fail "tokenize --show $name/$f.h5 failed"
   done > "$SCRATCH/$name.show"
-  /usr/bin/python3 "$SOURCE_DIR/tests/support/chat_turns.py" "$2" "$SCRATCH/$3" "$4" \
+  /usr/bin/python3 "$SOURCE_DIR/tests/support/chat_turns.py" "$2" "$SCRATCH/$3" "$4" "${5:-"{}"}" \
     > "$SCRATCH/$name.expected" || fail "chat_turns.py $name failed"
   /usr/bin/python3 - "$SCRATCH/$name.show" "$SCRATCH/$name.expected" <<'PY' || fail "$name: see above"
 import json, sys
@@ -117,6 +120,13 @@ if [[ $rc -ne 2 ]] ||
   fail "--document-mask on Qwen3 conversations: exit $rc, expected 2 naming the file"
 fi
 
+no_thinking='{"enable_thinking": false}'
+grep -vF '<think>' "$SCRATCH/single.jsonl" > "$SCRATCH/plain.jsonl"
+prepare nothink "$qwen3" plain.jsonl --messages-field messages --chat-template-kwargs "$no_thinking"
+check nothink "$qwen3/tokenizer_config.json" plain.jsonl messages "$no_thinking"
+grep -F '"scored":false' "$SCRATCH/nothink.show" | grep -qF 'assistant\n<think>\n\n</think>\n\n"}' ||
+  fail "enable_thinking false: the generation prompt's empty <think> block is not left unscored"
+
 prepare llama "$llama3" single.jsonl --messages-field messages
 said llama "documents: a document starts at each token 128000 (<|begin_of_text|>): each conversation is one"
 check llama "$llama3/tokenizer_config.json" single.jsonl messages
@@ -138,6 +148,9 @@ refused() {  # refused WHAT EXPECTED_TEXT ARGS...: prepare-data exits 2 saying E
 refused "multi-turn under Qwen3's template" \
   "multi.jsonl:1: '$qwen3/tokenizer_config.json' chat_template renders message 2 (assistant) differently once later messages follow" \
   --messages-field conversation "$SCRATCH/multi.jsonl"
+refused "enable_thinking false before an answer that thinks" \
+  "single.jsonl:2: the generation prompt that '$qwen3/tokenizer_config.json' chat_template renders before message 2 (assistant) is not how the conversation goes on" \
+  --messages-field messages --chat-template-kwargs "$no_thinking" "$SCRATCH/single.jsonl"
 sed 's/"role": "user"/"role": "tool"/' "$SCRATCH/multi.jsonl" > "$SCRATCH/tool.jsonl"
 refused "raise_exception" "tool.jsonl:1: --chat-template '$SCRATCH/own.jinja' line 2: raise_exception: Unknown role: tool" \
   --messages-field conversation --chat-template "$SCRATCH/own.jinja" "$SCRATCH/tool.jsonl"

@@ -1,7 +1,8 @@
 """The text prepare-data --messages-field should train on, from jinja2 (the reference for tests).
 
-Usage: chat_turns.py TEMPLATE_SOURCE CONVERSATIONS_JSONL [FIELD]
-TEMPLATE_SOURCE: a tokenizer_config.json (its chat_template and special tokens) or a Jinja file.
+Usage: chat_turns.py TEMPLATE_SOURCE CONVERSATIONS_JSONL [FIELD [KWARGS]]
+TEMPLATE_SOURCE: a tokenizer_config.json (its chat_template and special tokens) or a Jinja file;
+KWARGS: a JSON object of more variables (apply_chat_template's **kwargs).
 Prints one JSON line per stretch of the conversations' renderings, in order, that is scored or
 not: {"scored": bool, "text": ...}, adjacent stretches alike merged. A conversation is rendered
 as transformers' apply_chat_template renders it (chat_template_reference.render); its assistant
@@ -54,12 +55,14 @@ def turns(source, base, row):
 def main():
     source_file, conversations = sys.argv[1], sys.argv[2]
     field = sys.argv[3] if len(sys.argv) > 3 else "messages"
+    kwargs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     with open(source_file, encoding="utf-8") as f:
         source = f.read()
     base = {}
     if source_file.endswith(".json"):
         config = json.loads(source)
         source, base = config["chat_template"], special_tokens(config)
+    base.update(kwargs)
     stretches = []  # [scored, bytes]
 
     def add(scored, piece):

@@ -113,17 +113,27 @@ TEST(ChatEncoding, ATokenOverlappingATurnIsScored) {
   EXPECT_EQ(t.scored, (std::vector<uint8_t>{0, 0, 0, 1, 1}));
 }
 
-TEST(ChatEncoding, ATemplateThatRewritesEarlierTurnsIsRefused) {
-  // the last assistant message is marked: a prefix's rendering of it differs from the whole's
-  const ChatFormat chat = format(
-      "{% for m in messages %}{{ m.role }}:{% if loop.last %}*{% endif %}{{ m.content }};"
-      "{% endfor %}");
-  const std::string e =
-      usage_error([&] { encode_conversation(ByteTokenizer(), chat, conversation(), "f.jsonl:7"); });
-  EXPECT_NE(e.find("f.jsonl:7: test renders message 3 (assistant) differently once later"),
+TEST(ChatEncoding, TurnsThatCannotBeToldApartAreRefused) {
+  const auto refusal = [](const std::string& source) {
+    return usage_error(
+        [&] { encode_conversation(ByteTokenizer(), format(source), conversation(), "f.jsonl:7"); });
+  };
+  // the last message is marked when it is the assistant's: alone, A1 is; in the whole, it is not
+  const std::string rewritten = refusal(
+      "{% for m in messages %}{{ m.role }}:{% if loop.last and m.role == 'assistant' %}*"
+      "{% endif %}{{ m.content }};{% endfor %}");
+  EXPECT_NE(rewritten.find("f.jsonl:7: test renders message 3 (assistant) differently once later"),
             std::string::npos)
-      << e;
-  EXPECT_NE(e.find("{% generation %}"), std::string::npos) << e;
+      << rewritten;
+  EXPECT_NE(rewritten.find("{% generation %}"), std::string::npos) << rewritten;
+  // a generation prompt the answer does not follow
+  const std::string prompt = refusal(
+      "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+      "{% if add_generation_prompt %}assistant:?{% endif %}");
+  EXPECT_NE(prompt.find("f.jsonl:7: the generation prompt that test renders before message 3 "
+                        "(assistant) is not how the conversation goes on"),
+            std::string::npos)
+      << prompt;
 }
 
 TEST(ChatEncoding, TokensThatDoNotSpellTheTextAreRefused) {
@@ -189,7 +199,7 @@ class ChatFormatTest : public ::testing::Test {  // a fresh temporary directory 
     std::string config_;
   };
   std::string render(const ChatFormat& f) const {
-    ojson context = f.special_tokens;
+    ojson context = f.variables;
     context["messages"] = ojson::array();
     return f.chat_template.render(context).text;
   }
@@ -219,6 +229,24 @@ TEST_F(ChatFormatTest, TheTemplateFileTheJinjaBesideOrTheConfigs) {
   const ChatFormat given = load_chat_format(tok, own);
   EXPECT_EQ(render(given), "own <s>");
   EXPECT_EQ(given.source, "--chat-template '" + own + "'");
+}
+
+// transformers' apply_chat_template(..., **kwargs): variables beside the special tokens, which
+// they replace where they share a name; the ones each conversation sets are refused.
+TEST_F(ChatFormatTest, KwargsAreVariables) {
+  const Configured tok(write("tokenizer_config.json", R"({"eos_token": "</s>"})"));
+  const std::string source = write("t.jinja", "{{ eos_token }} {{ enable_thinking }}");
+  EXPECT_EQ(render(load_chat_format(tok, source)), "</s> ");
+  EXPECT_EQ(render(load_chat_format(tok, source, {{"enable_thinking", false}})), "</s> False");
+  EXPECT_EQ(render(load_chat_format(tok, source, {{"eos_token", "<e>"}})), "<e> ");
+  EXPECT_NE(usage_error([&] {
+              load_chat_format(tok, source, {{"messages", ojson::array()}});
+            }).find("--chat-template-kwargs sets 'messages', which each conversation sets"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] {
+              load_chat_format(tok, source, ojson::array());
+            }).find("--chat-template-kwargs is not a JSON object"),
+            std::string::npos);
 }
 
 TEST_F(ChatFormatTest, NoTemplateIsRefused) {

@@ -444,6 +444,13 @@ TEST(ChatTemplateErrors, SandboxRefusesMutationAndHugeWork) {
             "t line 1: cannot assign attribute on non-namespace object");
   EXPECT_EQ(error_of("{{ range(100001) | length }}"),
             "t line 1: range too big, the sandbox allows at most 100000 items");
+  const std::string block(1 << 16, 'x');  // 100000 of them: 6.5 GB asked for
+  EXPECT_EQ(error_of("{% for i in range(100000) %}" + block + "{% endfor %}"),
+            "t line 1: the rendering exceeds 64 MiB");
+  EXPECT_EQ(error_of("{% set s %}{% for i in range(2000) %}{{ '" + block +
+                     "' }}{% endfor %}"
+                     "{% endset %}"),
+            "t line 1: the rendering exceeds 64 MiB");  // a capture too
   EXPECT_EQ(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
             "t line 1: macro calls nested deeper than 256");
   EXPECT_EQ(error_of(std::string(1000, '(') + "1" + std::string(1000, ')')),

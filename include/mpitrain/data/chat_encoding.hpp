@@ -22,18 +22,24 @@
 namespace mpitrain {
 
 // A template and the variables transformers gives it besides the conversation: the tokenizer's
-// special tokens (bos_token, eos_token, unk_token, pad_token, additional_special_tokens).
+// special tokens (bos_token, eos_token, unk_token, pad_token, additional_special_tokens) and the
+// caller's chat_template_kwargs (e.g. Qwen3's enable_thinking).
 struct ChatFormat {
   ChatTemplate chat_template;
-  nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
   std::string source;  // where the template came from, for messages
 };
 
 // The chat format of tok: the template of template_file (a Jinja file) if it is not "", else the
 // chat_template of tok's tokenizer_config.json (a string, or the one named "default" of a list;
 // a chat_template.jinja beside it comes first, as in transformers), with that file's special
-// tokens. UsageError when there is none or it does not parse.
-ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_file);
+// tokens, and the variables of `kwargs` (a JSON object, as transformers' apply_chat_template
+// takes them; they replace special tokens of the same name). UsageError when there is no template
+// or it does not parse, or kwargs is not an object or names a variable each conversation sets
+// (messages, tools, documents, add_generation_prompt).
+ChatFormat load_chat_format(
+    const Tokenizer& tok, const std::string& template_file,
+    const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object());
 
 // A conversation's tokens, one loss-mask byte each (1: a target of an assistant turn), and
 // whether the tokenizer's document boundary marks it: its start token first and nowhere else, or
