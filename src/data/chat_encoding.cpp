@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
-#include "mpitrain/data/hf_tokenizer.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {

@@ -1,11 +1,13 @@
 // Conversations as training tokens (data/chat_encoding.hpp): which tokens the loss mask scores
 // (the assistant's turns, told by {% generation %} blocks or by rendering prefixes), templates that
-// cannot be split refused, tokens that do not spell the text refused, and where the template and
-// the special tokens come from.
+// cannot be split refused, tokens that do not spell the text refused, and where the template, the
+// special tokens and the kwargs come from.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
