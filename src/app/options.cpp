@@ -221,8 +221,11 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
        "llama: mixture of experts, routed SwiGLU experts per MoE layer (a router, softmax in "
        "fp32, top-k, dropless); 0 = every MLP dense")
       ("top-k", with_default(&m.top_k),
-       "experts each token goes to, their gates renormalised over the chosen (Mixtral); ties: the "
-       "lower expert index wins")
+       "experts each token goes to, their gates renormalised over the chosen (Mixtral) unless "
+       "--moe-norm-topk false; ties: the lower expert index wins")
+      ("moe-norm-topk", with_default(&m.moe_norm_topk)->value_name("true|false"),
+       "the chosen experts' gates renormalised to sum 1 (Mixtral, HF norm_topk_prob true), or "
+       "their softmax probabilities over all experts as they are (false: OLMoE, Qwen2-MoE)")
       ("moe-ff", with_default(&m.moe_ff), "each expert's SwiGLU width; 0 = d-ff")
       ("n-shared-experts", with_default(&m.n_shared_experts),
        "experts every token passes besides its routed ones (DeepSeek, Qwen-MoE): one SwiGLU of "

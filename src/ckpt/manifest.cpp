@@ -82,6 +82,7 @@ void for_each_field(M& m, F&& f) {
   f("moe_ff", m.model.moe_ff, arch_default(&ModelConfig::moe_ff));
   f("n_shared_experts", m.model.n_shared_experts, arch_default(&ModelConfig::n_shared_experts));
   f("moe_every", m.model.moe_every, arch_default(&ModelConfig::moe_every));
+  f("moe_norm_topk", m.model.moe_norm_topk, arch_default(&ModelConfig::moe_norm_topk));
   f("sliding_window", m.model.sliding_window, arch_default(&ModelConfig::sliding_window));
   f("moe_aux_loss_coef", m.moe_aux_loss_coef, kOptionalField);  // absent: not recorded (-1)
   f("moe_z_loss_coef", m.moe_z_loss_coef, kOptionalField);
@@ -344,6 +345,7 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("expert_width", std::to_string(a.expert_width()), std::to_string(b.expert_width()));
   cmp("n_shared_experts", std::to_string(a.n_shared_experts), std::to_string(b.n_shared_experts));
   cmp("moe_every", std::to_string(a.moe_every), std::to_string(b.moe_every));
+  cmp("moe_norm_topk", std::to_string(a.moe_norm_topk), std::to_string(b.moe_norm_topk));
   cmp("sliding_window", std::to_string(a.sliding_window), std::to_string(b.sliding_window));
   return diff;
 }

@@ -541,10 +541,7 @@ std::vector<KeyRule> table(const std::string& type) {
                            [](const Writing& w) { return json(w.c.expert_width()); }));
     t.push_back(count("decoder_sparse_step", &ModelConfig::moe_every, fixed(1)));
     t.push_back(mlp_only_layers());
-    t.push_back(refused_unless("norm_topk_prob", {true},
-                               "the model renormalises the chosen experts' gates (Mixtral's "
-                               "routing); false, transformers' default, is not implemented",
-                               json(false)));
+    t.push_back(flag("norm_topk_prob", false, &ModelConfig::moe_norm_topk));
     t.push_back(model_type("qwen3_moe", Arch::Llama, [](ModelConfig& c) { c.qk_norm = true; }));
   }
   return t;

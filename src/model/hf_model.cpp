@@ -396,6 +396,11 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
   require(type != "mixtral" || (c.moe_every == 1 && !c.qkv_bias && !c.proj_bias),
           dir + ": a mixtral model (experts without per-head q/k norms) has experts in every "
                 "layer and no attention biases: moe-every > 1 or biases cannot be exported");
+  require(type != "mixtral" || c.moe_norm_topk,
+          dir +
+              ": a mixtral model (experts without per-head q/k norms) renormalises its gates: "
+              "--moe-norm-topk false cannot be exported (a qwen3_moe model, with --qk-norm, "
+              "writes it as norm_topk_prob)");
   require(type == "llama" || !c.mlp_bias,
           dir + ": a " + type + " model (" +
               (type == "qwen3" ? "per-head q/k norms" : "q, k, v biases without an o_proj bias") +

@@ -69,8 +69,8 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const int E = config_.n_experts, K = config_.top_k, Fe = config_.expert_width();
   if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp (and cp)
     moe_ = std::make_unique<MoeLayer<T>>(
-        backend_, E, K, static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
-        options_.moe_z_loss_coef, options_.moe_aux_loss,
+        backend_, E, K, config_.moe_norm_topk, static_cast<int>(C), Fe, static_cast<int>(Ns),
+        options_.moe_aux_loss_coef, options_.moe_z_loss_coef, options_.moe_aux_loss,
         emulated() ? options_.precision : Precision::Fp32, sp() ? tp_ : nullptr);
   const size_t L = s.layer_end - s.layer_begin;
 

@@ -34,9 +34,9 @@ MoeAuxLoss parse_moe_aux_loss(const std::string& name) {
 }
 
 template <typename T>
-MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width,
-                      int R_max, float aux_coef, float z_coef, MoeAuxLoss aux_form,
-                      Precision emulate, Communicator* stats_group)
+MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, bool norm_topk, int d_model,
+                      int expert_width, int R_max, float aux_coef, float z_coef,
+                      MoeAuxLoss aux_form, Precision emulate, Communicator* stats_group)
     : backend_(backend),
       host_memory_(backend.host_memory() && !staged_like_a_device()),
       E_(n_experts),
@@ -44,6 +44,7 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model
       C_(d_model),
       Fe_(expert_width),
       R_max_(R_max),
+      norm_topk_(norm_topk),
       aux_coef_(static_cast<T>(aux_coef)),
       z_coef_(static_cast<T>(z_coef)),
       aux_form_(aux_form),
@@ -127,7 +128,8 @@ void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
 }
 
 // Softmax in T, then each row's top K: repeatedly the largest p not yet chosen, scanning the
-// experts in index order with a strict >, so that of equal p the lower index wins.
+// experts in index order with a strict >, so that of equal p the lower index wins. The gates:
+// the chosen p renormalised to sum 1 (norm_topk), or as they are.
 template <typename T>
 void MoeLayer<T>::route(MoeActs<T>& a, int R) const {
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
@@ -150,7 +152,8 @@ void MoeLayer<T>::route(MoeActs<T>& a, int R) const {
       chosen[k] = best;
       chosen_sum += p[best];
     }
-    for (int k = 0; k < K_; ++k) a.gates[static_cast<size_t>(r) * K_ + k] = p[chosen[k]] / chosen_sum;
+    const T scale = norm_topk_ ? 1 / chosen_sum : T{1};
+    for (int k = 0; k < K_; ++k) a.gates[static_cast<size_t>(r) * K_ + k] = p[chosen[k]] * scale;
   }
 }
 
@@ -283,10 +286,10 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
       for (int k = 0; k < K_; ++k) s += dxs[a.slot_of[static_cast<size_t>(r) * K_ + k] * C + c];
       dxh_[r * C + c] = s;
     }
-  // gates -> p: g_k = p_k / S over the chosen, dp_j = (dg_j - sum_k g_k dg_k) / S; the aux
-  // loss adds aux_coef dloss E w[e] / R_all to every p[r,e] (w: counts, or AllLayers' pooled);
-  // softmax: dz = p (dp - p.dp); the z-loss adds z_coef dloss 2 lse p (R x dloss times d/dz of
-  // aux_coef aux + z_coef z).
+  // gates -> p: g_k = p_k / S over the chosen, dp_j = (dg_j - sum_k g_k dg_k) / S (without
+  // norm_topk g_k = p_k: dp_j = dg_j); the aux loss adds aux_coef dloss E w[e] / R_all to every
+  // p[r,e] (w: counts, or AllLayers' pooled); softmax: dz = p (dp - p.dp); the z-loss adds
+  // z_coef dloss 2 lse p (R x dloss times d/dz of aux_coef aux + z_coef z).
   const T R_all = static_cast<T>(a.counts[E_]);
   for (int e = 0; e < E_; ++e)
     aux_weights_[e] = pooled ? static_cast<T>(pooled[e]) : static_cast<T>(a.counts[e]);
@@ -308,7 +311,7 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
       gdg += g[k] * dg[k];
     }
     for (int e = 0; e < E_; ++e) dz[e] = aux_coef_ * dloss * E_ * aux_weights_[e] / R_all;  // dp
-    for (int k = 0; k < K_; ++k) dz[chosen[k]] += (dg[k] - gdg) / S;
+    for (int k = 0; k < K_; ++k) dz[chosen[k]] += norm_topk_ ? (dg[k] - gdg) / S : dg[k];
     T pdp = 0;
     for (int e = 0; e < E_; ++e) pdp += p[e] * dz[e];
     for (int e = 0; e < E_; ++e) dz[e] = p[e] * (dz[e] - pdp) + z_coef_ * dloss * 2 * a.lse[r] * p[e];

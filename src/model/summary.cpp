@@ -8,7 +8,7 @@ std::string experts_text(const ModelConfig& c) {
   if (c.n_experts == 0) return "";
   return "MoE E" + std::to_string(c.n_experts) + " K" + std::to_string(c.top_k) + " Fe" +
          std::to_string(c.expert_width()) + " shared " + std::to_string(c.n_shared_experts) +
-         " every " + std::to_string(c.moe_every);
+         " every " + std::to_string(c.moe_every) + (c.moe_norm_topk ? "" : " gates unnormalised");
 }
 
 double active_params(const ModelConfig& c) {

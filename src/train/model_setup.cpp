@@ -60,6 +60,7 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "moe-ff", m.expert_width(), f.expert_width(), source);
   require_same(o, "n-shared-experts", m.n_shared_experts, f.n_shared_experts, source);
   require_same(o, "moe-every", m.moe_every, f.moe_every, source);
+  require_same(o, "moe-norm-topk", m.moe_norm_topk, f.moe_norm_topk, source);
   if (!norms) return;
   require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
@@ -78,6 +79,7 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
   o.require_used(moe, "moe-ff", o.model.moe_ff, model.moe_ff, dense);
   o.require_used(moe, "n-shared-experts", o.model.n_shared_experts, model.n_shared_experts, dense);
   o.require_used(moe, "moe-every", o.model.moe_every, model.moe_every, dense);
+  o.require_used(moe, "moe-norm-topk", o.model.moe_norm_topk, model.moe_norm_topk, dense);
   o.require_used(moe, "moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef,
                  dense);
   o.require_used(moe, "moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef, dense);

@@ -487,6 +487,7 @@ std::string Trainer::run_ini() const {
                    {"moe-ff", text(cfg_.moe_ff)},
                    {"n-shared-experts", text(cfg_.n_shared_experts)},
                    {"moe-every", text(cfg_.moe_every)},
+                   {"moe-norm-topk", flag(cfg_.moe_norm_topk)},
                    {"moe-aux-loss-coef", shortest_text(t_.moe_aux_loss_coef)},
                    {"moe-z-loss-coef", shortest_text(t_.moe_z_loss_coef)}});
   return resolved_ini(options_.effective, resolved);

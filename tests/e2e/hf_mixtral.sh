@@ -5,14 +5,15 @@
 # tests/support/hf_checkpoint.py, not by mpitrain):
 #   - the validation loss is the float64 PyTorch reference's written from transformers'
 #     MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (tests/support/hf_reference.py): Mixtral, and
-#     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms);
+#     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms), and so
+#     with norm_topk_prob false (the chosen experts' softmax probabilities as gates);
 #   - the first step's load-balancing loss (moe_aux_loss) is the reference's
 #     load_balancing_loss_func of all layers' router logits concatenated, as transformers' forward
 #     takes it (--moe-aux-loss-form auto: all-layers for a Hugging Face model), and with
 #     --moe-aux-loss-form per-layer that of each layer's, summed over the layers; the run takes
 #     config.json's router_aux_loss_coef (0.02) as --moe-aux-loss-coef, says so with the form,
 #     and the export writes it;
-#   - router jitter and norm_topk_prob false are refused with exit 2 naming them, before any step;
+#   - router jitter is refused with exit 2 naming it, before any step;
 #   - Mixtral trains 3 steps at dp 2, tp 2 and pp 2 with one rank's losses, and its export, read
 #     back and exported again, gives the same files byte for byte (tests/support/hf_layouts_lib.sh).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
@@ -50,8 +51,8 @@ make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
 matches_reference qwen3-moe "$(val_loss qwen3-moe)"
 refused "router jitter" "config.json: router_jitter_noise = 0.1: " jitter Mixtral-8x7B-v0.1 \
   --set router_jitter_noise=0.1
-refused "unnormalised gates" "config.json: norm_topk_prob = false: " unnormalised Qwen3-30B-A3B \
-  --set norm_topk_prob=false
+make_ckpt unnormalised Qwen3-30B-A3B --set decoder_sparse_step=2 --set norm_topk_prob=false
+matches_reference unnormalised "$(val_loss unnormalised)"
 
 source "$SOURCE_DIR/tests/support/hf_layouts_lib.sh"
 layouts_and_round_trip Mixtral-8x7B-v0.1

@@ -308,7 +308,6 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
       {"Qwen3-0.6B", "layer_types", {"full_attention", "sliding_attention"}},
       {"Mixtral-8x7B-v0.1", "sliding_window", -4096},
       {"Mixtral-8x7B-v0.1", "router_jitter_noise", 0.01},
-      {"Qwen3-30B-A3B", "norm_topk_prob", false},
       {"Qwen3-30B-A3B", "mlp_only_layers", {0, 47}},
       {"Qwen3-30B-A3B", "mlp_only_layers", {48}},
       {"Qwen3-30B-A3B", "mlp_only_layers", {"0"}},
@@ -329,10 +328,16 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
     EXPECT_EQ(error(doc).rfind(file() + ": " + key + " = " + value.dump() + ": ", 0), 0u) << key;
   }
   EXPECT_EQ(error(llama), "");
-  // transformers' default norm_topk_prob is false: absent, the gates would not be renormalised.
+  // norm_topk_prob: the gates renormalised (the real config's true) or not (false, and absent:
+  // transformers' default); not a boolean is refused.
   json qwen3_moe = real_config("Qwen3-30B-A3B");
+  EXPECT_TRUE(read(qwen3_moe).moe_norm_topk);
+  qwen3_moe["norm_topk_prob"] = false;
+  EXPECT_FALSE(read(qwen3_moe).moe_norm_topk);
   qwen3_moe.erase("norm_topk_prob");
-  EXPECT_NE(error(qwen3_moe).find("norm_topk_prob = false: "), std::string::npos);
+  EXPECT_FALSE(read(qwen3_moe).moe_norm_topk);
+  qwen3_moe["norm_topk_prob"] = 1;
+  EXPECT_NE(error(qwen3_moe).find("norm_topk_prob"), std::string::npos);
   // Mixtral's default window is none; the aux-loss settings are the objective's, any
   // coefficient >= 0 and either switch read.
   json mixtral = real_config("Mixtral-8x7B-v0.1");
@@ -460,6 +465,7 @@ TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
   qwen3_moe.n_experts = 8;
   qwen3_moe.top_k = 3;
   qwen3_moe.moe_every = 2;
+  qwen3_moe.moe_norm_topk = false;
   EXPECT_EQ(hf_model_type(mixtral), "mixtral");
   EXPECT_EQ(hf_model_type(qwen3_moe), "qwen3_moe");
   for (const ModelConfig& c : {mixtral, qwen3_moe}) {
@@ -469,6 +475,7 @@ TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
     EXPECT_EQ(back.top_k, c.top_k);
     EXPECT_EQ(back.expert_width(), c.expert_width());
     EXPECT_EQ(back.moe_every, c.moe_every);
+    EXPECT_EQ(back.moe_norm_topk, c.moe_norm_topk);
     EXPECT_EQ(back.qk_norm, c.qk_norm);
     EXPECT_EQ(back.head_size(), c.head_size());
     EXPECT_EQ(back.n_kv_head, c.n_kv_head);
@@ -479,7 +486,7 @@ TEST_F(HfConfigTest, ExpertsExportAsMixtralOrQwen3MoeAndReadBack) {
       EXPECT_EQ(doc["intermediate_size"], 128);
       EXPECT_EQ(doc["sliding_window"], nullptr);
     } else {
-      EXPECT_EQ(doc["norm_topk_prob"], true);
+      EXPECT_EQ(doc["norm_topk_prob"], false);
       EXPECT_EQ(doc["moe_intermediate_size"], 128);
       EXPECT_EQ(doc["intermediate_size"], 96);
     }

@@ -230,8 +230,9 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
 // dense model's manifest has none of them (its attributes and checksum as before the fields), and
 // reads back dense.
 TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
-  const char* names[] = {"n_experts",        "top_k",     "moe_ff",         "n_shared_experts",
-                         "moe_every",        "moe_aux_loss_coef", "moe_z_loss_coef"};
+  const char* names[] = {"n_experts",         "top_k",          "moe_ff",
+                         "n_shared_experts",  "moe_every",      "moe_norm_topk",
+                         "moe_aux_loss_coef", "moe_z_loss_coef"};
   CheckpointManifest m = sample_manifest();
   m.model.set_arch(Arch::Llama);
   m.model.n_experts = 4;
@@ -239,6 +240,7 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
   m.model.moe_ff = 96;
   m.model.n_shared_experts = 1;
   m.model.moe_every = 2;
+  m.model.moe_norm_topk = false;
   m.moe_aux_loss_coef = 0.02;
   m.moe_z_loss_coef = 0;  // recorded: 0 is a choice, not "not recorded"
   write(m);
@@ -250,6 +252,7 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
     EXPECT_EQ(back.moe_ff, 96);
     EXPECT_EQ(back.n_shared_experts, 1);
     EXPECT_EQ(back.moe_every, 2);
+    EXPECT_FALSE(back.moe_norm_topk);
     EXPECT_EQ(read_manifest(file.get()).moe_aux_loss_coef, 0.02);
     EXPECT_EQ(read_manifest(file.get()).moe_z_loss_coef, 0.0);
     EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));

@@ -140,13 +140,16 @@ struct Layer {
   MoeActs<double> a;
   std::vector<double> x, wr, w1, w2;  // (R,C) (E,C) (E,2Fe,C) (E,C,Fe)
 
-  Layer(float aux, float z)
-      : moe(backend, E, K, C, Fe, R, aux, z, MoeAuxLoss::PerLayer, Precision::Fp32, nullptr),
+  const bool norm_topk;
+
+  Layer(float aux, float z, bool norm = true)
+      : moe(backend, E, K, norm, C, Fe, R, aux, z, MoeAuxLoss::PerLayer, Precision::Fp32, nullptr),
         acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
         scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C)),
-        ids(MoeLayer<double>::kept_ids(R, E, K)) {
+        ids(MoeLayer<double>::kept_ids(R, E, K)),
+        norm_topk(norm) {
     Buf<double> ac = acts.data();
     double* st = stats.data();
     int32_t* id = ids.data();
@@ -173,7 +176,8 @@ struct Layer {
 };
 
 // The reference: routing by a sort on (p descending, index ascending), each chosen expert's
-// SwiGLU on the row, the gated sum; and the aux and z losses from their definitions.
+// SwiGLU on the row, the gated sum (gates p renormalised over the chosen, or p as it is); and
+// the aux and z losses from their definitions.
 struct Reference {
   std::vector<double> out;                // (R,C)
   std::vector<int> counts;                // (E)
@@ -212,7 +216,7 @@ Reference reference(const Layer& L) {
           }
           y += L.w2[(e * C + o) * Fe + f] * gate / (1 + std::exp(-gate)) * up;
         }
-        ref.out[r * C + o] += p[e] / chosen * y;
+        ref.out[r * C + o] += (L.norm_topk ? p[e] / chosen : p[e]) * y;
       }
     }
     for (int e = 0; e < E; ++e) P[e] += p[e] / R;
@@ -226,9 +230,12 @@ Reference reference(const Layer& L) {
 
 // Routing, dispatch, the grouped expert GEMMs and the combine equal the naive per-row reference;
 // the aux loss E sum f_e P_e and the z-loss mean lse^2 equal their formulas on that routing;
-// the tokens per expert sum to R*K. Measured: 9e-16 at most (double); tolerance 5e-15.
-TEST(Moe, LayerMatchesTheReferenceAndItsLosses) {
-  Layer L(0.01f, 0.001f);
+// the tokens per expert sum to R*K; gates renormalised or not (--moe-norm-topk). Measured: 9e-16
+// at most (double); tolerance 5e-15.
+class MoeGates : public ::testing::TestWithParam<bool> {};  // norm_topk
+
+TEST_P(MoeGates, LayerMatchesTheReferenceAndItsLosses) {
+  Layer L(0.01f, 0.001f, GetParam());
   MoeLayerStats st{};
   const std::vector<double> out = L.forward(&st);
   const Reference ref = reference(L);
@@ -250,11 +257,11 @@ TEST(Moe, LayerMatchesTheReferenceAndItsLosses) {
 
 // The layer's backward against central differences of the objective
 // sum(out * dout) + (aux_coef aux + z_coef z) R dloss, for x, Wr, We1, We2 (the routing does not
-// change for h = 1e-6 here). Measured max error 2.7e-9; tolerance expect_grad's 1e-8 + 1e-6
-// relative.
-TEST(Moe, LayerBackwardMatchesFiniteDifferences) {
+// change for h = 1e-6 here), gates renormalised or not. Measured max error 2.7e-9; tolerance
+// expect_grad's 1e-8 + 1e-6 relative.
+TEST_P(MoeGates, LayerBackwardMatchesFiniteDifferences) {
   const float aux_coef = 0.3f, z_coef = 0.2f;  // large, so their terms are visible
-  Layer L(aux_coef, z_coef);
+  Layer L(aux_coef, z_coef, GetParam());
   const int R = Layer::R, C = Layer::C;
   const double dloss = 0.7;
   std::vector<double> dout(R * C);
@@ -276,6 +283,8 @@ TEST(Moe, LayerBackwardMatchesFiniteDifferences) {
   mpitrain::testing::expect_grad("experts.fc", L.w1, dw1, objective);
   mpitrain::testing::expect_grad("experts.proj", L.w2, dw2, objective);
 }
+
+INSTANTIATE_TEST_SUITE_P(NormTopK, MoeGates, ::testing::Bool());
 
 // The tie rule: router rows 1 and 2 equal give every row p1 == p2 exactly; rows 3 = 2 w1,
 // 4 = 0 and 0 = -w1 with every row's x . w1 > 0 put the tie at the top-2 boundary
@@ -364,8 +373,8 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
   auto pass = [&](int threads) {
     CpuBackend<double> backend(1);
     omp_set_num_threads(threads);  // the host loops' threads; BLAS keeps the backend's 1
-    MoeLayer<double> moe(backend, E, K, C, Fe, R, 0.3f, 0.2f, MoeAuxLoss::PerLayer, Precision::Fp32,
-                         nullptr);
+    MoeLayer<double> moe(backend, E, K, true, C, Fe, R, 0.3f, 0.2f, MoeAuxLoss::PerLayer,
+                         Precision::Fp32, nullptr);
     std::vector<double> acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),

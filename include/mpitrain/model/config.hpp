@@ -76,7 +76,8 @@ struct ModelConfig {
 
   // ---- mixture of experts (llama; n_experts 0 = every MLP dense) ----------------------------
   // An MoE layer's MLP is a router (E, C) choosing top_k of n_experts SwiGLU experts per token
-  // (gates: the softmax over all E renormalised over the chosen, as Mixtral), plus, with
+  // (gates: the softmax over all E renormalised over the chosen, as Mixtral; without
+  // moe_norm_topk the chosen experts' softmax probabilities as they are), plus, with
   // n_shared_experts > 0, one shared SwiGLU every token passes, of width
   // n_shared_experts x expert width (DeepSeek's shared experts, held in mlp.fc / mlp.proj).
   int n_experts = 0;
@@ -84,6 +85,7 @@ struct ModelConfig {
   int moe_ff = 0;            // each expert's SwiGLU width; 0 = d_ff
   int n_shared_experts = 0;
   int moe_every = 1;         // layer l is MoE when (l + 1) % moe_every == 0 (HF decoder_sparse_step)
+  bool moe_norm_topk = true;  // the gates renormalised over the chosen (HF norm_topk_prob)
   bool is_moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
   // How many of the layers [begin, end) are MoE (is_moe_layer).
   int moe_layers(int begin, int end) const {

@@ -84,9 +84,10 @@ class MoeLayer {
  public:
   // R_max: the most rows a call gets. stats_group: the tp group under sequence parallelism (the
   // statistics' sums all-reduced over it), else null.
-  MoeLayer(Backend<T>& backend, int n_experts, int top_k, int d_model, int expert_width, int R_max,
-           float aux_coef, float z_coef, MoeAuxLoss aux_form, Precision emulate,
-           Communicator* stats_group);
+  // norm_topk: the gates renormalised over the chosen (ModelConfig::moe_norm_topk).
+  MoeLayer(Backend<T>& backend, int n_experts, int top_k, bool norm_topk, int d_model,
+           int expert_width, int R_max, float aux_coef, float z_coef, MoeAuxLoss aux_form,
+           Precision emulate, Communicator* stats_group);
 
   // Sizes of one layer's kept MoeActs for R rows (compute elements; host T, host int32).
   static size_t kept_acts(size_t R, int K, int C, int Fe);
@@ -146,6 +147,7 @@ class MoeLayer {
   Backend<T>& backend_;
   bool host_memory_;  // the backend's memory is host memory: host code reads it in place
   int E_, K_, C_, Fe_, R_max_;
+  bool norm_topk_;
   T aux_coef_, z_coef_;
   MoeAuxLoss aux_form_;
   Precision emulate_;
