@@ -124,7 +124,7 @@ no_thinking='{"enable_thinking": false}'
 grep -vF '<think>' "$SCRATCH/single.jsonl" > "$SCRATCH/plain.jsonl"
 prepare nothink "$qwen3" plain.jsonl --messages-field messages --chat-template-kwargs "$no_thinking"
 check nothink "$qwen3/tokenizer_config.json" plain.jsonl messages "$no_thinking"
-grep -F '"scored":false' "$SCRATCH/nothink.show" | grep -qF 'assistant\n<think>\n\n</think>\n\n"}' ||
+grep -qE '"scored":false,"text":".*assistant\\n<think>\\n\\n</think>\\n\\n"}$' "$SCRATCH/nothink.show" ||
   fail "enable_thinking false: the generation prompt's empty <think> block is not left unscored"
 
 prepare llama "$llama3" single.jsonl --messages-field messages
