@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "mpitrain/data/document_starts.hpp"
 #include "mpitrain/runtime/error.hpp"
 
 namespace mpitrain {
@@ -117,12 +118,14 @@ std::vector<TextSpan> assistant_turns(const ChatFormat& format, const ojson& row
   return turns;
 }
 
-// Whether tok's document boundary marks a document of these tokens alone (ChatTokens::marked).
+// Whether tok's document boundary, as --document-mask finds it (document_boundary), marks a
+// document of these tokens alone (ChatTokens::marked).
 bool marked_by_boundary(const Tokenizer& tok, const std::vector<uint32_t>& tokens) {
-  const std::optional<uint32_t> mark =
-      tok.document_start() ? tok.document_start() : tok.document_end();
-  if (!mark || tokens.empty() || std::count(tokens.begin(), tokens.end(), *mark) != 1) return false;
-  return tok.document_start() ? tokens.front() == *mark : tokens.back() == *mark;
+  if ((!tok.document_start() && !tok.document_end()) || tokens.empty()) return false;
+  const DocumentBoundary boundary = document_boundary(tok, "document-mask");
+  const auto mark = static_cast<uint32_t>(boundary.token);
+  if (std::count(tokens.begin(), tokens.end(), mark) != 1) return false;
+  return boundary.before ? tokens.front() == mark : tokens.back() == mark;
 }
 
 }  // namespace
