@@ -72,6 +72,8 @@ const std::vector<OptionRange> kRanges = {
     // the routing losses' weights are fp32 in the model: 1e39 would be inf (used ones: <= 0.1)
     {"moe-aux-loss-coef", 0, 1e6},
     {"moe-z-loss-coef", 0, 1e6},
+    {"moe-expert-bias-rate", 0, 1},
+    {"moe-route-scale", 0, 1e6, true},
     // Parallelism; a bucket of 1/16 MiB (16384 floats) keeps the count of buckets, each an
     // all-reduce in flight, sane; 1 TiB exceeds any model's gradients (one bucket).
     {"dp", 0, kUnbounded},
@@ -126,6 +128,7 @@ struct RawText {
   std::string seed = std::to_string(TrainConfig{}.seed);  // unsigned: "-1" would wrap
   std::string config_file;
   std::string rope_scaling = "none";
+  std::string moe_router_score = "softmax";
 };
 
 template <typename V>
@@ -226,6 +229,17 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("moe-norm-topk", with_default(&m.moe_norm_topk)->value_name("true|false"),
        "the chosen experts' gates renormalised to sum 1 (Mixtral, HF norm_topk_prob true), or "
        "their softmax probabilities over all experts as they are (false: OLMoE, Qwen2-MoE)")
+      ("moe-router-score", with_default(&raw.moe_router_score)->value_name("softmax|sigmoid"),
+       "the router's scores: the softmax over all experts (Mixtral, Qwen-MoE), or each "
+       "expert's sigmoid (DeepSeek-V3, Megatron-Core's moe-router-score-function sigmoid), the "
+       "gates then the chosen scores, renormalised under --moe-norm-topk")
+      ("moe-expert-bias", flag(&m.moe_expert_bias),
+       "sigmoid router: choose the top-k of score + a per-expert bias, the gates without it, "
+       "the bias moved by --moe-expert-bias-rate after each step towards equal loads "
+       "(DeepSeek-V3's auxiliary-loss-free balancing; kept in checkpoints)")
+      ("moe-route-scale", with_default(&m.moe_route_scale),
+       "every gate multiplied by this (HF routed_scaling_factor, Megatron-Core's "
+       "moe-router-topk-scaling-factor)")
       ("moe-ff", with_default(&m.moe_ff), "each expert's SwiGLU width; 0 = d-ff")
       ("n-shared-experts", with_default(&m.n_shared_experts),
        "experts every token passes besides its routed ones (DeepSeek, Qwen-MoE): one SwiGLU of "
@@ -340,6 +354,10 @@ po::options_description training_options(TrainConfig& t, RawText& raw) {
        "its moe-aux-loss-coeff c is c / top-k here); all-layers = one loss over the routing of "
        "all MoE layers pooled (transformers' load_balancing_loss_func of Mixtral and Qwen3-MoE); "
        "auto = all-layers for an --init-from Hugging Face model, else per-layer")
+      ("moe-expert-bias-rate", with_default(&t.moe_expert_bias_rate),
+       "--moe-expert-bias: after each step every MoE layer's bias b_e += rate x sign(mean load "
+       "- expert e's load), the loads the step's tokens routed to each expert over all ranks "
+       "(Megatron-Core's moe-router-bias-update-rate)")
       ("moe-z-loss-coef", with_default(&t.moe_z_loss_coef),
        "n-experts > 0: weight of the router z-loss mean(logsumexp(logits)^2) of each MoE layer "
        "(ST-MoE); reported apart from the loss");
@@ -709,6 +727,10 @@ Options parse_options(int argc, const char* const* argv) {
   apply_switch("qkv-bias", raw.qkv_bias, m.qkv_bias);
   apply_switch("mlp-bias", raw.mlp_bias, m.mlp_bias);
   m.rope_scaling = parse_rope_scaling(raw.rope_scaling);
+  if (raw.moe_router_score != "softmax" && raw.moe_router_score != "sigmoid")
+    throw UsageError("moe-router-score must be softmax or sigmoid, not '" + raw.moe_router_score +
+                     "'");
+  m.moe_sigmoid = raw.moe_router_score == "sigmoid";
   for (const auto& [name, value] : vm)
     if (!value.defaulted()) o.given.push_back(name);
   check_ranges(kRanges, vm);

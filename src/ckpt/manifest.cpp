@@ -83,6 +83,9 @@ void for_each_field(M& m, F&& f) {
   f("n_shared_experts", m.model.n_shared_experts, arch_default(&ModelConfig::n_shared_experts));
   f("moe_every", m.model.moe_every, arch_default(&ModelConfig::moe_every));
   f("moe_norm_topk", m.model.moe_norm_topk, arch_default(&ModelConfig::moe_norm_topk));
+  f("moe_sigmoid", m.model.moe_sigmoid, arch_default(&ModelConfig::moe_sigmoid));
+  f("moe_expert_bias", m.model.moe_expert_bias, arch_default(&ModelConfig::moe_expert_bias));
+  f("moe_route_scale", m.model.moe_route_scale, arch_default(&ModelConfig::moe_route_scale));
   f("sliding_window", m.model.sliding_window, arch_default(&ModelConfig::sliding_window));
   f("moe_aux_loss_coef", m.moe_aux_loss_coef, kOptionalField);  // absent: not recorded (-1)
   f("moe_z_loss_coef", m.moe_z_loss_coef, kOptionalField);
@@ -115,6 +118,9 @@ struct FieldWriter {
   template <class V>
   void operator()(const char* n, V v, ArchDefault<V> d) const {
     if (v != d.value) write_attribute_int(group, n, v);
+  }
+  void operator()(const char* n, float v, ArchDefault<float> d) const {
+    if (v != d.value) write_attribute_double(group, n, v);
   }
   void operator()(const char* n, const ModelConfig::RopeScaling& v, int) const {
     if (v.type != RopeType::None) write_attribute_string(group, n, to_string(v));
@@ -191,6 +197,9 @@ struct FieldPrinter {
   template <class V>
   void operator()(const char* n, V v, ArchDefault<V> d) const {
     if (v != d.value) add(n, std::to_string(v));
+  }
+  void operator()(const char* n, float v, ArchDefault<float> d) const {
+    if (v != d.value) add(n, shortest_text(v));
   }
   void operator()(const char* n, const ModelConfig::RopeScaling& v, int) const {
     if (v.type != RopeType::None) add(n, to_string(v));
@@ -273,12 +282,52 @@ void check_ranges(const CheckpointManifest& m) {
               "must be from 1 to max_seq_len (" + std::to_string(m.model.max_seq_len) + ")");
 }
 
+// The expert bias table's dataset in /manifest, its shape (MoE layers, experts) for model c.
+constexpr const char* kExpertBias = "expert_bias";
+std::vector<uint64_t> expert_bias_shape(const ModelConfig& c) {
+  return {static_cast<uint64_t>(c.moe_layers(0, c.n_layer)), static_cast<uint64_t>(c.n_experts)};
+}
+
+// The table of a --moe-expert-bias model from group into m.expert_bias: present exactly when the
+// model has one, float32 of its shape, its checksum attribute the data's, every value finite.
+void read_expert_bias(hid_t group, CheckpointManifest& m) {
+  const std::string path = std::string("/") + kManifestGroup + "/" + kExpertBias;
+  if (!m.model.moe_expert_bias) {
+    if (has_link(group, kExpertBias))
+      throw Error("dataset " + path + " is present, and the model has no expert bias");
+    return;
+  }
+  const std::vector<uint64_t> shape = expert_bias_shape(m.model);
+  uint64_t stored = 0;
+  H5Handle dset = open_tensor(group, path, &shape, stored);  // present, float32, the shape
+  m.expert_bias.resize(shape[0] * shape[1]);
+  H5_CHECK(
+      H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.expert_bias.data()));
+  const uint64_t computed = checksum(m.expert_bias.data(), 0, m.expert_bias.size());
+  if (computed != stored)
+    throw Error("dataset " + path + ": checksum mismatch (stored " + hex_text(stored) +
+                ", computed " + hex_text(computed) + ")");
+  for (float b : m.expert_bias)
+    if (!std::isfinite(b)) throw Error("dataset " + path + " holds " + shortest_text(b));
+}
+
 }  // namespace
 
-void write_manifest(hid_t file, const CheckpointManifest& m) {
+void write_manifest(hid_t file, const CheckpointManifest& m, bool write_tables) {
   H5Handle group(H5_CHECK(H5Gcreate2(file, kManifestGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   for_each_field(m, FieldWriter{group.get()});
   write_attribute_uint64(group.get(), kChecksumAttribute, manifest_checksum(m));
+  if (m.expert_bias.empty()) return;
+  const std::vector<uint64_t> shape = expert_bias_shape(m.model);
+  if (m.expert_bias.size() != shape[0] * shape[1])
+    MPITRAIN_THROW("the expert bias table has " + std::to_string(m.expert_bias.size()) +
+                   " values, not the model's MoE layers x experts");
+  H5Handle dset = create_dataset(group.get(), kExpertBias, H5T_IEEE_F32LE, shape);
+  if (write_tables)
+    H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                      m.expert_bias.data()));
+  write_attribute_uint64(dset.get(), kChecksumAttribute,
+                         checksum(m.expert_bias.data(), 0, m.expert_bias.size()));
 }
 
 CheckpointManifest read_manifest(hid_t file) {
@@ -292,6 +341,7 @@ CheckpointManifest read_manifest(hid_t file) {
                   ", this build reads 1 to " + std::to_string(kCheckpointFormatVersion));
     for_each_field(m, FieldReader{group.get(), &m.format_version});
     check_ranges(m);
+    read_expert_bias(group.get(), m);
     // Present: always checked, so that a flipped format_version cannot pass for an older file.
     const bool has_sum = has_attribute(group.get(), kChecksumAttribute);
     if (!has_sum && m.format_version >= kManifestChecksumVersion)
@@ -311,6 +361,9 @@ CheckpointManifest read_manifest(hid_t file) {
 std::vector<std::pair<std::string, std::string>> manifest_fields(const CheckpointManifest& m) {
   std::vector<std::pair<std::string, std::string>> out;
   for_each_field(m, FieldPrinter{&out});
+  if (!m.expert_bias.empty())  // the table by its checksum, which the manifest's covers
+    out.emplace_back(kExpertBias, "checksum " + hex_text(checksum(m.expert_bias.data(), 0,
+                                                                  m.expert_bias.size())));
   return out;
 }
 
@@ -346,6 +399,9 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("n_shared_experts", std::to_string(a.n_shared_experts), std::to_string(b.n_shared_experts));
   cmp("moe_every", std::to_string(a.moe_every), std::to_string(b.moe_every));
   cmp("moe_norm_topk", std::to_string(a.moe_norm_topk), std::to_string(b.moe_norm_topk));
+  cmp("moe_sigmoid", std::to_string(a.moe_sigmoid), std::to_string(b.moe_sigmoid));
+  cmp("moe_expert_bias", std::to_string(a.moe_expert_bias), std::to_string(b.moe_expert_bias));
+  cmp("moe_route_scale", shortest_text(a.moe_route_scale), shortest_text(b.moe_route_scale));
   cmp("sliding_window", std::to_string(a.sliding_window), std::to_string(b.sliding_window));
   return diff;
 }

@@ -119,7 +119,7 @@ void write_checkpoint_file(const std::string& path, const std::string& save,
       for (size_t k = 0; k < dsets.size(); ++k)
         write_attribute_uint64(dsets[k].get(), kChecksumAttribute, sums[k]);
       dsets.clear();
-      write_manifest(file.get(), m);
+      write_manifest(file.get(), m, world.rank() == 0);
     });
     faults.at("write", world.rank(), m.step);
     agreed([&] { file.close(); });

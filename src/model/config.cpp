@@ -1,7 +1,8 @@
 #include "mpitrain/model/config.hpp"
 
-#include <charconv>
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -82,6 +83,16 @@ void validate_experts(const ModelConfig& c) {
           "moe-every must be between 1 and n-layer (" + std::to_string(c.n_layer) +
               ") so that some layer is MoE, got " + std::to_string(c.moe_every));
   require(!c.mlp_bias, "MLP biases with mixture of experts are not supported (no MoE model has them)");
+  require(!c.moe_expert_bias || c.moe_sigmoid,
+          "moe-expert-bias needs moe-router-score sigmoid (the bias shifts sigmoid scores, as "
+          "DeepSeek-V3's and Megatron-Core's)");
+  require(!(c.moe_sigmoid && c.top_k == 1 && c.moe_norm_topk),
+          "moe-router-score sigmoid with top-k 1 and moe-norm-topk true makes every gate 1, so "
+          "that the router learns nothing from the loss: set moe-norm-topk false (Llama 4's "
+          "routing, Megatron-Core's for top-1)");
+  require(
+      std::isfinite(c.moe_route_scale) && c.moe_route_scale > 0,
+      "moe-route-scale must be a positive number (got " + shortest_text(c.moe_route_scale) + ")");
 }
 
 // A number of the --rope-scaling text; UsageError naming it.

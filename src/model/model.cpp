@@ -69,9 +69,13 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   const int E = config_.n_experts, K = config_.top_k, Fe = config_.expert_width();
   if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp (and cp)
     moe_ = std::make_unique<MoeLayer<T>>(
-        backend_, E, K, config_.moe_norm_topk, static_cast<int>(C), Fe, static_cast<int>(Ns),
-        options_.moe_aux_loss_coef, options_.moe_z_loss_coef, options_.moe_aux_loss,
+        backend_, E, K,
+        MoeRouting{config_.moe_sigmoid, config_.moe_norm_topk, config_.moe_route_scale},
+        static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
+        options_.moe_z_loss_coef, options_.moe_aux_loss,
         emulated() ? options_.precision : Precision::Fp32, sp() ? tp_ : nullptr);
+  if (config_.moe_expert_bias)  // the whole model's, on every rank
+    expert_bias_.assign(static_cast<size_t>(config_.moe_layers(0, config_.n_layer)) * E, 0.0f);
   const size_t L = s.layer_end - s.layer_begin;
 
   if (options_.storage != Precision::Fp32 && options_.storage != options_.precision)
@@ -523,8 +527,13 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
     lp(a.fcproj, NsC);
   }
   if (config_.is_moe_layer(l))  // fcproj (+)= the routed experts' output
-    moe_->forward(a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
-                  p(Slot::ExpertProjW, l), Ns, moe_stats);
+    moe_->forward(
+        a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
+        p(Slot::ExpertProjW, l),
+        expert_bias_.empty()
+            ? nullptr
+            : expert_bias_.data() + static_cast<size_t>(l / config_.moe_every) * config_.n_experts,
+        Ns, moe_stats);
   backend_.add(a.res3, a.res2, a.fcproj, NsC);
   lp(a.res3, NsC);
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -25,7 +26,21 @@ bool staged_like_a_device() {
 // same bits at any thread count.
 constexpr size_t kParallelWork = size_t{1} << 14;
 
+// What Megatron-Core adds to a sum of sigmoid scores it divides by: a row of zeros gives 0.
+constexpr double kSigmoidSumFloor = 1e-20;
+
 }  // namespace
+
+void update_expert_bias(float* bias, const std::vector<int64_t>& tokens, float rate) {
+  const size_t E = tokens.size();
+  double total = 0;  // exact: counts far below 2^53
+  for (int64_t t : tokens) total += static_cast<double>(t);
+  for (size_t e = 0; e < E; ++e) {  // sign(mean - t) compared as E t against the total
+    const double t = static_cast<double>(tokens[e]) * static_cast<double>(E);
+    if (t < total) bias[e] += rate;
+    if (t > total) bias[e] -= rate;
+  }
+}
 
 MoeAuxLoss parse_moe_aux_loss(const std::string& name) {
   if (name == "per-layer") return MoeAuxLoss::PerLayer;
@@ -34,8 +49,8 @@ MoeAuxLoss parse_moe_aux_loss(const std::string& name) {
 }
 
 template <typename T>
-MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, bool norm_topk, int d_model,
-                      int expert_width, int R_max, float aux_coef, float z_coef,
+MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, MoeRouting routing,
+                      int d_model, int expert_width, int R_max, float aux_coef, float z_coef,
                       MoeAuxLoss aux_form, Precision emulate, Communicator* stats_group)
     : backend_(backend),
       host_memory_(backend.host_memory() && !staged_like_a_device()),
@@ -44,7 +59,7 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, bool norm_t
       C_(d_model),
       Fe_(expert_width),
       R_max_(R_max),
-      norm_topk_(norm_topk),
+      routing_(routing),
       aux_coef_(static_cast<T>(aux_coef)),
       z_coef_(static_cast<T>(z_coef)),
       aux_form_(aux_form),
@@ -127,11 +142,13 @@ void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
   round(dst, n);
 }
 
-// Softmax in T, then each row's top K: repeatedly the largest p not yet chosen, scanning the
-// experts in index order with a strict >, so that of equal p the lower index wins. The gates:
-// the chosen p renormalised to sum 1 (norm_topk), or as they are.
+// The scores in T, softmax over the row or sigmoid per expert (lse either way), then each row's
+// top K: repeatedly the largest key (the score, plus the expert bias where there is one) not yet
+// chosen, scanning the experts in index order with a strict >, so that of equal keys the lower
+// index wins. The gates: scale x the chosen scores renormalised to sum 1 (norm_topk), or as they
+// are.
 template <typename T>
-void MoeLayer<T>::route(MoeActs<T>& a, int R) const {
+void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) const {
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
   for (int r = 0; r < R; ++r) {
     const T* z = a.logits + static_cast<size_t>(r) * E_;
@@ -139,27 +156,31 @@ void MoeLayer<T>::route(MoeActs<T>& a, int R) const {
     const T zmax = *std::max_element(z, z + E_);
     T sum = 0;
     for (int e = 0; e < E_; ++e) sum += p[e] = std::exp(z[e] - zmax);
-    for (int e = 0; e < E_; ++e) p[e] /= sum;
     a.lse[r] = zmax + std::log(sum);
+    if (routing_.sigmoid)
+      for (int e = 0; e < E_; ++e) p[e] = 1 / (1 + std::exp(-z[e]));
+    else
+      for (int e = 0; e < E_; ++e) p[e] /= sum;
+    const auto key = [&](int e) { return bias ? p[e] + static_cast<T>(bias[e]) : p[e]; };
     int32_t* chosen = a.experts + static_cast<size_t>(r) * K_;
-    T chosen_sum = 0;
+    T chosen_sum = routing_.sigmoid ? static_cast<T>(kSigmoidSumFloor) : T{0};
     for (int k = 0; k < K_; ++k) {
       int best = -1;
       for (int e = 0; e < E_; ++e) {
         if (std::find(chosen, chosen + k, e) != chosen + k) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
+        if (best < 0 || key(e) > key(best)) best = e;
       }
       chosen[k] = best;
       chosen_sum += p[best];
     }
-    const T scale = norm_topk_ ? 1 / chosen_sum : T{1};
+    const T scale = static_cast<T>(routing_.scale) / (routing_.norm_topk ? chosen_sum : T{1});
     for (int k = 0; k < K_; ++k) a.gates[static_cast<size_t>(r) * K_ + k] = p[chosen[k]] * scale;
   }
 }
 
 template <typename T>
-void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr,
-                          CBuf<T> w1, CBuf<T> w2, int R, MoeLayerStats* stats) {
+void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1,
+                          CBuf<T> w2, const float* expert_bias, int R, MoeLayerStats* stats) {
   if (R > R_max_) MPITRAIN_THROW("mixture of experts: more rows than sized for");
   const size_t C = C_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
   // router: z (R,E) = x Wr^T, in T
@@ -172,7 +193,7 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
       for (size_t c = 0; c < C; ++c) s += xh[r * C + c] * wh[e * C + c];
       a.logits[static_cast<size_t>(r) * E_ + e] = s;
     }
-  route(a, R);
+  route(a, expert_bias, R);
   // dispatch: a counting sort of the assignments by expert, stable (by row, then k)
   std::fill(a.offsets, a.offsets + E_ + 1, 0);
   for (size_t i = 0; i < RK; ++i) ++a.offsets[a.experts[i] + 1];
@@ -214,7 +235,10 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   std::fill(sums_.begin(), sums_.end(), 0.0);
   for (int e = 0; e < E_; ++e) sums_[e] = a.offsets[e + 1] - a.offsets[e];
   for (int r = 0; r < R; ++r) {
-    for (int e = 0; e < E_; ++e) sums_[E_ + e] += a.probs[static_cast<size_t>(r) * E_ + e];
+    const T* p = a.probs + static_cast<size_t>(r) * E_;
+    const T norm =
+        routing_.sigmoid ? std::accumulate(p, p + E_, static_cast<T>(kSigmoidSumFloor)) : T{1};
+    for (int e = 0; e < E_; ++e) sums_[E_ + e] += routing_.sigmoid ? p[e] / norm : p[e];
     sums_[2 * E_] += static_cast<double>(a.lse[r]) * a.lse[r];
   }
   sums_[2 * E_ + 1] = R;
@@ -286,10 +310,12 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
       for (int k = 0; k < K_; ++k) s += dxs[a.slot_of[static_cast<size_t>(r) * K_ + k] * C + c];
       dxh_[r * C + c] = s;
     }
-  // gates -> p: g_k = p_k / S over the chosen, dp_j = (dg_j - sum_k g_k dg_k) / S (without
-  // norm_topk g_k = p_k: dp_j = dg_j); the aux loss adds aux_coef dloss E w[e] / R_all to every
-  // p[r,e] (w: counts, or AllLayers' pooled); softmax: dz = p (dp - p.dp); the z-loss adds
-  // z_coef dloss 2 lse p (R x dloss times d/dz of aux_coef aux + z_coef z).
+  // gates -> scores: g_k = c s_k / S over the chosen, ds_j = (c dg_j - sum_k g_k dg_k) / S
+  // (without norm_topk g_k = c s_k: ds_j = c dg_j); the aux loss adds a_e = aux_coef dloss E
+  // w[e] / R_all to each of P's scores (w: counts, or AllLayers' pooled): to p[r,e] itself, or
+  // through q = s / D (D the row's sum) (a_j - sum_e q_e a_e) / D to s_j. Then softmax:
+  // dz = p (dp - p.dp), or sigmoid: dz = ds s (1 - s); the z-loss adds z_coef dloss 2 lse
+  // softmax(z) (R x dloss times d/dz of aux_coef aux + z_coef z).
   const T R_all = static_cast<T>(a.counts[E_]);
   for (int e = 0; e < E_; ++e)
     aux_weights_[e] = pooled ? static_cast<T>(pooled[e]) : static_cast<T>(a.counts[e]);
@@ -298,6 +324,8 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     for (int e = 0; e < E_; ++e) share += pooled[e] * a.prob_sums[e];
     stats->aux_loss += E_ * share / (static_cast<double>(R_all) * R_all);
   }
+  const bool sigmoid = routing_.sigmoid;
+  const T scale = static_cast<T>(routing_.scale), floor = static_cast<T>(kSigmoidSumFloor);
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
   for (int r = 0; r < R; ++r) {
     const T* p = a.probs + static_cast<size_t>(r) * E_;
@@ -305,16 +333,31 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
     const T* dg = dg_ + static_cast<size_t>(r) * K_;
     const int32_t* chosen = a.experts + static_cast<size_t>(r) * K_;
     T* dz = dz_ + static_cast<size_t>(r) * E_;
-    T S = 0, gdg = 0;
+    T S = sigmoid ? floor : T{0}, gdg = 0;
     for (int k = 0; k < K_; ++k) {
       S += p[chosen[k]];
       gdg += g[k] * dg[k];
     }
     for (int e = 0; e < E_; ++e) dz[e] = aux_coef_ * dloss * E_ * aux_weights_[e] / R_all;  // dp
-    for (int k = 0; k < K_; ++k) dz[chosen[k]] += norm_topk_ ? (dg[k] - gdg) / S : dg[k];
-    T pdp = 0;
-    for (int e = 0; e < E_; ++e) pdp += p[e] * dz[e];
-    for (int e = 0; e < E_; ++e) dz[e] = p[e] * (dz[e] - pdp) + z_coef_ * dloss * 2 * a.lse[r] * p[e];
+    if (sigmoid) {  // through q = s / D
+      const T D = std::accumulate(p, p + E_, floor);
+      T qa = 0;
+      for (int e = 0; e < E_; ++e) qa += p[e] / D * dz[e];
+      for (int e = 0; e < E_; ++e) dz[e] = (dz[e] - qa) / D;
+    }
+    for (int k = 0; k < K_; ++k)
+      dz[chosen[k]] += routing_.norm_topk ? (scale * dg[k] - gdg) / S : scale * dg[k];
+    const T* z = a.logits + static_cast<size_t>(r) * E_;
+    if (sigmoid) {
+      for (int e = 0; e < E_; ++e)
+        dz[e] =
+            dz[e] * p[e] * (1 - p[e]) + z_coef_ * dloss * 2 * a.lse[r] * std::exp(z[e] - a.lse[r]);
+    } else {
+      T pdp = 0;
+      for (int e = 0; e < E_; ++e) pdp += p[e] * dz[e];
+      for (int e = 0; e < E_; ++e)
+        dz[e] = p[e] * (dz[e] - pdp) + z_coef_ * dloss * 2 * a.lse[r] * p[e];
+    }
   }
   // router: dx += dz Wr (R,C), each row over e in order; dWr += dz^T x (E,C), each element
   // over r in order (threads take experts and column blocks)

@@ -36,6 +36,7 @@ const std::pair<const char*, Field> kKept[] = {
     {"momentum", &TrainConfig::momentum},
     {"grad-clip", &TrainConfig::grad_clip},
     {"moe-aux-loss-form", &TrainConfig::moe_aux_loss_form},
+    {"moe-expert-bias-rate", &TrainConfig::moe_expert_bias_rate},
     {"document-mask", &TrainConfig::document_mask},
     {"document-positions", &TrainConfig::document_positions},
     {"mask-boundary-loss", &TrainConfig::mask_boundary_loss}};

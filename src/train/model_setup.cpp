@@ -61,6 +61,10 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "n-shared-experts", m.n_shared_experts, f.n_shared_experts, source);
   require_same(o, "moe-every", m.moe_every, f.moe_every, source);
   require_same(o, "moe-norm-topk", m.moe_norm_topk, f.moe_norm_topk, source);
+  require_same(o, "moe-router-score", std::string(m.moe_router_score()),
+               std::string(f.moe_router_score()), source);
+  require_same(o, "moe-expert-bias", m.moe_expert_bias, f.moe_expert_bias, source);
+  require_same(o, "moe-route-scale", m.moe_route_scale, f.moe_route_scale, source);
   if (!norms) return;
   require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
@@ -80,6 +84,13 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
   o.require_used(moe, "n-shared-experts", o.model.n_shared_experts, model.n_shared_experts, dense);
   o.require_used(moe, "moe-every", o.model.moe_every, model.moe_every, dense);
   o.require_used(moe, "moe-norm-topk", o.model.moe_norm_topk, model.moe_norm_topk, dense);
+  o.require_used(moe, "moe-router-score", o.model.moe_sigmoid, model.moe_sigmoid, dense);
+  o.require_used(moe, "moe-expert-bias", o.model.moe_expert_bias, model.moe_expert_bias, dense);
+  o.require_used(moe, "moe-route-scale", o.model.moe_route_scale, model.moe_route_scale, dense);
+  o.require_used(m.moe_expert_bias, "moe-expert-bias-rate", o.train.moe_expert_bias_rate,
+                 train.moe_expert_bias_rate,
+                 " moves the bias of --moe-expert-bias, which this model has not: set "
+                 "--moe-expert-bias true, or leave it out");
   o.require_used(moe, "moe-aux-loss-coef", o.train.moe_aux_loss_coef, train.moe_aux_loss_coef,
                  dense);
   o.require_used(moe, "moe-z-loss-coef", o.train.moe_z_loss_coef, train.moe_z_loss_coef, dense);

@@ -149,6 +149,7 @@ void Trainer::resume() {
   consumed_ = m->consumed_samples;
   best_val_ = m->val_loss;
   optimizer_->set_steps_taken(static_cast<int>(m->adam_steps));
+  model_->expert_bias() = m->expert_bias;  // read_manifest: the model's table, or none
   // The loss scale is an fp16 run's: from another precision's checkpoint (recorded; an older
   // file's scale of 1: none was kept) an fp16 run starts at --initial-loss-scale.
   const std::optional<std::string> precision = recorded_setting(m->settings, "precision");
@@ -208,6 +209,10 @@ Trainer::StepEnd Trainer::step(int step) {
                                             grid_->tp_rank() == 0 && grid_->cp_rank() == 0,
                                             shape_.dp * micro_batches_, comms_->world)
                          : std::vector<MoeLayerRecord>{};
+  if (cfg_.moe_expert_bias)  // aux-loss-free balancing: each MoE layer's bias by its loads
+    for (size_t i = 0; i < moe.size(); ++i)
+      update_expert_bias(model_->expert_bias().data() + i * cfg_.n_experts, moe[i].tokens,
+                         static_cast<float>(t_.moe_expert_bias_rate));
   const double lr = lr_schedule_->at(step);
   const UpdateResult result = update_->apply(lr, counts_loss ? loss : 0.0, step + 1);
   if (result.verdict == StepVerdict::Stop) return {true, kExitFailure};
@@ -429,6 +434,7 @@ CheckpointManifest Trainer::manifest(int step) const {
     m.moe_aux_loss_coef = t_.moe_aux_loss_coef;
     m.moe_z_loss_coef = t_.moe_z_loss_coef;
   }
+  m.expert_bias = model_->expert_bias();
   return m;
 }
 

@@ -488,6 +488,9 @@ std::string Trainer::run_ini() const {
                    {"n-shared-experts", text(cfg_.n_shared_experts)},
                    {"moe-every", text(cfg_.moe_every)},
                    {"moe-norm-topk", flag(cfg_.moe_norm_topk)},
+                   {"moe-router-score", cfg_.moe_router_score()},
+                   {"moe-expert-bias", flag(cfg_.moe_expert_bias)},
+                   {"moe-route-scale", shortest_text(cfg_.moe_route_scale)},
                    {"moe-aux-loss-coef", shortest_text(t_.moe_aux_loss_coef)},
                    {"moe-z-loss-coef", shortest_text(t_.moe_z_loss_coef)}});
   return resolved_ini(options_.effective, resolved);

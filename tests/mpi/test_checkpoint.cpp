@@ -480,7 +480,7 @@ TEST_F(CheckpointTest, MissingDatasetAndWrongManifestAreNamed) {
     H5_CHECK(H5Ldelete(f2.get(), kManifestGroup, H5P_DEFAULT));
     CheckpointManifest m7 = manifest_of(2, c, {world().size() / 2, 2, 1});
     m7.step = 7;
-    write_manifest(f2.get(), m7);
+    write_manifest(f2.get(), m7, true);
   });
   Shard shard(c, world());
   CheckpointStore store(ckpts, world());

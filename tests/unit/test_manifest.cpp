@@ -48,7 +48,7 @@ class ManifestTest : public ::testing::Test {  // one file in a fresh temporary 
 
   void write(const CheckpointManifest& m) {
     H5Handle file = create_file(path());
-    write_manifest(file.get(), m);
+    write_manifest(file.get(), m, true);
   }
   // Changes /manifest in place (attributes as a hostile or broken writer leaves them).
   void edit(const std::function<void(hid_t manifest)>& change) {
@@ -230,8 +230,8 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
 // dense model's manifest has none of them (its attributes and checksum as before the fields), and
 // reads back dense.
 TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
-  const char* names[] = {"n_experts",         "top_k",          "moe_ff",
-                         "n_shared_experts",  "moe_every",      "moe_norm_topk",
+  const char* names[] = {"n_experts",         "top_k",          "moe_ff",      "n_shared_experts",
+                         "moe_every",         "moe_norm_topk",  "moe_sigmoid", "moe_route_scale",
                          "moe_aux_loss_coef", "moe_z_loss_coef"};
   CheckpointManifest m = sample_manifest();
   m.model.set_arch(Arch::Llama);
@@ -241,6 +241,8 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
   m.model.n_shared_experts = 1;
   m.model.moe_every = 2;
   m.model.moe_norm_topk = false;
+  m.model.moe_sigmoid = true;
+  m.model.moe_route_scale = 2.5f;
   m.moe_aux_loss_coef = 0.02;
   m.moe_z_loss_coef = 0;  // recorded: 0 is a choice, not "not recorded"
   write(m);
@@ -253,6 +255,8 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
     EXPECT_EQ(back.n_shared_experts, 1);
     EXPECT_EQ(back.moe_every, 2);
     EXPECT_FALSE(back.moe_norm_topk);
+    EXPECT_TRUE(back.moe_sigmoid);
+    EXPECT_EQ(back.moe_route_scale, 2.5f);
     EXPECT_EQ(read_manifest(file.get()).moe_aux_loss_coef, 0.02);
     EXPECT_EQ(read_manifest(file.get()).moe_z_loss_coef, 0.0);
     EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));
@@ -273,4 +277,54 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
   for (const auto& [name, value] : manifest_fields(dense))
     for (const char* moe : names) EXPECT_NE(name, moe);  // so its checksum is unchanged
   EXPECT_EQ(read_manifest(file.get()).model.n_experts, 0);
+}
+
+// A --moe-expert-bias model's router biases: the dataset /manifest/expert_bias (MoE layers x
+// experts) reads back bit for bit; a changed value is its checksum mismatch, a missing table or
+// one of another shape is named, and a model without the bias has none.
+TEST_F(ManifestTest, TheExpertBiasTableIsKeptAndChecked) {
+  CheckpointManifest m = sample_manifest();
+  m.model.set_arch(Arch::Llama);
+  m.model.n_layer = 4;
+  m.model.n_experts = 3;
+  m.model.moe_every = 2;  // MoE layers 1 and 3
+  m.model.moe_sigmoid = m.model.moe_expert_bias = true;
+  m.expert_bias = {0.001f, -0.002f, 0.0f, 0.5f, -0.25f, 1e-7f};
+  write(m);
+  {
+    H5Handle file = open_file(path());
+    const CheckpointManifest back = read_manifest(file.get());
+    EXPECT_EQ(back.expert_bias, m.expert_bias);
+    EXPECT_EQ(manifest_fields(back), manifest_fields(m));
+    EXPECT_EQ(dataset_dims(open_dataset(file.get(), "/manifest/expert_bias").get()),
+              (std::vector<uint64_t>{2, 3}));
+  }
+  {  // one value changed in place, its checksum attribute left
+    H5Handle file = open_file(path(), H5F_ACC_RDWR);
+    H5Handle dset = open_dataset(file.get(), "/manifest/expert_bias");
+    std::vector<float> changed = m.expert_bias;
+    changed[4] = 0.25f;
+    write_all(dset.get(), H5T_NATIVE_FLOAT, changed.data());
+  }
+  EXPECT_NE(read_error().find("dataset /manifest/expert_bias: checksum mismatch (stored 0x"),
+            std::string::npos)
+      << read_error();
+  edit([](hid_t g) { H5_CHECK(H5Ldelete(g, "expert_bias", H5P_DEFAULT)); });
+  EXPECT_NE(read_error().find("dataset /manifest/expert_bias is missing"), std::string::npos)
+      << read_error();
+  CheckpointManifest wider = m;  // a table of 3 layers' rows for a model of 2 MoE layers
+  wider.model.moe_every = 1;
+  wider.expert_bias.resize(12);
+  write(wider);
+  edit([](hid_t g) {
+    write_attribute_int(g, "moe_every", 2);  // the shape no longer the model's
+  });
+  EXPECT_NE(read_error().find("has shape 4x3, expected 2x3"), std::string::npos) << read_error();
+  CheckpointManifest plain = m;
+  plain.model.moe_expert_bias = false;
+  plain.expert_bias.clear();
+  write(plain);
+  H5Handle file = open_file(path());
+  EXPECT_FALSE(has_link(file.get(), "/manifest/expert_bias"));
+  EXPECT_TRUE(read_manifest(file.get()).expert_bias.empty());
 }

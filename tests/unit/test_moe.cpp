@@ -139,17 +139,18 @@ struct Layer {
   std::vector<int32_t> ids;
   MoeActs<double> a;
   std::vector<double> x, wr, w1, w2;  // (R,C) (E,C) (E,2Fe,C) (E,C,Fe)
+  std::vector<float> bias;            // (E) the expert bias, empty: none
 
-  const bool norm_topk;
+  const MoeRouting routing;
 
-  Layer(float aux, float z, bool norm = true)
-      : moe(backend, E, K, norm, C, Fe, R, aux, z, MoeAuxLoss::PerLayer, Precision::Fp32, nullptr),
+  Layer(float aux, float z, MoeRouting how = {})
+      : moe(backend, E, K, how, C, Fe, R, aux, z, MoeAuxLoss::PerLayer, Precision::Fp32, nullptr),
         acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
         scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C)),
         ids(MoeLayer<double>::kept_ids(R, E, K)),
-        norm_topk(norm) {
+        routing(how) {
     Buf<double> ac = acts.data();
     double* st = stats.data();
     int32_t* id = ids.data();
@@ -170,14 +171,17 @@ struct Layer {
   }
   std::vector<double> forward(MoeLayerStats* st) {
     std::vector<double> out(R * C);
-    moe.forward(a, out.data(), false, x.data(), wr.data(), w1.data(), w2.data(), R, st);
+    moe.forward(a, out.data(), false, x.data(), wr.data(), w1.data(), w2.data(),
+                bias.empty() ? nullptr : bias.data(), R, st);
     return out;
   }
 };
 
-// The reference: routing by a sort on (p descending, index ascending), each chosen expert's
-// SwiGLU on the row, the gated sum (gates p renormalised over the chosen, or p as it is); and
-// the aux and z losses from their definitions.
+// The reference: the scores (softmax, or each expert's sigmoid), routing by a sort on (score +
+// bias descending, index ascending), each chosen expert's SwiGLU on the row, the gated sum (gates
+// scale x the scores renormalised over the chosen, or as they are); and the aux loss (over the
+// softmax, or the sigmoid scores normalised per row, as Megatron-Core's) and z-loss from their
+// definitions.
 struct Reference {
   std::vector<double> out;                // (R,C)
   std::vector<int> counts;                // (E)
@@ -197,11 +201,15 @@ Reference reference(const Layer& L) {
     double mx = *std::max_element(zr.begin(), zr.end()), s = 0;
     for (int e = 0; e < E; ++e) s += std::exp(zr[e] - mx);
     const double lse = mx + std::log(s);
-    for (int e = 0; e < E; ++e) p[e] = std::exp(zr[e] - lse);
+    for (int e = 0; e < E; ++e)
+      p[e] = L.routing.sigmoid ? 1 / (1 + std::exp(-zr[e])) : std::exp(zr[e] - lse);
+    std::vector<double> key = p;
+    for (size_t e = 0; e < L.bias.size(); ++e) key[e] += L.bias[e];
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return p[i] > p[j]; });
-    double chosen = 0;
+    std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return key[i] > key[j]; });
+    const double floor = L.routing.sigmoid ? 1e-20 : 0;
+    double chosen = floor;
     for (int k = 0; k < K; ++k) chosen += p[order[k]];
     for (int k = 0; k < K; ++k) {
       const int e = order[k];
@@ -216,10 +224,11 @@ Reference reference(const Layer& L) {
           }
           y += L.w2[(e * C + o) * Fe + f] * gate / (1 + std::exp(-gate)) * up;
         }
-        ref.out[r * C + o] += (L.norm_topk ? p[e] / chosen : p[e]) * y;
+        ref.out[r * C + o] += L.routing.scale * (L.routing.norm_topk ? p[e] / chosen : p[e]) * y;
       }
     }
-    for (int e = 0; e < E; ++e) P[e] += p[e] / R;
+    const double all = std::accumulate(p.begin(), p.end(), floor);
+    for (int e = 0; e < E; ++e) P[e] += (L.routing.sigmoid ? p[e] / all : p[e]) / R;
     ref.z += lse * lse / R;
   }
   for (int e = 0; e < E; ++e) ref.aux += E * (static_cast<double>(ref.counts[e]) / R) * P[e];
@@ -230,12 +239,24 @@ Reference reference(const Layer& L) {
 
 // Routing, dispatch, the grouped expert GEMMs and the combine equal the naive per-row reference;
 // the aux loss E sum f_e P_e and the z-loss mean lse^2 equal their formulas on that routing;
-// the tokens per expert sum to R*K; gates renormalised or not (--moe-norm-topk). Measured: 9e-16
-// at most (double); tolerance 5e-15.
-class MoeGates : public ::testing::TestWithParam<bool> {};  // norm_topk
+// the tokens per expert sum to R*K; for every router: softmax or sigmoid scores, gates
+// renormalised or not (--moe-norm-topk), scaled (--moe-route-scale), chosen with an expert bias
+// (--moe-expert-bias). Measured: 9e-16 at most (double); tolerance 5e-15.
+struct Router {
+  MoeRouting how;
+  bool bias;
+};
+class MoeGates : public ::testing::TestWithParam<Router> {
+ protected:
+  // The router's bias (large enough to change some choices) where it has one.
+  static void add_bias(Layer& L) {
+    if (GetParam().bias) L.bias = {0.3f, -0.2f, 0.0f, 0.15f, -0.25f};
+  }
+};
 
 TEST_P(MoeGates, LayerMatchesTheReferenceAndItsLosses) {
-  Layer L(0.01f, 0.001f, GetParam());
+  Layer L(0.01f, 0.001f, GetParam().how);
+  add_bias(L);
   MoeLayerStats st{};
   const std::vector<double> out = L.forward(&st);
   const Reference ref = reference(L);
@@ -261,7 +282,8 @@ TEST_P(MoeGates, LayerMatchesTheReferenceAndItsLosses) {
 // expect_grad's 1e-8 + 1e-6 relative.
 TEST_P(MoeGates, LayerBackwardMatchesFiniteDifferences) {
   const float aux_coef = 0.3f, z_coef = 0.2f;  // large, so their terms are visible
-  Layer L(aux_coef, z_coef, GetParam());
+  Layer L(aux_coef, z_coef, GetParam().how);
+  add_bias(L);
   const int R = Layer::R, C = Layer::C;
   const double dloss = 0.7;
   std::vector<double> dout(R * C);
@@ -284,7 +306,41 @@ TEST_P(MoeGates, LayerBackwardMatchesFiniteDifferences) {
   mpitrain::testing::expect_grad("experts.proj", L.w2, dw2, objective);
 }
 
-INSTANTIATE_TEST_SUITE_P(NormTopK, MoeGates, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(
+    Routers, MoeGates,
+    ::testing::Values(Router{{false, true, 1}, false}, Router{{false, false, 1}, false},
+                      Router{{false, true, 1.8f}, false}, Router{{true, true, 2.5f}, true},
+                      Router{{true, false, 1}, false}, Router{{true, false, 1}, true}),
+    [](const ::testing::TestParamInfo<Router>& info) {
+      const Router& r = info.param;
+      return std::string(r.how.sigmoid ? "Sigmoid" : "Softmax") +
+             (r.how.norm_topk ? "Normalised" : "AsTheyAre") + (r.how.scale != 1 ? "Scaled" : "") +
+             (r.bias ? "ExpertBias" : "");
+    });
+
+// The bias moves the choice and not the gates: an expert whose bias outweighs any score gap is
+// every row's first choice, its gate its own score (the sigmoid router's gates, unnormalised).
+TEST(Moe, ExpertBiasChoosesWithoutEnteringTheGates) {
+  Layer L(0.0f, 0.0f, MoeRouting{true, false, 1});
+  L.bias = {0, 0, 0, 2.0f, 0};  // sigmoid scores lie in (0, 1): 2 outweighs any gap
+  MoeLayerStats st{};
+  L.forward(&st);
+  EXPECT_EQ(st.tokens_per_expert[3], Layer::R);
+  for (int r = 0; r < Layer::R; ++r) {
+    EXPECT_EQ(L.a.experts[r * Layer::K], 3) << r;
+    EXPECT_EQ(L.a.gates[r * Layer::K], L.a.probs[r * Layer::E + 3]) << r;  // the score alone
+  }
+}
+
+// Each expert's bias moves by the rate towards the mean load: up below it, down above it, not at
+// it (Megatron-Core's sign(mean - load)); the mean need not be an integer.
+TEST(Moe, ExpertBiasMovesTowardsTheMeanLoad) {
+  std::vector<float> bias = {0.5f, 0.0f, -0.25f, 0.0f};
+  update_expert_bias(bias.data(), {5, 3, 3, 1}, 0.125f);  // mean 3
+  EXPECT_EQ(bias, (std::vector<float>{0.375f, 0.0f, -0.25f, 0.125f}));
+  update_expert_bias(bias.data(), {2, 1, 1, 1}, 0.125f);  // mean 1.25
+  EXPECT_EQ(bias, (std::vector<float>{0.25f, 0.125f, -0.125f, 0.25f}));
+}
 
 // The tie rule: router rows 1 and 2 equal give every row p1 == p2 exactly; rows 3 = 2 w1,
 // 4 = 0 and 0 = -w1 with every row's x . w1 > 0 put the tie at the top-2 boundary
@@ -342,8 +398,8 @@ TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
     draw(p.dwr, L.wr.size());
     draw(p.dw1, L.w1.size());
     draw(p.dw2, L.w2.size());
-    L.moe.forward(L.a, p.out.data(), true, L.x.data(), L.wr.data(), L.w1.data(), L.w2.data(), R,
-                  &p.stats);
+    L.moe.forward(L.a, p.out.data(), true, L.x.data(), L.wr.data(), L.w1.data(), L.w2.data(),
+                  nullptr, R, &p.stats);
     L.moe.backward(L.a, p.dx.data(), true, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
                    L.w2.data(), p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.7, nullptr, nullptr);
     return p;
@@ -373,7 +429,7 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
   auto pass = [&](int threads) {
     CpuBackend<double> backend(1);
     omp_set_num_threads(threads);  // the host loops' threads; BLAS keeps the backend's 1
-    MoeLayer<double> moe(backend, E, K, true, C, Fe, R, 0.3f, 0.2f, MoeAuxLoss::PerLayer,
+    MoeLayer<double> moe(backend, E, K, MoeRouting{}, C, Fe, R, 0.3f, 0.2f, MoeAuxLoss::PerLayer,
                          Precision::Fp32, nullptr);
     std::vector<double> acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
         stats(MoeLayer<double>::kept_stats(R, E, K)),
@@ -402,7 +458,7 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
     p.dw1.assign(w1.size(), 0);
     p.dw2.assign(w2.size(), 0);
     MoeLayerStats s{};
-    moe.forward(a, p.out.data(), false, x.data(), wr.data(), w1.data(), w2.data(), R, &s);
+    moe.forward(a, p.out.data(), false, x.data(), wr.data(), w1.data(), w2.data(), nullptr, R, &s);
     moe.backward(a, p.dx.data(), false, dout.data(), x.data(), wr.data(), w1.data(), w2.data(),
                  p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.01, nullptr, nullptr);
     p.aux = s.aux_loss;

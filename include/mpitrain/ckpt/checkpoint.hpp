@@ -9,7 +9,8 @@
 //
 // checkpoint.h5 (format version 3; `h5dump -A` shows the manifest):
 //   /manifest                     attributes: the fields of CheckpointManifest, same names, and
-//                                 a uint64 `checksum`: CRC-32C of the fields' text (format.hpp)
+//                                 a uint64 `checksum`: CRC-32C of the fields' text (format.hpp);
+//   /manifest/expert_bias         a --moe-expert-bias model's router biases (format.hpp)
 //   /params/<tensor>              float32, the tensor's FULL logical shape (names as in
 //   /<state>/<tensor>             model/params.hpp), whatever layout wrote it; each with a
 //                                 uint64 attribute `checksum` (format.hpp: layout-independent)
@@ -111,6 +112,9 @@ struct CheckpointManifest {
   // which a resume keeps unless given; negative = not recorded (dense models, and files written
   // before them: the attributes are absent).
   double moe_aux_loss_coef = -1, moe_z_loss_coef = -1;
+  // A --moe-expert-bias model's router biases (MoE layer i's expert e at i x n_experts + e),
+  // which training updates after every step; empty for every other model.
+  std::vector<float> expert_bias;
 };
 
 // The buffers one rank saves or loads, each compact over ranges of the layout's flat buffer

@@ -43,7 +43,11 @@ uint64_t range_checksum(const ParamTensor& t, const float* data, uint64_t a, uin
 // read, a field out of its range (a negative count, counters beyond step, a model that does not
 // validate, a micro-batch or seq_len that does not fit), a checksum that is missing (format
 // version 3 on) or does not match. Versions 1 and 2 have none (checkpoint.hpp).
-void write_manifest(hid_t file, const CheckpointManifest& m);
+// A --moe-expert-bias model's table (CheckpointManifest::expert_bias) is the dataset
+// /manifest/expert_bias, float32 (MoE layers, experts), with a `checksum` attribute (the
+// dataset checksum above); the printed fields name it by that checksum, so the manifest's covers
+// it. In a parallel file every rank creates it, and only where write_tables are its data written.
+void write_manifest(hid_t file, const CheckpointManifest& m, bool write_tables);
 CheckpointManifest read_manifest(hid_t file);
 // Every field as (attribute name, text), in file order: for printing.
 std::vector<std::pair<std::string, std::string>> manifest_fields(const CheckpointManifest& m);

@@ -86,6 +86,16 @@ struct ModelConfig {
   int n_shared_experts = 0;
   int moe_every = 1;         // layer l is MoE when (l + 1) % moe_every == 0 (HF decoder_sparse_step)
   bool moe_norm_topk = true;  // the gates renormalised over the chosen (HF norm_topk_prob)
+  // The router's scores (DeepSeek-V3, Megatron-Core's --moe-router-score-function sigmoid):
+  // sigmoid(z_e) per expert instead of the softmax over all; the gates are the chosen scores
+  // (renormalised under moe_norm_topk). With moe_expert_bias the choice takes the top k of score
+  // + b_e, a per-expert bias the training updates after each step towards equal loads
+  // (aux-loss-free balancing), the gates the scores without it. moe_route_scale multiplies
+  // every gate (HF routed_scaling_factor, Megatron's --moe-router-topk-scaling-factor).
+  bool moe_sigmoid = false;
+  bool moe_expert_bias = false;  // sigmoid only
+  float moe_route_scale = 1;
+  const char* moe_router_score() const { return moe_sigmoid ? "sigmoid" : "softmax"; }
   bool is_moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
   // How many of the layers [begin, end) are MoE (is_moe_layer).
   int moe_layers(int begin, int end) const {

@@ -231,6 +231,11 @@ class Model {
   // This stage's MoE layers' statistics accumulated over the forwards since the last call (not
   // the recomputations), then reset; empty for a dense model. Under tp each rank's are whole.
   std::vector<MoeLayerStats> take_moe_stats();
+  // --moe-expert-bias (ModelConfig::moe_expert_bias): every MoE layer's router biases, the whole
+  // model's on every rank (MoE layer i = layer (i + 1) moe_every - 1, expert e at i n_experts +
+  // e), which the trainer updates after each step (update_expert_bias) and checkpoints keep;
+  // zeros at first, empty for other models.
+  std::vector<float>& expert_bias() { return expert_bias_; }
   // The all-layers aux loss (MoeAuxLoss::AllLayers): slot's micro-batch's rows routed to each
   // expert (E), summed over the model's MoE layers. forward sets it to this stage's layers' sum;
   // under pipeline parallelism the runner adds the earlier stages' after forward, and before a
@@ -427,6 +432,7 @@ class Model {
   std::vector<T> moe_router_;                // the MoE layers' router state and host scratch
   std::vector<int32_t> moe_ids_;             // the MoE layers' kept indices (MoeActs' int32)
   std::vector<MoeLayerStats> moe_stats_;     // this stage's MoE layers', since the last take
+  std::vector<float> expert_bias_;           // expert_bias()
   std::vector<int64_t> routed_;              // (slots, E) routed_counts
   std::vector<double> pooled_;               // (E) backward: the all-layers aux weights C_e / L^2
 };

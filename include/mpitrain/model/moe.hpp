@@ -1,15 +1,20 @@
 // One mixture-of-experts MLP, forward and backward (the math below), for the R rows of an MoE
 // layer's input x (the ln2 output: this rank's rows), on any backend.
 //
-//   router   z = x Wr^T (R,E) from the stored x and Wr, then in T (fp32): p = softmax(z), lse
-//   top-k    the K largest p of each row, ties to the lower expert index; gates g = p / sum chosen
+//   router   z = x Wr^T (R,E) from the stored x and Wr, then in T (fp32): the scores p = softmax(z)
+//            or (MoeRouting::sigmoid) s = sigmoid(z) per expert; lse = logsumexp(z) either way
+//   top-k    the K largest scores of each row (sigmoid with an expert bias b: of s + b), ties to
+//            the lower expert index; gates g = c x score / sum of the chosen scores (norm_topk;
+//            sigmoid: + 1e-20 as Megatron-Core), else c x score, c = MoeRouting::scale
 //   dispatch the R*K assignments (r,k) sorted stably by expert: expert e's rows are the
 //            contiguous slots [offset[e], offset[e+1]); xs (RK,C) = x's row of each slot
 //   experts  per expert, one matmul over its rows: h = xs We1^T (n_e,2Fe), a = swiglu(h) (n_e,Fe),
 //            y = a We2^T (n_e,C): dropless, no capacity, no padding
 //   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]
 //   losses   aux = E sum_e f_e P_e (f_e = counts[e]/R, P_e = mean_r p[r,e]; HF Mixtral's
-//            load_balancing_loss_func), z = mean_r lse_r^2 (ST-MoE); over the rows R_all of the
+//            load_balancing_loss_func; sigmoid: P_e = mean_r s[r,e] / (sum_e s[r,e] + 1e-20), as
+//            Megatron-Core's aux scores, and f_e the routing's counts, with the bias as chosen),
+//            z = mean_r lse_r^2 (ST-MoE); over the rows R_all of the
 //            whole micro-batch: their sums all-reduced over the tp group under sequence
 //            parallelism, then over the cp group (Megatron's tp x cp statistics). Their gradient
 //            enters backward weighted by R_all x dloss (the micro-batch's share of the step's
@@ -53,6 +58,18 @@ enum class MoeAuxLoss { PerLayer, AllLayers };
 // UsageError for another (naming auto too, the option's value that start-up resolves to one).
 MoeAuxLoss parse_moe_aux_loss(const std::string& name);
 
+// How the router turns logits into choices and gates (the header; ModelConfig's moe_ fields).
+struct MoeRouting {
+  bool sigmoid = false;   // scores sigmoid(z) per expert, else the softmax over all
+  bool norm_topk = true;  // the gates renormalised over the chosen
+  float scale = 1;        // every gate times this
+};
+
+// Aux-loss-free balancing (DeepSeek-V3; Megatron-Core's get_updated_expert_bias): one MoE layer's
+// biases (E) after a step whose routing sent tokens[e] rows to expert e over the whole job:
+// b_e += rate x sign(mean_e tokens - tokens[e]), in float; an expert at the mean keeps its b.
+void update_expert_bias(float* bias, const std::vector<int64_t>& tokens, float rate);
+
 // One MoE layer's load statistics (Model::take_moe_stats).
 struct MoeLayerStats {
   int layer;                               // global layer index
@@ -67,11 +84,11 @@ struct MoeLayerStats {
 template <typename T>
 struct MoeActs {
   T* logits = nullptr;         // (R,E) router logits z
-  T* probs = nullptr;          // (R,E) softmax(z)
+  T* probs = nullptr;          // (R,E) the scores: softmax(z), or sigmoid(z)
   T* lse = nullptr;            // (R) log-sum-exp of each row of z
-  T* gates = nullptr;          // (R,K) renormalised over the chosen
-  T* prob_sums = nullptr;      // (E) sum of p[r,e] over the R_all rows (AllLayers' share)
-  int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending p (ties: lower index)
+  T* gates = nullptr;          // (R,K) the chosen experts' gates (the header)
+  T* prob_sums = nullptr;      // (E) sum of P's scores [r,e] over the R_all rows (AllLayers')
+  int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending score (ties: lower index)
   int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
   int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
   int32_t* counts = nullptr;   // (E+1) rows routed to each expert over all tp x cp ranks, then
@@ -84,8 +101,7 @@ class MoeLayer {
  public:
   // R_max: the most rows a call gets. stats_group: the tp group under sequence parallelism (the
   // statistics' sums all-reduced over it), else null.
-  // norm_topk: the gates renormalised over the chosen (ModelConfig::moe_norm_topk).
-  MoeLayer(Backend<T>& backend, int n_experts, int top_k, bool norm_topk, int d_model,
+  MoeLayer(Backend<T>& backend, int n_experts, int top_k, MoeRouting routing, int d_model,
            int expert_width, int R_max, float aux_coef, float z_coef, MoeAuxLoss aux_form,
            Precision emulate, Communicator* stats_group);
 
@@ -101,10 +117,11 @@ class MoeLayer {
   void set_scratch(Buf<T> acts, T* stats);
 
   // out (R,C): = the routed output, or += it when add (the shared experts' output is there).
-  // x (R,C) the layer's input; wr (E,C), w1 (E,2Fe,C), w2 (E,C,Fe). Adds this call's statistics
-  // into stats when given (not when recomputing): all but AllLayers' aux loss (backward's).
-  void forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1,
-               CBuf<T> w2, int R, MoeLayerStats* stats);
+  // x (R,C) the layer's input; wr (E,C), w1 (E,2Fe,C), w2 (E,C,Fe); expert_bias (E) the
+  // sigmoid router's biases, null: none. Adds this call's statistics into stats when given (not
+  // when recomputing): all but AllLayers' aux loss (backward's).
+  void forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1, CBuf<T> w2,
+               const float* expert_bias, int R, MoeLayerStats* stats);
   // dx (R,C): = the gradient of x, or += it when add; dout (R,C) the gradient of out; parameter
   // gradients added into dwr, dw1, dw2. dloss: the per-token loss gradient of forward (weights
   // the aux and z losses, as the header says). AllLayers: pooled (E) holds w_e = C_e / L^2, and
@@ -135,8 +152,8 @@ class MoeLayer {
   // dst = src (n; nothing to copy when src is dst's own elements), rounded as stored.
   void store(Buf<T> dst, const T* src, size_t n);
   void round(Buf<T> x, size_t n);
-  // probs, lse, experts, gates of R rows from logits.
-  void route(MoeActs<T>& a, int R) const;
+  // probs, lse, experts, gates of R rows from logits (bias: the expert bias, or null).
+  void route(MoeActs<T>& a, const float* bias, int R) const;
   void experts_forward(const int32_t* offsets, int n, CBuf<T> xs, Buf<T> h, Buf<T> act, Buf<T> y,
                        CBuf<T> w1, CBuf<T> w2);
   void experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf<T> da, Buf<T> dh,
@@ -147,7 +164,7 @@ class MoeLayer {
   Backend<T>& backend_;
   bool host_memory_;  // the backend's memory is host memory: host code reads it in place
   int E_, K_, C_, Fe_, R_max_;
-  bool norm_topk_;
+  MoeRouting routing_;
   T aux_coef_, z_coef_;
   MoeAuxLoss aux_form_;
   Precision emulate_;

@@ -35,6 +35,7 @@ struct TrainConfig {
   double grad_clip = 1.0;     // global grad-norm clip, 0 = off
   double moe_aux_loss_coef = 0.001;  // MoE load-balancing loss weight (Mixtral's default)
   double moe_z_loss_coef = 0.0;      // MoE router z-loss weight (ST-MoE)
+  double moe_expert_bias_rate = 0.001;  // --moe-expert-bias's step (Megatron-Core's default)
   // The aux loss's form (model/moe.hpp): per-layer | all-layers; auto: all-layers for an
   // --init-from Hugging Face model (transformers' form), per-layer otherwise (as Megatron-Core)
   std::string moe_aux_loss_form = "auto";
