@@ -47,6 +47,7 @@ const std::vector<OptionRange> kRanges = {
     {"moe-ff", 0, kMaxSize},
     {"n-shared-experts", 0, kMaxSize},
     {"moe-every", 1, kMaxSize},
+    {"moe-first-dense", 0, kMaxSize},
     // Data and evaluation
     {"eval-interval", 0, kUnbounded},
     {"eval-samples", 1, kUnbounded},
@@ -246,7 +247,11 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
        "n-shared-experts x moe-ff width in each MoE layer")
       ("moe-every", with_default(&m.moe_every),
        "layer l (from 0) is MoE when l + 1 is a multiple of this (HF decoder_sparse_step); the "
-       "others keep a dense MLP of d-ff");
+       "others keep a dense MLP of d-ff")
+      ("moe-first-dense", with_default(&m.moe_first_dense)->value_name("K"),
+       "the first K layers keep a dense MLP of d-ff whatever --moe-every (DeepSeek's and GLM's "
+       "first_k_dense_replace, torchtitan's n_dense_layers, Megatron-Core's moe-layer-freq "
+       "[0]*K+[1]*N; HF qwen3_moe's mlp_only_layers [0, ..., K-1])");
   return d;
 }
 

@@ -82,6 +82,7 @@ void for_each_field(M& m, F&& f) {
   f("moe_ff", m.model.moe_ff, arch_default(&ModelConfig::moe_ff));
   f("n_shared_experts", m.model.n_shared_experts, arch_default(&ModelConfig::n_shared_experts));
   f("moe_every", m.model.moe_every, arch_default(&ModelConfig::moe_every));
+  f("moe_first_dense", m.model.moe_first_dense, arch_default(&ModelConfig::moe_first_dense));
   f("moe_norm_topk", m.model.moe_norm_topk, arch_default(&ModelConfig::moe_norm_topk));
   f("moe_sigmoid", m.model.moe_sigmoid, arch_default(&ModelConfig::moe_sigmoid));
   f("moe_expert_bias", m.model.moe_expert_bias, arch_default(&ModelConfig::moe_expert_bias));
@@ -398,6 +399,7 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("expert_width", std::to_string(a.expert_width()), std::to_string(b.expert_width()));
   cmp("n_shared_experts", std::to_string(a.n_shared_experts), std::to_string(b.n_shared_experts));
   cmp("moe_every", std::to_string(a.moe_every), std::to_string(b.moe_every));
+  cmp("moe_first_dense", std::to_string(a.moe_first_dense), std::to_string(b.moe_first_dense));
   cmp("moe_norm_topk", std::to_string(a.moe_norm_topk), std::to_string(b.moe_norm_topk));
   cmp("moe_sigmoid", std::to_string(a.moe_sigmoid), std::to_string(b.moe_sigmoid));
   cmp("moe_expert_bias", std::to_string(a.moe_expert_bias), std::to_string(b.moe_expert_bias));

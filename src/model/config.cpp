@@ -82,6 +82,11 @@ void validate_experts(const ModelConfig& c) {
   require(c.moe_every >= 1 && c.moe_every <= c.n_layer,
           "moe-every must be between 1 and n-layer (" + std::to_string(c.n_layer) +
               ") so that some layer is MoE, got " + std::to_string(c.moe_every));
+  require(c.moe_first_dense >= 0 && c.moe_layers(0, c.n_layer) > 0,
+          "moe-first-dense must be from 0 to a count of first layers that leaves some layer MoE "
+          "(n-layer " +
+              std::to_string(c.n_layer) + ", moe-every " + std::to_string(c.moe_every) + "), got " +
+              std::to_string(c.moe_first_dense));
   require(!c.mlp_bias, "MLP biases with mixture of experts are not supported (no MoE model has them)");
   require(!c.moe_expert_bias || c.moe_sigmoid,
           "moe-expert-bias needs moe-router-score sigmoid (the bias shifts sigmoid scores, as "

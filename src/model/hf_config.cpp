@@ -370,25 +370,39 @@ std::vector<KeyRule> expert_keys(const char* experts, int n_experts, int top_k) 
 }
 
 // qwen3_moe's mlp_only_layers (after num_hidden_layers and decoder_sparse_step): dense layers by
-// index, accepted where each is one decoder_sparse_step leaves dense already ((l + 1) % step
-// != 0), so that the model is the same; the export writes none.
+// index. Those the step makes sparse must be the first ones it makes sparse, all of them up to
+// the last listed: moe_first_dense (the others the step leaves dense anyway), so that the model
+// is the same; another set is refused. The export writes [0, ..., moe_first_dense - 1].
 KeyRule mlp_only_layers() {
-  return {"mlp_only_layers", HfKeyUse::Refused, json::array(),
+  return {"mlp_only_layers", HfKeyUse::Implemented, json::array(),
           [](const std::string& k, const json& v, Reading& r) {
             if (v.is_null()) return;
             require_json_kind(v.is_array(), v, r.file, k, "an array of layer indices");
+            std::vector<bool> listed(static_cast<size_t>(r.c.n_layer), false);
+            int first_dense = 0;  // past the last layer the list keeps dense against the step
             for (const json& l : v) {
               if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
                   l.get<int64_t>() >= r.c.n_layer)
                 refuse(r, k, v, "its entries must be layer indices in [0, num_hidden_layers)");
-              if ((l.get<int64_t>() + 1) % r.c.moe_every == 0)
-                refuse(r, k, v,
-                       "layer " + l.dump() + " is sparse at decoder_sparse_step " +
-                           std::to_string(r.c.moe_every) +
-                           ": dense layers other than those the step leaves are not implemented");
+              const int layer = l.get<int>();
+              listed[static_cast<size_t>(layer)] = true;
+              if ((layer + 1) % r.c.moe_every == 0) first_dense = std::max(first_dense, layer + 1);
             }
+            for (int l = 0; l < first_dense; ++l)
+              if ((l + 1) % r.c.moe_every == 0 && !listed[static_cast<size_t>(l)])
+                refuse(r, k, v,
+                       "layer " + std::to_string(l) + " is sparse at decoder_sparse_step " +
+                           std::to_string(r.c.moe_every) +
+                           " and a later one dense: dense layers "
+                           "other than the first ones (moe-first-dense) and those the step "
+                           "leaves are not implemented");
+            r.c.moe_first_dense = first_dense;
           },
-          [](const Writing&) { return json::array(); }};
+          [](const Writing& w) {  // the first layers, which moe-first-dense keeps dense
+            json layers = json::array();
+            for (int l = 0; l < w.c.moe_first_dense; ++l) layers.push_back(l);
+            return layers;
+          }};
 }
 
 // --- the table --------------------------------------------------------------------------------

@@ -391,17 +391,21 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
           dir + ": the sliding window of " + std::to_string(c.sliding_window) +
               " tokens is written only as a mistral or mixtral model, which have no biases");
   require(c.n_experts == 0 || c.n_shared_experts == 0,
-          dir + ": mixtral and qwen3_moe have no shared experts (qwen2_moe's is gated): "
-                "n-shared-experts cannot be exported");
-  require(type != "mixtral" || (c.moe_every == 1 && !c.qkv_bias && !c.proj_bias),
-          dir + ": a mixtral model (experts without per-head q/k norms) has experts in every "
-                "layer and no attention biases: moe-every > 1 or biases cannot be exported");
+          dir +
+              ": mixtral and qwen3_moe have no shared experts (qwen2_moe's is gated): "
+              "n-shared-experts cannot be exported");
   require(!c.moe_sigmoid && !c.moe_expert_bias && c.moe_route_scale == 1,
           dir +
               ": mixtral and qwen3_moe route by a softmax, unbiased and unscaled: "
               "--moe-router-score sigmoid, --moe-expert-bias and --moe-route-scale cannot be "
               "exported (transformers' classes with them, DeepSeek-V3's and GLM-4.5's, need "
               "multi-head latent or partial-rotary attention, which the trainer has not)");
+  require(type != "mixtral" ||
+              (c.moe_every == 1 && c.moe_first_dense == 0 && !c.qkv_bias && !c.proj_bias),
+          dir +
+              ": a mixtral model (experts without per-head q/k norms) has experts in every "
+              "layer and no attention biases: moe-every > 1, moe-first-dense or biases cannot "
+              "be exported");
   require(type != "mixtral" || c.moe_norm_topk,
           dir +
               ": a mixtral model (experts without per-head q/k norms) renormalises its gates: "

@@ -527,13 +527,13 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
     lp(a.fcproj, NsC);
   }
   if (config_.is_moe_layer(l))  // fcproj (+)= the routed experts' output
-    moe_->forward(
-        a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
-        p(Slot::ExpertProjW, l),
-        expert_bias_.empty()
-            ? nullptr
-            : expert_bias_.data() + static_cast<size_t>(l / config_.moe_every) * config_.n_experts,
-        Ns, moe_stats);
+    moe_->forward(a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
+                  p(Slot::ExpertProjW, l),
+                  expert_bias_.empty()
+                      ? nullptr
+                      : expert_bias_.data() +
+                            static_cast<size_t>(config_.moe_layers(0, l)) * config_.n_experts,
+                  Ns, moe_stats);
   backend_.add(a.res3, a.res2, a.fcproj, NsC);
   lp(a.res3, NsC);
 }

@@ -26,9 +26,9 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double L = end - begin;
   // MoE layers among them (ModelConfig::is_moe_layer) and the dense ones; their local MLP widths
   // (an MoE layer's: its shared experts'); F the widest, which the gradient buffers take.
-  const double Lm = c.n_experts > 0 ? end / c.moe_every - begin / c.moe_every : 0, Ld = L - Lm;
+  const double Lm = c.moe_layers(begin, end), Ld = L - Lm;
   const double Fd = static_cast<double>(c.d_ff / s.tp);
-  const double Fs = c.n_experts > 0 ? c.dense_mlp_width(c.moe_every - 1) / s.tp : 0;
+  const double Fs = c.n_experts > 0 ? c.n_shared_experts * c.expert_width() / s.tp : 0;
   const double F = std::max(Ld > 0 ? Fd : 0.0, Lm > 0 ? Fs : 0.0);
   // What an MoE layer keeps (model/moe.hpp), on its Ns rows, R K of them routed: xs, y, h, a;
   // logits, probs (E), lse, gates (K) and the sums of probs (E, once) in fp32; experts, slots,
@@ -82,6 +82,7 @@ StageUnits stage_units(const ModelConfig& config, const ModelShard& shard, int s
   dense.n_layer = moe.n_layer = 2;
   dense.n_experts = 0;
   moe.moe_every = 1;
+  moe.moe_first_dense = 0;
   ModelShard ends = shard, one_block = shard;
   ends.layer_begin = ends.layer_end = 0;
   one_block.layer_begin = 0;

@@ -12,7 +12,7 @@ std::vector<MoeLayerRecord> reduce_moe_stats(const std::vector<MoeLayerStats>& m
   std::vector<double> sums(layers.size() * width, 0.0);  // counts below 2^53: exact
   if (counts)
     for (const MoeLayerStats& s : mine) {
-      const size_t i = static_cast<size_t>(s.layer / config.moe_every);  // l = (i+1) every - 1
+      const size_t i = static_cast<size_t>(config.moe_layers(0, s.layer));
       double* row = sums.data() + i * width;
       row[0] += s.aux_loss;
       row[1] += s.z_loss;

@@ -83,7 +83,7 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   };
   divides(m.n_head, "n-head");
   divides(m.n_kv_head, "n-kv-head");
-  if (m.n_experts == 0 || m.moe_every > 1) divides(m.d_ff, "d-ff");  // some layer is dense
+  if (m.moe_layers(0, m.n_layer) < m.n_layer) divides(m.d_ff, "d-ff");  // some layer is dense
   // MoE layers: the shared experts are split like a dense MLP; the router and routed experts
   // are whole on every tp rank.
   divides(m.n_experts > 0 ? m.n_shared_experts * m.expert_width() : 0,

@@ -487,6 +487,7 @@ std::string Trainer::run_ini() const {
                    {"moe-ff", text(cfg_.moe_ff)},
                    {"n-shared-experts", text(cfg_.n_shared_experts)},
                    {"moe-every", text(cfg_.moe_every)},
+                   {"moe-first-dense", text(cfg_.moe_first_dense)},
                    {"moe-norm-topk", flag(cfg_.moe_norm_topk)},
                    {"moe-router-score", cfg_.moe_router_score()},
                    {"moe-expert-bias", flag(cfg_.moe_expert_bias)},

@@ -6,7 +6,8 @@
 #   - the validation loss is the float64 PyTorch reference's written from transformers'
 #     MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (tests/support/hf_reference.py): Mixtral, and
 #     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms), and so
-#     with norm_topk_prob false (the chosen experts' softmax probabilities as gates);
+#     with norm_topk_prob false (the chosen experts' softmax probabilities as gates) on 3 layers
+#     of which mlp_only_layers [0] keeps the first dense (--moe-first-dense 1);
 #   - the first step's load-balancing loss (moe_aux_loss) is the reference's
 #     load_balancing_loss_func of all layers' router logits concatenated, as transformers' forward
 #     takes it (--moe-aux-loss-form auto: all-layers for a Hugging Face model), and with
@@ -51,8 +52,11 @@ make_ckpt qwen3-moe Qwen3-30B-A3B --set decoder_sparse_step=2
 matches_reference qwen3-moe "$(val_loss qwen3-moe)"
 refused "router jitter" "config.json: router_jitter_noise = 0.1: " jitter Mixtral-8x7B-v0.1 \
   --set router_jitter_noise=0.1
-make_ckpt unnormalised Qwen3-30B-A3B --set decoder_sparse_step=2 --set norm_topk_prob=false
+make_ckpt unnormalised Qwen3-30B-A3B --set norm_topk_prob=false --set num_hidden_layers=3 \
+  --set 'mlp_only_layers=[0]'
 matches_reference unnormalised "$(val_loss unnormalised)"
+grep -q "every 1 from layer 1 gates unnormalised |" "$SCRATCH/unnormalised.log" ||
+  { head -3 "$SCRATCH/unnormalised.log"; fail "mlp_only_layers [0] did not read as the first dense"; }
 
 source "$SOURCE_DIR/tests/support/hf_layouts_lib.sh"
 layouts_and_round_trip Mixtral-8x7B-v0.1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# DeepSeek-V3's router through the trainer: sigmoid scores (--moe-router-score sigmoid), gates
-# scaled (--moe-route-scale 2.5), experts chosen with a per-expert bias moved after each step
-# towards equal loads (--moe-expert-bias). Checked: the start-up line names the router; every
+# DeepSeek-V3's MoE through the trainer: the first layer dense (--moe-first-dense 1), sigmoid
+# scores (--moe-router-score sigmoid), gates scaled (--moe-route-scale 2.5), experts chosen with
+# a per-expert bias moved after each step towards equal loads (--moe-expert-bias). Checked: the start-up line names the router; every
 # layer's bias in the checkpoint is rate x the sum over the steps of sign(mean load - the
 # expert's load), the loads metrics.jsonl records (summed over all ranks); tp 2 x pp 2 trains the
 # same losses and the same biases as one rank (saved in the background); 3 steps + exit 85 +
@@ -9,9 +9,10 @@
 # ckpt-inspect names the table; what does not go together is refused with exit 2 before any work.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
-RATE=0.125  # a power of 2: rate x a sum of signs is exact in float32, compared as decimals below
+RATE=0.015625  # 2^-6: rate x a sum of signs is exact in float32, compared as decimals below
 # shellcheck disable=SC2207
-ROUTER=($(tiny_args) --arch llama --n-experts 4 --top-k 2 --moe-ff 96 --moe-aux-loss-coef 0
+ROUTER=($(tiny_args) --arch llama --n-layer 3 --moe-first-dense 1 --n-experts 4 --top-k 2
+        --moe-ff 96 --moe-aux-loss-coef 0
         --moe-router-score sigmoid --moe-route-scale 2.5 --moe-expert-bias
         --moe-expert-bias-rate "$RATE" --steps 6 --save-interval 6)
 
@@ -22,7 +23,8 @@ table() {  # table CHECKPOINT.h5: /manifest/expert_bias, one value a line
 
 run_trainer 1 "$SCRATCH/one.log" "${ROUTER[@]}" --out-dir "$SCRATCH/one"
 [ "$rc" = 0 ] || { cat "$SCRATCH/one.log"; fail "the sigmoid router's run exited $rc"; }
-grep -q "| MoE E4 K2 Fe96 shared 0 every 1 sigmoid expert-bias scale 2.5 |" "$SCRATCH/one.log" \
+grep -q "| MoE E4 K2 Fe96 shared 0 every 1 from layer 1 sigmoid expert-bias scale 2.5 |" \
+  "$SCRATCH/one.log" \
   || { head -3 "$SCRATCH/one.log"; fail "the start-up line does not name the router"; }
 ckpt=$SCRATCH/one/checkpoints/step-00000006/checkpoint.h5
 table "$ckpt" > "$SCRATCH/one.bias"
@@ -33,9 +35,10 @@ steps = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 stored = [float(v) for v in open(sys.argv[2])]
 rate = float(sys.argv[3])
 expected = []
-for layer in range(2):  # n-layer 2, every layer MoE
+for layer in range(2):  # n-layer 3, the first dense: MoE layers 1 and 2, the table's rows
     bias = [0.0] * 4
     for s in steps:
+        assert [l["layer"] for l in s["moe_layers"]] == [1, 2], s["moe_layers"]
         tokens = s["moe_layers"][layer]["tokens"]
         mean = sum(tokens) / 4
         bias = [b + rate * ((mean > t) - (mean < t)) for b, t in zip(bias, tokens)]
@@ -46,7 +49,7 @@ print("biases after 6 steps:", stored)
 PY
 echo "ok: each layer's bias is rate x the sum of sign(mean load - load) over the steps' loads"
 
-# tp 2 x pp 2: the same losses (fp32 sums in another order: 1e-5, as layouts_within) and, the
+# tp 2 x pp 2 (layers 0-1 and 2): the same losses (fp32 sums in another order: 1e-5, as layouts_within) and, the
 # routing being the same, the same biases, saved in the background (the table travels with the
 # manifest the writer thread copies)
 run_trainer 4 "$SCRATCH/tp2pp2.log" "${ROUTER[@]}" --tp 2 --pp 2 --async-save \
@@ -63,11 +66,11 @@ echo "ok: tp 2 x pp 2 trains as one rank, with the same expert biases"
 
 run_trainer 1 "$SCRATCH/a.log" "${ROUTER[@]}" --out-dir "$SCRATCH/pieces" --exit-at-step 3
 [ "$rc" = 85 ] || { cat "$SCRATCH/a.log"; fail "the first piece exited $rc, expected 85"; }
-# the resume leaves out the router and the rate: the checkpoint's (a default rate of 0.001 in
-# place of the recorded 0.125 fails here: "expert biases differ after the resume")
+# the resume leaves out the experts, the router and the rate: the checkpoint's (a default rate of 0.001 in
+# place of the recorded one fails here: "expert biases differ after the resume")
 # shellcheck disable=SC2046
-run_trainer 1 "$SCRATCH/b.log" $(tiny_args) --steps 6 --save-interval 6 --out-dir "$SCRATCH/pieces" \
-  --resume "$SCRATCH/pieces"
+run_trainer 1 "$SCRATCH/b.log" $(tiny_args | sed 's/--n-layer 2/--n-layer 3/') --steps 6 \
+  --save-interval 6 --out-dir "$SCRATCH/pieces" --resume "$SCRATCH/pieces"
 [ "$rc" = 0 ] || { cat "$SCRATCH/b.log"; fail "the resumed piece exited $rc"; }
 for key in loss moe_layers; do
   cmp -s <(metric "$SCRATCH/one/metrics.jsonl" "$key") \

@@ -236,13 +236,28 @@ TEST_F(HfCheckpointTest, ExpertsWithoutAnHfClassAreRefused) {
     return "";
   };
   EXPECT_EQ(error(config_), "");
-  ModelConfig shared = config_, sparse = config_, biased = config_;
+  ModelConfig shared = config_, sparse = config_, first_dense = config_, biased = config_;
   shared.n_shared_experts = 1;
   sparse.moe_every = 2;
+  first_dense.moe_first_dense = 1;
   biased.qkv_bias = true;
   EXPECT_NE(error(shared).find("n-shared-experts cannot be exported"), std::string::npos);
-  EXPECT_NE(error(sparse).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
-  EXPECT_NE(error(biased).find("moe-every > 1 or biases cannot be exported"), std::string::npos);
+  for (const ModelConfig& c : {sparse, first_dense, biased})
+    EXPECT_NE(error(c).find("moe-every > 1, moe-first-dense or biases cannot be exported"),
+              std::string::npos)
+        << error(c);
+  ModelConfig sigmoid = config_, expert_bias = config_, scaled = config_;
+  sigmoid.moe_sigmoid = true;
+  expert_bias.moe_sigmoid = expert_bias.moe_expert_bias = true;
+  scaled.moe_route_scale = 2;
+  for (ModelConfig c : {sigmoid, expert_bias, scaled}) {
+    EXPECT_NE(error(c).find("--moe-router-score sigmoid, --moe-expert-bias and --moe-route-scale "
+                            "cannot be exported"),
+              std::string::npos)
+        << error(c);
+    c.qk_norm = true;  // nor as qwen3_moe
+    EXPECT_NE(error(c).find("cannot be exported"), std::string::npos) << error(c);
+  }
   sparse.qk_norm = true;  // qwen3_moe: dense layers between are its decoder_sparse_step
   EXPECT_EQ(error(sparse), "");
   ModelConfig qkv_only = sparse, all_biases = sparse;  // qwen3_moe: all of q, k, v, o or none

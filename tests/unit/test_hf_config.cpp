@@ -308,7 +308,7 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
       {"Qwen3-0.6B", "layer_types", {"full_attention", "sliding_attention"}},
       {"Mixtral-8x7B-v0.1", "sliding_window", -4096},
       {"Mixtral-8x7B-v0.1", "router_jitter_noise", 0.01},
-      {"Qwen3-30B-A3B", "mlp_only_layers", {0, 47}},
+      {"Qwen3-30B-A3B", "mlp_only_layers", {0, 2}},
       {"Qwen3-30B-A3B", "mlp_only_layers", {48}},
       {"Qwen3-30B-A3B", "mlp_only_layers", {"0"}},
       {"Qwen3-30B-A3B", "use_sliding_window", true},
@@ -523,6 +523,30 @@ TEST_F(HfConfigTest, RouterLossKeysAreReadAndWritten) {
   EXPECT_EQ(hf_config_json(c, 1)["router_aux_loss_coef"], 0.001);
 }
 
+// qwen3_moe's mlp_only_layers reads where it names the first sparse layers (moe-first-dense) and
+// layers decoder_sparse_step leaves dense; the export writes the first ones back, and
+// transformers' rule (a layer is sparse unless listed, when the step makes it so) gives the same
+// layers.
+TEST_F(HfConfigTest, MlpOnlyLayersOfTheFirstLayersRead) {
+  json doc = real_config("Qwen3-30B-A3B");
+  doc["mlp_only_layers"] = {2, 0, 1};
+  ModelConfig c = read(doc);
+  EXPECT_EQ(c.moe_first_dense, 3);
+  EXPECT_EQ(c.moe_layers(0, c.n_layer), c.n_layer - 3);
+  for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(c.is_moe_layer(l), l >= 3) << l;
+  EXPECT_EQ(hf_config_json(c, 1)["mlp_only_layers"], json({0, 1, 2}));
+  doc["decoder_sparse_step"] = 2;  // sparse: 1, 3, 5, ...; listed 0-4: the first two sparse ones
+  doc["mlp_only_layers"] = {0, 1, 2, 3, 4};
+  c = read(doc);
+  EXPECT_EQ(c.moe_first_dense, 4);
+  for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(c.is_moe_layer(l), l >= 4 && l % 2 == 1) << l;
+  doc["mlp_only_layers"] = {1, 5};  // 3 sparse between two dense ones
+  EXPECT_NE(error(doc).find("mlp_only_layers = [1,5]: layer 3 is sparse at decoder_sparse_step 2 "
+                            "and a later one dense"),
+            std::string::npos)
+      << error(doc);
+}
+
 // qwen3_moe's mlp_only_layers reads where it names only layers decoder_sparse_step leaves dense.
 TEST_F(HfConfigTest, MlpOnlyLayersThatTheStepLeavesDenseRead) {
   json doc = real_config("Qwen3-30B-A3B");
@@ -534,8 +558,8 @@ TEST_F(HfConfigTest, MlpOnlyLayersThatTheStepLeavesDenseRead) {
   EXPECT_TRUE(c.is_moe_layer(1));
   doc["mlp_only_layers"] = nullptr;
   EXPECT_EQ(read(doc).moe_every, 2);
-  doc["mlp_only_layers"] = {0, 3};
-  EXPECT_NE(error(doc).find("mlp_only_layers = [0,3]: layer 3 is sparse at decoder_sparse_step 2"),
+  doc["mlp_only_layers"] = {0, 3};  // 1 sparse before the dense 3
+  EXPECT_NE(error(doc).find("mlp_only_layers = [0,3]: layer 1 is sparse at decoder_sparse_step 2"),
             std::string::npos);
 }
 

@@ -230,8 +230,9 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
 // dense model's manifest has none of them (its attributes and checksum as before the fields), and
 // reads back dense.
 TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
-  const char* names[] = {"n_experts",         "top_k",          "moe_ff",      "n_shared_experts",
-                         "moe_every",         "moe_norm_topk",  "moe_sigmoid", "moe_route_scale",
+  const char* names[] = {"n_experts",         "top_k",          "moe_ff",
+                         "n_shared_experts",  "moe_every",      "moe_first_dense",
+                         "moe_norm_topk",     "moe_sigmoid",    "moe_route_scale",
                          "moe_aux_loss_coef", "moe_z_loss_coef"};
   CheckpointManifest m = sample_manifest();
   m.model.set_arch(Arch::Llama);
@@ -240,6 +241,7 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
   m.model.moe_ff = 96;
   m.model.n_shared_experts = 1;
   m.model.moe_every = 2;
+  m.model.moe_first_dense = 1;
   m.model.moe_norm_topk = false;
   m.model.moe_sigmoid = true;
   m.model.moe_route_scale = 2.5f;
@@ -254,6 +256,7 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
     EXPECT_EQ(back.moe_ff, 96);
     EXPECT_EQ(back.n_shared_experts, 1);
     EXPECT_EQ(back.moe_every, 2);
+    EXPECT_EQ(back.moe_first_dense, 1);
     EXPECT_FALSE(back.moe_norm_topk);
     EXPECT_TRUE(back.moe_sigmoid);
     EXPECT_EQ(back.moe_route_scale, 2.5f);

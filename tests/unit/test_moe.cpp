@@ -127,6 +127,29 @@ TEST(Moe, OneExpertTopOneIsTheDenseModel) {
   EXPECT_TRUE(d.take_moe_stats().empty());
 }
 
+// moe_layers(begin, end) counts the layers is_moe_layer names, for every step and count of dense
+// first layers (--moe-every, --moe-first-dense), so that moe_layers(0, l) is MoE layer l's index.
+TEST(Moe, MoeLayersCountsWhatIsMoeLayerNames) {
+  ModelConfig c = llama(32);
+  c.n_layer = 9;
+  c.n_experts = 4;
+  for (c.moe_every = 1; c.moe_every <= 4; ++c.moe_every)
+    for (c.moe_first_dense = 0; c.moe_first_dense <= 9; ++c.moe_first_dense)
+      for (int begin = 0; begin <= c.n_layer; ++begin)
+        for (int end = begin; end <= c.n_layer; ++end) {
+          int n = 0;
+          for (int l = begin; l < end; ++l) n += c.is_moe_layer(l) ? 1 : 0;
+          ASSERT_EQ(c.moe_layers(begin, end), n)
+              << "every " << c.moe_every << " first dense " << c.moe_first_dense << " [" << begin
+              << ", " << end << ")";
+        }
+  c.moe_every = 2;
+  c.moe_first_dense = 4;  // MoE: 5, 7
+  EXPECT_FALSE(c.is_moe_layer(3));
+  EXPECT_TRUE(c.is_moe_layer(5));
+  EXPECT_EQ(c.moe_layers(0, 7), 1);  // layer 7 is MoE layer 1
+}
+
 // ---- one MoeLayer against a naive reference written here, in double ----------------------
 
 namespace {

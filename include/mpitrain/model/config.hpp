@@ -85,6 +85,7 @@ struct ModelConfig {
   int moe_ff = 0;            // each expert's SwiGLU width; 0 = d_ff
   int n_shared_experts = 0;
   int moe_every = 1;         // layer l is MoE when (l + 1) % moe_every == 0 (HF decoder_sparse_step)
+  int moe_first_dense = 0;   // and l >= this (DeepSeek's first_k_dense_replace)
   bool moe_norm_topk = true;  // the gates renormalised over the chosen (HF norm_topk_prob)
   // The router's scores (DeepSeek-V3, Megatron-Core's --moe-router-score-function sigmoid):
   // sigmoid(z_e) per expert instead of the softmax over all; the gates are the chosen scores
@@ -96,10 +97,16 @@ struct ModelConfig {
   bool moe_expert_bias = false;  // sigmoid only
   float moe_route_scale = 1;
   const char* moe_router_score() const { return moe_sigmoid ? "sigmoid" : "softmax"; }
-  bool is_moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
-  // How many of the layers [begin, end) are MoE (is_moe_layer).
+  bool is_moe_layer(int l) const {
+    return n_experts > 0 && l >= moe_first_dense && (l + 1) % moe_every == 0;
+  }
+  // How many of the layers [begin, end) are MoE (is_moe_layer); moe_layers(0, l) is MoE layer l's
+  // index among them.
   int moe_layers(int begin, int end) const {
-    return n_experts > 0 ? end / moe_every - begin / moe_every : 0;
+    const auto below = [&](int n) {  // the MoE layers under n: the step's, less the dense first
+      return n / moe_every - (n < moe_first_dense ? n : moe_first_dense) / moe_every;
+    };
+    return n_experts > 0 ? below(end) - below(begin) : 0;
   }
   int expert_width() const { return moe_ff > 0 ? moe_ff : d_ff; }
   // The MLP width of layer l held in mlp.fc / mlp.proj: d_ff for a dense layer, the shared

@@ -232,9 +232,9 @@ class Model {
   // the recomputations), then reset; empty for a dense model. Under tp each rank's are whole.
   std::vector<MoeLayerStats> take_moe_stats();
   // --moe-expert-bias (ModelConfig::moe_expert_bias): every MoE layer's router biases, the whole
-  // model's on every rank (MoE layer i = layer (i + 1) moe_every - 1, expert e at i n_experts +
-  // e), which the trainer updates after each step (update_expert_bias) and checkpoints keep;
-  // zeros at first, empty for other models.
+  // model's on every rank (layer l's expert e at i n_experts + e, i = moe_layers(0, l)), which
+  // the trainer updates after each step (update_expert_bias) and checkpoints keep; zeros at
+  // first, empty for other models.
   std::vector<float>& expert_bias() { return expert_bias_; }
   // The all-layers aux loss (MoeAuxLoss::AllLayers): slot's micro-batch's rows routed to each
   // expert (E), summed over the model's MoE layers. forward sets it to this stage's layers' sum;
