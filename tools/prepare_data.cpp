@@ -50,6 +50,7 @@
 #include "mpitrain/data/corpus_reader.hpp"
 #include "mpitrain/data/document_starts.hpp"
 #include "mpitrain/data/gpt2_tokenizer.hpp"
+#include "mpitrain/data/hf_tokenizer.hpp"
 #include "mpitrain/data/sentencepiece_tokenizer.hpp"
 #include "mpitrain/data/token_source.hpp"
 #include "mpitrain/data/token_spool.hpp"
@@ -622,7 +623,14 @@ int run(int argc, char** argv) {
       opt.messages_field.empty()
           ? std::nullopt
           : std::optional(load_chat_format(*tok, opt.chat_template, opt.chat_template_kwargs));
-  for (const TokenizerFile& f : tok->files())  // the tokenizer's own files, copied beside
+  // The tokenizer's files, copied beside: its own, and a Hugging Face tokenizer's the template
+  // conversations are rendered by, in place of its chat_template.jinja.
+  std::vector<TokenizerFile> tok_files = tok->files();
+  if (chat && !chat->file.empty() && tok->name() == HfTokenizer::kName) {
+    std::erase_if(tok_files, [](const TokenizerFile& f) { return f.role == "chat_template"; });
+    tok_files.push_back({"chat_template", chat->file, kChatTemplateFile});
+  }
+  for (const TokenizerFile& f : tok_files)
     require(opt.overwrite || !fs::exists(fs::symlink_status(dir / f.copy_name, ec)),
             // std::string first: GCC 12 sees a false -Wrestrict in "'" + a temporary here
             std::string("'") + (dir / f.copy_name).string() +
@@ -646,7 +654,7 @@ int run(int argc, char** argv) {
     const std::vector<TokenFile> token_files =
         plan_token_files(opt, ext, *tok, done, train, val, split);
     for (const auto& f : token_files) names.push_back(f.name);
-    for (const auto& f : tok->files()) names.push_back(f.copy_name);
+    for (const auto& f : tok_files) names.push_back(f.copy_name);
     names.push_back(kTokenizerFile);
 
     // Write all under temporary names, then rename: no half-written outputs are left behind.
@@ -669,12 +677,13 @@ int run(int argc, char** argv) {
         writer.finish();
         written.push_back({f.name, f.end - f.begin, scored});
       }
-      for (const auto& f : tok->files()) {
+      for (const auto& f : tok_files) {
         const std::string to = (dir / f.copy_name).string() + ".tmp";
         fs::copy_file(f.path, to, fs::copy_options::overwrite_existing, ec);
         require(!ec, "cannot copy '" + f.path + "' to '" + to + "': " + ec.message());
       }
-      write_file_synced((dir / kTokenizerFile).string() + ".tmp", tokenizer_descriptor_json(*tok));
+      write_file_synced((dir / kTokenizerFile).string() + ".tmp",
+                        tokenizer_descriptor_json(*tok, tok_files));
       for (const auto& name : names) fsync_path((dir / name).string() + ".tmp");
     } catch (...) {
       for (const auto& name : names) fs::remove((dir / name).string() + ".tmp", ec);

@@ -2,7 +2,6 @@
 #include "mpitrain/data/chat_encoding.hpp"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -23,10 +22,10 @@ std::string read_text(const std::string& path, const std::string& what) {
   return text.str();
 }
 
-// tokenizer_config.json's path among tok's files; "" if it has none.
-std::string config_path(const Tokenizer& tok) {
+// The path of tok's file of this role (e.g. "config": tokenizer_config.json); "" if it has none.
+std::string file_of(const Tokenizer& tok, const std::string& role) {
   for (const TokenizerFile& f : tok.files())
-    if (f.role == "config") return f.path;
+    if (f.role == role) return f.path;
   return "";
 }
 
@@ -136,23 +135,20 @@ ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_fi
   for (const char* set : {"messages", "tools", "documents", "add_generation_prompt"})
     require(!kwargs.contains(set),
             std::string("--chat-template-kwargs sets '") + set + "', which each conversation sets");
-  const std::string config_file = config_path(tok);
+  const std::string config_file = file_of(tok, "config");
   ojson config = ojson::object();
   if (!config_file.empty()) {
     config = ojson::parse(read_text(config_file, "tokenizer config"), nullptr, false);
     require(config.is_object(), "'" + config_file + "' is not a JSON object");
   }
-  std::string source, name;
-  const std::string beside =
-      config_file.empty()
-          ? ""
-          : (std::filesystem::path(config_file).parent_path() / "chat_template.jinja").string();
+  std::string source, name, file = template_file;
+  if (file.empty()) file = file_of(tok, "chat_template");
   if (!template_file.empty()) {
     source = read_text(template_file, "--chat-template");
     name = "--chat-template '" + template_file + "'";
-  } else if (!beside.empty() && std::filesystem::exists(beside)) {
-    source = read_text(beside, "chat template");
-    name = "'" + beside + "'";
+  } else if (!file.empty()) {
+    source = read_text(file, "chat template");
+    name = "'" + file + "'";
   } else {
     require(!config_file.empty(),
             "the " + tok.name() +
@@ -163,7 +159,7 @@ ChatFormat load_chat_format(const Tokenizer& tok, const std::string& template_fi
   }
   ojson variables = special_tokens_of(config);
   for (const auto& [key, value] : kwargs.items()) variables[key] = value;
-  return ChatFormat{ChatTemplate(source, name), std::move(variables), name};
+  return ChatFormat{ChatTemplate(source, name), std::move(variables), name, file};
 }
 
 ChatTokens encode_conversation(const Tokenizer& tok, const ChatFormat& format, const ojson& row,

@@ -26,7 +26,8 @@ std::optional<std::vector<std::string>> roles_of(const std::string& name) {
   if (name == ByteTokenizer::kName) return std::vector<std::string>{};
   if (name == Gpt2Tokenizer::kName) return std::vector<std::string>{"decoder", "encoder", "merges"};
   if (name == SentencePieceTokenizer::kName) return std::vector<std::string>{"model"};
-  if (name == HfTokenizer::kName) return std::vector<std::string>{"tokenizer", "config"};
+  if (name == HfTokenizer::kName)
+    return std::vector<std::string>{"tokenizer", "config", "chat_template"};
   return std::nullopt;
 }
 
@@ -97,8 +98,10 @@ std::unique_ptr<Tokenizer> from_descriptor(const std::string& path) {
     return Gpt2Tokenizer::from_vocab(encoder, named_file(d, file, "merges"));
   }
   if (name == HfTokenizer::kName)
-    return HfTokenizer::from_files(named_file(d, file, "tokenizer"),
-                                   d["files"].contains("config") ? named_file(d, file, "config") : "");
+    return HfTokenizer::from_files(
+        named_file(d, file, "tokenizer"),
+        d["files"].contains("config") ? named_file(d, file, "config") : "",
+        d["files"].contains("chat_template") ? named_file(d, file, "chat_template") : "");
   // sentencepiece: the last name roles_of knows
   return std::make_unique<SentencePieceTokenizer>(named_file(d, file, "model"));
 }
@@ -110,12 +113,16 @@ bool starts_with_llmc_tokenizer_magic(const std::string& path) {
          magic == Gpt2Tokenizer::kLlmcMagic;
 }
 
-// A Hugging Face tokenizer.json, with the tokenizer_config.json beside it if there is one.
+// A Hugging Face tokenizer.json, with the tokenizer_config.json and chat_template.jinja beside it
+// where there are.
 std::unique_ptr<Tokenizer> from_hf_file(const fs::path& file) {
-  const fs::path config = file.parent_path() / HfTokenizer::kConfigFile;
-  std::error_code ec;
-  return HfTokenizer::from_files(file.string(),
-                                 fs::is_regular_file(config, ec) ? config.string() : "");
+  const auto beside = [&](const char* name) {
+    const fs::path p = file.parent_path() / name;
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) ? p.string() : std::string();
+  };
+  return HfTokenizer::from_files(file.string(), beside(HfTokenizer::kConfigFile),
+                                 beside(kChatTemplateFile));
 }
 
 }  // namespace
@@ -144,9 +151,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   return from_descriptor(path);
 }
 
-std::string tokenizer_descriptor_json(const Tokenizer& tok) {
+std::string tokenizer_descriptor_json(const Tokenizer& tok,
+                                      const std::vector<TokenizerFile>& files) {
   json d = {{"name", tok.name()}, {"vocab_size", tok.vocab_size()}, {"files", json::object()}};
-  for (const auto& f : tok.files()) d["files"][f.role] = f.copy_name;
+  for (const auto& f : files) d["files"][f.role] = f.copy_name;
   return d.dump(2) + "\n";
 }
 
@@ -168,7 +176,8 @@ void copy_tokenizer(const std::string& descriptor, const std::string& dir) {
   if (HfTokenizer::is_hf_tokenizer_json(hf.string())) {  // a descriptor is written for it
     const auto tok = from_hf_file(hf);
     for (const auto& f : tok->files()) copy(f.path, f.copy_name);
-    write_file_synced((fs::path(dir) / kTokenizerFile).string(), tokenizer_descriptor_json(*tok));
+    write_file_synced((fs::path(dir) / kTokenizerFile).string(),
+                      tokenizer_descriptor_json(*tok, tok->files()));
     return;
   }
   std::string file;

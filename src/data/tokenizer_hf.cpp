@@ -164,8 +164,12 @@ HfTokenizer::HfTokenizer(std::unique_ptr<const HfModel> model) : m_(std::move(mo
 HfTokenizer::~HfTokenizer() = default;
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_files(const std::string& tokenizer_json,
-                                                     const std::string& config_json) {
-  return std::unique_ptr<HfTokenizer>(new HfTokenizer(read_hf_model(tokenizer_json, config_json)));
+                                                     const std::string& config_json,
+                                                     const std::string& chat_template) {
+  std::unique_ptr<HfModel> m = read_hf_model(tokenizer_json, config_json);
+  if (!chat_template.empty())
+    m->files.push_back({"chat_template", chat_template, kChatTemplateFile});
+  return std::unique_ptr<HfTokenizer>(new HfTokenizer(std::move(m)));
 }
 
 bool HfTokenizer::is_hf_tokenizer_json(const std::string& path) {

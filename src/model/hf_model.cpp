@@ -335,11 +335,13 @@ namespace {
 
 // Copies the tokenizer's files into dir under the names of transformers' tokenizers:
 // GPT2Tokenizer's vocab.json + merges.txt, LlamaTokenizer's tokenizer.model,
-// PreTrainedTokenizerFast's tokenizer.json + tokenizer_config.json.
+// PreTrainedTokenizerFast's tokenizer.json + tokenizer_config.json, and the chat template
+// (chat_template.jinja, which transformers takes over tokenizer_config.json's).
 void save_hf_tokenizer(const Tokenizer& tok, const fs::path& dir) {
   const std::vector<std::pair<std::string, std::string>> hf_names = {
-      {"encoder", "vocab.json"}, {"merges", "merges.txt"}, {"model", "tokenizer.model"},
-      {"tokenizer", "tokenizer.json"}, {"config", "tokenizer_config.json"}};
+      {"encoder", "vocab.json"},           {"merges", "merges.txt"},
+      {"model", "tokenizer.model"},        {"tokenizer", "tokenizer.json"},
+      {"config", "tokenizer_config.json"}, {"chat_template", kChatTemplateFile}};
   for (const TokenizerFile& f : tok.files()) {
     const auto hf = std::find_if(hf_names.begin(), hf_names.end(),
                                  [&](const auto& r) { return r.first == f.role; });

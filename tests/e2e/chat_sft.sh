@@ -16,7 +16,9 @@
 #     Qwen3's <|im_end|> ends every turn, so the token files record the conversations as not
 #     marked, and the trainer refuses --document-mask on them (exit 2);
 #   - a template of this test's with {% generation %} blocks (--chat-template), over multi-turn
-#     conversations in another field: the scored stretches are the blocks';
+#     conversations in another field: the scored stretches are the blocks'; the template is kept
+#     with the tokenizer beside the token files, and a model trained on them is exported with it
+#     (chat_template.jinja);
 #   - exit 2, naming the line: multi-turn conversations under Qwen3's template (it drops the
 #     <think> blocks of earlier turns, so a turn's tokens cannot be told apart), a template's
 #     raise_exception, a message without a role (ShareGPT's from/value), --prompt-field with
@@ -134,6 +136,20 @@ check llama "$llama3/tokenizer_config.json" single.jsonl messages
 prepare own "$qwen3" multi.jsonl --messages-field conversation --chat-template "$SCRATCH/own.jinja"
 said own "loss mask: /loss_mask scores the assistant's turns of 'conversation' as --chat-template '$SCRATCH/own.jinja' renders them (its {% generation %} blocks), nothing else"
 check own "$SCRATCH/own.jinja" multi.jsonl conversation
+# The template the conversations were rendered by travels with the tokenizer: beside the token
+# files, and into an --export-hf as chat_template.jinja (which transformers reads before
+# tokenizer_config.json's chat_template); Qwen3's own is its tokenizer_config.json's, no file.
+cmp -s "$SCRATCH/own.jinja" "$SCRATCH/own/chat_template.jinja" &&
+  grep -qF '"chat_template": "chat_template.jinja"' "$SCRATCH/own/tokenizer.json" ||
+  fail "prepare-data did not keep --chat-template's file with the tokenizer"
+[[ ! -e $SCRATCH/qwen/chat_template.jinja ]] || fail "a chat_template.jinja beside Qwen3's own"
+# shellcheck disable=SC2046  # tiny_model_args is words
+run_trainer 1 "$SCRATCH/export.log" $(tiny_model_args) --arch llama --steps 1 \
+  --train-data "$SCRATCH/own/train.h5" --out-dir "$SCRATCH/export-run" --export-hf "$SCRATCH/hf"
+[[ $rc -eq 0 ]] || { cat "$SCRATCH/export.log"; fail "training on the conversations exited $rc"; }
+cmp -s "$SCRATCH/own.jinja" "$SCRATCH/hf/chat_template.jinja" && [[ -f $SCRATCH/hf/tokenizer_config.json ]] ||
+  { ls "$SCRATCH/hf"; fail "the export does not carry the chat template the data were rendered by"; }
+echo "ok: --chat-template's file kept beside the token files and in the --export-hf"
 
 refused() {  # refused WHAT EXPECTED_TEXT ARGS...: prepare-data exits 2 saying EXPECTED_TEXT
   local what=$1 text=$2 rc=0

@@ -34,7 +34,9 @@ ojson conversation() {
             {{"role", "assistant"}, {"content", "A2 \xc3\xa9"}}}}};  // a 2-byte character
 }
 
-ChatFormat format(const std::string& source) { return {ChatTemplate(source, "test"), {}, "test"}; }
+ChatFormat format(const std::string& source) {
+  return {ChatTemplate(source, "test"), {}, "test", ""};
+}
 
 // The bytes whose token is scored, in order (one token per byte for ByteTokenizer).
 std::string scored_text(const std::string& text, const ChatTokens& t) {
@@ -195,8 +197,12 @@ class ChatFormatTest : public ::testing::Test {  // a fresh temporary directory 
     std::string decode(const int32_t* ids, size_t n) const override {
       return std::string(ids, ids + n);
     }
-    std::vector<TokenizerFile> files() const override {
-      return {{"config", config_, "tokenizer_config.json"}};
+    std::vector<TokenizerFile> files() const override {  // with a chat_template.jinja beside
+      std::vector<TokenizerFile> f = {{"config", config_, "tokenizer_config.json"}};
+      const auto beside = std::filesystem::path(config_).parent_path() / kChatTemplateFile;
+      if (std::filesystem::exists(beside))
+        f.push_back({"chat_template", beside, kChatTemplateFile});
+      return f;
     }
     std::string config_;
   };
@@ -224,13 +230,17 @@ TEST_F(ChatFormatTest, TheTemplateFileTheJinjaBesideOrTheConfigs) {
   const ChatFormat from_config = load_chat_format(tok, "");
   EXPECT_EQ(render(from_config), "<s></s>False<x>,<y>");
   EXPECT_NE(from_config.source.find("tokenizer_config.json' chat_template"), std::string::npos);
+  EXPECT_EQ(from_config.file, "");  // the config's copy carries it
 
-  write("chat_template.jinja", "beside {{ eos_token }}");  // transformers reads it first
-  EXPECT_EQ(render(load_chat_format(tok, "")), "beside </s>");
+  const std::string beside = write("chat_template.jinja", "beside {{ eos_token }}");
+  const ChatFormat from_jinja = load_chat_format(tok, "");  // transformers reads it first
+  EXPECT_EQ(render(from_jinja), "beside </s>");
+  EXPECT_EQ(from_jinja.file, beside);
   const std::string own = write("own.jinja", "own {{ bos_token }}");
   const ChatFormat given = load_chat_format(tok, own);
   EXPECT_EQ(render(given), "own <s>");
   EXPECT_EQ(given.source, "--chat-template '" + own + "'");
+  EXPECT_EQ(given.file, own);
 }
 
 // transformers' apply_chat_template(..., **kwargs): variables beside the special tokens, which

@@ -59,7 +59,7 @@ class TokenizerFilesTest : public ::testing::Test {  // a fresh temporary direct
 };
 
 TEST_F(TokenizerFilesTest, ByteDescriptorRoundTrips) {
-  std::ofstream(path(kTokenizerFile)) << tokenizer_descriptor_json(ByteTokenizer());
+  std::ofstream(path(kTokenizerFile)) << tokenizer_descriptor_json(ByteTokenizer(), {});
   const auto tok = load_tokenizer(dir_.string());
   EXPECT_EQ(tok->name(), "bytes");
   EXPECT_EQ(tok->vocab_size(), 256);

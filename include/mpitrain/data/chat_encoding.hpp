@@ -28,11 +28,15 @@ struct ChatFormat {
   ChatTemplate chat_template;
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();
   std::string source;  // where the template came from, for messages
+  // The template's own file (--chat-template's, or the tokenizer's kChatTemplateFile), which
+  // prepare-data copies beside the token files as the tokenizer's; "" for tokenizer_config.json's
+  // chat_template, which its copy carries.
+  std::string file;
 };
 
 // The chat format of tok: the template of template_file (a Jinja file) if it is not "", else the
 // chat_template of tok's tokenizer_config.json (a string, or the one named "default" of a list;
-// a chat_template.jinja beside it comes first, as in transformers), with that file's special
+// tok's chat_template.jinja comes first, as in transformers), with that file's special
 // tokens, and the variables of `kwargs` (a JSON object, as transformers' apply_chat_template
 // takes them; they replace special tokens of the same name). UsageError when there is no template
 // or it does not parse, or kwargs is not an object or names a variable each conversation sets

@@ -31,12 +31,12 @@ class HfTokenizer final : public Tokenizer {
   static constexpr const char* kConfigFile = "tokenizer_config.json";
   // The name tokenizer.json gets beside token files, where kTokenizerFile is the descriptor.
   static constexpr const char* kCopyName = "hf_tokenizer.json";
-
-  // From tokenizer_json, and config_json (tokenizer_config.json) unless it is "". UsageError
-  // naming the file and the field when one is unreadable, malformed or asks for what this
-  // tokenizer does not do.
+  // From tokenizer_json, and config_json (tokenizer_config.json) and chat_template (a Jinja
+  // file) unless "". UsageError naming the file and the field when one is unreadable, malformed
+  // or asks for what this tokenizer does not do.
   static std::unique_ptr<HfTokenizer> from_files(const std::string& tokenizer_json,
-                                                 const std::string& config_json);
+                                                 const std::string& config_json,
+                                                 const std::string& chat_template = "");
   // Whether the JSON file at path is a Hugging Face tokenizer.json: an object with a "model"
   // and no "name" (which a descriptor has).
   static bool is_hf_tokenizer_json(const std::string& path);

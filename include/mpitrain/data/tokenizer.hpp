@@ -6,7 +6,9 @@
 // with copies of the files it names in the same directory (gpt2: "encoder" = encoder.json and
 // "merges" = vocab.bpe, or "decoder" = llm.c's gpt2_tokenizer.bin, which only decodes;
 // sentencepiece: "model" = tokenizer.model; huggingface: "tokenizer" = hf_tokenizer.json, a
-// Hugging Face tokenizer.json, and "config" = its tokenizer_config.json if it has one; bytes: none). That descriptor is how a token file
+// Hugging Face tokenizer.json, "config" = its tokenizer_config.json if it has one, and
+// "chat_template" = chat_template.jinja, the template conversations were rendered by, if any;
+// bytes: none). That descriptor is how a token file
 // records its tokenizer; HDF5 token files also name it in their `tokenizer` attribute.
 #pragma once
 
@@ -23,6 +25,11 @@
 namespace mpitrain {
 
 inline constexpr const char* kTokenizerFile = "tokenizer.json";
+// The chat template file transformers reads beside a tokenizer, before tokenizer_config.json's
+// chat_template: a Hugging Face tokenizer's file of role "chat_template", which every copy
+// carries, so that a model fine-tuned on conversations is exported with the template its data
+// were rendered by.
+inline constexpr const char* kChatTemplateFile = "chat_template.jinja";
 
 // A file a tokenizer is read from: its role in the descriptor, where it is now, and the name a
 // copy gets beside token files.
@@ -69,8 +76,10 @@ class ByteTokenizer final : public Tokenizer {
 // it is none of these, malformed, or names files that are missing.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
-// The kTokenizerFile text for tok, naming each of its files by its copy_name.
-std::string tokenizer_descriptor_json(const Tokenizer& tok);
+// The kTokenizerFile text for tok with these files (its own, or prepare-data's with the chat
+// template it rendered by), naming each by its copy_name.
+std::string tokenizer_descriptor_json(const Tokenizer& tok,
+                                      const std::vector<TokenizerFile>& files);
 
 // The descriptor recorded for a token file: kTokenizerFile in its directory; "" if none.
 std::string tokenizer_descriptor_of(const std::string& token_file);

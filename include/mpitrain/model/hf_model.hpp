@@ -83,7 +83,7 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& config);
 // tensors exceed max_file_bytes, model-0000N-of-0000M.safetensors of at most that many bytes
 // each (a larger tensor alone in its file) and model.safetensors.index.json; with the
 // tokenizer's files when one is given (gpt2: vocab.json + merges.txt, sentencepiece:
-// tokenizer.model, huggingface: tokenizer.json + tokenizer_config.json;
+// tokenizer.model, huggingface: tokenizer.json + tokenizer_config.json + chat_template.jinja;
 // bytes and llm.c's decode-only gpt2_tokenizer.bin: none), syncs them and
 // renames it to dir (dir must not exist or be an empty directory), so dir never holds a partial
 // checkpoint. UsageError when dir holds files or cannot be created; Error if writing fails
