@@ -29,6 +29,21 @@ constexpr size_t kParallelWork = size_t{1} << 14;
 // What Megatron-Core adds to a sum of sigmoid scores it divides by: a row of zeros gives 0.
 constexpr double kSigmoidSumFloor = 1e-20;
 
+// The K of E experts with the largest key(e), into chosen: repeatedly the largest not yet
+// chosen, scanning the experts in index order with a strict >, so that of equal keys the lower
+// index wins.
+template <typename Key>
+void top_k(int E, int K, const Key& key, int32_t* chosen) {
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {
+      if (std::find(chosen, chosen + k, e) != chosen + k) continue;
+      if (best < 0 || key(e) > key(best)) best = e;
+    }
+    chosen[k] = best;
+  }
+}
+
 }  // namespace
 
 void update_expert_bias(float* bias, const std::vector<int64_t>& tokens, float rate) {
@@ -65,7 +80,7 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, MoeRouting 
       aux_form_(aux_form),
       emulate_(emulate),
       stats_group_(stats_group),
-      sums_(2 * static_cast<size_t>(n_experts) + 2),
+      sums_(3 * static_cast<size_t>(n_experts) + 2),
       next_(n_experts),
       aux_weights_(n_experts) {}
 
@@ -143,10 +158,8 @@ void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
 }
 
 // The scores in T, softmax over the row or sigmoid per expert (lse either way), then each row's
-// top K: repeatedly the largest key (the score, plus the expert bias where there is one) not yet
-// chosen, scanning the experts in index order with a strict >, so that of equal keys the lower
-// index wins. The gates: scale x the chosen scores renormalised to sum 1 (norm_topk), or as they
-// are.
+// top K of the score plus the expert bias where there is one. The gates: scale x the chosen
+// scores renormalised to sum 1 (norm_topk), or as they are.
 template <typename T>
 void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) const {
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
@@ -163,16 +176,9 @@ void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) const {
       for (int e = 0; e < E_; ++e) p[e] /= sum;
     const auto key = [&](int e) { return bias ? p[e] + static_cast<T>(bias[e]) : p[e]; };
     int32_t* chosen = a.experts + static_cast<size_t>(r) * K_;
+    top_k(E_, K_, key, chosen);
     T chosen_sum = routing_.sigmoid ? static_cast<T>(kSigmoidSumFloor) : T{0};
-    for (int k = 0; k < K_; ++k) {
-      int best = -1;
-      for (int e = 0; e < E_; ++e) {
-        if (std::find(chosen, chosen + k, e) != chosen + k) continue;
-        if (best < 0 || key(e) > key(best)) best = e;
-      }
-      chosen[k] = best;
-      chosen_sum += p[best];
-    }
+    for (int k = 0; k < K_; ++k) chosen_sum += p[chosen[k]];
     const T scale = static_cast<T>(routing_.scale) / (routing_.norm_topk ? chosen_sum : T{1});
     for (int k = 0; k < K_; ++k) a.gates[static_cast<size_t>(r) * K_ + k] = p[chosen[k]] * scale;
   }
@@ -230,10 +236,20 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
       dxh_[r * C + c] = s;
     }
   store(out, dxh_, RC);
-  // statistics: counts, sums of p, sum of lse^2, rows (over all tp ranks' rows under sp, then
-  // all cp ranks': the whole micro-batch)
+  // statistics: counts, sums of p, sum of lse^2, rows and, with an expert bias, the counts of
+  // the unbiased top k, which the aux loss takes (the header); over all tp ranks' rows under sp,
+  // then all cp ranks': the whole micro-batch
+  const size_t n_sums =
+      expert_bias ? 3 * static_cast<size_t>(E_) + 2 : 2 * static_cast<size_t>(E_) + 2;
   std::fill(sums_.begin(), sums_.end(), 0.0);
   for (int e = 0; e < E_; ++e) sums_[e] = a.offsets[e + 1] - a.offsets[e];
+  double* unbiased = sums_.data() + 2 * E_ + 2;
+  for (int r = 0; expert_bias && r < R; ++r) {
+    const T* p = a.probs + static_cast<size_t>(r) * E_;
+    const auto score = [&](int e) { return p[e]; };
+    top_k(E_, K_, score, next_.data());  // next_ (E >= K) is free again: the dispatch is done
+    for (int k = 0; k < K_; ++k) ++unbiased[next_[k]];
+  }
   for (int r = 0; r < R; ++r) {
     const T* p = a.probs + static_cast<size_t>(r) * E_;
     const T norm =
@@ -242,21 +258,22 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
     sums_[2 * E_] += static_cast<double>(a.lse[r]) * a.lse[r];
   }
   sums_[2 * E_ + 1] = R;
-  if (stats_group_) stats_group_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
-  if (cp_) cp_->all_reduce(sums_.data(), sums_.size(), ReduceOp::Sum);
+  if (stats_group_) stats_group_->all_reduce(sums_.data(), n_sums, ReduceOp::Sum);
+  if (cp_) cp_->all_reduce(sums_.data(), n_sums, ReduceOp::Sum);
   const double rows = sums_[2 * E_ + 1];  // exact: integers far below 2^53
-  for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(sums_[e]);
+  const double* aux_counts = expert_bias ? unbiased : sums_.data();
+  for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(aux_counts[e]);
   a.counts[E_] = static_cast<int32_t>(rows);
   for (int e = 0; e < E_; ++e) a.prob_sums[e] = static_cast<T>(sums_[E_ + e]);
   if (!stats) return;
   if (aux_form_ == MoeAuxLoss::PerLayer) {
     double aux = 0;
-    for (int e = 0; e < E_; ++e) aux += sums_[e] / rows * (sums_[E_ + e] / rows);
+    for (int e = 0; e < E_; ++e) aux += aux_counts[e] / rows * (sums_[E_ + e] / rows);
     stats->aux_loss += E_ * aux;
   }
   stats->z_loss += sums_[2 * E_] / rows;
   stats->tokens_per_expert.resize(E_);
-  for (int e = 0; e < E_; ++e) stats->tokens_per_expert[e] += a.counts[e];
+  for (int e = 0; e < E_; ++e) stats->tokens_per_expert[e] += static_cast<int64_t>(sums_[e]);
   stats->rows += static_cast<int64_t>(rows);
 }
 

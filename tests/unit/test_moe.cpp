@@ -203,11 +203,12 @@ struct Layer {
 // The reference: the scores (softmax, or each expert's sigmoid), routing by a sort on (score +
 // bias descending, index ascending), each chosen expert's SwiGLU on the row, the gated sum (gates
 // scale x the scores renormalised over the chosen, or as they are); and the aux loss (over the
-// softmax, or the sigmoid scores normalised per row, as Megatron-Core's) and z-loss from their
-// definitions.
+// softmax, or the sigmoid scores normalised per row, as Megatron-Core's; its counts those of the
+// top k of the scores alone, as Megatron-Core's and DeepSeek-V3's where there is a bias) and
+// z-loss from their definitions.
 struct Reference {
   std::vector<double> out;                // (R,C)
-  std::vector<int> counts;                // (E)
+  std::vector<int> counts, aux_counts;    // (E) the routing's; the aux loss's
   double aux = 0, z = 0;
 };
 
@@ -216,6 +217,7 @@ Reference reference(const Layer& L) {
   Reference ref;
   ref.out.assign(R * C, 0.0);
   ref.counts.assign(E, 0);
+  ref.aux_counts.assign(E, 0);
   std::vector<double> P(E, 0.0);
   for (int r = 0; r < R; ++r) {
     std::vector<double> zr(E), p(E);
@@ -230,7 +232,10 @@ Reference reference(const Layer& L) {
     for (size_t e = 0; e < L.bias.size(); ++e) key[e] += L.bias[e];
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
+    std::vector<int> by_score = order;
     std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return key[i] > key[j]; });
+    std::stable_sort(by_score.begin(), by_score.end(), [&](int i, int j) { return p[i] > p[j]; });
+    for (int k = 0; k < K; ++k) ++ref.aux_counts[by_score[k]];
     const double floor = L.routing.sigmoid ? 1e-20 : 0;
     double chosen = floor;
     for (int k = 0; k < K; ++k) chosen += p[order[k]];
@@ -254,7 +259,7 @@ Reference reference(const Layer& L) {
     for (int e = 0; e < E; ++e) P[e] += (L.routing.sigmoid ? p[e] / all : p[e]) / R;
     ref.z += lse * lse / R;
   }
-  for (int e = 0; e < E; ++e) ref.aux += E * (static_cast<double>(ref.counts[e]) / R) * P[e];
+  for (int e = 0; e < E; ++e) ref.aux += E * (static_cast<double>(ref.aux_counts[e]) / R) * P[e];
   return ref;
 }
 
@@ -293,6 +298,9 @@ TEST_P(MoeGates, LayerMatchesTheReferenceAndItsLosses) {
   for (int e = 0; e < Layer::E; ++e) EXPECT_EQ(st.tokens_per_expert[e], ref.counts[e]) << e;
   EXPECT_EQ(std::accumulate(st.tokens_per_expert.begin(), st.tokens_per_expert.end(), int64_t{0}),
             Layer::R * Layer::K);
+  if (GetParam().bias) {  // the bias moves some choice, so the aux loss's counts are others
+    EXPECT_NE(ref.counts, ref.aux_counts);
+  }
   EXPECT_EQ(st.rows, Layer::R);
   EXPECT_NEAR(st.aux_loss, ref.aux, 5e-15);
   EXPECT_NEAR(st.z_loss, ref.z, 5e-15);

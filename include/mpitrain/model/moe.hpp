@@ -13,7 +13,8 @@
 //   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]
 //   losses   aux = E sum_e f_e P_e (f_e = counts[e]/R, P_e = mean_r p[r,e]; HF Mixtral's
 //            load_balancing_loss_func; sigmoid: P_e = mean_r s[r,e] / (sum_e s[r,e] + 1e-20), as
-//            Megatron-Core's aux scores, and f_e the routing's counts, with the bias as chosen),
+//            Megatron-Core's aux scores; with an expert bias f_e counts the unbiased top k, as
+//            Megatron-Core's and DeepSeek-V3's balance losses),
 //            z = mean_r lse_r^2 (ST-MoE); over the rows R_all of the
 //            whole micro-batch: their sums all-reduced over the tp group under sequence
 //            parallelism, then over the cp group (Megatron's tp x cp statistics). Their gradient
@@ -91,8 +92,9 @@ struct MoeActs {
   int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending score (ties: lower index)
   int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
   int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
-  int32_t* counts = nullptr;   // (E+1) rows routed to each expert over all tp x cp ranks, then
-                               // R_all (their rows): the aux loss's constants
+  int32_t* counts = nullptr;   // (E+1) the aux loss's constants: rows routed to each expert
+                               // (with an expert bias: its unbiased top k's) over all tp x cp
+                               // ranks, then R_all (their rows)
   Buf<T> xs, h, a, y;          // (RK,C) (RK,2Fe) (RK,Fe) (RK,C)
 };
 
@@ -170,7 +172,8 @@ class MoeLayer {
   Precision emulate_;
   Communicator* stats_group_;
   Communicator* cp_ = nullptr;
-  std::vector<double> sums_;  // (2E+2) counts, sums of p, sum of lse^2, rows: all-reduced at once
+  std::vector<double> sums_;   // (3E+2) counts, sums of p, sum of lse^2, rows, the unbiased top
+                               // k's counts (with an expert bias): all-reduced at once
   std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
   std::vector<T> aux_weights_;  // (E) backward: the aux loss's w (counts, or pooled)
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
