@@ -48,6 +48,8 @@ const std::vector<OptionRange> kRanges = {
     {"n-shared-experts", 0, kMaxSize},
     {"moe-every", 1, kMaxSize},
     {"moe-first-dense", 0, kMaxSize},
+    {"moe-router-groups", 1, kMaxSize},
+    {"moe-router-group-topk", 0, kMaxSize},
     // Data and evaluation
     {"eval-interval", 0, kUnbounded},
     {"eval-samples", 1, kUnbounded},
@@ -241,6 +243,14 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("moe-route-scale", with_default(&m.moe_route_scale),
        "every gate multiplied by this (HF routed_scaling_factor, Megatron-Core's "
        "moe-router-topk-scaling-factor)")
+      ("moe-router-groups", with_default(&m.moe_groups)->value_name("G"),
+       "group-limited routing (DeepSeek-V3's n_group, Megatron-Core's moe-router-num-groups): "
+       "the experts in G equal groups of consecutive indices, each token choosing its top-k "
+       "from the --moe-router-group-topk groups whose top top-k / group-topk scores (+ expert "
+       "bias) sum highest; 1 = no groups")
+      ("moe-router-group-topk", with_default(&m.moe_group_topk)->value_name("M"),
+       "--moe-router-groups: the groups each token chooses from (DeepSeek-V3's topk_group, "
+       "Megatron-Core's moe-router-group-topk); 0 without groups")
       ("moe-ff", with_default(&m.moe_ff), "each expert's SwiGLU width; 0 = d-ff")
       ("n-shared-experts", with_default(&m.n_shared_experts),
        "experts every token passes besides its routed ones (DeepSeek, Qwen-MoE): one SwiGLU of "

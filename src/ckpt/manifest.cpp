@@ -87,6 +87,8 @@ void for_each_field(M& m, F&& f) {
   f("moe_sigmoid", m.model.moe_sigmoid, arch_default(&ModelConfig::moe_sigmoid));
   f("moe_expert_bias", m.model.moe_expert_bias, arch_default(&ModelConfig::moe_expert_bias));
   f("moe_route_scale", m.model.moe_route_scale, arch_default(&ModelConfig::moe_route_scale));
+  f("moe_groups", m.model.moe_groups, arch_default(&ModelConfig::moe_groups));
+  f("moe_group_topk", m.model.moe_group_topk, arch_default(&ModelConfig::moe_group_topk));
   f("sliding_window", m.model.sliding_window, arch_default(&ModelConfig::sliding_window));
   f("moe_aux_loss_coef", m.moe_aux_loss_coef, kOptionalField);  // absent: not recorded (-1)
   f("moe_z_loss_coef", m.moe_z_loss_coef, kOptionalField);
@@ -404,6 +406,8 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("moe_sigmoid", std::to_string(a.moe_sigmoid), std::to_string(b.moe_sigmoid));
   cmp("moe_expert_bias", std::to_string(a.moe_expert_bias), std::to_string(b.moe_expert_bias));
   cmp("moe_route_scale", shortest_text(a.moe_route_scale), shortest_text(b.moe_route_scale));
+  cmp("moe_groups", std::to_string(a.moe_groups), std::to_string(b.moe_groups));
+  cmp("moe_group_topk", std::to_string(a.moe_group_topk), std::to_string(b.moe_group_topk));
   cmp("sliding_window", std::to_string(a.sliding_window), std::to_string(b.sliding_window));
   return diff;
 }

@@ -66,6 +66,34 @@ void validate_attention_variants(const ModelConfig& c) {
           "rope-scaling llama3 needs 0 < low_freq_factor < high_freq_factor");
 }
 
+// Group-limited routing: groups that split the experts evenly, of which the chosen ones hold
+// at least top-k experts and are each worth a sum of at least one key (top-k / group-topk >= 1).
+void validate_expert_groups(const ModelConfig& c) {
+  const std::string g = std::to_string(c.moe_groups), m = std::to_string(c.moe_group_topk);
+  require(c.moe_groups >= 1 && c.n_experts % c.moe_groups == 0,
+          "moe-router-groups must divide n-experts (" + std::to_string(c.n_experts) +
+              ") into equal groups, got " + g);
+  if (c.moe_groups == 1) {
+    require(c.moe_group_topk == 0, "moe-router-group-topk " + m +
+                                       " limits the groups of moe-router-groups, which is 1: "
+                                       "give both, or neither");
+    return;
+  }
+  require(c.moe_group_topk >= 1 && c.moe_group_topk <= c.moe_groups,
+          "moe-router-groups " + g +
+              " needs moe-router-group-topk, the groups each token chooses its experts from, "
+              "between 1 and " +
+              g + " (got " + m + ")");
+  require(c.moe_group_topk <= c.top_k,
+          "moe-router-group-topk " + m + " exceeds top-k (" + std::to_string(c.top_k) +
+              "): a group is worth the sum of its top top-k / moe-router-group-topk scores, "
+              "which would be none");
+  require(int64_t{c.moe_group_topk} * (c.n_experts / c.moe_groups) >= c.top_k,
+          "moe-router-group-topk " + m + " groups of " +
+              std::to_string(c.n_experts / c.moe_groups) + " experts hold fewer than top-k (" +
+              std::to_string(c.top_k) + ") experts");
+}
+
 void validate_experts(const ModelConfig& c) {
   if (c.n_experts == 0) return;
   require(c.n_experts >= 1, "n-experts must be 0 (dense) or at least 1 (got " +
@@ -98,6 +126,7 @@ void validate_experts(const ModelConfig& c) {
   require(
       std::isfinite(c.moe_route_scale) && c.moe_route_scale > 0,
       "moe-route-scale must be a positive number (got " + shortest_text(c.moe_route_scale) + ")");
+  validate_expert_groups(c);
 }
 
 // A number of the --rope-scaling text; UsageError naming it.

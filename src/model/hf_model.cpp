@@ -396,12 +396,13 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
           dir +
               ": mixtral and qwen3_moe have no shared experts (qwen2_moe's is gated): "
               "n-shared-experts cannot be exported");
-  require(!c.moe_sigmoid && !c.moe_expert_bias && c.moe_route_scale == 1,
+  require(!c.moe_sigmoid && !c.moe_expert_bias && c.moe_route_scale == 1 && c.moe_groups == 1,
           dir +
-              ": mixtral and qwen3_moe route by a softmax, unbiased and unscaled: "
-              "--moe-router-score sigmoid, --moe-expert-bias and --moe-route-scale cannot be "
-              "exported (transformers' classes with them, DeepSeek-V3's and GLM-4.5's, need "
-              "multi-head latent or partial-rotary attention, which the trainer has not)");
+              ": mixtral and qwen3_moe route by a softmax, unbiased, unscaled and ungrouped: "
+              "--moe-router-score sigmoid, --moe-expert-bias, --moe-route-scale and "
+              "--moe-router-groups cannot be exported (transformers' classes with them, "
+              "DeepSeek-V3's and GLM-4.5's, need multi-head latent or partial-rotary attention, "
+              "which the trainer has not)");
   require(type != "mixtral" ||
               (c.moe_every == 1 && c.moe_first_dense == 0 && !c.qkv_bias && !c.proj_bias),
           dir +

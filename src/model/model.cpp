@@ -70,7 +70,8 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
   if (any_moe)  // routes this rank's Ns rows; their statistics summed over tp under sp (and cp)
     moe_ = std::make_unique<MoeLayer<T>>(
         backend_, E, K,
-        MoeRouting{config_.moe_sigmoid, config_.moe_norm_topk, config_.moe_route_scale},
+        MoeRouting{config_.moe_sigmoid, config_.moe_norm_topk, config_.moe_route_scale,
+                   config_.moe_groups, config_.moe_group_topk},
         static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
         options_.moe_z_loss_coef, options_.moe_aux_loss,
         emulated() ? options_.precision : Precision::Fp32, sp() ? tp_ : nullptr);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -82,7 +83,9 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, MoeRouting 
       stats_group_(stats_group),
       sums_(3 * static_cast<size_t>(n_experts) + 2),
       next_(n_experts),
-      aux_weights_(n_experts) {}
+      aux_weights_(n_experts),
+      group_worth_(routing.groups > 1 ? static_cast<size_t>(R_max) * routing.groups : 0),
+      group_chosen_(routing.groups > 1 ? static_cast<size_t>(R_max) * routing.group_topk : 0) {}
 
 template <typename T>
 size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
@@ -158,10 +161,12 @@ void MoeLayer<T>::store(Buf<T> dst, const T* src, size_t n) {
 }
 
 // The scores in T, softmax over the row or sigmoid per expert (lse either way), then each row's
-// top K of the score plus the expert bias where there is one. The gates: scale x the chosen
-// scores renormalised to sum 1 (norm_topk), or as they are.
+// top K of the score plus the expert bias where there is one, with groups among the experts of
+// the row's best groups only. The gates: scale x the chosen scores renormalised to sum 1
+// (norm_topk), or as they are.
 template <typename T>
-void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) const {
+void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) {
+  const int G = routing_.groups, M = routing_.group_topk, Eg = E_ / G;
 #pragma omp parallel for schedule(static) if (static_cast<size_t>(R) * E_ > kParallelWork)
   for (int r = 0; r < R; ++r) {
     const T* z = a.logits + static_cast<size_t>(r) * E_;
@@ -176,7 +181,26 @@ void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) const {
       for (int e = 0; e < E_; ++e) p[e] /= sum;
     const auto key = [&](int e) { return bias ? p[e] + static_cast<T>(bias[e]) : p[e]; };
     int32_t* chosen = a.experts + static_cast<size_t>(r) * K_;
-    top_k(E_, K_, key, chosen);
+    if (G == 1) {
+      top_k(E_, K_, key, chosen);
+    } else {  // a group's worth: the sum of its top K/M keys (chosen: scratch until the choice)
+      T* worth = group_worth_.data() + static_cast<size_t>(r) * G;
+      int32_t* groups = group_chosen_.data() + static_cast<size_t>(r) * M;
+      for (int g = 0; g < G; ++g) {
+        const auto in_group = [&](int i) { return key(g * Eg + i); };
+        top_k(Eg, K_ / M, in_group, chosen);
+        worth[g] = 0;
+        for (int i = 0; i < K_ / M; ++i) worth[g] += in_group(chosen[i]);
+      }
+      const auto group_worth = [&](int g) { return worth[g]; };
+      top_k(G, M, group_worth, groups);
+      const auto limited = [&](int e) {
+        return std::find(groups, groups + M, e / Eg) != groups + M
+                   ? key(e)
+                   : -std::numeric_limits<T>::infinity();
+      };
+      top_k(E_, K_, limited, chosen);
+    }
     T chosen_sum = routing_.sigmoid ? static_cast<T>(kSigmoidSumFloor) : T{0};
     for (int k = 0; k < K_; ++k) chosen_sum += p[chosen[k]];
     const T scale = static_cast<T>(routing_.scale) / (routing_.norm_topk ? chosen_sum : T{1});
@@ -236,19 +260,19 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
       dxh_[r * C + c] = s;
     }
   store(out, dxh_, RC);
-  // statistics: counts, sums of p, sum of lse^2, rows and, with an expert bias, the counts of
-  // the unbiased top k, which the aux loss takes (the header); over all tp ranks' rows under sp,
-  // then all cp ranks': the whole micro-batch
-  const size_t n_sums =
-      expert_bias ? 3 * static_cast<size_t>(E_) + 2 : 2 * static_cast<size_t>(E_) + 2;
+  // statistics: counts, sums of p, sum of lse^2, rows and, with an expert bias or groups, the
+  // counts of the scores' own top k, which the aux loss takes (the header); over all tp ranks'
+  // rows under sp, then all cp ranks': the whole micro-batch
+  const bool apart = aux_counts_apart(expert_bias);
+  const size_t n_sums = apart ? 3 * static_cast<size_t>(E_) + 2 : 2 * static_cast<size_t>(E_) + 2;
   std::fill(sums_.begin(), sums_.end(), 0.0);
   for (int e = 0; e < E_; ++e) sums_[e] = a.offsets[e + 1] - a.offsets[e];
-  double* unbiased = sums_.data() + 2 * E_ + 2;
-  for (int r = 0; expert_bias && r < R; ++r) {
+  double* own = sums_.data() + 2 * E_ + 2;  // the scores' own top k's counts
+  for (int r = 0; apart && r < R; ++r) {
     const T* p = a.probs + static_cast<size_t>(r) * E_;
     const auto score = [&](int e) { return p[e]; };
     top_k(E_, K_, score, next_.data());  // next_ (E >= K) is free again: the dispatch is done
-    for (int k = 0; k < K_; ++k) ++unbiased[next_[k]];
+    for (int k = 0; k < K_; ++k) ++own[next_[k]];
   }
   for (int r = 0; r < R; ++r) {
     const T* p = a.probs + static_cast<size_t>(r) * E_;
@@ -261,7 +285,7 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
   if (stats_group_) stats_group_->all_reduce(sums_.data(), n_sums, ReduceOp::Sum);
   if (cp_) cp_->all_reduce(sums_.data(), n_sums, ReduceOp::Sum);
   const double rows = sums_[2 * E_ + 1];  // exact: integers far below 2^53
-  const double* aux_counts = expert_bias ? unbiased : sums_.data();
+  const double* aux_counts = apart ? own : sums_.data();
   for (int e = 0; e < E_; ++e) a.counts[e] = static_cast<int32_t>(aux_counts[e]);
   a.counts[E_] = static_cast<int32_t>(rows);
   for (int e = 0; e < E_; ++e) a.prob_sums[e] = static_cast<T>(sums_[E_ + e]);

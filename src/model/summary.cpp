@@ -13,7 +13,10 @@ std::string experts_text(const ModelConfig& c) {
          (c.moe_first_dense > 0 ? " from layer " + std::to_string(c.moe_first_dense) : "") +
          (c.moe_sigmoid ? " sigmoid" : "") + (c.moe_expert_bias ? " expert-bias" : "") +
          (c.moe_norm_topk ? "" : " gates unnormalised") +
-         (c.moe_route_scale != 1 ? " scale " + shortest_text(c.moe_route_scale) : "");
+         (c.moe_route_scale != 1 ? " scale " + shortest_text(c.moe_route_scale) : "") +
+         (c.moe_groups > 1 ? " groups " + std::to_string(c.moe_group_topk) + " of " +
+                                 std::to_string(c.moe_groups)
+                           : "");
 }
 
 double active_params(const ModelConfig& c) {

@@ -66,6 +66,8 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
                std::string(f.moe_router_score()), source);
   require_same(o, "moe-expert-bias", m.moe_expert_bias, f.moe_expert_bias, source);
   require_same(o, "moe-route-scale", m.moe_route_scale, f.moe_route_scale, source);
+  require_same(o, "moe-router-groups", m.moe_groups, f.moe_groups, source);
+  require_same(o, "moe-router-group-topk", m.moe_group_topk, f.moe_group_topk, source);
   if (!norms) return;
   require_same(o, "norm-eps", m.norm_eps, f.norm_eps, source);
   require_same(o, "rope-theta", m.rope_theta, f.rope_theta, source);
@@ -89,6 +91,8 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
   o.require_used(moe, "moe-router-score", o.model.moe_sigmoid, model.moe_sigmoid, dense);
   o.require_used(moe, "moe-expert-bias", o.model.moe_expert_bias, model.moe_expert_bias, dense);
   o.require_used(moe, "moe-route-scale", o.model.moe_route_scale, model.moe_route_scale, dense);
+  o.require_used(moe, "moe-router-groups", o.model.moe_groups, model.moe_groups, dense);
+  o.require_used(moe, "moe-router-group-topk", o.model.moe_group_topk, model.moe_group_topk, dense);
   o.require_used(m.moe_expert_bias, "moe-expert-bias-rate", o.train.moe_expert_bias_rate,
                  train.moe_expert_bias_rate,
                  " moves the bias of --moe-expert-bias, which this model has not: set "

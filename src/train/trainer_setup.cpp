@@ -492,6 +492,8 @@ std::string Trainer::run_ini() const {
                    {"moe-router-score", cfg_.moe_router_score()},
                    {"moe-expert-bias", flag(cfg_.moe_expert_bias)},
                    {"moe-route-scale", shortest_text(cfg_.moe_route_scale)},
+                   {"moe-router-groups", text(cfg_.moe_groups)},
+                   {"moe-router-group-topk", text(cfg_.moe_group_topk)},
                    {"moe-aux-loss-coef", shortest_text(t_.moe_aux_loss_coef)},
                    {"moe-z-loss-coef", shortest_text(t_.moe_z_loss_coef)}});
   return resolved_ini(options_.effective, resolved);

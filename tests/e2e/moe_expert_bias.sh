@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # DeepSeek-V3's MoE through the trainer: the first layer dense (--moe-first-dense 1), sigmoid
 # scores (--moe-router-score sigmoid), gates scaled (--moe-route-scale 2.5), experts chosen with
-# a per-expert bias moved after each step towards equal loads (--moe-expert-bias). Checked: the start-up line names the router; every
+# a per-expert bias moved after each step towards equal loads (--moe-expert-bias), from one of
+# two groups (--moe-router-groups 2 --moe-router-group-topk 1: experts {0, 1} or {2, 3}, so both
+# of a group or neither). Checked: the start-up line names the router; every token took the two
+# experts of one group (the loads of a group's experts are equal); every
 # layer's bias in the checkpoint is rate x the sum over the steps of sign(mean load - the
 # expert's load), the loads metrics.jsonl records (summed over all ranks); tp 2 x pp 2 trains the
 # same losses and the same biases as one rank (saved in the background); 3 steps + exit 85 +
@@ -14,7 +17,8 @@ RATE=0.015625  # 2^-6: rate x a sum of signs is exact in float32, compared as de
 ROUTER=($(tiny_args) --arch llama --n-layer 3 --moe-first-dense 1 --n-experts 4 --top-k 2
         --moe-ff 96 --moe-aux-loss-coef 0
         --moe-router-score sigmoid --moe-route-scale 2.5 --moe-expert-bias
-        --moe-expert-bias-rate "$RATE" --steps 6 --save-interval 6)
+        --moe-expert-bias-rate "$RATE" --moe-router-groups 2 --moe-router-group-topk 1
+        --steps 6 --save-interval 6)
 
 table() {  # table CHECKPOINT.h5: /manifest/expert_bias, one value a line
   h5dump -y -w 1 -m '%.9g' -d /manifest/expert_bias "$1" |
@@ -23,7 +27,7 @@ table() {  # table CHECKPOINT.h5: /manifest/expert_bias, one value a line
 
 run_trainer 1 "$SCRATCH/one.log" "${ROUTER[@]}" --out-dir "$SCRATCH/one"
 [ "$rc" = 0 ] || { cat "$SCRATCH/one.log"; fail "the sigmoid router's run exited $rc"; }
-grep -q "| MoE E4 K2 Fe96 shared 0 every 1 from layer 1 sigmoid expert-bias scale 2.5 |" \
+grep -q "| MoE E4 K2 Fe96 shared 0 every 1 from layer 1 sigmoid expert-bias scale 2.5 groups 1 of 2 |" \
   "$SCRATCH/one.log" \
   || { head -3 "$SCRATCH/one.log"; fail "the start-up line does not name the router"; }
 ckpt=$SCRATCH/one/checkpoints/step-00000006/checkpoint.h5
@@ -40,6 +44,7 @@ for layer in range(2):  # n-layer 3, the first dense: MoE layers 1 and 2, the ta
     for s in steps:
         assert [l["layer"] for l in s["moe_layers"]] == [1, 2], s["moe_layers"]
         tokens = s["moe_layers"][layer]["tokens"]
+        assert tokens[0] == tokens[1] and tokens[2] == tokens[3], ("not by groups", tokens)
         mean = sum(tokens) / 4
         bias = [b + rate * ((mean > t) - (mean < t)) for b, t in zip(bias, tokens)]
     expected += bias
@@ -47,7 +52,8 @@ assert len(steps) == 6 and stored == expected, (stored, expected)
 assert any(b != 0 for b in stored), stored  # some expert was off the mean
 print("biases after 6 steps:", stored)
 PY
-echo "ok: each layer's bias is rate x the sum of sign(mean load - load) over the steps' loads"
+echo "ok: each token took one group's experts; each layer's bias is rate x the sum of" \
+  "sign(mean load - load) over the steps' loads"
 
 # tp 2 x pp 2 (layers 0-1 and 2): the same losses (fp32 sums in another order: 1e-5, as layouts_within) and, the
 # routing being the same, the same biases, saved in the background (the table travels with the
@@ -102,9 +108,18 @@ refused rate-alone "moe-expert-bias-rate moves the bias of --moe-expert-bias" "$
   --moe-expert-bias false
 refused score "moe-router-score must be softmax or sigmoid, not 'tanh'" "${ROUTER[@]}" \
   --moe-router-score tanh
-refused export "--moe-router-score sigmoid, --moe-expert-bias and --moe-route-scale cannot be" \
+refused export "--moe-router-score sigmoid, --moe-expert-bias, --moe-route-scale and --moe-router-groups cannot be" \
   "${ROUTER[@]}" --export-hf "$SCRATCH/hf"
+refused groups "moe-router-groups must divide n-experts (4) into equal groups, got 3" \
+  "${ROUTER[@]}" --moe-router-groups 3
+refused group-topk "moe-router-group-topk 1 limits the groups of moe-router-groups, which is 1" \
+  "${ROUTER[@]}" --moe-router-groups 1
+refused few-experts "moe-router-group-topk 1 groups of 1 experts hold fewer than top-k (2)" \
+  "${ROUTER[@]}" --moe-router-groups 4
+refused resume-groups "moe-router-groups = 1 disagrees with the checkpoint" "${ROUTER[@]}" \
+  --moe-router-groups 1 --moe-router-group-topk 0 --resume "$SCRATCH/one"
 refused resume-scale "moe-route-scale = 1 disagrees with the checkpoint" "${ROUTER[@]}" \
   --moe-route-scale 1 --resume "$SCRATCH/one"
 echo "ok: a bias without the sigmoid router, sigmoid top-1 renormalised, a rate without a bias," \
-  "another score, an export and a resume under another scale refused with exit 2"
+  "another score, an export, groups that do not divide the experts or hold too few, a group" \
+  "top-k without groups and a resume under another scale or groups refused with exit 2"

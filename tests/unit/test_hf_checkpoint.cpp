@@ -246,13 +246,15 @@ TEST_F(HfCheckpointTest, ExpertsWithoutAnHfClassAreRefused) {
     EXPECT_NE(error(c).find("moe-every > 1, moe-first-dense or biases cannot be exported"),
               std::string::npos)
         << error(c);
-  ModelConfig sigmoid = config_, expert_bias = config_, scaled = config_;
+  ModelConfig sigmoid = config_, expert_bias = config_, scaled = config_, grouped = config_;
   sigmoid.moe_sigmoid = true;
   expert_bias.moe_sigmoid = expert_bias.moe_expert_bias = true;
   scaled.moe_route_scale = 2;
-  for (ModelConfig c : {sigmoid, expert_bias, scaled}) {
-    EXPECT_NE(error(c).find("--moe-router-score sigmoid, --moe-expert-bias and --moe-route-scale "
-                            "cannot be exported"),
+  grouped.moe_groups = 2;
+  grouped.moe_group_topk = 1;
+  for (ModelConfig c : {sigmoid, expert_bias, scaled, grouped}) {
+    EXPECT_NE(error(c).find("--moe-router-score sigmoid, --moe-expert-bias, --moe-route-scale and "
+                            "--moe-router-groups cannot be exported"),
               std::string::npos)
         << error(c);
     c.qk_norm = true;  // nor as qwen3_moe

@@ -230,10 +230,11 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
 // dense model's manifest has none of them (its attributes and checksum as before the fields), and
 // reads back dense.
 TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
-  const char* names[] = {"n_experts",         "top_k",          "moe_ff",
-                         "n_shared_experts",  "moe_every",      "moe_first_dense",
-                         "moe_norm_topk",     "moe_sigmoid",    "moe_route_scale",
-                         "moe_aux_loss_coef", "moe_z_loss_coef"};
+  const char* names[] = {"n_experts",        "top_k",          "moe_ff",
+                         "n_shared_experts", "moe_every",      "moe_first_dense",
+                         "moe_norm_topk",    "moe_sigmoid",    "moe_route_scale",
+                         "moe_groups",       "moe_group_topk", "moe_aux_loss_coef",
+                         "moe_z_loss_coef"};
   CheckpointManifest m = sample_manifest();
   m.model.set_arch(Arch::Llama);
   m.model.n_experts = 4;
@@ -245,6 +246,8 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
   m.model.moe_norm_topk = false;
   m.model.moe_sigmoid = true;
   m.model.moe_route_scale = 2.5f;
+  m.model.moe_groups = 2;
+  m.model.moe_group_topk = 1;
   m.moe_aux_loss_coef = 0.02;
   m.moe_z_loss_coef = 0;  // recorded: 0 is a choice, not "not recorded"
   write(m);
@@ -260,6 +263,8 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
     EXPECT_FALSE(back.moe_norm_topk);
     EXPECT_TRUE(back.moe_sigmoid);
     EXPECT_EQ(back.moe_route_scale, 2.5f);
+    EXPECT_EQ(back.moe_groups, 2);
+    EXPECT_EQ(back.moe_group_topk, 1);
     EXPECT_EQ(read_manifest(file.get()).moe_aux_loss_coef, 0.02);
     EXPECT_EQ(read_manifest(file.get()).moe_z_loss_coef, 0.0);
     EXPECT_EQ(manifest_fields(read_manifest(file.get())), manifest_fields(m));

@@ -155,7 +155,7 @@ TEST(Moe, MoeLayersCountsWhatIsMoeLayerNames) {
 namespace {
 
 struct Layer {
-  static constexpr int E = 5, K = 2, C = 6, Fe = 4, R = 7;
+  static constexpr int E = 6, K = 2, C = 6, Fe = 4, R = 7;
   CpuBackend<double> backend{1};
   MoeLayer<double> moe;
   std::vector<double> acts, stats, scratch, scratch_stats;
@@ -201,11 +201,13 @@ struct Layer {
 };
 
 // The reference: the scores (softmax, or each expert's sigmoid), routing by a sort on (score +
-// bias descending, index ascending), each chosen expert's SwiGLU on the row, the gated sum (gates
-// scale x the scores renormalised over the chosen, or as they are); and the aux loss (over the
-// softmax, or the sigmoid scores normalised per row, as Megatron-Core's; its counts those of the
-// top k of the scores alone, as Megatron-Core's and DeepSeek-V3's where there is a bias) and
-// z-loss from their definitions.
+// bias descending, index ascending), with groups among the experts of the M groups of the
+// largest sums of their K/M largest keys (Megatron-Core's group_limited_topk), each chosen
+// expert's SwiGLU on the row, the gated sum (gates scale x the scores renormalised over the
+// chosen, or as they are); and the aux loss (over the softmax, or the sigmoid scores normalised
+// per row, as Megatron-Core's; its counts those of the top k of the scores alone, as
+// Megatron-Core's and DeepSeek-V3's where there is a bias or groups) and z-loss from their
+// definitions.
 struct Reference {
   std::vector<double> out;                // (R,C)
   std::vector<int> counts, aux_counts;    // (E) the routing's; the aux loss's
@@ -230,6 +232,22 @@ Reference reference(const Layer& L) {
       p[e] = L.routing.sigmoid ? 1 / (1 + std::exp(-zr[e])) : std::exp(zr[e] - lse);
     std::vector<double> key = p;
     for (size_t e = 0; e < L.bias.size(); ++e) key[e] += L.bias[e];
+    if (L.routing.groups > 1) {  // the keys of the experts outside the M best groups: -inf
+      const int G = L.routing.groups, M = L.routing.group_topk, Eg = E / G;
+      std::vector<double> worth(G);
+      for (int g = 0; g < G; ++g) {  // the sum of the group's K/M largest keys
+        std::vector<double> in(key.begin() + g * Eg, key.begin() + (g + 1) * Eg);
+        std::sort(in.rbegin(), in.rend());
+        worth[g] = std::accumulate(in.begin(), in.begin() + K / M, 0.0);
+      }
+      std::vector<int> groups(G);
+      std::iota(groups.begin(), groups.end(), 0);
+      std::stable_sort(groups.begin(), groups.end(),
+                       [&](int i, int j) { return worth[i] > worth[j]; });
+      for (int e = 0; e < E; ++e)
+        if (std::find(groups.begin(), groups.begin() + M, e / Eg) == groups.begin() + M)
+          key[e] = -std::numeric_limits<double>::infinity();
+    }
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
     std::vector<int> by_score = order;
@@ -269,7 +287,8 @@ Reference reference(const Layer& L) {
 // the aux loss E sum f_e P_e and the z-loss mean lse^2 equal their formulas on that routing;
 // the tokens per expert sum to R*K; for every router: softmax or sigmoid scores, gates
 // renormalised or not (--moe-norm-topk), scaled (--moe-route-scale), chosen with an expert bias
-// (--moe-expert-bias). Measured: 9e-16 at most (double); tolerance 5e-15.
+// (--moe-expert-bias), limited to groups (--moe-router-groups: 3 of 2 experts choosing 1, 2 of 3
+// choosing 1). Measured: 9e-16 at most (double); tolerance 5e-15.
 struct Router {
   MoeRouting how;
   bool bias;
@@ -278,7 +297,7 @@ class MoeGates : public ::testing::TestWithParam<Router> {
  protected:
   // The router's bias (large enough to change some choices) where it has one.
   static void add_bias(Layer& L) {
-    if (GetParam().bias) L.bias = {0.3f, -0.2f, 0.0f, 0.15f, -0.25f};
+    if (GetParam().bias) L.bias = {0.3f, -0.2f, 0.0f, 0.15f, -0.25f, 0.1f};
   }
 };
 
@@ -298,8 +317,8 @@ TEST_P(MoeGates, LayerMatchesTheReferenceAndItsLosses) {
   for (int e = 0; e < Layer::E; ++e) EXPECT_EQ(st.tokens_per_expert[e], ref.counts[e]) << e;
   EXPECT_EQ(std::accumulate(st.tokens_per_expert.begin(), st.tokens_per_expert.end(), int64_t{0}),
             Layer::R * Layer::K);
-  if (GetParam().bias) {  // the bias moves some choice, so the aux loss's counts are others
-    EXPECT_NE(ref.counts, ref.aux_counts);
+  if (GetParam().bias || GetParam().how.groups > 1) {  // the bias or the groups move some
+    EXPECT_NE(ref.counts, ref.aux_counts);             // choice: the aux loss counts others
   }
   EXPECT_EQ(st.rows, Layer::R);
   EXPECT_NEAR(st.aux_loss, ref.aux, 5e-15);
@@ -341,19 +360,22 @@ INSTANTIATE_TEST_SUITE_P(
     Routers, MoeGates,
     ::testing::Values(Router{{false, true, 1}, false}, Router{{false, false, 1}, false},
                       Router{{false, true, 1.8f}, false}, Router{{true, true, 2.5f}, true},
-                      Router{{true, false, 1}, false}, Router{{true, false, 1}, true}),
+                      Router{{true, false, 1}, false}, Router{{true, false, 1}, true},
+                      Router{{false, true, 1, 3, 1}, false},
+                      Router{{true, true, 2.5f, 2, 1}, true}),
     [](const ::testing::TestParamInfo<Router>& info) {
       const Router& r = info.param;
       return std::string(r.how.sigmoid ? "Sigmoid" : "Softmax") +
              (r.how.norm_topk ? "Normalised" : "AsTheyAre") + (r.how.scale != 1 ? "Scaled" : "") +
-             (r.bias ? "ExpertBias" : "");
+             (r.bias ? "ExpertBias" : "") +
+             (r.how.groups > 1 ? "Groups" + std::to_string(r.how.groups) : "");
     });
 
 // The bias moves the choice and not the gates: an expert whose bias outweighs any score gap is
 // every row's first choice, its gate its own score (the sigmoid router's gates, unnormalised).
 TEST(Moe, ExpertBiasChoosesWithoutEnteringTheGates) {
   Layer L(0.0f, 0.0f, MoeRouting{true, false, 1});
-  L.bias = {0, 0, 0, 2.0f, 0};  // sigmoid scores lie in (0, 1): 2 outweighs any gap
+  L.bias = {0, 0, 0, 2.0f, 0, 0};  // sigmoid scores lie in (0, 1): 2 outweighs any gap
   MoeLayerStats st{};
   L.forward(&st);
   EXPECT_EQ(st.tokens_per_expert[3], Layer::R);
@@ -361,6 +383,18 @@ TEST(Moe, ExpertBiasChoosesWithoutEnteringTheGates) {
     EXPECT_EQ(L.a.experts[r * Layer::K], 3) << r;
     EXPECT_EQ(L.a.gates[r * Layer::K], L.a.probs[r * Layer::E + 3]) << r;  // the score alone
   }
+}
+
+// A group is worth the sum of its top K/M keys, not its best one (Megatron-Core's
+// group_limited_topk; DeepSeek-V3's top 2): biases that outweigh the sigmoid scores make group 0
+// {3, 0, 0} the better by its best key and group 1 {2, 2, 0} by its top two, so every row takes
+// experts 3 and 4 of group 1.
+TEST(Moe, AGroupIsWorthItsTopKeysSummed) {
+  Layer L(0.0f, 0.0f, MoeRouting{true, false, 1, 2, 1});
+  L.bias = {3.0f, 0, 0, 2.0f, 2.0f, 0};
+  MoeLayerStats st{};
+  L.forward(&st);
+  EXPECT_EQ(st.tokens_per_expert, (std::vector<int64_t>{0, 0, 0, Layer::R, Layer::R, 0}));
 }
 
 // Each expert's bias moves by the rate towards the mean load: up below it, down above it, not at
@@ -374,8 +408,8 @@ TEST(Moe, ExpertBiasMovesTowardsTheMeanLoad) {
 }
 
 // The tie rule: router rows 1 and 2 equal give every row p1 == p2 exactly; rows 3 = 2 w1,
-// 4 = 0 and 0 = -w1 with every row's x . w1 > 0 put the tie at the top-2 boundary
-// (z3 > z1 = z2 > z4 > z0), so every row chooses expert 1, the lower index, and never 2.
+// 4 = 0 and 0 = 5 = -w1 with every row's x . w1 > 0 put the tie at the top-2 boundary
+// (z3 > z1 = z2 > z4 > z0 = z5), so every row chooses expert 1, the lower index, and never 2.
 TEST(Moe, TiesGoToTheLowerExpertIndex) {
   Layer L(0.0f, 0.0f);
   for (int r = 0; r < Layer::R; ++r) {  // every row's s = x . w1 > 0
@@ -388,7 +422,7 @@ TEST(Moe, TiesGoToTheLowerExpertIndex) {
     const double w = L.wr[Layer::C + c];
     L.wr[2 * Layer::C + c] = w;
     L.wr[3 * Layer::C + c] = 2 * w;
-    L.wr[c] = -w;
+    L.wr[c] = L.wr[5 * Layer::C + c] = -w;
     L.wr[4 * Layer::C + c] = 0;
   }
   MoeLayerStats st{};

@@ -96,6 +96,13 @@ struct ModelConfig {
   bool moe_sigmoid = false;
   bool moe_expert_bias = false;  // sigmoid only
   float moe_route_scale = 1;
+  // Group-limited routing (DeepSeek-V2/V3's n_group / topk_group, Megatron-Core's
+  // --moe-router-num-groups / --moe-router-group-topk): the experts in moe_groups equal groups of
+  // consecutive indices, each row choosing among the experts of its moe_group_topk best groups
+  // only, a group's worth the sum of its top top_k / moe_group_topk choice keys (score, + bias);
+  // 1 group (and group top-k 0): no limit.
+  int moe_groups = 1;
+  int moe_group_topk = 0;
   const char* moe_router_score() const { return moe_sigmoid ? "sigmoid" : "softmax"; }
   bool is_moe_layer(int l) const {
     return n_experts > 0 && l >= moe_first_dense && (l + 1) % moe_every == 0;

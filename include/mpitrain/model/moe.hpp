@@ -4,8 +4,12 @@
 //   router   z = x Wr^T (R,E) from the stored x and Wr, then in T (fp32): the scores p = softmax(z)
 //            or (MoeRouting::sigmoid) s = sigmoid(z) per expert; lse = logsumexp(z) either way
 //   top-k    the K largest scores of each row (sigmoid with an expert bias b: of s + b), ties to
-//            the lower expert index; gates g = c x score / sum of the chosen scores (norm_topk;
-//            sigmoid: + 1e-20 as Megatron-Core), else c x score, c = MoeRouting::scale
+//            the lower expert index; with G groups (MoeRouting::groups, consecutive E/G experts)
+//            among the experts of the row's M best groups only (group_topk), a group's worth
+//            the sum of its top K/M keys (Megatron-Core's group_limited_topk; DeepSeek-V3's
+//            top 2 for its K 8, M 4), ties to the lower group; gates g = c x score / sum of
+//            the chosen scores (norm_topk; sigmoid: + 1e-20 as Megatron-Core), else c x score,
+//            c = MoeRouting::scale
 //   dispatch the R*K assignments (r,k) sorted stably by expert: expert e's rows are the
 //            contiguous slots [offset[e], offset[e+1]); xs (RK,C) = x's row of each slot
 //   experts  per expert, one matmul over its rows: h = xs We1^T (n_e,2Fe), a = swiglu(h) (n_e,Fe),
@@ -13,8 +17,8 @@
 //   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]
 //   losses   aux = E sum_e f_e P_e (f_e = counts[e]/R, P_e = mean_r p[r,e]; HF Mixtral's
 //            load_balancing_loss_func; sigmoid: P_e = mean_r s[r,e] / (sum_e s[r,e] + 1e-20), as
-//            Megatron-Core's aux scores; with an expert bias f_e counts the unbiased top k, as
-//            Megatron-Core's and DeepSeek-V3's balance losses),
+//            Megatron-Core's aux scores; with an expert bias or groups f_e counts the top k of
+//            the scores alone, as Megatron-Core's and DeepSeek-V3's balance losses),
 //            z = mean_r lse_r^2 (ST-MoE); over the rows R_all of the
 //            whole micro-batch: their sums all-reduced over the tp group under sequence
 //            parallelism, then over the cp group (Megatron's tp x cp statistics). Their gradient
@@ -64,6 +68,8 @@ struct MoeRouting {
   bool sigmoid = false;   // scores sigmoid(z) per expert, else the softmax over all
   bool norm_topk = true;  // the gates renormalised over the chosen
   float scale = 1;        // every gate times this
+  int groups = 1;         // group-limited routing: the experts in this many groups (1: none)
+  int group_topk = 0;     // of which each row chooses from this many
 };
 
 // Aux-loss-free balancing (DeepSeek-V3; Megatron-Core's get_updated_expert_bias): one MoE layer's
@@ -93,8 +99,8 @@ struct MoeActs {
   int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
   int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
   int32_t* counts = nullptr;   // (E+1) the aux loss's constants: rows routed to each expert
-                               // (with an expert bias: its unbiased top k's) over all tp x cp
-                               // ranks, then R_all (their rows)
+                               // (with an expert bias or groups: the scores' own top k's) over
+                               // all tp x cp ranks, then R_all (their rows)
   Buf<T> xs, h, a, y;          // (RK,C) (RK,2Fe) (RK,Fe) (RK,C)
 };
 
@@ -155,7 +161,10 @@ class MoeLayer {
   void store(Buf<T> dst, const T* src, size_t n);
   void round(Buf<T> x, size_t n);
   // probs, lse, experts, gates of R rows from logits (bias: the expert bias, or null).
-  void route(MoeActs<T>& a, const float* bias, int R) const;
+  void route(MoeActs<T>& a, const float* bias, int R);
+  // Whether the aux loss counts another top k than the routing's: the scores' own where a bias
+  // or groups take part in the choice.
+  bool aux_counts_apart(const float* bias) const { return bias || routing_.groups > 1; }
   void experts_forward(const int32_t* offsets, int n, CBuf<T> xs, Buf<T> h, Buf<T> act, Buf<T> y,
                        CBuf<T> w1, CBuf<T> w2);
   void experts_backward(const int32_t* offsets, int n, Buf<T> dy, Buf<T> da, Buf<T> dh,
@@ -172,10 +181,14 @@ class MoeLayer {
   Precision emulate_;
   Communicator* stats_group_;
   Communicator* cp_ = nullptr;
-  std::vector<double> sums_;   // (3E+2) counts, sums of p, sum of lse^2, rows, the unbiased top
-                               // k's counts (with an expert bias): all-reduced at once
+  std::vector<double> sums_;   // (3E+2) counts, sums of p, sum of lse^2, rows, the scores' own
+                               // top k's counts (aux_counts_apart): all-reduced at once
   std::vector<int32_t> next_;  // (E) dispatch: each expert's next free slot
   std::vector<T> aux_weights_;  // (E) backward: the aux loss's w (counts, or pooled)
+  // group-limited routing (groups > 1): each row's group worths (R_max,G) and chosen groups
+  // (R_max,group_topk)
+  std::vector<T> group_worth_;
+  std::vector<int32_t> group_chosen_;
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
   // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K), dwh (E,C)
   Buf<T> dy_, da_, dh_;
