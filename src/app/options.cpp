@@ -255,6 +255,9 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("n-shared-experts", with_default(&m.n_shared_experts),
        "experts every token passes besides its routed ones (DeepSeek, Qwen-MoE): one SwiGLU of "
        "n-shared-experts x moe-ff width in each MoE layer")
+      ("moe-shared-expert-gate", flag(&m.moe_shared_gate),
+       "the shared experts' output times sigmoid(x . w), a learned gate per token and MoE layer "
+       "(Qwen2-MoE's shared_expert_gate, Megatron-Core's moe-shared-expert-gate)")
       ("moe-every", with_default(&m.moe_every),
        "layer l (from 0) is MoE when l + 1 is a multiple of this (HF decoder_sparse_step); the "
        "others keep a dense MLP of d-ff")

@@ -81,6 +81,7 @@ void for_each_field(M& m, F&& f) {
   f("top_k", m.model.top_k, arch_default(&ModelConfig::top_k));
   f("moe_ff", m.model.moe_ff, arch_default(&ModelConfig::moe_ff));
   f("n_shared_experts", m.model.n_shared_experts, arch_default(&ModelConfig::n_shared_experts));
+  f("moe_shared_gate", m.model.moe_shared_gate, arch_default(&ModelConfig::moe_shared_gate));
   f("moe_every", m.model.moe_every, arch_default(&ModelConfig::moe_every));
   f("moe_first_dense", m.model.moe_first_dense, arch_default(&ModelConfig::moe_first_dense));
   f("moe_norm_topk", m.model.moe_norm_topk, arch_default(&ModelConfig::moe_norm_topk));
@@ -400,6 +401,7 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   cmp("top_k", std::to_string(a.top_k), std::to_string(b.top_k));
   cmp("expert_width", std::to_string(a.expert_width()), std::to_string(b.expert_width()));
   cmp("n_shared_experts", std::to_string(a.n_shared_experts), std::to_string(b.n_shared_experts));
+  cmp("moe_shared_gate", std::to_string(a.moe_shared_gate), std::to_string(b.moe_shared_gate));
   cmp("moe_every", std::to_string(a.moe_every), std::to_string(b.moe_every));
   cmp("moe_first_dense", std::to_string(a.moe_first_dense), std::to_string(b.moe_first_dense));
   cmp("moe_norm_topk", std::to_string(a.moe_norm_topk), std::to_string(b.moe_norm_topk));

@@ -115,6 +115,8 @@ void validate_experts(const ModelConfig& c) {
           "(n-layer " +
               std::to_string(c.n_layer) + ", moe-every " + std::to_string(c.moe_every) + "), got " +
               std::to_string(c.moe_first_dense));
+  require(!c.moe_shared_gate || c.n_shared_experts > 0,
+          "moe-shared-expert-gate gates the shared experts, and n-shared-experts is 0");
   require(!c.mlp_bias, "MLP biases with mixture of experts are not supported (no MoE model has them)");
   require(!c.moe_expert_bias || c.moe_sigmoid,
           "moe-expert-bias needs moe-router-score sigmoid (the bias shifts sigmoid scores, as "

@@ -369,6 +369,21 @@ std::vector<KeyRule> expert_keys(const char* experts, int n_experts, int top_k) 
            [](const Writing&) { return json(false); }}};
 }
 
+// qwen2_moe's shared_expert_intermediate_size (after moe_intermediate_size): the width of its one
+// gated shared expert, the trainer's n_shared_experts x the experts' width (another refused).
+KeyRule shared_expert_width() {
+  return {"shared_expert_intermediate_size", HfKeyUse::Implemented, json(5632),
+          [](const std::string& k, const json& v, Reading& r) {
+            const int width = positive_int(k, v, r), expert = r.c.expert_width();
+            if (width % expert != 0)
+              refuse(r, k, v,
+                     "not a multiple of moe_intermediate_size (" + std::to_string(expert) +
+                         "): the trainer's shared experts are n-shared-experts x its width");
+            r.c.n_shared_experts = width / expert;
+          },
+          [](const Writing& w) { return json(w.c.n_shared_experts * w.c.expert_width()); }};
+}
+
 // qwen3_moe's mlp_only_layers (after num_hidden_layers and decoder_sparse_step): dense layers by
 // index. Those the step makes sparse must be the first ones it makes sparse, all of them up to
 // the last listed: moe_first_dense (the others the step leaves dense anyway), so that the model
@@ -544,6 +559,21 @@ std::vector<KeyRule> table(const std::string& type) {
                                "router jitter (noise on the router's input) is not implemented"));
     t.push_back(sliding_window(json()));
     t.push_back(model_type("mixtral", Arch::Llama));
+  } else if (type == "qwen2_moe") {  // qwen2 whose MoE layers add one gated shared expert
+    t = llama_family_keys("Qwen2MoeForCausalLM", json(), 16);
+    const std::vector<KeyRule> s = sliding_keys();
+    t.insert(t.end(), s.begin(), s.end());
+    t.push_back(flag("qkv_bias", true, &ModelConfig::qkv_bias));  // on q, k and v (o: none)
+    const std::vector<KeyRule> e = expert_keys("num_experts", 60, 4);
+    t.insert(t.end(), e.begin(), e.end());
+    t.push_back(written_as(count("moe_intermediate_size", &ModelConfig::moe_ff, fixed(1408)),
+                           [](const Writing& w) { return json(w.c.expert_width()); }));
+    t.push_back(shared_expert_width());
+    t.push_back(count("decoder_sparse_step", &ModelConfig::moe_every, fixed(1)));
+    t.push_back(mlp_only_layers());
+    t.push_back(flag("norm_topk_prob", false, &ModelConfig::moe_norm_topk));
+    t.push_back(
+        model_type("qwen2_moe", Arch::Llama, [](ModelConfig& c) { c.moe_shared_gate = true; }));
   } else if (type == "qwen3_moe") {  // qwen3 whose MLPs are MoE every decoder_sparse_step layers
     t = llama_family_keys("Qwen3MoeForCausalLM", json(), 4);
     const std::vector<KeyRule> s = sliding_keys();
@@ -577,13 +607,10 @@ ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router) {
   const std::optional<std::string> type = JsonFields(doc, file.string()).string("model_type");
   if (!type) throw UsageError(file.string() + ": needs a string 'model_type'");
   const std::vector<KeyRule> rules = table(*type);
-  if (*type == "qwen2_moe")  // its shared expert's output is scaled by a learned sigmoid gate
-    throw UsageError(file.string() + ": model_type 'qwen2_moe': its shared expert's gate "
-                     "(mlp.shared_expert_gate, shared_expert_intermediate_size) is not in the "
-                     "model: refused");
   if (rules.empty())
     throw UsageError(file.string() + ": model_type '" + *type +
-                     "'; gpt2, llama, mistral, qwen2, qwen3, mixtral or qwen3_moe only");
+                     "'; gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe "
+                     "only");
   Reading r{file.string(), doc, {}, {}};
   r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
   for (const auto& [key, value] : doc.items())
@@ -611,7 +638,7 @@ ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router) {
 
 std::string hf_model_type(const ModelConfig& c) {
   if (c.arch == Arch::Gpt2) return "gpt2";
-  if (c.n_experts > 0) return c.qk_norm ? "qwen3_moe" : "mixtral";
+  if (c.n_experts > 0) return c.moe_shared_gate ? "qwen2_moe" : c.qk_norm ? "qwen3_moe" : "mixtral";
   if (c.qk_norm) return "qwen3";
   if (c.qkv_bias && !c.proj_bias) return "qwen2";
   // LlamaConfig has no window: a llama config.json would lose it

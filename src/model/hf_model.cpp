@@ -36,6 +36,7 @@ struct Mapping {
   int rope_head = 0;  // > 0: head size whose rows (a vector's columns) go from interleaved to
                       // rotate-half order
   bool vector = false;  // rows x 1 read as the vector (rows): a slice of a bias
+  bool one_row = false;  // 1 x cols kept a matrix (1, cols): a linear layer of one output
 };
 
 // HF row a hs/2 + i of a head comes from our row 2 i + a (see the header).
@@ -114,13 +115,18 @@ std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_pref
     if (c.proj_bias)
       m.push_back({h + "self_attn.o_proj.bias", layer(l, "attn.proj.bias"), 0, 1, C});
     m.push_back({h + "post_attention_layernorm.weight", layer(l, "ln2.weight"), 0, 1, C});
-    const int64_t Fd = c.dense_mlp_width(l);  // an MoE layer: none (no shared experts exported)
+    // an MoE layer's: its shared experts (qwen2_moe's one, gated; the others have none)
+    const int64_t Fd = c.dense_mlp_width(l);
+    const std::string mlp = h + (c.is_moe_layer(l) ? "mlp.shared_expert." : "mlp.");
     if (Fd > 0) {
-      m.push_back({h + "mlp.gate_proj.weight", fc, 0, Fd, C});
-      m.push_back({h + "mlp.up_proj.weight", fc, Fd, Fd, C});
-      m.push_back({h + "mlp.down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, Fd});
+      m.push_back({mlp + "gate_proj.weight", fc, 0, Fd, C});
+      m.push_back({mlp + "up_proj.weight", fc, Fd, Fd, C});
+      m.push_back({mlp + "down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, Fd});
     }
     if (c.is_moe_layer(l)) expert_mappings(c, l, h, m);
+    if (c.is_moe_layer(l) && c.moe_shared_gate)  // (1, C)
+      m.push_back({h + "mlp.shared_expert_gate.weight", layer(l, "moe.shared_gate.weight"), 0, 1, C,
+                   false, 0, false, true});
     if (c.qk_norm) {  // Qwen3's per-head norms, in the heads' rotate-half order
       m.push_back({h + "self_attn.q_norm.weight", layer(l, "attn.q_norm.weight"), 0, 1, hs, false,
                    c.head_size()});
@@ -141,7 +147,7 @@ std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_pref
 // The HF tensor's shape: (rows, cols), (cols, rows) transposed, (cols) for a vector.
 std::vector<int64_t> hf_shape(const Mapping& m) {
   if (m.vector) return {m.rows};
-  if (m.rows == 1) return {m.cols};
+  if (m.rows == 1 && !m.one_row) return {m.cols};
   return m.transpose ? std::vector<int64_t>{m.cols, m.rows} : std::vector<int64_t>{m.rows, m.cols};
 }
 
@@ -392,10 +398,15 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
   require(c.sliding_window == 0 || type == "mistral" || type == "mixtral",
           dir + ": the sliding window of " + std::to_string(c.sliding_window) +
               " tokens is written only as a mistral or mixtral model, which have no biases");
-  require(c.n_experts == 0 || c.n_shared_experts == 0,
+  require(c.n_experts == 0 || c.n_shared_experts == 0 || c.moe_shared_gate,
           dir +
-              ": mixtral and qwen3_moe have no shared experts (qwen2_moe's is gated): "
-              "n-shared-experts cannot be exported");
+              ": mixtral and qwen3_moe have no shared experts, qwen2_moe's is gated: "
+              "n-shared-experts without --moe-shared-expert-gate cannot be exported");
+  require(type != "qwen2_moe" || (!c.qk_norm && !c.proj_bias),
+          dir +
+              ": a qwen2_moe model (a gated shared expert) has no per-head q/k norms and no o "
+              "bias: --qk-norm or --attention-bias cannot be exported with "
+              "--moe-shared-expert-gate");
   require(!c.moe_sigmoid && !c.moe_expert_bias && c.moe_route_scale == 1 && c.moe_groups == 1,
           dir +
               ": mixtral and qwen3_moe route by a softmax, unbiased, unscaled and ungrouped: "

@@ -71,7 +71,7 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
     moe_ = std::make_unique<MoeLayer<T>>(
         backend_, E, K,
         MoeRouting{config_.moe_sigmoid, config_.moe_norm_topk, config_.moe_route_scale,
-                   config_.moe_groups, config_.moe_group_topk},
+                   config_.moe_groups, config_.moe_group_topk, config_.moe_shared_gate},
         static_cast<int>(C), Fe, static_cast<int>(Ns), options_.moe_aux_loss_coef,
         options_.moe_z_loss_coef, options_.moe_aux_loss,
         emulated() ? options_.precision : Precision::Fp32, sp() ? tp_ : nullptr);
@@ -98,7 +98,9 @@ Model<T>::Model(const ModelConfig& config, Backend<T>& backend, const ModelShard
            (moe ? MoeLayer<T>::kept_acts(Ns, K, C, Fe) : 0);
   };
   const size_t block_stats = 4 * Ns + qk_stats;
-  auto block_router = [&](bool moe) { return moe ? MoeLayer<T>::kept_stats(Ns, E, K) : 0; };
+  auto block_router = [&](bool moe) {
+    return moe ? MoeLayer<T>::kept_stats(Ns, E, K, C, config_.moe_shared_gate) : 0;
+  };
   auto block_ids = [&](bool moe) { return moe ? MoeLayer<T>::kept_ids(Ns, E, K) : 0; };
   const Recompute rc = options_.recompute;
   const bool full = rc == Recompute::Full, none = rc == Recompute::None;
@@ -441,7 +443,8 @@ bool Model<T>::tp_partial_grad(Slot slot) const {
   if (slot == Slot::QNormW || slot == Slot::KNormW) return true;  // partial over each rank's heads
   const bool norm = slot == Slot::Ln1W || slot == Slot::Ln1B || slot == Slot::Ln2W ||
                     slot == Slot::Ln2B || slot == Slot::LnfW || slot == Slot::LnfB;
-  const bool routed = slot == Slot::RouterW || slot == Slot::ExpertFcW || slot == Slot::ExpertProjW;
+  const bool routed = slot == Slot::RouterW || slot == Slot::ExpertFcW ||
+                      slot == Slot::ExpertProjW || slot == Slot::SharedGateW;
   return (norm || routed) && sp();  // partial over each rank's rows
 }
 
@@ -528,8 +531,8 @@ void Model<T>::block_forward(LayerActs& a, CBuf<T> x, int l, int B, int Tlen,
     lp(a.fcproj, NsC);
   }
   if (config_.is_moe_layer(l))  // fcproj (+)= the routed experts' output
-    moe_->forward(a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
-                  p(Slot::ExpertProjW, l),
+    moe_->forward(a.moe, a.fcproj, F > 0, a.ln2, p(Slot::RouterW, l), maybe_p(Slot::SharedGateW, l),
+                  p(Slot::ExpertFcW, l), p(Slot::ExpertProjW, l),
                   expert_bias_.empty()
                       ? nullptr
                       : expert_bias_.data() +
@@ -705,9 +708,13 @@ void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_row
   const size_t NsC = static_cast<size_t>(Ns) * C;
   GradActs& d = grad_;
   if (F > 0) {
+    // the gradient of the MLP's output: dres, or (an MoE layer's gated shared experts) dres times
+    // each row's gate, in dln until the last product below writes dln
+    const bool gated = config_.moe_shared_gate && config_.is_moe_layer(l);
+    if (gated) moe_->shared_gate_backward(a.moe, d.dres, d.dln, Ns);
     backend_.matmul_backward(d.dfch_act, g(Slot::FcProjW, l), maybe_g(Slot::FcProjB, l),
-                             gather_rows(d.dres, NsC), a.fch_act, p(Slot::FcProjW, l), N, F, C,
-                             grad_write(Slot::FcProjW));
+                             gather_rows(gated ? d.dln : d.dres, NsC), a.fch_act,
+                             p(Slot::FcProjW, l), N, F, C, grad_write(Slot::FcProjW));
     lp(d.dfch_act, NF);
     if (config_.arch == Arch::Llama)
       backend_.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
@@ -722,10 +729,10 @@ void Model<T>::mlp_backward(LayerActs& a, int l, int B, int Tlen, Buf<T> dln_row
   }
   if (config_.is_moe_layer(l))  // dln_rows (+)= the routed experts' and the router's gradient
     moe_->backward(
-        a.moe, dln_rows, F > 0, d.dres, a.ln2, p(Slot::RouterW, l), p(Slot::ExpertFcW, l),
-        p(Slot::ExpertProjW, l), g(Slot::RouterW, l), g(Slot::ExpertFcW, l),
-        g(Slot::ExpertProjW, l), Ns, dloss, pooled,
-        pooled ? &moe_stats_[config_.moe_layers(layout_.shard().layer_begin, l)] : nullptr);
+        a.moe, dln_rows, F > 0, d.dres, a.ln2, p(Slot::RouterW, l), maybe_p(Slot::SharedGateW, l),
+        p(Slot::ExpertFcW, l), p(Slot::ExpertProjW, l), g(Slot::RouterW, l),
+        maybe_g(Slot::SharedGateW, l), g(Slot::ExpertFcW, l), g(Slot::ExpertProjW, l), Ns, dloss,
+        pooled, pooled ? &moe_stats_[config_.moe_layers(layout_.shard().layer_begin, l)] : nullptr);
 }
 
 template <typename T>

@@ -85,7 +85,9 @@ MoeLayer<T>::MoeLayer(Backend<T>& backend, int n_experts, int top_k, MoeRouting 
       next_(n_experts),
       aux_weights_(n_experts),
       group_worth_(routing.groups > 1 ? static_cast<size_t>(R_max) * routing.groups : 0),
-      group_chosen_(routing.groups > 1 ? static_cast<size_t>(R_max) * routing.group_topk : 0) {}
+      group_chosen_(routing.groups > 1 ? static_cast<size_t>(R_max) * routing.group_topk : 0),
+      wgh_(routing.shared_gate ? d_model : 0),
+      dwgh_(routing.shared_gate ? d_model : 0) {}
 
 template <typename T>
 size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
@@ -93,8 +95,9 @@ size_t MoeLayer<T>::kept_acts(size_t R, int K, int C, int Fe) {
 }
 
 template <typename T>
-size_t MoeLayer<T>::kept_stats(size_t R, int E, int K) {
-  return R * (2 * static_cast<size_t>(E) + 1 + K) + E;  // logits, probs, lse, gates; prob_sums
+size_t MoeLayer<T>::kept_stats(size_t R, int E, int K, int C, bool shared_gate) {
+  // logits, probs, lse, gates; prob_sums; the shared experts' gate and output
+  return R * (2 * static_cast<size_t>(E) + 1 + K) + E + (shared_gate ? R * (C + 1) : 0);
 }
 
 template <typename T>
@@ -122,6 +125,10 @@ void MoeLayer<T>::carve(MoeActs<T>& a, Buf<T>& acts, T*& stats, int32_t*& ids) c
   a.logits = take_stats(R * E_); a.probs = take_stats(R * E_); a.lse = take_stats(R);
   a.gates = take_stats(R * K_);
   a.prob_sums = take_stats(E_);
+  if (routing_.shared_gate) {
+    a.shared_gate = take_stats(R);
+    a.shared_y = take_stats(R * C_);
+  }
   a.experts = take_ids(RK); a.slot_of = take_ids(RK);
   a.offsets = take_ids(E_ + 1); a.counts = take_ids(E_ + 1);
   a.xs = take(RK * C_); a.h = take(RK * 2 * Fe_); a.a = take(RK * Fe_); a.y = take(RK * C_);
@@ -209,9 +216,12 @@ void MoeLayer<T>::route(MoeActs<T>& a, const float* bias, int R) {
 }
 
 template <typename T>
-void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1,
-                          CBuf<T> w2, const float* expert_bias, int R, MoeLayerStats* stats) {
+void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> wg,
+                          CBuf<T> w1, CBuf<T> w2, const float* expert_bias, int R,
+                          MoeLayerStats* stats) {
   if (R > R_max_) MPITRAIN_THROW("mixture of experts: more rows than sized for");
+  if (routing_.shared_gate != (add && wg))
+    MPITRAIN_THROW("mixture of experts: the shared experts' gate without them or its weight");
   const size_t C = C_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
   // router: z (R,E) = x Wr^T, in T
   const T* xh = host(x, RC, xh_);
@@ -223,6 +233,14 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
       for (size_t c = 0; c < C; ++c) s += xh[r * C + c] * wh[e * C + c];
       a.logits[static_cast<size_t>(r) * E_ + e] = s;
     }
+  if (routing_.shared_gate) {  // the shared experts' gate: sigmoid(x wg) (R)
+    const T* w = host(wg, C, wgh_.data());
+    for (int r = 0; r < R; ++r) {
+      T s = 0;
+      for (size_t c = 0; c < C; ++c) s += xh[r * C + c] * w[c];
+      a.shared_gate[r] = 1 / (1 + std::exp(-s));
+    }
+  }
   route(a, expert_bias, R);
   // dispatch: a counting sort of the assignments by expert, stable (by row, then k)
   std::fill(a.offsets, a.offsets + E_ + 1, 0);
@@ -246,13 +264,16 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
                     w1, w2);
     dispatch_->from_owners(ep_y_.data(), a.y.data(), row);
   }
-  // combine: out[r] (+)= sum_k g[r,k] y[slot(r,k)]
+  // combine: out[r] (+)= sum_k g[r,k] y[slot(r,k)]; with the shared experts' gate their output
+  // (out's, kept) times it first
   const T* yh = host(a.y, RK * C, yh_);
   const T* prior = add ? host(out, RC, oh_) : nullptr;
+  if (routing_.shared_gate) std::copy(prior, prior + RC, a.shared_y);
 #pragma omp parallel for schedule(static) if (RK * C > kParallelWork)
   for (int r = 0; r < R; ++r)
     for (size_t c = 0; c < C; ++c) {
       T s = prior ? prior[r * C + c] : T(0);
+      if (routing_.shared_gate) s *= a.shared_gate[r];
       for (int k = 0; k < K_; ++k) {
         const size_t i = static_cast<size_t>(r) * K_ + k;
         s += a.gates[i] * yh[a.slot_of[i] * C + c];
@@ -302,9 +323,18 @@ void MoeLayer<T>::forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T
 }
 
 template <typename T>
+void MoeLayer<T>::shared_gate_backward(const MoeActs<T>& a, CBuf<T> dout, Buf<T> dshared, int R) {
+  const size_t C = C_, RC = static_cast<size_t>(R) * C;
+  const T* doh = host(dout, RC, oh_);
+  T* d = host_target(dshared, dxh_);
+  for (size_t i = 0; i < RC; ++i) d[i] = a.shared_gate[i / C] * doh[i];
+  store(dshared, d, RC);
+}
+
+template <typename T>
 void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x,
-                           CBuf<T> wr, CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R,
-                           T dloss, const double* pooled, MoeLayerStats* stats) {
+                           CBuf<T> wr, CBuf<T> wg, CBuf<T> w1, CBuf<T> w2, T* dwr, T* dwg, T* dw1,
+                           T* dw2, int R, T dloss, const double* pooled, MoeLayerStats* stats) {
   if ((aux_form_ == MoeAuxLoss::AllLayers) != (pooled != nullptr))
     MPITRAIN_THROW("mixture of experts: the all-layers aux loss's weights missing or unexpected");
   const size_t C = C_, RK = static_cast<size_t>(R) * K_, RC = static_cast<size_t>(R) * C;
@@ -424,6 +454,22 @@ void MoeLayer<T>::backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dou
           dwh[e * C + c] += d * xh[r * C + c];
       }
   if (dwh != dwr) backend_.upload(dwr, dwh, EC);
+  if (routing_.shared_gate) {  // t = sigmoid(x wg): dzt = t (1 - t) dout . shared_y; dx += dzt wg,
+    const T* w = host(wg, C, wgh_.data());  // dwg += dzt^T x
+    T* dwgh = host_memory_ ? dwg : dwgh_.data();
+    if (dwgh != dwg) backend_.download(dwgh, dwg, C);
+    for (int r = 0; r < R; ++r) {
+      const T t = a.shared_gate[r];
+      T s = 0;
+      for (size_t c = 0; c < C; ++c) s += doh[r * C + c] * a.shared_y[r * C + c];
+      const T dz = t * (1 - t) * s;
+      for (size_t c = 0; c < C; ++c) {
+        dxh_[r * C + c] += dz * w[c];
+        dwgh[c] += dz * xh[r * C + c];
+      }
+    }
+    if (dwgh != dwg) backend_.upload(dwg, dwgh, C);
+  }
   if (add) {
     const T* prior = host(dx, RC, oh_);
     for (size_t i = 0; i < RC; ++i) dxh_[i] += prior[i];

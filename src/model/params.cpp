@@ -8,8 +8,7 @@ namespace mpitrain {
 
 namespace {
 
-constexpr int kBlockSlots =
-    static_cast<int>(Slot::ExpertProjW) - static_cast<int>(Slot::Ln1W) + 1;
+constexpr int kBlockSlots = static_cast<int>(Slot::SharedGateW) - static_cast<int>(Slot::Ln1W) + 1;
 constexpr int kSlots = static_cast<int>(Slot::LmHead) + 1;
 
 const char* slot_name(Slot slot) {
@@ -33,6 +32,7 @@ const char* slot_name(Slot slot) {
     case Slot::RouterW: return "moe.router.weight";
     case Slot::ExpertFcW: return "moe.experts.fc.weight";
     case Slot::ExpertProjW: return "moe.experts.proj.weight";
+    case Slot::SharedGateW: return "moe.shared_gate.weight";
     case Slot::LnfW: return "lnf.weight";
     case Slot::LnfB: return "lnf.bias";
     case Slot::LmHead: return "lm_head.weight";
@@ -40,7 +40,7 @@ const char* slot_name(Slot slot) {
   return "?";
 }
 
-bool is_block_slot(Slot slot) { return slot >= Slot::Ln1W && slot <= Slot::ExpertProjW; }
+bool is_block_slot(Slot slot) { return slot >= Slot::Ln1W && slot <= Slot::SharedGateW; }
 
 }  // namespace
 
@@ -137,6 +137,7 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ModelShard& shard)
       add(Slot::RouterW, l, {E, C}, true, true, held, -1, none);
       add(Slot::ExpertFcW, l, {E, 2 * Fe, C}, true, active, held, experts_split, ep_experts);
       add(Slot::ExpertProjW, l, {E, C, Fe}, true, active, held, experts_split, ep_experts);
+      if (cfg.moe_shared_gate) add(Slot::SharedGateW, l, {1, C}, true, true, held, -1, none);
     }
     if (cfg.qk_norm) {  // per-head q/k RMSNorm weights: replicated over tp, no weight decay
       add(Slot::QNormW, l, {hs}, false, true, held, -1, none);

@@ -9,7 +9,7 @@ std::string experts_text(const ModelConfig& c) {
   if (c.n_experts == 0) return "";
   return "MoE E" + std::to_string(c.n_experts) + " K" + std::to_string(c.top_k) + " Fe" +
          std::to_string(c.expert_width()) + " shared " + std::to_string(c.n_shared_experts) +
-         " every " + std::to_string(c.moe_every) +
+         (c.moe_shared_gate ? " gated" : "") + " every " + std::to_string(c.moe_every) +
          (c.moe_first_dense > 0 ? " from layer " + std::to_string(c.moe_first_dense) : "") +
          (c.moe_sigmoid ? " sigmoid" : "") + (c.moe_expert_bias ? " expert-bias" : "") +
          (c.moe_norm_topk ? "" : " gates unnormalised") +

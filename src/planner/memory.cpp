@@ -31,11 +31,13 @@ ActivationElements activation_elements(const ModelConfig& c, const ModelShard& s
   const double Fs = c.n_experts > 0 ? c.n_shared_experts * c.expert_width() / s.tp : 0;
   const double F = std::max(Ld > 0 ? Fd : 0.0, Lm > 0 ? Fs : 0.0);
   // What an MoE layer keeps (model/moe.hpp), on its Ns rows, R K of them routed: xs, y, h, a;
-  // logits, probs (E), lse, gates (K) and the sums of probs (E, once) in fp32; experts, slots,
+  // logits, probs (E), lse, gates (K), the sums of probs (E, once) and, with the shared experts'
+  // gate, its value and their output (C) in fp32; experts, slots,
   // offsets and counts in int32. The router's state and scratch are host memory (a device's
   // too): counted here all the same.
   const double E = c.n_experts, K = c.top_k, Fe = c.expert_width(), RK = Ns * K;
-  const double moe_acts = RK * (2 * C + 3 * Fe), moe_stats = Ns * (2 * E + 1 + K) + E;
+  const double moe_acts = RK * (2 * C + 3 * Fe),
+               moe_stats = Ns * (2 * E + 1 + K) + E + (c.moe_shared_gate ? Ns * (C + 1) : 0);
   const double moe_ids = 2 * RK + 2 * (E + 1);
   const bool full = recompute == Recompute::Full, none = recompute == Recompute::None;
   const double qk_pre = c.qk_norm ? N * QKV : 0, qk_stats = c.qk_norm ? N * (NH + NKV) : 0;

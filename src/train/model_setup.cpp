@@ -59,6 +59,7 @@ void require_given_match(const Options& o, const ModelConfig& f, const std::stri
   require_same(o, "top-k", m.top_k, f.top_k, source);
   require_same(o, "moe-ff", m.expert_width(), f.expert_width(), source);
   require_same(o, "n-shared-experts", m.n_shared_experts, f.n_shared_experts, source);
+  require_same(o, "moe-shared-expert-gate", m.moe_shared_gate, f.moe_shared_gate, source);
   require_same(o, "moe-every", m.moe_every, f.moe_every, source);
   require_same(o, "moe-first-dense", m.moe_first_dense, f.moe_first_dense, source);
   require_same(o, "moe-norm-topk", m.moe_norm_topk, f.moe_norm_topk, source);
@@ -85,6 +86,8 @@ void require_options_apply(const Options& o, const ModelConfig& m) {
   o.require_used(moe, "top-k", o.model.top_k, model.top_k, dense);
   o.require_used(moe, "moe-ff", o.model.moe_ff, model.moe_ff, dense);
   o.require_used(moe, "n-shared-experts", o.model.n_shared_experts, model.n_shared_experts, dense);
+  o.require_used(moe, "moe-shared-expert-gate", o.model.moe_shared_gate, model.moe_shared_gate,
+                 dense);
   o.require_used(moe, "moe-every", o.model.moe_every, model.moe_every, dense);
   o.require_used(moe, "moe-first-dense", o.model.moe_first_dense, model.moe_first_dense, dense);
   o.require_used(moe, "moe-norm-topk", o.model.moe_norm_topk, model.moe_norm_topk, dense);

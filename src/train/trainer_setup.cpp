@@ -486,6 +486,7 @@ std::string Trainer::run_ini() const {
                    {"top-k", text(cfg_.top_k)},
                    {"moe-ff", text(cfg_.moe_ff)},
                    {"n-shared-experts", text(cfg_.n_shared_experts)},
+                   {"moe-shared-expert-gate", flag(cfg_.moe_shared_gate)},
                    {"moe-every", text(cfg_.moe_every)},
                    {"moe-first-dense", text(cfg_.moe_first_dense)},
                    {"moe-norm-topk", flag(cfg_.moe_norm_topk)},

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# --init-from and --export-hf of mixtures of experts: small random Mixtral and Qwen3-MoE
-# checkpoints whose config.json has exactly the keys of the real Mixtral-8x7B-v0.1 and
-# Qwen3-30B-A3B (tests/support/hf_configs, shrunk to 4 experts, top 2; written by
-# tests/support/hf_checkpoint.py, not by mpitrain):
+# --init-from and --export-hf of mixtures of experts: small random Mixtral, Qwen3-MoE and
+# Qwen2-MoE checkpoints whose config.json has exactly the keys of the real Mixtral-8x7B-v0.1,
+# Qwen3-30B-A3B and Qwen1.5-MoE-A2.7B-Chat (tests/support/hf_configs, shrunk to 4 experts, top 2;
+# written by tests/support/hf_checkpoint.py, not by mpitrain):
 #   - the validation loss is the float64 PyTorch reference's written from transformers'
 #     MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (tests/support/hf_reference.py): Mixtral, and
 #     Qwen3-MoE with decoder_sparse_step 2 (a dense layer, then an MoE one; q/k norms), and so
 #     with norm_topk_prob false (the chosen experts' softmax probabilities as gates) on 3 layers
-#     of which mlp_only_layers [0] keeps the first dense (--moe-first-dense 1);
+#     of which mlp_only_layers [0] keeps the first dense (--moe-first-dense 1); Qwen2-MoE: q, k, v
+#     biases, unnormalised gates and a shared expert of twice the experts' width whose output a
+#     per-token sigmoid gate scales (--moe-shared-expert-gate);
 #   - the first step's load-balancing loss (moe_aux_loss) is the reference's
 #     load_balancing_loss_func of all layers' router logits concatenated, as transformers' forward
 #     takes it (--moe-aux-loss-form auto: all-layers for a Hugging Face model), and with
@@ -15,8 +17,10 @@
 #     config.json's router_aux_loss_coef (0.02) as --moe-aux-loss-coef, says so with the form,
 #     and the export writes it;
 #   - router jitter is refused with exit 2 naming it, before any step;
-#   - Mixtral trains 3 steps at dp 2, tp 2 and pp 2 with one rank's losses, and its export, read
-#     back and exported again, gives the same files byte for byte (tests/support/hf_layouts_lib.sh).
+#   - Mixtral and Qwen2-MoE (also under sequence parallelism, where the gate's gradient is summed
+#     over the tp ranks' rows) train 3 steps at dp 2, tp 2 and pp 2 with one rank's losses, and
+#     their exports, read back and exported again, give the same files byte for byte
+#     (tests/support/hf_layouts_lib.sh).
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 source "$SOURCE_DIR/tests/support/hf_import_lib.sh"
 
@@ -57,10 +61,21 @@ make_ckpt unnormalised Qwen3-30B-A3B --set norm_topk_prob=false --set num_hidden
 matches_reference unnormalised "$(val_loss unnormalised)"
 grep -q "every 1 from layer 1 gates unnormalised |" "$SCRATCH/unnormalised.log" ||
   { head -3 "$SCRATCH/unnormalised.log"; fail "mlp_only_layers [0] did not read as the first dense"; }
+make_ckpt qwen2-moe Qwen1.5-MoE-A2.7B-Chat
+matches_reference qwen2-moe "$(val_loss qwen2-moe)"
+grep -q "| MoE E4 K2 Fe32 shared 2 gated every 1 gates unnormalised |" "$SCRATCH/qwen2-moe.log" ||
+  { head -3 "$SCRATCH/qwen2-moe.log"; fail "qwen2_moe did not read as 2 shared experts, gated"; }
 
 source "$SOURCE_DIR/tests/support/hf_layouts_lib.sh"
 layouts_and_round_trip Mixtral-8x7B-v0.1
-grep -q '"MixtralForCausalLM"' "$ckpt-export/config.json" &&
-  grep -q '"router_aux_loss_coef": 0.02,' "$ckpt-export/config.json" ||
-  { cat "$ckpt-export/config.json"; fail "the export is not a MixtralForCausalLM of coefficient 0.02"; }
-echo "ok: Mixtral and Qwen3-MoE imports against the float64 reference, refusals, layouts, round trip"
+if ! grep -q '"MixtralForCausalLM"' "$ckpt-export/config.json" ||
+  ! grep -q '"router_aux_loss_coef": 0.02,' "$ckpt-export/config.json"; then
+  cat "$ckpt-export/config.json"; fail "the export is not a MixtralForCausalLM of coefficient 0.02"
+fi
+layouts_and_round_trip Qwen1.5-MoE-A2.7B-Chat "--tp 2 --sequence-parallel"
+if ! grep -q '"Qwen2MoeForCausalLM"' "$ckpt-export/config.json" ||
+  ! grep -q '"shared_expert_intermediate_size": 64,' "$ckpt-export/config.json"; then
+  cat "$ckpt-export/config.json"; fail "the export is not a Qwen2MoeForCausalLM of shared width 64"
+fi
+echo "ok: Mixtral, Qwen3-MoE and Qwen2-MoE imports against the float64 reference, refusals," \
+  "layouts, round trips"

@@ -6,7 +6,8 @@
 # parameters; 4 steps + exit 85 + resume + 4 equal 8 steps bit for bit (losses, aux losses,
 # tokens), the resume keeping the checkpoint's --moe-z-loss-coef; tools/plot draws moe.png; what
 # is not implemented is refused with exit 2 and its message: gpt2, --device cuda, --export-hf of
-# shared experts (transformers has no class for them), an llm.c --init-from, a resume under
+# ungated shared experts (transformers has no class for them), a shared-expert gate without
+# shared experts, an llm.c --init-from, a resume under
 # other experts, a shared-expert width tp does not divide, a memory the plan says it cannot fit.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 
@@ -73,7 +74,9 @@ refused() {  # refused NAME NP MESSAGE ARGS...
   [ ! -e "$SCRATCH/$name/run.ini" ] || fail "$name: wrote run.ini before refusing"
 }
 refused gpt2 1 "mixture of experts is a llama option" "${MOE[@]}" --arch gpt2
-refused export-hf 1 "n-shared-experts cannot be exported" "${MOE[@]}" --export-hf "$SCRATCH/hf"
+refused export-hf 1 "n-shared-experts without --moe-shared-expert-gate cannot be exported" "${MOE[@]}" --export-hf "$SCRATCH/hf"
+refused gate-alone 1 "moe-shared-expert-gate gates the shared experts, and n-shared-experts is 0" \
+  "${MOE[@]}" --n-shared-experts 0 --moe-shared-expert-gate
 refused resume-other 1 "n-experts = 8 disagrees with the checkpoint" "${MOE[@]}" \
   --n-experts 8 --resume "$SCRATCH/full"
 refused tp 2 "the shared experts' width n-shared-experts x expert width (95) is not divisible" \
@@ -85,5 +88,5 @@ run_trainer 1 "$SCRATCH/llmc.log" $(tiny_args) --steps 1 --out-dir "$SCRATCH/llm
 [ "$rc" = 0 ] || { cat "$SCRATCH/llmc.log"; fail "the llm.c export exited $rc"; }
 refused init-llmc 1 "n-experts = 4 disagrees with the init-from model" "${MOE[@]}" --arch gpt2 \
   --init-from "$SCRATCH/model.bin"
-echo "ok: gpt2, --export-hf of shared experts, another resume shape, a tp-indivisible shared width, a" \
+echo "ok: gpt2, --export-hf of ungated shared experts, a gate without them, another resume shape, a tp-indivisible shared width, a" \
   "memory that cannot hold it and an llm.c --init-from refused with exit 2"

@@ -1,8 +1,9 @@
 """A small random Hugging Face checkpoint whose config.json has exactly the keys of a real one
 (tests/support/hf_configs/NAME.json), its sizes shrunk, written as transformers' save_pretrained
 writes it (names and shapes of GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
-/ MixtralForCausalLM / Qwen3MoeForCausalLM: biases as attention_bias, mlp_bias and qwen2 ask,
-qwen3's q_norm / k_norm, lm_head unless tied, the experts of an MoE layer: 4, top 2), independently
+/ MixtralForCausalLM / Qwen3MoeForCausalLM / Qwen2MoeForCausalLM: biases as attention_bias,
+mlp_bias, qwen2 and qwen2_moe's qkv_bias ask, qwen3's q_norm / k_norm, lm_head unless tied, the
+experts of an MoE layer: 4, top 2, and qwen2_moe's shared expert and its gate), independently
 of mpitrain.
 
   hf_checkpoint.py CONFIG OUT [--dtype F32|F16|BF16] [--round-to BF16] [--shard-bytes N]
@@ -26,14 +27,17 @@ LLAMA_SIZES = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_
                "vocab_size": 256}
 EXPERT_SIZES = {"mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
                 "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2,
-                              "moe_intermediate_size": 32}}
+                              "moe_intermediate_size": 32},
+                "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2,
+                              "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64}}
 QWEN3_TYPES = ("qwen3", "qwen3_moe")  # Qwen3Attention's q_norm / k_norm
 
 
-def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's rule
+def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's (Qwen2Moe's) rule
     if c["model_type"] == "mixtral":
         return True
-    return (c["model_type"] == "qwen3_moe" and l not in (c.get("mlp_only_layers") or [])
+    return (c["model_type"] in ("qwen3_moe", "qwen2_moe")
+            and l not in (c.get("mlp_only_layers") or [])
             and (l + 1) % c.get("decoder_sparse_step", 1) == 0)
 
 
@@ -90,7 +94,9 @@ def llama_shapes(c):
             shapes.update({p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
                            p + "mlp.down_proj.weight": (C, F)})
         attention_bias = c.get("attention_bias", False)  # llama, qwen3: on q, k, v and o
-        if attention_bias or c["model_type"] == "qwen2":  # qwen2: on q, k, v
+        qkv_bias = c["model_type"] == "qwen2" or (c["model_type"] == "qwen2_moe"
+                                                  and c.get("qkv_bias", True))
+        if attention_bias or qkv_bias:  # qwen2, qwen2_moe: on q, k, v
             shapes.update({p + "self_attn.q_proj.bias": (H * hs,), p + "self_attn.k_proj.bias": (kv,),
                            p + "self_attn.v_proj.bias": (kv,)})
         if attention_bias:
@@ -117,6 +123,12 @@ def expert_shapes(c, p):  # the router (E, C) and each expert's gate, up (Fe, C)
         for name, shape in zip(("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj"),
                                ((Fe, C), (Fe, C), (C, Fe))):
             shapes[f"{x}{name}.weight"] = shape
+    if c["model_type"] == "qwen2_moe":  # Qwen2MoeSparseMoeBlock's shared_expert and its gate
+        S = c["shared_expert_intermediate_size"]
+        shapes.update({p + "mlp.shared_expert.gate_proj.weight": (S, C),
+                       p + "mlp.shared_expert.up_proj.weight": (S, C),
+                       p + "mlp.shared_expert.down_proj.weight": (C, S),
+                       p + "mlp.shared_expert_gate.weight": (1, C)})
     return shapes
 
 

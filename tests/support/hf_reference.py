@@ -5,11 +5,12 @@ scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3
 (RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 / yarn as modeling_rope_utils.py,
 grouped-query attention, mistral's and mixtral's sliding_window as masking_utils.py, SwiGLU;
 head_dim, default hidden_size / heads; biases: llama's and qwen3's attention_bias on q, k, v, o
-and llama's mlp_bias on gate, up, down, qwen2's on q, k, v; qwen3's q_norm / k_norm: RMSNorm over
-each head before RoPE) and MixtralForCausalLM / Qwen3MoeForCausalLM
-(their MoE layers as MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: router softmax, top-k,
-gates renormalised over the chosen (qwen3_moe: norm_topk_prob), sum of the experts'
-w2(silu(w1 x) * w3 x) weighted by their gates; the load-balancing loss as
+and llama's mlp_bias on gate, up, down, qwen2's (and qwen2_moe's qkv_bias) on q, k, v; qwen3's
+q_norm / k_norm: RMSNorm over each head before RoPE) and MixtralForCausalLM / Qwen3MoeForCausalLM
+/ Qwen2MoeForCausalLM (their MoE layers as MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock /
+Qwen2MoeSparseMoeBlock: router softmax, top-k, gates renormalised over the chosen (qwen3_moe,
+qwen2_moe: norm_topk_prob), sum of the experts' w2(silu(w1 x) * w3 x) weighted by their gates,
+qwen2_moe's + sigmoid(shared_expert_gate x) times its shared expert's; the load-balancing loss as
 load_balancing_loss_func: on the router logits of all layers concatenated, as the models'
 forward calls it, or on each layer's, summed). The head is lm_head.weight, or the token
 embedding where tie_word_embeddings (default: gpt2 true, the others false). safetensors is read
@@ -143,10 +144,11 @@ def rope_inv_freq(c, hs):  # modeling_rope_utils.py: default, linear, llama3, ya
     return inv, 1.0
 
 
-def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's rule
+def is_moe_layer(c, l):  # MixtralDecoderLayer: every one; Qwen3MoeDecoderLayer's (Qwen2Moe's) rule
     if c["model_type"] == "mixtral":
         return True
-    return (c["model_type"] == "qwen3_moe" and l not in (c.get("mlp_only_layers") or [])
+    return (c["model_type"] in ("qwen3_moe", "qwen2_moe")
+            and l not in (c.get("mlp_only_layers") or [])
             and (l + 1) % c.get("decoder_sparse_step", 1) == 0)
 
 
@@ -168,6 +170,10 @@ def sparse_moe(c, w, p, x, router_logits):  # MixtralSparseMoeBlock / Qwen3MoeSp
         xe = x[rows]
         y = (torch.nn.functional.silu(xe @ gate.T) * (xe @ up.T)) @ down.T
         out.index_add_(0, rows, y * weights[rows, k, None])
+    if c["model_type"] == "qwen2_moe":  # + sigmoid(shared_expert_gate(x)) * shared_expert(x)
+        gate, up, down = (w[f"{block}shared_expert.{n}.weight"] for n in names)
+        shared = (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
+        out = out + torch.sigmoid(x @ w[block + "shared_expert_gate.weight"].T) * shared
     return out
 
 
@@ -183,7 +189,8 @@ def llama_logits(c, w, ids, router_logits=None):
     T, C, H = len(ids), c["hidden_size"], c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)
     hs = c.get("head_dim") or C // H
-    qwen2 = c["model_type"] == "qwen2"
+    qwen2 = c["model_type"] == "qwen2" or (c["model_type"] == "qwen2_moe"  # on q, k, v only
+                                           and c.get("qkv_bias", True))
     window = c.get("sliding_window") if c["model_type"] in ("mistral", "mixtral") else None
     attention_bias, mlp_bias = qwen2 or c.get("attention_bias", False), c.get("mlp_bias", False)
 

@@ -163,9 +163,10 @@ class HfCheckpointTest : public ::testing::Test {
 
   // The model of variant 0 to kVariants - 1: gpt2, llama, and the features that add or permute
   // tensors: qwen3 (q/k norms, q/k/v/o biases, a tied head, heads of 6), llama with q/k/v/o and
-  // MLP biases, mixtral (4 experts in every layer) and qwen3_moe (qwen3's features; 4 experts of
-  // width 8 in layer 1, layer 0 dense).
-  static constexpr int kVariants = 6;
+  // MLP biases, mixtral (4 experts in every layer), qwen3_moe (qwen3's features; 4 experts of
+  // width 8 in layer 1, layer 0 dense) and qwen2_moe (q, k, v biases; 4 experts of width 8 and a
+  // gated shared expert of 16 in every layer).
+  static constexpr int kVariants = 7;
   void set_variant(int variant) {
     const Arch arch = variant == 0 ? Arch::Gpt2 : Arch::Llama;
     config_.set_arch(arch);
@@ -174,10 +175,13 @@ class HfCheckpointTest : public ::testing::Test {
     config_.qk_norm = qwen3;
     config_.head_dim = qwen3 ? 6 : 0;
     if (qwen3 || variant == 3) config_.qkv_bias = config_.proj_bias = config_.tie_embeddings = true;
+    config_.qkv_bias = config_.qkv_bias || variant == 6;
     config_.mlp_bias = arch == Arch::Gpt2 || variant == 3;
     config_.n_experts = variant >= 4 ? 4 : 0;
-    config_.moe_ff = variant == 5 ? 8 : 0;
+    config_.moe_ff = variant >= 5 ? 8 : 0;
     config_.moe_every = variant == 5 ? 2 : 1;
+    config_.n_shared_experts = variant == 6 ? 2 : 0;
+    config_.moe_shared_gate = variant == 6;
   }
 
   fs::path dir_;
@@ -241,7 +245,19 @@ TEST_F(HfCheckpointTest, ExpertsWithoutAnHfClassAreRefused) {
   sparse.moe_every = 2;
   first_dense.moe_first_dense = 1;
   biased.qkv_bias = true;
-  EXPECT_NE(error(shared).find("n-shared-experts cannot be exported"), std::string::npos);
+  EXPECT_NE(error(shared).find("n-shared-experts without --moe-shared-expert-gate cannot be "
+                               "exported"),
+            std::string::npos);
+  ModelConfig gated = shared;  // qwen2_moe: gated, with or without q, k, v biases; no q/k norms
+  gated.moe_shared_gate = true;
+  EXPECT_EQ(error(gated), "");
+  gated.qkv_bias = true;
+  EXPECT_EQ(error(gated), "");
+  gated.qk_norm = true;
+  EXPECT_NE(
+      error(gated).find("a qwen2_moe model (a gated shared expert) has no per-head q/k norms"),
+      std::string::npos)
+      << error(gated);
   for (const ModelConfig& c : {sparse, first_dense, biased})
     EXPECT_NE(error(c).find("moe-every > 1, moe-first-dense or biases cannot be exported"),
               std::string::npos)

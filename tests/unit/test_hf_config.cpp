@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kRealConfigs[] = {"gpt2",          "Llama-3.2-1B",      "Qwen2.5-0.5B",
-                                    "Qwen3-0.6B",    "Mistral-7B-v0.1",   "Mixtral-8x7B-v0.1",
-                                    "Qwen3-30B-A3B"};
+const char* const kRealConfigs[] = {"gpt2",          "Llama-3.2-1B",          "Qwen2.5-0.5B",
+                                    "Qwen3-0.6B",    "Mistral-7B-v0.1",       "Mixtral-8x7B-v0.1",
+                                    "Qwen3-30B-A3B", "Qwen1.5-MoE-A2.7B-Chat"};
 
 json real_config(const std::string& name) {
   std::ifstream in(fs::path(MPITRAIN_HF_CONFIGS) / (name + ".json"));
@@ -164,6 +164,16 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
   EXPECT_FALSE(every2.is_moe_layer(0));
   EXPECT_TRUE(every2.is_moe_layer(1));
   EXPECT_EQ(every2.dense_mlp_width(0), 6144);
+  // 60 experts of 1408, top 4, unnormalised, and a shared expert of 5632 = 4 x 1408 gated
+  const ModelConfig qwen2_moe = read(real_config("Qwen1.5-MoE-A2.7B-Chat"));
+  EXPECT_TRUE(qwen2_moe.moe_shared_gate && qwen2_moe.qkv_bias);  // qkv_bias absent: true
+  EXPECT_FALSE(qwen2_moe.proj_bias || qwen2_moe.qk_norm || qwen2_moe.moe_norm_topk);
+  EXPECT_EQ(qwen2_moe.n_experts, 60);
+  EXPECT_EQ(qwen2_moe.top_k, 4);
+  EXPECT_EQ(qwen2_moe.expert_width(), 1408);
+  EXPECT_EQ(qwen2_moe.n_shared_experts, 4);
+  EXPECT_EQ(qwen2_moe.dense_mlp_width(0), 5632);
+  EXPECT_EQ(qwen2_moe.n_kv_head, 16);
 }
 
 // The silent changes, now read as the model they describe.
@@ -350,12 +360,13 @@ TEST_F(HfConfigTest, ValuesThatWouldChangeTheModelAreRefused) {
             std::string::npos);
   mixtral["router_aux_loss_coef"] = "0.02";
   EXPECT_NE(error(mixtral).find("router_aux_loss_coef"), std::string::npos);
-  // Qwen2-MoE's shared expert is scaled by a sigmoid gate the model does not have.
-  json qwen2_moe = real_config("Qwen2.5-0.5B");
-  qwen2_moe["model_type"] = "qwen2_moe";
-  EXPECT_NE(error(qwen2_moe).find("model_type 'qwen2_moe': its shared expert's gate "
-                                  "(mlp.shared_expert_gate"),
-            std::string::npos);
+  // Qwen2-MoE's shared expert: a width the trainer holds as n x the experts' only.
+  json qwen2_moe = real_config("Qwen1.5-MoE-A2.7B-Chat");
+  qwen2_moe["shared_expert_intermediate_size"] = 5000;
+  EXPECT_NE(error(qwen2_moe).find("shared_expert_intermediate_size = 5000: not a multiple of "
+                                  "moe_intermediate_size (1408)"),
+            std::string::npos)
+      << error(qwen2_moe);
 }
 
 // Mistral's sliding window is the model's (absent: transformers' 4096; null, or absent in

@@ -230,17 +230,18 @@ TEST_F(ManifestTest, ModelFeaturesAreRecordedAndOlderFilesKeepTheirMeaning) {
 // dense model's manifest has none of them (its attributes and checksum as before the fields), and
 // reads back dense.
 TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
-  const char* names[] = {"n_experts",        "top_k",          "moe_ff",
-                         "n_shared_experts", "moe_every",      "moe_first_dense",
-                         "moe_norm_topk",    "moe_sigmoid",    "moe_route_scale",
-                         "moe_groups",       "moe_group_topk", "moe_aux_loss_coef",
-                         "moe_z_loss_coef"};
+  const char* names[] = {"n_experts",         "top_k",          "moe_ff",
+                         "n_shared_experts",  "moe_every",      "moe_first_dense",
+                         "moe_norm_topk",     "moe_sigmoid",    "moe_route_scale",
+                         "moe_groups",        "moe_group_topk", "moe_shared_gate",
+                         "moe_aux_loss_coef", "moe_z_loss_coef"};
   CheckpointManifest m = sample_manifest();
   m.model.set_arch(Arch::Llama);
   m.model.n_experts = 4;
   m.model.top_k = 1;
   m.model.moe_ff = 96;
   m.model.n_shared_experts = 1;
+  m.model.moe_shared_gate = true;
   m.model.moe_every = 2;
   m.model.moe_first_dense = 1;
   m.model.moe_norm_topk = false;
@@ -258,6 +259,7 @@ TEST_F(ManifestTest, ExpertFieldsAreRecordedOnlyForAnMoeModel) {
     EXPECT_EQ(back.top_k, 1);
     EXPECT_EQ(back.moe_ff, 96);
     EXPECT_EQ(back.n_shared_experts, 1);
+    EXPECT_TRUE(back.moe_shared_gate);
     EXPECT_EQ(back.moe_every, 2);
     EXPECT_EQ(back.moe_first_dense, 1);
     EXPECT_FALSE(back.moe_norm_topk);

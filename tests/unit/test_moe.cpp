@@ -39,6 +39,13 @@ ModelConfig moe(int shared, int every) {
   return c;
 }
 
+// moe(1, 1) with the shared expert's output gated per token (qwen2_moe's shared_expert_gate).
+ModelConfig gated_shared() {
+  ModelConfig c = moe(1, 1);
+  c.moe_shared_gate = true;
+  return c;
+}
+
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
@@ -163,13 +170,14 @@ struct Layer {
   MoeActs<double> a;
   std::vector<double> x, wr, w1, w2;  // (R,C) (E,C) (E,2Fe,C) (E,C,Fe)
   std::vector<float> bias;            // (E) the expert bias, empty: none
+  std::vector<double> wg, shared;     // (C) (R,C) the shared experts' gate and output
 
   const MoeRouting routing;
 
   Layer(float aux, float z, MoeRouting how = {})
       : moe(backend, E, K, how, C, Fe, R, aux, z, MoeAuxLoss::PerLayer, Precision::Fp32, nullptr),
         acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
-        stats(MoeLayer<double>::kept_stats(R, E, K)),
+        stats(MoeLayer<double>::kept_stats(R, E, K, C, how.shared_gate)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
         scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C)),
         ids(MoeLayer<double>::kept_ids(R, E, K)),
@@ -191,10 +199,14 @@ struct Layer {
     draw(wr, E * C, 0.5);
     draw(w1, E * 2 * Fe * C, 0.4);
     draw(w2, E * C * Fe, 0.4);
+    draw(wg, C, 0.5);
+    draw(shared, R * C, 1.0);
   }
+  // out = the routed sum, + the shared experts' output times its gate under routing.shared_gate
   std::vector<double> forward(MoeLayerStats* st) {
-    std::vector<double> out(R * C);
-    moe.forward(a, out.data(), false, x.data(), wr.data(), w1.data(), w2.data(),
+    std::vector<double> out = routing.shared_gate ? shared : std::vector<double>(R * C);
+    moe.forward(a, out.data(), routing.shared_gate, x.data(), wr.data(),
+                routing.shared_gate ? wg.data() : nullptr, w1.data(), w2.data(),
                 bias.empty() ? nullptr : bias.data(), R, st);
     return out;
   }
@@ -218,6 +230,11 @@ Reference reference(const Layer& L) {
   const int E = Layer::E, K = Layer::K, C = Layer::C, Fe = Layer::Fe, R = Layer::R;
   Reference ref;
   ref.out.assign(R * C, 0.0);
+  for (int r = 0; L.routing.shared_gate && r < R; ++r) {  // sigmoid(x . wg) x the shared output
+    double s = 0;
+    for (int c = 0; c < C; ++c) s += L.x[r * C + c] * L.wg[c];
+    for (int c = 0; c < C; ++c) ref.out[r * C + c] = L.shared[r * C + c] / (1 + std::exp(-s));
+  }
   ref.counts.assign(E, 0);
   ref.aux_counts.assign(E, 0);
   std::vector<double> P(E, 0.0);
@@ -347,9 +364,17 @@ TEST_P(MoeGates, LayerBackwardMatchesFiniteDifferences) {
     return s + (aux_coef * st.aux_loss + z_coef * st.z_loss) * R * dloss;
   };
   objective();
-  std::vector<double> dx(R * C), dwr(L.wr.size()), dw1(L.w1.size()), dw2(L.w2.size());
-  L.moe.backward(L.a, dx.data(), false, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
-                 L.w2.data(), dwr.data(), dw1.data(), dw2.data(), R, dloss, nullptr, nullptr);
+  std::vector<double> dx(R * C), dwr(L.wr.size()), dw1(L.w1.size()), dw2(L.w2.size()),
+      dwg(L.wg.size()), dshared(L.shared.size());
+  const bool gated = GetParam().how.shared_gate;
+  if (gated) L.moe.shared_gate_backward(L.a, dout.data(), dshared.data(), R);
+  L.moe.backward(L.a, dx.data(), false, dout.data(), L.x.data(), L.wr.data(),
+                 gated ? L.wg.data() : nullptr, L.w1.data(), L.w2.data(), dwr.data(),
+                 gated ? dwg.data() : nullptr, dw1.data(), dw2.data(), R, dloss, nullptr, nullptr);
+  if (gated) {
+    mpitrain::testing::expect_grad("shared experts' output", L.shared, dshared, objective);
+    mpitrain::testing::expect_grad("shared gate", L.wg, dwg, objective);
+  }
   mpitrain::testing::expect_grad("x", L.x, dx, objective);
   mpitrain::testing::expect_grad("router", L.wr, dwr, objective);
   mpitrain::testing::expect_grad("experts.fc", L.w1, dw1, objective);
@@ -361,14 +386,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Router{{false, true, 1}, false}, Router{{false, false, 1}, false},
                       Router{{false, true, 1.8f}, false}, Router{{true, true, 2.5f}, true},
                       Router{{true, false, 1}, false}, Router{{true, false, 1}, true},
-                      Router{{false, true, 1, 3, 1}, false},
-                      Router{{true, true, 2.5f, 2, 1}, true}),
+                      Router{{false, true, 1, 3, 1}, false}, Router{{true, true, 2.5f, 2, 1}, true},
+                      Router{{false, false, 1, 1, 0, true}, false}),
     [](const ::testing::TestParamInfo<Router>& info) {
       const Router& r = info.param;
       return std::string(r.how.sigmoid ? "Sigmoid" : "Softmax") +
              (r.how.norm_topk ? "Normalised" : "AsTheyAre") + (r.how.scale != 1 ? "Scaled" : "") +
              (r.bias ? "ExpertBias" : "") +
-             (r.how.groups > 1 ? "Groups" + std::to_string(r.how.groups) : "");
+             (r.how.groups > 1 ? "Groups" + std::to_string(r.how.groups) : "") +
+             (r.how.shared_gate ? "SharedGate" : "");
     });
 
 // The bias moves the choice and not the gates: an expert whose bias outweighs any score gap is
@@ -437,17 +463,18 @@ TEST(Moe, TiesGoToTheLowerExpertIndex) {
 
 // The device's way (MPITRAIN_MOE_STAGED=1: every backend tensor the host code reads or writes
 // goes through download / upload into the layer's host buffers) gives the host path's bits:
-// forward adding into an output that holds a value, backward adding into gradients that hold
-// values (dx, and Wr's, whose device copy is downloaded, summed into and uploaded), and the
+// forward adding into an output that holds a value (the shared experts', gated), backward adding
+// into gradients that hold values (dx, and Wr's and the gate's, whose device copies are
+// downloaded, summed into and uploaded), the gradient of the shared experts' output, and the
 // statistics. A staged copy left out (e.g. Wr's gradient not uploaded) fails it.
 TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
   struct Pass {
-    std::vector<double> out, dx, dwr, dw1, dw2;
+    std::vector<double> out, dx, dwr, dw1, dw2, dwg, dshared;
     MoeLayerStats stats{};
   };
   auto pass = [](bool staged) {
     if (staged) setenv("MPITRAIN_MOE_STAGED", "1", 1);
-    Layer L(0.3f, 0.2f);
+    Layer L(0.3f, 0.2f, MoeRouting{.shared_gate = true});
     unsetenv("MPITRAIN_MOE_STAGED");
     const int R = Layer::R, C = Layer::C;
     Pass p;
@@ -463,10 +490,14 @@ TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
     draw(p.dwr, L.wr.size());
     draw(p.dw1, L.w1.size());
     draw(p.dw2, L.w2.size());
-    L.moe.forward(L.a, p.out.data(), true, L.x.data(), L.wr.data(), L.w1.data(), L.w2.data(),
-                  nullptr, R, &p.stats);
-    L.moe.backward(L.a, p.dx.data(), true, dout.data(), L.x.data(), L.wr.data(), L.w1.data(),
-                   L.w2.data(), p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.7, nullptr, nullptr);
+    draw(p.dwg, L.wg.size());
+    draw(p.dshared, R * C);
+    L.moe.forward(L.a, p.out.data(), true, L.x.data(), L.wr.data(), L.wg.data(), L.w1.data(),
+                  L.w2.data(), nullptr, R, &p.stats);
+    L.moe.shared_gate_backward(L.a, dout.data(), p.dshared.data(), R);
+    L.moe.backward(L.a, p.dx.data(), true, dout.data(), L.x.data(), L.wr.data(), L.wg.data(),
+                   L.w1.data(), L.w2.data(), p.dwr.data(), p.dwg.data(), p.dw1.data(), p.dw2.data(),
+                   R, 0.7, nullptr, nullptr);
     return p;
   };
   const Pass host = pass(false), staged = pass(true);
@@ -475,6 +506,8 @@ TEST(Moe, StagedLikeADeviceKeepsEveryBit) {
   EXPECT_TRUE(same_bits(host.dwr, staged.dwr)) << "the router's gradient";
   EXPECT_TRUE(same_bits(host.dw1, staged.dw1));
   EXPECT_TRUE(same_bits(host.dw2, staged.dw2));
+  EXPECT_TRUE(same_bits(host.dwg, staged.dwg)) << "the shared gate's gradient";
+  EXPECT_TRUE(same_bits(host.dshared, staged.dshared)) << "the shared experts' output gradient";
   EXPECT_EQ(host.stats.aux_loss, staged.stats.aux_loss);
   EXPECT_EQ(host.stats.z_loss, staged.stats.z_loss);
   EXPECT_EQ(host.stats.tokens_per_expert, staged.stats.tokens_per_expert);
@@ -497,7 +530,7 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
     MoeLayer<double> moe(backend, E, K, MoeRouting{}, C, Fe, R, 0.3f, 0.2f, MoeAuxLoss::PerLayer,
                          Precision::Fp32, nullptr);
     std::vector<double> acts(MoeLayer<double>::kept_acts(R, K, C, Fe)),
-        stats(MoeLayer<double>::kept_stats(R, E, K)),
+        stats(MoeLayer<double>::kept_stats(R, E, K, C, false)),
         scratch(MoeLayer<double>::scratch_acts(R, K, C, Fe)),
         scratch_stats(MoeLayer<double>::scratch_stats(R, E, K, C));
     std::vector<int32_t> ids(MoeLayer<double>::kept_ids(R, E, K));
@@ -523,9 +556,11 @@ TEST(Moe, HostLoopsGiveTheSameBitsOnAnyThreadCount) {
     p.dw1.assign(w1.size(), 0);
     p.dw2.assign(w2.size(), 0);
     MoeLayerStats s{};
-    moe.forward(a, p.out.data(), false, x.data(), wr.data(), w1.data(), w2.data(), nullptr, R, &s);
-    moe.backward(a, p.dx.data(), false, dout.data(), x.data(), wr.data(), w1.data(), w2.data(),
-                 p.dwr.data(), p.dw1.data(), p.dw2.data(), R, 0.01, nullptr, nullptr);
+    moe.forward(a, p.out.data(), false, x.data(), wr.data(), nullptr, w1.data(), w2.data(), nullptr,
+                R, &s);
+    moe.backward(a, p.dx.data(), false, dout.data(), x.data(), wr.data(), nullptr, w1.data(),
+                 w2.data(), p.dwr.data(), nullptr, p.dw1.data(), p.dw2.data(), R, 0.01, nullptr,
+                 nullptr);
     p.aux = s.aux_loss;
     p.z = s.z_loss;
     omp_set_num_threads(1);
@@ -613,7 +648,8 @@ void check_model_gradients(const ModelConfig& config, MoeAuxLoss form, double* w
 // K = 2: in every layer with a shared expert, and in every second layer (layer 0 dense) without;
 // the aux loss per layer, and over all layers' routing pooled (two MoE layers: each layer's
 // router gradient takes the other's counts; with its own instead, the router's gradients are
-// off by up to 1.4e-4).
+// off by up to 1.4e-4); the shared expert gated (its gate's weights, and the gate's path to the
+// layer's input).
 // Measured max error 5e-9 (h = 1e-5); tolerance 1e-7 (+ relative), as the dense check's.
 TEST(Moe, ModelGradientsMatchFiniteDifferences) {
   double worst = 0;
@@ -621,6 +657,7 @@ TEST(Moe, ModelGradientsMatchFiniteDifferences) {
     check_model_gradients(moe(1, 1), form, &worst);
     check_model_gradients(moe(0, 2), form, &worst);
   }
+  check_model_gradients(gated_shared(), MoeAuxLoss::PerLayer, &worst);
   std::printf("moe model gradients: max |analytic - numeric| %.2e\n", worst);
 }
 
@@ -701,7 +738,7 @@ ModelOptions with(Precision precision, Recompute recompute, Precision storage = 
 // losses, gradients and statistics (counted once: not again when recomputed).
 TEST(Moe, RecomputationAndTwoByteStorageKeepTheirBits) {
   for (Precision precision : {Precision::Fp32, Precision::Bf16}) {
-    for (const ModelConfig& config : {moe(1, 1), moe(0, 2)}) {
+    for (const ModelConfig& config : {moe(1, 1), moe(0, 2), gated_shared()}) {
       const Outcome none = run(config, with(precision, Recompute::None));
       ASSERT_FALSE(none.stats.empty());
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
@@ -856,6 +893,10 @@ void expect_stages_and_lent_units_equal_the_plain_model(const ModelConfig& confi
 
 TEST(Moe, PipelineStagesAndLentUnitsEqualThePlainModel) {
   expect_stages_and_lent_units_equal_the_plain_model(moe(1, 1));
+}
+
+TEST(Moe, PipelineStagesAndLentUnitsEqualThePlainModelWithAGatedSharedExpert) {
+  expect_stages_and_lent_units_equal_the_plain_model(gated_shared());
 }
 
 TEST(Moe, PipelineStagesAndLentUnitsEqualThePlainModelWithATiedHead) {

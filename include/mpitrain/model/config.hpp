@@ -84,6 +84,9 @@ struct ModelConfig {
   int top_k = 2;
   int moe_ff = 0;            // each expert's SwiGLU width; 0 = d_ff
   int n_shared_experts = 0;
+  // The shared experts' output times sigmoid(x wg), a learned gate per token (qwen2_moe's
+  // shared_expert_gate, Megatron-Core's --moe-shared-expert-gate); wg (C) per MoE layer.
+  bool moe_shared_gate = false;
   int moe_every = 1;         // layer l is MoE when (l + 1) % moe_every == 0 (HF decoder_sparse_step)
   int moe_first_dense = 0;   // and l >= this (DeepSeek's first_k_dense_replace)
   bool moe_norm_topk = true;  // the gates renormalised over the chosen (HF norm_topk_prob)

@@ -14,7 +14,9 @@
 //            contiguous slots [offset[e], offset[e+1]); xs (RK,C) = x's row of each slot
 //   experts  per expert, one matmul over its rows: h = xs We1^T (n_e,2Fe), a = swiglu(h) (n_e,Fe),
 //            y = a We2^T (n_e,C): dropless, no capacity, no padding
-//   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]
+//   combine  out[r] (+)= sum_k g[r,k] y[slot(r,k)]; with a shared experts' gate (qwen2_moe's
+//            shared_expert_gate, Megatron-Core's moe_shared_expert_gate) out[r] = t_r out[r] +
+//            the routed sum, t_r = sigmoid(x[r] . wg), out holding the shared experts' output
 //   losses   aux = E sum_e f_e P_e (f_e = counts[e]/R, P_e = mean_r p[r,e]; HF Mixtral's
 //            load_balancing_loss_func; sigmoid: P_e = mean_r s[r,e] / (sum_e s[r,e] + 1e-20), as
 //            Megatron-Core's aux scores; with an expert bias or groups f_e counts the top k of
@@ -70,6 +72,7 @@ struct MoeRouting {
   float scale = 1;        // every gate times this
   int groups = 1;         // group-limited routing: the experts in this many groups (1: none)
   int group_topk = 0;     // of which each row chooses from this many
+  bool shared_gate = false;  // the shared experts' output times sigmoid(x wg) (qwen2_moe)
 };
 
 // Aux-loss-free balancing (DeepSeek-V3; Megatron-Core's get_updated_expert_bias): one MoE layer's
@@ -95,6 +98,8 @@ struct MoeActs {
   T* lse = nullptr;            // (R) log-sum-exp of each row of z
   T* gates = nullptr;          // (R,K) the chosen experts' gates (the header)
   T* prob_sums = nullptr;      // (E) sum of P's scores [r,e] over the R_all rows (AllLayers')
+  T* shared_gate = nullptr;    // (R) MoeRouting::shared_gate: sigmoid(x wg) of each row
+  T* shared_y = nullptr;       // (R,C) the shared experts' output it multiplied
   int32_t* experts = nullptr;  // (R,K) the chosen experts, by descending score (ties: lower index)
   int32_t* slot_of = nullptr;  // (R*K) the sorted slot of assignment r*K+k
   int32_t* offsets = nullptr;  // (E+1) expert e's slots [offsets[e], offsets[e+1])
@@ -115,7 +120,7 @@ class MoeLayer {
 
   // Sizes of one layer's kept MoeActs for R rows (compute elements; host T, host int32).
   static size_t kept_acts(size_t R, int K, int C, int Fe);
-  static size_t kept_stats(size_t R, int E, int K);
+  static size_t kept_stats(size_t R, int E, int K, int C, bool shared_gate);
   static size_t kept_ids(size_t R, int E, int K);
   // Sizes of the scratch shared by every layer (compute elements; host T): set_scratch's.
   static size_t scratch_acts(size_t R, int K, int C, int Fe);
@@ -124,18 +129,23 @@ class MoeLayer {
   void carve(MoeActs<T>& a, Buf<T>& acts, T*& stats, int32_t*& ids) const;
   void set_scratch(Buf<T> acts, T* stats);
 
-  // out (R,C): = the routed output, or += it when add (the shared experts' output is there).
+  // out (R,C): = the routed output, or += it when add (the shared experts' output is there;
+  // with MoeRouting::shared_gate, first multiplied by each row's sigmoid(x wg), wg (C)).
   // x (R,C) the layer's input; wr (E,C), w1 (E,2Fe,C), w2 (E,C,Fe); expert_bias (E) the
   // sigmoid router's biases, null: none. Adds this call's statistics into stats when given (not
   // when recomputing): all but AllLayers' aux loss (backward's).
-  void forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> w1, CBuf<T> w2,
-               const float* expert_bias, int R, MoeLayerStats* stats);
+  void forward(MoeActs<T>& a, Buf<T> out, bool add, CBuf<T> x, CBuf<T> wr, CBuf<T> wg, CBuf<T> w1,
+               CBuf<T> w2, const float* expert_bias, int R, MoeLayerStats* stats);
+  // MoeRouting::shared_gate: dshared (R,C) = the gradient of the shared experts' output, each
+  // row of dout times its gate (before backward, which adds the gate's own gradients).
+  void shared_gate_backward(const MoeActs<T>& a, CBuf<T> dout, Buf<T> dshared, int R);
   // dx (R,C): = the gradient of x, or += it when add; dout (R,C) the gradient of out; parameter
-  // gradients added into dwr, dw1, dw2. dloss: the per-token loss gradient of forward (weights
-  // the aux and z losses, as the header says). AllLayers: pooled (E) holds w_e = C_e / L^2, and
-  // the layer's share of the aux loss is added into stats (null: not counted).
+  // gradients added into dwr, dwg (the shared gate's; null without), dw1, dw2. dloss: the
+  // per-token loss gradient of forward (weights the aux and z losses, as the header says).
+  // AllLayers: pooled (E) holds w_e = C_e / L^2, and the layer's share of the aux loss is added
+  // into stats (null: not counted).
   void backward(const MoeActs<T>& a, Buf<T> dx, bool add, CBuf<T> dout, CBuf<T> x, CBuf<T> wr,
-                CBuf<T> w1, CBuf<T> w2, T* dwr, T* dw1, T* dw2, int R, T dloss,
+                CBuf<T> wg, CBuf<T> w1, CBuf<T> w2, T* dwr, T* dwg, T* dw1, T* dw2, int R, T dloss,
                 const double* pooled, MoeLayerStats* stats);
 
   // The host communicators the statistics' sums are all-reduced over: tp under sequence
@@ -189,6 +199,7 @@ class MoeLayer {
   // (R_max,group_topk)
   std::vector<T> group_worth_;
   std::vector<int32_t> group_chosen_;
+  std::vector<T> wgh_, dwgh_;  // shared_gate: wg and its gradient on the host (a device's copies)
   // scratch (set_scratch): compute tensors dy/dxs (RK,C), da (RK,Fe), dh (RK,2Fe); host T
   // buffers xh (R,C), wh (E,C), yh (RK,C), oh (R,C), dxh (R,C), dz (R,E), dg (R,K), dwh (E,C)
   Buf<T> dy_, da_, dh_;

@@ -54,6 +54,7 @@ enum class Slot {
   Ln2W, Ln2B, FcW, FcB, FcProjW, FcProjB,           // MLP half of a block
   QNormW, KNormW,                                   // qk_norm's per-head q/k RMSNorm (hs each)
   RouterW, ExpertFcW, ExpertProjW,                  // an MoE layer's router and routed experts
+  SharedGateW,                                      // and its shared experts' gate (C)
   LnfW, LnfB, LmHead,                               // head
 };
 
