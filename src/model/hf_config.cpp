@@ -546,6 +546,19 @@ std::vector<KeyRule> table(const std::string& type) {
     t.insert(t.end(), s.begin(), s.end());
     t.push_back(attention_bias());
     t.push_back(model_type("qwen3", Arch::Llama, [](ModelConfig& c) { c.qk_norm = true; }));
+  } else if (type == "phi3") {  // llama with q/k/v and gate/up fused (read by hf_model.cpp)
+    t = llama_family_keys("Phi3ForCausalLM", json(), json());
+    absent_default(t, "rms_norm_eps", 1e-5);  // Phi3Config's
+    t.push_back(sliding_window(json()));
+    // Phi3ForCausalLM has no attention biases whatever attention_bias says
+    t.push_back(inert_value("attention_bias", false));
+    t.push_back(inert_value("resid_pdrop", 0.0));  // dropout rates, as attention_dropout
+    t.push_back(inert_value("embd_pdrop", 0.0));
+    t.push_back(inert("original_max_position_embeddings"));  // longrope's, which is refused
+    t.push_back(inert("auto_map"));  // the Hub's remote-code classes: transformers' own run
+    t.push_back(refused_unless("partial_rotary_factor", {1.0},
+                               "RoPE on part of each head is not implemented"));
+    t.push_back(model_type("phi3", Arch::Llama));
   } else if (type == "mixtral") {  // every layer MoE, of experts intermediate_size wide
     t = llama_family_keys("MixtralForCausalLM", json(), 8);
     absent_default(t, "rope_theta", 1e6);
@@ -601,6 +614,14 @@ json read_json(const fs::path& file) {
 
 }  // namespace
 
+std::string read_hf_model_type(const std::string& dir) {
+  const fs::path file = fs::path(dir) / kConfig;
+  const std::optional<std::string> type =
+      JsonFields(read_json(file), file.string()).string("model_type");
+  if (!type) throw UsageError(file.string() + ": needs a string 'model_type'");
+  return *type;
+}
+
 ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router) {
   const fs::path file = fs::path(dir) / kConfig;
   const json doc = read_json(file);
@@ -609,8 +630,8 @@ ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router) {
   const std::vector<KeyRule> rules = table(*type);
   if (rules.empty())
     throw UsageError(file.string() + ": model_type '" + *type +
-                     "'; gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe "
-                     "only");
+                     "'; gpt2, llama, mistral, qwen2, qwen3, phi3, mixtral, qwen2_moe or "
+                     "qwen3_moe only");
   Reading r{file.string(), doc, {}, {}};
   r.c.set_arch(*type == "gpt2" ? Arch::Gpt2 : Arch::Llama);  // its defaults, then the keys
   for (const auto& [key, value] : doc.items())

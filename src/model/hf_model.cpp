@@ -37,7 +37,14 @@ struct Mapping {
                       // rotate-half order
   bool vector = false;  // rows x 1 read as the vector (rows): a slice of a bias
   bool one_row = false;  // 1 x cols kept a matrix (1, cols): a linear layer of one output
+  int64_t rope_rows = 0;  // rope_head's permutation on the first this many rows only (0: all)
 };
+
+// Whether the mapping's row r (ours or HF's: a head's rows are the same rows in both) is permuted
+// per head for RoPE.
+bool rope_row(const Mapping& m, int64_t r) {
+  return m.rope_head > 0 && (m.rope_rows == 0 || r < m.rope_rows);
+}
 
 // HF row a hs/2 + i of a head comes from our row 2 i + a (see the header).
 int64_t rope_source_row(int64_t r, int hs) {
@@ -45,7 +52,8 @@ int64_t rope_source_row(int64_t r, int hs) {
   return head * hs + (j < half ? 2 * j : 2 * (j - half) + 1);
 }
 
-// gpt2_prefix: "transformer." (transformers' names) or "" (the original gpt2 upload's).
+// gpt2_prefix: "transformer." (transformers' names) or "" (the original gpt2 upload's); fused:
+// phi3's names, q/k/v in self_attn.qkv_proj and gate/up in mlp.gate_up_proj (read only).
 // Layer l's router and experts (h: its name prefix): mixtral's block_sparse_moe.gate (E, C),
 // .experts.<e>.{w1 (gate), w3 (up): (Fe, C), w2 (down): (C, Fe)}; qwen3_moe's mlp.gate and
 // mlp.experts.<e>.{gate,up,down}_proj. Ours: router (E, C), experts.fc (E, 2Fe, C) = each
@@ -67,7 +75,8 @@ void expert_mappings(const ModelConfig& c, int l, const std::string& h, std::vec
   }
 }
 
-std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_prefix = "transformer.") {
+std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_prefix = "transformer.",
+                              bool fused = false) {
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, hs = c.head_size();
   const int64_t q = int64_t(c.n_head) * hs, kv = int64_t(c.n_kv_head) * hs;
   std::vector<Mapping> m;
@@ -103,9 +112,14 @@ std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_pref
     const std::string qkv_b = layer(l, "attn.qkv.bias"), fc_b = layer(l, "mlp.fc.bias");
     const int rope = c.head_size();
     m.push_back({h + "input_layernorm.weight", layer(l, "ln1.weight"), 0, 1, C});
-    m.push_back({h + "self_attn.q_proj.weight", qkv, 0, q, C, false, rope});
-    m.push_back({h + "self_attn.k_proj.weight", qkv, q, kv, C, false, rope});
-    m.push_back({h + "self_attn.v_proj.weight", qkv, q + kv, kv, C});
+    if (fused) {  // [q; k; v] as ours, q's and k's rows permuted
+      m.push_back({h + "self_attn.qkv_proj.weight", qkv, 0, q + 2 * kv, C, false, rope, false,
+                   false, q + kv});
+    } else {
+      m.push_back({h + "self_attn.q_proj.weight", qkv, 0, q, C, false, rope});
+      m.push_back({h + "self_attn.k_proj.weight", qkv, q, kv, C, false, rope});
+      m.push_back({h + "self_attn.v_proj.weight", qkv, q + kv, kv, C});
+    }
     if (c.qkv_bias) {  // permuted for RoPE as the weights' rows
       m.push_back({h + "self_attn.q_proj.bias", qkv_b, 0, q, 1, false, rope, true});
       m.push_back({h + "self_attn.k_proj.bias", qkv_b, q, kv, 1, false, rope, true});
@@ -118,11 +132,13 @@ std::vector<Mapping> mappings(const ModelConfig& c, const std::string& gpt2_pref
     // an MoE layer's: its shared experts (qwen2_moe's one, gated; the others have none)
     const int64_t Fd = c.dense_mlp_width(l);
     const std::string mlp = h + (c.is_moe_layer(l) ? "mlp.shared_expert." : "mlp.");
-    if (Fd > 0) {
+    if (Fd > 0 && fused) {  // [gate; up] as ours
+      m.push_back({mlp + "gate_up_proj.weight", fc, 0, 2 * Fd, C});
+    } else if (Fd > 0) {
       m.push_back({mlp + "gate_proj.weight", fc, 0, Fd, C});
       m.push_back({mlp + "up_proj.weight", fc, Fd, Fd, C});
-      m.push_back({mlp + "down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, Fd});
     }
+    if (Fd > 0) m.push_back({mlp + "down_proj.weight", layer(l, "mlp.proj.weight"), 0, C, Fd});
     if (c.is_moe_layer(l)) expert_mappings(c, l, h, m);
     if (c.is_moe_layer(l) && c.moe_shared_gate)  // (1, C)
       m.push_back({h + "mlp.shared_expert_gate.weight", layer(l, "moe.shared_gate.weight"), 0, 1, C,
@@ -159,7 +175,8 @@ size_t our_index(const Mapping& m, size_t e) {
     col = static_cast<int64_t>(e) / m.rows;
   }
   if (m.rope_head > 0 && m.rows == 1) col = rope_source_row(col, m.rope_head);
-  else if (m.rope_head > 0) r = rope_source_row(r, m.rope_head);
+  else if (rope_row(m, r))
+    r = rope_source_row(r, m.rope_head);
   return static_cast<size_t>((m.row0 + r) * m.cols + col);
 }
 
@@ -171,7 +188,8 @@ size_t hf_index(const Mapping& m, int64_t r, int64_t col) {
     return x - j + (j % 2) * (hs / 2) + j / 2;
   };
   if (m.rope_head > 0 && m.rows == 1) col = rotate_half(col);  // a per-head vector (q/k norm)
-  else if (m.rope_head > 0) r = rotate_half(r);
+  else if (rope_row(m, r))
+    r = rotate_half(r);
   return static_cast<size_t>(m.transpose ? col * m.rows + r : r * m.cols + col);
 }
 
@@ -194,7 +212,9 @@ CheckedWeights checked_weights(const std::string& dir, const ModelConfig& config
   SafetensorsSet set(dir);
   const bool hub_gpt2 = config.arch == Arch::Gpt2 && set.find("wte.weight") &&
                         !set.find("transformer.wte.weight");
-  std::vector<Mapping> all = mappings(config, hub_gpt2 ? "" : "transformer.");
+  std::vector<Mapping> all =
+      mappings(config, hub_gpt2 ? "" : "transformer.",
+               config.arch == Arch::Llama && read_hf_model_type(dir) == "phi3");
   for (const Mapping& m : all) {
     const StoredTensor* t = set.find(m.hf);
     if (!t) throw UsageError(set.source() + ": no tensor " + m.hf);

@@ -1,7 +1,8 @@
 """A small random Hugging Face checkpoint whose config.json has exactly the keys of a real one
 (tests/support/hf_configs/NAME.json), its sizes shrunk, written as transformers' save_pretrained
 writes it (names and shapes of GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
-/ MixtralForCausalLM / Qwen3MoeForCausalLM / Qwen2MoeForCausalLM: biases as attention_bias,
+/ Phi3ForCausalLM (qkv_proj, gate_up_proj) / MixtralForCausalLM / Qwen3MoeForCausalLM /
+Qwen2MoeForCausalLM: biases as attention_bias,
 mlp_bias, qwen2 and qwen2_moe's qkv_bias ask, qwen3's q_norm / k_norm, lm_head unless tied, the
 experts of an MoE layer: 4, top 2, and qwen2_moe's shared expert and its gate), independently
 of mpitrain.
@@ -82,12 +83,18 @@ def llama_shapes(c):
     shapes = {"model.embed_tokens.weight": (c["vocab_size"], C)}
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        shapes.update({p + "input_layernorm.weight": (C,),
-                       p + "self_attn.q_proj.weight": (H * hs, C),
-                       p + "self_attn.k_proj.weight": (kv, C),
-                       p + "self_attn.v_proj.weight": (kv, C),
-                       p + "self_attn.o_proj.weight": (C, H * hs),
+        shapes[p + "input_layernorm.weight"] = (C,)
+        if c["model_type"] == "phi3":  # Phi3Attention's [q; k; v] in one
+            shapes[p + "self_attn.qkv_proj.weight"] = (H * hs + 2 * kv, C)
+        else:
+            shapes.update({p + "self_attn.q_proj.weight": (H * hs, C),
+                           p + "self_attn.k_proj.weight": (kv, C),
+                           p + "self_attn.v_proj.weight": (kv, C)})
+        shapes.update({p + "self_attn.o_proj.weight": (C, H * hs),
                        p + "post_attention_layernorm.weight": (C,)})
+        if c["model_type"] == "phi3":  # Phi3MLP's [gate; up] in one
+            shapes.update({p + "mlp.gate_up_proj.weight": (2 * F, C), p + "mlp.down_proj.weight": (C, F)})
+            continue
         if is_moe_layer(c, l):
             shapes.update(expert_shapes(c, p))
         else:

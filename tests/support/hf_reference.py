@@ -1,7 +1,9 @@
 """A reference forward of a Hugging Face checkpoint directory, written from transformers' own
 conventions (not from mpitrain's code) in plain PyTorch, in float64, without the transformers
 package: GPT2LMHeadModel (Conv1D weights stored (in, out), tanh GELU, scale_attn_weights and
-scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
+scale_attn_by_inverse_layer_idx) and LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
+Phi3ForCausalLM (qkv_proj split into q, k, v; gate_up_proj chunked into gate, up; its
+sliding_window as mistral's)
 (RMSNorm, rotate-half RoPE with rope_scaling linear / llama3 / yarn as modeling_rope_utils.py,
 grouped-query attention, mistral's and mixtral's sliding_window as masking_utils.py, SwiGLU;
 head_dim, default hidden_size / heads; biases: llama's and qwen3's attention_bias on q, k, v, o
@@ -191,7 +193,8 @@ def llama_logits(c, w, ids, router_logits=None):
     hs = c.get("head_dim") or C // H
     qwen2 = c["model_type"] == "qwen2" or (c["model_type"] == "qwen2_moe"  # on q, k, v only
                                            and c.get("qkv_bias", True))
-    window = c.get("sliding_window") if c["model_type"] in ("mistral", "mixtral") else None
+    window = c.get("sliding_window") if c["model_type"] in ("mistral", "mixtral", "phi3") else None
+    phi3 = c["model_type"] == "phi3"
     attention_bias, mlp_bias = qwen2 or c.get("attention_bias", False), c.get("mlp_bias", False)
 
     def linear(x, p, bias):  # nn.Linear: x @ W.T (+ b)
@@ -213,9 +216,12 @@ def llama_logits(c, w, ids, router_logits=None):
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         a = rms(x, p + "input_layernorm.weight")
-        q = linear(a, p + "self_attn.q_proj", attention_bias).reshape(T, H, hs).transpose(0, 1)
-        k = linear(a, p + "self_attn.k_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
-        v = linear(a, p + "self_attn.v_proj", attention_bias).reshape(T, KV, hs).transpose(0, 1)
+        if phi3:  # Phi3Attention: qkv_proj's output split as [q | k | v]
+            q, k, v = linear(a, p + "self_attn.qkv_proj", False).split([H * hs, KV * hs, KV * hs], -1)
+        else:
+            q, k, v = (linear(a, p + f"self_attn.{n}_proj", attention_bias) for n in "qkv")
+        q = q.reshape(T, H, hs).transpose(0, 1)
+        k, v = (t.reshape(T, KV, hs).transpose(0, 1) for t in (k, v))
         if c["model_type"] in ("qwen3", "qwen3_moe"):  # q_norm / k_norm over each head, then RoPE
             q, k = rms(q, p + "self_attn.q_norm.weight"), rms(k, p + "self_attn.k_norm.weight")
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
@@ -226,8 +232,11 @@ def llama_logits(c, w, ids, router_logits=None):
         if is_moe_layer(c, l):
             x = x + sparse_moe(c, w, p, m, [] if router_logits is None else router_logits)
             continue
-        gate = torch.nn.functional.silu(linear(m, p + "mlp.gate_proj", mlp_bias))
-        x = x + linear(gate * linear(m, p + "mlp.up_proj", mlp_bias), p + "mlp.down_proj", mlp_bias)
+        if phi3:  # Phi3MLP: gate_up_proj's output chunked as [gate | up]
+            gate, up = linear(m, p + "mlp.gate_up_proj", False).chunk(2, dim=-1)
+        else:
+            gate, up = (linear(m, p + f"mlp.{n}_proj", mlp_bias) for n in ("gate", "up"))
+        x = x + linear(torch.nn.functional.silu(gate) * up, p + "mlp.down_proj", mlp_bias)
     return rms(x, "model.norm.weight") @ head(c, w, False, "model.embed_tokens.weight").T
 
 

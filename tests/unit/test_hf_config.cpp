@@ -22,9 +22,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kRealConfigs[] = {"gpt2",          "Llama-3.2-1B",          "Qwen2.5-0.5B",
-                                    "Qwen3-0.6B",    "Mistral-7B-v0.1",       "Mixtral-8x7B-v0.1",
-                                    "Qwen3-30B-A3B", "Qwen1.5-MoE-A2.7B-Chat"};
+const char* const kRealConfigs[] = {
+    "gpt2",          "Llama-3.2-1B",           "Qwen2.5-0.5B",
+    "Qwen3-0.6B",    "Mistral-7B-v0.1",        "Mixtral-8x7B-v0.1",
+    "Qwen3-30B-A3B", "Qwen1.5-MoE-A2.7B-Chat", "Phi-3-medium-4k-instruct"};
 
 json real_config(const std::string& name) {
   std::ifstream in(fs::path(MPITRAIN_HF_CONFIGS) / (name + ".json"));
@@ -174,6 +175,26 @@ TEST_F(HfConfigTest, RealConfigsReadWithTheirFeatures) {
   EXPECT_EQ(qwen2_moe.n_shared_experts, 4);
   EXPECT_EQ(qwen2_moe.dense_mlp_width(0), 5632);
   EXPECT_EQ(qwen2_moe.n_kv_head, 16);
+  // Phi-3: the llama architecture (its fused tensors are the checkpoint's business), GQA 40 / 10,
+  // a window of 2047, Phi3Config's epsilon when absent; exported as the mistral model it is
+  json phi3_doc = real_config("Phi-3-medium-4k-instruct");
+  const ModelConfig phi3 = read(phi3_doc);
+  EXPECT_EQ(phi3.n_head, 40);
+  EXPECT_EQ(phi3.n_kv_head, 10);
+  EXPECT_EQ(phi3.sliding_window, 2047);
+  EXPECT_FALSE(phi3.qkv_bias || phi3.proj_bias || phi3.mlp_bias || phi3.tie_embeddings);
+  EXPECT_EQ(hf_model_type(phi3), "mistral");
+  phi3_doc.erase("rms_norm_eps");
+  EXPECT_EQ(read(phi3_doc).norm_eps, 1e-5f);
+  phi3_doc["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(error(phi3_doc).find("partial_rotary_factor = 0.5: RoPE on part of each head is not "
+                                 "implemented"),
+            std::string::npos)
+      << error(phi3_doc);
+  phi3_doc.erase("partial_rotary_factor");
+  phi3_doc["rope_scaling"] = {
+      {"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  EXPECT_NE(error(phi3_doc).find("rope_scaling"), std::string::npos) << error(phi3_doc);
 }
 
 // The silent changes, now read as the model they describe.

@@ -1,5 +1,6 @@
 // config.json of a Hugging Face checkpoint: one table, per model_type (gpt2, llama, mistral,
-// qwen2, qwen3, mixtral, qwen3_moe), of every key the trainer knows and what it makes of it:
+// qwen2, qwen3, phi3, mixtral, qwen2_moe, qwen3_moe), of every key the trainer knows and what it
+// makes of it:
 //   implemented  read into ModelConfig (and written back by the export);
 //   inert        changes nothing the trainer computes (architectures, torch_dtype, token ids,
 //                use_cache, initializer_range, dropout rates: the trainer trains without
@@ -10,14 +11,16 @@
 //                lacks is never dropped silently.
 // A key the table does not know for the model_type is refused too. transformers 5's
 // rope_parameters is read as the rope_theta and rope_scaling it merges (agreeing with them where
-// the file has both); the export writes those two. mistral, qwen2 and qwen3
+// the file has both); the export writes those two. mistral, qwen2, qwen3 and phi3
 // are the llama architecture; the model_type itself is a key: qwen2 means q/k/v biases, qwen3
-// per-head q/k RMSNorm. mixtral and qwen3_moe are mixtures of experts (mixtral: every layer,
-// experts intermediate_size wide; qwen3_moe: qwen3 whose every decoder_sparse_step-th MLP is one,
-// experts moe_intermediate_size wide, gates renormalised: norm_topk_prob true only;
-// mlp_only_layers only naming layers decoder_sparse_step already leaves dense). Their routing
-// loss keys are the objective's, not the function's: HfRouterKeys. qwen2_moe is refused: its
-// shared expert has a sigmoid gate the model lacks.
+// per-head q/k RMSNorm, phi3 (read only: the export writes such a model as llama or mistral)
+// q/k/v and gate/up fused in one tensor each. mixtral, qwen2_moe and qwen3_moe are mixtures of
+// experts (mixtral: every layer, experts intermediate_size wide; qwen3_moe: qwen3 whose every
+// decoder_sparse_step-th MLP is one, experts moe_intermediate_size wide, gates renormalised or
+// not by norm_topk_prob, mlp_only_layers naming the first sparse layers or layers
+// decoder_sparse_step leaves dense; qwen2_moe: the same on qwen2, plus one shared expert of
+// shared_expert_intermediate_size, a multiple of the experts' width, gated per token). Their
+// routing loss keys are the objective's, not the function's: HfRouterKeys.
 #pragma once
 
 #include <cstdint>
@@ -52,9 +55,15 @@ struct HfRouterKeys {
 // router: where given, receives the routing loss keys (defaults when the model has no experts).
 ModelConfig read_hf_config(const std::string& dir, HfRouterKeys* router = nullptr);
 
+// The model_type of dir/config.json: which tensor names and layouts its weights have (phi3's
+// fused ones). UsageError as read_hf_config's where the file or the key is missing.
+std::string read_hf_model_type(const std::string& dir);
+
 // The model_type transformers has for a model: gpt2; for the llama architecture with experts
-// qwen3_moe with per-head q/k norms, else mixtral; without, qwen3 with per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and qwen3's
-// attention_bias cover all four), else llama.
+// qwen2_moe with gated shared experts, qwen3_moe with per-head q/k norms, else mixtral; without,
+// qwen3 with per-head q/k norms, qwen2 with q, k, v biases and no o_proj bias (llama's and
+// qwen3's attention_bias cover all four), mistral with a sliding window, else llama.
+// (Never phi3: its fused tensors are read, not written.)
 std::string hf_model_type(const ModelConfig& config);
 
 // The config.json of the model, as transformers would save it: model_type and the full key set

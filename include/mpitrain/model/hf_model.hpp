@@ -22,13 +22,17 @@
 //          (mlp_bias). hs = head_dim.
 //          Our RoPE rotates interleaved pairs (2i, 2i+1) of a head, HF's rotate-half pairs
 //          (i, i + hs/2): q and k rows (and biases) are permuted per head, HF row a hs/2 + i = our
-//          row 2i + a.
-//   mixtral, qwen3_moe (the llama names but in an MoE layer's MLP): mixtral's
+//          row 2i + a. phi3 (read only) fuses q, k, v in .self_attn.qkv_proj.weight
+//          (q + 2 kv, C) and gate, up in .mlp.gate_up_proj.weight (2F, C), as ours.
+//   mixtral, qwen3_moe, qwen2_moe (the llama names but in an MoE layer's MLP): mixtral's
 //          model.layers.<l>.block_sparse_moe.gate.weight (E, C), its
 //          .block_sparse_moe.experts.<e>.{w1 (gate), w3 (up): (Fe, C); w2 (down): (C, Fe)}.weight;
 //          qwen3_moe's .mlp.gate.weight and .mlp.experts.<e>.{gate,up,down}_proj.weight (its
-//          other layers' dense mlp as llama's). Ours: moe.router (E, C), moe.experts.fc
-//          (E, 2Fe, C) = each expert's [gate; up], moe.experts.proj (E, C, Fe).
+//          other layers' dense mlp as llama's); qwen2_moe's as qwen3_moe's, plus
+//          .mlp.shared_expert.{gate,up,down}_proj.weight and .mlp.shared_expert_gate.weight (1, C).
+//          Ours: moe.router (E, C), moe.experts.fc (E, 2Fe, C) = each expert's [gate; up],
+//          moe.experts.proj (E, C, Fe), the shared experts in mlp.fc / mlp.proj, and
+//          moe.shared_gate (1, C).
 #pragma once
 
 #include <cstdint>
