@@ -325,7 +325,9 @@ TEST(PlannerMemory, ActivationsEqualWhatTheModelAllocates) {
   ModelConfig all_moe = moe;  // every layer MoE, no dense MLP at all
   all_moe.moe_every = 1;
   all_moe.n_shared_experts = 0;
-  for (const ModelConfig& config : {tiny(), llama, qk_norm, moe, all_moe}) {
+  ModelConfig gated = moe;  // its shared expert gated: the gate and the shared output kept
+  gated.moe_shared_gate = true;
+  for (const ModelConfig& config : {tiny(), llama, qk_norm, moe, all_moe, gated}) {
     for (int tp : {1, 2}) {
       for (int pp : {1, 2}) {
         const std::vector<int> first = pipeline_layer_split(config.n_layer, pp, "");
