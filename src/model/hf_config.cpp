@@ -310,9 +310,9 @@ KeyRule attention_bias() {
           [](const Writing& w) { return json(w.c.proj_bias); }};
 }
 
-// mistral's and mixtral's sliding window on every layer (absent: transformers' default,
-// mistral's 4096, mixtral's null; null: none): ModelConfig::sliding_window, which the export
-// writes back.
+// mistral's, mixtral's and phi3's sliding window on every layer (absent: transformers' default,
+// mistral's 4096, mixtral's and phi3's null; null: none): ModelConfig::sliding_window, which the
+// export writes back (as mistral or mixtral).
 KeyRule sliding_window(json absent) {
   return {
       "sliding_window", HfKeyUse::Implemented, std::move(absent),
@@ -347,8 +347,8 @@ void absent_default(std::vector<KeyRule>& t, const std::string& key, json absent
   it->absent = std::move(absent);
 }
 
-// The routing keys of mixtral and qwen3_moe (experts: the key of their number), and their
-// training keys into HfRouterKeys (hf_config.hpp: what the trainer makes of them).
+// The routing keys of mixtral, qwen2_moe and qwen3_moe (experts: the key of their number), and
+// their training keys into HfRouterKeys (hf_config.hpp: what the trainer makes of them).
 std::vector<KeyRule> expert_keys(const char* experts, int n_experts, int top_k) {
   const auto fixed = [](int n) { return [n](const ModelConfig&) { return n; }; };
   const HfRouterKeys defaults;  // transformers' (MixtralConfig, Qwen3MoeConfig)
@@ -384,10 +384,11 @@ KeyRule shared_expert_width() {
           [](const Writing& w) { return json(w.c.n_shared_experts * w.c.expert_width()); }};
 }
 
-// qwen3_moe's mlp_only_layers (after num_hidden_layers and decoder_sparse_step): dense layers by
-// index. Those the step makes sparse must be the first ones it makes sparse, all of them up to
-// the last listed: moe_first_dense (the others the step leaves dense anyway), so that the model
-// is the same; another set is refused. The export writes [0, ..., moe_first_dense - 1].
+// qwen3_moe's and qwen2_moe's mlp_only_layers (after num_hidden_layers and decoder_sparse_step):
+// dense layers by index. Those the step makes sparse must be the first ones it makes sparse, all
+// of them up to the last listed: moe_first_dense (the others the step leaves dense anyway), so
+// that the model is the same; another set is refused. The export writes
+// [0, ..., moe_first_dense - 1].
 KeyRule mlp_only_layers() {
   return {"mlp_only_layers", HfKeyUse::Implemented, json::array(),
           [](const std::string& k, const json& v, Reading& r) {

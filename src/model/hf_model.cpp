@@ -429,8 +429,8 @@ void require_hf_expressible(const std::string& dir, const ModelConfig& c) {
               "--moe-shared-expert-gate");
   require(!c.moe_sigmoid && !c.moe_expert_bias && c.moe_route_scale == 1 && c.moe_groups == 1,
           dir +
-              ": mixtral and qwen3_moe route by a softmax, unbiased, unscaled and ungrouped: "
-              "--moe-router-score sigmoid, --moe-expert-bias, --moe-route-scale and "
+              ": mixtral, qwen2_moe and qwen3_moe route by a softmax, unbiased, unscaled and "
+              "ungrouped: --moe-router-score sigmoid, --moe-expert-bias, --moe-route-scale and "
               "--moe-router-groups cannot be exported (transformers' classes with them, "
               "DeepSeek-V3's and GLM-4.5's, need multi-head latent or partial-rotary attention, "
               "which the trainer has not)");
