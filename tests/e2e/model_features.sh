@@ -18,7 +18,11 @@ source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   fail "/usr/bin/python3 has no torch (python3-torch): make test installs it (tools/install-deps.sh)"
 LOSS_TOL=2e-6
-HF_TOL=3e-8  # the trainer's fp32 validation loss vs the float64 reference; measured 7.8e-10 to 3.4e-9
+# The trainer's fp32 validation loss vs the float64 reference: measured 7.8e-10 to 3.4e-9 on AMD
+# EPYC Zen 5; on Zen 3 (AVX2: attention's tiles on OpenBLAS, not our AVX-512 ones) gpt2 3.4e-8,
+# and 2.3e-8 with OpenBLAS's SSE3 kernels (OPENBLAS_CORETYPE=Prescott): fp32's rounding, which
+# moves with the kernels. A q bias exported without its RoPE permutation moves it by 2.3e-6.
+HF_TOL=1e-7
 features=(--arch llama --n-kv-head 2 --tie-embeddings --attention-bias --mlp-bias --head-dim 12)
 run() {  # run NAME NP ARGS...: 4 steps of the llama with every feature
   local name=$1 np=$2; shift 2
