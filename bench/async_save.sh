@@ -28,30 +28,11 @@
 # All numbers come from this one run on a shared, noisy VM: compare the ratios within the table.
 # Writes the table to BUILD_DIR/async-save-results.txt.
 set -euo pipefail
-export LC_ALL=C
-
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/async_save.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/async-save-results.txt
-for exe in trainer prepare-data; do
-  if [[ ! -x $build/$exe ]]; then
-    echo "async_save: $build/$exe not found; build it first" \
-         "(cmake --build $build --target trainer prepare-data)" >&2
-    exit 2
-  fi
-done
-if [[ ! -f $data/train.h5 ]]; then
-  BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-fi
-scratch=$(mktemp -d "$build/async-save-scratch.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs trainer prepare-data
+bench_sample_data
 cores=$(nproc)
 model=(--arch gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256
        --global-batch-size 4 --steps 13 --sample-tokens 0 --eval-interval 0 --val-data ''
@@ -83,7 +64,7 @@ for layout in "${layouts[@]}"; do
     echo "async_save: $np ranks x $threads threads, $config (${flags[$config]})"
     out=$scratch/$layout-$config
     # shellcheck disable=SC2086
-    if ! mpirun --oversubscribe --bind-to none -np "$np" "$build/trainer" "${model[@]}" \
+    if ! "${mpirun[@]}" -np "$np" "$build/trainer" "${model[@]}" \
          --threads "$threads" --micro-batch-size $((4 / np)) ${flags[$config]} --out-dir "$out" \
          > "$out.log" 2>&1; then
       cat "$out.log" >&2

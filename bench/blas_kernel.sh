@@ -1,24 +1,19 @@
 #!/usr/bin/env bash
 # OpenBLAS's kernels on this CPU, ratios in one run (issue 33): the library's own choice, the one
-# chosen for the CPU's flags (src/backend/blas_kernel.hpp) and the other ISA's, each forced by
-# OPENBLAS_CORETYPE: sgemm-rate at 1 and 2 threads (n=2048, best of 5) and one training
-# configuration's step time (1 rank, 2 threads, median of the steps after the first). The rounds
-# interleave the kernels, so that load from other work falls on all alike; the best sgemm and the
-# median step of all rounds count.
+# chosen for the CPU's flags (src/backend/blas_kernel.hpp) and the other ISAs' that the CPU runs
+# (SkylakeX, Haswell), each forced by OPENBLAS_CORETYPE: sgemm-rate at 1 and 2 threads (n=2048,
+# best of 5) and one training configuration's step time (1 rank, 2 threads, median of the steps
+# after the first). The rounds interleave the kernels, so that load from other work falls on all
+# alike; the best sgemm and the median step of all rounds count.
 #
 #   bash bench/blas_kernel.sh [BUILD_DIR]
 #
 # Environment: CONFIG (tiny, the default, or gpt2-small), STEPS (default 21; gpt2-small: 4),
 # ROUNDS (default 3).
 set -euo pipefail
-export LC_ALL=C
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-# shellcheck source=bench/metrics_lib.sh
-source "$repo/bench/metrics_lib.sh"
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-bench.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
 config=${CONFIG:-tiny} rounds=${ROUNDS:-3}
 case $config in
   tiny) model="--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64" steps=${STEPS:-21} ;;
@@ -26,15 +21,23 @@ case $config in
               steps=${STEPS:-4} ;;
   *) echo "bench: CONFIG must be tiny or gpt2-small, not '$config'" >&2; exit 2 ;;
 esac
-[[ -f $build/data/train.h5 ]] || BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$build/data"
+bench_needs trainer sgemm-rate prepare-data
+bench_sample_data
 
 unset OPENBLAS_CORETYPE MPITRAIN_OPENBLAS_OWN_CORE  # set per run below
 chosen_line=$("$build/sgemm-rate" --kernel)
 chosen=$(awk '{ print $2 }' <<< "$chosen_line")
 own=$(sed -n "s/.*the library's own choice was \([A-Za-z0-9]*\).*/\1/p" <<< "$chosen_line")
 own=${own:-$chosen}
+# The other ISA's kernels, where this CPU has their instructions (a kernel it lacks dies of SIGILL):
+# SkylakeX needs AVX-512 F, BW, VL and DQ, Haswell AVX2 and FMA.
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { local f; for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
+others=()
+if has avx512f avx512bw avx512vl avx512dq; then others+=(SkylakeX); fi
+if has avx2 fma; then others+=(Haswell); fi
 kernels=("$own")
-for k in "$chosen" SkylakeX Haswell; do [[ " ${kernels[*]} " == *" $k "* ]] || kernels+=("$k"); done
+for k in "$chosen" "${others[@]}"; do [[ " ${kernels[*]} " == *" $k "* ]] || kernels+=("$k"); done
 echo "bench: $chosen_line; kernels: ${kernels[*]}; $config, $steps steps, $rounds rounds"
 
 declare -A s1 s2 times
@@ -49,9 +52,9 @@ for ((round = 1; round <= rounds; round++)); do
     done
     out=$scratch/$k-$round
     # shellcheck disable=SC2086  # model holds several words
-    OPENBLAS_CORETYPE=$k mpirun --oversubscribe --bind-to none -np 1 "$build/trainer" $model \
+    OPENBLAS_CORETYPE=$k "${mpirun[@]}" -np 1 "$build/trainer" $model \
       --arch gpt2 --global-batch-size 4 --micro-batch-size 4 --steps "$steps" --threads 2 \
-      --peak-gflops 100 --lr 1e-4 --train-data "$build/data/train.h5" --val-data '' \
+      --peak-gflops 100 --lr 1e-4 --train-data "$data/train.h5" --val-data '' \
       --eval-interval 0 --sample-tokens 0 --out-dir "$out" > "$out.log" 2>&1 ||
       { cat "$out.log" >&2; echo "bench: the trainer failed ($k)" >&2; exit 1; }
     grep -q "^fp32 products on rank 0: OpenBLAS $k " "$out.log" ||

@@ -6,7 +6,7 @@
 # and the two prefixes that bound its assistant turn) and by a ChatML template with
 # {% generation %} blocks (one rendering), at 1 and 2 threads.
 #
-#   bash bench/chat_prepare.sh BUILD_DIR    (needs prepare-data built there; the tokenizer from
+#   bash bench/chat_prepare.sh [BUILD_DIR]  (needs prepare-data built there; the tokenizer from
 #                                            BUILD_DIR/hf-tokenizers, fetched if missing)
 #
 # Each figure: pairs / wall time of the whole prepare-data run (reading, rendering, tokenizing,
@@ -15,18 +15,13 @@
 # rate in the same column. Exit code: 0 unless a program fails (1); 2 = usage or the tokenizer
 # cannot be had.
 set -euo pipefail
-export LC_ALL=C  # a '.' decimal point in $EPOCHREALTIME and awk
-
-if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
-  echo "usage: bash bench/chat_prepare.sh BUILD_DIR" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "$1" && pwd)
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs prepare-data
 prepare=$build/prepare-data
 pairs=${CHAT_PAIRS:-20000} repeats=${CHAT_REPEATS:-3}
 fortunes=${MPITRAIN_FORTUNES:-/usr/share/games/fortunes}
-[[ -x $prepare ]] || { echo "chat_prepare: $prepare not found; build it first" >&2; exit 2; }
 [[ -d $fortunes ]] || { echo "chat_prepare: $fortunes missing (apt-get install fortunes)" >&2; exit 2; }
 qwen3=$build/hf-tokenizers/qwen3
 if [[ ! -s $qwen3/tokenizer_config.json ]] &&
@@ -36,8 +31,6 @@ if [[ ! -s $qwen3/tokenizer_config.json ]] &&
 fi
 python=$(command -v python3 || echo /usr/bin/python3)
 
-scratch=$(mktemp -d "$build/chat-bench.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
 "$python" - "$repo/tests/support" "$fortunes" "$scratch" "$pairs" <<'PY'
 import json, os, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -102,4 +95,4 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
     "$(rate "${s[gen2]}")" "$(ratio "${s[gen2]}" "${s[rows2]}")"
   echo "load: one conversation prepared in $load s (the tokenizer's load, in every figure above)"
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-} | tee "$build/chat-prepare-results.txt"
+} | tee "$results"

@@ -3,7 +3,7 @@
 # sequential write of the same bytes, and the time from launch to the first training step when
 # resuming, next to a fresh start.
 #
-#   bash bench/ckpt.sh BUILD_DIR      (needs ckpt-bench, trainer and prepare-data built there)
+#   bash bench/ckpt.sh [BUILD_DIR]    (needs ckpt-bench, trainer and prepare-data built there)
 #
 # 1. ckpt-bench (bench/ckpt_bench.cpp) at 1, 2 and 4 ranks (data parallel), and at 4 ranks as
 #    dp 1 x tp 2 x pp 2, with a GPT-2 whose params + adam_m + adam_v come to ~CKPT_GIB GiB:
@@ -26,16 +26,9 @@
 # Environment: CKPT_GIB (1.0), CKPT_REPEATS (5), RESUME_REPEATS (3).
 # Writes the report to BUILD_DIR/ckpt-results.txt.
 set -euo pipefail
-export LC_ALL=C  # a '.' decimal point in $EPOCHREALTIME and awk
-
-if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
-  echo "usage: bash bench/ckpt.sh BUILD_DIR" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "$1" && pwd)
-data=$build/data
-results=$build/ckpt-results.txt
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
 gib=${CKPT_GIB:-1.0}
 repeats=${CKPT_REPEATS:-5}
 resume_repeats=${RESUME_REPEATS:-3}
@@ -44,21 +37,7 @@ if ! [[ $repeats =~ ^[1-9][0-9]*$ && $resume_repeats =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-for exe in ckpt-bench trainer prepare-data; do
-  if [[ ! -x $build/$exe ]]; then
-    echo "ckpt: $build/$exe not found; build it first" \
-         "(cmake --build $build --target ckpt-bench trainer prepare-data)" >&2
-    exit 2
-  fi
-done
-
-# Scratch on the repo's disk (inside the build directory), removed whatever happens.
-scratch=$(mktemp -d "$build/ckpt-scratch.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# More ranks than cores: oversubscribe, and no binding (Open MPI would pin ranks to one core).
-mpirun=(mpirun --oversubscribe --bind-to none)
+bench_needs ckpt-bench trainer prepare-data
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -89,9 +68,7 @@ done
 bench_model=$(sed -n 's/^# ckpt-bench: [^,]*, \(GPT-2 [^;]*\);.*/\1/p' "$scratch/bench-1-1-1-0.log")
 
 # ---- 2. time to first step: fresh start vs resume -------------------------------------------------
-if [[ ! -f $data/train.h5 ]]; then
-  BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-fi
+bench_sample_data
 model=(--arch gpt2 --n-layer 8 --n-head 8 --d-model 512 --vocab-size 512 --seq-len 64
        --global-batch-size 4 --micro-batch-size 2 --threads 1 --sample-tokens 0
        --eval-interval 0 --val-data '' --train-data "$data/train.h5")

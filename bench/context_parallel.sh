@@ -14,25 +14,15 @@
 # reports. Environment: SEQ_LEN (4096), STEPS (4), THREADS (1).
 # Writes the report to BUILD_DIR/context-parallel-results.txt.
 set -euo pipefail
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs trainer
+bench_sample_data
 
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/context_parallel.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/context-parallel-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-cp.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-source "$repo/bench/metrics_lib.sh"
 seq_len=${SEQ_LEN:-4096}
 steps=${STEPS:-4}
 threads=${THREADS:-1}
-[[ -x $build/trainer ]] || { echo "context_parallel: build the trainer first" >&2; exit 2; }
-[[ -f $data/train.h5 ]] || BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-mpirun=(mpirun --oversubscribe --bind-to none)
-[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 run() {  # run NAME ARGS...: the median "tokens/s step_ms exposed_comm_ms"
   local name=$1; shift

@@ -17,25 +17,14 @@
 #    the check is the growth between the sizes: measured / planned.
 # Environment: GIB (20), SIZES ("2048 8192"). Writes BUILD_DIR/long-context-fit-results.txt.
 set -euo pipefail
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs trainer long-context-fit
+bench_sample_data
 
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/long_context_fit.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/long-context-fit-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-fit.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
 gib=${GIB:-20}
 read -r -a sizes <<< "${SIZES:-2048 8192}"
-for program in trainer long-context-fit; do
-  [[ -x $build/$program ]] || { echo "long_context_fit: build $program first" >&2; exit 2; }
-done
-[[ -f $data/train.h5 ]] || BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-mpirun=(mpirun --oversubscribe --bind-to none)
-[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 options=(--recompute selective --micro-batch 1 --zero 0)
 
 printf 'arch = llama\nn-layer = 12\nn-head = 12\nn-kv-head = 4\nd-model = 768\nd-ff = 2048\nvocab-size = 32000\nprecision = bf16\n' \

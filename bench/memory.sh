@@ -29,25 +29,15 @@
 # Environment: STEPS (4), COMPRESS_STEPS (100), PARTS ("1 2 3 4"), MODELS ("gpt2 llama"), ZERO
 # ("0 1"), RECOMPUTE ("none selective full"). Writes BUILD_DIR/memory-results.txt.
 set -euo pipefail
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/memory.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/memory-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-memory.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
 steps=${STEPS:-4}
 compress_steps=${COMPRESS_STEPS:-100}
-[ -x "$build/trainer" ] || { echo "no trainer in $build: build it first" >&2; exit 2; }
-[ -f "$data/train.h5" ] || bash "$repo/tools/prepare-sample-data.sh" "$build" > /dev/null
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun=(mpirun --oversubscribe --bind-to none)
+bench_needs trainer
+bench_sample_data
 
 metric() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }
-median() { sort -g | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 run() {  # run NAME NP ARGS... (--precision bf16e: bf16 on the emulated path)
   local name=$1 np=$2; shift 2
   local storage=""

@@ -18,25 +18,15 @@
 # report, not times between reports. Environment: SEQ_LEN (64), STEPS (4), THREADS (1).
 # Writes the report to BUILD_DIR/moe-results.txt.
 set -euo pipefail
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs trainer
+bench_sample_data
 
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/moe.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/moe-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-moe.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-source "$repo/bench/metrics_lib.sh"
 seq_len=${SEQ_LEN:-64}
 steps=${STEPS:-4}
 threads=${THREADS:-1}
-[[ -x $build/trainer ]] || { echo "moe: build the trainer first" >&2; exit 2; }
-[[ -f $data/train.h5 ]] || BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-mpirun=(mpirun --oversubscribe --bind-to none)
-[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 run() {  # run NAME ARGS...: "tokens/s step_ms exposed_comm_ms params_mib optimizer_mib rss_mib"
   local name=$1; shift

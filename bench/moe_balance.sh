@@ -17,28 +17,19 @@
 #
 # Environment: STEPS (200), RATE (0.001), THREADS (1). Writes BUILD_DIR/moe-balance-results.txt.
 set -euo pipefail
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs trainer
+bench_sample_data
 
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/moe_balance.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/moe-balance-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-moe-balance.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-source "$repo/bench/metrics_lib.sh"
 steps=${STEPS:-200}
 rate=${RATE:-0.001}
 threads=${THREADS:-1}
-[[ -x $build/trainer ]] || { echo "moe_balance: build the trainer first" >&2; exit 2; }
-[[ -f $data/train.h5 ]] || BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-[[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 run() {  # run NAME ARGS...: "imbalance_first imbalance_last loss_last step_ms"
   local name=$1; shift
-  mpirun -np 1 --bind-to none "$build/trainer" --train-data "$data/train.h5" --arch llama \
+  "${mpirun[@]}" -np 1 "$build/trainer" --train-data "$data/train.h5" --arch llama \
     --n-layer 4 --n-head 4 --d-model 128 --seq-len 64 --global-batch-size 8 --micro-batch-size 8 \
     --n-experts 8 --top-k 2 --moe-ff 128 --steps "$steps" --lr 1e-3 --sample-tokens 0 \
     --eval-interval 0 --log-interval "$steps" --threads "$threads" --peak-gflops 100 \

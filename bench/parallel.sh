@@ -7,8 +7,9 @@
 #                                            prepare-data and grad-sync-bench built there)
 #
 # 1. Memory: a small GPT-2 (L8 H8 C256 V512 T64, global batch 8, micro-batch 2, 2 steps) at the
-#    layouts (dp,tp,pp) in LAYOUTS; the trainer's "per rank: X MiB" line (parameters, gradients
-#    and AdamW state of the largest rank) against the single-rank figure and 1/(tp*pp).
+#    layouts (dp,tp,pp) in LAYOUTS; the trainer's start-up "per rank (at most)" line (parameters
+#    and gradients + optimizer state, the AdamW state, of the largest rank) against the
+#    single-rank figure and 1/(tp*pp).
 # 2. Exposed communication at -np 2 --dp 2: L8 H8 C384 V512 T64, DP_STEPS steps, step 1 skipped,
 #    with --bucket-mb 1 (many buckets started during backward), the default 25 (for reference)
 #    and --bucket-mb 100000 (one bucket: the whole sum after backward, no overlap), DP_REPEATS
@@ -31,18 +32,9 @@
 # COMPRESS_SIZES (4M,64M), COMPRESS_STEPS (100).
 # Writes the report to BUILD_DIR/parallel-results.txt.
 set -euo pipefail
-
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/parallel.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/parallel-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-parallel.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
 read -r -a layouts <<< "${LAYOUTS:-1,1,1 2,1,1 1,2,1 1,1,2 1,2,2 2,2,2 1,4,1 1,1,4 1,4,2}"
 dp_steps=${DP_STEPS:-6}
 dp_repeats=${DP_REPEATS:-3}
@@ -60,21 +52,8 @@ if [[ ${compress_modes[0]:-} != none ]]; then
   echo "parallel: COMPRESS_MODES must start with none (the reference)" >&2
   exit 2
 fi
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# More ranks than cores: oversubscribe, and no binding (Open MPI would pin ranks to one core).
-mpirun=(mpirun --oversubscribe --bind-to none)
-
-for exe in trainer prepare-data grad-sync-bench; do
-  if [[ ! -x $build/$exe ]]; then
-    echo "parallel: $build/$exe not found; build it first" \
-         "(cmake --build $build --target trainer prepare-data grad-sync-bench)" >&2
-    exit 2
-  fi
-done
-if [[ ! -f $data/train.h5 ]]; then
-  BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-fi
+bench_needs trainer prepare-data grad-sync-bench
+bench_sample_data
 
 common=(--arch gpt2 --seq-len 64 --vocab-size 512 --global-batch-size 8 --micro-batch-size 2
         --threads 1 --sample-tokens 0 --eval-interval 0 --peak-gflops 100
@@ -94,9 +73,6 @@ train() {
   fi
 }
 
-# shellcheck source=bench/metrics_lib.sh
-source "$repo/bench/metrics_lib.sh"
-
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- 1. memory per rank by layout ----------------------------------------------------------------
@@ -106,9 +82,10 @@ for layout in "${layouts[@]}"; do
   np=$((dp * tp * pp))
   echo "parallel: memory, dp $dp tp $tp pp $pp ($np ranks)"
   train "mem-$dp-$tp-$pp" "$np" "${mem_model[@]}" --dp "$dp" --tp "$tp" --pp "$pp"
-  mib[$layout]=$(sed -n 's/^per rank: \([0-9.]*\) MiB.*/\1/p' "$scratch/mem-$dp-$tp-$pp.log")
+  mib[$layout]=$(sed -n 's/^per rank (at most): parameters and gradients \([0-9.]*\) MiB | optimizer state \([0-9.]*\) MiB.*/\1 \2/p' \
+                   "$scratch/mem-$dp-$tp-$pp.log" | awk '{ print $1 + $2 }')
   if [[ -z ${mib[$layout]} ]]; then
-    echo "parallel: no 'per rank: X MiB' line in the trainer's output (dp $dp tp $tp pp $pp)" >&2
+    echo "parallel: no 'per rank (at most)' line in the trainer's output (dp $dp tp $tp pp $pp)" >&2
     exit 1
   fi
 done
@@ -197,7 +174,7 @@ mode_model_line=$(grep -m1 '^mpitrain ' "$scratch/mode-${sync_ranks[0]}-none.log
   echo "#"
   echo "# == 1. Memory per rank by layout =="
   echo "# model: ${model_line:-?}"
-  echo "# trainer ${mem_model[*]} --global-batch-size 8 --micro-batch-size 2; \"per rank: X MiB\" ="
+  echo "# trainer ${mem_model[*]} --global-batch-size 8 --micro-batch-size 2; MiB per rank ="
   echo "# parameters + gradients + AdamW m and v (4 x 4 bytes per parameter) of the largest rank."
   printf '# %-10s %5s %12s %16s %10s %8s\n' "(dp,tp,pp)" ranks "MiB per rank" \
     "ratio to 1 rank" "1/(tp*pp)" "excess"

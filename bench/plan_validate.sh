@@ -24,17 +24,9 @@
 # one report. Exit code 0 unless a program fails (1); 2 = usage.
 # Environment: LAYOUTS, STEPS (5), REPEATS (2). Writes BUILD_DIR/plan-validate-results.txt.
 set -euo pipefail
-
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/plan_validate.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/plan-validate-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-planval.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
 
 read -r -a layouts <<< "${LAYOUTS:-1:1,1,1:4 1:1,1,1:1 2:2,1,1:4 2:1,2,1:4 2:1,1,2:4 2:1,1,2:1 2:1,1,2:8 2:2,1,1:1 4:2,1,2:2 4:1,2,2:4 4:4,1,1:4 4:1,1,4:4 2:1,1,2:4:full 1:1,1,1:8:selective}"
 steps=${STEPS:-5}
@@ -44,24 +36,14 @@ if (( steps < 2 || repeats < 1 )); then
   exit 2
 fi
 
-for exe in trainer plan prepare-data comm-bench sgemm-rate; do
-  if [[ ! -x $build/$exe ]]; then
-    echo "plan_validate: $build/$exe not found; build it first (cmake --build $build --target" \
-         "trainer plan prepare-data comm-bench sgemm-rate)" >&2
-    exit 2
-  fi
-done
+bench_needs trainer plan prepare-data comm-bench sgemm-rate
 if [[ ! -x /usr/bin/time ]]; then
   echo "plan_validate: GNU time (/usr/bin/time) is needed for each rank's peak RSS:" \
        "apt-get install time" >&2
   exit 2
 fi
-if [[ ! -f $data/train.h5 ]]; then
-  BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-fi
+bench_sample_data
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun=(mpirun --oversubscribe --bind-to none)
 cores=$(nproc)
 host_gib=$(awk '/^MemTotal:/ {printf "%.2f", $2 / 1048576}' /proc/meminfo)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -125,7 +107,7 @@ for spec in "${layouts[@]}"; do
   row=$("$build/plan" --config "$scratch/model.ini" --cpu --cores-per-node "$cores" \
         --ranks-per-node "$np" --host-mem "$host_gib" --peak-gflops "$peak" --intra-bw "$busbw" \
         --dp "$dp" --tp "$tp" --pp "$pp" --micro-batch-size "$mb" --zero "$zero" --recompute "$rc" \
-        --zero3-reshard-after-forward true --cp 1 --sequence-parallel false \
+        --cp 1 --sequence-parallel false \
         --top 1 | awk '$1 == 1 && $2 ~ /^dp/ {print $9 * 1024, $10}')
   [[ -n $row ]] || { echo "plan_validate: the planner has no row for $spec" >&2; exit 1; }
   meas_mib=$(cat "$scratch/$np-$dp-$tp-$pp-$mb-$rc-$zero-"*.rss.* | sort -n | tail -1 | awk '{print $1 / 1024}')

@@ -3,7 +3,7 @@
 # on PREP_MB (4) MB of the sample corpus (the fortunes text that tools/prepare-sample-data.sh
 # reads, repeated) split into PREP_FILES (8) input files, nanoGPT output.
 #
-#   bash bench/prepare_data.sh BUILD_DIR    (needs prepare-data built there)
+#   bash bench/prepare_data.sh [BUILD_DIR]  (needs prepare-data built there)
 #
 # Each figure: input bytes / wall time of the whole prepare-data run (reading, tokenizing,
 # writing, syncing), median of PREP_REPEATS (3) runs. gpt2 uses BUILD_DIR/gpt2-vocab (fetched by
@@ -12,23 +12,15 @@
 # Exit code: 0 unless a program fails (1); 2 = usage. Writes the table to
 # BUILD_DIR/prepare-data-results.txt as well.
 set -euo pipefail
-export LC_ALL=C  # a '.' decimal point in $EPOCHREALTIME and awk
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs prepare-data
 
-if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
-  echo "usage: bash bench/prepare_data.sh BUILD_DIR" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "$1" && pwd)
 prepare=$build/prepare-data
-results=$build/prepare-data-results.txt
 mb=${PREP_MB:-4} files=${PREP_FILES:-8} repeats=${PREP_REPEATS:-3}
 fortunes=${MPITRAIN_FORTUNES:-/usr/share/games/fortunes}
-[[ -x $prepare ]] || { echo "prepare_data: $prepare not found; build it first" >&2; exit 2; }
 [[ -d $fortunes ]] || { echo "prepare_data: $fortunes missing (apt-get install fortunes)" >&2; exit 2; }
-
-scratch=$(mktemp -d "$build/prepare-bench.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
 
 # The corpus: the fortunes text repeated to $mb MB, cut into $files files.
 find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort | xargs cat >"$scratch/once"

@@ -36,18 +36,13 @@
 # Writes the table to BUILD_DIR/bench-results.txt. The goals in the footer are informational:
 # the script exits 0 whether they are met or not, non-zero only if something fails.
 set -euo pipefail
-export LC_ALL=C
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+results=$build/bench-results.txt  # make bench's table
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-bench.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
-results=$build/bench-results.txt
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# One rank, threads on every core: Open MPI would otherwise bind a lone rank to one core.
-mpirun=(mpirun --oversubscribe --bind-to none -np 1)
+# One rank, threads on every core (--bind-to none: Open MPI would bind a lone rank to one core).
+mpirun+=(-np 1)
 
 declare -A model_args=(
   [tiny]="--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64"
@@ -63,15 +58,8 @@ for config in "${configs[@]}"; do
   fi
 done
 
-for exe in trainer sgemm-rate prepare-data; do
-  if [[ ! -x $build/$exe ]]; then
-    echo "bench: $build/$exe not found; build first (make build BUILD=$build)" >&2
-    exit 2
-  fi
-done
-if [[ ! -f $data/train.h5 ]]; then
-  BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-fi
+bench_needs trainer sgemm-rate prepare-data
+bench_sample_data
 
 # Theoretical fp32 peak: what /proc/cpuinfo and lscpu say; an empty value means "cannot be read".
 cpu_field() { awk -F': *' -v f="$1" '$1 ~ "^" f "[ \t]*$" { print $2; exit }' /proc/cpuinfo; }
@@ -126,8 +114,9 @@ else
   echo "bench: PyTorch column: $pytorch_label"
 fi
 
-# median FIELD FILE: median of FIELD over the step records of metrics.jsonl, first step skipped.
-median() {
+# step_median FIELD FILE: median of FIELD over the step records of metrics.jsonl, the first
+# step skipped.
+step_median() {
   local values
   values=$(grep '"step_ms"' "$2" | tail -n +2 | grep -o "\"$1\": [^,}]*" | awk '{print $2}' |
            sort -g)
@@ -168,9 +157,9 @@ for threads in "${thread_counts[@]}"; do
       echo "bench: the trainer failed ($config, $threads threads)" >&2
       exit 1
     fi
-    ms[$key]=$(median step_ms "$out/metrics.jsonl")
-    tps[$key]=$(median tokens_per_s "$out/metrics.jsonl")
-    of_sgemm[$key]=$(median mfu "$out/metrics.jsonl")
+    ms[$key]=$(step_median step_ms "$out/metrics.jsonl")
+    tps[$key]=$(step_median tokens_per_s "$out/metrics.jsonl")
+    of_sgemm[$key]=$(step_median mfu "$out/metrics.jsonl")
     echo "bench:   ${ms[$key]} ms/step"
     if [[ ${OP_PROFILE:-0} == 1 ]]; then
       echo "bench: mpitrain $config, $threads thread(s), --profile-ops"
@@ -305,8 +294,8 @@ if [[ ${BF16:-1} == 1 && $bf16_rate != n/a ]]; then
         echo "bench: the bf16 trainer failed ($config, $threads threads)" >&2
         exit 1
       fi
-      bf16_ms[$key]=$(median step_ms "$out/metrics.jsonl")
-      bf16_of[$key]=$(median mfu "$out/metrics.jsonl")
+      bf16_ms[$key]=$(step_median step_ms "$out/metrics.jsonl")
+      bf16_of[$key]=$(step_median mfu "$out/metrics.jsonl")
     done
   done
   {

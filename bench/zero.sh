@@ -23,18 +23,9 @@
 # 0 unless a program fails; 2 = usage. Environment: ZERO_STEPS (8), ZERO_REPEATS (2).
 # Writes the table to BUILD_DIR/zero-results.txt.
 set -euo pipefail
-export LC_ALL=C
-
-if [[ $# -gt 1 || ${1:-} == -h || ${1:-} == --help ]]; then
-  echo "usage: bash bench/zero.sh [BUILD_DIR]" >&2
-  exit 2
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$repo/build}" && pwd)
-data=$build/data
-results=$build/zero-results.txt
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/mpitrain-zero.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# shellcheck source=bench/bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+bench_start "$@"
 
 steps=${ZERO_STEPS:-8}
 repeats=${ZERO_REPEATS:-2}
@@ -43,20 +34,11 @@ if (( steps < 2 || repeats < 1 )); then
   exit 2
 fi
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # More ranks than cores may be: oversubscribe, and no binding (Open MPI would pin to one core).
 mpirun=(mpirun --oversubscribe --bind-to none -np 2)
 
-for exe in trainer prepare-data; do
-  if [[ ! -x $build/$exe ]]; then
-    echo "zero: $build/$exe not found; build it first" \
-         "(cmake --build $build --target trainer prepare-data)" >&2
-    exit 2
-  fi
-done
-if [[ ! -f $data/train.h5 ]]; then
-  BUILD_DIR=$build bash "$repo/tools/prepare-sample-data.sh" "$data"
-fi
+bench_needs trainer prepare-data
+bench_sample_data
 
 model=(--arch gpt2 --n-layer 8 --n-head 8 --d-model 512 --seq-len 64 --vocab-size 512
        --global-batch-size 8 --micro-batch-size 4 --dp 2 --tp 1 --pp 1 --threads 1
@@ -71,9 +53,6 @@ declare -A flags=(
   [zero3-keep]="--zero 3 --zero3-reshard-after-forward=false"
   [zero3-keep-no-prefetch]="--zero 3 --zero3-prefetch=false --zero3-reshard-after-forward=false"
 )
-
-# shellcheck source=bench/metrics_lib.sh
-source "$repo/bench/metrics_lib.sh"
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for config in "${configs[@]}"; do : > "$scratch/$config.steps"; done
