@@ -51,6 +51,13 @@ bench_sample_data() {
   fi
 }
 
+# cpu_has FLAG...: true when the first "flags" line of /proc/cpuinfo has every FLAG as a word.
+cpu_has() {
+  local flags f
+  flags=" $(awk -F': *' '$1 ~ /^flags[ \t]*$/ { print $2; exit }' /proc/cpuinfo) "
+  for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done
+}
+
 # median: of the numbers on stdin, one a line.
 median() {
   sort -g | awk '{ v[NR] = $1 } END {

@@ -31,11 +31,9 @@ own=$(sed -n "s/.*the library's own choice was \([A-Za-z0-9]*\).*/\1/p" <<< "$ch
 own=${own:-$chosen}
 # The other ISA's kernels, where this CPU has their instructions (a kernel it lacks dies of SIGILL):
 # SkylakeX needs AVX-512 F, BW, VL and DQ, Haswell AVX2 and FMA.
-flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-has() { local f; for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
 others=()
-if has avx512f avx512bw avx512vl avx512dq; then others+=(SkylakeX); fi
-if has avx2 fma; then others+=(Haswell); fi
+if cpu_has avx512f avx512bw avx512vl avx512dq; then others+=(SkylakeX); fi
+if cpu_has avx2 fma; then others+=(Haswell); fi
 kernels=("$own")
 for k in "$chosen" "${others[@]}"; do [[ " ${kernels[*]} " == *" $k "* ]] || kernels+=("$k"); done
 echo "bench: $chosen_line; kernels: ${kernels[*]}; $config, $steps steps, $rounds rounds"

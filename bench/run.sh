@@ -63,14 +63,13 @@ bench_sample_data
 
 # Theoretical fp32 peak: what /proc/cpuinfo and lscpu say; an empty value means "cannot be read".
 cpu_field() { awk -F': *' -v f="$1" '$1 ~ "^" f "[ \t]*$" { print $2; exit }' /proc/cpuinfo; }
-flags=" $(cpu_field flags) "
 lanes="" lanes_why="no avx2+fma or avx512f in /proc/cpuinfo flags"
-if [[ $flags == *" avx512f "* ]]; then
+if cpu_has avx512f; then
   lanes=16 lanes_why="avx512f"
   if [[ $(cpu_field vendor_id) == AuthenticAMD && $(cpu_field "cpu family") == 25 ]]; then
     lanes=8 lanes_why="avx512f on AMD family 25 (Zen 4: 512-bit FMAs as two 256-bit halves)"
   fi
-elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then
+elif cpu_has avx2 fma; then
   lanes=8 lanes_why="avx2+fma"
 fi
 fma_units=2
