@@ -1,6 +1,6 @@
-// storage-gemm: the CPU backend's linear layer of GPT-2 small (C 768; the qkv projection, OC
-// 2304, and the head, OC 50304) on N tokens, forward (out = inp W^T + b) and backward (dinp,
-// dW, db), five ways:
+// storage-gemm: the CPU backend's linear layers of GPT-2 small (C 768: the qkv projection, the
+// attention's output projection, the MLP's two, each 12 times a step, and the head, OC 50304) on N
+// tokens, forward (out = inp W^T + b) and backward (dinp, dW, db), five ways:
 //   fp32      CpuBackend<float>: one sgemm per product, fp32 tensors;
 //   emulated  the same on bf16 values in fp32 containers, the outputs rounded (round_to), as
 //             --precision bf16 ran before 2-byte tensors;
@@ -13,13 +13,18 @@
 //
 //   storage-gemm [--tokens 1024] [--threads 2] [--repeats 5]
 //
-// Prints the median of `repeats` calls (after one warm-up call) in ms and each way's time over
-// fp32's. The head's tensors take ~1.5 GB.
+// The ways take turns: each of `repeats` rounds (after one warm-up call of each) calls every way
+// once, so a load that comes and goes on a shared host falls on all of them alike. Each cell: the
+// median ms over the rounds, and (x) the median over the rounds of that round's time over fp32's
+// in the same round. The last row sums one step's products at N tokens (12 of each block layer, 1
+// head): the medians' ms, and the rows' ratios weighted by their fp32 ms. The head's tensors take
+// ~1.5 GB.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,32 +43,69 @@ using mpitrain::Precision;
 
 constexpr int kC = 768;
 
-template <class F>
-double median_ms(int repeats, F&& f) {
-  f();  // warm-up: first-use allocations, oneDNN primitives
-  std::vector<double> ms;
+// GPT-2 small's linear layers: in and out widths, and how many a step runs.
+struct LayerShape {
+  const char* name;
+  int IC, OC, per_step;
+};
+constexpr LayerShape kLayers[] = {{"qkv", kC, 3 * kC, 12},
+                                  {"proj", kC, kC, 12},
+                                  {"fc", kC, 4 * kC, 12},
+                                  {"fcproj", 4 * kC, kC, 12},
+                                  {"head", kC, 50304, 1}};
+constexpr int kWays = 5;  // fp32, emulated, oracle, bf16, fp16
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double ms_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Every way once (warm-up: first-use allocations, oneDNN primitives), then `repeats` rounds of
+// every way in turn; each way's median ms and median ratio to way 0 in the same round.
+struct Timed {
+  double ms[kWays], ratio[kWays];
+};
+Timed take_turns(int repeats, const std::function<void()> (&ways)[kWays]) {
+  for (const auto& f : ways) f();
+  std::vector<double> ms[kWays], ratio[kWays];
   for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    double round[kWays];
+    for (int w = 0; w < kWays; ++w) round[w] = ms_of(ways[w]);
+    for (int w = 0; w < kWays; ++w) {
+      ms[w].push_back(round[w]);
+      ratio[w].push_back(round[w] / round[0]);
+    }
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  Timed t{};
+  for (int w = 0; w < kWays; ++w) {
+    t.ms[w] = median(ms[w]);
+    t.ratio[w] = median(ratio[w]);
+  }
+  return t;
 }
 
 // The tensors of one linear layer on a backend, compute tensors stored as `dtype`, filled with
 // the same bf16 values for every way.
 struct Layer {
   CpuBackend<float>& be;
+  int N, IC, OC;
   size_t ni, nw, no;
   Buf<float> inp, w, b, out, dout, dinp;
   float *dw, *db;
 
-  Layer(CpuBackend<float>& backend, Precision dtype, int N, int OC)
+  Layer(CpuBackend<float>& backend, Precision dtype, int tokens, const LayerShape& shape)
       : be(backend),
-        ni(static_cast<size_t>(N) * kC),
-        nw(static_cast<size_t>(OC) * kC),
+        N(tokens),
+        IC(shape.IC),
+        OC(shape.OC),
+        ni(static_cast<size_t>(N) * IC),
+        nw(static_cast<size_t>(OC) * IC),
         no(static_cast<size_t>(N) * OC) {
     inp = filled(ni, dtype, 1);
     w = filled(nw, dtype, 2);
@@ -119,38 +161,49 @@ int main(int argc, char** argv) {
             repeats = option(argc, argv, "--repeats", 5);
   CpuBackend<float> fp32(threads), bf16(threads, Precision::Bf16), fp16(threads, Precision::Fp16);
   std::printf(
-      "storage-gemm: linear layers of GPT-2 small, N=%d K=%d, %d threads, median of %d "
-      "calls, ms (x fp32); bf16 kernels: %s\n",
-      N, kC, threads, repeats, bf16.bf16_gemms() ? "oneDNN" : "blocked sgemm");
-  std::printf("%-6s %-8s %10s %18s %18s %18s %18s\n", "OC", "pass", "fp32", "emulated", "oracle",
-              "bf16", "fp16");
-  for (const int OC : {3 * kC, 50304}) {
-    Layer f32(fp32, Precision::Fp32, N, OC), oracle(bf16, Precision::Fp32, N, OC),
-        half(bf16, Precision::Bf16, N, OC), fp16_layer(fp16, Precision::Fp16, N, OC);
-    const auto forward = [&](Layer& l, bool round) {
-      return [&l, round, N, OC] {
-        l.be.matmul_forward(l.out, l.inp, l.w, l.b, N, kC, OC);
+      "storage-gemm: linear layers of GPT-2 small, N=%d, %d threads, %d rounds taking turns, "
+      "median ms (median x fp32 in the same round); bf16 kernels: %s\n",
+      N, threads, repeats, bf16.bf16_gemms() ? "oneDNN" : "blocked sgemm");
+  std::printf("%-7s %-5s %-5s %-8s %9s %18s %18s %18s %18s\n", "layer", "IC", "OC", "pass", "fp32",
+              "emulated", "oracle", "bf16", "fp16");
+  // one step's products: each way's ms, and its ratios weighted by fp32's ms
+  double step[kWays] = {}, step_ratio[kWays] = {};
+  for (const LayerShape& shape : kLayers) {
+    Layer f32(fp32, Precision::Fp32, N, shape), oracle(bf16, Precision::Fp32, N, shape),
+        half(bf16, Precision::Bf16, N, shape), fp16_layer(fp16, Precision::Fp16, N, shape);
+    const auto forward = [](Layer& l, bool round) {
+      return [&l, round] {
+        l.be.matmul_forward(l.out, l.inp, l.w, l.b, l.N, l.IC, l.OC);
         if (round) l.be.round_to(l.out.full(), l.no, Precision::Bf16);
       };
     };
-    const auto backward = [&](Layer& l, bool round) {
-      return [&l, round, N, OC] {
-        l.be.matmul_backward(l.dinp, l.dw, l.db, l.dout, l.inp, l.w, N, kC, OC, GradWrite::Add);
+    const auto backward = [](Layer& l, bool round) {
+      return [&l, round] {
+        l.be.matmul_backward(l.dinp, l.dw, l.db, l.dout, l.inp, l.w, l.N, l.IC, l.OC,
+                             GradWrite::Add);
         if (round) l.be.round_to(l.dinp.full(), l.ni, Precision::Bf16);
       };
     };
     for (const bool fwd : {true, false}) {
-      const auto pass = [&](Layer& l, bool round) {
-        return fwd ? median_ms(repeats, forward(l, round)) : median_ms(repeats, backward(l, round));
+      const auto way = [&](Layer& l, bool round) {
+        return fwd ? std::function<void()>(forward(l, round))
+                   : std::function<void()>(backward(l, round));
       };
-      const double base = pass(f32, false), emulated = pass(f32, true),
-                   blocked_oracle = pass(oracle, true), blocked = pass(half, false),
-                   half16 = pass(fp16_layer, false);
-      std::printf("%-6d %-8s %10.1f %10.1f (%4.2f) %10.1f (%4.2f) %10.1f (%4.2f) %10.1f (%4.2f)\n",
-                  OC, fwd ? "forward" : "backward", base, emulated, emulated / base,
-                  blocked_oracle, blocked_oracle / base, blocked, blocked / base, half16,
-                  half16 / base);
+      const std::function<void()> ways[kWays] = {way(f32, false), way(f32, true), way(oracle, true),
+                                                 way(half, false), way(fp16_layer, false)};
+      const Timed t = take_turns(repeats, ways);
+      std::printf("%-7s %-5d %-5d %-8s %9.1f", shape.name, shape.IC, shape.OC,
+                  fwd ? "forward" : "backward", t.ms[0]);
+      for (int w = 1; w < kWays; ++w) std::printf(" %10.1f (%4.2f)", t.ms[w], t.ratio[w]);
+      std::printf("\n");
+      for (int w = 0; w < kWays; ++w) {
+        step[w] += shape.per_step * t.ms[w];
+        step_ratio[w] += shape.per_step * t.ms[0] * t.ratio[w];
+      }
     }
   }
+  std::printf("%-7s %-5s %-5s %-8s %9.1f", "a step", "", "", "both", step[0]);
+  for (int w = 1; w < kWays; ++w) std::printf(" %10.1f (%4.2f)", step[w], step_ratio[w] / step[0]);
+  std::printf("\n");
   return 0;
 }
