@@ -9,8 +9,14 @@
 
 namespace mpitrain::cpu {
 
-// Elements of one tile of A, B or C: 4 MiB of floats each.
-inline constexpr size_t kTileElems = size_t{1} << 20;
+// Elements of one tile of A, B or C: 16 MiB of floats each (the three slots: up to 49 MiB of
+// scratch, grown only as far as a product needs). Each tile is one sgemm call, which packs its
+// operands anew, the held one too (GPT-2's head: 50 calls with 4 MiB tiles, 13 with these).
+// GPT-2 small's products at 1024 tokens over fp32's time (`storage-gemm`, the ways in turn; AMD
+// EPYC Zen 3, 2 threads, four runs each): on OpenBLAS Zen, the library's choice there, fp16
+// 1.06-1.11x -> 1.01-1.04x, bf16 without bf16 instructions 1.08-1.12x -> 1.02-1.07x; with
+// OpenBLAS Haswell forced no gain (1.05-1.06x before, 1.05-1.09x after; two runs each).
+inline constexpr size_t kTileElems = size_t{1} << 22;
 
 // A tile's row stride in the scratch: its width, 16 more where that is a multiple of 1024 (rows
 // 4 KiB apart fall on the same cache sets: GPT-2 small's head forward on fp16, 1024-column tiles

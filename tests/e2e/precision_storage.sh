@@ -59,15 +59,20 @@ cmp -s "$SCRATCH/across.loss" "$SCRATCH/gpt2-bf16-1--2byte.loss" || {
 echo "2-byte run resumed on the emulated path: losses equal the uninterrupted run's"
 
 # Memory, one rank, a model whose weights and activations dominate the process (8 blocks, d 256,
-# vocabulary 8192, T 128, micro-batch 4): the trainer's accounting shows the compute weights
+# vocabulary 2048, T 128, micro-batch 4): the trainer's accounting shows the compute weights
 # halved (parameters + gradients (2 + 4) / (4 + 4) = 0.75 of the emulated run's) and the
 # activations close to half (the fp32 statistics stay); the measured peak RSS falls by at least
 # 0.8 of the accounted saving (halving only the activations or only the weights would save at
-# most 0.75 of it). Measured on an AMD EPYC Zen 5: 0.90-0.92 without bf16 kernels
-# (ONEDNN_MAX_CPU_ISA=AVX2: 57.8-58.7 of 64.1 MiB), 1.19 with them. With 4 blocks the emulated
+# most 0.76 of it). Without bf16 kernels the 2-byte run alone holds the blocked sgemm's fp32 tile
+# of a 2-byte product's output, which the accounting leaves out: here the head's, 512 tokens x
+# 2048 = 4 MiB; with vocabulary 8192 it is 16 MiB (tiles of up to 2^22 floats), and the run saved
+# 46.6 of 64.1 MiB (0.73); with 4096, 8 MiB, 46.1-50.0 of 58.1 (0.79-0.86). Measured on an AMD
+# EPYC Zen 3 (AVX2): 46.9-53.1 of 55.1 MiB (0.85-0.96, five runs); on a Zen 5 with vocabulary
+# 8192 and 2^20-float tiles 0.90-0.92 without bf16 kernels (ONEDNN_MAX_CPU_ISA=AVX2), 1.19 with
+# them. With 4 blocks the emulated
 # run's peak moved by 5 MiB from run to run, and one run in five saved 32.2 of 40.1 (0.80).
 mem_args=(--train-data "$DATA_DIR/train.h5" --n-layer 8 --n-head 4 --d-model 256 --seq-len 128
-          --vocab-size 8192 --global-batch-size 4 --micro-batch-size 4 --steps 2 --precision bf16
+          --vocab-size 2048 --global-batch-size 4 --micro-batch-size 4 --steps 2 --precision bf16
           --threads 1 --sample-tokens 0 --eval-interval 0 --peak-gflops 100)
 run_trainer 1 "$SCRATCH/mem-2byte.log" "${mem_args[@]}" --out-dir "$SCRATCH/mem-2byte"
 [ "$rc" = 0 ] || { cat "$SCRATCH/mem-2byte.log"; fail "memory run (2-byte) exited $rc"; }

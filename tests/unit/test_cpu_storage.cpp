@@ -10,7 +10,7 @@
 //       covers the handful of other roundings per element (exp_fast's ~2 ulp among them).
 // Shapes: a small one, and ones spanning several staged blocks (kBlockElems = 2^18 elements:
 // odd row sizes, partial last blocks, several sequences per block and a sequence larger than a
-// block) and several GEMM tiles (kTileElems = 2^20: a large-vocabulary forward, a large-K dinp,
+// block) and several GEMM tiles (kTileElems = 2^22: a large-vocabulary forward, a large-K dinp,
 // tiles of 1024-wide rows, padded).
 #include <gtest/gtest.h>
 
@@ -343,11 +343,11 @@ TEST_P(CpuStorage, LinearLayer) {
   const Precision p = GetParam();
   for (const bool bias : {true, false}) check(linear({7, 33, 65}, p, bias), p);
   check(linear({257, 129, 77}, p, true), p);
-  // forward: the vocabulary in 2 tiles; dinp: K = 5000 in 2 chunks; dweight: 2 tiles of OC
-  check(linear({300, 300, 5000}, p, true), p);
-  check(linear({5000, 300, 301}, p, true), p);  // the rows in 2 tiles
-  // tiles 1024 wide, their rows padded in the scratch (tile_ld): C's in forward, op(A)'s in dinp
-  // (K = 2048 whole) and in dweight (A^T: 1024 of OC's 2048 columns)
+  // forward: the vocabulary in 2 tiles; dinp: K = 14500 in 2 chunks; dweight: 2 tiles of OC
+  check(linear({300, 300, 14500}, p, true), p);
+  check(linear({14500, 16, 301}, p, true), p);  // the rows in 2 tiles
+  // tiles 1024 wide or more, their rows padded in the scratch (tile_ld): C's in forward, op(A)'s
+  // in dinp (K = 2048 whole) and in dweight (A^T: OC's 2048 columns)
   check(linear({1024, 64, 2048}, p, false), p);
 }
 

@@ -259,30 +259,30 @@ TEST(PlannerMemory, ContextParallelHoldsTheChunksAndTheRing) {
 }
 
 // On the CPU, 2-byte tensors are widened into four fp32 staging slots that only grow: the first
-// three to a blocked product's tile (2^20 floats and its rows' padding, 2^14: 1064960) at least,
+// three to a blocked product's tile (2^22 floats and its rows' padding, 2^16: 4259840) at least,
 // the fourth to the other staged ops' blocks (2^18), and the attention's whole sequences where
-// larger. T 65536 of the tiny model (QKV 24, A 8 floats a row): qkv, its keys and dqkv 1572864
-// floats each, dout 524288: 5242880 floats. Context parallelism 2 (T 131072, 65536 rows): qkv and
-// keys 1572864 each, dout 524288 -> 1064960 (the tiles), the fourth slot 262144: 4472832. Short
-// sequences: the floors, 3457024.
+// larger. T 262144 of the tiny model (QKV 24, A 8 floats a row): qkv, its keys and dqkv 6291456
+// floats each, dout 2097152: 20971520 floats. Context parallelism 2 (T 524288, 262144 rows): qkv
+// and keys 6291456 each, dout 2097152 -> 4259840 (the tiles), the fourth slot 262144: 17104896.
+// Short sequences: the floors, 13041664.
 TEST(PlannerMemory, TwoByteCpuStagingHoldsTilesAndWholeSequences) {
-  EXPECT_EQ(cpu_staging_bytes(1, 65536, 2, 2, 4, false), 5242880u * 4);
-  EXPECT_EQ(cpu_staging_bytes(1, 65536, 2, 2, 4, true), 4472832u * 4);
-  EXPECT_EQ(cpu_staging_bytes(2, 64, 2, 2, 4, false), 3457024u * 4);
+  EXPECT_EQ(cpu_staging_bytes(1, 262144, 2, 2, 4, false), 20971520u * 4);
+  EXPECT_EQ(cpu_staging_bytes(1, 262144, 2, 2, 4, true), 17104896u * 4);
+  EXPECT_EQ(cpu_staging_bytes(2, 64, 2, 2, 4, false), 13041664u * 4);
   ModelConfig c = tiny();
-  c.max_seq_len = 131072;
+  c.max_seq_len = 524288;
   RunShape run = tiny_run();
-  run.seq_len = 65536;
+  run.seq_len = 262144;
   run.global_batch = 1;
   Layout one{1, 1, 1, 1, 0, Recompute::None};
   const double fp32 = layout_memory(c, run, one, 0.0).buffers;
   run.precision = Precision::Bf16;
-  EXPECT_DOUBLE_EQ(layout_memory(c, run, one, 0.0).buffers - fp32, 5242880.0 * 4);
-  run.seq_len = 131072;
+  EXPECT_DOUBLE_EQ(layout_memory(c, run, one, 0.0).buffers - fp32, 20971520.0 * 4);
+  run.seq_len = 524288;
   one.cp = 2;
   const double cp_bf16 = layout_memory(c, run, one, 0.0).buffers;
   run.precision = Precision::Fp32;
-  EXPECT_DOUBLE_EQ(cp_bf16 - layout_memory(c, run, one, 0.0).buffers, 4472832.0 * 4);
+  EXPECT_DOUBLE_EQ(cp_bf16 - layout_memory(c, run, one, 0.0).buffers, 17104896.0 * 4);
   run.gpu = true;  // the GPU's attention reads 2-byte tensors in place
   run.precision = Precision::Bf16;
   EXPECT_EQ(layout_memory(c, run, one, 0.0).buffers, 0.0);
