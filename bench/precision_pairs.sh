@@ -4,7 +4,7 @@
 # swapped. Both runs of a pair meet the same load from other work, which on a shared VM moves the
 # step time by more than 2-byte storage costs (alternating GPT-2 small runs on 2 cores: +-15%
 # between runs, against 1-10% for the products), so a pair's ratio holds where alternating runs'
-# do not. The price: each run has half the CPUs (THREADS each), the two share the memory
+# do not. The price: each run has half the CPUs and as many threads, the two share the memory
 # bandwidth and the last-level cache, and one half may be slower than the other (hence the swap).
 # Per pair: the median step time of each run (steps after the first) and their ratio; per
 # precision: the step speed against fp32, the geometric mean of its pairs' time ratios, inverted.
@@ -39,7 +39,7 @@ threads=$((${#cpus[@]} / 2))
 ((threads >= 1)) || { echo "$name: needs at least 2 CPUs, this process may use ${#cpus[@]}" >&2; exit 2; }
 half=("$(IFS=,; echo "${cpus[*]:0:threads}")" "$(IFS=,; echo "${cpus[*]:threads:threads}")")
 
-run() {  # run PRECISION CPUS NAME: the trainer on those CPUs, in the background of pair
+run() {  # run PRECISION CPUS NAME: the trainer on those CPUs (each pair runs two at once)
   # shellcheck disable=SC2086  # model holds several words
   taskset -c "$2" "$build/trainer" $model --arch gpt2 --global-batch-size 4 \
     --micro-batch-size 4 --steps "$steps" --threads "$threads" --precision "$1" --peak-gflops 100 \
