@@ -51,11 +51,34 @@ bench_sample_data() {
   fi
 }
 
+# cpu_field NAME: the value of the first "NAME" line of /proc/cpuinfo ("model name", "flags"); empty
+# where there is none.
+cpu_field() { awk -F': *' -v f="$1" '$1 ~ "^" f "[ \t]*$" { print $2; exit }' /proc/cpuinfo; }
+
 # cpu_has FLAG...: true when the first "flags" line of /proc/cpuinfo has every FLAG as a word.
 cpu_has() {
   local flags f
-  flags=" $(awk -F': *' '$1 ~ /^flags[ \t]*$/ { print $2; exit }' /proc/cpuinfo) "
+  flags=" $(cpu_field flags) "
   for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done
+}
+
+# bench_gpt2_config CONFIG: sets gpt2_run, the trainer's options for one GPT-2 configuration on
+# the sample corpus, all but --threads and --out-dir (global and micro-batch 4, no evaluation or
+# sampling, --peak-gflops 100), and steps: STEPS, else the configuration's default. CONFIG is tiny
+# (L4 H4 C128 V512 T64; 21 steps) or gpt2-small (L12 H12 C768 V50304 T256; 4 steps); exit 2
+# otherwise.
+bench_gpt2_config() {
+  local shape
+  case $1 in
+    tiny) shape=(--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64) steps=${STEPS:-21} ;;
+    gpt2-small) shape=(--n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256)
+                steps=${STEPS:-4} ;;
+    *) echo "$name: CONFIG must be tiny or gpt2-small, not '$1'" >&2; exit 2 ;;
+  esac
+  # shellcheck disable=SC2034  # gpt2_run: for the scripts that source this file
+  gpt2_run=(--arch gpt2 "${shape[@]}" --global-batch-size 4 --micro-batch-size 4 --steps "$steps"
+            --peak-gflops 100 --lr 1e-4 --train-data "$data/train.h5" --val-data ''
+            --eval-interval 0 --sample-tokens 0)
 }
 
 # median: of the numbers on stdin, one a line.

@@ -15,12 +15,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
 bench_start "$@"
 config=${CONFIG:-tiny} rounds=${ROUNDS:-3}
-case $config in
-  tiny) model="--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64" steps=${STEPS:-21} ;;
-  gpt2-small) model="--n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256"
-              steps=${STEPS:-4} ;;
-  *) echo "bench: CONFIG must be tiny or gpt2-small, not '$config'" >&2; exit 2 ;;
-esac
+bench_gpt2_config "$config"
 bench_needs trainer sgemm-rate prepare-data
 bench_sample_data
 
@@ -49,11 +44,8 @@ for ((round = 1; round <= rounds; round++)); do
       fi
     done
     out=$scratch/$k-$round
-    # shellcheck disable=SC2086  # model holds several words
-    OPENBLAS_CORETYPE=$k "${mpirun[@]}" -np 1 "$build/trainer" $model \
-      --arch gpt2 --global-batch-size 4 --micro-batch-size 4 --steps "$steps" --threads 2 \
-      --peak-gflops 100 --lr 1e-4 --train-data "$data/train.h5" --val-data '' \
-      --eval-interval 0 --sample-tokens 0 --out-dir "$out" > "$out.log" 2>&1 ||
+    OPENBLAS_CORETYPE=$k "${mpirun[@]}" -np 1 "$build/trainer" "${gpt2_run[@]}" --threads 2 \
+      --out-dir "$out" > "$out.log" 2>&1 ||
       { cat "$out.log" >&2; echo "bench: the trainer failed ($k)" >&2; exit 1; }
     grep -q "^fp32 products on rank 0: OpenBLAS $k " "$out.log" ||
       { echo "bench: the trainer did not run $k: $(grep '^fp32 products' "$out.log")" >&2; exit 1; }
@@ -62,7 +54,7 @@ for ((round = 1; round <= rounds; round++)); do
   done
 done
 
-echo "# OpenBLAS kernels, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
+echo "# OpenBLAS kernels, $(cpu_field "model name")," \
      "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $chosen_line"
 printf '# %-12s %10s %10s %12s | %s\n' kernel "sgemm 1t" "sgemm 2t" "$config ms" "x the library's own ($own): sgemm 1t, 2t, step speed"

@@ -148,7 +148,7 @@ loaded_med=$(printf '%s\n' "${resume_loaded[@]}" | median)
 # ---- the report ------------------------------------------------------------------------------------
 {
   echo "# mpitrain checkpoint benchmark ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname))"
-  echo "# CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores;" \
+  echo "# CPU: $(cpu_field "model name"), $(nproc) cores;" \
        "load average at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# disk: $(df -h --output=source,fstype,size "$build" | tail -n 1 | tr -s ' ');" \
        "$(mpirun --version 2>/dev/null | head -n 1); mpirun --oversubscribe --bind-to none"

@@ -166,7 +166,7 @@ mode_model_line=$(grep -m1 '^mpitrain ' "$scratch/mode-${sync_ranks[0]}-none.log
 # ---- the report ------------------------------------------------------------------------------------
 {
   echo "# mpitrain 3D-parallelism benchmark ($(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname))"
-  echo "# CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores;" \
+  echo "# CPU: $(cpu_field "model name"), $(nproc) cores;" \
        "load average at start: $load_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $(mpirun --version 2>/dev/null | head -n 1); mpirun --oversubscribe --bind-to none, 1 thread per rank"
   echo "# Everything below was measured in this one run; the machine is shared and noisy: compare"

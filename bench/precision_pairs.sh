@@ -19,12 +19,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
 bench_start "$@"
 config=${CONFIG:-gpt2-small} pairs=${PAIRS:-1}
-case $config in
-  gpt2-small) model="--n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256"
-              steps=${STEPS:-4} ;;
-  tiny) model="--n-layer 4 --n-head 4 --d-model 128 --vocab-size 512 --seq-len 64" steps=${STEPS:-21} ;;
-  *) echo "$name: CONFIG must be gpt2-small or tiny, not '$config'" >&2; exit 2 ;;
-esac
+bench_gpt2_config "$config"
 bench_needs trainer
 command -v taskset > /dev/null || { echo "$name: needs taskset (util-linux)" >&2; exit 2; }
 bench_sample_data
@@ -40,10 +35,7 @@ threads=$((${#cpus[@]} / 2))
 half=("$(IFS=,; echo "${cpus[*]:0:threads}")" "$(IFS=,; echo "${cpus[*]:threads:threads}")")
 
 run() {  # run PRECISION CPUS NAME: the trainer on those CPUs (each pair runs two at once)
-  # shellcheck disable=SC2086  # model holds several words
-  taskset -c "$2" "$build/trainer" $model --arch gpt2 --global-batch-size 4 \
-    --micro-batch-size 4 --steps "$steps" --threads "$threads" --precision "$1" --peak-gflops 100 \
-    --lr 1e-4 --train-data "$data/train.h5" --val-data '' --eval-interval 0 --sample-tokens 0 \
+  taskset -c "$2" "$build/trainer" "${gpt2_run[@]}" --threads "$threads" --precision "$1" \
     --out-dir "$scratch/$3" > "$scratch/$3.log" 2>&1 ||
     { cat "$scratch/$3.log" >&2; echo "$name: the trainer failed ($1 on CPUs $2)" >&2; return 1; }
 }
@@ -51,7 +43,7 @@ step_ms() { step_times "$scratch/$1/metrics.jsonl" | awk '{ print $1 }' | median
 
 {
 echo "# precision pairs, $config, $steps steps (median after the first), $threads thread(s) a run," \
-     "CPUs ${half[0]} | ${half[1]}; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
+     "CPUs ${half[0]} | ${half[1]}; $(cpu_field "model name")," \
      "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '# %-9s %-8s %14s %14s %16s\n' precision pair "fp32 ms" "its ms" "time / fp32's"
 for prec in ${PRECISIONS:-fp16 bf16}; do

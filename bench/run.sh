@@ -62,7 +62,6 @@ bench_needs trainer sgemm-rate prepare-data
 bench_sample_data
 
 # Theoretical fp32 peak: what /proc/cpuinfo and lscpu say; an empty value means "cannot be read".
-cpu_field() { awk -F': *' -v f="$1" '$1 ~ "^" f "[ \t]*$" { print $2; exit }' /proc/cpuinfo; }
 lanes="" lanes_why="no avx2+fma or avx512f in /proc/cpuinfo flags"
 if cpu_has avx512f; then
   lanes=16 lanes_why="avx512f"
