@@ -8,7 +8,8 @@
 #    width (L12 H12 KV4 C768 F2048 V32000), T=256, micro-batch 2, -np 2 --dp 2, 2 steps, for
 #    precision fp32 / bf16 / bf16e x ZeRO-1 off/on x recompute none/selective/full: the measured
 #    peak RSS (max over ranks, metrics.jsonl's peak_rss_mib) next to the trainer's own accounting
-#    (parameters + gradients, optimizer state incl. fp32 master weights, activations). bf16 keeps
+#    (parameters + gradients, optimizer state incl. fp32 master weights, activations; the host
+#    scratch, metrics.jsonl's host_scratch_mib: the fp32 staging of 2-byte tensors). bf16 keeps
 #    activations, activation gradients and the compute weights in 2 bytes; bf16e is the emulated
 #    path (MPITRAIN_PRECISION_STORAGE=fp32: the same numbers in fp32 containers), what bf16 was
 #    before 2-byte storage.
@@ -57,16 +58,17 @@ parts=${PARTS:-1 2 3 4}
 if [[ " $parts " == *" 1 "* ]]; then
 echo
 echo "1. Peak memory per rank (MiB), -np 2 --dp 2, T=256, micro-batch 2"
-printf "%-11s %-5s %-4s %-10s %12s %12s %12s %12s\n" model prec zero recompute "params+grads" optimizer activations "peak RSS"
+printf "%-11s %-5s %-4s %-10s %12s %12s %12s %12s %12s\n" model prec zero recompute "params+grads" optimizer activations "host scratch" "peak RSS"
 for model in ${MODELS:-gpt2 llama}; do
   declare -n args=$model
   for prec in fp32 bf16 bf16e; do for zero in ${ZERO:-0 1}; do for rc in ${RECOMPUTE:-none selective full}; do
     name="mem-$model-$prec-$zero-$rc"
     run "$name" 2 "${args[@]}" --seq-len 256 --global-batch-size 4 --micro-batch-size 2 --dp 2 \
       --steps 2 --threads 1 --precision $prec --zero $zero --recompute $rc
-    printf "%-11s %-5s %-4s %-10s %12s %12s %12s %12s\n" "$model" $prec $zero $rc \
+    printf "%-11s %-5s %-4s %-10s %12s %12s %12s %12s %12s\n" "$model" $prec $zero $rc \
       "$(field "$name" "parameters and gradients")" "$(field "$name" "optimizer state")" \
-      "$(field "$name" "activations")" "$(metric "$scratch/$name/metrics.jsonl" peak_rss_mib | tail -1)"
+      "$(field "$name" "activations")" "$(metric "$scratch/$name/metrics.jsonl" host_scratch_mib | tail -1)" \
+      "$(metric "$scratch/$name/metrics.jsonl" peak_rss_mib | tail -1)"
   done; done; done
 done
 fi

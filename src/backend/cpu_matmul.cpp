@@ -39,6 +39,11 @@ bool CpuBackend<T>::bf16_gemms() const {
   return bf16_ != nullptr && bf16_->native();
 }
 
+template <typename T>
+size_t CpuBackend<T>::host_scratch_bytes() const {
+  return staging_->bytes() + (bf16_ ? bf16_->scratch_bytes() : 0);
+}
+
 namespace {
 
 // The product as a RowProduct where the products are fp32 and every operand is stored in T.
@@ -143,6 +148,7 @@ void CpuBackend<T>::matmul_backward(Buf<T> dinp, T* dweight, T* dbias, CBuf<T> d
 #define MPITRAIN_INSTANTIATE(T)                                                                  \
   template CpuBackend<T>::CpuBackend(int, Precision, CpuPages);                                  \
   template bool CpuBackend<T>::bf16_gemms() const;                                               \
+  template size_t CpuBackend<T>::host_scratch_bytes() const;                                     \
   template void CpuBackend<T>::matmul_forward(Buf<T>, CBuf<T>, CBuf<T>, CBuf<T>, int, int, int); \
   template void CpuBackend<T>::matmul_backward(Buf<T>, T*, T*, CBuf<T>, CBuf<T>, CBuf<T>, int,   \
                                                int, int, GradWrite);

@@ -75,6 +75,10 @@ class Bf16Matmul {
   static constexpr int kChunk = 4096;
 
   bool native() const { return native_; }  // avx512_bf16 (or AMX) present and enabled
+  // Held now by the operands' bf16 copies, the packed B, the fp32 sums and oneDNN's scratchpad.
+  size_t scratch_bytes() const {
+    return a_.bytes() + b_.bytes() + scratchpad_.bytes() + sum_.bytes() + packed_b_.bytes();
+  }
   // The name of the oneDNN implementation that runs C(M,N) = op(A) op(B) (contiguous operands;
   // of its first piece where it goes in pieces): "gemm:jit", "brg:avx512_core_bf16", ...; empty
   // where no bf16 kernel runs it. Plans the product as multiply would.

@@ -24,6 +24,12 @@ void* ScratchBuffer::reserve(size_t bytes) {
   return data_.get();
 }
 
+size_t Staging::bytes() const {
+  size_t sum = 0;
+  for (const ScratchBuffer& slot : slots_) sum += slot.bytes();
+  return sum;
+}
+
 void throw_mixed_storage() {
   MPITRAIN_THROW("an op's compute tensors must all have one storage type (fp32, bf16 or fp16)");
 }

@@ -26,6 +26,7 @@ namespace mpitrain::cpu {
 class ScratchBuffer {
  public:
   void* reserve(size_t bytes);  // at least `bytes`, reallocated only when larger than before
+  size_t bytes() const { return bytes_; }  // held now: the largest reserve so far
 
  private:
   struct Free {
@@ -52,6 +53,7 @@ class Staging {
   // src's n elements as T: src itself when it is Fp32 (or null), else widened into the slot.
   template <typename T>
   const T* widened(Slot slot, CBuf<T> src, size_t n);
+  size_t bytes() const;  // held now by all slots
 
  private:
   ScratchBuffer slots_[kSlots];

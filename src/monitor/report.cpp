@@ -101,6 +101,7 @@ void RunReport::add_step(const StepFigures& f) {
   step_ms_.push_back(f.step_ms);
   tokens_per_s_.push_back(f.tokens_per_s);
   peak_rss_mib_ = std::max(peak_rss_mib_, f.peak_rss_mib);
+  host_scratch_mib_ = std::max(host_scratch_mib_, f.host_scratch_mib);
 }
 
 void RunReport::add_checkpoint_stall(double seconds) { checkpoint_stall_seconds_ += seconds; }
@@ -170,7 +171,8 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                num(s.data_ms * mean).c_str(), num(s.checkpoint_ms * mean).c_str());
   std::fprintf(f.get(), "  \"exposed_comm_share\": %s,\n  \"exposed_comm_warning\": %s,\n",
                num(share).c_str(), warn ? "true" : "false");
-  std::fprintf(f.get(), "  \"peak_rss_mib\": %s,\n", num(peak_rss_mib_).c_str());
+  std::fprintf(f.get(), "  \"peak_rss_mib\": %s,\n  \"host_scratch_mib\": %s,\n",
+               num(peak_rss_mib_).c_str(), num(host_scratch_mib_).c_str());
   std::fprintf(f.get(), "  \"skipped_steps\": %d,\n", skipped_steps);
   std::fprintf(f.get(),
                "  \"checkpoints\": {\"written\": %d, \"stall_seconds\": %.6g, "
@@ -231,9 +233,9 @@ void RunReport::finish(const std::string& path, int skipped_steps, int exit_code
                  s.forward_ms * mean, s.backward_ms * mean, s.optimizer_ms * mean,
                  s.exposed_comm_ms * mean, s.data_ms * mean, s.checkpoint_ms * mean);
     std::fprintf(out,
-                 "peak RSS %.1f MiB (largest rank) | exposed communication %.1f%% of the step "
-                 "time\n",
-                 peak_rss_mib_, 100.0 * share);
+                 "peak RSS %.1f MiB, host scratch %.1f MiB (each the largest rank's) | exposed "
+                 "communication %.1f%% of the step time\n",
+                 peak_rss_mib_, host_scratch_mib_, 100.0 * share);
   }
   if (has_loss) {
     std::fprintf(out, "loss        final train %.6f (", final_loss);

@@ -145,6 +145,7 @@ void MetricsLog::step(const StepRecord& r) {
   line += ", \"checkpoint_write_ms\": " + n6(write_ms);
   line += ", \"checkpoint_bytes\": " + std::to_string(checkpoint_bytes);
   line += ", \"peak_rss_mib\": " + n6(r.peak_rss_mib);
+  line += ", \"host_scratch_mib\": " + n6(r.host_scratch_mib);
   line += ", \"dp_bytes\": " + std::to_string(r.dp_bytes);
   line += ", \"loss_scale\": " + n9(r.loss_scale);
   line += ", \"skipped_steps\": " + std::to_string(r.skipped_steps);
@@ -175,6 +176,7 @@ void MetricsLog::step(const StepRecord& r) {
                               {"time/checkpoint_stall_ms", stall_ms},
                               {"time/checkpoint_write_ms", write_ms},
                               {"memory/peak_rss_mib", r.peak_rss_mib},
+                              {"memory/host_scratch_mib", r.host_scratch_mib},
                               {"train/loss_scale", r.loss_scale}};
     tensorboard_->write(r.step, scalars);
     if (energy) {
@@ -191,8 +193,8 @@ void MetricsLog::step(const StepRecord& r) {
     }
   }
   report_.add_step({r.step, r.step_ms, r.tokens_per_s, r.mfu, r.forward_ms, r.backward_ms,
-                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, stall_ms, r.peak_rss_mib, r.loss,
-                    r.tokens_seen, r.scored});
+                    r.optimizer_ms, r.exposed_comm_ms, r.data_ms, stall_ms, r.peak_rss_mib,
+                    r.host_scratch_mib, r.loss, r.tokens_seen, r.scored});
 }
 
 // The first step of the run, every log_interval-th and the last: the loss averaged over the

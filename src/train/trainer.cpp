@@ -231,25 +231,26 @@ Trainer::StepEnd Trainer::step(int step) {
   const double seconds = seconds_since(start);
   if (op_profile_) op_profile_->end_step(seconds);
   const double tokens_per_s = tokens_per_step_ / seconds;
-  // One world collective for the record's figures: the largest peak RSS, all GPUs' energy, and
-  // whether every meter read (a meter whose reading failed reads nothing from then on).
-  double totals[3] = {peak_rss_mib(), 0.0, 1.0};
+  // One world collective for the record's figures: the largest peak RSS and host scratch, all
+  // GPUs' energy, and whether every meter read (a meter whose reading failed reads nothing from
+  // then on).
+  double totals[4] = {peak_rss_mib(), backend_->host_scratch_bytes() / 1048576.0, 0.0, 1.0};
   if (devices_.power) {
     const std::optional<double> energy_end = devices_.power->energy_joules();
-    totals[1] = energy_start && energy_end ? *energy_end - *energy_start : 0.0;
-    totals[2] = energy_start && energy_end ? 1.0 : 0.0;
+    totals[2] = energy_start && energy_end ? *energy_end - *energy_start : 0.0;
+    totals[3] = energy_start && energy_end ? 1.0 : 0.0;
   }
-  const ReduceOp ops[3] = {ReduceOp::Max, ReduceOp::Sum, ReduceOp::Min};
-  comms_->world.all_reduce_each(totals, ops, 3);
-  const double rss = totals[0];
+  const ReduceOp ops[4] = {ReduceOp::Max, ReduceOp::Max, ReduceOp::Sum, ReduceOp::Min};
+  comms_->world.all_reduce_each(totals, ops, 4);
+  const double rss = totals[0], scratch = totals[1];
   // Energy only where every GPU has a meter and every meter read.
-  const double joules = devices_.power_everywhere && totals[2] > 0 ? totals[1] : -1.0;
+  const double joules = devices_.power_everywhere && totals[3] > 0 ? totals[2] : -1.0;
   const PipelineRunner::Times& pass = runner_->times();
   checkpointer_->poll();  // a background save committed since: into this record
   log_->step({step + 1, t_.steps, scored > 0 ? result.loss_sum / scored : std::nan(""), lr,
               result.grad_norm, tokens_per_s, 1e3 * seconds, 1e3 * exposed_comm_seconds,
               flops_per_token_ * tokens_per_s / (peak_ * 1e9), 1e3 * pass.forward,
-              1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss,
+              1e3 * pass.backward, 1e3 * optimizer_seconds, 1e3 * pass.data, rss, scratch,
               comms_->dp_bytes_sent(), scaler_->scale(), update_->skipped_steps(), joules,
               consumed_ * static_cast<uint64_t>(t_.seq_len), moe, scored > 0});
   watchdog_->step_finished();

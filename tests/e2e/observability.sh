@@ -65,7 +65,7 @@ steps = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 assert [r["step"] for r in steps] == list(range(1, 7)), steps
 for r in steps:
     for key in ("forward_ms", "backward_ms", "optimizer_ms", "exposed_comm_ms", "data_ms",
-                "checkpoint_stall_ms", "checkpoint_write_ms", "peak_rss_mib"):
+                "checkpoint_stall_ms", "checkpoint_write_ms", "peak_rss_mib", "host_scratch_mib"):
         assert key in r and r[key] >= 0, (key, r)
     assert r["forward_ms"] > 0 and r["backward_ms"] > 0 and r["optimizer_ms"] > 0, r
     assert r["peak_rss_mib"] > 10 and "comm_ms" not in r, r
@@ -83,6 +83,7 @@ for key in ("mean", "p50", "p90", "p99", "max"):
 assert rep["step_ms"]["p50"] <= rep["step_ms"]["max"]
 assert rep["tokens_per_s"]["mean"] > 0 and rep["tokens_per_s"]["p50"] > 0 and rep["mfu"]["mean"] > 0
 assert rep["peak_rss_mib"] == max(r["peak_rss_mib"] for r in steps), rep
+assert rep["host_scratch_mib"] == max(r["host_scratch_mib"] for r in steps), rep
 assert 0 <= rep["exposed_comm_share"] <= 1 and rep["exposed_comm_warning"] == (rep["exposed_comm_share"] > 0.3)
 assert rep["skipped_steps"] == 0 and rep["checkpoints"]["written"] == 2 and rep["checkpoints"]["write_seconds"] > 0
 assert rep["stopped_early"] is False and rep["exit_code"] == 0

@@ -410,6 +410,29 @@ TEST(CpuStorageMemory, WhatEachBackendStores) {
   EXPECT_THROW(CpuBackend<double>(1, Precision::Fp16), Error);
 }
 
+// host_scratch_bytes (the trainer's host_scratch_mib): the fp32 staging that a 2-byte product
+// widens its operands and its output into, held from then on; fp32 products stage nothing.
+TEST(CpuStorageMemory, HostScratchIsTheStagingHeld) {
+  const int IC = 32, OC = 48;
+  const auto product = [&](CpuBackend<float>& be, Precision p, int N) {
+    const Buf<float> inp = be.alloc(size_t(N) * IC, p), weight = be.alloc(size_t(OC) * IC, p),
+                     out = be.alloc(size_t(N) * OC, p);
+    be.matmul_forward(out, inp, weight, nullptr, N, IC, OC);
+    for (const Buf<float>& b : {inp, weight, out}) be.free(b.data());
+  };
+  CpuBackend<float> fp32(1), fp16(1, Precision::Fp16);  // fp16: the blocked sgemm on every CPU
+  product(fp32, Precision::Fp32, 64);
+  EXPECT_EQ(fp32.host_scratch_bytes(), 0u);
+  EXPECT_EQ(fp16.host_scratch_bytes(), 0u);
+  product(fp16, Precision::Fp16, 64);
+  const size_t tiles = sizeof(float) * (64 * IC + OC * IC + 64 * OC);  // A, B and C in one tile
+  const size_t held = fp16.host_scratch_bytes();
+  EXPECT_GE(held, tiles);
+  EXPECT_LE(held, tiles + 3 * 64);     // each slot rounded up to 64 bytes
+  product(fp16, Precision::Fp16, 16);  // a smaller product: the slots keep their size
+  EXPECT_EQ(fp16.host_scratch_bytes(), held);
+}
+
 TEST(CpuStorageMemory, AllocZeroCopyByElementSize) {
   CpuBackend<float> be(1);
   for (const Precision p : {Precision::Bf16, Precision::Fp16}) {

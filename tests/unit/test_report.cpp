@@ -56,7 +56,7 @@ class ReportTest : public ::testing::Test {
 
 StepFigures figures(int step, double step_ms, double comm_ms) {
   return {step,          step_ms, 1e6 / step_ms,  0.01 * step, 0.3 * step_ms, 0.5 * step_ms,
-          0.1 * step_ms, comm_ms, 0.01 * step_ms, 0.0,         100.0 + step};
+          0.1 * step_ms, comm_ms, 0.01 * step_ms, 0.0,         100.0 + step,  4.0 * (6 - step)};
 }
 
 }  // namespace
@@ -100,6 +100,7 @@ TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
   EXPECT_NEAR(number("exposed_comm_share"), 0.1, 1e-9);  // 10 of 100 ms
   EXPECT_FALSE(json_.at("exposed_comm_warning").get<bool>());
   EXPECT_DOUBLE_EQ(number("peak_rss_mib"), 105.0);  // the largest, warm-up step included
+  EXPECT_DOUBLE_EQ(number("host_scratch_mib"), 20.0);  // likewise: step 1's
   EXPECT_EQ(number("skipped_steps"), 0);
   EXPECT_EQ(number("checkpoints", "written"), 2);
   EXPECT_DOUBLE_EQ(number("checkpoints", "stall_seconds"), 0.55);
@@ -108,6 +109,8 @@ TEST_F(ReportTest, LeavesOutTheWarmUpStep) {
   EXPECT_FALSE(json_.at("stopped_early").get<bool>());
   EXPECT_EQ(number("exit_code"), 0);
   EXPECT_NE(console.find("mean 25.00 ms"), std::string::npos) << console;
+  EXPECT_NE(console.find("peak RSS 105.0 MiB, host scratch 20.0 MiB"), std::string::npos)
+      << console;
   EXPECT_NE(console.find("checkpoints written 2 (0.00 GB, writing 0.75 s, the steps stalled 0.55 s)"), std::string::npos) << console;
   EXPECT_EQ(console.find("WARNING"), std::string::npos) << console;
 }

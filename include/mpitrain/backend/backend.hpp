@@ -122,6 +122,10 @@ class Backend {
 
   // ---- host <-> backend memory: host code reads and writes backend memory only through these -
   virtual bool host_memory() const = 0;  // backend pointers are host memory (CPU: true)
+  // Host memory the backend holds as scratch, beyond the tensors it allocated: what its ops have
+  // grown it to so far (the CPU's fp32 staging of 2-byte tensors; 0 on a GPU, whose workspace is
+  // device memory). Part of the peak RSS that no tensor accounts for.
+  virtual size_t host_scratch_bytes() const = 0;
   // Synchronous; host values are T, converted to / from the backend tensor's type as convert().
   virtual void upload(Buf<T> dst, const T* host_src, size_t n) = 0;
   virtual void download(T* host_dst, CBuf<T> src, size_t n) = 0;

@@ -69,8 +69,9 @@ inline int cpu_attention_tile(int keys) {
 // min(B, 2^18 / (T QKV)) at a time: qkv, its keys again and dqkv (T QKV floats a sequence) and
 // dout (T NH hs); blocks (context parallelism's ring): qkv, the keys and dout. The other staged
 // ops take blocks of 2^18 floats, and the blocked products (fp16; bf16 where the CPU has no bf16
-// kernels, counted on any CPU: a plan may be for another) tiles of 2^20 in the first three,
-// plus 16 floats a row where a tile's rows are 1024 or more wide (2^20 + 2^14 in all).
+// kernels, counted on any CPU: a plan may be for another) tiles of up to 2^22 in the first
+// three, plus 16 floats a row where a tile's rows are 1024 or more wide (2^22 + 2^16 in all:
+// cpu_blocked_gemm.hpp). The trainer reports what they hold (host_scratch_bytes).
 size_t cpu_staging_bytes(int B, int Tlen, int NH, int NKV, int hs, bool blocks);
 
 // The pages behind the backend's tensors of kHugePage bytes or more (alloc: parameters,
@@ -108,6 +109,8 @@ class CpuBackend final : public Backend<T> {
   void round_to(T* x, size_t n, Precision p) override;
   void set_alloc_kind(AllocKind) override {}  // one pool: host memory
   bool host_memory() const override { return true; }
+  // The staging slots (cpu_storage.hpp) and the bf16 products' copies (cpu_matmul_bf16.hpp)
+  size_t host_scratch_bytes() const override;
   void upload(Buf<T> dst, const T* host_src, size_t n) override { convert(dst, host_src, n); }
   void download(T* host_dst, CBuf<T> src, size_t n) override { convert(host_dst, src, n); }
   T* alloc_host(size_t n) override;  // plain host memory

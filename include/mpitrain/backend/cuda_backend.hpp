@@ -104,6 +104,7 @@ class CudaBackend final : public Backend<T> {
   void round_to(T* x, size_t n, Precision p) override;
   void set_alloc_kind(AllocKind kind) override;  // Params/Grads/Optimizer/Activations arenas
   bool host_memory() const override { return false; }
+  size_t host_scratch_bytes() const override { return 0; }  // its scratch: the workspace arena
   // to_device / to_host; 2-byte tensors converted on the host in pieces of 1 Mi elements.
   void upload(Buf<T> dst, const T* host_src, size_t n) override;
   void download(T* host_dst, CBuf<T> src, size_t n) override;

@@ -33,6 +33,7 @@ class ProfilingBackend final : public Backend<float> {
   void round_to(T* x, size_t n, Precision p) override;
   void set_alloc_kind(AllocKind kind) override { inner_->set_alloc_kind(kind); }
   bool host_memory() const override { return inner_->host_memory(); }
+  size_t host_scratch_bytes() const override { return inner_->host_scratch_bytes(); }
   void upload(Buf<T> dst, const T* host_src, size_t n) override;
   void download(T* host_dst, CBuf<T> src, size_t n) override;
   T* alloc_host(size_t n) override { return inner_->alloc_host(n); }

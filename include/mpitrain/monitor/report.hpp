@@ -25,6 +25,7 @@ struct StepFigures {
   double forward_ms, backward_ms, optimizer_ms, exposed_comm_ms, data_ms;
   double checkpoint_ms;  // the stall: what saves cost the step loop before this step
   double peak_rss_mib;
+  double host_scratch_mib;  // the backend's (Backend::host_scratch_bytes), the largest rank's
   double loss = std::numeric_limits<double>::quiet_NaN();  // the step's train loss
   uint64_t tokens_seen = 0;  // of the whole run by the end of this step (all ranks, resumes too)
   bool scored = true;        // false: no target scored, no loss (left out of the final loss)
@@ -100,7 +101,7 @@ class RunReport {
   };
   int first_step_ = 0, last_step_ = 0;
   std::vector<double> step_ms_, tokens_per_s_;  // of every step, for the percentiles
-  double peak_rss_mib_ = 0.0;
+  double peak_rss_mib_ = 0.0, host_scratch_mib_ = 0.0;
   int checkpoints_ = 0;
   double checkpoint_stall_seconds_ = 0.0, checkpoint_write_seconds_ = 0.0;
   uint64_t checkpoint_bytes_ = 0;

@@ -42,6 +42,10 @@ struct StepRecord {
   // communication they waited for), the optimizer, waiting for the batch.
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, data_ms = 0;
   double peak_rss_mib = 0;    // host peak RSS, the largest of all ranks
+  // The backend's host scratch by now (Backend::host_scratch_bytes), the largest of all ranks:
+  // part of the peak RSS that the start-up line's parameters, optimizer state and activations
+  // leave out (the CPU's fp32 staging of bf16 / fp16 tensors)
+  double host_scratch_mib = 0;
   uint64_t dp_bytes = 0;      // rank 0's bytes_sent in its data-parallel group (comm/)
   double loss_scale = 1;      // after this step's update (fp16: optim/loss_scaler.hpp)
   int64_t skipped_steps = 0;  // updates skipped so far (overflow, --on-nan skip)
