@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What a checkpoint every 5 steps costs a GPT-2 small run, saved in the background
-# (--async-save, the default) and synchronously, against no saves, at 1 and 2 ranks.
+# (--async-save true), synchronously and as the default (auto) decides, against no saves, at 1
+# and 2 ranks.
 #
 #   bash bench/async_save.sh [BUILD_DIR]   (BUILD_DIR defaults to build/; needs trainer and
 #                                           prepare-data built there)
@@ -12,13 +13,14 @@
 # after the records):
 #   none   --save-interval 0
 #   sync   --save-interval 5 --async-save false
-#   async  --save-interval 5
+#   async  --save-interval 5 --async-save true
+#   auto   --save-interval 5 (where the writer has no CPU: synchronous until a save takes 2 s)
 # The figures, from metrics.jsonl:
 #   stall ms   checkpoint_stall_ms of the records after the saves (6, 11): what the step loop
 #              lost per save (sync: the whole save; async: the staging copy)
 #   write ms   checkpoint_write_ms: the writer's time per save, start to commit
 #   cpu s      the writer thread's CPU time per save (user + system, from the "saved checkpoint"
-#              lines; async only)
+#              lines of background saves; async and auto)
 #   tok/s      steady state over records 3-12 (10 steps holding 2 saves, each one's stall and
 #              its writer's overlap with the steps after it): 10 x tokens a step / (sum of
 #              step_ms + checkpoint_stall_ms), against none's over the same records
@@ -37,9 +39,9 @@ cores=$(nproc)
 model=(--arch gpt2 --n-layer 12 --n-head 12 --d-model 768 --vocab-size 50304 --seq-len 256
        --global-batch-size 4 --steps 13 --sample-tokens 0 --eval-interval 0 --val-data ''
        --peak-gflops 100 --train-data "$data/train.h5" --keep-last 1 --overwrite)
-configs=(none sync async)
+configs=(none sync async auto)
 declare -A flags=([none]="--save-interval 0" [sync]="--save-interval 5 --async-save false"
-                  [async]="--save-interval 5")
+                  [async]="--save-interval 5 --async-save true" [auto]="--save-interval 5")
 
 # figures FILE: "stall_ms write_ms tok_s" of a run (see above).
 figures() {
@@ -94,7 +96,7 @@ done
       awk -v l="$layout" -v c="$config" -v s="${stall[$k]}" -v w="${write[$k]}" -v t="${tps[$k]}" \
           -v u="${cpu[$k]}" -v ss="${stall[$layout/sync]}" -v tn="${tps[$layout/none]}" 'BEGIN {
         rs = c == "none" ? "-" : sprintf("%.3f", s / ss)
-        cs = c == "async" ? sprintf("%.2f", u) : "-"
+        cs = c == "async" || c == "auto" ? sprintf("%.2f", u) : "-"
         printf "| %-6s | %-5s | %9.1f | %9.1f | %6s | %8.1f | %10s | %10.3f |\n", l, c, s, w, cs, t,
           rs, t / tn }'
     done

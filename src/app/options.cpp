@@ -139,13 +139,14 @@ po::typed_value<V>* with_default(V* target) {
   return po::value<V>(target)->default_value(*target);
 }
 
-// A switch whose default depends on the arch: auto, or a given true / false (alone: true).
-po::typed_value<std::string>* arch_switch(std::string* target) {
+// A switch whose default is decided later (by the arch, by the run): auto, or a given true /
+// false (alone: true).
+po::typed_value<std::string>* auto_switch(std::string* target) {
   return po::value<std::string>(target)->default_value(*target)->implicit_value("true")->value_name(
       "auto|true|false");
 }
 
-// An arch_switch's value applied to field (auto: leaves the arch's default).
+// An auto_switch's value applied to field (auto: leaves the arch's default).
 void apply_switch(const char* name, const std::string& value, bool& field) {
   if (value == "auto") return;
   if (value != "true" && value != "false")
@@ -192,15 +193,15 @@ po::options_description model_options(ModelConfig& m, TrainConfig& t, RawText& r
       ("max-seq-len", with_default(&m.max_seq_len), "positions the model supports; 0 = seq-len")
       ("norm-eps", with_default(&m.norm_eps), "epsilon of LayerNorm / RMSNorm")
       ("rope-theta", with_default(&m.rope_theta), "RoPE base (llama)")
-      ("tie-embeddings", arch_switch(&raw.tie_embeddings),
+      ("tie-embeddings", auto_switch(&raw.tie_embeddings),
        "the output head is the token embedding (no lm_head of its own); auto = gpt2 true, "
        "llama false")
-      ("attention-bias", arch_switch(&raw.attention_bias),
+      ("attention-bias", auto_switch(&raw.attention_bias),
        "biases on q, k, v and the attention output (llama's attention_bias); auto = gpt2 true "
        "(always), llama false")
-      ("qkv-bias", arch_switch(&raw.qkv_bias),
+      ("qkv-bias", auto_switch(&raw.qkv_bias),
        "biases on q, k and v only (Qwen2; applied after attention-bias); auto as attention-bias")
-      ("mlp-bias", arch_switch(&raw.mlp_bias),
+      ("mlp-bias", auto_switch(&raw.mlp_bias),
        "biases on the MLP's layers (llama's mlp_bias: gate, up, down); auto = gpt2 true "
        "(always), llama false")
       ("head-dim", with_default(&m.head_dim),
@@ -451,10 +452,13 @@ po::options_description checkpoint_options(TrainConfig& t) {
        "steps between checkpoints under <out-dir>/checkpoints, plus one at the end; 0 = none")
       ("keep-last", with_default(&t.keep_last),
        "step checkpoints kept (older ones deleted); 0 = all")
-      ("async-save", flag(&t.async_save),
+      ("async-save", auto_switch(&t.async_save),
        "copy the state at the save's step and write it in a background thread while training "
-       "goes on (one save in flight; every exit waits for it to commit); false, or when the "
-       "copy does not fit in host memory (said at start-up) = the steps wait for the write")
+       "goes on (one save in flight; every exit waits for it to commit); auto = so where the "
+       "writer has a CPU to itself (a GPU run, one rank, or ranks whose threads leave a CPU of "
+       "each host free), else synchronous saves until one takes 2 s or more, then in the "
+       "background; false, or when the copy does not fit in host memory (said at start-up) = "
+       "the steps wait for the write")
       ("resume", with_default(&t.resume)->value_name("auto|PATH"),
        "auto = continue from the newest valid checkpoint in out-dir if there is one; or a run "
        "directory, its checkpoints/ (both: the newest valid checkpoint), a step-N directory or "
@@ -587,6 +591,8 @@ void check_train(TrainConfig& t, const RawText& raw) {
       raw.micro_batch == "auto" ? 0 : parse_positive(raw.micro_batch, "micro-batch-size");
   require(t.comm == "auto" || t.comm == "nccl" || t.comm == "mpi",
           "comm must be auto, nccl or mpi, not '" + t.comm + "'");
+  require(t.async_save == "auto" || t.async_save == "true" || t.async_save == "false",
+          "async-save must be auto, true or false, not '" + t.async_save + "'");
   require(t.comm != "nccl" || t.device == "cuda", "--comm nccl needs --device cuda");
   require(t.device == "cpu" || t.device == "cuda",
           "device must be cpu or cuda, not '" + t.device + "'");

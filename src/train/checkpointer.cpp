@@ -1,6 +1,7 @@
 #include "mpitrain/train/checkpointer.hpp"
 
 #include <cstdio>
+#include <utility>
 
 #include "mpitrain/ckpt/format.hpp"
 #include "mpitrain/monitor/memory.hpp"
@@ -66,7 +67,20 @@ SavePlan plan_saves(const SaveOptions& options, const CheckpointState& live, con
     if (!plan.note.empty()) plan.note += '\n';
     plan.note += "checkpoints: synchronous saves, not --async-save: ";
     plan.note += why;
+    return plan;
   }
+  if (!options.async_auto || world.size() == 1) return plan;  // one rank's writer waits on none
+  int writer_cpu = options.writer_cpu ? 1 : 0;                // on every rank's host
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &writer_cpu, 1, MPI_INT, MPI_MIN, world.get()));
+  if (writer_cpu) return plan;
+  plan.async = false;
+  plan.async_when_slow = true;
+  if (!plan.note.empty()) plan.note += '\n';
+  plan.note += "checkpoints: synchronous saves until one takes " +
+               std::to_string(static_cast<int>(kSlowSave)) +
+               " s or more, then in the background (--async-save auto: the ranks' threads take "
+               "every CPU of a host, and background writers would wait for them; --async-save "
+               "true writes every save in the background)";
   return plan;
 }
 
@@ -83,15 +97,19 @@ Checkpointer::Checkpointer(const SavePlan& plan, CheckpointStore& store,
            sizeof(float);
   if (store.world().rank() == 0 && !plan.note.empty()) std::printf("%s\n", plan.note.c_str());
   if (plan.mirror_now) make_mirror();
-  if (!plan.async) return;
+  if (plan.async) start_background(plan);
+  if (plan.async_when_slow) when_slow_ = plan;
+}
+
+void Checkpointer::start_background(const SavePlan& plan) {
   if (!mirrored_ && plan.staging_floats > 0) {
-    staging_ = backend.alloc(plan.staging_floats);
-    staged_.emplace(live);
+    staging_ = backend_.alloc(plan.staging_floats);
+    staged_.emplace(live_);
     staged_->master = staging_;
     for (size_t k = 0; k < staged_->state.size(); ++k)
-      staged_->state[k] = staging_ + (k + 1) * live.owned.size();
+      staged_->state[k] = staging_ + (k + 1) * live_.owned.size();
   }
-  saver_ = std::make_unique<AsyncSaver>(store);
+  saver_ = std::make_unique<AsyncSaver>(store_);
 }
 
 Checkpointer::~Checkpointer() {
@@ -139,6 +157,18 @@ double Checkpointer::save(const CheckpointManifest& m, const std::string& name) 
   last_stall_ = stall;
   log_.checkpoint_stall(stall);
   if (written) report(*written);
+  if (written && when_slow_) {  // --async-save auto: a slow save turns the next to the background
+    double slowest = stall;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, store_.world().get()));
+    if (slowest >= kSlowSave) {
+      start_background(*std::exchange(when_slow_, std::nullopt));
+      if (store_.world().rank() == 0)
+        std::printf(
+            "checkpoints: that save took %.2f s (%d s or more): the next ones in the "
+            "background\n",
+            slowest, static_cast<int>(kSlowSave));
+    }
+  }
   return stall;
 }
 

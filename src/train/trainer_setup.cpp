@@ -328,6 +328,7 @@ void Trainer::build_model() {
   for (const std::string& warning : affinity_warnings(world_, *node_, node_cpus, threads_))
     if (root_) std::fprintf(stderr, "%s\n", warning.c_str());
   allowed_cpus_ = format_cpu_list(node_cpus.cpus[node_cpus.me]);
+  cpu_share_ = cpu_share(node_cpus);
   model_options_ = {parse_precision(t_.precision),
                     parse_recompute(t_.recompute),
                     Precision::Fp32,
@@ -629,10 +630,11 @@ void Trainer::build_step_parts() {
   lr_schedule_->check();  // its length is final: the run's, or the resumed checkpoint's
   // Saves at planned steps, or only at a stop's signal; background ones where they are periodic.
   const bool periodic = t_.save_interval > 0 || (t_.save_best && val_);
-  const SavePlan saves = plan_saves(
-      {periodic || t_.exit_at_step > 0 || t_.exit_after_minutes > 0, t_.async_save && periodic,
-       mirrored_},
-      *state_, *node_, world_);
+  const SavePlan saves =
+      plan_saves({periodic || t_.exit_at_step > 0 || t_.exit_after_minutes > 0,
+                  t_.async_save != "false" && periodic, mirrored_, t_.async_save == "auto",
+                  !backend_->host_memory() || threads_ < cpu_share_},
+                 *state_, *node_, world_);
 
   // Every check has passed (the last: the checkpoint's): from here on the out-dir is written.
   stop_if_requested(signals_, world_, "loading the checkpoint and measuring the peak");

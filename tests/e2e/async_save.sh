@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Saves in the background (--async-save, the default): training goes on while the writer thread
-# writes and commits, and nothing of the synchronous save's promises is lost.
+# Saves in the background (--async-save true): training goes on while the writer thread writes
+# and commits, and nothing of the synchronous save's promises is lost.
 #   1. Bit-exact: 10 steps with a save every 2, async and sync, write the same checkpoints bit
 #      for bit (h5diff of every group but the manifest) and the same losses; killed (kill -9 of
 #      rank 1 in its writer thread, during the write of step 6) and resumed, the run ends with
@@ -12,8 +12,11 @@
 #   3. The metrics: checkpoint_stall_ms in the save steps' following records, checkpoint_write_ms
 #      and checkpoint_bytes once per commit, the bytes = the tensor data of the file (h5py), and
 #      report.json's totals.
-# Kills at every phase of the commit, in the writer thread, are crash_safety.sh's (async is the
-# default there).
+#   4. --async-save auto (the default) on 2 ranks of 1 thread pinned to 2 CPUs, which leaves no
+#      CPU to a background writer: the start-up line says so; the saves are synchronous until one
+#      takes 2 s (rank 0 pauses 3 s in the write of step 4), then in the background; the losses
+#      are part 1's.
+# Kills at every phase of the commit, in the writer thread, are crash_safety.sh's.
 source "$SOURCE_DIR/tests/support/e2e_lib.sh"
 require_fault_injection
 # shellcheck disable=SC2046
@@ -30,7 +33,7 @@ same_state() {  # same_state WHAT A.h5 B.h5
 }
 
 # 1. Async and sync write the same checkpoints; a kill and a resume change nothing.
-run_trainer 2 "$SCRATCH/async.log" "$@" --out-dir "$SCRATCH/async"
+run_trainer 2 "$SCRATCH/async.log" "$@" --out-dir "$SCRATCH/async" --async-save true
 [ "$rc" = 0 ] || { cat "$SCRATCH/async.log"; fail "async run exited $rc"; }
 grep -q "saved checkpoint step 10 in .* in the background" "$SCRATCH/async.log" ||
   { cat "$SCRATCH/async.log"; fail "the async run did not save in the background"; }
@@ -48,11 +51,13 @@ cmp -s "$SCRATCH/async.loss" "$SCRATCH/sync.loss" || fail "async and sync runs' 
 echo "ok: async and sync saves hold the same state bit for bit at steps 2-10, same losses"
 
 fault="kill:phase=write:rank=1:step=6"
-MPITRAIN_FAULT=$fault run_trainer 2 "$SCRATCH/killed.log" "$@" --out-dir "$SCRATCH/killed"
+MPITRAIN_FAULT=$fault run_trainer 2 "$SCRATCH/killed.log" "$@" --out-dir "$SCRATCH/killed" \
+  --async-save true
 [ "$rc" != 0 ] || fail "the run killed at $fault exited 0"
 grep -q "fault injection: rank 1 kills itself at phase write of step 6" "$SCRATCH/killed.log" ||
   { cat "$SCRATCH/killed.log"; fail "no kill at $fault"; }
-run_trainer 2 "$SCRATCH/resumed.log" "$@" --out-dir "$SCRATCH/killed" --resume auto
+run_trainer 2 "$SCRATCH/resumed.log" "$@" --out-dir "$SCRATCH/killed" --resume auto \
+  --async-save true
 [ "$rc" = 0 ] || { cat "$SCRATCH/resumed.log"; fail "resume after the kill exited $rc"; }
 grep -q "resumed from step 4" "$SCRATCH/resumed.log" ||
   { grep resumed "$SCRATCH/resumed.log"; fail "did not resume from step 4, the newest committed"; }
@@ -66,7 +71,7 @@ echo "ok: kill -9 of rank 1 while its writer wrote step 6 -> resumed from step 4
 
 # 2. SIGTERM while a save is in flight.
 # shellcheck disable=SC2046
-set -- $(tiny_args) --steps 100 --save-interval 2 --keep-last 0
+set -- $(tiny_args) --steps 100 --save-interval 2 --keep-last 0 --async-save true
 run_trainer 2 "$SCRATCH/long.log" "$@" --out-dir "$SCRATCH/long" --save-interval 0
 [ "$rc" = 0 ] || { cat "$SCRATCH/long.log"; fail "uninterrupted 100 steps exited $rc"; }
 fault="delay:phase=latest:rank=0:step=2:seconds=3"
@@ -118,3 +123,24 @@ assert rep["write_seconds"] > 0 and rep["stall_seconds"] > 0, rep
 print("ok: metrics: stalls after steps %s, %d commits of %d bytes each in the step records, "
       "report %s" % ([s - 1 for s in stalls], len(writes), want, rep))
 EOF
+
+# 4. --async-save auto on 2 ranks x 1 thread on 2 CPUs.
+# shellcheck disable=SC2046
+set -- $(tiny_args) --steps 10 --save-interval 2 --keep-last 0
+fault="delay:phase=write:rank=0:step=4:seconds=3"
+MPIRUN="taskset -c 0,1 $MPIRUN" MPITRAIN_FAULT=$fault run_trainer 2 "$SCRATCH/auto.log" "$@" \
+  --out-dir "$SCRATCH/auto"
+[ "$rc" = 0 ] || { cat "$SCRATCH/auto.log"; fail "the --async-save auto run exited $rc"; }
+grep -E "^checkpoints|saved checkpoint" "$SCRATCH/auto.log"
+grep -q "^checkpoints: synchronous saves until one takes 2 s or more, then in the background" \
+  "$SCRATCH/auto.log" || { cat "$SCRATCH/auto.log"; fail "auto: no start-up line for the saves"; }
+grep -q "^saved checkpoint step 2 in [0-9.]* s (" "$SCRATCH/auto.log" ||
+  fail "auto: the first save was not synchronous"
+grep -qE "^checkpoints: that save took [0-9.]+ s \(2 s or more\): the next ones in the background" \
+  "$SCRATCH/auto.log" || fail "auto: no slow save turned the next ones to the background"
+grep -q "^saved checkpoint step 10 in .* in the background" "$SCRATCH/auto.log" ||
+  fail "auto: the last save was not in the background"
+metric "$SCRATCH/auto/metrics.jsonl" loss | cmp -s - "$SCRATCH/sync.loss" ||
+  fail "auto: the losses differ from part 1's"
+echo "ok: --async-save auto, 2 ranks x 1 thread on 2 CPUs: synchronous saves until a slow one," \
+     "then in the background; part 1's losses"

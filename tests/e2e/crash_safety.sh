@@ -7,9 +7,9 @@
 #   close  (file closed)                          rename (step 4 committed)
 #   latest (latest.tmp durable)                   prune  (step 2 renamed to step-2.pruned, not
 #                                                         yet deleted)
-# The saves are asynchronous (the default): from write on, the kill comes in the writer thread
-# while the main thread trains step 5 or waits for the commit. At 2 ranks the whole matrix runs
-# again with --async-save false, the main thread saving.
+# The saves are asynchronous (--async-save true): from write on, the kill comes in the writer
+# thread while the main thread trains step 5 or waits for the commit. At 2 ranks the whole matrix
+# runs again with --async-save false, the main thread saving.
 # The checkpoints directory must then be as the protocol leaves it at that phase; --resume auto
 # must resume from the newest committed step (2 up to close; 4 from rename on, where step 4 is
 # committed though `latest` may still name step 2, which the resume says), finish with the final loss of an uninterrupted run, and leave only
@@ -55,7 +55,7 @@ crash_and_resume() {  # crash_and_resume NP RANK PHASE WANT_LOSS TRAINER_ARGS...
   grep -q "fault injection: rank $rank kills itself at phase $phase of step 4" "$out-a.log" ||
     { cat "$out-a.log"; fail "$name: no fault injected"; }
   local how="in the background"  # step 2's save, committed before the kill
-  [ -z "$ASYNC" ] || how="(0.00 GB)"
+  [ "$ASYNC" = true ] || how="(0.00 GB)"
   grep -q "saved checkpoint step 2 in [0-9.]* s $how" "$out-a.log" ||
     { cat "$out-a.log"; fail "$name: step 2 not saved $how"; }
   local got_left
@@ -90,11 +90,11 @@ full_run() {  # full_run NP
   metric "$SCRATCH/full$np/metrics.jsonl" loss | tail -1 > "$SCRATCH/full$np.loss"
 }
 
-# One kill: crash_and_resume against the uninterrupted run at NP; ASYNC "" (the default) or false.
-crash_case() {  # crash_case NP RANK PHASE [ASYNC]
-  ASYNC=${4:-}
+# One kill: crash_and_resume against the uninterrupted run at NP; ASYNC true or false.
+crash_case() {  # crash_case NP RANK PHASE ASYNC
+  ASYNC=$4
   crash_and_resume "$1" "$2" "$3" "$(cat "$SCRATCH/full$1.loss")" "${args[@]}" \
-    ${ASYNC:+--async-save $ASYNC}
+    --async-save "$ASYNC"
 }
 
 # Damaged checkpoints: truncate the newest, flip one byte of the next one's data; resume must
@@ -125,7 +125,7 @@ damaged_case() {
 run_cases 3 "full_run 2" "full_run 4" keep_all_run
 cases=(damaged_case)
 for np in 2 4; do
-  for async in "" $([ "$np" = 2 ] && echo false); do
+  for async in true $([ "$np" = 2 ] && echo false); do
     for phase in staged write close rename latest prune; do
       cases+=("crash_case $np 0 $phase $async")
       if [ "$np" = 2 ] || [ "$phase" = write ] || [ "$phase" = close ]; then

@@ -956,6 +956,45 @@ TEST_F(CheckpointTest, BackgroundSavesEqualSynchronousOnes) {
   }
 }
 
+// --async-save auto where the ranks' threads leave no CPU to a writer: synchronous saves until
+// one takes kSlowSave s or more (the slowest rank's), the next ones in the background; rank 0
+// pauses 2 s in the write of step 2, so step 3's goes in the background at the latest (step 2's
+// where a loaded host made step 1's slow already); every step committed.
+TEST_F(CheckpointTest, AutoSavesTurnToTheBackgroundAfterASlowOne) {
+  if (!FaultPlan::kCompiledIn) GTEST_SKIP() << "built without fault injection";
+  const ModelConfig c = small_model(Arch::Gpt2);
+  const GridShape shape{world().size(), 1, 1};
+  Shard shard(c, shape, world().rank(), ::Setup{});
+  CpuBackend<float> backend(1);
+  const MpiComm node = world().split_shared();
+  TraceRecorder trace;  // off
+  MetricsLog log(in_made_dir(dir_, "metrics.jsonl"), world().rank() == 0);
+  CheckpointStore store((dir_ / "checkpoints").string(), world(), 0,
+                        FaultPlan::parse("delay:phase=write:rank=0:step=2:seconds=2"));
+  const CheckpointState live = shard.state();
+  // planned, periodic, on the host, --async-save auto, no CPU for a writer
+  const SavePlan plan = plan_saves({true, true, false, true, false}, live, node, world());
+  EXPECT_FALSE(plan.async);
+  EXPECT_TRUE(plan.async_when_slow);
+  Checkpointer saves(plan, store, live, backend, log, trace);
+  bool slow = false;  // a synchronous save so far took kSlowSave s or more
+  for (int step = 1; step <= 3; ++step) {
+    EXPECT_EQ(saves.async(), slow) << "step " << step;
+    shard.fill(step);
+    saves.save(manifest_of(step, c, shape));
+    double seconds = saves.last_save_seconds();
+    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    slow = slow || seconds >= kSlowSave;
+  }
+  EXPECT_TRUE(saves.async());
+  saves.wait();
+  for (int step = 1; step <= 3; ++step) {
+    Shard loaded(c, shape, world().rank(), ::Setup{});
+    store.load((dir_ / "checkpoints" / step_dir_name(step)).string(), loaded.state());
+    EXPECT_TRUE(loaded.holds(step)) << "step " << step;
+  }
+}
+
 // A background save that fails (the store's directory is a file) fails in wait() on every rank,
 // as the synchronous save fails in save().
 TEST_F(CheckpointTest, BackgroundSaveFailureReachesWait) {

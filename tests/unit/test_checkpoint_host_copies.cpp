@@ -110,4 +110,10 @@ TEST(CheckpointHostCopies, MadeAtSetUpOnlyWherePlanned) {
   const SavePlan host = plan_saves({true, false, false}, small, self, self);
   EXPECT_EQ(host.staging_floats, 0u);
   EXPECT_TRUE(host.note.empty());
+  // --async-save auto on one rank whose threads take every CPU: its writer waits on no other
+  // rank's, so the saves go in the background from the first (the many-rank case, synchronous
+  // until a save is slow: tests/mpi/test_checkpoint.cpp)
+  const SavePlan one = plan_saves({true, true, false, true, false}, small, self, self);
+  EXPECT_EQ(one.async, AsyncSaver::threads_supported());
+  EXPECT_FALSE(one.async_when_slow);
 }

@@ -283,6 +283,12 @@ TEST(Options, BadInputIsOneClearUsageError) {
             std::string::npos);
   EXPECT_NE(usage_error({"--train-data", "x", "--data-format", "csv"}).find("data-format"),
             std::string::npos);
+  EXPECT_NE(usage_error({"--train-data", "x", "--async-save", "1"})
+                .find("async-save must be auto, true or false, not '1'"),
+            std::string::npos);
+  // --async-save: auto by default, alone true
+  EXPECT_EQ(parse({"--train-data", "x"}).train.async_save, "auto");
+  EXPECT_EQ(parse({"--train-data", "x", "--async-save"}).train.async_save, "true");
   // the seed is unsigned: a sign or a value past 2^64 - 1 is refused, never wrapped
   for (const char* seed : {"-1", "18446744073709551616", "+5", "1e3", ""})
     EXPECT_NE(usage_error({"--train-data", "x", "--seed", seed})

@@ -79,7 +79,9 @@ struct TrainConfig {
 
   int save_interval = 0;      // steps between checkpoints (and one at the end); 0 = none
   int keep_last = 3;          // committed step checkpoints kept; 0 = all
-  bool async_save = true;     // saves written by a thread while training goes on
+  // Saves written by a thread while training goes on: true, false, or auto (where a background
+  // writer has a CPU to itself; else once a synchronous save is slow: train/checkpointer.hpp)
+  std::string async_save = "auto";
   std::string resume;         // "" = start fresh, "auto" = latest valid if any, else a directory
   bool allow_seed_change = false;  // resume under another seed (a new data order from here on)
   bool allow_data_change = false;  // resume on other training data than the checkpoint records

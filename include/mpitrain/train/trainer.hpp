@@ -141,6 +141,7 @@ class Trainer {
   std::string allowed_cpus_;     // this rank's affinity, "0-3"
   DeviceSetup devices_;
   int threads_ = 1;
+  double cpu_share_ = 0;  // of its host's CPUs (runtime/affinity.hpp): above threads_, a writer's
   ModelOptions model_options_{};
   std::unique_ptr<OpProfile> op_profile_;  // --profile-ops: what backend_ records into
   std::unique_ptr<Backend<float>> backend_;
