@@ -24,11 +24,9 @@ chosen_line=$("$build/sgemm-rate" --kernel)
 chosen=$(awk '{ print $2 }' <<< "$chosen_line")
 own=$(sed -n "s/.*the library's own choice was \([A-Za-z0-9]*\).*/\1/p" <<< "$chosen_line")
 own=${own:-$chosen}
-# The other ISA's kernels, where this CPU has their instructions (a kernel it lacks dies of SIGILL):
-# SkylakeX needs AVX-512 F, BW, VL and DQ, Haswell AVX2 and FMA.
-others=()
-if cpu_has avx512f avx512bw avx512vl avx512dq; then others+=(SkylakeX); fi
-if cpu_has avx2 fma; then others+=(Haswell); fi
+# The other ISA's kernels, where this CPU has their instructions (a kernel it lacks dies of SIGILL;
+# the rule is runnable_blas_kernels', src/backend/blas_kernel.hpp).
+read -r -a others <<< "$("$build/sgemm-rate" --runnable-kernels)"
 kernels=("$own")
 for k in "$chosen" "${others[@]}"; do [[ " ${kernels[*]} " == *" $k "* ]] || kernels+=("$k"); done
 echo "bench: $chosen_line; kernels: ${kernels[*]}; $config, $steps steps, $rounds rounds"

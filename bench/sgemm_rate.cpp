@@ -3,6 +3,8 @@
 //   sgemm-rate --threads N [--n 2048] [--repeats 5] [--openblas | --bf16]
 //   sgemm-rate --library           (prints which sgemm the backend runs on this CPU)
 //   sgemm-rate --kernel            (prints OpenBLAS's kernels in use and why: blas_kernel.hpp)
+//   sgemm-rate --runnable-kernels  (prints the cores of each class this CPU runs, best first:
+//                                   "SkylakeX Haswell", "Haswell", or nothing)
 //
 // Prints one line: the GFLOP/s (2 n^3 flops per call, best of `repeats` timed calls after one
 // warm-up call) with N OpenMP/OpenBLAS threads, of the CPU backend's sgemm (oneDNN's on a CPU with
@@ -30,7 +32,7 @@ namespace {
 void usage(const char* prog) {
   std::fprintf(stderr,
                "usage: %s --threads N [--n 2048] [--repeats 5] [--openblas | --bf16] | --library | "
-               "--kernel\n",
+               "--kernel | --runnable-kernels\n",
                prog);
 }
 
@@ -62,6 +64,13 @@ int main(int argc, char** argv) {
     }
     if (arg == "--kernel") {
       std::printf("%s\n", mpitrain::describe(mpitrain::blas_kernel()).c_str());
+      return 0;
+    }
+    if (arg == "--runnable-kernels") {
+      std::string cores;
+      for (const std::string& core : mpitrain::runnable_blas_kernels(mpitrain::cpu_features()))
+        cores += (cores.empty() ? "" : " ") + core;
+      std::printf("%s\n", cores.c_str());
       return 0;
     }
     if (arg == "--bf16") {

@@ -58,12 +58,19 @@ CpuFeatures cpu_features(const std::string& cpuinfo) {
   return {};
 }
 
+std::vector<std::string> runnable_blas_kernels(const CpuFeatures& cpu) {
+  std::vector<std::string> cores;
+  if (cpu.avx512()) cores.push_back("SkylakeX");
+  if (cpu.avx2_fma()) cores.push_back("Haswell");
+  return cores;
+}
+
 BlasKernelChoice choose_blas_kernel(const CpuFeatures& cpu, const std::string& library_choice,
                                     const std::string& user_set, bool switchable) {
-  const bool avx512 = cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq;
-  const bool avx2 = cpu.avx2 && cpu.fma;
+  const bool avx512 = cpu.avx512();
   // The best core for the CPU's class, and the cores that are of that class already.
-  const std::string best = avx512 ? "SkylakeX" : avx2 ? "Haswell" : "";
+  const std::vector<std::string> runnable = runnable_blas_kernels(cpu);
+  const std::string best = runnable.empty() ? "" : runnable.front();
   const std::vector<std::string> as_good = avx512 ? std::vector<std::string>{best, "SapphireRapids"}
                                                   : std::vector<std::string>{best, "Zen"};
   const std::string isa = avx512 ? "AVX-512" : "AVX2";

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mpitrain/backend/blas_kernel.hpp"
 
@@ -93,6 +95,23 @@ TEST(BlasKernel, RecordedCpus) {
     else
       EXPECT_EQ(k.reason.rfind("the library's own choice", 0), 0u) << c.cpu << ": " << k.reason;
   }
+}
+
+// The cores bench/blas_kernel.sh forces on each CPU kind: every class the CPU runs, best first.
+TEST(BlasKernel, RunnableKernelsOfEachCpuKind) {
+  const std::pair<const char*, std::vector<std::string>> cases[] = {
+      {kZen5, {"SkylakeX", "Haswell"}},
+      {kZen4, {"SkylakeX", "Haswell"}},
+      {kZen3, {"Haswell"}},
+      {kXeonAmx, {"SkylakeX", "Haswell"}},
+      {kXeonNoAmx, {"SkylakeX", "Haswell"}},
+      {kSkylakeX, {"SkylakeX", "Haswell"}},
+      {kKnl, {"Haswell"}},
+      {kSandyBridge, {}},
+      {"sse sse2 avx avx2", {}},  // a VM that hides FMA: Haswell's kernels would die of SIGILL
+  };
+  for (const auto& [flags, cores] : cases)
+    EXPECT_EQ(runnable_blas_kernels(cpu_features_of_flags(flags)), cores) << flags;
 }
 
 TEST(BlasKernel, UserSettingRespected) {

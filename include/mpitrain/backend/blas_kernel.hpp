@@ -9,6 +9,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mpitrain {
 
@@ -17,6 +18,8 @@ namespace mpitrain {
 struct CpuFeatures {
   bool avx2 = false, fma = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512() const { return avx512f && avx512bw && avx512vl && avx512dq; }  // SkylakeX's
+  bool avx2_fma() const { return avx2 && fma; }                                // Haswell's
 };
 
 // The features named in a /proc/cpuinfo "flags" line (words separated by spaces).
@@ -41,6 +44,11 @@ struct BlasKernelChoice {
 // without DYNAMIC_ARCH, ignores OPENBLAS_CORETYPE).
 BlasKernelChoice choose_blas_kernel(const CpuFeatures& cpu, const std::string& library_choice,
                                     const std::string& user_set, bool switchable);
+
+// Pure: the cores of each instruction-set class that `cpu` can run, best first: SkylakeX (AVX-512
+// F, BW, VL, DQ), Haswell (AVX2 and FMA); a core the CPU lacks dies of SIGILL. What
+// bench/blas_kernel.sh forces in turn (sgemm-rate --runnable-kernels).
+std::vector<std::string> runnable_blas_kernels(const CpuFeatures& cpu);
 
 // The OpenBLAS kernels this process runs: what the library says (openblas_get_corename()), and
 // the choice for this CPU with why. Where run_on_best_blas_kernel started the program again, the
