@@ -97,13 +97,13 @@ Checkpointer::Checkpointer(const SavePlan& plan, CheckpointStore& store,
            sizeof(float);
   if (store.world().rank() == 0 && !plan.note.empty()) std::printf("%s\n", plan.note.c_str());
   if (plan.mirror_now) make_mirror();
-  if (plan.async) start_background(plan);
-  if (plan.async_when_slow) when_slow_ = plan;
+  if (plan.async) start_background(plan.staging_floats);
+  if (plan.async_when_slow) when_slow_ = plan.staging_floats;
 }
 
-void Checkpointer::start_background(const SavePlan& plan) {
-  if (!mirrored_ && plan.staging_floats > 0) {
-    staging_ = backend_.alloc(plan.staging_floats);
+void Checkpointer::start_background(size_t staging_floats) {
+  if (!mirrored_ && staging_floats > 0) {
+    staging_ = backend_.alloc(staging_floats);
     staged_.emplace(live_);
     staged_->master = staging_;
     for (size_t k = 0; k < staged_->state.size(); ++k)

@@ -46,7 +46,7 @@ done_state="latest step-00000006 latest=step-00000006"
 crash_and_resume() {  # crash_and_resume NP RANK PHASE WANT_LOSS TRAINER_ARGS...
   local np=$1 rank=$2 phase=$3 want=$4
   shift 4
-  local name="np$np-rank$rank-$phase${ASYNC:+-async-$ASYNC}" fault="kill:phase=$phase:rank=$rank:step=4"
+  local name="np$np-rank$rank-$phase-async-$ASYNC" fault="kill:phase=$phase:rank=$rank:step=4"
   local out="$SCRATCH/$name"
   MPITRAIN_FAULT=$fault run_trainer "$np" "$out-a.log" "$@" --keep-last 1 --out-dir "$out"
   [ "$rc" != 0 ] || fail "$name: the killed run exited 0"

@@ -115,7 +115,8 @@ class Checkpointer {
 
  private:
   void make_mirror();  // the host copies (collective: made on every rank or on none)
-  void start_background(const SavePlan& plan);  // the staging copy and the writer (collective)
+  // The staging copy (staging_floats on this rank) and the writer (collective)
+  void start_background(size_t staging_floats);
   const CheckpointState& stage();  // the staging copy of live, returned as the state to write
   void report(const SaveDone& done);
 
@@ -130,7 +131,8 @@ class Checkpointer {
   float* staging_ = nullptr;  // the CPU's copy (backend memory), or null
   std::optional<CheckpointState> staged_;
   double last_stall_ = 0.0, last_write_ = 0.0;
-  std::optional<SavePlan> when_slow_;  // async_when_slow's plan, until a save is slow
+  // SavePlan::async_when_slow: the staging floats of the background saves, until a save is slow
+  std::optional<size_t> when_slow_;
   std::unique_ptr<AsyncSaver> saver_;  // last: joined before the staging buffer is freed
 };
 
