@@ -29,7 +29,8 @@
 // Zen 3), the wall time a save added to a run (two runs each, none / sync / background): in the
 // background 1.2-1.4 s against a synchronous save's 0.00-0.05 s for a checkpoint of 0.001 GB,
 // 0.44-0.64 s against 0.15-0.47 s for 0.06 GB, 1.3-1.7 s against 1.1-1.2 s for 0.35 GB; for
-// GPT-2 small's 1.49 GB about 4.0 s against 5.1 s (bench/async_save.sh, an AVX2 EPYC). There
+// GPT-2 small's 1.49 GB about 4.0 s against 5.1 s (bench/async_save.sh on a 2-core Intel Xeon VM,
+// family 6 model 167, in the note of issue 21). There
 // saves are synchronous until one takes kSlowSave seconds or more (agreed: the slowest rank's),
 // and in the background from the next one on.
 #pragma once
