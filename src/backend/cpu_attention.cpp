@@ -10,9 +10,9 @@
 // score tiles live on the stack. The whole-sequence attention and context parallelism's block
 // pairs are the same kernels: positions 0..T-1 and the own keys for the former. The tiles'
 // products (Tiles): in bf16 training on a CPU with AVX512-BF16 on bf16 operands (Bf16Tiles);
-// else, where the CPU has AVX-512, on our fp32 kernel, reading q, v, dout, k, P and dS where they
-// lie and a head's k^T and v^T transposed once a key tile (Fp32Tiles); else the BLAS, reading q,
-// k, v through leading dimensions (the tests' double).
+// else, where the CPU has AVX-512 or AVX2 with FMA, on our fp32 kernel, reading q, v, dout, k, P
+// and dS where they lie and a head's k^T and v^T transposed once a key tile (Fp32Tiles); else the
+// BLAS, reading q, k, v through leading dimensions (the tests' double).
 // Deterministic: one thread per (batch, head) in forward and per (batch, kv head) in backward
 // (each output has one writer), tiles in a fixed order. On 2-byte tensors the whole-sequence
 // attention widens one head's sequences per thread where they fit (per_head_fits), else whole
@@ -323,7 +323,7 @@ class Fp32Tiles {
 };
 
 // The kernels of a call's tiles: the bf16 tiles in bf16 training on a CPU with AVX512-BF16
-// (bf16_tiles), else the fp32 tiles where the CPU has AVX-512, else the BLAS.
+// (bf16_tiles), else the fp32 tiles where the CPU has AVX-512 or AVX2 with FMA, else the BLAS.
 template <typename T>
 TileKernel tile_kernel(bool bf16_tiles) {
   if (!kFloat<T>) return TileKernel::Blas;
@@ -702,7 +702,8 @@ std::string CpuBackend<T>::attention_tiles() const {
     case TileKernel::Bf16:
       return "bf16 tiles (AVX512-BF16)";
     case TileKernel::Fp32:
-      return "fp32 tiles (AVX-512)";
+      return cpu::fp32_tile_isa() == cpu::Fp32TileIsa::Avx512 ? "fp32 tiles (AVX-512)"
+                                                              : "fp32 tiles (AVX2)";
     default:
       return "the BLAS";
   }

@@ -18,6 +18,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 
+#include "cpu_tile_lanes_avx512.hpp"
 #include "cpu_tile_product.hpp"
 
 namespace mpitrain::cpu {
@@ -26,8 +27,10 @@ namespace {
 
 // A step of VDPBF16PS: a pair of bf16 along K in each word (cpu_tile_product.hpp).
 struct Bf16Pairs {
+  using Lanes = Avx512Lanes;
   using Word = uint32_t;
   using Vector = __m512bh;
+  static Vector b(const Word* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
   static Vector b(const Word* p, __mmask16 k) {
     return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi32(k, p));
   }
@@ -39,8 +42,8 @@ struct Bf16Pairs {
 
 // 16 pair words: x[0, 32) rounded to bf16 (round to nearest even), zero past n floats.
 __m512i pairs_of(const float* x, int n) {
-  const __m512 lo = _mm512_maskz_loadu_ps(first(n), x);
-  const __m512 hi = _mm512_maskz_loadu_ps(first(n - 16), x + 16);
+  const __m512 lo = _mm512_maskz_loadu_ps(Avx512Lanes::first(n), x);
+  const __m512 hi = _mm512_maskz_loadu_ps(Avx512Lanes::first(n - 16), x + 16);
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
@@ -50,7 +53,7 @@ void pack_pairs(const float* A, size_t ld, int m, int K, uint32_t* out) {
   const int k2 = pair_count(K);
   for (int r = 0; r < m; ++r)
     for (int t = 0; t < k2; t += 16)
-      _mm512_mask_storeu_epi32(out + static_cast<size_t>(r) * k2 + t, first(k2 - t),
+      _mm512_mask_storeu_epi32(out + static_cast<size_t>(r) * k2 + t, Avx512Lanes::first(k2 - t),
                                pairs_of(A + r * ld + 2 * t, K - 2 * t));
 }
 
@@ -66,7 +69,7 @@ void pack_pairs_by_rows(const float* B, size_t ld, int K, int n, uint32_t* out) 
     const float* odd = even + ld;
     const bool has_odd = 2 * t + 1 < K;
     for (int j = 0; j < ldb; j += 16) {
-      const __mmask16 k = first(n - j);
+      const __mmask16 k = Avx512Lanes::first(n - j);
       const __m512 e = _mm512_maskz_loadu_ps(k, even + j);
       const __m512 o = has_odd ? _mm512_maskz_loadu_ps(k, odd + j) : _mm512_setzero_ps();
       _mm512_storeu_si512(
@@ -77,7 +80,7 @@ void pack_pairs_by_rows(const float* B, size_t ld, int K, int n, uint32_t* out) 
 }
 
 void pack_pairs_transposed(const float* X, size_t ld, int n, int K, uint32_t* out) {
-  transpose_rows_of(n, pair_count(K), out, pair_ld(n), [X, ld, K](int j, int t0) {
+  transpose_rows_of<Avx512Lanes>(n, pair_count(K), out, pair_ld(n), [X, ld, K](int j, int t0) {
     return pairs_of(X + j * ld + 2 * t0, K - 2 * t0);
   });
 }

@@ -1,49 +1,31 @@
-// CPU backend: fp32 tile products (cpu_fp32_tiles.hpp). This file is compiled for AVX-512
-// whatever the build's -march (the pragma below, after every include, so that no inline function
-// of a header is emitted here with those instructions); the backend calls it only where the CPU
-// has them. Everything but the entry points is in an unnamed namespace, and no std:: template
-// is instantiated here, for the same reason.
+// CPU backend: the fp32 tiles' choice of vectors and the entry points that follow it
+// (cpu_fp32_tiles.hpp); the kernels are cpu_fp32_tiles_avx512.cpp and cpu_fp32_tiles_avx2.cpp.
 #include "cpu_fp32_tiles.hpp"
-
-#include <immintrin.h>
-
-#include <utility>
 
 #include "cpu_matmul_bf16.hpp"  // onednn_has
 
-bool mpitrain::cpu::fp32_tiles() { return onednn_has(dnnl::cpu_isa::avx512_core); }
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl")
-
-#include "cpu_tile_product.hpp"
-
 namespace mpitrain::cpu {
 
-namespace {
-
-// A step of fp32 FMA: one float of A and 16 of B's row (cpu_tile_product.hpp).
-struct Fp32Step {
-  using Word = float;
-  using Vector = __m512;
-  static Vector b(const Word* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-  static Vector a(Word w) { return _mm512_set1_ps(w); }
-  static __m512 madd(__m512 s, Vector a, Vector b) { return _mm512_fmadd_ps(a, b, s); }
-};
-
-}  // namespace
+Fp32TileIsa fp32_tile_isa() {
+  static const Fp32TileIsa isa = [] {
+    if (onednn_has(dnnl::cpu_isa::avx512_core)) return Fp32TileIsa::Avx512;
+    // oneDNN's avx2 does not imply FMA (a hypervisor may hide it)
+    if (onednn_has(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("fma")) return Fp32TileIsa::Avx2;
+    return Fp32TileIsa::None;
+  }();
+  return isa;
+}
 
 void transpose_rows(const float* X, size_t ld, int n, int K, float* out) {
-  transpose_rows_of(n, K, out, rows_ld(n), [X, ld, K](int j, int t0) {
-    return _mm512_maskz_loadu_epi32(first(K - t0), X + j * ld + t0);
-  });
+  if (fp32_tile_isa() == Fp32TileIsa::Avx512) return avx512::transpose_rows(X, ld, n, K, out);
+  avx2::transpose_rows(X, ld, n, K, out);
 }
 
 void fp32_tile_product(int m, int n, int K, const float* a, size_t a_row, size_t a_k,
                        const float* b, size_t ldb, float* C, size_t ldc, bool accumulate) {
-  tile_product<Fp32Step>(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
+  if (fp32_tile_isa() == Fp32TileIsa::Avx512)
+    return avx512::fp32_tile_product(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
+  avx2::fp32_tile_product(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
 }
 
 }  // namespace mpitrain::cpu
-
-#pragma GCC pop_options

@@ -1,8 +1,8 @@
 // The CPU backend: one sgemm for every fp32 matmul: oneDNN's where oneDNN has AVX-512 kernels for
 // the CPU and is 3.11.2 or later, else OpenBLAS's (cpu_kernels.hpp says why); attention's small
-// tiles on a kernel of our own where the CPU has AVX-512 (attention_tiles()); OpenBLAS's dgemm for
-// double; OpenMP + SIMD loops for the rest. Host memory; instantiated for float (the trainer)
-// and double (gradient checks).
+// tiles on a kernel of our own where the CPU has AVX-512 or AVX2 with FMA (attention_tiles());
+// OpenBLAS's dgemm for double; OpenMP + SIMD loops for the rest. Host memory; instantiated for
+// float (the trainer) and double (gradient checks).
 //
 // Threads: the constructor sets the OpenMP and OpenBLAS thread counts of the calling thread.
 // Loops only go parallel above a work threshold, so tiny shapes do not pay for a thread team.
@@ -95,8 +95,8 @@ class CpuBackend final : public Backend<T> {
   int threads() const { return threads_; }
   bool bf16_gemms() const;  // constructed for bf16 on a CPU with bf16 instructions
   // What multiplies attention's tiles (cpu_attention.cpp): "bf16 tiles (AVX512-BF16)" where
-  // bf16_gemms(), else "fp32 tiles (AVX-512)" on a float backend where oneDNN's ISA has
-  // AVX-512, else "the BLAS".
+  // bf16_gemms(), else "fp32 tiles (AVX-512)" or "fp32 tiles (AVX2)" on a float backend where
+  // oneDNN's ISA has AVX-512, or AVX2 and the CPU FMA (cpu_fp32_tiles.hpp), else "the BLAS".
   std::string attention_tiles() const;
 
   T* alloc(size_t n) override;
