@@ -16,31 +16,13 @@
 
 namespace mpitrain::cpu::avx2 {
 
-namespace {
-
-// A step of fp32 FMA: one float of A and 8 of B's row (cpu_tile_product.hpp).
-struct Fp32Step {
-  using Lanes = Avx2Lanes;
-  using Word = float;
-  using Vector = __m256;
-  static Vector b(const Word* p) { return _mm256_loadu_ps(p); }
-  static Vector b(const Word* p, __m256i k) { return _mm256_maskload_ps(p, k); }
-  static Vector a(Word w) { return _mm256_set1_ps(w); }
-  static __m256 madd(__m256 s, Vector a, Vector b) { return _mm256_fmadd_ps(a, b, s); }
-};
-
-}  // namespace
-
 void transpose_rows(const float* X, size_t ld, int n, int K, float* out) {
-  transpose_rows_of<Avx2Lanes>(n, K, out, rows_ld(n), [X, ld, K](int j, int t0) {
-    return _mm256_maskload_epi32(reinterpret_cast<const int*>(X + j * ld + t0),
-                                 Avx2Lanes::first(K - t0));
-  });
+  transpose_floats<Avx2Lanes>(X, ld, n, K, out, rows_ld(n));
 }
 
 void fp32_tile_product(int m, int n, int K, const float* a, size_t a_row, size_t a_k,
                        const float* b, size_t ldb, float* C, size_t ldc, bool accumulate) {
-  tile_product<Fp32Step>(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
+  tile_product<Fp32Step<Avx2Lanes>>(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
 }
 
 }  // namespace mpitrain::cpu::avx2

@@ -17,30 +17,13 @@
 
 namespace mpitrain::cpu::avx512 {
 
-namespace {
-
-// A step of fp32 FMA: one float of A and 16 of B's row (cpu_tile_product.hpp).
-struct Fp32Step {
-  using Lanes = Avx512Lanes;
-  using Word = float;
-  using Vector = __m512;
-  static Vector b(const Word* p) { return _mm512_loadu_ps(p); }
-  static Vector b(const Word* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-  static Vector a(Word w) { return _mm512_set1_ps(w); }
-  static __m512 madd(__m512 s, Vector a, Vector b) { return _mm512_fmadd_ps(a, b, s); }
-};
-
-}  // namespace
-
 void transpose_rows(const float* X, size_t ld, int n, int K, float* out) {
-  transpose_rows_of<Avx512Lanes>(n, K, out, rows_ld(n), [X, ld, K](int j, int t0) {
-    return _mm512_maskz_loadu_epi32(Avx512Lanes::first(K - t0), X + j * ld + t0);
-  });
+  transpose_floats<Avx512Lanes>(X, ld, n, K, out, rows_ld(n));
 }
 
 void fp32_tile_product(int m, int n, int K, const float* a, size_t a_row, size_t a_k,
                        const float* b, size_t ldb, float* C, size_t ldc, bool accumulate) {
-  tile_product<Fp32Step>(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
+  tile_product<Fp32Step<Avx512Lanes>>(m, n, K, a, a_row, a_k, b, ldb, C, ldc, accumulate);
 }
 
 }  // namespace mpitrain::cpu::avx512

@@ -25,7 +25,12 @@ struct Avx2Lanes {
   static void store(float* p, Sums x) { _mm256_storeu_ps(p, x); }
   static void store(float* p, Mask k, Sums x) { _mm256_maskstore_ps(p, k, x); }
   static Sums add(Sums a, Sums b) { return _mm256_add_ps(a, b); }
+  static Sums broadcast(float x) { return _mm256_set1_ps(x); }
+  static Sums fma(Sums a, Sums b, Sums s) { return _mm256_fmadd_ps(a, b, s); }  // s + a b
   static Words zero_words() { return _mm256_setzero_si256(); }
+  static Words load_words(const void* p, Mask k) {
+    return _mm256_maskload_epi32(static_cast<const int*>(p), k);
+  }
   static void store_words(void* p, Words w) { _mm256_storeu_si256(static_cast<__m256i*>(p), w); }
   // rows r[0, 8) of 32-bit words transposed in place: pairs of rows interleaved, then pairs of
   // those, then the 128-bit halves exchanged

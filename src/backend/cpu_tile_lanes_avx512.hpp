@@ -26,7 +26,10 @@ struct Avx512Lanes {
   static void store(float* p, Sums x) { _mm512_storeu_ps(p, x); }
   static void store(float* p, Mask k, Sums x) { _mm512_mask_storeu_ps(p, k, x); }
   static Sums add(Sums a, Sums b) { return _mm512_add_ps(a, b); }
+  static Sums broadcast(float x) { return _mm512_set1_ps(x); }
+  static Sums fma(Sums a, Sums b, Sums s) { return _mm512_fmadd_ps(a, b, s); }  // s + a b
   static Words zero_words() { return _mm512_setzero_si512(); }
+  static Words load_words(const void* p, Mask k) { return _mm512_maskz_loadu_epi32(k, p); }
   static void store_words(void* p, Words w) { _mm512_storeu_si512(p, w); }
   // rows r[0, 16) of 32-bit words transposed in place, in four steps
   static void transpose(Words r[16]) {

@@ -8,6 +8,7 @@
 //   Step::b(p, k)    those of the mask k, the others zero
 //   Step::a(w)       A's word w broadcast to a Vector
 //   Step::madd(s, a, b)   s + a b, Lanes::kCount fp32 sums
+// (Fp32Step<Lanes>, below, is the fp32 tiles' step; the bf16 tiles' is their file's own.)
 // A word (r, t) is a[r a_row + t a_k] (a row-major A: a_row its ld, a_k 1; an A stored transposed:
 // a_row 1, a_k its ld); B word (t, j) is b[t ldb + j].
 //
@@ -123,6 +124,27 @@ void tile_product(int m, int n, int k, const typename Step::Word* a, size_t a_ro
     }
     (std::make_integer_sequence<int, Lanes::kVectors>{});
   }
+}
+
+// A step of fp32 FMA on Lanes: one float of A and Lanes::kCount of B's row (the fp32 tiles,
+// cpu_fp32_tiles_*.cpp).
+template <class L>
+struct Fp32Step {
+  using Lanes = L;
+  using Word = float;
+  using Vector = typename L::Sums;
+  static Vector b(const float* p) { return L::load(p); }
+  static Vector b(const float* p, typename L::Mask k) { return L::load(p, k); }
+  static Vector a(float w) { return L::broadcast(w); }
+  static Vector madd(Vector s, Vector a, Vector b) { return L::fma(a, b, s); }
+};
+
+// out (K rows of ldo floats) = X^T, X (n x K, ld) stored as rows; the floats past n zero.
+template <class L>
+void transpose_floats(const float* X, size_t ld, int n, int K, float* out, int ldo) {
+  transpose_rows_of<L>(n, K, out, ldo, [X, ld, K](int j, int t0) {
+    return L::load_words(X + j * ld + t0, L::first(K - t0));
+  });
 }
 
 }  // namespace

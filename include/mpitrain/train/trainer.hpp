@@ -141,7 +141,8 @@ class Trainer {
   std::string allowed_cpus_;     // this rank's affinity, "0-3"
   DeviceSetup devices_;
   int threads_ = 1;
-  double cpu_share_ = 0;  // of its host's CPUs (runtime/affinity.hpp): above threads_, a writer's
+  double cpu_share_ = 0;  // this rank's share of its host's CPUs (runtime/affinity.hpp); above
+                          // threads_, a background save's writer has a CPU to itself
   ModelOptions model_options_{};
   std::unique_ptr<OpProfile> op_profile_;  // --profile-ops: what backend_ records into
   std::unique_ptr<Backend<float>> backend_;
